@@ -1,0 +1,77 @@
+//! Length-prefixed JSON on the control connection: a big-endian u32 length, then that
+//! many bytes of JSON (no NUL).
+//!
+//! [`check`] tells how long a whole frame is from its 4-byte prefix, refusing a zero or
+//! oversized length before anything is allocated; [`decode`] parses the body.
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::ProtoError;
+
+/// Largest parameter message accepted (iperf3's own cap).
+pub const MAX_PARAMS_LEN: u32 = 8 * 1024;
+/// Largest results or hello message accepted. Results grow with the stream count and
+/// flowlab's per-stream extras; 1 MiB holds thousands of streams.
+pub const MAX_RESULTS_LEN: u32 = 1024 * 1024;
+
+/// Judges the 4-byte length prefix of a frame and returns the body length.
+pub fn check(prefix: [u8; 4], max: u32) -> Result<usize, ProtoError> {
+    let len = u32::from_be_bytes(prefix);
+    if len == 0 || len > max {
+        return Err(ProtoError::BadLength { len, max });
+    }
+    // A u32 always fits a usize on the 32- and 64-bit targets flowlab supports.
+    Ok(len as usize)
+}
+
+/// Parses a frame body, which must be a JSON object.
+pub fn decode<T: DeserializeOwned>(body: &[u8]) -> Result<T, ProtoError> {
+    // serde would also accept a struct written as an array; no peer sends that.
+    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(ProtoError::BadJson("not a JSON object".into()));
+    }
+    serde_json::from_slice(body).map_err(|e| ProtoError::BadJson(e.to_string()))
+}
+
+/// Encodes a value as a whole frame (prefix and body).
+pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    // Serializing plain data structs to a Vec cannot fail: no maps with non-string keys.
+    let body = serde_json::to_vec(value).unwrap_or_default();
+    let mut out = Vec::with_capacity(body.len() + 4);
+    out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    out.extend_from_slice(&body);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::params::TestParams;
+
+    #[test]
+    fn round_trip() {
+        let p = TestParams { tcp: Some(true), time: 3, parallel: 2, ..TestParams::default() };
+        let wire = encode(&p);
+        let len = check(wire[..4].try_into().unwrap(), MAX_PARAMS_LEN).unwrap();
+        assert_eq!(len, wire.len() - 4);
+        let back: TestParams = decode(&wire[4..]).unwrap();
+        assert_eq!(back, p);
+    }
+
+    #[test]
+    fn refuses_zero_and_oversized_lengths() {
+        assert_eq!(check([0; 4], 10), Err(ProtoError::BadLength { len: 0, max: 10 }));
+        assert!(check(11u32.to_be_bytes(), 10).is_err());
+        assert!(check(u32::MAX.to_be_bytes(), MAX_RESULTS_LEN).is_err());
+        assert_eq!(check(10u32.to_be_bytes(), 10), Ok(10));
+    }
+
+    #[test]
+    fn refuses_invalid_json() {
+        assert!(decode::<TestParams>(b"{\"tcp\": tru").is_err());
+        assert!(decode::<TestParams>(b"\xff\xfe").is_err());
+        assert!(decode::<TestParams>(b"[1,2,3]").is_err());
+        assert!(decode::<TestParams>(b"{\"time\": \"ten\"}").is_err());
+    }
+}

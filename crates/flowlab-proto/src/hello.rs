@@ -1,0 +1,51 @@
+//! flowlab's answer to a client that announced flowlab extensions.
+//!
+//! A flowlab client always sends a `flowlab` object in its parameters. A flowlab server
+//! answers with [`crate::State::FlowlabHello`] and this JSON before `CREATE_STREAMS`; a
+//! stock iperf3 server ignores the object and goes straight to `CREATE_STREAMS`. So the
+//! client learns before any data flows whether its peer can do what it asked for.
+
+use serde::{Deserialize, Serialize};
+
+/// The server's side of the extension handshake.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ServerHello {
+    /// Extension protocol version the server speaks.
+    pub version: u32,
+    /// flowlab's version string.
+    pub server_version: String,
+    /// Extensions the server offers, e.g. `"stop-and-wait"`, `"exact-bytes"`.
+    pub features: Vec<String>,
+    /// Set when the server refuses the test; the client prints it and stops.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// Extension names.
+pub mod feature {
+    /// Stop-and-wait mode over TCP and UDP.
+    pub const STOP_AND_WAIT: &str = "stop-and-wait";
+    /// `-n` counts bytes exactly on the server's senders too.
+    pub const EXACT_BYTES: &str = "exact-bytes";
+    /// The server closes its senders' write side at the end, so receivers drain exactly.
+    pub const CLEAN_CLOSE: &str = "clean-close";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame;
+
+    #[test]
+    fn round_trip() {
+        let h = ServerHello {
+            version: 1,
+            server_version: "0.1.0".into(),
+            features: vec![feature::STOP_AND_WAIT.into()],
+            error: Some("busy".into()),
+        };
+        let wire = frame::encode(&h);
+        let back: ServerHello = frame::decode(&wire[4..]).unwrap();
+        assert_eq!(back, h);
+    }
+}

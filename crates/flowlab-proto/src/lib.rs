@@ -1,0 +1,33 @@
+//! flowlab's wire formats, without I/O.
+//!
+//! Every byte flowlab exchanges with a peer — a stock iperf3 or another flowlab — is
+//! encoded and first judged here. Nothing in this crate touches a socket or reads a clock:
+//! callers hand in bytes (and times) and get values or a [`ProtoError`] back, so each
+//! decoder can be unit-tested and fuzzed byte by byte.
+//!
+//! # Layout
+//! - [`cookie`]: the 37-byte test cookie that opens every TCP connection.
+//! - [`state`]: the one-byte control states of iperf3's protocol, plus flowlab's own.
+//! - [`frame`]: length-prefixed JSON messages on the control connection.
+//! - [`params`]: the test parameters a client sends (iperf3 keys plus a `flowlab` object).
+//! - [`hello`]: flowlab's answer to a client that announced flowlab extensions.
+//! - [`results`]: the per-test results both ends exchange at the end of a test.
+//! - [`udp`]: the UDP datagram header, the UDP stream handshake and stop-and-wait acks.
+
+pub mod cookie;
+pub mod frame;
+pub mod hello;
+pub mod params;
+pub mod results;
+pub mod state;
+pub mod udp;
+
+mod error;
+mod lenient;
+
+pub use cookie::Cookie;
+pub use error::ProtoError;
+pub use state::State;
+
+/// Default TCP port of iperf3 and flowlab.
+pub const DEFAULT_PORT: u16 = 5201;

@@ -1,0 +1,114 @@
+//! The results both ends exchange after `EXCHANGE_RESULTS`: the client sends its own first,
+//! then the server sends its own. Each side reports the streams it ran, by stream id, so a
+//! sender learns what its receiver counted.
+//!
+//! The keys are iperf3's (`send_results`/`get_results`). flowlab adds per-stream extras
+//! (`out_of_order`, `duplicates`, stop-and-wait counts) that stock iperf3 ignores.
+
+use serde::{Deserialize, Serialize};
+
+use crate::lenient::{num, signed};
+
+/// One side's results.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PeerResults {
+    /// CPU use of the test on this side, percent of one core.
+    pub cpu_util_total: f64,
+    pub cpu_util_user: f64,
+    pub cpu_util_system: f64,
+    /// 1 when this side sent and can count TCP retransmits, 0 when it cannot, -1 when it
+    /// only received.
+    #[serde(deserialize_with = "signed")]
+    pub sender_has_retransmits: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub congestion_used: Option<String>,
+    pub streams: Vec<StreamResults>,
+    /// The server's own text or JSON output, when the client asked for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_output_json: Option<serde_json::Value>,
+}
+
+/// One stream's counts, from the side that reports them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StreamResults {
+    #[serde(deserialize_with = "signed")]
+    pub id: i64,
+    /// Bytes this side sent or received on the stream (after the omitted seconds).
+    #[serde(deserialize_with = "num")]
+    pub bytes: u64,
+    /// TCP retransmitted segments (sender), or -1 when unknown.
+    #[serde(deserialize_with = "signed")]
+    pub retransmits: i64,
+    /// UDP receiver: RFC 3550 jitter in seconds.
+    pub jitter: f64,
+    /// UDP receiver: datagrams lost.
+    #[serde(deserialize_with = "signed")]
+    pub errors: i64,
+    /// UDP: datagrams sent (sender) or received (receiver).
+    #[serde(deserialize_with = "signed")]
+    pub packets: i64,
+    #[serde(default, deserialize_with = "signed")]
+    pub omitted_errors: i64,
+    #[serde(default, deserialize_with = "signed")]
+    pub omitted_packets: i64,
+    /// Seconds since the test started.
+    pub start_time: f64,
+    pub end_time: f64,
+    /// flowlab: UDP datagrams that arrived after a later one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub out_of_order: Option<u64>,
+    /// flowlab: UDP datagrams whose sequence number had already been received.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duplicates: Option<u64>,
+    /// flowlab, stop-and-wait sender: messages sent again after a timeout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sw_retransmits: Option<u64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame;
+
+    /// Server results as a stock iperf3 3.12 server sends them for a UDP test.
+    const IPERF3_SERVER: &str = r#"{"cpu_util_total":1.5,"cpu_util_user":0.5,
+        "cpu_util_system":1,"sender_has_retransmits":-1,"streams":[{"id":1,
+        "bytes":1.2e+10,"retransmits":-1,"jitter":0.0012,"errors":3,"packets":856,
+        "omitted_errors":0,"omitted_packets":0,"start_time":0,"end_time":10.000041}]}"#;
+
+    #[test]
+    fn parses_stock_iperf3_results() {
+        let r: PeerResults = frame::decode(IPERF3_SERVER.as_bytes()).unwrap();
+        assert_eq!(r.sender_has_retransmits, -1);
+        assert_eq!(r.streams.len(), 1);
+        let s = &r.streams[0];
+        assert_eq!((s.id, s.bytes, s.errors, s.packets), (1, 12_000_000_000, 3, 856));
+        assert_eq!(s.duplicates, None);
+    }
+
+    #[test]
+    fn round_trip_with_extras() {
+        let r = PeerResults {
+            cpu_util_total: 12.5,
+            sender_has_retransmits: 1,
+            congestion_used: Some("cubic".into()),
+            streams: vec![StreamResults {
+                id: 3,
+                bytes: 1 << 40,
+                retransmits: 7,
+                duplicates: Some(2),
+                out_of_order: Some(1),
+                end_time: 10.0,
+                ..StreamResults::default()
+            }],
+            ..PeerResults::default()
+        };
+        let wire = frame::encode(&r);
+        assert_eq!(frame::decode::<PeerResults>(&wire[4..]).unwrap(), r);
+    }
+
+    #[test]
+    fn refuses_results_without_streams() {
+        assert!(frame::decode::<PeerResults>(br#"{"cpu_util_total":1}"#).is_err());
+    }
+}

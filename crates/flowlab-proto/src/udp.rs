@@ -1,0 +1,163 @@
+//! UDP on the wire: the stream handshake, the datagram header, and flowlab's
+//! stop-and-wait acknowledgements.
+//!
+//! Every UDP data datagram starts with the sender's timestamp and a sequence number
+//! (big-endian): `u32 seconds, u32 microseconds, u32 sequence` — or a `u64` sequence when
+//! both ends agreed on 64-bit counters. The rest of the datagram is payload.
+
+use crate::ProtoError;
+
+/// What a client sends to open a UDP stream (iperf3 ≥ 3.12).
+pub const CONNECT_MSG: [u8; 4] = *b"9876";
+/// What the server answers (iperf3 ≥ 3.12).
+pub const CONNECT_REPLY: [u8; 4] = *b"6789";
+/// What iperf3 before 3.12 sends: 987654321 as a host-order (little-endian) u32.
+pub const LEGACY_CONNECT_MSG: [u8; 4] = 987_654_321u32.to_le_bytes();
+/// What iperf3 before 3.12 answers: 123456789, host order.
+pub const LEGACY_CONNECT_REPLY: [u8; 4] = 123_456_789u32.to_le_bytes();
+
+/// Is this 4-byte datagram a stream-opening message, and which reply does it want?
+pub fn handshake_reply(datagram: &[u8]) -> Option<[u8; 4]> {
+    match datagram {
+        d if d == CONNECT_MSG => Some(CONNECT_REPLY),
+        d if d == LEGACY_CONNECT_MSG => Some(LEGACY_CONNECT_REPLY),
+        _ => None,
+    }
+}
+
+/// Is this datagram a server's answer to the stream-opening message?
+pub fn is_handshake_reply(datagram: &[u8]) -> bool {
+    datagram == CONNECT_REPLY || datagram == LEGACY_CONNECT_REPLY
+}
+
+/// The header of a UDP data datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DatagramHeader {
+    /// Sender's clock when the datagram was sent; only differences matter.
+    pub sec: u32,
+    pub usec: u32,
+    /// Starts at 1 on each stream.
+    pub seq: u64,
+}
+
+impl DatagramHeader {
+    /// Header length for the chosen counter width.
+    pub const fn len(counters_64bit: bool) -> usize {
+        if counters_64bit { 16 } else { 12 }
+    }
+
+    /// Writes the header at the start of `buf`, which must hold [`Self::len`] bytes.
+    pub fn encode(&self, buf: &mut [u8], counters_64bit: bool) {
+        buf[0..4].copy_from_slice(&self.sec.to_be_bytes());
+        buf[4..8].copy_from_slice(&self.usec.to_be_bytes());
+        if counters_64bit {
+            buf[8..16].copy_from_slice(&self.seq.to_be_bytes());
+        } else {
+            // 32-bit counters wrap, as iperf3's do.
+            buf[8..12].copy_from_slice(&(self.seq as u32).to_be_bytes());
+        }
+    }
+
+    /// Reads the header at the start of a received datagram.
+    pub fn decode(buf: &[u8], counters_64bit: bool) -> Result<Self, ProtoError> {
+        let need = Self::len(counters_64bit);
+        if buf.len() < need {
+            return Err(ProtoError::ShortDatagram { len: buf.len(), need });
+        }
+        let word = |i: usize| u32::from_be_bytes([buf[i], buf[i + 1], buf[i + 2], buf[i + 3]]);
+        let seq = if counters_64bit {
+            (u64::from(word(8)) << 32) | u64::from(word(12))
+        } else {
+            u64::from(word(8))
+        };
+        Ok(DatagramHeader { sec: word(0), usec: word(4), seq })
+    }
+
+    /// The timestamp in microseconds.
+    pub fn micros(&self) -> u64 {
+        u64::from(self.sec) * 1_000_000 + u64::from(self.usec)
+    }
+}
+
+/// flowlab stop-and-wait: the receiver's acknowledgement of message `seq`.
+/// Over UDP it is a datagram of its own; over TCP the same 12 bytes travel back on the
+/// data connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ack {
+    pub seq: u64,
+}
+
+impl Ack {
+    pub const LEN: usize = 12;
+    const MAGIC: [u8; 4] = *b"FLAK";
+
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        let mut out = [0u8; Self::LEN];
+        out[..4].copy_from_slice(&Self::MAGIC);
+        out[4..].copy_from_slice(&self.seq.to_be_bytes());
+        out
+    }
+
+    pub fn decode(buf: &[u8]) -> Result<Self, ProtoError> {
+        if buf.len() != Self::LEN || buf[..4] != Self::MAGIC {
+            return Err(ProtoError::NotAnAck);
+        }
+        let mut seq = [0u8; 8];
+        seq.copy_from_slice(&buf[4..]);
+        Ok(Ack { seq: u64::from_be_bytes(seq) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_round_trips_in_both_widths() {
+        let h = DatagramHeader { sec: 17, usec: 999_999, seq: 0x1_0000_0005 };
+        let mut buf = [0u8; 16];
+        h.encode(&mut buf, true);
+        assert_eq!(DatagramHeader::decode(&buf, true), Ok(h));
+        h.encode(&mut buf, false);
+        let short = DatagramHeader::decode(&buf, false).unwrap();
+        assert_eq!(short.seq, 5, "32-bit counters wrap");
+        assert_eq!(short.micros(), 17_999_999);
+    }
+
+    #[test]
+    fn header_layout_is_iperf3s() {
+        let h = DatagramHeader { sec: 1, usec: 2, seq: 3 };
+        let mut buf = [0u8; 12];
+        h.encode(&mut buf, false);
+        assert_eq!(buf, [0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 3]);
+    }
+
+    #[test]
+    fn short_datagrams_are_refused() {
+        assert_eq!(
+            DatagramHeader::decode(&[0; 11], false),
+            Err(ProtoError::ShortDatagram { len: 11, need: 12 })
+        );
+        assert!(DatagramHeader::decode(&[0; 15], true).is_err());
+    }
+
+    #[test]
+    fn handshake_bytes() {
+        assert_eq!(handshake_reply(b"9876"), Some(*b"6789"));
+        assert_eq!(LEGACY_CONNECT_MSG, [0xb1, 0x68, 0xde, 0x3a]);
+        assert_eq!(handshake_reply(&LEGACY_CONNECT_MSG), Some([0x15, 0xcd, 0x5b, 0x07]));
+        assert_eq!(handshake_reply(b"9877"), None);
+        assert_eq!(handshake_reply(b"98765"), None);
+        assert!(is_handshake_reply(b"6789"));
+    }
+
+    #[test]
+    fn ack_round_trips_and_refuses_others() {
+        let a = Ack { seq: 42 };
+        assert_eq!(Ack::decode(&a.encode()), Ok(a));
+        assert_eq!(Ack::decode(b"FLAK1234"), Err(ProtoError::NotAnAck));
+        let mut wrong = a.encode();
+        wrong[0] = b'X';
+        assert!(Ack::decode(&wrong).is_err());
+    }
+}
