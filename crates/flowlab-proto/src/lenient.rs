@@ -21,12 +21,16 @@ pub(crate) fn num<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     }
 }
 
+/// Reads a signed count. iperf3 3.12 prints negative numbers as their unsigned 64-bit
+/// two's complement (`-1` arrives as `18446744073709551615`), so values above `i64::MAX`
+/// wrap back to negative.
 pub(crate) fn signed<'de, D: Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
     use serde::de::Error;
     match serde_json::Value::deserialize(d)? {
-        serde_json::Value::Number(n) => match n.as_i64() {
-            Some(v) => Ok(v),
-            None => match n.as_f64() {
+        serde_json::Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(v), _) => Ok(v),
+            (None, Some(u)) => Ok(u as i64),
+            (None, None) => match n.as_f64() {
                 Some(f) if f.is_finite() && f.abs() < i64::MAX as f64 => Ok(f as i64),
                 _ => Err(D::Error::custom(format!("number {n} out of range"))),
             },

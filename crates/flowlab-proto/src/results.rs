@@ -44,15 +44,18 @@ pub struct StreamResults {
     /// UDP receiver: datagrams lost.
     #[serde(deserialize_with = "signed")]
     pub errors: i64,
-    /// UDP: datagrams sent (sender) or received (receiver).
+    /// UDP: datagrams sent (sender); for a receiver, as in iperf3, the highest sequence
+    /// number seen — the datagrams the sender had sent by then.
     #[serde(deserialize_with = "signed")]
     pub packets: i64,
     #[serde(default, deserialize_with = "signed")]
     pub omitted_errors: i64,
     #[serde(default, deserialize_with = "signed")]
     pub omitted_packets: i64,
-    /// Seconds since the test started.
+    /// Seconds since the test started (absent from iperf3's older results: 0).
+    #[serde(default)]
     pub start_time: f64,
+    #[serde(default)]
     pub end_time: f64,
     /// flowlab: UDP datagrams that arrived after a later one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -60,6 +63,9 @@ pub struct StreamResults {
     /// flowlab: UDP datagrams whose sequence number had already been received.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duplicates: Option<u64>,
+    /// flowlab, UDP receiver: bytes of first copies (duplicates not counted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivered_bytes: Option<u64>,
     /// flowlab, stop-and-wait sender: messages sent again after a timeout.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sw_retransmits: Option<u64>,
@@ -84,6 +90,20 @@ mod tests {
         let s = &r.streams[0];
         assert_eq!((s.id, s.bytes, s.errors, s.packets), (1, 12_000_000_000, 3, 856));
         assert_eq!(s.duplicates, None);
+    }
+
+    /// iperf3 3.12 prints -1 as 2^64 - 1 (cJSON's PRIu64); it must read back as -1.
+    #[test]
+    fn reads_iperf3_312_negative_numbers() {
+        let r: PeerResults = frame::decode(
+            br#"{"cpu_util_total":1,"cpu_util_user":0,"cpu_util_system":1,
+            "sender_has_retransmits":18446744073709551615,"streams":[{"id":1,"bytes":10,
+            "retransmits":18446744073709551615,"jitter":0,"errors":0,"packets":0}]}"#,
+        )
+        .unwrap();
+        assert_eq!(r.sender_has_retransmits, -1);
+        assert_eq!(r.streams[0].retransmits, -1);
+        assert_eq!(r.streams[0].start_time, 0.0);
     }
 
     #[test]

@@ -1,1 +1,240 @@
-fn main() {}
+//! The `flowlab` binary: parses arguments, calls the engine, prints results.
+
+mod cli;
+mod report;
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use clap::Parser;
+use flowlab_engine::client::{self, Observer};
+use flowlab_engine::result::{Interval, StartInfo, TestResult};
+use flowlab_engine::server::{Server, ServerConfig, ServerEvent, ServerLog};
+use flowlab_engine::spec::{Amount, Direction, TestSpec};
+use flowlab_engine::units::UnitFormat;
+use flowlab_proto::params::Protocol;
+
+use cli::{Cli, Command};
+
+/// Exit code of a usage error (as clap's).
+const USAGE: u8 = 2;
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) if e.use_stderr() => {
+            // One line that names the flag, not clap's whole usage block.
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or("error: invalid arguments");
+            eprintln!("{first}");
+            return ExitCode::from(USAGE);
+        }
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+    };
+    let level = match cli.verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| level.into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let outcome = match cli.command {
+        Command::Serve(a) => match a.to_config() {
+            Ok(cfg) => serve(cfg, a.json),
+            Err(msg) => return usage(&msg),
+        },
+        Command::Test(a) => match a.to_spec() {
+            Ok(spec) => test(&spec, &a),
+            Err(msg) => return usage(&msg),
+        },
+        Command::Quick(a) => quick(&a),
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn usage(msg: &str) -> ExitCode {
+    eprintln!("error: {msg}");
+    ExitCode::from(USAGE)
+}
+
+/// Server log lines on stdout: text, or one JSON object each.
+struct Log {
+    json: bool,
+}
+
+impl ServerLog for Log {
+    fn event(&self, event: ServerEvent) {
+        let line = if self.json {
+            serde_json::to_string(&event).unwrap_or_default()
+        } else {
+            match &event {
+                ServerEvent::Listening { address } => format!("flowlab server listening on {address} (TCP and UDP)"),
+                ServerEvent::TestStarted { test, peer, protocol, streams, reverse, bidir, client } => format!(
+                    "test {test}: {protocol} from {peer}, {streams} stream(s){}{} [{}]",
+                    if *reverse { ", reverse" } else { "" },
+                    if *bidir { ", bidirectional" } else { "" },
+                    client.as_deref().unwrap_or("unknown client")
+                ),
+                ServerEvent::TestFinished { test, peer, bytes_received, bytes_sent, seconds } => {
+                    format!("test {test}: done with {peer} after {seconds:.2} s: received {bytes_received} B, sent {bytes_sent} B")
+                }
+                ServerEvent::TestFailed { test, peer, error } => match test {
+                    Some(t) => format!("test {t}: {peer}: {error}"),
+                    None => format!("{peer}: {error}"),
+                },
+                ServerEvent::Refused { peer, reason } => format!("refused {peer}: {reason}"),
+            }
+        };
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{line}");
+        let _ = out.flush();
+    }
+}
+
+fn serve(cfg: ServerConfig, json: bool) -> anyhow::Result<()> {
+    let port = cfg.port;
+    let server = Server::bind(cfg, Arc::new(Log { json })).map_err(|e| anyhow::anyhow!("cannot listen on port {port}: {e}"))?;
+    server.run()?;
+    Ok(())
+}
+
+/// Prints as the test runs, in the format asked for.
+struct Printer {
+    format: UnitFormat,
+    udp: bool,
+    json_stream: bool,
+    quiet: bool,
+}
+
+impl Printer {
+    fn emit(&self, event: &str, data: &impl serde::Serialize) {
+        let line = serde_json::json!({ "event": event, "data": data });
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{line}");
+        let _ = out.flush();
+    }
+}
+
+impl Observer for Printer {
+    fn started(&mut self, s: &StartInfo) {
+        if self.json_stream {
+            self.emit("start", s);
+        } else if !self.quiet {
+            print!("{}{}", report::start(s), report::interval_header(self.udp));
+        }
+    }
+
+    fn interval(&mut self, iv: &Interval) {
+        if self.json_stream {
+            self.emit("interval", iv);
+        } else if !self.quiet {
+            print!("{}", report::interval(iv, self.format));
+            let _ = std::io::stdout().flush();
+        }
+    }
+}
+
+fn install_ctrl_c() -> Arc<AtomicBool> {
+    let flag = Arc::new(AtomicBool::new(false));
+    let presses = AtomicUsize::new(0);
+    let f = Arc::clone(&flag);
+    let _ = ctrlc::set_handler(move || {
+        // First Ctrl-C ends the test cleanly; a second one exits at once.
+        if presses.fetch_add(1, Ordering::AcqRel) > 0 {
+            std::process::exit(130);
+        }
+        f.store(true, Ordering::Release);
+    });
+    flag
+}
+
+fn test(spec: &TestSpec, a: &cli::TestArgs) -> anyhow::Result<()> {
+    let interrupt = install_ctrl_c();
+    let mut printer = Printer { format: a.format, udp: a.udp, json_stream: a.json_stream, quiet: a.json };
+    match client::run(spec, &mut printer, &interrupt) {
+        Ok(result) => {
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&result)?);
+            } else if a.json_stream {
+                printer.emit("end", &result.end);
+            } else if let Some(e) = &result.end {
+                print!("{}", report::end(e, a.format));
+            }
+            Ok(())
+        }
+        Err(e) => {
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "schema": flowlab_engine::result::SCHEMA, "error": e.to_string() }))?);
+            } else if a.json_stream {
+                printer.emit("error", &serde_json::json!({ "message": e.to_string() }));
+            }
+            Err(e.into())
+        }
+    }
+}
+
+fn quick(a: &cli::QuickArgs) -> anyhow::Result<()> {
+    if a.time == 0 {
+        anyhow::bail!("-t/--time must be at least 1 second");
+    }
+    let cfg = ServerConfig { bind: Some([127, 0, 0, 1].into()), port: 0, ..ServerConfig::default() };
+    let server = Server::bind(cfg, Arc::new(flowlab_engine::server::NoLog))?;
+    let port = server.local_addr().port();
+    server.spawn()?;
+    let interrupt = install_ctrl_c();
+    let cases = [
+        ("TCP", Protocol::Tcp, Direction::Forward),
+        ("TCP", Protocol::Tcp, Direction::Reverse),
+        ("UDP", Protocol::Udp, Direction::Forward),
+        ("UDP", Protocol::Udp, Direction::Reverse),
+    ];
+    let mut results: Vec<TestResult> = Vec::new();
+    if !a.json {
+        println!("flowlab quick: {} s per test on loopback (server on 127.0.0.1:{port})\n", a.time);
+    }
+    for (name, proto, direction) in cases {
+        let mut spec = TestSpec::new("127.0.0.1");
+        spec.port = port;
+        spec.protocol = proto;
+        spec.direction = direction;
+        spec.amount = Amount::Seconds(a.time);
+        spec.interval = None;
+        if proto == Protocol::Udp {
+            spec.len = flowlab_engine::spec::DEFAULT_UDP_LEN;
+            spec.bitrate = a.bitrate;
+        }
+        let r = client::run(&spec, &mut client::Quiet, &interrupt)?;
+        if !a.json {
+            let way = if direction == Direction::Forward { "client → server" } else { "server → client" };
+            let rate = if proto == Protocol::Udp && a.bitrate > 0 {
+                format!(", target {}", flowlab_engine::units::Rate(a.bitrate as f64, UnitFormat::Adaptive))
+            } else {
+                String::new()
+            };
+            println!("{name} {way}{rate}");
+            print!("{}", report::whole(&r, UnitFormat::Adaptive));
+            println!();
+        }
+        results.push(r);
+        if interrupt.load(Ordering::Acquire) {
+            break;
+        }
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&results)?);
+    }
+    Ok(())
+}

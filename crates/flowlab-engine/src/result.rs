@@ -1,0 +1,386 @@
+//! What a test produced: [`TestResult`], the one type every output is made from (the
+//! terminal table, `--json`, `--json-stream`). Its JSON form is documented field by field
+//! in `docs/json-schema.md`; [`SCHEMA`] names its version.
+
+use flowlab_proto::results::{PeerResults, StreamResults};
+use serde::{Deserialize, Serialize};
+
+use crate::spec::TestSpec;
+
+/// Name and version of the JSON schema.
+pub const SCHEMA: &str = "flowlab.test/1";
+
+/// Which way a stream's data flows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StreamDirection {
+    /// Client → server.
+    Up,
+    /// Server → client.
+    Down,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TestResult {
+    pub schema: String,
+    pub start: StartInfo,
+    pub intervals: Vec<Interval>,
+    pub end: Option<EndInfo>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StartInfo {
+    /// Seconds since the Unix epoch when the test started.
+    pub timestamp: u64,
+    pub flowlab_version: String,
+    pub spec: serde_json::Value,
+    pub local: String,
+    pub remote: String,
+    pub peer: PeerInfo,
+    pub cookie: String,
+    pub streams: Vec<StreamInfo>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PeerInfo {
+    /// `flowlab` or `iperf3` (any server that does not answer flowlab's hello).
+    pub kind: String,
+    pub version: Option<String>,
+    pub features: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StreamInfo {
+    pub id: i64,
+    pub direction: StreamDirection,
+    pub local: String,
+    pub remote: String,
+    /// Socket buffers of the client's socket as the kernel reports them (Linux doubles
+    /// the value asked for).
+    pub sndbuf: u64,
+    pub rcvbuf: u64,
+    pub congestion: Option<String>,
+    pub mss: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Interval {
+    /// Seconds since data started to flow.
+    pub start: f64,
+    pub end: f64,
+    /// Inside the omitted seconds (`-O`): shown, not counted in the totals.
+    pub omitted: bool,
+    pub streams: Vec<IntervalStream>,
+    pub sums: Vec<IntervalSum>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct IntervalStream {
+    pub id: i64,
+    pub direction: StreamDirection,
+    /// Bytes the client sent (up) or received (down) in the interval.
+    pub bytes: u64,
+    pub bits_per_second: f64,
+    pub tcp: Option<TcpInterval>,
+    pub udp: Option<UdpInterval>,
+}
+
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+pub struct TcpInterval {
+    pub retransmits: u64,
+    pub cwnd_bytes: u64,
+    pub rtt_us: u64,
+    pub rttvar_us: u64,
+}
+
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+pub struct UdpInterval {
+    /// Datagrams received.
+    pub packets: u64,
+    pub lost: u64,
+    pub lost_percent: f64,
+    pub out_of_order: u64,
+    pub duplicates: u64,
+    pub jitter_ms: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct IntervalSum {
+    pub direction: StreamDirection,
+    pub bytes: u64,
+    pub bits_per_second: f64,
+    pub retransmits: Option<u64>,
+    pub udp: Option<UdpInterval>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EndInfo {
+    pub streams: Vec<EndStream>,
+    pub sums: Vec<EndSum>,
+    pub cpu: CpuInfo,
+    /// Congestion control used by the client's and the server's sockets.
+    pub congestion_local: Option<String>,
+    pub congestion_remote: Option<String>,
+    /// The test was cut short (Ctrl-C or a server-side limit); totals cover what ran.
+    pub interrupted: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EndStream {
+    pub id: i64,
+    pub direction: StreamDirection,
+    pub sender: Option<SideTotals>,
+    pub receiver: Option<SideTotals>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EndSum {
+    pub direction: StreamDirection,
+    pub sender: Option<SideTotals>,
+    pub receiver: Option<SideTotals>,
+}
+
+/// One side's totals for a stream or a direction.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct SideTotals {
+    pub bytes: u64,
+    pub seconds: f64,
+    pub bits_per_second: f64,
+    /// TCP sender: segments retransmitted (from TCP_INFO).
+    pub retransmits: Option<u64>,
+    /// UDP sender: datagrams sent; stop-and-wait: messages.
+    pub packets: Option<u64>,
+    /// Stop-and-wait sender: messages sent again after a timeout.
+    pub sw_retransmits: Option<u64>,
+    pub udp: Option<UdpTotals>,
+}
+
+/// A UDP receiver's totals.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+pub struct UdpTotals {
+    /// Datagrams the sender had sent as far as the receiver can tell (highest sequence).
+    pub expected: u64,
+    pub lost: u64,
+    pub lost_percent: f64,
+    pub out_of_order: u64,
+    pub duplicates: u64,
+    pub jitter_ms: f64,
+    /// Bytes delivered (first copies) as a share of bytes sent, percent; `None` when the
+    /// sender's count is unknown.
+    pub integrity_percent: Option<f64>,
+}
+
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+pub struct CpuInfo {
+    pub local_total: f64,
+    pub local_user: f64,
+    pub local_system: f64,
+    pub remote_total: f64,
+    pub remote_user: f64,
+    pub remote_system: f64,
+}
+
+/// bits per second of `bytes` over `seconds` (0 for an empty period).
+pub fn bps(bytes: u64, seconds: f64) -> f64 {
+    if seconds > 0.0 { bytes as f64 * 8.0 / seconds } else { 0.0 }
+}
+
+fn sender_totals(s: &StreamResults) -> SideTotals {
+    let seconds = s.end_time - s.start_time;
+    SideTotals {
+        bytes: s.bytes,
+        seconds,
+        bits_per_second: bps(s.bytes, seconds),
+        retransmits: u64::try_from(s.retransmits).ok(),
+        packets: u64::try_from(s.packets).ok(),
+        sw_retransmits: s.sw_retransmits,
+        udp: None,
+    }
+}
+
+fn receiver_totals(s: &StreamResults, udp: bool, sent: Option<u64>) -> SideTotals {
+    let seconds = s.end_time - s.start_time;
+    let udp = udp.then(|| {
+        let expected = u64::try_from(s.packets).unwrap_or(0);
+        let lost = u64::try_from(s.errors).unwrap_or(0);
+        UdpTotals {
+            expected,
+            lost,
+            lost_percent: if expected > 0 { lost as f64 * 100.0 / expected as f64 } else { 0.0 },
+            out_of_order: s.out_of_order.unwrap_or(0),
+            duplicates: s.duplicates.unwrap_or(0),
+            jitter_ms: s.jitter * 1000.0,
+            integrity_percent: sent.filter(|&b| b > 0).map(|b| {
+                s.delivered_bytes.unwrap_or(s.bytes) as f64 * 100.0 / b as f64
+            }),
+        }
+    });
+    SideTotals {
+        bytes: s.bytes,
+        seconds,
+        bits_per_second: bps(s.bytes, seconds),
+        udp,
+        ..SideTotals::default()
+    }
+}
+
+/// Joins the client's own results with the server's into per-stream and per-direction
+/// totals. `directions` gives each local stream id's direction.
+pub fn summarize(
+    directions: &[(i64, StreamDirection)],
+    udp: bool,
+    local: &PeerResults,
+    remote: Option<&PeerResults>,
+    interrupted: bool,
+) -> EndInfo {
+    let find = |r: &PeerResults, id: i64| r.streams.iter().find(|s| s.id == id).cloned();
+    let mut streams = Vec::new();
+    for &(id, direction) in directions {
+        let mine = find(local, id);
+        let theirs = remote.and_then(|r| find(r, id));
+        let (snd, rcv) = match direction {
+            StreamDirection::Up => (mine, theirs),
+            StreamDirection::Down => (theirs, mine),
+        };
+        let sent = snd.as_ref().map(|s| s.bytes);
+        streams.push(EndStream {
+            id,
+            direction,
+            sender: snd.as_ref().map(sender_totals),
+            receiver: rcv.as_ref().map(|r| receiver_totals(r, udp, sent)),
+        });
+    }
+    let mut sums = Vec::new();
+    for direction in [StreamDirection::Up, StreamDirection::Down] {
+        let of_dir: Vec<&EndStream> = streams.iter().filter(|s| s.direction == direction).collect();
+        if of_dir.is_empty() {
+            continue;
+        }
+        let add = |pick: fn(&EndStream) -> Option<&SideTotals>| -> Option<SideTotals> {
+            let parts: Vec<&SideTotals> = of_dir.iter().filter_map(|s| pick(s)).collect();
+            if parts.len() != of_dir.len() {
+                return None;
+            }
+            let bytes = parts.iter().map(|p| p.bytes).sum();
+            let seconds = parts.iter().map(|p| p.seconds).fold(0.0, f64::max);
+            let opt_sum = |f: fn(&SideTotals) -> Option<u64>| -> Option<u64> {
+                parts.iter().map(|p| f(p)).sum::<Option<u64>>()
+            };
+            let udp = parts.iter().map(|p| p.udp).collect::<Option<Vec<UdpTotals>>>().map(|u| {
+                let expected: u64 = u.iter().map(|x| x.expected).sum();
+                let lost: u64 = u.iter().map(|x| x.lost).sum();
+                let n = u.len() as f64;
+                UdpTotals {
+                    expected,
+                    lost,
+                    lost_percent: if expected > 0 { lost as f64 * 100.0 / expected as f64 } else { 0.0 },
+                    out_of_order: u.iter().map(|x| x.out_of_order).sum(),
+                    duplicates: u.iter().map(|x| x.duplicates).sum(),
+                    jitter_ms: u.iter().map(|x| x.jitter_ms).sum::<f64>() / n,
+                    integrity_percent: None,
+                }
+            });
+            Some(SideTotals {
+                bytes,
+                seconds,
+                bits_per_second: bps(bytes, seconds),
+                retransmits: opt_sum(|p| p.retransmits),
+                packets: opt_sum(|p| p.packets),
+                sw_retransmits: opt_sum(|p| p.sw_retransmits),
+                udp,
+            })
+        };
+        let sender = add(|s| s.sender.as_ref());
+        let mut receiver = add(|s| s.receiver.as_ref());
+        if let (Some(snd), Some(rcv)) = (&sender, &mut receiver) {
+            if let Some(u) = rcv.udp.as_mut() {
+                let delivered: f64 = of_dir
+                    .iter()
+                    .filter_map(|s| {
+                        let r = s.receiver.as_ref()?;
+                        let pct = r.udp?.integrity_percent?;
+                        Some(pct / 100.0 * s.sender.as_ref()?.bytes as f64)
+                    })
+                    .sum();
+                u.integrity_percent = (snd.bytes > 0).then(|| delivered * 100.0 / snd.bytes as f64);
+            }
+        }
+        sums.push(EndSum { direction, sender, receiver });
+    }
+    let remote_cpu = remote.map_or((0.0, 0.0, 0.0), |r| (r.cpu_util_total, r.cpu_util_user, r.cpu_util_system));
+    EndInfo {
+        streams,
+        sums,
+        cpu: CpuInfo {
+            local_total: local.cpu_util_total,
+            local_user: local.cpu_util_user,
+            local_system: local.cpu_util_system,
+            remote_total: remote_cpu.0,
+            remote_user: remote_cpu.1,
+            remote_system: remote_cpu.2,
+        },
+        congestion_local: local.congestion_used.clone(),
+        congestion_remote: remote.and_then(|r| r.congestion_used.clone()),
+        interrupted,
+    }
+}
+
+/// The spec as JSON for [`StartInfo::spec`].
+pub fn spec_json(spec: &TestSpec) -> serde_json::Value {
+    serde_json::to_value(spec).unwrap_or(serde_json::Value::Null)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stream(id: i64, bytes: u64, secs: f64) -> StreamResults {
+        StreamResults { id, bytes, end_time: secs, retransmits: -1, ..StreamResults::default() }
+    }
+
+    #[test]
+    fn joins_sender_and_receiver_by_id() {
+        let local = PeerResults {
+            streams: vec![stream(1, 1000, 2.0), stream(3, 500, 2.0)],
+            sender_has_retransmits: 1,
+            ..PeerResults::default()
+        };
+        let remote = PeerResults {
+            streams: vec![stream(3, 500, 2.0), stream(1, 990, 2.5)],
+            ..PeerResults::default()
+        };
+        let dirs = [(1, StreamDirection::Up), (3, StreamDirection::Down)];
+        let end = summarize(&dirs, false, &local, Some(&remote), false);
+        let up = &end.streams[0];
+        assert_eq!(up.sender.as_ref().unwrap().bytes, 1000);
+        assert_eq!(up.receiver.as_ref().unwrap().bytes, 990);
+        assert_eq!(up.receiver.as_ref().unwrap().bits_per_second, 990.0 * 8.0 / 2.5);
+        assert_eq!(end.sums.len(), 2);
+        assert_eq!(end.sums[1].direction, StreamDirection::Down);
+    }
+
+    #[test]
+    fn udp_integrity_is_delivered_over_sent() {
+        let mut rcv = stream(1, 900, 1.0);
+        rcv.packets = 10;
+        rcv.errors = 1;
+        rcv.delivered_bytes = Some(900);
+        rcv.duplicates = Some(0);
+        let local = PeerResults { streams: vec![stream(1, 1000, 1.0)], ..PeerResults::default() };
+        let remote = PeerResults { streams: vec![rcv], ..PeerResults::default() };
+        let end = summarize(&[(1, StreamDirection::Up)], true, &local, Some(&remote), false);
+        let u = end.sums[0].receiver.as_ref().unwrap().udp.unwrap();
+        assert_eq!((u.expected, u.lost), (10, 1));
+        assert!((u.lost_percent - 10.0).abs() < 1e-9);
+        assert!((u.integrity_percent.unwrap() - 90.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn missing_remote_leaves_receiver_unknown() {
+        let local = PeerResults { streams: vec![stream(1, 10, 1.0)], ..PeerResults::default() };
+        let end = summarize(&[(1, StreamDirection::Up)], false, &local, None, true);
+        assert!(end.streams[0].receiver.is_none());
+        assert!(end.sums[0].receiver.is_none());
+        assert!(end.interrupted);
+    }
+}

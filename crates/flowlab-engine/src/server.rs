@@ -1,0 +1,604 @@
+//! The server: one TCP listener and one UDP socket on the same port, many tests at once.
+//!
+//! Every TCP connection starts with a cookie. A cookie that names a test waiting for its
+//! data streams hands the connection to that test; any other well-formed cookie opens a
+//! new test (up to `max_tests`, beyond which the client is told the server is busy).
+//! Each test runs in its own thread; nothing one peer sends or fails to send can stop the
+//! others: every read has a timeout and every error ends only the test it belongs to.
+//!
+//! UDP streams carry no cookie. A stream-opening datagram is matched to the test from the
+//! same client address that is creating UDP streams; tests from one address create their
+//! UDP streams one after the other, so the match is never ambiguous.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use flowlab_proto::frame::{MAX_PARAMS_LEN, MAX_RESULTS_LEN};
+use flowlab_proto::hello::{ServerHello, feature};
+use flowlab_proto::params::{FLOWLAB_EXT_VERSION, Mode, Protocol, TestParams};
+use flowlab_proto::results::PeerResults;
+use flowlab_proto::state::{encode_server_error, error_code};
+use flowlab_proto::udp::handshake_reply;
+use flowlab_proto::{Cookie, State};
+use serde::Serialize;
+use socket2::{Domain, Protocol as SockProtocol, SockRef, Socket, Type};
+
+use crate::control::{self, ControlError};
+use crate::session::DataSession;
+use crate::sock;
+use crate::spec::MAX_UDP_LEN;
+use crate::stream::{Budget, DataConfig, Role, StreamPlan, TestControl, Transport};
+
+/// How the server runs.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Address to bind; `None` binds every address, IPv6 and IPv4.
+    pub bind: Option<IpAddr>,
+    pub port: u16,
+    /// Tests that may run at once.
+    pub max_tests: usize,
+    /// Longest test allowed (time plus omitted seconds).
+    pub max_duration: Option<Duration>,
+    /// Highest rate allowed per test, bits/s, over all its streams.
+    pub max_bitrate: Option<u64>,
+    /// Most bytes one test may move.
+    pub max_bytes: Option<u64>,
+    /// Serve one test, then return.
+    pub one_off: bool,
+    /// How long a peer may stay silent while the server waits for it (a cookie, a
+    /// control message, a data stream), and how long a running test may move no data.
+    pub idle_timeout: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            bind: None,
+            port: flowlab_proto::DEFAULT_PORT,
+            max_tests: 16,
+            max_duration: None,
+            max_bitrate: None,
+            max_bytes: None,
+            one_off: false,
+            idle_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Something the server did, for its log.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum ServerEvent {
+    Listening { address: String },
+    TestStarted { test: u64, peer: String, protocol: String, streams: u64, reverse: bool, bidir: bool, client: Option<String> },
+    TestFinished { test: u64, peer: String, bytes_received: u64, bytes_sent: u64, seconds: f64 },
+    /// A test or connection that ended badly; the server carries on.
+    TestFailed { test: Option<u64>, peer: String, error: String },
+    Refused { peer: String, reason: String },
+}
+
+/// Where server events go.
+pub trait ServerLog: Send + Sync {
+    fn event(&self, event: ServerEvent);
+}
+
+/// A log that drops everything.
+#[derive(Debug, Default)]
+pub struct NoLog;
+impl ServerLog for NoLog {
+    fn event(&self, _: ServerEvent) {}
+}
+
+type Pending<T> = Mutex<HashMap<Cookie, Sender<T>>>;
+
+struct UdpPending {
+    client: IpAddr,
+    tx: Sender<UdpSocket>,
+}
+
+struct Shared {
+    cfg: ServerConfig,
+    log: Arc<dyn ServerLog>,
+    local: SocketAddr,
+    active: AtomicUsize,
+    next_id: AtomicU64,
+    tcp_streams: Pending<TcpStream>,
+    udp_waiting: Mutex<Option<UdpPending>>,
+    /// Held by a test while it creates UDP streams (see the module docs).
+    udp_setup: Mutex<()>,
+    done: AtomicBool,
+}
+
+/// A bound server, ready to run.
+pub struct Server {
+    tcp: TcpListener,
+    udp: UdpSocket,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server").field("local", &self.shared.local).finish()
+    }
+}
+
+fn bind_socket(addr: SocketAddr, ty: Type, proto: SockProtocol) -> std::io::Result<Socket> {
+    let s = Socket::new(Domain::for_address(addr), ty, Some(proto))?;
+    s.set_reuse_address(true)?;
+    if addr.is_ipv6() && addr.ip().is_unspecified() {
+        // Serve IPv4 clients too (as ::ffff:a.b.c.d).
+        let _ = s.set_only_v6(false);
+    }
+    s.bind(&addr.into())?;
+    Ok(s)
+}
+
+impl Server {
+    /// Binds the TCP and UDP sockets. Port 0 picks a free TCP port and binds UDP to the same.
+    pub fn bind(cfg: ServerConfig, log: Arc<dyn ServerLog>) -> std::io::Result<Server> {
+        let ips: Vec<IpAddr> = match cfg.bind {
+            Some(ip) => vec![ip],
+            None => vec![IpAddr::V6(Ipv6Addr::UNSPECIFIED), IpAddr::from([0u8, 0, 0, 0])],
+        };
+        let mut last_err = None;
+        for ip in ips {
+            let addr = SocketAddr::new(ip, cfg.port);
+            let tcp = match bind_socket(addr, Type::STREAM, SockProtocol::TCP).and_then(|s| {
+                s.listen(128)?;
+                Ok(s)
+            }) {
+                Ok(s) => TcpListener::from(s),
+                Err(e) => {
+                    last_err = Some(e);
+                    continue;
+                }
+            };
+            let local = tcp.local_addr()?;
+            let udp: UdpSocket = bind_socket(local, Type::DGRAM, SockProtocol::UDP)?.into();
+            let shared = Arc::new(Shared {
+                cfg,
+                log,
+                local,
+                active: AtomicUsize::new(0),
+                next_id: AtomicU64::new(1),
+                tcp_streams: Mutex::new(HashMap::new()),
+                udp_waiting: Mutex::new(None),
+                udp_setup: Mutex::new(()),
+                done: AtomicBool::new(false),
+            });
+            return Ok(Server { tcp, udp, shared });
+        }
+        Err(last_err.unwrap_or_else(|| std::io::Error::other("no address to bind")))
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.shared.local
+    }
+
+    /// Serves until the process ends (or, with `one_off`, until one test has ended).
+    pub fn run(self) -> std::io::Result<()> {
+        let Server { tcp, udp, shared } = self;
+        shared.log.event(ServerEvent::Listening { address: shared.local.to_string() });
+        let udp_shared = Arc::clone(&shared);
+        std::thread::Builder::new().name("udp-listener".into()).spawn(move || udp_listener(udp, udp_shared))?;
+        if shared.cfg.one_off {
+            tcp.set_nonblocking(true)?;
+        }
+        loop {
+            if shared.done.load(Ordering::Acquire) {
+                return Ok(());
+            }
+            match tcp.accept() {
+                Ok((conn, peer)) => {
+                    let _ = conn.set_nonblocking(false);
+                    let s = Arc::clone(&shared);
+                    let spawned = std::thread::Builder::new()
+                        .name(format!("conn-{peer}"))
+                        .spawn(move || handle_connection(conn, peer, &s));
+                    if let Err(e) = spawned {
+                        shared.log.event(ServerEvent::TestFailed { test: None, peer: peer.to_string(), error: format!("cannot start a thread: {e}") });
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => {
+                    // Out of file descriptors and the like: wait, do not die.
+                    tracing::warn!("accept failed: {e}");
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+        }
+    }
+
+    /// Runs the server on a background thread (in-process use: `flowlab quick`, tests).
+    pub fn spawn(self) -> std::io::Result<std::thread::JoinHandle<std::io::Result<()>>> {
+        std::thread::Builder::new().name("flowlab-server".into()).spawn(move || self.run())
+    }
+}
+
+fn udp_listener(udp: UdpSocket, shared: Arc<Shared>) {
+    let mut buf = [0u8; 2048];
+    loop {
+        let (n, peer) = match udp.recv_from(&mut buf) {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::debug!("UDP listener: {e}");
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+        };
+        let Some(reply) = handshake_reply(&buf[..n]) else {
+            tracing::debug!(%peer, len = n, "ignoring a stray UDP datagram");
+            continue;
+        };
+        let Ok(waiting) = shared.udp_waiting.lock() else { continue };
+        let Some(w) = waiting.as_ref().filter(|w| same_ip(w.client, peer.ip())) else {
+            drop(waiting);
+            shared.log.event(ServerEvent::Refused { peer: peer.to_string(), reason: "UDP stream for no waiting test".into() });
+            continue;
+        };
+        let opened = bind_socket(shared.local, Type::DGRAM, SockProtocol::UDP).and_then(|s| {
+            s.connect(&peer.into())?;
+            let u: UdpSocket = s.into();
+            u.send(&reply)?;
+            Ok(u)
+        });
+        match opened {
+            Ok(u) => {
+                let _ = w.tx.send(u);
+            }
+            Err(e) => shared.log.event(ServerEvent::TestFailed { test: None, peer: peer.to_string(), error: format!("opening UDP stream: {e}") }),
+        }
+    }
+}
+
+fn same_ip(a: IpAddr, b: IpAddr) -> bool {
+    let canon = |ip: IpAddr| match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+        v4 => v4,
+    };
+    canon(a) == canon(b)
+}
+
+fn handle_connection(mut conn: TcpStream, peer: SocketAddr, shared: &Arc<Shared>) {
+    let _ = conn.set_read_timeout(Some(shared.cfg.idle_timeout));
+    let _ = conn.set_write_timeout(Some(shared.cfg.idle_timeout));
+    let cookie = match control::read_cookie(&mut conn) {
+        Ok(c) => c,
+        Err(e) => {
+            shared.log.event(ServerEvent::Refused { peer: peer.to_string(), reason: format!("no valid cookie: {e}") });
+            return;
+        }
+    };
+    let stream_for = shared.tcp_streams.lock().ok().and_then(|m| m.get(&cookie).cloned());
+    if let Some(tx) = stream_for {
+        let _ = tx.send(conn);
+        return;
+    }
+    // A new test.
+    let active = shared.active.fetch_add(1, Ordering::AcqRel);
+    if active >= shared.cfg.max_tests {
+        shared.active.fetch_sub(1, Ordering::AcqRel);
+        let _ = conn.write_all(&[State::AccessDenied.to_byte()]);
+        shared.log.event(ServerEvent::Refused { peer: peer.to_string(), reason: format!("busy: {active} tests running (--max-tests)") });
+        return;
+    }
+    let id = shared.next_id.fetch_add(1, Ordering::AcqRel);
+    let outcome = run_test(&mut conn, peer, cookie, id, shared);
+    if let Ok(mut m) = shared.tcp_streams.lock() {
+        m.remove(&cookie);
+    }
+    shared.active.fetch_sub(1, Ordering::AcqRel);
+    if let Err(e) = outcome {
+        shared.log.event(ServerEvent::TestFailed { test: Some(id), peer: peer.to_string(), error: e.to_string() });
+    }
+    if shared.cfg.one_off {
+        shared.done.store(true, Ordering::Release);
+    }
+}
+
+/// Why a test ended early.
+#[derive(Debug, thiserror::Error)]
+enum TestError {
+    #[error(transparent)]
+    Control(#[from] ControlError),
+    #[error("refused: {0}")]
+    Refused(String),
+    #[error("waiting for data streams: {0}")]
+    Streams(String),
+    #[error("the client ended the test (CLIENT_TERMINATE)")]
+    ClientTerminated,
+    #[error("{0}; test terminated")]
+    Limit(String),
+    #[error("unexpected control message {0:?}")]
+    Unexpected(State),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Checks a client's parameters against what the server can and may do.
+fn validate(p: &TestParams, cfg: &ServerConfig) -> Result<Protocol, String> {
+    let proto = p.protocol().ok_or("only TCP and UDP tests are served")?;
+    if !(1..=128).contains(&p.parallel) {
+        return Err(format!("{} parallel streams asked for; 1 to 128 are served", p.parallel));
+    }
+    let max_len = if proto == Protocol::Udp { MAX_UDP_LEN as u64 } else { 16 << 20 };
+    if p.len > max_len {
+        return Err(format!("block length {} is above the largest served ({max_len})", p.len));
+    }
+    if p.flowlab.as_ref().is_some_and(|f| f.mode == Mode::StopAndWait) && p.len == 0 {
+        return Err("stop-and-wait needs a message length".into());
+    }
+    let seconds = p.time + p.omit;
+    if let Some(max) = cfg.max_duration {
+        if p.time == 0 && p.num == 0 && p.blockcount == 0 || seconds > max.as_secs() {
+            return Err(format!("tests are limited to {} s here (--max-duration); asked for {seconds} s", max.as_secs()));
+        }
+    }
+    if let Some(max) = cfg.max_bitrate {
+        let asked = p.bandwidth.saturating_mul(p.stream_count());
+        if p.bandwidth == 0 || asked > max {
+            return Err(format!("tests are limited to {max} bit/s here (--max-bitrate); ask for less with -b"));
+        }
+    }
+    if let Some(max) = cfg.max_bytes {
+        let by_count = p.num.max(p.blockcount.saturating_mul(p.len.max(1)));
+        if by_count > max {
+            return Err(format!("tests are limited to {max} bytes here (--max-bytes); asked for {by_count}"));
+        }
+    }
+    Ok(proto)
+}
+
+fn run_test(ctrl: &mut TcpStream, peer: SocketAddr, cookie: Cookie, id: u64, shared: &Arc<Shared>) -> Result<(), TestError> {
+    let cfg = &shared.cfg;
+    ctrl.set_nodelay(true)?;
+    control::write_state(ctrl, State::ParamExchange)?;
+    let params: TestParams = control::read_frame(ctrl, MAX_PARAMS_LEN)?;
+    let is_flowlab = params.flowlab.as_ref().is_some_and(|f| f.version >= 1);
+    let features = [feature::STOP_AND_WAIT, feature::EXACT_BYTES, feature::CLEAN_CLOSE];
+    let mut verdict = validate(&params, cfg);
+    if let (Ok(_), Some(f)) = (&verdict, &params.flowlab) {
+        if let Some(missing) = f.require.iter().find(|r| !features.contains(&r.as_str())) {
+            verdict = Err(format!("this server lacks the extension '{missing}'"));
+        }
+    }
+    if is_flowlab {
+        let hello = ServerHello {
+            version: FLOWLAB_EXT_VERSION,
+            server_version: env!("CARGO_PKG_VERSION").into(),
+            features: features.iter().map(|f| f.to_string()).collect(),
+            error: verdict.as_ref().err().cloned(),
+        };
+        control::write_state(ctrl, State::FlowlabHello)?;
+        control::write_frame(ctrl, &hello)?;
+    }
+    let proto = match verdict {
+        Ok(p) => p,
+        Err(reason) => {
+            if !is_flowlab {
+                ctrl.write_all(&[State::ServerError.to_byte()])?;
+                ctrl.write_all(&encode_server_error(error_code::RECV_PARAMS, libc::EINVAL))?;
+            }
+            return Err(TestError::Refused(reason));
+        }
+    };
+    let mode = params.flowlab.as_ref().map_or(Mode::Streaming, |f| f.mode);
+    let n = params.stream_count() as usize;
+    shared.log.event(ServerEvent::TestStarted {
+        test: id,
+        peer: peer.to_string(),
+        protocol: if proto == Protocol::Udp { "udp".into() } else { "tcp".into() },
+        streams: params.stream_count(),
+        reverse: params.reverse,
+        bidir: params.bidirectional,
+        client: params.client_version.clone(),
+    });
+
+    // Data streams: client-send streams first, so the server receives on the first
+    // `parallel` of a bidirectional test.
+    let transports = collect_streams(ctrl, peer, cookie, proto, n, shared)?;
+    let p = params.parallel as usize;
+    let mut plans = Vec::with_capacity(n);
+    for (i, transport) in transports.into_iter().enumerate() {
+        let role = if params.reverse || (params.bidirectional && i >= p) { Role::Send } else { Role::Receive };
+        apply_options(&transport, &params, role);
+        plans.push(StreamPlan { id: crate::client::stream_id(i), role, transport, early: Vec::new() });
+    }
+    let len = match (params.len, proto) {
+        (0, Protocol::Tcp) => crate::spec::DEFAULT_TCP_LEN,
+        (0, Protocol::Udp) => crate::spec::DEFAULT_UDP_LEN,
+        (l, _) => l as usize,
+    };
+    let sends = params.reverse || params.bidirectional;
+    let budget = match (params.num, params.blockcount) {
+        (n, _) if n > 0 && sends => Budget::Bytes(n.into()),
+        (_, k) if k > 0 && sends => Budget::Blocks(k.into()),
+        _ => Budget::Unbounded,
+    };
+    let data = DataConfig {
+        mode,
+        len,
+        rate_bps: params.bandwidth,
+        counters_64bit: params.udp_counters_64bit,
+        rto: params.flowlab.as_ref().and_then(|f| f.rto_ms).map_or(Duration::from_secs(1), Duration::from_millis),
+        zerocopy: params.zerocopy,
+        clean_close: is_flowlab,
+    };
+    control::write_state(ctrl, State::TestStart)?;
+    control::write_state(ctrl, State::TestRunning)?;
+    let ctl = TestControl::new(budget);
+    let mut session = DataSession::start(plans, data, ctl, Duration::from_secs(params.omit))?;
+    let outcome = wait_for_end(ctrl, &mut session, &params, cfg);
+    match outcome {
+        Ok(()) => {}
+        Err(TestError::Limit(reason)) => {
+            session.abort();
+            let _ = control::write_state(ctrl, State::ServerTerminate);
+            return Err(TestError::Limit(reason));
+        }
+        Err(e) => {
+            session.abort();
+            return Err(e);
+        }
+    }
+    session.stop_senders();
+    session.stop_receivers();
+    let snap = session.snapshot();
+    let wall = session.ctl.epoch.elapsed();
+    let mine = session.peer_results(&snap, wall);
+    ctrl.set_read_timeout(Some(cfg.idle_timeout))?;
+    control::write_state(ctrl, State::ExchangeResults)?;
+    let _theirs: PeerResults = control::read_frame(ctrl, MAX_RESULTS_LEN)?;
+    control::write_frame(ctrl, &mine)?;
+    control::write_state(ctrl, State::DisplayResults)?;
+    // IPERF_DONE, or the client just closing, both end the test well.
+    match control::read_state(ctrl) {
+        Ok(State::IperfDone) | Err(ControlError::Closed) => {}
+        Ok(other) => tracing::debug!("expected IPERF_DONE, got {other:?}"),
+        Err(e) => tracing::debug!("waiting for IPERF_DONE: {e}"),
+    }
+    shared.log.event(ServerEvent::TestFinished {
+        test: id,
+        peer: peer.to_string(),
+        bytes_received: mine.streams.iter().zip(&session.streams).filter(|(_, s)| s.role == Role::Receive).map(|(r, _)| r.bytes).sum(),
+        bytes_sent: mine.streams.iter().zip(&session.streams).filter(|(_, s)| s.role == Role::Send).map(|(r, _)| r.bytes).sum(),
+        seconds: wall.as_secs_f64(),
+    });
+    Ok(())
+}
+
+/// Waits for TEST_END while enforcing the server's limits and noticing a vanished client.
+fn wait_for_end(ctrl: &mut TcpStream, session: &mut DataSession, params: &TestParams, cfg: &ServerConfig) -> Result<(), TestError> {
+    let started = Instant::now();
+    // iperf3's safety margin: a timed test that has not ended 40 s after it should have.
+    let safety = (params.time > 0).then(|| Duration::from_secs(params.time + params.omit + 40));
+    let mut omit_over = params.omit == 0;
+    let mut last_total = 0u64;
+    let mut last_progress = Instant::now();
+    ctrl.set_read_timeout(Some(Duration::from_millis(100)))?;
+    loop {
+        match control::read_state(ctrl) {
+            Ok(State::TestEnd) => return Ok(()),
+            Ok(State::ClientTerminate) => return Err(TestError::ClientTerminated),
+            Ok(other) => return Err(TestError::Unexpected(other)),
+            Err(ControlError::Timeout(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+        session.maybe_end_omit(&mut omit_over);
+        let elapsed = started.elapsed();
+        let total = session.total_bytes(Role::Send) + session.total_bytes(Role::Receive);
+        if total > last_total {
+            last_total = total;
+            last_progress = Instant::now();
+        } else if last_progress.elapsed() > cfg.idle_timeout && !session.all_finished(Role::Send) {
+            return Err(TestError::Limit(format!("no data moved for {} s", cfg.idle_timeout.as_secs())));
+        }
+        if let Some(max) = cfg.max_duration {
+            if elapsed > max + Duration::from_secs(2) {
+                return Err(TestError::Limit(format!("test ran past --max-duration {} s", max.as_secs())));
+            }
+        }
+        if let Some(max) = cfg.max_bytes {
+            if total > max {
+                return Err(TestError::Limit(format!("test moved more than --max-bytes {max}")));
+            }
+        }
+        if let Some(max) = cfg.max_bitrate {
+            let secs = elapsed.as_secs_f64();
+            // Judge the average after a second, with 10 % grace for pacing granularity.
+            if secs > 1.0 && total as f64 * 8.0 / secs > max as f64 * 1.1 {
+                return Err(TestError::Limit(format!("average rate above --max-bitrate {max} bit/s")));
+            }
+        }
+        if safety.is_some_and(|s| elapsed > s) {
+            return Err(TestError::Limit("the client never ended the test".into()));
+        }
+    }
+}
+
+fn collect_streams(
+    ctrl: &mut TcpStream,
+    peer: SocketAddr,
+    cookie: Cookie,
+    proto: Protocol,
+    n: usize,
+    shared: &Arc<Shared>,
+) -> Result<Vec<Transport>, TestError> {
+    let deadline = Instant::now() + shared.cfg.idle_timeout;
+    let mut out = Vec::with_capacity(n);
+    match proto {
+        Protocol::Tcp => {
+            let (tx, rx) = mpsc::channel();
+            shared.tcp_streams.lock().map_err(|_| TestError::Streams("lock poisoned".into()))?.insert(cookie, tx);
+            control::write_state(ctrl, State::CreateStreams)?;
+            while out.len() < n {
+                let s = recv_until(&rx, deadline, n - out.len())?;
+                out.push(Transport::Tcp(Arc::new(s)));
+            }
+            if let Ok(mut m) = shared.tcp_streams.lock() {
+                m.remove(&cookie);
+            }
+        }
+        Protocol::Udp => {
+            // One test at a time creates UDP streams (they carry no cookie).
+            let _turn = shared.udp_setup.lock().map_err(|_| TestError::Streams("lock poisoned".into()))?;
+            let (tx, rx) = mpsc::channel();
+            *shared.udp_waiting.lock().map_err(|_| TestError::Streams("lock poisoned".into()))? = Some(UdpPending { client: peer.ip(), tx });
+            let result = (|| -> Result<(), TestError> {
+                control::write_state(ctrl, State::CreateStreams)?;
+                while out.len() < n {
+                    let s = recv_until(&rx, deadline, n - out.len())?;
+                    out.push(Transport::Udp(Arc::new(s)));
+                }
+                Ok(())
+            })();
+            if let Ok(mut w) = shared.udp_waiting.lock() {
+                *w = None;
+            }
+            result?;
+        }
+    }
+    Ok(out)
+}
+
+fn recv_until<T>(rx: &Receiver<T>, deadline: Instant, missing: usize) -> Result<T, TestError> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    rx.recv_timeout(left).map_err(|_| TestError::Streams(format!("{missing} data stream(s) never arrived")))
+}
+
+fn apply_options(t: &Transport, p: &TestParams, role: Role) {
+    let window = if p.window > 0 {
+        p.window
+    } else if matches!(t, Transport::Udp(_)) {
+        crate::client::UDP_DEFAULT_BUFFER
+    } else {
+        0
+    };
+    match t {
+        Transport::Tcp(s) => {
+            let _ = sock::set_buffers(&SockRef::from(s.as_ref()), window);
+            if p.nodelay {
+                let _ = s.set_nodelay(true);
+            }
+            if p.mss > 0 && role == Role::Send {
+                let _ = sock::set_mss(s.as_ref(), p.mss as u32);
+            }
+            if let Some(cc) = &p.congestion {
+                // As iperf3: an algorithm this kernel lacks is a warning on the server.
+                if let Err(e) = sock::set_congestion(s.as_ref(), cc) {
+                    tracing::warn!("{e}");
+                }
+            }
+        }
+        Transport::Udp(u) => {
+            let _ = sock::set_buffers(&SockRef::from(u.as_ref()), window);
+        }
+    }
+}

@@ -1,0 +1,229 @@
+//! The data side of one test, shared by client and server: the running streams, the
+//! baseline taken when the omitted seconds end, snapshots for intervals, and this side's
+//! results for the exchange.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use flowlab_proto::results::{PeerResults, StreamResults};
+
+use crate::sock;
+use crate::stream::{self, DataConfig, Role, RunningStream, StreamPlan, TestControl, Transport};
+use crate::udp_stats::UdpCounts;
+
+/// One stream's counters at one moment.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Snapshot {
+    pub at_us: u64,
+    pub bytes: u64,
+    pub blocks: u64,
+    pub sw_retransmits: u64,
+    pub udp: Option<UdpCounts>,
+    pub tcp: Option<sock::TcpInfo>,
+}
+
+/// The streams of one test on this side.
+#[derive(Debug)]
+pub struct DataSession {
+    pub ctl: Arc<TestControl>,
+    pub streams: Vec<RunningStream>,
+    /// Counters when the omitted seconds ended (zero when nothing is omitted).
+    pub baseline: Vec<Snapshot>,
+    pub omit: Duration,
+}
+
+impl DataSession {
+    /// Starts a thread for each stream.
+    pub fn start(
+        plans: Vec<StreamPlan>,
+        cfg: DataConfig,
+        ctl: Arc<TestControl>,
+        omit: Duration,
+    ) -> std::io::Result<DataSession> {
+        let cfg = Arc::new(cfg);
+        let mut streams = Vec::with_capacity(plans.len());
+        for plan in plans {
+            streams.push(stream::spawn(plan, Arc::clone(&cfg), Arc::clone(&ctl))?);
+        }
+        let mut s = DataSession { ctl, baseline: Vec::new(), streams, omit };
+        s.baseline = s.streams.iter().map(|_| Snapshot::default()).collect();
+        if omit.is_zero() {
+            s.baseline = s.snapshot();
+            s.baseline.iter_mut().for_each(|b| {
+                b.bytes = 0;
+                b.blocks = 0;
+                b.at_us = 0;
+            });
+        }
+        Ok(s)
+    }
+
+    /// Counters of every stream now.
+    pub fn snapshot(&self) -> Vec<Snapshot> {
+        let at_us = self.ctl.elapsed_us();
+        self.streams
+            .iter()
+            .map(|s| {
+                let c = &s.counters;
+                Snapshot {
+                    at_us,
+                    bytes: c.bytes.load(Ordering::Relaxed),
+                    blocks: c.blocks.load(Ordering::Relaxed),
+                    sw_retransmits: c.sw_retransmits.load(Ordering::Relaxed),
+                    udp: c.udp_counts(),
+                    tcp: match &s.transport {
+                        Transport::Tcp(t) if s.role == Role::Send => sock::tcp_info(t.as_ref()),
+                        _ => None,
+                    },
+                }
+            })
+            .collect()
+    }
+
+    /// Takes the baseline if the omitted seconds just ended; true when it did.
+    pub fn maybe_end_omit(&mut self, already: &mut bool) -> bool {
+        if *already || self.ctl.epoch.elapsed() < self.omit {
+            return false;
+        }
+        *already = true;
+        self.baseline = self.snapshot();
+        true
+    }
+
+    /// Whether the omitted seconds are over.
+    pub fn omitting(&self) -> bool {
+        self.ctl.epoch.elapsed() < self.omit
+    }
+
+    /// Stops the senders and waits for them.
+    pub fn stop_senders(&mut self) {
+        self.ctl.stop_send.store(true, Ordering::Release);
+        for s in self.streams.iter_mut().filter(|s| s.role == Role::Send) {
+            let _ = s.join();
+        }
+    }
+
+    /// Lets the receivers drain and waits for them (bounded by [`stream::DRAIN_MAX`]).
+    pub fn stop_receivers(&mut self) {
+        self.ctl.stop_recv.store(true, Ordering::Release);
+        for s in self.streams.iter_mut() {
+            let _ = s.join();
+        }
+    }
+
+    /// Stops everything at once (an aborted test).
+    pub fn abort(&mut self) {
+        self.ctl.stop();
+        for s in self.streams.iter_mut() {
+            let _ = s.join();
+        }
+    }
+
+    /// Bytes moved by this side's streams of `role` since the start (omit included).
+    pub fn total_bytes(&self, role: Role) -> u64 {
+        self.streams
+            .iter()
+            .filter(|s| s.role == role)
+            .map(|s| s.counters.bytes.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    pub fn total_blocks(&self, role: Role) -> u64 {
+        self.streams
+            .iter()
+            .filter(|s| s.role == role)
+            .map(|s| s.counters.blocks.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    pub fn all_finished(&self, role: Role) -> bool {
+        self.streams.iter().filter(|s| s.role == role).all(RunningStream::is_finished)
+    }
+
+    pub fn has(&self, role: Role) -> bool {
+        self.streams.iter().any(|s| s.role == role)
+    }
+
+    /// CPU use of this side's stream threads, percent of one core: (total, user, system).
+    pub fn cpu_percent(&self, wall: Duration) -> (f64, f64, f64) {
+        let wall_us = wall.as_micros().max(1) as f64;
+        let (mut user, mut system) = (0u64, 0u64);
+        for s in &self.streams {
+            user += s.counters.cpu_user_us.load(Ordering::Acquire);
+            system += s.counters.cpu_system_us.load(Ordering::Acquire);
+        }
+        let pct = |v: u64| v as f64 * 100.0 / wall_us;
+        (pct(user + system), pct(user), pct(system))
+    }
+
+    /// This side's results for the exchange, after all streams ended.
+    pub fn peer_results(&self, final_snap: &[Snapshot], wall: Duration) -> PeerResults {
+        let (total, user, system) = self.cpu_percent(wall);
+        let any_send = self.has(Role::Send);
+        let tcp = self.streams.iter().any(|s| matches!(s.transport, Transport::Tcp(_)));
+        let streams = self
+            .streams
+            .iter()
+            .zip(final_snap.iter().zip(&self.baseline))
+            .map(|(s, (end, base))| stream_results(s, end, base))
+            .collect();
+        PeerResults {
+            cpu_util_total: total,
+            cpu_util_user: user,
+            cpu_util_system: system,
+            sender_has_retransmits: match (any_send, tcp) {
+                (false, _) => -1,
+                (true, true) => 1,
+                (true, false) => 0,
+            },
+            congestion_used: self.streams.iter().find_map(|s| match &s.transport {
+                Transport::Tcp(t) => sock::congestion(t.as_ref()),
+                Transport::Udp(_) => None,
+            }),
+            streams,
+            server_output_json: None,
+        }
+    }
+}
+
+/// The end time of a stream on the test clock, µs.
+pub fn stream_end_us(s: &RunningStream, snap: &Snapshot) -> u64 {
+    match s.counters.end_us.load(Ordering::Acquire) {
+        0 => snap.at_us,
+        t => t,
+    }
+}
+
+fn stream_results(s: &RunningStream, end: &Snapshot, base: &Snapshot) -> StreamResults {
+    let end_us = stream_end_us(s, end);
+    let seconds = end_us.saturating_sub(base.at_us) as f64 / 1e6;
+    let udp = end.udp.map(|u| (u, base.udp.unwrap_or_default()));
+    let retransmits = match (&end.tcp, &base.tcp, s.role, &s.transport) {
+        (Some(e), b, Role::Send, _) => (e.total_retrans - b.map_or(0, |b| b.total_retrans)) as i64,
+        (None, _, Role::Send, Transport::Tcp(_)) => 0,
+        _ => -1,
+    };
+    let sw = end.sw_retransmits - base.sw_retransmits;
+    StreamResults {
+        id: s.id,
+        bytes: end.bytes - base.bytes,
+        retransmits,
+        jitter: udp.map_or(0.0, |(u, _)| u.jitter_us / 1e6),
+        errors: udp.map_or(0, |(u, b)| u.since(&b).lost as i64),
+        // A UDP receiver reports the highest sequence number seen, as iperf3 does; a
+        // sender the datagrams (or writes) it sent.
+        packets: match udp {
+            Some((u, b)) => (u.highest_seq - b.highest_seq) as i64,
+            None => (end.blocks - base.blocks) as i64,
+        },
+        omitted_errors: udp.map_or(0, |(_, b)| b.lost as i64),
+        omitted_packets: udp.map_or(0, |(_, b)| b.highest_seq as i64),
+        start_time: 0.0,
+        end_time: seconds,
+        out_of_order: udp.map(|(u, b)| u.since(&b).out_of_order),
+        duplicates: udp.map(|(u, b)| u.since(&b).duplicates),
+        delivered_bytes: udp.map(|(u, b)| u.since(&b).unique_bytes),
+        sw_retransmits: (sw > 0).then_some(sw),
+    }
+}

@@ -1,0 +1,191 @@
+//! Socket options flowlab sets and reads, with the errors a user can act on.
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd};
+
+use nix::sys::socket::{getsockopt, setsockopt, sockopt};
+use serde::Serialize;
+
+/// A socket option the kernel would not grant.
+#[derive(Debug, thiserror::Error)]
+pub enum SockError {
+    #[error("congestion control '{asked}' is not available on this kernel; available: {available}")]
+    Congestion { asked: String, available: String },
+    #[error("cannot set {what}: {source}")]
+    Option { what: &'static str, source: io::Error },
+}
+
+fn opt_err(what: &'static str) -> impl FnOnce(nix::Error) -> SockError {
+    move |e| SockError::Option { what, source: io::Error::from(e) }
+}
+
+/// The congestion control algorithms this kernel offers (and, as non-root, allows).
+pub fn available_congestion() -> String {
+    let read = |p: &str| std::fs::read_to_string(p).map(|s| s.trim().to_string());
+    read("/proc/sys/net/ipv4/tcp_available_congestion_control")
+        .or_else(|_| read("/proc/sys/net/ipv4/tcp_allowed_congestion_control"))
+        .unwrap_or_else(|_| "unknown (cannot read /proc/sys/net/ipv4)".into())
+}
+
+/// Sets TCP_CONGESTION, naming the available algorithms when the kernel lacks `name`.
+pub fn set_congestion<F: AsFd>(sock: &F, name: &str) -> Result<(), SockError> {
+    let value = std::ffi::OsString::from(name);
+    setsockopt(sock, sockopt::TcpCongestion, &value).map_err(|e| match e {
+        nix::Error::ENOENT | nix::Error::EPERM | nix::Error::EINVAL => SockError::Congestion {
+            asked: name.to_string(),
+            available: available_congestion(),
+        },
+        other => opt_err("TCP_CONGESTION")(other),
+    })
+}
+
+/// The congestion control algorithm a TCP socket uses.
+pub fn congestion<F: AsFd>(sock: &F) -> Option<String> {
+    getsockopt(sock, sockopt::TcpCongestion)
+        .ok()
+        .map(|s| s.to_string_lossy().trim_end_matches('\0').to_string())
+}
+
+/// Socket buffer sizes as the kernel reports them (Linux reports twice the size asked
+/// for, the extra half being its bookkeeping allowance).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct BufferSizes {
+    pub sndbuf: u64,
+    pub rcvbuf: u64,
+}
+
+/// Asks for `bytes` of send and receive buffer (0: leave the kernel's autotuning alone)
+/// and returns what the kernel granted.
+pub fn set_buffers(sock: &socket2::SockRef<'_>, bytes: u64) -> Result<BufferSizes, SockError> {
+    if bytes > 0 {
+        let b = usize::try_from(bytes).unwrap_or(usize::MAX);
+        sock.set_send_buffer_size(b)
+            .map_err(|source| SockError::Option { what: "SO_SNDBUF", source })?;
+        sock.set_recv_buffer_size(b)
+            .map_err(|source| SockError::Option { what: "SO_RCVBUF", source })?;
+    }
+    Ok(buffers(sock))
+}
+
+/// The send and receive buffer sizes of a socket.
+pub fn buffers(sock: &socket2::SockRef<'_>) -> BufferSizes {
+    BufferSizes {
+        sndbuf: sock.send_buffer_size().unwrap_or(0) as u64,
+        rcvbuf: sock.recv_buffer_size().unwrap_or(0) as u64,
+    }
+}
+
+/// Caps the kernel's pacing of a TCP socket (SO_MAX_PACING_RATE), so a `-b` target leaves
+/// the host as an even stream of segments rather than bursts of whole writes.
+pub fn set_max_pacing_rate<F: AsRawFd>(sock: &F, bytes_per_sec: u64) -> Result<(), SockError> {
+    let rate = bytes_per_sec;
+    // SAFETY: the fd is open for the borrow; the option takes a u64 (kernel ≥ 4.20) and
+    // older kernels read its low 32 bits.
+    let rc = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_MAX_PACING_RATE,
+            (&rate as *const u64).cast(),
+            std::mem::size_of::<u64>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(SockError::Option { what: "SO_MAX_PACING_RATE", source: io::Error::last_os_error() });
+    }
+    Ok(())
+}
+
+/// The parts of the kernel's TCP_INFO flowlab reports per interval.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct TcpInfo {
+    /// Segments retransmitted since the connection opened.
+    pub total_retrans: u64,
+    /// Congestion window in bytes (segments × MSS).
+    pub snd_cwnd_bytes: u64,
+    /// Smoothed RTT and its variation, microseconds.
+    pub rtt_us: u64,
+    pub rttvar_us: u64,
+    pub pmtu: u64,
+    pub snd_mss: u64,
+}
+
+/// Reads TCP_INFO.
+pub fn tcp_info<F: AsRawFd>(sock: &F) -> Option<TcpInfo> {
+    // SAFETY: tcp_info is plain old data; the kernel fills at most `len` bytes of it.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: pointers to live locals with the length passed alongside.
+    let rc = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return None;
+    }
+    Some(TcpInfo {
+        total_retrans: u64::from(info.tcpi_total_retrans),
+        snd_cwnd_bytes: u64::from(info.tcpi_snd_cwnd) * u64::from(info.tcpi_snd_mss),
+        rtt_us: u64::from(info.tcpi_rtt),
+        rttvar_us: u64::from(info.tcpi_rttvar),
+        pmtu: u64::from(info.tcpi_pmtu),
+        snd_mss: u64::from(info.tcpi_snd_mss),
+    })
+}
+
+/// Enables UDP GRO on a receiving socket; false when the kernel lacks it.
+pub fn enable_udp_gro<F: AsFd>(sock: &F) -> bool {
+    setsockopt(sock, sockopt::UdpGroSegment, &true).is_ok()
+}
+
+/// TCP_MAXSEG, set before connecting.
+pub fn set_mss<F: AsFd>(sock: &F, mss: u32) -> Result<(), SockError> {
+    setsockopt(sock, sockopt::TcpMaxSeg, &mss).map_err(opt_err("TCP_MAXSEG"))
+}
+
+/// CPU time used by the calling thread, microseconds (user, system).
+pub fn thread_cpu_us() -> (u64, u64) {
+    // SAFETY: getrusage fills the struct we own.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) } != 0 {
+        return (0, 0);
+    }
+    let us = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
+    (us(ru.ru_utime), us(ru.ru_stime))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{TcpListener, TcpStream};
+
+    #[test]
+    fn unknown_congestion_names_the_available_ones() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let s = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let err = set_congestion(&s, "no-such-cc").unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("'no-such-cc' is not available"), "{msg}");
+        assert!(msg.contains("reno") || msg.contains("cubic"), "{msg}");
+        set_congestion(&s, "reno").unwrap();
+        assert_eq!(congestion(&s).as_deref(), Some("reno"));
+    }
+
+    #[test]
+    fn buffers_report_what_the_kernel_granted() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let s = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let got = set_buffers(&socket2::SockRef::from(&s), 64 * 1024).unwrap();
+        // Linux doubles the value asked for.
+        assert_eq!(got.sndbuf, 128 * 1024);
+        assert_eq!(got.rcvbuf, 128 * 1024);
+        let info = tcp_info(&s).unwrap();
+        assert!(info.snd_mss > 0 && info.snd_cwnd_bytes > 0);
+    }
+}

@@ -1,0 +1,144 @@
+//! What a client is asked to measure: one validated [`TestSpec`].
+
+use std::time::Duration;
+
+use flowlab_proto::params::{FLOWLAB_EXT_VERSION, FlowlabParams, Mode, Protocol, TestParams};
+use serde::Serialize;
+
+/// Which way data flows, seen from the client.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Direction {
+    /// Client sends (upload).
+    #[default]
+    Forward,
+    /// Server sends (download), `-R`.
+    Reverse,
+    /// Both at once on separate streams, `--bidir`.
+    Bidir,
+}
+
+/// How much data a test moves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Amount {
+    /// For this many whole seconds (after the omitted ones).
+    Seconds(u64),
+    /// Exactly this many bytes in total per direction, over all streams.
+    Bytes(u64),
+    /// This many writes (TCP) or datagrams (UDP) per direction, over all streams.
+    Blocks(u64),
+}
+
+/// Default bytes per TCP write.
+pub const DEFAULT_TCP_LEN: usize = 128 * 1024;
+/// Default bytes per UDP datagram: fits a 1500-byte Ethernet MTU with IPv4 and UDP
+/// headers to spare.
+pub const DEFAULT_UDP_LEN: usize = 1460;
+/// Largest UDP datagram payload over IPv4.
+pub const MAX_UDP_LEN: usize = 65_507;
+
+/// A throughput test, as the client runs it.
+#[derive(Debug, Clone, Serialize)]
+pub struct TestSpec {
+    pub host: String,
+    pub port: u16,
+    pub protocol: Protocol,
+    pub mode: Mode,
+    /// Bytes per write or datagram.
+    pub len: usize,
+    pub amount: Amount,
+    /// Interval report period; `None` for none.
+    pub interval: Option<Duration>,
+    pub parallel: u32,
+    pub direction: Direction,
+    /// Target bit rate per stream; 0 = unlimited.
+    pub bitrate: u64,
+    /// Whole seconds at the start not counted.
+    pub omit: u64,
+    pub congestion: Option<String>,
+    /// Socket buffer size asked for on both ends (0: kernel default).
+    pub window: u64,
+    pub mss: u32,
+    pub nodelay: bool,
+    pub zerocopy: bool,
+    pub connect_timeout: Duration,
+    /// Stop-and-wait over UDP: retransmission timeout.
+    pub rto: Duration,
+    pub title: Option<String>,
+}
+
+impl TestSpec {
+    /// A default TCP test of `host` (the values `flowlab test HOST` uses).
+    pub fn new(host: impl Into<String>) -> Self {
+        TestSpec {
+            host: host.into(),
+            port: flowlab_proto::DEFAULT_PORT,
+            protocol: Protocol::Tcp,
+            mode: Mode::Streaming,
+            len: DEFAULT_TCP_LEN,
+            amount: Amount::Seconds(10),
+            interval: Some(Duration::from_secs(1)),
+            parallel: 1,
+            direction: Direction::Forward,
+            bitrate: 0,
+            omit: 0,
+            congestion: None,
+            window: 0,
+            mss: 0,
+            nodelay: false,
+            zerocopy: false,
+            connect_timeout: Duration::from_secs(5),
+            rto: Duration::from_secs(1),
+            title: None,
+        }
+    }
+
+    /// The flowlab extensions this test cannot run without.
+    pub fn required_features(&self) -> Vec<String> {
+        let mut f = Vec::new();
+        if self.mode == Mode::StopAndWait {
+            f.push(flowlab_proto::hello::feature::STOP_AND_WAIT.to_string());
+        }
+        f
+    }
+
+    /// The parameters sent to the server.
+    pub fn to_params(&self) -> TestParams {
+        let (time, num, blockcount) = match self.amount {
+            Amount::Seconds(s) => (s, 0, 0),
+            Amount::Bytes(b) => (0, b, 0),
+            Amount::Blocks(k) => (0, 0, k),
+        };
+        TestParams {
+            tcp: (self.protocol == Protocol::Tcp).then_some(true),
+            udp: (self.protocol == Protocol::Udp).then_some(true),
+            sctp: None,
+            omit: self.omit,
+            time,
+            num,
+            blockcount,
+            mss: u64::from(self.mss),
+            nodelay: self.nodelay,
+            parallel: u64::from(self.parallel),
+            reverse: self.direction == Direction::Reverse,
+            bidirectional: self.direction == Direction::Bidir,
+            window: self.window,
+            len: self.len as u64,
+            bandwidth: self.bitrate,
+            pacing_timer: 1000,
+            congestion: self.congestion.clone(),
+            title: self.title.clone(),
+            get_server_output: false,
+            udp_counters_64bit: self.protocol == Protocol::Udp,
+            zerocopy: self.zerocopy,
+            client_version: Some(format!("flowlab {}", env!("CARGO_PKG_VERSION"))),
+            flowlab: Some(FlowlabParams {
+                version: FLOWLAB_EXT_VERSION,
+                mode: self.mode,
+                rto_ms: (self.mode == Mode::StopAndWait).then(|| self.rto.as_millis() as u64),
+                require: self.required_features(),
+            }),
+        }
+    }
+}

@@ -1,0 +1,285 @@
+//! Data streams: what one stream is, what it counts, and the thread that moves its data.
+//!
+//! Client and server run streams the same way: each stream gets a thread that sends or
+//! receives until told to stop (or until the shared byte/block budget runs out), counting
+//! into [`StreamCounters`] that the control side snapshots for intervals and results.
+
+use std::net::{TcpStream, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use flowlab_proto::params::Mode;
+
+use crate::udp_stats::{UdpCounts, UdpReceiverStats};
+
+/// Which way data flows on a stream, seen from this end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Send,
+    Receive,
+}
+
+/// A connected data socket.
+#[derive(Debug, Clone)]
+pub enum Transport {
+    Tcp(Arc<TcpStream>),
+    Udp(Arc<UdpSocket>),
+}
+
+/// How the data on every stream of a test moves.
+#[derive(Debug, Clone)]
+pub struct DataConfig {
+    pub mode: Mode,
+    /// Bytes per write (TCP) or per datagram (UDP).
+    pub len: usize,
+    /// Target rate per stream in bits/s; 0 = unlimited.
+    pub rate_bps: u64,
+    pub counters_64bit: bool,
+    /// Stop-and-wait over UDP: retransmission timeout.
+    pub rto: Duration,
+    /// TCP: send with sendfile(2) from an in-memory file instead of write(2).
+    pub zerocopy: bool,
+    /// The peer is flowlab: senders close their write side at the end, so receivers can
+    /// read to end-of-file and count every byte.
+    pub clean_close: bool,
+}
+
+/// What bounds the amount of data over all streams of one direction.
+#[derive(Debug)]
+pub enum Budget {
+    Unbounded,
+    /// Bytes left to send.
+    Bytes(AtomicU64),
+    /// Blocks (writes or datagrams) left to send.
+    Blocks(AtomicU64),
+}
+
+impl Budget {
+    /// Reserves the next write of at most `len` bytes; `None` when the budget is spent.
+    pub fn take(&self, len: usize) -> Option<usize> {
+        let take_from = |left: &AtomicU64, want: u64| {
+            left.fetch_update(Ordering::AcqRel, Ordering::Acquire, |l| l.checked_sub(want.min(l)).filter(|_| l > 0))
+                .ok()
+                .map(|l| want.min(l))
+        };
+        match self {
+            Budget::Unbounded => Some(len),
+            Budget::Bytes(left) => take_from(left, len as u64).map(|n| n as usize),
+            Budget::Blocks(left) => take_from(left, 1).map(|_| len),
+        }
+    }
+
+    /// Gives back a reservation that could not be sent (the test was stopped).
+    pub fn give_back(&self, len: usize) {
+        match self {
+            Budget::Unbounded => {}
+            Budget::Bytes(left) => {
+                left.fetch_add(len as u64, Ordering::AcqRel);
+            }
+            Budget::Blocks(left) => {
+                left.fetch_add(1, Ordering::AcqRel);
+            }
+        }
+    }
+
+    pub fn is_bounded(&self) -> bool {
+        !matches!(self, Budget::Unbounded)
+    }
+}
+
+/// State shared by all streams of one test.
+#[derive(Debug)]
+pub struct TestControl {
+    /// Set to end sending.
+    pub stop_send: AtomicBool,
+    /// Set to make receivers drain what is still in flight and finish.
+    pub stop_recv: AtomicBool,
+    /// The test's clock: when data started to flow.
+    pub epoch: Instant,
+    pub budget: Budget,
+}
+
+impl TestControl {
+    pub fn new(budget: Budget) -> Arc<Self> {
+        Arc::new(TestControl {
+            stop_send: AtomicBool::new(false),
+            stop_recv: AtomicBool::new(false),
+            epoch: Instant::now(),
+            budget,
+        })
+    }
+
+    pub fn elapsed_us(&self) -> u64 {
+        self.epoch.elapsed().as_micros() as u64
+    }
+
+    pub fn stop(&self) {
+        self.stop_send.store(true, Ordering::Release);
+        self.stop_recv.store(true, Ordering::Release);
+    }
+}
+
+/// What one stream counted so far. Written by the stream's thread, read by anyone.
+#[derive(Debug, Default)]
+pub struct StreamCounters {
+    /// Bytes sent or received (duplicates included).
+    pub bytes: AtomicU64,
+    /// Writes (TCP), datagrams (UDP) or messages (stop-and-wait) sent or received.
+    pub blocks: AtomicU64,
+    /// Stop-and-wait: messages sent again after a timeout.
+    pub sw_retransmits: AtomicU64,
+    /// When the thread stopped moving data, µs on the test clock (0: still running).
+    pub end_us: AtomicU64,
+    /// Thread CPU time, µs.
+    pub cpu_user_us: AtomicU64,
+    pub cpu_system_us: AtomicU64,
+    pub finished: AtomicBool,
+    /// UDP receivers only.
+    pub udp: Mutex<Option<UdpReceiverStats>>,
+}
+
+impl StreamCounters {
+    pub fn udp_counts(&self) -> Option<UdpCounts> {
+        self.udp.lock().ok().and_then(|g| g.as_ref().map(UdpReceiverStats::counts))
+    }
+}
+
+/// A stream ready to run.
+#[derive(Debug)]
+pub struct StreamPlan {
+    /// iperf3's numbering: 1, 3, 4, 5, …
+    pub id: i64,
+    pub role: Role,
+    pub transport: Transport,
+    /// UDP datagrams that arrived before the handshake finished (reverse mode).
+    pub early: Vec<Vec<u8>>,
+}
+
+/// A stream whose thread is running.
+#[derive(Debug)]
+pub struct RunningStream {
+    pub id: i64,
+    pub role: Role,
+    pub transport: Transport,
+    pub counters: Arc<StreamCounters>,
+    handle: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+impl RunningStream {
+    /// Waits for the thread; returns its error if it failed.
+    pub fn join(&mut self) -> std::io::Result<()> {
+        match self.handle.take() {
+            Some(h) => h.join().unwrap_or_else(|_| Err(std::io::Error::other("stream thread panicked"))),
+            None => Ok(()),
+        }
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.counters.finished.load(Ordering::Acquire)
+    }
+}
+
+/// Starts the thread of one stream.
+pub fn spawn(plan: StreamPlan, cfg: Arc<DataConfig>, ctl: Arc<TestControl>) -> std::io::Result<RunningStream> {
+    let counters = Arc::new(StreamCounters::default());
+    if plan.role == Role::Receive && matches!(plan.transport, Transport::Udp(_)) {
+        if let Ok(mut g) = counters.udp.lock() {
+            *g = Some(UdpReceiverStats::default());
+        }
+    }
+    let StreamPlan { id, role, transport, early } = plan;
+    let thread_counters = Arc::clone(&counters);
+    let thread_transport = transport.clone();
+    let handle = std::thread::Builder::new().name(format!("stream-{id}")).spawn(move || {
+        let c = &thread_counters;
+        let result = match (&thread_transport, role) {
+            (Transport::Tcp(s), Role::Send) => crate::tcp_data::send(s, &cfg, &ctl, c),
+            (Transport::Tcp(s), Role::Receive) => crate::tcp_data::receive(s, &cfg, &ctl, c),
+            (Transport::Udp(s), Role::Send) => crate::udp_data::send(s, &cfg, &ctl, c),
+            (Transport::Udp(s), Role::Receive) => crate::udp_data::receive(s, &cfg, &ctl, c, early),
+        };
+        if c.end_us.load(Ordering::Acquire) == 0 {
+            c.end_us.store(ctl.elapsed_us().max(1), Ordering::Release);
+        }
+        let (user, system) = crate::sock::thread_cpu_us();
+        c.cpu_user_us.store(user, Ordering::Release);
+        c.cpu_system_us.store(system, Ordering::Release);
+        c.finished.store(true, Ordering::Release);
+        if let Err(e) = &result {
+            tracing::debug!(stream = id, "stream ended with error: {e}");
+        }
+        result
+    })?;
+    Ok(RunningStream { id, role, transport, counters, handle: Some(handle) })
+}
+
+/// How long a receiver told to stop keeps reading what is still in flight.
+pub const DRAIN_IDLE: Duration = Duration::from_millis(100);
+/// The longest a receiver drains, even when data keeps coming.
+pub const DRAIN_MAX: Duration = Duration::from_secs(3);
+/// Socket timeout that lets a blocked thread look at the stop flags.
+pub const POLL: Duration = Duration::from_millis(50);
+
+/// Tracks a receiver's drain phase.
+#[derive(Debug, Default)]
+pub struct Drain {
+    since: Option<Instant>,
+    last_data: Option<Instant>,
+}
+
+impl Drain {
+    /// Called after each read attempt; true when the receiver should finish.
+    /// `got_data` says whether the attempt returned data; `until_eof` makes the receiver
+    /// wait for end-of-file (up to [`DRAIN_MAX`]) instead of an idle gap.
+    pub fn done(&mut self, ctl: &TestControl, got_data: bool, until_eof: bool) -> bool {
+        if !ctl.stop_recv.load(Ordering::Acquire) {
+            return false;
+        }
+        let now = Instant::now();
+        let since = *self.since.get_or_insert(now);
+        if got_data {
+            self.last_data = Some(now);
+        }
+        if now - since > DRAIN_MAX {
+            return true;
+        }
+        if until_eof {
+            return false;
+        }
+        now - self.last_data.unwrap_or(since) > DRAIN_IDLE
+    }
+}
+
+/// True for the errors a socket timeout produces.
+pub fn is_timeout(e: &std::io::Error) -> bool {
+    matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_budget_is_exact_across_takers() {
+        let b = Budget::Bytes(AtomicU64::new(1000));
+        assert_eq!(b.take(300), Some(300));
+        assert_eq!(b.take(300), Some(300));
+        assert_eq!(b.take(300), Some(300));
+        assert_eq!(b.take(300), Some(100));
+        assert_eq!(b.take(300), None);
+        b.give_back(50);
+        assert_eq!(b.take(300), Some(50));
+    }
+
+    #[test]
+    fn block_budget_counts_writes() {
+        let b = Budget::Blocks(AtomicU64::new(2));
+        assert_eq!(b.take(10), Some(10));
+        assert_eq!(b.take(10), Some(10));
+        assert_eq!(b.take(10), None);
+        assert_eq!(Budget::Unbounded.take(7), Some(7));
+    }
+}

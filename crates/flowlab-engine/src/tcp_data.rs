@@ -1,0 +1,198 @@
+//! Moving data over one TCP stream: streaming and stop-and-wait, send and receive.
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::os::fd::AsFd;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use flowlab_proto::params::Mode;
+use flowlab_proto::udp::Ack;
+
+use crate::pacing::Pacer;
+use crate::stream::{DataConfig, Drain, POLL, StreamCounters, TestControl, is_timeout};
+
+/// The payload every write carries. Its content does not matter; a fixed, non-zero
+/// pattern keeps compression anywhere on the path from flattering the numbers.
+pub(crate) fn payload(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i.wrapping_mul(131) % 251) as u8).collect()
+}
+
+/// Sends until stopped or the budget is spent.
+pub(crate) fn send(
+    sock: &TcpStream,
+    cfg: &DataConfig,
+    ctl: &TestControl,
+    c: &StreamCounters,
+) -> io::Result<()> {
+    sock.set_write_timeout(Some(POLL))?;
+    sock.set_read_timeout(Some(POLL))?;
+    if cfg.rate_bps > 0 {
+        // Kernel pacing smooths each write into evenly spaced segments; the pacer below
+        // holds the long-run average.
+        let _ = crate::sock::set_max_pacing_rate(sock, cfg.rate_bps / 8);
+    }
+    let buf = payload(cfg.len);
+    let file = if cfg.zerocopy { Some(ZeroCopySource::new(&buf)?) } else { None };
+    let mut pacer = (cfg.rate_bps > 0).then(|| Pacer::new(cfg.rate_bps, ctl.epoch.elapsed()));
+    let mut seq = 0u64;
+    let result = loop {
+        if ctl.stop_send.load(Ordering::Acquire) {
+            break Ok(());
+        }
+        if let Some(p) = pacer.as_mut() {
+            let wait = p.wait(ctl.epoch.elapsed());
+            if !wait.is_zero() {
+                std::thread::sleep(wait.min(POLL));
+                continue;
+            }
+        }
+        let Some(n) = ctl.budget.take(cfg.len) else { break Ok(()) };
+        let sent = match &file {
+            Some(f) => f.send(sock, n, ctl),
+            None => write_fully(sock, &buf[..n], ctl),
+        };
+        c.bytes.fetch_add(sent as u64, Ordering::Relaxed);
+        if let Some(p) = pacer.as_mut() {
+            p.sent(sent);
+        }
+        if sent < n {
+            ctl.budget.give_back(n - sent);
+            break Ok(());
+        }
+        c.blocks.fetch_add(1, Ordering::Relaxed);
+        if cfg.mode == Mode::StopAndWait {
+            seq += 1;
+            match wait_ack(sock, seq, ctl) {
+                Ok(true) => {}
+                Ok(false) => break Ok(()),
+                Err(e) => break Err(e),
+            }
+        }
+    };
+    c.end_us.store(ctl.elapsed_us().max(1), Ordering::Release);
+    if cfg.clean_close {
+        let _ = sock.shutdown(Shutdown::Write);
+    }
+    result
+}
+
+/// Writes all of `buf` unless the test is stopped meanwhile; returns the bytes written.
+fn write_fully(mut sock: &TcpStream, buf: &[u8], ctl: &TestControl) -> usize {
+    let mut off = 0;
+    while off < buf.len() {
+        match sock.write(&buf[off..]) {
+            Ok(0) => break,
+            Ok(n) => off += n,
+            Err(e) if is_timeout(&e) || e.kind() == io::ErrorKind::Interrupted => {
+                if ctl.stop_send.load(Ordering::Acquire) {
+                    break;
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    off
+}
+
+/// Reads the acknowledgement of message `seq`; false when the test was stopped first.
+fn wait_ack(mut sock: &TcpStream, seq: u64, ctl: &TestControl) -> io::Result<bool> {
+    let mut ack = [0u8; Ack::LEN];
+    let mut got = 0;
+    while got < ack.len() {
+        match sock.read(&mut ack[got..]) {
+            Ok(0) => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "peer closed")),
+            Ok(n) => got += n,
+            Err(e) if is_timeout(&e) || e.kind() == io::ErrorKind::Interrupted => {
+                if ctl.stop_send.load(Ordering::Acquire) {
+                    return Ok(false);
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    match Ack::decode(&ack) {
+        Ok(a) if a.seq == seq => Ok(true),
+        _ => Err(io::Error::new(io::ErrorKind::InvalidData, "bad stop-and-wait acknowledgement")),
+    }
+}
+
+/// Receives until end-of-file, or until told to stop and drained.
+pub(crate) fn receive(
+    mut sock: &TcpStream,
+    cfg: &DataConfig,
+    ctl: &TestControl,
+    c: &StreamCounters,
+) -> io::Result<()> {
+    sock.set_read_timeout(Some(POLL))?;
+    let stop_and_wait = cfg.mode == Mode::StopAndWait;
+    let mut buf = vec![0u8; if stop_and_wait { cfg.len } else { cfg.len.max(128 * 1024) }];
+    let mut drain = Drain::default();
+    // Bytes of the current stop-and-wait message received so far.
+    let mut in_message = 0usize;
+    let mut seq = 0u64;
+    loop {
+        let want = if stop_and_wait { cfg.len - in_message } else { buf.len() };
+        let got = match sock.read(&mut buf[..want]) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if is_timeout(&e) || e.kind() == io::ErrorKind::Interrupted => 0,
+            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => break,
+            Err(e) => return Err(e),
+        };
+        if got > 0 {
+            c.bytes.fetch_add(got as u64, Ordering::Relaxed);
+            c.end_us.store(ctl.elapsed_us().max(1), Ordering::Relaxed);
+            if stop_and_wait {
+                in_message += got;
+                if in_message == cfg.len {
+                    in_message = 0;
+                    seq += 1;
+                    c.blocks.fetch_add(1, Ordering::Relaxed);
+                    sock.write_all(&Ack { seq }.encode())?;
+                }
+            } else {
+                c.blocks.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        if drain.done(ctl, got > 0, cfg.clean_close) {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// `-Z`: a memory-backed file holding one block, sent with sendfile(2) so the payload is
+/// never copied from user space.
+struct ZeroCopySource {
+    file: std::fs::File,
+}
+
+impl ZeroCopySource {
+    fn new(block: &[u8]) -> io::Result<Self> {
+        let fd = nix::sys::memfd::memfd_create(c"flowlab-zerocopy", nix::sys::memfd::MFdFlags::MFD_CLOEXEC)
+            .map_err(io::Error::from)?;
+        let mut file = std::fs::File::from(fd);
+        file.write_all(block)?;
+        Ok(ZeroCopySource { file })
+    }
+
+    fn send(&self, sock: &TcpStream, n: usize, ctl: &TestControl) -> usize {
+        let mut off: libc::off_t = 0;
+        let mut sent = 0;
+        while sent < n {
+            match nix::sys::sendfile::sendfile(sock.as_fd(), self.file.as_fd(), Some(&mut off), n - sent) {
+                Ok(0) => break,
+                Ok(k) => sent += k,
+                Err(nix::Error::EAGAIN | nix::Error::EINTR) => {
+                    if ctl.stop_send.load(Ordering::Acquire) {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_micros(50));
+                }
+                Err(_) => break,
+            }
+        }
+        sent
+    }
+}

@@ -1,0 +1,237 @@
+//! Moving data over one UDP stream.
+//!
+//! Streaming senders batch datagrams with UDP GSO (one `sendmsg` carries up to 64
+//! datagrams that the kernel segments), receivers take them in batches with UDP GRO; where
+//! the kernel lacks either, one system call per datagram. Stop-and-wait sends one
+//! datagram, waits for its acknowledgement and retransmits it after the timeout.
+
+use std::io::{self, IoSlice, IoSliceMut};
+use std::net::UdpSocket;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use flowlab_proto::params::Mode;
+use flowlab_proto::udp::{Ack, DatagramHeader};
+use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
+
+use crate::pacing::Pacer;
+use crate::stream::{DataConfig, Drain, POLL, StreamCounters, TestControl, is_timeout};
+use crate::tcp_data::payload;
+use crate::udp_stats::UdpReceiverStats;
+
+/// Most datagrams one GSO send carries (the kernel's UDP_MAX_SEGMENTS is 64 or more).
+const MAX_SEGMENTS: usize = 64;
+/// Largest UDP payload of one GSO send.
+const MAX_GSO_BYTES: usize = 65_000;
+
+fn stamp(buf: &mut [u8], seq: u64, now_us: u64, counters_64bit: bool) {
+    let header = DatagramHeader { sec: (now_us / 1_000_000) as u32, usec: (now_us % 1_000_000) as u32, seq };
+    header.encode(buf, counters_64bit);
+}
+
+/// Sends until stopped or the budget is spent.
+pub(crate) fn send(sock: &UdpSocket, cfg: &DataConfig, ctl: &TestControl, c: &StreamCounters) -> io::Result<()> {
+    let result = match cfg.mode {
+        Mode::Streaming => send_streaming(sock, cfg, ctl, c),
+        Mode::StopAndWait => send_stop_and_wait(sock, cfg, ctl, c),
+    };
+    c.end_us.store(ctl.elapsed_us().max(1), Ordering::Release);
+    result
+}
+
+fn send_streaming(sock: &UdpSocket, cfg: &DataConfig, ctl: &TestControl, c: &StreamCounters) -> io::Result<()> {
+    let hdr = DatagramHeader::len(cfg.counters_64bit);
+    let len = cfg.len.max(hdr);
+    let max_segs = (MAX_GSO_BYTES / len).clamp(1, MAX_SEGMENTS);
+    let mut gso = max_segs > 1;
+    let mut buf = payload(len * max_segs);
+    let mut pacer = (cfg.rate_bps > 0).then(|| Pacer::new(cfg.rate_bps, ctl.epoch.elapsed()));
+    let mut seq = 0u64;
+    sock.set_write_timeout(Some(POLL))?;
+    loop {
+        if ctl.stop_send.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let mut want = if gso { max_segs } else { 1 };
+        if let Some(p) = pacer.as_mut() {
+            let now = ctl.epoch.elapsed();
+            let wait = p.wait(now);
+            if !wait.is_zero() {
+                std::thread::sleep(wait.min(POLL));
+                continue;
+            }
+            let due = (p.due_bytes(now) / len as f64).ceil() as usize;
+            want = want.min(due.max(1));
+        }
+        // Reserve and stamp the batch; only its last datagram may be short.
+        let now_us = ctl.elapsed_us();
+        let (mut total, mut segs) = (0usize, 0usize);
+        while segs < want {
+            let Some(n) = ctl.budget.take(len) else { break };
+            let n = n.max(hdr);
+            stamp(&mut buf[segs * len..], seq + 1 + segs as u64, now_us, cfg.counters_64bit);
+            total += n;
+            segs += 1;
+            if n < len {
+                break;
+            }
+        }
+        if segs == 0 {
+            return Ok(());
+        }
+        let sent = if segs > 1 {
+            let seg = len as u16;
+            let cmsg = [ControlMessage::UdpGsoSegments(&seg)];
+            sendmsg::<()>(sock.as_raw_fd(), &[IoSlice::new(&buf[..total])], &cmsg, MsgFlags::empty(), None)
+                .map_err(io::Error::from)
+        } else {
+            sock.send(&buf[..total])
+        };
+        match sent {
+            Ok(_) => {
+                seq += segs as u64;
+                c.bytes.fetch_add(total as u64, Ordering::Relaxed);
+                c.blocks.fetch_add(segs as u64, Ordering::Relaxed);
+                if let Some(p) = pacer.as_mut() {
+                    p.sent(total);
+                }
+            }
+            Err(e) => {
+                // Nothing of the batch left: hand its budget back and decide.
+                for i in 0..segs {
+                    let n = if i + 1 == segs { total - i * len } else { len };
+                    ctl.budget.give_back(n);
+                }
+                match e.raw_os_error() {
+                    // The kernel cannot segment (no GSO, or a datagram above the path MTU).
+                    Some(libc::EIO | libc::EINVAL | libc::EMSGSIZE | libc::ENOPROTOOPT) if segs > 1 => {
+                        tracing::debug!("UDP GSO unavailable ({e}); sending one datagram per call");
+                        gso = false;
+                    }
+                    // Local queue full: try again shortly.
+                    Some(libc::ENOBUFS | libc::EAGAIN) => std::thread::sleep(Duration::from_micros(20)),
+                    _ if is_timeout(&e) => {}
+                    // The peer's port is not (yet, or no longer) open.
+                    Some(libc::ECONNREFUSED) => std::thread::sleep(Duration::from_millis(1)),
+                    _ => return Err(e),
+                }
+            }
+        }
+    }
+}
+
+fn send_stop_and_wait(sock: &UdpSocket, cfg: &DataConfig, ctl: &TestControl, c: &StreamCounters) -> io::Result<()> {
+    let hdr = DatagramHeader::len(cfg.counters_64bit);
+    let len = cfg.len.max(hdr);
+    let mut buf = payload(len);
+    let mut ack = [0u8; 64];
+    let mut seq = 0u64;
+    while !ctl.stop_send.load(Ordering::Acquire) {
+        let Some(n) = ctl.budget.take(len) else { return Ok(()) };
+        let n = n.max(hdr);
+        seq += 1;
+        let mut first = true;
+        'retransmit: loop {
+            stamp(&mut buf, seq, ctl.elapsed_us(), cfg.counters_64bit);
+            match sock.send(&buf[..n]) {
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => {}
+                Err(e) => return Err(e),
+            }
+            if first {
+                c.bytes.fetch_add(n as u64, Ordering::Relaxed);
+                c.blocks.fetch_add(1, Ordering::Relaxed);
+                first = false;
+            } else {
+                c.sw_retransmits.fetch_add(1, Ordering::Relaxed);
+            }
+            let deadline = Instant::now() + cfg.rto;
+            loop {
+                if ctl.stop_send.load(Ordering::Acquire) {
+                    return Ok(());
+                }
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    continue 'retransmit;
+                }
+                sock.set_read_timeout(Some(left.min(POLL)))?;
+                match sock.recv(&mut ack) {
+                    Ok(k) => {
+                        if Ack::decode(&ack[..k]).is_ok_and(|a| a.seq == seq) {
+                            break 'retransmit;
+                        }
+                        // A late acknowledgement of an earlier message: keep waiting.
+                    }
+                    Err(e) if is_timeout(&e) || e.raw_os_error() == Some(libc::ECONNREFUSED) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Receives until told to stop and drained. `early` holds datagrams that arrived before
+/// the stream's handshake finished.
+pub(crate) fn receive(
+    sock: &UdpSocket,
+    cfg: &DataConfig,
+    ctl: &TestControl,
+    c: &StreamCounters,
+    early: Vec<Vec<u8>>,
+) -> io::Result<()> {
+    sock.set_read_timeout(Some(POLL))?;
+    let stop_and_wait = cfg.mode == Mode::StopAndWait;
+    if !stop_and_wait {
+        crate::sock::enable_udp_gro(sock);
+    }
+    let account = |data: &[u8], seg: usize, now_us: u64| -> Vec<u64> {
+        let mut acks = Vec::new();
+        let Ok(mut guard) = c.udp.lock() else { return acks };
+        let stats: &mut UdpReceiverStats = guard.get_or_insert_with(UdpReceiverStats::default);
+        for d in data.chunks(seg.max(1)) {
+            let Ok(h) = DatagramHeader::decode(d, cfg.counters_64bit) else { continue };
+            stats.on_datagram(h.seq, d.len(), h.micros(), now_us);
+            c.bytes.fetch_add(d.len() as u64, Ordering::Relaxed);
+            c.blocks.fetch_add(1, Ordering::Relaxed);
+            if stop_and_wait {
+                acks.push(h.seq);
+            }
+        }
+        acks
+    };
+    for d in &early {
+        account(d, d.len(), ctl.elapsed_us());
+    }
+    let mut buf = vec![0u8; 1 << 17];
+    let mut cmsg_space = nix::cmsg_space!(i32);
+    let mut drain = Drain::default();
+    loop {
+        let mut iov = [IoSliceMut::new(&mut buf)];
+        let got = match recvmsg::<()>(sock.as_raw_fd(), &mut iov, Some(&mut cmsg_space), MsgFlags::empty()) {
+            Ok(msg) => {
+                let mut seg = msg.bytes;
+                if let Ok(cmsgs) = msg.cmsgs() {
+                    for cm in cmsgs {
+                        if let ControlMessageOwned::UdpGroSegments(s) = cm {
+                            seg = usize::try_from(s).unwrap_or(seg);
+                        }
+                    }
+                }
+                Some((msg.bytes, seg))
+            }
+            Err(nix::Error::EAGAIN | nix::Error::EINTR | nix::Error::ECONNREFUSED) => None,
+            Err(e) => return Err(e.into()),
+        };
+        if let Some((n, seg)) = got {
+            c.end_us.store(ctl.elapsed_us().max(1), Ordering::Relaxed);
+            for seq in account(&buf[..n], seg, ctl.elapsed_us()) {
+                let _ = sock.send(&Ack { seq }.encode());
+            }
+        }
+        if drain.done(ctl, got.is_some(), false) {
+            return Ok(());
+        }
+    }
+}

@@ -1,0 +1,228 @@
+//! What a UDP receiver counts, computed from the datagrams it sees (sans-IO).
+//!
+//! - **packets**: datagrams received, duplicates included.
+//! - **lost**: sequence numbers never received. A gap counts as lost when it is seen; a
+//!   datagram that fills part of a gap later is *out of order* and is taken off `lost`
+//!   (iperf3's rule).
+//! - **duplicates**: a sequence number received again. iperf3 counts these as
+//!   out-of-order and takes them off `lost`, which can push loss below zero; flowlab
+//!   remembers the last [`WINDOW`] sequence numbers and counts them apart.
+//! - **jitter**: RFC 3550 §6.4.1 on the unique datagrams, in arrival order:
+//!   `D = |transit_i − transit_{i−1}|`, `J += (D − J) / 16`, with transit = arrival time
+//!   minus the sender's timestamp (the clocks need not agree: only differences count).
+//! - **unique_bytes**: bytes of first copies — the "integrity" numerator.
+
+/// How many sequence numbers behind the highest one duplicates are recognised.
+pub const WINDOW: u64 = 1 << 16;
+
+/// Running counters of one UDP receiver.
+#[derive(Debug, Clone)]
+pub struct UdpReceiverStats {
+    pub packets: u64,
+    pub bytes: u64,
+    pub unique_bytes: u64,
+    pub lost: u64,
+    pub out_of_order: u64,
+    pub duplicates: u64,
+    /// Jitter in microseconds.
+    pub jitter_us: f64,
+    highest: u64,
+    prev_transit: Option<i64>,
+    /// Bit i of `seen[(seq % WINDOW) / 64]` is set when `seq` was received.
+    seen: Vec<u64>,
+}
+
+impl Default for UdpReceiverStats {
+    fn default() -> Self {
+        UdpReceiverStats {
+            packets: 0,
+            bytes: 0,
+            unique_bytes: 0,
+            lost: 0,
+            out_of_order: 0,
+            duplicates: 0,
+            jitter_us: 0.0,
+            highest: 0,
+            prev_transit: None,
+            seen: vec![0; (WINDOW / 64) as usize],
+        }
+    }
+}
+
+impl UdpReceiverStats {
+    /// Accounts one datagram of `len` bytes with sequence `seq`, stamped `sent_us` by the
+    /// sender and received at `arrival_us` by this side's clock.
+    pub fn on_datagram(&mut self, seq: u64, len: usize, sent_us: u64, arrival_us: u64) {
+        self.packets += 1;
+        self.bytes += len as u64;
+        if seq > self.highest {
+            // Clear the bits of the sequence numbers the window slides over.
+            let start = self.highest + 1;
+            if seq - self.highest >= WINDOW {
+                self.seen.iter_mut().for_each(|w| *w = 0);
+            } else {
+                for s in start..seq {
+                    self.set_seen(s, false);
+                }
+            }
+            self.lost += seq - start;
+            self.highest = seq;
+        } else if self.highest - seq >= WINDOW {
+            // Too old to tell: a late arrival, as iperf3 would count it.
+            self.out_of_order += 1;
+            self.lost = self.lost.saturating_sub(1);
+        } else if self.is_seen(seq) {
+            self.duplicates += 1;
+            return;
+        } else {
+            self.out_of_order += 1;
+            self.lost = self.lost.saturating_sub(1);
+        }
+        self.set_seen(seq, true);
+        self.unique_bytes += len as u64;
+        let transit = arrival_us as i64 - sent_us as i64;
+        if let Some(prev) = self.prev_transit {
+            let d = (transit - prev).unsigned_abs() as f64;
+            self.jitter_us += (d - self.jitter_us) / 16.0;
+        }
+        self.prev_transit = Some(transit);
+    }
+
+    fn is_seen(&self, seq: u64) -> bool {
+        let bit = seq % WINDOW;
+        self.seen[(bit / 64) as usize] & (1 << (bit % 64)) != 0
+    }
+
+    fn set_seen(&mut self, seq: u64, on: bool) {
+        let bit = seq % WINDOW;
+        let word = &mut self.seen[(bit / 64) as usize];
+        if on {
+            *word |= 1 << (bit % 64);
+        } else {
+            *word &= !(1 << (bit % 64));
+        }
+    }
+
+    /// The counters without the window, for interval snapshots.
+    pub fn counts(&self) -> UdpCounts {
+        UdpCounts {
+            packets: self.packets,
+            bytes: self.bytes,
+            unique_bytes: self.unique_bytes,
+            lost: self.lost,
+            out_of_order: self.out_of_order,
+            duplicates: self.duplicates,
+            jitter_us: self.jitter_us,
+            highest_seq: self.highest,
+        }
+    }
+}
+
+/// A copyable snapshot of [`UdpReceiverStats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct UdpCounts {
+    pub packets: u64,
+    pub bytes: u64,
+    pub unique_bytes: u64,
+    pub lost: u64,
+    pub out_of_order: u64,
+    pub duplicates: u64,
+    pub jitter_us: f64,
+    pub highest_seq: u64,
+}
+
+impl UdpCounts {
+    /// Counts between an earlier snapshot and this one (jitter is the current value).
+    pub fn since(&self, earlier: &UdpCounts) -> UdpCounts {
+        UdpCounts {
+            packets: self.packets - earlier.packets,
+            bytes: self.bytes - earlier.bytes,
+            unique_bytes: self.unique_bytes - earlier.unique_bytes,
+            lost: self.lost.saturating_sub(earlier.lost),
+            out_of_order: self.out_of_order - earlier.out_of_order,
+            duplicates: self.duplicates - earlier.duplicates,
+            jitter_us: self.jitter_us,
+            highest_seq: self.highest_seq,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn feed(seqs: &[u64]) -> UdpReceiverStats {
+        let mut s = UdpReceiverStats::default();
+        for (i, &q) in seqs.iter().enumerate() {
+            s.on_datagram(q, 100, 0, i as u64 * 1000);
+        }
+        s
+    }
+
+    #[test]
+    fn in_order_has_no_loss() {
+        let s = feed(&[1, 2, 3, 4, 5]);
+        assert_eq!((s.packets, s.lost, s.out_of_order, s.duplicates), (5, 0, 0, 0));
+        assert_eq!(s.unique_bytes, 500);
+    }
+
+    #[test]
+    fn gaps_are_lost() {
+        let s = feed(&[1, 2, 5, 6, 10]);
+        assert_eq!(s.lost, 2 + 3);
+        assert_eq!(s.out_of_order, 0);
+    }
+
+    #[test]
+    fn late_datagrams_are_reordered_not_lost() {
+        let s = feed(&[1, 3, 2, 4]);
+        assert_eq!((s.lost, s.out_of_order, s.duplicates), (0, 1, 0));
+    }
+
+    #[test]
+    fn duplicates_are_counted_apart() {
+        // iperf3 would report lost = -2 here (each copy taken off the loss count).
+        let s = feed(&[1, 2, 2, 3, 3, 3]);
+        assert_eq!((s.packets, s.lost, s.out_of_order, s.duplicates), (6, 0, 0, 3));
+        assert_eq!((s.bytes, s.unique_bytes), (600, 300));
+        let s = feed(&[1, 4, 2, 2, 4]);
+        assert_eq!((s.lost, s.out_of_order, s.duplicates), (1, 1, 2));
+    }
+
+    #[test]
+    fn window_slides_without_false_duplicates() {
+        let mut s = UdpReceiverStats::default();
+        s.on_datagram(1, 1, 0, 0);
+        s.on_datagram(1 + WINDOW, 1, 0, 0);
+        // seq 1 + WINDOW shares seq 1's bit; seq 1 + 2*WINDOW - 1 must not look seen.
+        s.on_datagram(1 + 2 * WINDOW - 1, 1, 0, 0);
+        s.on_datagram(1 + WINDOW + 5, 1, 0, 0);
+        assert_eq!(s.duplicates, 0);
+        assert_eq!(s.out_of_order, 1);
+    }
+
+    #[test]
+    fn jitter_follows_rfc3550() {
+        // Transits: 0, 10, 10, 30 µs → D = 10, 0, 20.
+        let mut s = UdpReceiverStats::default();
+        for (seq, sent, arrival) in [(1, 0, 0), (2, 100, 110), (3, 200, 210), (4, 300, 330)] {
+            s.on_datagram(seq, 10, sent, arrival);
+        }
+        let mut j = 0.0f64;
+        for d in [10.0, 0.0, 20.0] {
+            j += (d - j) / 16.0;
+        }
+        assert!((s.jitter_us - j).abs() < 1e-9, "{} vs {j}", s.jitter_us);
+        assert!((j - 1.787_109_375).abs() < 1e-9);
+    }
+
+    #[test]
+    fn snapshot_differences() {
+        let mut s = feed(&[1, 2, 4]);
+        let a = s.counts();
+        s.on_datagram(3, 100, 0, 0);
+        s.on_datagram(3, 100, 0, 0);
+        let d = s.counts().since(&a);
+        assert_eq!((d.packets, d.out_of_order, d.duplicates, d.lost), (2, 1, 1, 0));
+    }
+}

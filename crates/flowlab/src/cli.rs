@@ -1,0 +1,274 @@
+//! Command-line arguments (clap) and their one-place validation into engine types.
+//!
+//! Parsing (`Cli`) makes no system calls; `TestArgs::to_spec` and `ServeArgs::to_config`
+//! refuse invalid combinations with a message naming the flag, so the rest of the program
+//! never sees raw arguments.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use flowlab_engine::server::ServerConfig;
+use flowlab_engine::spec::{self, Amount, Direction, TestSpec};
+use flowlab_engine::units::{self, UnitFormat};
+use flowlab_proto::params::{Mode, Protocol};
+
+#[derive(Debug, Parser)]
+#[command(name = "flowlab", version, about = "A laboratory for network transfers: throughput, loss, jitter, and why.")]
+pub struct Cli {
+    /// More diagnostics on stderr (-v, -vv).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve throughput tests to flowlab and iperf3 clients, many at once.
+    Serve(ServeArgs),
+    /// Run a throughput test against a flowlab or iperf3 server.
+    Test(TestArgs),
+    /// Measure this machine's loopback with no setup: an in-process server and a short
+    /// TCP and UDP test in each direction.
+    Quick(QuickArgs),
+}
+
+fn size(s: &str) -> Result<u64, String> {
+    units::parse_size(s).map_err(|e| e.to_string())
+}
+
+fn rate(s: &str) -> Result<u64, String> {
+    units::parse_rate(s).map_err(|e| e.to_string())
+}
+
+fn format(s: &str) -> Result<UnitFormat, String> {
+    UnitFormat::parse(s).ok_or_else(|| format!("'{s}' is not one of k m g t (bits), K M G T (bytes), a (adaptive)"))
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Port for TCP and UDP.
+    #[arg(short, long, default_value_t = flowlab_proto::DEFAULT_PORT)]
+    pub port: u16,
+    /// Address to bind (default: every IPv6 and IPv4 address).
+    #[arg(short = 'B', long = "bind")]
+    pub bind: Option<IpAddr>,
+    /// Tests that may run at once; more are refused as busy.
+    #[arg(long, default_value_t = 16)]
+    pub max_tests: usize,
+    /// Longest test allowed, seconds.
+    #[arg(long, value_name = "SECONDS")]
+    pub max_duration: Option<u64>,
+    /// Highest rate one test may ask for, over all its streams (e.g. 100M).
+    #[arg(long, value_parser = rate, value_name = "RATE")]
+    pub max_bitrate: Option<u64>,
+    /// Most bytes one test may move (e.g. 10G).
+    #[arg(long, value_parser = size, value_name = "SIZE")]
+    pub max_bytes: Option<u64>,
+    /// Seconds a silent peer is waited for before its test is dropped.
+    #[arg(long, default_value_t = 10, value_name = "SECONDS")]
+    pub idle_timeout: u64,
+    /// Serve one test, then exit.
+    #[arg(short = '1', long)]
+    pub one_off: bool,
+    /// Log one JSON object per line instead of text.
+    #[arg(short = 'J', long)]
+    pub json: bool,
+}
+
+impl ServeArgs {
+    pub fn to_config(&self) -> Result<ServerConfig, String> {
+        if self.max_tests == 0 {
+            return Err("--max-tests must be at least 1".into());
+        }
+        if self.idle_timeout == 0 {
+            return Err("--idle-timeout must be at least 1 second".into());
+        }
+        Ok(ServerConfig {
+            bind: self.bind,
+            port: self.port,
+            max_tests: self.max_tests,
+            max_duration: self.max_duration.map(Duration::from_secs),
+            max_bitrate: self.max_bitrate,
+            max_bytes: self.max_bytes,
+            one_off: self.one_off,
+            idle_timeout: Duration::from_secs(self.idle_timeout),
+        })
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct TestArgs {
+    /// Server to test against (name, IPv4 or IPv6 address).
+    pub host: String,
+    /// Server port.
+    #[arg(short, long, default_value_t = flowlab_proto::DEFAULT_PORT)]
+    pub port: u16,
+    /// UDP instead of TCP.
+    #[arg(short, long)]
+    pub udp: bool,
+    /// Each message waits for the receiver's acknowledgement before the next.
+    #[arg(long)]
+    pub stop_and_wait: bool,
+    /// Stop-and-wait over UDP: retransmission timeout, milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 1000)]
+    pub rto: u64,
+    /// Bytes per write (TCP, default 128K) or per datagram (UDP, default 1460).
+    #[arg(short = 'l', long = "length", value_parser = size, value_name = "SIZE")]
+    pub length: Option<u64>,
+    /// Seconds to send (default 10).
+    #[arg(short, long, value_name = "SECONDS", group = "amount")]
+    pub time: Option<u64>,
+    /// Bytes to send in total per direction, exactly (e.g. 100M).
+    #[arg(short = 'n', long = "bytes", value_parser = size, value_name = "SIZE", group = "amount")]
+    pub bytes: Option<u64>,
+    /// Writes or datagrams to send in total per direction.
+    #[arg(short = 'k', long = "blockcount", value_name = "COUNT", group = "amount")]
+    pub blocks: Option<u64>,
+    /// Seconds between interval reports; 0 for none.
+    #[arg(short, long, default_value_t = 1.0, value_name = "SECONDS")]
+    pub interval: f64,
+    /// Parallel streams.
+    #[arg(short = 'P', long, default_value_t = 1, value_name = "N")]
+    pub parallel: u32,
+    /// The server sends, the client receives.
+    #[arg(short = 'R', long, conflicts_with = "bidir")]
+    pub reverse: bool,
+    /// Both directions at once.
+    #[arg(long)]
+    pub bidir: bool,
+    /// Target rate per stream, bits/s (e.g. 100M); 0 = unlimited. UDP default: unlimited.
+    #[arg(short = 'b', long = "bitrate", value_parser = rate, value_name = "RATE")]
+    pub bitrate: Option<u64>,
+    /// Seconds at the start not counted (TCP slow start).
+    #[arg(short = 'O', long, default_value_t = 0, value_name = "SECONDS")]
+    pub omit: u64,
+    /// Units: k m g t (bits), K M G T (bytes), a (adaptive).
+    #[arg(short = 'f', long = "format", value_parser = format, default_value = "a")]
+    pub format: UnitFormat,
+    /// Milliseconds to wait for the server to accept a connection.
+    #[arg(long, default_value_t = 5000, value_name = "MS")]
+    pub connect_timeout: u64,
+    /// TCP congestion control algorithm (sender and receiver sockets).
+    #[arg(short = 'C', long = "congestion", value_name = "ALGO")]
+    pub congestion: Option<String>,
+    /// Socket buffer size on both ends (e.g. 4M).
+    #[arg(short = 'w', long = "window", value_parser = size, value_name = "SIZE")]
+    pub window: Option<u64>,
+    /// TCP maximum segment size.
+    #[arg(short = 'M', long = "set-mss", value_name = "BYTES")]
+    pub mss: Option<u32>,
+    /// TCP_NODELAY: no Nagle.
+    #[arg(short = 'N', long)]
+    pub no_delay: bool,
+    /// Send with sendfile(2) (zero copy).
+    #[arg(short = 'Z', long)]
+    pub zerocopy: bool,
+    /// A title recorded with the result.
+    #[arg(short = 'T', long)]
+    pub title: Option<String>,
+    /// Print one JSON document at the end.
+    #[arg(short = 'J', long, conflicts_with = "json_stream")]
+    pub json: bool,
+    /// Print one JSON line per event as it happens.
+    #[arg(long)]
+    pub json_stream: bool,
+}
+
+impl TestArgs {
+    /// Validates the combination and builds the engine's spec.
+    pub fn to_spec(&self) -> Result<TestSpec, String> {
+        let protocol = if self.udp { Protocol::Udp } else { Protocol::Tcp };
+        let mut s = TestSpec::new(self.host.clone());
+        s.port = self.port;
+        s.protocol = protocol;
+        s.mode = if self.stop_and_wait { Mode::StopAndWait } else { Mode::Streaming };
+        s.len = match (self.length, protocol) {
+            (Some(l), Protocol::Udp) if !(16..=spec::MAX_UDP_LEN as u64).contains(&l) => {
+                return Err(format!("-l/--length {l} is outside 16..={} for UDP", spec::MAX_UDP_LEN));
+            }
+            (Some(l), Protocol::Tcp) if !(1..=16 << 20).contains(&l) => {
+                return Err(format!("-l/--length {l} is outside 1..=16M for TCP"));
+            }
+            (Some(l), _) => l as usize,
+            (None, Protocol::Tcp) => spec::DEFAULT_TCP_LEN,
+            (None, Protocol::Udp) => spec::DEFAULT_UDP_LEN,
+        };
+        s.amount = match (self.time, self.bytes, self.blocks) {
+            (Some(0), _, _) => return Err("-t/--time must be at least 1 second".into()),
+            (Some(t), _, _) => Amount::Seconds(t),
+            (_, Some(0), _) => return Err("-n/--bytes must be more than 0".into()),
+            (_, Some(n), _) => Amount::Bytes(n),
+            (_, _, Some(0)) => return Err("-k/--blockcount must be more than 0".into()),
+            (_, _, Some(k)) => Amount::Blocks(k),
+            _ => Amount::Seconds(10),
+        };
+        if !(self.interval == 0.0 || (0.1..=3600.0).contains(&self.interval)) {
+            return Err(format!("-i/--interval {} must be 0 (none) or between 0.1 and 3600 seconds", self.interval));
+        }
+        s.interval = (self.interval > 0.0).then(|| Duration::from_secs_f64(self.interval));
+        if !(1..=128).contains(&self.parallel) {
+            return Err(format!("-P/--parallel {} must be between 1 and 128", self.parallel));
+        }
+        s.parallel = self.parallel;
+        s.direction = match (self.reverse, self.bidir) {
+            (true, _) => Direction::Reverse,
+            (_, true) => Direction::Bidir,
+            _ => Direction::Forward,
+        };
+        s.bitrate = self.bitrate.unwrap_or(0);
+        if self.omit > 600 {
+            return Err("-O/--omit is limited to 600 seconds".into());
+        }
+        s.omit = self.omit;
+        if self.connect_timeout == 0 {
+            return Err("--connect-timeout must be at least 1 ms".into());
+        }
+        s.connect_timeout = Duration::from_millis(self.connect_timeout);
+        if self.rto == 0 {
+            return Err("--rto must be at least 1 ms".into());
+        }
+        if self.rto != 1000 && !(self.stop_and_wait && self.udp) {
+            return Err("--rto applies only to UDP stop-and-wait (-u --stop-and-wait)".into());
+        }
+        s.rto = Duration::from_millis(self.rto);
+        let tcp_only = [
+            (self.congestion.is_some(), "-C/--congestion"),
+            (self.mss.is_some(), "-M/--set-mss"),
+            (self.no_delay, "-N/--no-delay"),
+            (self.zerocopy, "-Z/--zerocopy"),
+        ];
+        if let Some((_, flag)) = tcp_only.iter().find(|(set, _)| *set && self.udp) {
+            return Err(format!("{flag} applies to TCP only; drop it or -u"));
+        }
+        if self.zerocopy && self.stop_and_wait {
+            return Err("-Z/--zerocopy cannot be combined with --stop-and-wait".into());
+        }
+        if let Some(m) = self.mss {
+            if !(88..=65_535).contains(&m) {
+                return Err(format!("-M/--set-mss {m} must be between 88 and 65535"));
+            }
+            s.mss = m;
+        }
+        s.congestion = self.congestion.clone();
+        s.window = self.window.unwrap_or(0);
+        s.nodelay = self.no_delay;
+        s.zerocopy = self.zerocopy;
+        s.title = self.title.clone();
+        Ok(s)
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct QuickArgs {
+    /// Seconds per test.
+    #[arg(short, long, default_value_t = 2)]
+    pub time: u64,
+    /// UDP rate per test (e.g. 1G); 0 = unlimited.
+    #[arg(short = 'b', long = "bitrate", value_parser = rate, default_value = "1G")]
+    pub bitrate: u64,
+    /// Print one JSON document with every result.
+    #[arg(short = 'J', long)]
+    pub json: bool,
+}

@@ -1,0 +1,166 @@
+//! The human-readable table: one line per stream and interval, sum lines, and the final
+//! sender/receiver summary. Built only from [`TestResult`] parts, so it shows exactly what
+//! `--json` holds.
+
+use std::fmt::Write as _;
+
+use flowlab_engine::result::{
+    EndInfo, Interval, SideTotals, StartInfo, StreamDirection, TestResult,
+};
+use flowlab_engine::units::{Bytes, Rate, UnitFormat};
+
+fn dir(d: StreamDirection) -> &'static str {
+    match d {
+        StreamDirection::Up => "up",
+        StreamDirection::Down => "down",
+    }
+}
+
+/// Prints start information.
+pub fn start(s: &StartInfo) -> String {
+    let mut out = String::new();
+    let peer = match &s.peer.version {
+        Some(v) => format!("{} {v}", s.peer.kind),
+        None => s.peer.kind.clone(),
+    };
+    let _ = writeln!(out, "Connected to {} ({peer}) from {}", s.remote, s.local);
+    for st in &s.streams {
+        let _ = writeln!(
+            out,
+            "[{:>3}] {:<4} {} -> {}  sndbuf {} rcvbuf {}{}",
+            st.id,
+            dir(st.direction),
+            st.local,
+            st.remote,
+            st.sndbuf,
+            st.rcvbuf,
+            st.congestion.as_ref().map(|c| format!("  cc {c}")).unwrap_or_default()
+        );
+    }
+    out
+}
+
+/// The header line above interval rows.
+pub fn interval_header(udp: bool) -> String {
+    if udp {
+        "[ ID] Dir  Interval           Transfer     Bitrate          Jitter     Lost/Total       OOO  Dup\n".into()
+    } else {
+        "[ ID] Dir  Interval           Transfer     Bitrate          Retr  Cwnd         RTT\n".into()
+    }
+}
+
+fn span(a: f64, b: f64) -> String {
+    format!("{a:>6.2}-{b:<6.2} sec")
+}
+
+/// Rows of one interval.
+pub fn interval(iv: &Interval, f: UnitFormat) -> String {
+    let mut out = String::new();
+    let tag = if iv.omitted { "  (omitted)" } else { "" };
+    let many = iv.streams.len() > 1;
+    for s in &iv.streams {
+        let _ = write!(out, "[{:>3}] {:<4} {}  {:>11}  {:>15}", s.id, dir(s.direction), span(iv.start, iv.end), Bytes(s.bytes, f).to_string(), Rate(s.bits_per_second, f).to_string());
+        if let Some(t) = s.tcp {
+            let _ = write!(out, "  {:>4}  {:>11}  {:>6} us", t.retransmits, Bytes(t.cwnd_bytes, UnitFormat::Adaptive).to_string(), t.rtt_us);
+        }
+        if let Some(u) = s.udp {
+            let total = u.packets - u.duplicates + u.lost;
+            let _ = write!(out, "  {:>7.3} ms  {:>6}/{:<6} ({:.2}%)  {:>3}  {:>3}", u.jitter_ms, u.lost, total, u.lost_percent, u.out_of_order, u.duplicates);
+        }
+        let _ = writeln!(out, "{tag}");
+    }
+    if many {
+        for sum in &iv.sums {
+            let _ = write!(out, "[SUM] {:<4} {}  {:>11}  {:>15}", dir(sum.direction), span(iv.start, iv.end), Bytes(sum.bytes, f).to_string(), Rate(sum.bits_per_second, f).to_string());
+            if let Some(r) = sum.retransmits {
+                let _ = write!(out, "  {r:>4}");
+            }
+            if let Some(u) = sum.udp {
+                let total = u.packets - u.duplicates + u.lost;
+                let _ = write!(out, "  {:>7.3} ms  {:>6}/{:<6} ({:.2}%)  {:>3}  {:>3}", u.jitter_ms, u.lost, total, u.lost_percent, u.out_of_order, u.duplicates);
+            }
+            let _ = writeln!(out, "{tag}");
+        }
+    }
+    out
+}
+
+fn side_row(out: &mut String, id: &str, d: StreamDirection, t: &SideTotals, who: &str, f: UnitFormat) {
+    let _ = write!(out, "[{id:>3}] {:<4} {}  {:>11}  {:>15}", dir(d), span(0.0, t.seconds), Bytes(t.bytes, f).to_string(), Rate(t.bits_per_second, f).to_string());
+    if let Some(r) = t.retransmits {
+        let _ = write!(out, "  retr {r}");
+    }
+    if let Some(sw) = t.sw_retransmits {
+        let _ = write!(out, "  resent {sw}");
+    }
+    if let Some(u) = t.udp {
+        let _ = write!(out, "  jitter {:.3} ms  lost {}/{} ({:.2}%)  ooo {}  dup {}", u.jitter_ms, u.lost, u.expected, u.lost_percent, u.out_of_order, u.duplicates);
+        if let Some(i) = u.integrity_percent {
+            let _ = write!(out, "  integrity {i:.2}%");
+        }
+    } else if t.udp.is_none() && who == "sender" {
+        if let Some(p) = t.packets.filter(|_| t.retransmits.is_none()) {
+            let _ = write!(out, "  {p} datagrams");
+        }
+    }
+    let _ = writeln!(out, "  {who}");
+}
+
+/// The final summary.
+pub fn end(e: &EndInfo, f: UnitFormat) -> String {
+    let mut out = String::from("- - - - - - - - - - - - - - - - - - - - - - - - -\n");
+    out.push_str("[ ID] Dir  Interval           Transfer     Bitrate\n");
+    let many = e.streams.len() > 1;
+    for s in &e.streams {
+        let id = s.id.to_string();
+        match &s.sender {
+            Some(t) => side_row(&mut out, &id, s.direction, t, "sender", f),
+            None => {
+                let _ = writeln!(out, "[{id:>3}] {:<4} sender: unknown", dir(s.direction));
+            }
+        }
+        match &s.receiver {
+            Some(t) => side_row(&mut out, &id, s.direction, t, "receiver", f),
+            None => {
+                let _ = writeln!(out, "[{id:>3}] {:<4} receiver: unknown (no results from the server)", dir(s.direction));
+            }
+        }
+    }
+    if many {
+        for sum in &e.sums {
+            if let Some(t) = &sum.sender {
+                side_row(&mut out, "SUM", sum.direction, t, "sender", f);
+            }
+            if let Some(t) = &sum.receiver {
+                side_row(&mut out, "SUM", sum.direction, t, "receiver", f);
+            }
+        }
+    }
+    let c = &e.cpu;
+    let _ = writeln!(
+        out,
+        "CPU: local {:.1}% (user {:.1}%, system {:.1}%), remote {:.1}% (user {:.1}%, system {:.1}%)",
+        c.local_total, c.local_user, c.local_system, c.remote_total, c.remote_user, c.remote_system
+    );
+    if e.congestion_local.is_some() || e.congestion_remote.is_some() {
+        let _ = writeln!(
+            out,
+            "TCP congestion control: local {}, remote {}",
+            e.congestion_local.as_deref().unwrap_or("?"),
+            e.congestion_remote.as_deref().unwrap_or("?")
+        );
+    }
+    if e.interrupted {
+        out.push_str("(interrupted: totals cover the part that ran)\n");
+    }
+    out
+}
+
+/// The whole table of a finished test (used by `quick`).
+pub fn whole(r: &TestResult, f: UnitFormat) -> String {
+    let mut out = String::new();
+    if let Some(e) = &r.end {
+        out.push_str(&end(e, f));
+    }
+    out
+}
