@@ -83,8 +83,8 @@ impl Observer for Quiet {}
 const CONTROL_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often the data phase looks at the clock, the control connection and the streams.
 const TICK: Duration = Duration::from_millis(10);
-/// A UDP receiver that has seen nothing for this long after data started is done
-/// (the tail of a byte- or block-bounded test was lost).
+/// A UDP receiver of a byte- or block-bounded test that has seen nothing for this long is
+/// done (the tail was lost).
 const UDP_IDLE_END: Duration = Duration::from_secs(2);
 
 /// Runs one test. `interrupt` (Ctrl-C) ends it early; what was measured is still returned.
@@ -142,7 +142,8 @@ pub fn run(spec: &TestSpec, obs: &mut dyn Observer, interrupt: &AtomicBool) -> R
         counters_64bit: params.udp_counters_64bit,
         rto: spec.rto,
         zerocopy: spec.zerocopy,
-        clean_close: features.iter().any(|f| f == feature::CLEAN_CLOSE),
+        close_when_done: features.iter().any(|f| f == feature::CLEAN_CLOSE),
+        drain_to_eof: features.iter().any(|f| f == feature::CLEAN_CLOSE),
     };
     let ctl = TestControl::new(budget);
     let omit = Duration::from_secs(spec.omit);
@@ -228,10 +229,15 @@ fn run_data_phase(
 ) -> Result<PhaseEnd, ClientError> {
     let omit = Duration::from_secs(spec.omit);
     let mut omit_over = omit.is_zero();
-    let mut last = session.snapshot();
+    // Intervals start from zero, not from a snapshot taken after the streams started.
+    let mut last = vec![Snapshot::default(); session.streams.len()];
     let mut next_tick = spec.interval;
     let mut last_data = Instant::now();
     let mut last_rx = 0u64;
+    // The tail of a UDP transfer may be lost: a receiver that has heard nothing for this
+    // long (at least four datagram gaps at the target rate) is done.
+    let gap = if spec.bitrate > 0 { Duration::from_secs_f64(spec.len as f64 * 8.0 / spec.bitrate as f64) } else { Duration::ZERO };
+    let udp_idle_end = UDP_IDLE_END.max(gap * 4);
     loop {
         std::thread::sleep(TICK);
         let now = session.ctl.epoch.elapsed();
@@ -268,12 +274,13 @@ fn run_data_phase(
                     Amount::Blocks(k) => k.saturating_mul(spec.len as u64),
                     Amount::Seconds(_) => u64::MAX,
                 };
-                let sent_all = session.has(Role::Send) && session.all_finished(Role::Send);
-                let got_all = session.has(Role::Receive)
-                    && (rx >= target
-                        || session.all_finished(Role::Receive)
-                        || (spec.protocol == Protocol::Udp && rx > 0 && last_data.elapsed() > UDP_IDLE_END));
-                sent_all || got_all
+                let sent_all = !session.has(Role::Send) || session.all_finished(Role::Send);
+                let got_all = !session.has(Role::Receive)
+                    || rx >= target
+                    || session.all_finished(Role::Receive)
+                    || (spec.protocol == Protocol::Udp && last_data.elapsed() > udp_idle_end);
+                // Bidirectional tests end when both directions are done.
+                sent_all && got_all
             }
         };
         if done {

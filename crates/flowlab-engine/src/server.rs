@@ -6,9 +6,9 @@
 //! Each test runs in its own thread; nothing one peer sends or fails to send can stop the
 //! others: every read has a timeout and every error ends only the test it belongs to.
 //!
-//! UDP streams carry no cookie. A stream-opening datagram is matched to the test from the
-//! same client address that is creating UDP streams; tests from one address create their
-//! UDP streams one after the other, so the match is never ambiguous.
+//! UDP streams carry no cookie. A stream-opening datagram is matched to the test that is
+//! creating UDP streams, from the same client address; tests create their UDP streams one
+//! after the other (server-wide), so the match is never ambiguous.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -94,11 +94,17 @@ impl ServerLog for NoLog {
     fn event(&self, _: ServerEvent) {}
 }
 
-type Pending<T> = Mutex<HashMap<Cookie, Sender<T>>>;
+/// A data connection and its place in the accept order. The client opens its streams one
+/// after another, so accept order is the client's stream order even though each
+/// connection's cookie is read on a thread of its own.
+type Numbered<T> = (u64, T);
+type Pending<T> = Mutex<HashMap<Cookie, Sender<Numbered<T>>>>;
 
 struct UdpPending {
     client: IpAddr,
     tx: Sender<UdpSocket>,
+    /// Client ports already given a stream: a resent handshake opens nothing new.
+    seen: Vec<SocketAddr>,
 }
 
 struct Shared {
@@ -189,6 +195,7 @@ impl Server {
         if shared.cfg.one_off {
             tcp.set_nonblocking(true)?;
         }
+        let mut accepted = 0u64;
         loop {
             if shared.done.load(Ordering::Acquire) {
                 return Ok(());
@@ -197,9 +204,11 @@ impl Server {
                 Ok((conn, peer)) => {
                     let _ = conn.set_nonblocking(false);
                     let s = Arc::clone(&shared);
+                    accepted += 1;
+                    let order = accepted;
                     let spawned = std::thread::Builder::new()
                         .name(format!("conn-{peer}"))
-                        .spawn(move || handle_connection(conn, peer, &s));
+                        .spawn(move || handle_connection(conn, peer, order, &s));
                     if let Err(e) = spawned {
                         shared.log.event(ServerEvent::TestFailed { test: None, peer: peer.to_string(), error: format!("cannot start a thread: {e}") });
                     }
@@ -237,12 +246,16 @@ fn udp_listener(udp: UdpSocket, shared: Arc<Shared>) {
             tracing::debug!(%peer, len = n, "ignoring a stray UDP datagram");
             continue;
         };
-        let Ok(waiting) = shared.udp_waiting.lock() else { continue };
-        let Some(w) = waiting.as_ref().filter(|w| same_ip(w.client, peer.ip())) else {
+        let Ok(mut waiting) = shared.udp_waiting.lock() else { continue };
+        let Some(w) = waiting.as_mut().filter(|w| same_ip(w.client, peer.ip())) else {
             drop(waiting);
             shared.log.event(ServerEvent::Refused { peer: peer.to_string(), reason: "UDP stream for no waiting test".into() });
             continue;
         };
+        if w.seen.contains(&peer) {
+            tracing::debug!(%peer, "repeated UDP handshake; the stream is open already");
+            continue;
+        }
         let opened = bind_socket(shared.local, Type::DGRAM, SockProtocol::UDP).and_then(|s| {
             s.connect(&peer.into())?;
             let u: UdpSocket = s.into();
@@ -251,6 +264,7 @@ fn udp_listener(udp: UdpSocket, shared: Arc<Shared>) {
         });
         match opened {
             Ok(u) => {
+                w.seen.push(peer);
                 let _ = w.tx.send(u);
             }
             Err(e) => shared.log.event(ServerEvent::TestFailed { test: None, peer: peer.to_string(), error: format!("opening UDP stream: {e}") }),
@@ -266,7 +280,7 @@ fn same_ip(a: IpAddr, b: IpAddr) -> bool {
     canon(a) == canon(b)
 }
 
-fn handle_connection(mut conn: TcpStream, peer: SocketAddr, shared: &Arc<Shared>) {
+fn handle_connection(mut conn: TcpStream, peer: SocketAddr, order: u64, shared: &Arc<Shared>) {
     let _ = conn.set_read_timeout(Some(shared.cfg.idle_timeout));
     let _ = conn.set_write_timeout(Some(shared.cfg.idle_timeout));
     let cookie = match control::read_cookie(&mut conn) {
@@ -278,7 +292,7 @@ fn handle_connection(mut conn: TcpStream, peer: SocketAddr, shared: &Arc<Shared>
     };
     let stream_for = shared.tcp_streams.lock().ok().and_then(|m| m.get(&cookie).cloned());
     if let Some(tx) = stream_for {
-        let _ = tx.send(conn);
+        let _ = tx.send((order, conn));
         return;
     }
     // A new test.
@@ -429,7 +443,8 @@ fn run_test(ctrl: &mut TcpStream, peer: SocketAddr, cookie: Cookie, id: u64, sha
         counters_64bit: params.udp_counters_64bit,
         rto: params.flowlab.as_ref().and_then(|f| f.rto_ms).map_or(Duration::from_secs(1), Duration::from_millis),
         zerocopy: params.zerocopy,
-        clean_close: is_flowlab,
+        close_when_done: true,
+        drain_to_eof: is_flowlab,
     };
     control::write_state(ctrl, State::TestStart)?;
     control::write_state(ctrl, State::TestRunning)?;
@@ -482,8 +497,10 @@ fn wait_for_end(ctrl: &mut TcpStream, session: &mut DataSession, params: &TestPa
     let mut omit_over = params.omit == 0;
     let mut last_total = 0u64;
     let mut last_progress = Instant::now();
-    ctrl.set_read_timeout(Some(Duration::from_millis(100)))?;
     loop {
+        // Poll finely until the omitted seconds end, so the baseline is taken on time.
+        let poll = if omit_over { Duration::from_millis(100) } else { Duration::from_millis(5) };
+        ctrl.set_read_timeout(Some(poll))?;
         match control::read_state(ctrl) {
             Ok(State::TestEnd) => return Ok(()),
             Ok(State::ClientTerminate) => return Err(TestError::ClientTerminated),
@@ -497,7 +514,7 @@ fn wait_for_end(ctrl: &mut TcpStream, session: &mut DataSession, params: &TestPa
         if total > last_total {
             last_total = total;
             last_progress = Instant::now();
-        } else if last_progress.elapsed() > cfg.idle_timeout && !session.all_finished(Role::Send) {
+        } else if last_progress.elapsed() > cfg.idle_timeout {
             return Err(TestError::Limit(format!("no data moved for {} s", cfg.idle_timeout.as_secs())));
         }
         if let Some(max) = cfg.max_duration {
@@ -538,19 +555,21 @@ fn collect_streams(
             let (tx, rx) = mpsc::channel();
             shared.tcp_streams.lock().map_err(|_| TestError::Streams("lock poisoned".into()))?.insert(cookie, tx);
             control::write_state(ctrl, State::CreateStreams)?;
-            while out.len() < n {
-                let s = recv_until(&rx, deadline, n - out.len())?;
-                out.push(Transport::Tcp(Arc::new(s)));
+            let mut conns = Vec::with_capacity(n);
+            while conns.len() < n {
+                conns.push(recv_until(&rx, deadline, n - conns.len())?);
             }
             if let Ok(mut m) = shared.tcp_streams.lock() {
                 m.remove(&cookie);
             }
+            conns.sort_by_key(|(order, _)| *order);
+            out.extend(conns.into_iter().map(|(_, s)| Transport::Tcp(Arc::new(s))));
         }
         Protocol::Udp => {
             // One test at a time creates UDP streams (they carry no cookie).
             let _turn = shared.udp_setup.lock().map_err(|_| TestError::Streams("lock poisoned".into()))?;
             let (tx, rx) = mpsc::channel();
-            *shared.udp_waiting.lock().map_err(|_| TestError::Streams("lock poisoned".into()))? = Some(UdpPending { client: peer.ip(), tx });
+            *shared.udp_waiting.lock().map_err(|_| TestError::Streams("lock poisoned".into()))? = Some(UdpPending { client: peer.ip(), tx, seen: Vec::new() });
             let result = (|| -> Result<(), TestError> {
                 control::write_state(ctrl, State::CreateStreams)?;
                 while out.len() < n {

@@ -49,6 +49,7 @@ pub struct TestSpec {
     pub len: usize,
     pub amount: Amount,
     /// Interval report period; `None` for none.
+    #[serde(serialize_with = "opt_secs")]
     pub interval: Option<Duration>,
     pub parallel: u32,
     pub direction: Direction,
@@ -62,8 +63,10 @@ pub struct TestSpec {
     pub mss: u32,
     pub nodelay: bool,
     pub zerocopy: bool,
+    #[serde(serialize_with = "secs")]
     pub connect_timeout: Duration,
     /// Stop-and-wait over UDP: retransmission timeout.
+    #[serde(serialize_with = "secs")]
     pub rto: Duration,
     pub title: Option<String>,
 }
@@ -140,5 +143,17 @@ impl TestSpec {
                 require: self.required_features(),
             }),
         }
+    }
+}
+
+/// Durations appear in JSON as seconds.
+fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64())
+}
+
+fn opt_secs<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+    match d {
+        Some(d) => s.serialize_f64(d.as_secs_f64()),
+        None => s.serialize_none(),
     }
 }

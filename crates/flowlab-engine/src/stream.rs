@@ -42,9 +42,13 @@ pub struct DataConfig {
     pub rto: Duration,
     /// TCP: send with sendfile(2) from an in-memory file instead of write(2).
     pub zerocopy: bool,
-    /// The peer is flowlab: senders close their write side at the end, so receivers can
-    /// read to end-of-file and count every byte.
-    pub clean_close: bool,
+    /// TCP senders close their write side when they stop. A flowlab server always does
+    /// (a stock iperf3 client blocks reading until the server's streams close); a flowlab
+    /// client does when its peer is flowlab.
+    pub close_when_done: bool,
+    /// TCP receivers told to stop read on to end-of-file (the peer is flowlab and closes
+    /// its side), so every byte sent is counted; otherwise they stop after a quiet gap.
+    pub drain_to_eof: bool,
 }
 
 /// What bounds the amount of data over all streams of one direction.

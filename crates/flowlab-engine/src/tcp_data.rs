@@ -48,6 +48,15 @@ pub(crate) fn send(
             }
         }
         let Some(n) = ctl.budget.take(cfg.len) else { break Ok(()) };
+        if cfg.mode == Mode::StopAndWait {
+            // Each message says its length, so a short last one (-n not a multiple of
+            // -l) is still recognised and acknowledged.
+            let prefix = (n as u32).to_be_bytes();
+            if write_fully(sock, &prefix, ctl) < prefix.len() {
+                ctl.budget.give_back(n);
+                break Ok(());
+            }
+        }
         let sent = match &file {
             Some(f) => f.send(sock, n, ctl),
             None => write_fully(sock, &buf[..n], ctl),
@@ -71,7 +80,7 @@ pub(crate) fn send(
         }
     };
     c.end_us.store(ctl.elapsed_us().max(1), Ordering::Release);
-    if cfg.clean_close {
+    if cfg.close_when_done {
         let _ = sock.shutdown(Shutdown::Write);
     }
     result
@@ -126,13 +135,44 @@ pub(crate) fn receive(
 ) -> io::Result<()> {
     sock.set_read_timeout(Some(POLL))?;
     let stop_and_wait = cfg.mode == Mode::StopAndWait;
-    let mut buf = vec![0u8; if stop_and_wait { cfg.len } else { cfg.len.max(128 * 1024) }];
+    let mut buf = vec![0u8; cfg.len.max(128 * 1024)];
     let mut drain = Drain::default();
-    // Bytes of the current stop-and-wait message received so far.
+    // Stop-and-wait: the 4-byte length prefix being read, and the message it announced.
+    let mut prefix = [0u8; 4];
+    let mut prefix_got = 0usize;
+    let mut message: Option<usize> = None;
     let mut in_message = 0usize;
     let mut seq = 0u64;
     loop {
-        let want = if stop_and_wait { cfg.len - in_message } else { buf.len() };
+        if stop_and_wait && message.is_none() {
+            match sock.read(&mut prefix[prefix_got..]) {
+                Ok(0) => break,
+                Ok(n) => {
+                    prefix_got += n;
+                    if prefix_got == 4 {
+                        let len = u32::from_be_bytes(prefix) as usize;
+                        if len == 0 || len > buf.len() {
+                            return Err(io::Error::new(io::ErrorKind::InvalidData, "bad stop-and-wait message length"));
+                        }
+                        message = Some(len);
+                        prefix_got = 0;
+                    }
+                    continue;
+                }
+                Err(e) if is_timeout(&e) || e.kind() == io::ErrorKind::Interrupted => {
+                    if drain.done(ctl, false, cfg.drain_to_eof) {
+                        break;
+                    }
+                    continue;
+                }
+                Err(e) if e.kind() == io::ErrorKind::ConnectionReset => break,
+                Err(e) => return Err(e),
+            }
+        }
+        let want = match message {
+            Some(len) => len - in_message,
+            None => buf.len(),
+        };
         let got = match sock.read(&mut buf[..want]) {
             Ok(0) => break,
             Ok(n) => n,
@@ -143,10 +183,11 @@ pub(crate) fn receive(
         if got > 0 {
             c.bytes.fetch_add(got as u64, Ordering::Relaxed);
             c.end_us.store(ctl.elapsed_us().max(1), Ordering::Relaxed);
-            if stop_and_wait {
+            if let Some(len) = message {
                 in_message += got;
-                if in_message == cfg.len {
+                if in_message == len {
                     in_message = 0;
+                    message = None;
                     seq += 1;
                     c.blocks.fetch_add(1, Ordering::Relaxed);
                     sock.write_all(&Ack { seq }.encode())?;
@@ -155,7 +196,7 @@ pub(crate) fn receive(
                 c.blocks.fetch_add(1, Ordering::Relaxed);
             }
         }
-        if drain.done(ctl, got > 0, cfg.clean_close) {
+        if drain.done(ctl, got > 0, cfg.drain_to_eof) {
             break;
         }
     }

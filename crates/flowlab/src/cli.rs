@@ -88,11 +88,13 @@ impl ServeArgs {
         Ok(ServerConfig {
             bind: self.bind,
             port: self.port,
-            max_tests: self.max_tests,
             max_duration: self.max_duration.map(Duration::from_secs),
             max_bitrate: self.max_bitrate,
             max_bytes: self.max_bytes,
             one_off: self.one_off,
+            // One test, then exit: a second client is told the server is busy rather than
+            // being cut off when the process ends.
+            max_tests: if self.one_off { 1 } else { self.max_tests },
             idle_timeout: Duration::from_secs(self.idle_timeout),
         })
     }
@@ -263,7 +265,7 @@ impl TestArgs {
 #[derive(Debug, Args)]
 pub struct QuickArgs {
     /// Seconds per test.
-    #[arg(short, long, default_value_t = 2)]
+    #[arg(short, long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub time: u64,
     /// UDP rate per test (e.g. 1G); 0 = unlimited.
     #[arg(short = 'b', long = "bitrate", value_parser = rate, default_value = "1G")]

@@ -1,0 +1,221 @@
+//! flowlab client against flowlab server on loopback: every protocol × mode × direction ×
+//! amount, with the client's and the server's byte counts agreeing.
+
+mod support;
+
+use flowlab_engine::result::StreamDirection;
+use flowlab_engine::spec::{Amount, Direction};
+use flowlab_proto::params::{Mode, Protocol};
+use support::*;
+
+fn check(proto: Protocol, mode: Mode, direction: Direction, amount: Amount) {
+    let port = default_server();
+    let mut s = spec(port);
+    s.protocol = proto;
+    s.mode = mode;
+    s.direction = direction;
+    s.amount = amount;
+    match proto {
+        Protocol::Udp => {
+            s.len = 1400;
+            // Paced, so loopback loses nothing and counts must agree exactly.
+            if mode == Mode::Streaming {
+                s.bitrate = 200_000_000;
+            }
+        }
+        Protocol::Tcp if mode == Mode::StopAndWait => s.len = 16 * 1024,
+        Protocol::Tcp => {}
+    }
+    let r = run(&s).unwrap_or_else(|e| panic!("{proto:?} {mode:?} {direction:?} {amount:?}: {e}"));
+    let dirs: &[StreamDirection] = match direction {
+        Direction::Forward => &[StreamDirection::Up],
+        Direction::Reverse => &[StreamDirection::Down],
+        Direction::Bidir => &[StreamDirection::Up, StreamDirection::Down],
+    };
+    assert_eq!(end(&r).sums.len(), dirs.len());
+    for &d in dirs {
+        let (snd, rcv) = sum(&r, d);
+        let what = format!("{proto:?} {mode:?} {direction:?} {amount:?} {d:?}");
+        assert!(snd.bytes > 0, "{what}: nothing sent");
+        assert_eq!(snd.bytes, rcv.bytes, "{what}: sender and receiver disagree");
+        if let Amount::Bytes(n) = amount {
+            assert_eq!(snd.bytes, n, "{what}: -n is not exact");
+        }
+        if let Some(u) = rcv.udp {
+            assert_eq!((u.lost, u.duplicates), (0, 0), "{what}: loss on loopback");
+            assert_eq!(u.integrity_percent, Some(100.0), "{what}");
+        }
+        if mode == Mode::StopAndWait {
+            assert_eq!(snd.packets, Some(snd.bytes.div_ceil(s.len as u64)), "{what}: messages");
+        }
+    }
+}
+
+macro_rules! matrix {
+    ($($name:ident: $proto:ident $mode:ident $dir:ident $amount:expr;)*) => {
+        $(#[test]
+        fn $name() {
+            check(Protocol::$proto, Mode::$mode, Direction::$dir, $amount);
+        })*
+    };
+}
+
+const ONE_SECOND: Amount = Amount::Seconds(1);
+const BYTES: Amount = Amount::Bytes(3_000_000 + 7);
+
+matrix! {
+    tcp_stream_forward_time: Tcp Streaming Forward ONE_SECOND;
+    tcp_stream_forward_bytes: Tcp Streaming Forward BYTES;
+    tcp_stream_reverse_time: Tcp Streaming Reverse ONE_SECOND;
+    tcp_stream_reverse_bytes: Tcp Streaming Reverse BYTES;
+    tcp_stream_bidir_time: Tcp Streaming Bidir ONE_SECOND;
+    tcp_stream_bidir_bytes: Tcp Streaming Bidir BYTES;
+    tcp_saw_forward_time: Tcp StopAndWait Forward ONE_SECOND;
+    tcp_saw_forward_bytes: Tcp StopAndWait Forward BYTES;
+    tcp_saw_reverse_time: Tcp StopAndWait Reverse ONE_SECOND;
+    tcp_saw_reverse_bytes: Tcp StopAndWait Reverse BYTES;
+    tcp_saw_bidir_time: Tcp StopAndWait Bidir ONE_SECOND;
+    tcp_saw_bidir_bytes: Tcp StopAndWait Bidir BYTES;
+    udp_stream_forward_time: Udp Streaming Forward ONE_SECOND;
+    udp_stream_forward_bytes: Udp Streaming Forward BYTES;
+    udp_stream_reverse_time: Udp Streaming Reverse ONE_SECOND;
+    udp_stream_reverse_bytes: Udp Streaming Reverse BYTES;
+    udp_stream_bidir_time: Udp Streaming Bidir ONE_SECOND;
+    udp_stream_bidir_bytes: Udp Streaming Bidir BYTES;
+    udp_saw_forward_time: Udp StopAndWait Forward ONE_SECOND;
+    udp_saw_forward_bytes: Udp StopAndWait Forward BYTES;
+    udp_saw_reverse_time: Udp StopAndWait Reverse ONE_SECOND;
+    udp_saw_reverse_bytes: Udp StopAndWait Reverse BYTES;
+    udp_saw_bidir_time: Udp StopAndWait Bidir ONE_SECOND;
+    udp_saw_bidir_bytes: Udp StopAndWait Bidir BYTES;
+}
+
+#[test]
+fn four_parallel_streams_are_all_counted() {
+    let port = default_server();
+    let mut s = spec(port);
+    s.parallel = 4;
+    s.amount = Amount::Bytes(40 << 20);
+    let r = run(&s).expect("test runs");
+    let e = end(&r);
+    assert_eq!(e.streams.len(), 4);
+    assert_eq!(e.streams.iter().map(|s| s.id).collect::<Vec<_>>(), [1, 3, 4, 5]);
+    let mut total = 0;
+    for st in &e.streams {
+        let (snd, rcv) = (st.sender.as_ref().unwrap(), st.receiver.as_ref().unwrap());
+        assert_eq!(snd.bytes, rcv.bytes, "stream {}", st.id);
+        total += snd.bytes;
+    }
+    assert_eq!(total, 40 << 20);
+    assert_eq!(sum(&r, StreamDirection::Up).1.bytes, 40 << 20);
+}
+
+#[test]
+fn block_count_is_exact() {
+    let port = default_server();
+    let mut s = spec(port);
+    s.amount = Amount::Blocks(100);
+    s.len = 10_000;
+    let r = run(&s).expect("test runs");
+    let (snd, rcv) = sum(&r, StreamDirection::Up);
+    assert_eq!((snd.bytes, rcv.bytes), (1_000_000, 1_000_000));
+}
+
+#[test]
+fn udp_bitrate_is_paced() {
+    let port = default_server();
+    let mut s = spec(port);
+    s.protocol = Protocol::Udp;
+    s.len = 1000;
+    s.bitrate = 20_000_000;
+    s.amount = Amount::Seconds(2);
+    let r = run(&s).expect("test runs");
+    let (snd, _) = sum(&r, StreamDirection::Up);
+    let rate = snd.bits_per_second;
+    assert!((18e6..22e6).contains(&rate), "asked for 20 Mbit/s, sent {rate}");
+}
+
+#[test]
+fn intervals_cover_the_test_and_omit_is_excluded() {
+    let port = default_server();
+    let mut s = spec(port);
+    s.interval = Some(std::time::Duration::from_millis(500));
+    s.omit = 1;
+    s.amount = Amount::Seconds(1);
+    s.bitrate = 80_000_000;
+    let r = run(&s).expect("test runs");
+    let omitted = r.intervals.iter().filter(|i| i.omitted).count();
+    let counted = r.intervals.iter().filter(|i| !i.omitted).count();
+    assert_eq!((omitted, counted), (2, 2), "{:?}", r.intervals.iter().map(|i| (i.start, i.end, i.omitted)).collect::<Vec<_>>());
+    let (snd, rcv) = sum(&r, StreamDirection::Up);
+    // 80 Mbit/s for the counted second only: 10 MB, not 20.
+    assert!((8_000_000..12_000_000).contains(&snd.bytes), "omitted bytes counted: {}", snd.bytes);
+    // Each end takes its baseline on its own clock when the omitted second ends.
+    assert!(rcv.bytes.abs_diff(snd.bytes) < snd.bytes / 20, "{} vs {}", snd.bytes, rcv.bytes);
+}
+
+#[test]
+fn congestion_control_is_applied_on_both_ends() {
+    let port = default_server();
+    let mut s = spec(port);
+    s.amount = Amount::Bytes(1 << 20);
+    s.congestion = Some("reno".into());
+    let r = run(&s).expect("test runs");
+    let e = end(&r);
+    assert_eq!(e.congestion_local.as_deref(), Some("reno"));
+    assert_eq!(e.congestion_remote.as_deref(), Some("reno"));
+    s.congestion = Some("no-such-algorithm".into());
+    let err = run(&s).expect_err("unknown algorithm").to_string();
+    assert!(err.contains("no-such-algorithm") && err.contains("available"), "{err}");
+}
+
+#[test]
+fn window_is_granted_and_reported() {
+    let port = default_server();
+    let mut s = spec(port);
+    s.amount = Amount::Bytes(1 << 20);
+    s.window = 256 * 1024;
+    let r = run(&s).expect("test runs");
+    // Linux reports twice the size asked for.
+    assert_eq!(r.start.streams[0].sndbuf, 512 * 1024);
+    assert_eq!(r.start.streams[0].rcvbuf, 512 * 1024);
+}
+
+#[test]
+fn zerocopy_moves_the_same_bytes() {
+    let port = default_server();
+    let mut s = spec(port);
+    s.amount = Amount::Bytes(50 << 20);
+    s.zerocopy = true;
+    let r = run(&s).expect("test runs");
+    let (snd, rcv) = sum(&r, StreamDirection::Up);
+    assert_eq!((snd.bytes, rcv.bytes), (50 << 20, 50 << 20));
+}
+
+#[test]
+fn many_tests_run_at_once_on_one_server() {
+    let port = default_server();
+    let handles: Vec<_> = (0..3)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let mut s = spec(port);
+                s.amount = Amount::Seconds(1);
+                if i == 1 {
+                    s.protocol = Protocol::Udp;
+                    s.bitrate = 50_000_000;
+                    s.len = 1200;
+                }
+                if i == 2 {
+                    s.direction = Direction::Reverse;
+                }
+                run(&s)
+            })
+        })
+        .collect();
+    for h in handles {
+        let r = h.join().expect("thread").expect("concurrent test runs");
+        let e = end(&r);
+        let sums = &e.sums[0];
+        assert_eq!(sums.sender.as_ref().unwrap().bytes, sums.receiver.as_ref().unwrap().bytes);
+    }
+}

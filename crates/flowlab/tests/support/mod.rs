@@ -1,0 +1,77 @@
+//! Helpers shared by the integration tests: an in-process server on a free loopback port,
+//! a client run with a spec, and a guard for tests that need an external tool.
+
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use flowlab_engine::client::{self, ClientError, Quiet};
+use flowlab_engine::result::{EndInfo, SideTotals, StreamDirection, TestResult};
+use flowlab_engine::server::{NoLog, Server, ServerConfig};
+use flowlab_engine::spec::TestSpec;
+
+/// Starts a flowlab server on 127.0.0.1 with a free port; returns the port.
+pub fn start_server(cfg: ServerConfig) -> u16 {
+    let cfg = ServerConfig { bind: Some([127, 0, 0, 1].into()), port: 0, ..cfg };
+    let server = Server::bind(cfg, Arc::new(NoLog)).expect("bind a loopback server");
+    let port = server.local_addr().port();
+    server.spawn().expect("start the server thread");
+    port
+}
+
+pub fn default_server() -> u16 {
+    start_server(ServerConfig { idle_timeout: Duration::from_secs(3), ..ServerConfig::default() })
+}
+
+/// A spec for 127.0.0.1:port with no interval output.
+pub fn spec(port: u16) -> TestSpec {
+    let mut s = TestSpec::new("127.0.0.1");
+    s.port = port;
+    s.interval = None;
+    s.connect_timeout = Duration::from_secs(3);
+    s
+}
+
+pub fn run(spec: &TestSpec) -> Result<TestResult, ClientError> {
+    client::run(spec, &mut Quiet, &AtomicBool::new(false))
+}
+
+pub fn end(r: &TestResult) -> &EndInfo {
+    r.end.as_ref().expect("a finished test has an end section")
+}
+
+/// The sender and receiver totals of one direction's sum.
+pub fn sum(r: &TestResult, d: StreamDirection) -> (SideTotals, SideTotals) {
+    let s = end(r).sums.iter().find(|s| s.direction == d).expect("a sum for the direction");
+    (s.sender.clone().expect("sender totals"), s.receiver.clone().expect("receiver totals"))
+}
+
+/// True when `tool` is on PATH. In CI (`CI` set) a missing tool fails the test;
+/// elsewhere the test is skipped with a printed reason.
+pub fn require_tool(tool: &str) -> bool {
+    let found = std::process::Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        if std::env::var_os("CI").is_some() {
+            panic!("{tool} is required in CI but is not installed (scripts/test.sh installs it)");
+        }
+        eprintln!("SKIPPED: {tool} is not installed; run scripts/test.sh to install it");
+    }
+    found
+}
+
+/// A free TCP and UDP port on loopback (for external servers).
+pub fn free_port() -> u16 {
+    loop {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = l.local_addr().expect("addr").port();
+        drop(l);
+        if std::net::UdpSocket::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
