@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
-use flowlab_proto::frame::{MAX_RESULTS_LEN};
+use flowlab_proto::frame::MAX_RESULTS_LEN;
 use flowlab_proto::hello::{ServerHello, feature};
 use flowlab_proto::params::Protocol;
 use flowlab_proto::results::PeerResults;
@@ -30,9 +30,15 @@ use crate::stream::{Budget, DataConfig, Role, StreamPlan, TestControl, Transport
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     #[error("cannot resolve '{host}': {source}")]
-    Resolve { host: String, source: std::io::Error },
+    Resolve {
+        host: String,
+        source: std::io::Error,
+    },
     #[error("cannot connect to {addr}: {source}")]
-    Connect { addr: String, source: std::io::Error },
+    Connect {
+        addr: String,
+        source: std::io::Error,
+    },
     #[error("the server is busy running its maximum number of tests; try again later")]
     Busy,
     #[error("the server refused the test: {0}")]
@@ -62,7 +68,9 @@ fn iperf3_error_text(code: i32) -> &'static str {
         1 => "the server has terminated",
         4 => "the server is busy running a test",
         114 => "parameter exchange failed",
-        117 => "unable to set TCP_CONGESTION: supplied congestion control algorithm not supported on this host",
+        117 => {
+            "unable to set TCP_CONGESTION: supplied congestion control algorithm not supported on this host"
+        }
         141 => "socket buffer size not set correctly",
         _ => "see iperf3's iperf_api.h for this code",
     }
@@ -88,15 +96,23 @@ const TICK: Duration = Duration::from_millis(10);
 const UDP_IDLE_END: Duration = Duration::from_secs(2);
 
 /// Runs one test. `interrupt` (Ctrl-C) ends it early; what was measured is still returned.
-pub fn run(spec: &TestSpec, obs: &mut dyn Observer, interrupt: &AtomicBool) -> Result<TestResult, ClientError> {
+pub fn run(
+    spec: &TestSpec,
+    obs: &mut dyn Observer,
+    interrupt: &AtomicBool,
+) -> Result<TestResult, ClientError> {
     let addrs: Vec<SocketAddr> = (spec.host.as_str(), spec.port)
         .to_socket_addrs()
-        .map_err(|source| ClientError::Resolve { host: spec.host.clone(), source })?
+        .map_err(|source| ClientError::Resolve {
+            host: spec.host.clone(),
+            source,
+        })?
         .collect();
     let mut ctrl = connect_any(&addrs, spec.connect_timeout)?;
     let server = ctrl.peer_addr().map_err(ControlError::Io)?;
     ctrl.set_nodelay(true).map_err(ControlError::Io)?;
-    ctrl.set_read_timeout(Some(CONTROL_TIMEOUT)).map_err(ControlError::Io)?;
+    ctrl.set_read_timeout(Some(CONTROL_TIMEOUT))
+        .map_err(ControlError::Io)?;
     let cookie = Cookie::from_random(random36());
     ctrl.write_all(&cookie.encode()).map_err(ControlError::Io)?;
 
@@ -115,8 +131,15 @@ pub fn run(spec: &TestSpec, obs: &mut dyn Observer, interrupt: &AtomicBool) -> R
                 hello = Some(h);
             }
             State::CreateStreams => {
-                let offered = hello.as_ref().map(|h| h.features.clone()).unwrap_or_default();
-                if let Some(missing) = spec.required_features().into_iter().find(|f| !offered.contains(f)) {
+                let offered = hello
+                    .as_ref()
+                    .map(|h| h.features.clone())
+                    .unwrap_or_default();
+                if let Some(missing) = spec
+                    .required_features()
+                    .into_iter()
+                    .find(|f| !offered.contains(f))
+                {
                     return Err(ClientError::Unsupported(missing));
                 }
                 (plans, infos) = create_streams(spec, server, &cookie)?;
@@ -127,14 +150,20 @@ pub fn run(spec: &TestSpec, obs: &mut dyn Observer, interrupt: &AtomicBool) -> R
         }
     }
 
-    let directions: Vec<(i64, StreamDirection)> = infos.iter().map(|i: &StreamInfo| (i.id, i.direction)).collect();
+    let directions: Vec<(i64, StreamDirection)> = infos
+        .iter()
+        .map(|i: &StreamInfo| (i.id, i.direction))
+        .collect();
     let sends = spec.direction != Direction::Reverse;
     let budget = match spec.amount {
         Amount::Bytes(n) if sends => Budget::Bytes(n.into()),
         Amount::Blocks(k) if sends => Budget::Blocks(k.into()),
         _ => Budget::Unbounded,
     };
-    let features = hello.as_ref().map(|h| h.features.clone()).unwrap_or_default();
+    let features = hello
+        .as_ref()
+        .map(|h| h.features.clone())
+        .unwrap_or_default();
     let cfg = DataConfig {
         mode: spec.mode,
         len: spec.len,
@@ -147,16 +176,27 @@ pub fn run(spec: &TestSpec, obs: &mut dyn Observer, interrupt: &AtomicBool) -> R
     };
     let ctl = TestControl::new(budget);
     let omit = Duration::from_secs(spec.omit);
-    let mut session = DataSession::start(plans, cfg, ctl, omit).map_err(|source| ClientError::Stream { id: 0, source })?;
+    let mut session = DataSession::start(plans, cfg, ctl, omit)
+        .map_err(|source| ClientError::Stream { id: 0, source })?;
     let start = StartInfo {
-        timestamp: SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+        timestamp: SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
         flowlab_version: env!("CARGO_PKG_VERSION").into(),
         spec: result::spec_json(spec),
         local: ctrl.local_addr().map(|a| a.to_string()).unwrap_or_default(),
         remote: server.to_string(),
         peer: match &hello {
-            Some(h) => PeerInfo { kind: "flowlab".into(), version: Some(h.server_version.clone()), features: h.features.clone() },
-            None => PeerInfo { kind: "iperf3".into(), version: None, features: Vec::new() },
+            Some(h) => PeerInfo {
+                kind: "flowlab".into(),
+                version: Some(h.server_version.clone()),
+                features: h.features.clone(),
+            },
+            None => PeerInfo {
+                kind: "iperf3".into(),
+                version: None,
+                features: Vec::new(),
+            },
         },
         cookie: cookie.to_string(),
         streams: infos,
@@ -164,7 +204,15 @@ pub fn run(spec: &TestSpec, obs: &mut dyn Observer, interrupt: &AtomicBool) -> R
     obs.started(&start);
 
     let mut intervals = Vec::new();
-    let outcome = run_data_phase(spec, &mut session, &mut ctrl, &directions, obs, &mut intervals, interrupt);
+    let outcome = run_data_phase(
+        spec,
+        &mut session,
+        &mut ctrl,
+        &directions,
+        obs,
+        &mut intervals,
+        interrupt,
+    );
     let mut interrupted = interrupt.load(Ordering::Acquire);
 
     // End: stop our senders, tell the server, let our receivers drain, exchange results.
@@ -210,7 +258,12 @@ pub fn run(spec: &TestSpec, obs: &mut dyn Observer, interrupt: &AtomicBool) -> R
     });
     let udp = spec.protocol == Protocol::Udp;
     let end = result::summarize(&directions, udp, &local, remote.as_ref(), interrupted);
-    Ok(TestResult { schema: SCHEMA.into(), start, intervals, end: Some(end) })
+    Ok(TestResult {
+        schema: SCHEMA.into(),
+        start,
+        intervals,
+        end: Some(end),
+    })
 }
 
 enum PhaseEnd {
@@ -236,7 +289,11 @@ fn run_data_phase(
     let mut last_rx = 0u64;
     // The tail of a UDP transfer may be lost: a receiver that has heard nothing for this
     // long (at least four datagram gaps at the target rate) is done.
-    let gap = if spec.bitrate > 0 { Duration::from_secs_f64(spec.len as f64 * 8.0 / spec.bitrate as f64) } else { Duration::ZERO };
+    let gap = if spec.bitrate > 0 {
+        Duration::from_secs_f64(spec.len as f64 * 8.0 / spec.bitrate as f64)
+    } else {
+        Duration::ZERO
+    };
     let udp_idle_end = UDP_IDLE_END.max(gap * 4);
     loop {
         std::thread::sleep(TICK);
@@ -254,7 +311,13 @@ fn run_data_phase(
         if let (Some(iv), Some(tick)) = (spec.interval, next_tick) {
             if now >= tick {
                 let snap = session.snapshot();
-                let interval = build_interval(session, &last, &snap, directions, tick < omit + iv / 2 && !omit.is_zero());
+                let interval = build_interval(
+                    session,
+                    &last,
+                    &snap,
+                    directions,
+                    tick < omit + iv / 2 && !omit.is_zero(),
+                );
                 obs.interval(&interval);
                 intervals.push(interval);
                 last = snap;
@@ -311,7 +374,9 @@ fn build_interval(
     let end = b.first().map_or(0, |s| s.at_us) as f64 / 1e6;
     let secs = end - start;
     let mut streams = Vec::new();
-    for ((s, (x, y)), &(_, direction)) in session.streams.iter().zip(a.iter().zip(b)).zip(directions) {
+    for ((s, (x, y)), &(_, direction)) in
+        session.streams.iter().zip(a.iter().zip(b)).zip(directions)
+    {
         let bytes = y.bytes - x.bytes;
         let tcp = y.tcp.map(|t| TcpInterval {
             retransmits: t.total_retrans - x.tcp.map_or(0, |p| p.total_retrans),
@@ -325,39 +390,76 @@ fn build_interval(
             UdpInterval {
                 packets: d.packets,
                 lost: d.lost,
-                lost_percent: if expected > 0 { d.lost as f64 * 100.0 / expected as f64 } else { 0.0 },
+                lost_percent: if expected > 0 {
+                    d.lost as f64 * 100.0 / expected as f64
+                } else {
+                    0.0
+                },
                 out_of_order: d.out_of_order,
                 duplicates: d.duplicates,
                 jitter_ms: d.jitter_us / 1000.0,
             }
         });
-        streams.push(IntervalStream { id: s.id, direction, bytes, bits_per_second: result::bps(bytes, secs), tcp, udp });
+        streams.push(IntervalStream {
+            id: s.id,
+            direction,
+            bytes,
+            bits_per_second: result::bps(bytes, secs),
+            tcp,
+            udp,
+        });
     }
     let mut sums = Vec::new();
     for direction in [StreamDirection::Up, StreamDirection::Down] {
-        let of: Vec<&IntervalStream> = streams.iter().filter(|s| s.direction == direction).collect();
+        let of: Vec<&IntervalStream> = streams
+            .iter()
+            .filter(|s| s.direction == direction)
+            .collect();
         if of.is_empty() {
             continue;
         }
         let bytes = of.iter().map(|s| s.bytes).sum();
-        let retransmits = of.iter().map(|s| s.tcp.map(|t| t.retransmits)).sum::<Option<u64>>();
-        let udp = of.iter().map(|s| s.udp).collect::<Option<Vec<_>>>().map(|u| {
-            let lost: u64 = u.iter().map(|x| x.lost).sum();
-            let packets: u64 = u.iter().map(|x| x.packets).sum();
-            let duplicates: u64 = u.iter().map(|x| x.duplicates).sum();
-            let expected = packets - duplicates + lost;
-            UdpInterval {
-                packets,
-                lost,
-                lost_percent: if expected > 0 { lost as f64 * 100.0 / expected as f64 } else { 0.0 },
-                out_of_order: u.iter().map(|x| x.out_of_order).sum(),
-                duplicates,
-                jitter_ms: u.iter().map(|x| x.jitter_ms).sum::<f64>() / u.len() as f64,
-            }
+        let retransmits = of
+            .iter()
+            .map(|s| s.tcp.map(|t| t.retransmits))
+            .sum::<Option<u64>>();
+        let udp = of
+            .iter()
+            .map(|s| s.udp)
+            .collect::<Option<Vec<_>>>()
+            .map(|u| {
+                let lost: u64 = u.iter().map(|x| x.lost).sum();
+                let packets: u64 = u.iter().map(|x| x.packets).sum();
+                let duplicates: u64 = u.iter().map(|x| x.duplicates).sum();
+                let expected = packets - duplicates + lost;
+                UdpInterval {
+                    packets,
+                    lost,
+                    lost_percent: if expected > 0 {
+                        lost as f64 * 100.0 / expected as f64
+                    } else {
+                        0.0
+                    },
+                    out_of_order: u.iter().map(|x| x.out_of_order).sum(),
+                    duplicates,
+                    jitter_ms: u.iter().map(|x| x.jitter_ms).sum::<f64>() / u.len() as f64,
+                }
+            });
+        sums.push(IntervalSum {
+            direction,
+            bytes,
+            bits_per_second: result::bps(bytes, secs),
+            retransmits,
+            udp,
         });
-        sums.push(IntervalSum { direction, bytes, bits_per_second: result::bps(bytes, secs), retransmits, udp });
     }
-    Interval { start, end, omitted, streams, sums }
+    Interval {
+        start,
+        end,
+        omitted,
+        streams,
+        sums,
+    }
 }
 
 /// Turns a control message that ends the negotiation into an error.
@@ -389,7 +491,10 @@ fn connect_any(addrs: &[SocketAddr], timeout: Duration) -> Result<TcpStream, Cli
     }
     let (addr, source) = match last {
         Some((a, e)) => (a.to_string(), e),
-        None => ("(no address)".into(), std::io::Error::other("the name resolved to no address")),
+        None => (
+            "(no address)".into(),
+            std::io::Error::other("the name resolved to no address"),
+        ),
     };
     Err(ClientError::Connect { addr, source })
 }
@@ -398,7 +503,9 @@ fn random36() -> [u8; 36] {
     let mut b = [0u8; 36];
     if getrandom::fill(&mut b).is_err() {
         // No entropy source: the cookie only has to be unique per server, so the clock will do.
-        let t = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        let t = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
         for (i, x) in b.iter_mut().enumerate() {
             *x = (t >> (i % 16 * 8)) as u8 ^ i as u8;
         }
@@ -429,10 +536,15 @@ fn create_streams(
         let id = stream_id(i);
         let serr = |source| ClientError::Stream { id, source };
         let (transport, early) = match spec.protocol {
-            Protocol::Tcp => (Transport::Tcp(Arc::new(open_tcp(spec, server, cookie).map_err(|e| match e {
-                OpenError::Io(e) => serr(e),
-                OpenError::Sock(e) => ClientError::Sock(e),
-            })?)), Vec::new()),
+            Protocol::Tcp => (
+                Transport::Tcp(Arc::new(open_tcp(spec, server, cookie).map_err(
+                    |e| match e {
+                        OpenError::Io(e) => serr(e),
+                        OpenError::Sock(e) => ClientError::Sock(e),
+                    },
+                )?)),
+                Vec::new(),
+            ),
             Protocol::Udp => {
                 let (s, early) = open_udp(spec, server).map_err(serr)?;
                 (Transport::Udp(Arc::new(s)), early)
@@ -454,9 +566,27 @@ fn create_streams(
                 None,
             ),
         };
-        let direction = if role == Role::Send { StreamDirection::Up } else { StreamDirection::Down };
-        infos.push(StreamInfo { id, direction, local, remote, sndbuf: bufs.sndbuf, rcvbuf: bufs.rcvbuf, congestion, mss });
-        plans.push(StreamPlan { id, role, transport, early });
+        let direction = if role == Role::Send {
+            StreamDirection::Up
+        } else {
+            StreamDirection::Down
+        };
+        infos.push(StreamInfo {
+            id,
+            direction,
+            local,
+            remote,
+            sndbuf: bufs.sndbuf,
+            rcvbuf: bufs.rcvbuf,
+            congestion,
+            mss,
+        });
+        plans.push(StreamPlan {
+            id,
+            role,
+            transport,
+            early,
+        });
     }
     Ok((plans, infos))
 }
@@ -467,12 +597,18 @@ enum OpenError {
 }
 
 fn open_tcp(spec: &TestSpec, server: SocketAddr, cookie: &Cookie) -> Result<TcpStream, OpenError> {
-    let s = Socket::new(Domain::for_address(server), Type::STREAM, Some(SockProtocol::TCP)).map_err(OpenError::Io)?;
+    let s = Socket::new(
+        Domain::for_address(server),
+        Type::STREAM,
+        Some(SockProtocol::TCP),
+    )
+    .map_err(OpenError::Io)?;
     sock::set_buffers(&SockRef::from(&s), spec.window).map_err(OpenError::Sock)?;
     if spec.mss > 0 {
         sock::set_mss(&s, spec.mss).map_err(OpenError::Sock)?;
     }
-    s.connect_timeout(&server.into(), spec.connect_timeout).map_err(OpenError::Io)?;
+    s.connect_timeout(&server.into(), spec.connect_timeout)
+        .map_err(OpenError::Io)?;
     let mut t: TcpStream = s.into();
     if spec.nodelay {
         t.set_nodelay(true).map_err(OpenError::Io)?;
@@ -489,8 +625,16 @@ fn open_tcp(spec: &TestSpec, server: SocketAddr, cookie: &Cookie) -> Result<TcpS
 pub const UDP_DEFAULT_BUFFER: u64 = 4 * 1024 * 1024;
 
 fn open_udp(spec: &TestSpec, server: SocketAddr) -> std::io::Result<(UdpSocket, Vec<Vec<u8>>)> {
-    let s = Socket::new(Domain::for_address(server), Type::DGRAM, Some(SockProtocol::UDP))?;
-    let want = if spec.window > 0 { spec.window } else { UDP_DEFAULT_BUFFER };
+    let s = Socket::new(
+        Domain::for_address(server),
+        Type::DGRAM,
+        Some(SockProtocol::UDP),
+    )?;
+    let want = if spec.window > 0 {
+        spec.window
+    } else {
+        UDP_DEFAULT_BUFFER
+    };
     sock::set_buffers(&SockRef::from(&s), want).map_err(std::io::Error::other)?;
     s.connect(&server.into())?;
     let u: UdpSocket = s.into();
@@ -504,7 +648,10 @@ fn open_udp(spec: &TestSpec, server: SocketAddr) -> std::io::Result<(UdpSocket, 
         loop {
             let now = Instant::now();
             if now >= deadline {
-                return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "no answer to the UDP stream handshake"));
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "no answer to the UDP stream handshake",
+                ));
             }
             if now >= resend_at {
                 continue 'resend;

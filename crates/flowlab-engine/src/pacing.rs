@@ -22,7 +22,11 @@ pub struct Pacer {
 impl Pacer {
     /// A pacer for `bits_per_sec` (> 0) starting at elapsed time `now`.
     pub fn new(bits_per_sec: u64, now: Duration) -> Self {
-        Pacer { bytes_per_sec: bits_per_sec as f64 / 8.0, scheduled: 0.0, origin: now }
+        Pacer {
+            bytes_per_sec: bits_per_sec as f64 / 8.0,
+            scheduled: 0.0,
+            origin: now,
+        }
     }
 
     /// How long to wait at `now` before `bytes` more may be sent; `Duration::ZERO` means

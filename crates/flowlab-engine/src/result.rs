@@ -182,7 +182,11 @@ pub struct CpuInfo {
 
 /// bits per second of `bytes` over `seconds` (0 for an empty period).
 pub fn bps(bytes: u64, seconds: f64) -> f64 {
-    if seconds > 0.0 { bytes as f64 * 8.0 / seconds } else { 0.0 }
+    if seconds > 0.0 {
+        bytes as f64 * 8.0 / seconds
+    } else {
+        0.0
+    }
 }
 
 fn sender_totals(s: &StreamResults) -> SideTotals {
@@ -206,13 +210,17 @@ fn receiver_totals(s: &StreamResults, udp: bool, sent: Option<u64>) -> SideTotal
         UdpTotals {
             expected,
             lost,
-            lost_percent: if expected > 0 { lost as f64 * 100.0 / expected as f64 } else { 0.0 },
+            lost_percent: if expected > 0 {
+                lost as f64 * 100.0 / expected as f64
+            } else {
+                0.0
+            },
             out_of_order: s.out_of_order.unwrap_or(0),
             duplicates: s.duplicates.unwrap_or(0),
             jitter_ms: s.jitter * 1000.0,
-            integrity_percent: sent.filter(|&b| b > 0).map(|b| {
-                s.delivered_bytes.unwrap_or(s.bytes) as f64 * 100.0 / b as f64
-            }),
+            integrity_percent: sent
+                .filter(|&b| b > 0)
+                .map(|b| s.delivered_bytes.unwrap_or(s.bytes) as f64 * 100.0 / b as f64),
         }
     });
     SideTotals {
@@ -252,7 +260,10 @@ pub fn summarize(
     }
     let mut sums = Vec::new();
     for direction in [StreamDirection::Up, StreamDirection::Down] {
-        let of_dir: Vec<&EndStream> = streams.iter().filter(|s| s.direction == direction).collect();
+        let of_dir: Vec<&EndStream> = streams
+            .iter()
+            .filter(|s| s.direction == direction)
+            .collect();
         if of_dir.is_empty() {
             continue;
         }
@@ -266,20 +277,28 @@ pub fn summarize(
             let opt_sum = |f: fn(&SideTotals) -> Option<u64>| -> Option<u64> {
                 parts.iter().map(|p| f(p)).sum::<Option<u64>>()
             };
-            let udp = parts.iter().map(|p| p.udp).collect::<Option<Vec<UdpTotals>>>().map(|u| {
-                let expected: u64 = u.iter().map(|x| x.expected).sum();
-                let lost: u64 = u.iter().map(|x| x.lost).sum();
-                let n = u.len() as f64;
-                UdpTotals {
-                    expected,
-                    lost,
-                    lost_percent: if expected > 0 { lost as f64 * 100.0 / expected as f64 } else { 0.0 },
-                    out_of_order: u.iter().map(|x| x.out_of_order).sum(),
-                    duplicates: u.iter().map(|x| x.duplicates).sum(),
-                    jitter_ms: u.iter().map(|x| x.jitter_ms).sum::<f64>() / n,
-                    integrity_percent: None,
-                }
-            });
+            let udp = parts
+                .iter()
+                .map(|p| p.udp)
+                .collect::<Option<Vec<UdpTotals>>>()
+                .map(|u| {
+                    let expected: u64 = u.iter().map(|x| x.expected).sum();
+                    let lost: u64 = u.iter().map(|x| x.lost).sum();
+                    let n = u.len() as f64;
+                    UdpTotals {
+                        expected,
+                        lost,
+                        lost_percent: if expected > 0 {
+                            lost as f64 * 100.0 / expected as f64
+                        } else {
+                            0.0
+                        },
+                        out_of_order: u.iter().map(|x| x.out_of_order).sum(),
+                        duplicates: u.iter().map(|x| x.duplicates).sum(),
+                        jitter_ms: u.iter().map(|x| x.jitter_ms).sum::<f64>() / n,
+                        integrity_percent: None,
+                    }
+                });
             Some(SideTotals {
                 bytes,
                 seconds,
@@ -305,9 +324,15 @@ pub fn summarize(
                 u.integrity_percent = (snd.bytes > 0).then(|| delivered * 100.0 / snd.bytes as f64);
             }
         }
-        sums.push(EndSum { direction, sender, receiver });
+        sums.push(EndSum {
+            direction,
+            sender,
+            receiver,
+        });
     }
-    let remote_cpu = remote.map_or((0.0, 0.0, 0.0), |r| (r.cpu_util_total, r.cpu_util_user, r.cpu_util_system));
+    let remote_cpu = remote.map_or((0.0, 0.0, 0.0), |r| {
+        (r.cpu_util_total, r.cpu_util_user, r.cpu_util_system)
+    });
     EndInfo {
         streams,
         sums,
@@ -335,7 +360,13 @@ mod tests {
     use super::*;
 
     fn stream(id: i64, bytes: u64, secs: f64) -> StreamResults {
-        StreamResults { id, bytes, end_time: secs, retransmits: -1, ..StreamResults::default() }
+        StreamResults {
+            id,
+            bytes,
+            end_time: secs,
+            retransmits: -1,
+            ..StreamResults::default()
+        }
     }
 
     #[test]
@@ -354,7 +385,10 @@ mod tests {
         let up = &end.streams[0];
         assert_eq!(up.sender.as_ref().unwrap().bytes, 1000);
         assert_eq!(up.receiver.as_ref().unwrap().bytes, 990);
-        assert_eq!(up.receiver.as_ref().unwrap().bits_per_second, 990.0 * 8.0 / 2.5);
+        assert_eq!(
+            up.receiver.as_ref().unwrap().bits_per_second,
+            990.0 * 8.0 / 2.5
+        );
         assert_eq!(end.sums.len(), 2);
         assert_eq!(end.sums[1].direction, StreamDirection::Down);
     }
@@ -366,9 +400,21 @@ mod tests {
         rcv.errors = 1;
         rcv.delivered_bytes = Some(900);
         rcv.duplicates = Some(0);
-        let local = PeerResults { streams: vec![stream(1, 1000, 1.0)], ..PeerResults::default() };
-        let remote = PeerResults { streams: vec![rcv], ..PeerResults::default() };
-        let end = summarize(&[(1, StreamDirection::Up)], true, &local, Some(&remote), false);
+        let local = PeerResults {
+            streams: vec![stream(1, 1000, 1.0)],
+            ..PeerResults::default()
+        };
+        let remote = PeerResults {
+            streams: vec![rcv],
+            ..PeerResults::default()
+        };
+        let end = summarize(
+            &[(1, StreamDirection::Up)],
+            true,
+            &local,
+            Some(&remote),
+            false,
+        );
         let u = end.sums[0].receiver.as_ref().unwrap().udp.unwrap();
         assert_eq!((u.expected, u.lost), (10, 1));
         assert!((u.lost_percent - 10.0).abs() < 1e-9);
@@ -377,7 +423,10 @@ mod tests {
 
     #[test]
     fn missing_remote_leaves_receiver_unknown() {
-        let local = PeerResults { streams: vec![stream(1, 10, 1.0)], ..PeerResults::default() };
+        let local = PeerResults {
+            streams: vec![stream(1, 10, 1.0)],
+            ..PeerResults::default()
+        };
         let end = summarize(&[(1, StreamDirection::Up)], false, &local, None, true);
         assert!(end.streams[0].receiver.is_none());
         assert!(end.sums[0].receiver.is_none());

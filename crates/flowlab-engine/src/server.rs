@@ -74,12 +74,35 @@ impl Default for ServerConfig {
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum ServerEvent {
-    Listening { address: String },
-    TestStarted { test: u64, peer: String, protocol: String, streams: u64, reverse: bool, bidir: bool, client: Option<String> },
-    TestFinished { test: u64, peer: String, bytes_received: u64, bytes_sent: u64, seconds: f64 },
+    Listening {
+        address: String,
+    },
+    TestStarted {
+        test: u64,
+        peer: String,
+        protocol: String,
+        streams: u64,
+        reverse: bool,
+        bidir: bool,
+        client: Option<String>,
+    },
+    TestFinished {
+        test: u64,
+        peer: String,
+        bytes_received: u64,
+        bytes_sent: u64,
+        seconds: f64,
+    },
     /// A test or connection that ended badly; the server carries on.
-    TestFailed { test: Option<u64>, peer: String, error: String },
-    Refused { peer: String, reason: String },
+    TestFailed {
+        test: Option<u64>,
+        peer: String,
+        error: String,
+    },
+    Refused {
+        peer: String,
+        reason: String,
+    },
 }
 
 /// Where server events go.
@@ -129,7 +152,9 @@ pub struct Server {
 
 impl std::fmt::Debug for Server {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Server").field("local", &self.shared.local).finish()
+        f.debug_struct("Server")
+            .field("local", &self.shared.local)
+            .finish()
     }
 }
 
@@ -149,7 +174,10 @@ impl Server {
     pub fn bind(cfg: ServerConfig, log: Arc<dyn ServerLog>) -> std::io::Result<Server> {
         let ips: Vec<IpAddr> = match cfg.bind {
             Some(ip) => vec![ip],
-            None => vec![IpAddr::V6(Ipv6Addr::UNSPECIFIED), IpAddr::from([0u8, 0, 0, 0])],
+            None => vec![
+                IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+                IpAddr::from([0u8, 0, 0, 0]),
+            ],
         };
         let mut last_err = None;
         for ip in ips {
@@ -189,9 +217,13 @@ impl Server {
     /// Serves until the process ends (or, with `one_off`, until one test has ended).
     pub fn run(self) -> std::io::Result<()> {
         let Server { tcp, udp, shared } = self;
-        shared.log.event(ServerEvent::Listening { address: shared.local.to_string() });
+        shared.log.event(ServerEvent::Listening {
+            address: shared.local.to_string(),
+        });
         let udp_shared = Arc::clone(&shared);
-        std::thread::Builder::new().name("udp-listener".into()).spawn(move || udp_listener(udp, udp_shared))?;
+        std::thread::Builder::new()
+            .name("udp-listener".into())
+            .spawn(move || udp_listener(udp, udp_shared))?;
         if shared.cfg.one_off {
             tcp.set_nonblocking(true)?;
         }
@@ -210,7 +242,11 @@ impl Server {
                         .name(format!("conn-{peer}"))
                         .spawn(move || handle_connection(conn, peer, order, &s));
                     if let Err(e) = spawned {
-                        shared.log.event(ServerEvent::TestFailed { test: None, peer: peer.to_string(), error: format!("cannot start a thread: {e}") });
+                        shared.log.event(ServerEvent::TestFailed {
+                            test: None,
+                            peer: peer.to_string(),
+                            error: format!("cannot start a thread: {e}"),
+                        });
                     }
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
@@ -227,7 +263,9 @@ impl Server {
 
     /// Runs the server on a background thread (in-process use: `flowlab quick`, tests).
     pub fn spawn(self) -> std::io::Result<std::thread::JoinHandle<std::io::Result<()>>> {
-        std::thread::Builder::new().name("flowlab-server".into()).spawn(move || self.run())
+        std::thread::Builder::new()
+            .name("flowlab-server".into())
+            .spawn(move || self.run())
     }
 }
 
@@ -246,10 +284,15 @@ fn udp_listener(udp: UdpSocket, shared: Arc<Shared>) {
             tracing::debug!(%peer, len = n, "ignoring a stray UDP datagram");
             continue;
         };
-        let Ok(mut waiting) = shared.udp_waiting.lock() else { continue };
+        let Ok(mut waiting) = shared.udp_waiting.lock() else {
+            continue;
+        };
         let Some(w) = waiting.as_mut().filter(|w| same_ip(w.client, peer.ip())) else {
             drop(waiting);
-            shared.log.event(ServerEvent::Refused { peer: peer.to_string(), reason: "UDP stream for no waiting test".into() });
+            shared.log.event(ServerEvent::Refused {
+                peer: peer.to_string(),
+                reason: "UDP stream for no waiting test".into(),
+            });
             continue;
         };
         if w.seen.contains(&peer) {
@@ -267,7 +310,11 @@ fn udp_listener(udp: UdpSocket, shared: Arc<Shared>) {
                 w.seen.push(peer);
                 let _ = w.tx.send(u);
             }
-            Err(e) => shared.log.event(ServerEvent::TestFailed { test: None, peer: peer.to_string(), error: format!("opening UDP stream: {e}") }),
+            Err(e) => shared.log.event(ServerEvent::TestFailed {
+                test: None,
+                peer: peer.to_string(),
+                error: format!("opening UDP stream: {e}"),
+            }),
         }
     }
 }
@@ -286,11 +333,18 @@ fn handle_connection(mut conn: TcpStream, peer: SocketAddr, order: u64, shared: 
     let cookie = match control::read_cookie(&mut conn) {
         Ok(c) => c,
         Err(e) => {
-            shared.log.event(ServerEvent::Refused { peer: peer.to_string(), reason: format!("no valid cookie: {e}") });
+            shared.log.event(ServerEvent::Refused {
+                peer: peer.to_string(),
+                reason: format!("no valid cookie: {e}"),
+            });
             return;
         }
     };
-    let stream_for = shared.tcp_streams.lock().ok().and_then(|m| m.get(&cookie).cloned());
+    let stream_for = shared
+        .tcp_streams
+        .lock()
+        .ok()
+        .and_then(|m| m.get(&cookie).cloned());
     if let Some(tx) = stream_for {
         let _ = tx.send((order, conn));
         return;
@@ -300,7 +354,10 @@ fn handle_connection(mut conn: TcpStream, peer: SocketAddr, order: u64, shared: 
     if active >= shared.cfg.max_tests {
         shared.active.fetch_sub(1, Ordering::AcqRel);
         let _ = conn.write_all(&[State::AccessDenied.to_byte()]);
-        shared.log.event(ServerEvent::Refused { peer: peer.to_string(), reason: format!("busy: {active} tests running (--max-tests)") });
+        shared.log.event(ServerEvent::Refused {
+            peer: peer.to_string(),
+            reason: format!("busy: {active} tests running (--max-tests)"),
+        });
         return;
     }
     let id = shared.next_id.fetch_add(1, Ordering::AcqRel);
@@ -310,7 +367,11 @@ fn handle_connection(mut conn: TcpStream, peer: SocketAddr, order: u64, shared: 
     }
     shared.active.fetch_sub(1, Ordering::AcqRel);
     if let Err(e) = outcome {
-        shared.log.event(ServerEvent::TestFailed { test: Some(id), peer: peer.to_string(), error: e.to_string() });
+        shared.log.event(ServerEvent::TestFailed {
+            test: Some(id),
+            peer: peer.to_string(),
+            error: e.to_string(),
+        });
     }
     if shared.cfg.one_off {
         shared.done.store(true, Ordering::Release);
@@ -340,43 +401,74 @@ enum TestError {
 fn validate(p: &TestParams, cfg: &ServerConfig) -> Result<Protocol, String> {
     let proto = p.protocol().ok_or("only TCP and UDP tests are served")?;
     if !(1..=128).contains(&p.parallel) {
-        return Err(format!("{} parallel streams asked for; 1 to 128 are served", p.parallel));
+        return Err(format!(
+            "{} parallel streams asked for; 1 to 128 are served",
+            p.parallel
+        ));
     }
-    let max_len = if proto == Protocol::Udp { MAX_UDP_LEN as u64 } else { 16 << 20 };
+    let max_len = if proto == Protocol::Udp {
+        MAX_UDP_LEN as u64
+    } else {
+        16 << 20
+    };
     if p.len > max_len {
-        return Err(format!("block length {} is above the largest served ({max_len})", p.len));
+        return Err(format!(
+            "block length {} is above the largest served ({max_len})",
+            p.len
+        ));
     }
-    if p.flowlab.as_ref().is_some_and(|f| f.mode == Mode::StopAndWait) && p.len == 0 {
+    if p.flowlab
+        .as_ref()
+        .is_some_and(|f| f.mode == Mode::StopAndWait)
+        && p.len == 0
+    {
         return Err("stop-and-wait needs a message length".into());
     }
     let seconds = p.time + p.omit;
     if let Some(max) = cfg.max_duration {
         if p.time == 0 && p.num == 0 && p.blockcount == 0 || seconds > max.as_secs() {
-            return Err(format!("tests are limited to {} s here (--max-duration); asked for {seconds} s", max.as_secs()));
+            return Err(format!(
+                "tests are limited to {} s here (--max-duration); asked for {seconds} s",
+                max.as_secs()
+            ));
         }
     }
     if let Some(max) = cfg.max_bitrate {
         let asked = p.bandwidth.saturating_mul(p.stream_count());
         if p.bandwidth == 0 || asked > max {
-            return Err(format!("tests are limited to {max} bit/s here (--max-bitrate); ask for less with -b"));
+            return Err(format!(
+                "tests are limited to {max} bit/s here (--max-bitrate); ask for less with -b"
+            ));
         }
     }
     if let Some(max) = cfg.max_bytes {
         let by_count = p.num.max(p.blockcount.saturating_mul(p.len.max(1)));
         if by_count > max {
-            return Err(format!("tests are limited to {max} bytes here (--max-bytes); asked for {by_count}"));
+            return Err(format!(
+                "tests are limited to {max} bytes here (--max-bytes); asked for {by_count}"
+            ));
         }
     }
     Ok(proto)
 }
 
-fn run_test(ctrl: &mut TcpStream, peer: SocketAddr, cookie: Cookie, id: u64, shared: &Arc<Shared>) -> Result<(), TestError> {
+fn run_test(
+    ctrl: &mut TcpStream,
+    peer: SocketAddr,
+    cookie: Cookie,
+    id: u64,
+    shared: &Arc<Shared>,
+) -> Result<(), TestError> {
     let cfg = &shared.cfg;
     ctrl.set_nodelay(true)?;
     control::write_state(ctrl, State::ParamExchange)?;
     let params: TestParams = control::read_frame(ctrl, MAX_PARAMS_LEN)?;
     let is_flowlab = params.flowlab.as_ref().is_some_and(|f| f.version >= 1);
-    let features = [feature::STOP_AND_WAIT, feature::EXACT_BYTES, feature::CLEAN_CLOSE];
+    let features = [
+        feature::STOP_AND_WAIT,
+        feature::EXACT_BYTES,
+        feature::CLEAN_CLOSE,
+    ];
     let mut verdict = validate(&params, cfg);
     if let (Ok(_), Some(f)) = (&verdict, &params.flowlab) {
         if let Some(missing) = f.require.iter().find(|r| !features.contains(&r.as_str())) {
@@ -408,7 +500,11 @@ fn run_test(ctrl: &mut TcpStream, peer: SocketAddr, cookie: Cookie, id: u64, sha
     shared.log.event(ServerEvent::TestStarted {
         test: id,
         peer: peer.to_string(),
-        protocol: if proto == Protocol::Udp { "udp".into() } else { "tcp".into() },
+        protocol: if proto == Protocol::Udp {
+            "udp".into()
+        } else {
+            "tcp".into()
+        },
         streams: params.stream_count(),
         reverse: params.reverse,
         bidir: params.bidirectional,
@@ -421,9 +517,18 @@ fn run_test(ctrl: &mut TcpStream, peer: SocketAddr, cookie: Cookie, id: u64, sha
     let p = params.parallel as usize;
     let mut plans = Vec::with_capacity(n);
     for (i, transport) in transports.into_iter().enumerate() {
-        let role = if params.reverse || (params.bidirectional && i >= p) { Role::Send } else { Role::Receive };
+        let role = if params.reverse || (params.bidirectional && i >= p) {
+            Role::Send
+        } else {
+            Role::Receive
+        };
         apply_options(&transport, &params, role);
-        plans.push(StreamPlan { id: crate::client::stream_id(i), role, transport, early: Vec::new() });
+        plans.push(StreamPlan {
+            id: crate::client::stream_id(i),
+            role,
+            transport,
+            early: Vec::new(),
+        });
     }
     let len = match (params.len, proto) {
         (0, Protocol::Tcp) => crate::spec::DEFAULT_TCP_LEN,
@@ -441,7 +546,11 @@ fn run_test(ctrl: &mut TcpStream, peer: SocketAddr, cookie: Cookie, id: u64, sha
         len,
         rate_bps: params.bandwidth,
         counters_64bit: params.udp_counters_64bit,
-        rto: params.flowlab.as_ref().and_then(|f| f.rto_ms).map_or(Duration::from_secs(1), Duration::from_millis),
+        rto: params
+            .flowlab
+            .as_ref()
+            .and_then(|f| f.rto_ms)
+            .map_or(Duration::from_secs(1), Duration::from_millis),
         zerocopy: params.zerocopy,
         close_when_done: true,
         drain_to_eof: is_flowlab,
@@ -482,15 +591,32 @@ fn run_test(ctrl: &mut TcpStream, peer: SocketAddr, cookie: Cookie, id: u64, sha
     shared.log.event(ServerEvent::TestFinished {
         test: id,
         peer: peer.to_string(),
-        bytes_received: mine.streams.iter().zip(&session.streams).filter(|(_, s)| s.role == Role::Receive).map(|(r, _)| r.bytes).sum(),
-        bytes_sent: mine.streams.iter().zip(&session.streams).filter(|(_, s)| s.role == Role::Send).map(|(r, _)| r.bytes).sum(),
+        bytes_received: mine
+            .streams
+            .iter()
+            .zip(&session.streams)
+            .filter(|(_, s)| s.role == Role::Receive)
+            .map(|(r, _)| r.bytes)
+            .sum(),
+        bytes_sent: mine
+            .streams
+            .iter()
+            .zip(&session.streams)
+            .filter(|(_, s)| s.role == Role::Send)
+            .map(|(r, _)| r.bytes)
+            .sum(),
         seconds: wall.as_secs_f64(),
     });
     Ok(())
 }
 
 /// Waits for TEST_END while enforcing the server's limits and noticing a vanished client.
-fn wait_for_end(ctrl: &mut TcpStream, session: &mut DataSession, params: &TestParams, cfg: &ServerConfig) -> Result<(), TestError> {
+fn wait_for_end(
+    ctrl: &mut TcpStream,
+    session: &mut DataSession,
+    params: &TestParams,
+    cfg: &ServerConfig,
+) -> Result<(), TestError> {
     let started = Instant::now();
     // iperf3's safety margin: a timed test that has not ended 40 s after it should have.
     let safety = (params.time > 0).then(|| Duration::from_secs(params.time + params.omit + 40));
@@ -499,7 +625,11 @@ fn wait_for_end(ctrl: &mut TcpStream, session: &mut DataSession, params: &TestPa
     let mut last_progress = Instant::now();
     loop {
         // Poll finely until the omitted seconds end, so the baseline is taken on time.
-        let poll = if omit_over { Duration::from_millis(100) } else { Duration::from_millis(5) };
+        let poll = if omit_over {
+            Duration::from_millis(100)
+        } else {
+            Duration::from_millis(5)
+        };
         ctrl.set_read_timeout(Some(poll))?;
         match control::read_state(ctrl) {
             Ok(State::TestEnd) => return Ok(()),
@@ -515,23 +645,33 @@ fn wait_for_end(ctrl: &mut TcpStream, session: &mut DataSession, params: &TestPa
             last_total = total;
             last_progress = Instant::now();
         } else if last_progress.elapsed() > cfg.idle_timeout {
-            return Err(TestError::Limit(format!("no data moved for {} s", cfg.idle_timeout.as_secs())));
+            return Err(TestError::Limit(format!(
+                "no data moved for {} s",
+                cfg.idle_timeout.as_secs()
+            )));
         }
         if let Some(max) = cfg.max_duration {
             if elapsed > max + Duration::from_secs(2) {
-                return Err(TestError::Limit(format!("test ran past --max-duration {} s", max.as_secs())));
+                return Err(TestError::Limit(format!(
+                    "test ran past --max-duration {} s",
+                    max.as_secs()
+                )));
             }
         }
         if let Some(max) = cfg.max_bytes {
             if total > max {
-                return Err(TestError::Limit(format!("test moved more than --max-bytes {max}")));
+                return Err(TestError::Limit(format!(
+                    "test moved more than --max-bytes {max}"
+                )));
             }
         }
         if let Some(max) = cfg.max_bitrate {
             let secs = elapsed.as_secs_f64();
             // Judge the average after a second, with 10 % grace for pacing granularity.
             if secs > 1.0 && total as f64 * 8.0 / secs > max as f64 * 1.1 {
-                return Err(TestError::Limit(format!("average rate above --max-bitrate {max} bit/s")));
+                return Err(TestError::Limit(format!(
+                    "average rate above --max-bitrate {max} bit/s"
+                )));
             }
         }
         if safety.is_some_and(|s| elapsed > s) {
@@ -553,7 +693,11 @@ fn collect_streams(
     match proto {
         Protocol::Tcp => {
             let (tx, rx) = mpsc::channel();
-            shared.tcp_streams.lock().map_err(|_| TestError::Streams("lock poisoned".into()))?.insert(cookie, tx);
+            shared
+                .tcp_streams
+                .lock()
+                .map_err(|_| TestError::Streams("lock poisoned".into()))?
+                .insert(cookie, tx);
             control::write_state(ctrl, State::CreateStreams)?;
             let mut conns = Vec::with_capacity(n);
             while conns.len() < n {
@@ -567,9 +711,19 @@ fn collect_streams(
         }
         Protocol::Udp => {
             // One test at a time creates UDP streams (they carry no cookie).
-            let _turn = shared.udp_setup.lock().map_err(|_| TestError::Streams("lock poisoned".into()))?;
+            let _turn = shared
+                .udp_setup
+                .lock()
+                .map_err(|_| TestError::Streams("lock poisoned".into()))?;
             let (tx, rx) = mpsc::channel();
-            *shared.udp_waiting.lock().map_err(|_| TestError::Streams("lock poisoned".into()))? = Some(UdpPending { client: peer.ip(), tx, seen: Vec::new() });
+            *shared
+                .udp_waiting
+                .lock()
+                .map_err(|_| TestError::Streams("lock poisoned".into()))? = Some(UdpPending {
+                client: peer.ip(),
+                tx,
+                seen: Vec::new(),
+            });
             let result = (|| -> Result<(), TestError> {
                 control::write_state(ctrl, State::CreateStreams)?;
                 while out.len() < n {
@@ -589,7 +743,8 @@ fn collect_streams(
 
 fn recv_until<T>(rx: &Receiver<T>, deadline: Instant, missing: usize) -> Result<T, TestError> {
     let left = deadline.saturating_duration_since(Instant::now());
-    rx.recv_timeout(left).map_err(|_| TestError::Streams(format!("{missing} data stream(s) never arrived")))
+    rx.recv_timeout(left)
+        .map_err(|_| TestError::Streams(format!("{missing} data stream(s) never arrived")))
 }
 
 fn apply_options(t: &Transport, p: &TestParams, role: Role) {

@@ -46,7 +46,12 @@ impl DataSession {
         for plan in plans {
             streams.push(stream::spawn(plan, Arc::clone(&cfg), Arc::clone(&ctl))?);
         }
-        let mut s = DataSession { ctl, baseline: Vec::new(), streams, omit };
+        let mut s = DataSession {
+            ctl,
+            baseline: Vec::new(),
+            streams,
+            omit,
+        };
         s.baseline = s.streams.iter().map(|_| Snapshot::default()).collect();
         if omit.is_zero() {
             s.baseline = s.snapshot();
@@ -138,7 +143,10 @@ impl DataSession {
     }
 
     pub fn all_finished(&self, role: Role) -> bool {
-        self.streams.iter().filter(|s| s.role == role).all(RunningStream::is_finished)
+        self.streams
+            .iter()
+            .filter(|s| s.role == role)
+            .all(RunningStream::is_finished)
     }
 
     pub fn has(&self, role: Role) -> bool {
@@ -161,7 +169,10 @@ impl DataSession {
     pub fn peer_results(&self, final_snap: &[Snapshot], wall: Duration) -> PeerResults {
         let (total, user, system) = self.cpu_percent(wall);
         let any_send = self.has(Role::Send);
-        let tcp = self.streams.iter().any(|s| matches!(s.transport, Transport::Tcp(_)));
+        let tcp = self
+            .streams
+            .iter()
+            .any(|s| matches!(s.transport, Transport::Tcp(_)));
         let streams = self
             .streams
             .iter()

@@ -12,11 +12,17 @@ pub enum SockError {
     #[error("congestion control '{asked}' is not available on this kernel; available: {available}")]
     Congestion { asked: String, available: String },
     #[error("cannot set {what}: {source}")]
-    Option { what: &'static str, source: io::Error },
+    Option {
+        what: &'static str,
+        source: io::Error,
+    },
 }
 
 fn opt_err(what: &'static str) -> impl FnOnce(nix::Error) -> SockError {
-    move |e| SockError::Option { what, source: io::Error::from(e) }
+    move |e| SockError::Option {
+        what,
+        source: io::Error::from(e),
+    }
 }
 
 /// The congestion control algorithms this kernel offers (and, as non-root, allows).
@@ -60,9 +66,15 @@ pub fn set_buffers(sock: &socket2::SockRef<'_>, bytes: u64) -> Result<BufferSize
     if bytes > 0 {
         let b = usize::try_from(bytes).unwrap_or(usize::MAX);
         sock.set_send_buffer_size(b)
-            .map_err(|source| SockError::Option { what: "SO_SNDBUF", source })?;
+            .map_err(|source| SockError::Option {
+                what: "SO_SNDBUF",
+                source,
+            })?;
         sock.set_recv_buffer_size(b)
-            .map_err(|source| SockError::Option { what: "SO_RCVBUF", source })?;
+            .map_err(|source| SockError::Option {
+                what: "SO_RCVBUF",
+                source,
+            })?;
     }
     Ok(buffers(sock))
 }
@@ -91,7 +103,10 @@ pub fn set_max_pacing_rate<F: AsRawFd>(sock: &F, bytes_per_sec: u64) -> Result<(
         )
     };
     if rc != 0 {
-        return Err(SockError::Option { what: "SO_MAX_PACING_RATE", source: io::Error::last_os_error() });
+        return Err(SockError::Option {
+            what: "SO_MAX_PACING_RATE",
+            source: io::Error::last_os_error(),
+        });
     }
     Ok(())
 }

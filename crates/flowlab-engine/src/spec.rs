@@ -139,7 +139,7 @@ impl TestSpec {
             flowlab: Some(FlowlabParams {
                 version: FLOWLAB_EXT_VERSION,
                 mode: self.mode,
-                rto_ms: (self.mode == Mode::StopAndWait).then(|| self.rto.as_millis() as u64),
+                rto_ms: (self.mode == Mode::StopAndWait).then_some(self.rto.as_millis() as u64),
                 require: self.required_features(),
             }),
         }

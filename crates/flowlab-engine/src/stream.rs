@@ -65,9 +65,11 @@ impl Budget {
     /// Reserves the next write of at most `len` bytes; `None` when the budget is spent.
     pub fn take(&self, len: usize) -> Option<usize> {
         let take_from = |left: &AtomicU64, want: u64| {
-            left.fetch_update(Ordering::AcqRel, Ordering::Acquire, |l| l.checked_sub(want.min(l)).filter(|_| l > 0))
-                .ok()
-                .map(|l| want.min(l))
+            left.fetch_update(Ordering::AcqRel, Ordering::Acquire, |l| {
+                l.checked_sub(want.min(l)).filter(|_| l > 0)
+            })
+            .ok()
+            .map(|l| want.min(l))
         };
         match self {
             Budget::Unbounded => Some(len),
@@ -147,7 +149,10 @@ pub struct StreamCounters {
 
 impl StreamCounters {
     pub fn udp_counts(&self) -> Option<UdpCounts> {
-        self.udp.lock().ok().and_then(|g| g.as_ref().map(UdpReceiverStats::counts))
+        self.udp
+            .lock()
+            .ok()
+            .and_then(|g| g.as_ref().map(UdpReceiverStats::counts))
     }
 }
 
@@ -176,7 +181,9 @@ impl RunningStream {
     /// Waits for the thread; returns its error if it failed.
     pub fn join(&mut self) -> std::io::Result<()> {
         match self.handle.take() {
-            Some(h) => h.join().unwrap_or_else(|_| Err(std::io::Error::other("stream thread panicked"))),
+            Some(h) => h
+                .join()
+                .unwrap_or_else(|_| Err(std::io::Error::other("stream thread panicked"))),
             None => Ok(()),
         }
     }
@@ -187,37 +194,56 @@ impl RunningStream {
 }
 
 /// Starts the thread of one stream.
-pub fn spawn(plan: StreamPlan, cfg: Arc<DataConfig>, ctl: Arc<TestControl>) -> std::io::Result<RunningStream> {
+pub fn spawn(
+    plan: StreamPlan,
+    cfg: Arc<DataConfig>,
+    ctl: Arc<TestControl>,
+) -> std::io::Result<RunningStream> {
     let counters = Arc::new(StreamCounters::default());
     if plan.role == Role::Receive && matches!(plan.transport, Transport::Udp(_)) {
         if let Ok(mut g) = counters.udp.lock() {
             *g = Some(UdpReceiverStats::default());
         }
     }
-    let StreamPlan { id, role, transport, early } = plan;
+    let StreamPlan {
+        id,
+        role,
+        transport,
+        early,
+    } = plan;
     let thread_counters = Arc::clone(&counters);
     let thread_transport = transport.clone();
-    let handle = std::thread::Builder::new().name(format!("stream-{id}")).spawn(move || {
-        let c = &thread_counters;
-        let result = match (&thread_transport, role) {
-            (Transport::Tcp(s), Role::Send) => crate::tcp_data::send(s, &cfg, &ctl, c),
-            (Transport::Tcp(s), Role::Receive) => crate::tcp_data::receive(s, &cfg, &ctl, c),
-            (Transport::Udp(s), Role::Send) => crate::udp_data::send(s, &cfg, &ctl, c),
-            (Transport::Udp(s), Role::Receive) => crate::udp_data::receive(s, &cfg, &ctl, c, early),
-        };
-        if c.end_us.load(Ordering::Acquire) == 0 {
-            c.end_us.store(ctl.elapsed_us().max(1), Ordering::Release);
-        }
-        let (user, system) = crate::sock::thread_cpu_us();
-        c.cpu_user_us.store(user, Ordering::Release);
-        c.cpu_system_us.store(system, Ordering::Release);
-        c.finished.store(true, Ordering::Release);
-        if let Err(e) = &result {
-            tracing::debug!(stream = id, "stream ended with error: {e}");
-        }
-        result
-    })?;
-    Ok(RunningStream { id, role, transport, counters, handle: Some(handle) })
+    let handle = std::thread::Builder::new()
+        .name(format!("stream-{id}"))
+        .spawn(move || {
+            let c = &thread_counters;
+            let result = match (&thread_transport, role) {
+                (Transport::Tcp(s), Role::Send) => crate::tcp_data::send(s, &cfg, &ctl, c),
+                (Transport::Tcp(s), Role::Receive) => crate::tcp_data::receive(s, &cfg, &ctl, c),
+                (Transport::Udp(s), Role::Send) => crate::udp_data::send(s, &cfg, &ctl, c),
+                (Transport::Udp(s), Role::Receive) => {
+                    crate::udp_data::receive(s, &cfg, &ctl, c, early)
+                }
+            };
+            if c.end_us.load(Ordering::Acquire) == 0 {
+                c.end_us.store(ctl.elapsed_us().max(1), Ordering::Release);
+            }
+            let (user, system) = crate::sock::thread_cpu_us();
+            c.cpu_user_us.store(user, Ordering::Release);
+            c.cpu_system_us.store(system, Ordering::Release);
+            c.finished.store(true, Ordering::Release);
+            if let Err(e) = &result {
+                tracing::debug!(stream = id, "stream ended with error: {e}");
+            }
+            result
+        })?;
+    Ok(RunningStream {
+        id,
+        role,
+        transport,
+        counters,
+        handle: Some(handle),
+    })
 }
 
 /// How long a receiver told to stop keeps reading what is still in flight.
@@ -259,7 +285,10 @@ impl Drain {
 
 /// True for the errors a socket timeout produces.
 pub fn is_timeout(e: &std::io::Error) -> bool {
-    matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+    )
 }
 
 #[cfg(test)]

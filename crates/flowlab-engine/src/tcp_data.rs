@@ -15,7 +15,9 @@ use crate::stream::{DataConfig, Drain, POLL, StreamCounters, TestControl, is_tim
 /// The payload every write carries. Its content does not matter; a fixed, non-zero
 /// pattern keeps compression anywhere on the path from flattering the numbers.
 pub(crate) fn payload(len: usize) -> Vec<u8> {
-    (0..len).map(|i| (i.wrapping_mul(131) % 251) as u8).collect()
+    (0..len)
+        .map(|i| (i.wrapping_mul(131) % 251) as u8)
+        .collect()
 }
 
 /// Sends until stopped or the budget is spent.
@@ -33,7 +35,11 @@ pub(crate) fn send(
         let _ = crate::sock::set_max_pacing_rate(sock, cfg.rate_bps / 8);
     }
     let buf = payload(cfg.len);
-    let file = if cfg.zerocopy { Some(ZeroCopySource::new(&buf)?) } else { None };
+    let file = if cfg.zerocopy {
+        Some(ZeroCopySource::new(&buf)?)
+    } else {
+        None
+    };
     let mut pacer = (cfg.rate_bps > 0).then(|| Pacer::new(cfg.rate_bps, ctl.epoch.elapsed()));
     let mut seq = 0u64;
     let result = loop {
@@ -47,7 +53,9 @@ pub(crate) fn send(
                 continue;
             }
         }
-        let Some(n) = ctl.budget.take(cfg.len) else { break Ok(()) };
+        let Some(n) = ctl.budget.take(cfg.len) else {
+            break Ok(());
+        };
         if cfg.mode == Mode::StopAndWait {
             // Each message says its length, so a short last one (-n not a multiple of
             // -l) is still recognised and acknowledged.
@@ -122,7 +130,10 @@ fn wait_ack(mut sock: &TcpStream, seq: u64, ctl: &TestControl) -> io::Result<boo
     }
     match Ack::decode(&ack) {
         Ok(a) if a.seq == seq => Ok(true),
-        _ => Err(io::Error::new(io::ErrorKind::InvalidData, "bad stop-and-wait acknowledgement")),
+        _ => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "bad stop-and-wait acknowledgement",
+        )),
     }
 }
 
@@ -152,7 +163,10 @@ pub(crate) fn receive(
                     if prefix_got == 4 {
                         let len = u32::from_be_bytes(prefix) as usize;
                         if len == 0 || len > buf.len() {
-                            return Err(io::Error::new(io::ErrorKind::InvalidData, "bad stop-and-wait message length"));
+                            return Err(io::Error::new(
+                                io::ErrorKind::InvalidData,
+                                "bad stop-and-wait message length",
+                            ));
                         }
                         message = Some(len);
                         prefix_got = 0;
@@ -211,8 +225,11 @@ struct ZeroCopySource {
 
 impl ZeroCopySource {
     fn new(block: &[u8]) -> io::Result<Self> {
-        let fd = nix::sys::memfd::memfd_create(c"flowlab-zerocopy", nix::sys::memfd::MFdFlags::MFD_CLOEXEC)
-            .map_err(io::Error::from)?;
+        let fd = nix::sys::memfd::memfd_create(
+            c"flowlab-zerocopy",
+            nix::sys::memfd::MFdFlags::MFD_CLOEXEC,
+        )
+        .map_err(io::Error::from)?;
         let mut file = std::fs::File::from(fd);
         file.write_all(block)?;
         Ok(ZeroCopySource { file })
@@ -222,7 +239,12 @@ impl ZeroCopySource {
         let mut off: libc::off_t = 0;
         let mut sent = 0;
         while sent < n {
-            match nix::sys::sendfile::sendfile(sock.as_fd(), self.file.as_fd(), Some(&mut off), n - sent) {
+            match nix::sys::sendfile::sendfile(
+                sock.as_fd(),
+                self.file.as_fd(),
+                Some(&mut off),
+                n - sent,
+            ) {
                 Ok(0) => break,
                 Ok(k) => sent += k,
                 Err(nix::Error::EAGAIN | nix::Error::EINTR) => {

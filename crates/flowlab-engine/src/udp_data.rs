@@ -26,12 +26,21 @@ const MAX_SEGMENTS: usize = 64;
 const MAX_GSO_BYTES: usize = 65_000;
 
 fn stamp(buf: &mut [u8], seq: u64, now_us: u64, counters_64bit: bool) {
-    let header = DatagramHeader { sec: (now_us / 1_000_000) as u32, usec: (now_us % 1_000_000) as u32, seq };
+    let header = DatagramHeader {
+        sec: (now_us / 1_000_000) as u32,
+        usec: (now_us % 1_000_000) as u32,
+        seq,
+    };
     header.encode(buf, counters_64bit);
 }
 
 /// Sends until stopped or the budget is spent.
-pub(crate) fn send(sock: &UdpSocket, cfg: &DataConfig, ctl: &TestControl, c: &StreamCounters) -> io::Result<()> {
+pub(crate) fn send(
+    sock: &UdpSocket,
+    cfg: &DataConfig,
+    ctl: &TestControl,
+    c: &StreamCounters,
+) -> io::Result<()> {
     let result = match cfg.mode {
         Mode::Streaming => send_streaming(sock, cfg, ctl, c),
         Mode::StopAndWait => send_stop_and_wait(sock, cfg, ctl, c),
@@ -40,7 +49,12 @@ pub(crate) fn send(sock: &UdpSocket, cfg: &DataConfig, ctl: &TestControl, c: &St
     result
 }
 
-fn send_streaming(sock: &UdpSocket, cfg: &DataConfig, ctl: &TestControl, c: &StreamCounters) -> io::Result<()> {
+fn send_streaming(
+    sock: &UdpSocket,
+    cfg: &DataConfig,
+    ctl: &TestControl,
+    c: &StreamCounters,
+) -> io::Result<()> {
     let hdr = DatagramHeader::len(cfg.counters_64bit);
     let len = cfg.len.max(hdr);
     let max_segs = (MAX_GSO_BYTES / len).clamp(1, MAX_SEGMENTS);
@@ -70,7 +84,12 @@ fn send_streaming(sock: &UdpSocket, cfg: &DataConfig, ctl: &TestControl, c: &Str
         while segs < want {
             let Some(n) = ctl.budget.take(len) else { break };
             let n = n.max(hdr);
-            stamp(&mut buf[segs * len..], seq + 1 + segs as u64, now_us, cfg.counters_64bit);
+            stamp(
+                &mut buf[segs * len..],
+                seq + 1 + segs as u64,
+                now_us,
+                cfg.counters_64bit,
+            );
             total += n;
             segs += 1;
             if n < len {
@@ -83,8 +102,14 @@ fn send_streaming(sock: &UdpSocket, cfg: &DataConfig, ctl: &TestControl, c: &Str
         let sent = if segs > 1 {
             let seg = len as u16;
             let cmsg = [ControlMessage::UdpGsoSegments(&seg)];
-            sendmsg::<()>(sock.as_raw_fd(), &[IoSlice::new(&buf[..total])], &cmsg, MsgFlags::empty(), None)
-                .map_err(io::Error::from)
+            sendmsg::<()>(
+                sock.as_raw_fd(),
+                &[IoSlice::new(&buf[..total])],
+                &cmsg,
+                MsgFlags::empty(),
+                None,
+            )
+            .map_err(io::Error::from)
         } else {
             sock.send(&buf[..total])
         };
@@ -105,12 +130,16 @@ fn send_streaming(sock: &UdpSocket, cfg: &DataConfig, ctl: &TestControl, c: &Str
                 }
                 match e.raw_os_error() {
                     // The kernel cannot segment (no GSO, or a datagram above the path MTU).
-                    Some(libc::EIO | libc::EINVAL | libc::EMSGSIZE | libc::ENOPROTOOPT) if segs > 1 => {
+                    Some(libc::EIO | libc::EINVAL | libc::EMSGSIZE | libc::ENOPROTOOPT)
+                        if segs > 1 =>
+                    {
                         tracing::debug!("UDP GSO unavailable ({e}); sending one datagram per call");
                         gso = false;
                     }
                     // Local queue full: try again shortly.
-                    Some(libc::ENOBUFS | libc::EAGAIN) => std::thread::sleep(Duration::from_micros(20)),
+                    Some(libc::ENOBUFS | libc::EAGAIN) => {
+                        std::thread::sleep(Duration::from_micros(20))
+                    }
                     _ if is_timeout(&e) => {}
                     // The peer's port is not (yet, or no longer) open.
                     Some(libc::ECONNREFUSED) => std::thread::sleep(Duration::from_millis(1)),
@@ -121,14 +150,21 @@ fn send_streaming(sock: &UdpSocket, cfg: &DataConfig, ctl: &TestControl, c: &Str
     }
 }
 
-fn send_stop_and_wait(sock: &UdpSocket, cfg: &DataConfig, ctl: &TestControl, c: &StreamCounters) -> io::Result<()> {
+fn send_stop_and_wait(
+    sock: &UdpSocket,
+    cfg: &DataConfig,
+    ctl: &TestControl,
+    c: &StreamCounters,
+) -> io::Result<()> {
     let hdr = DatagramHeader::len(cfg.counters_64bit);
     let len = cfg.len.max(hdr);
     let mut buf = payload(len);
     let mut ack = [0u8; 64];
     let mut seq = 0u64;
     while !ctl.stop_send.load(Ordering::Acquire) {
-        let Some(n) = ctl.budget.take(len) else { return Ok(()) };
+        let Some(n) = ctl.budget.take(len) else {
+            return Ok(());
+        };
         let n = n.max(hdr);
         seq += 1;
         let mut first = true;
@@ -188,10 +224,14 @@ pub(crate) fn receive(
     }
     let account = |data: &[u8], seg: usize, now_us: u64| -> Vec<u64> {
         let mut acks = Vec::new();
-        let Ok(mut guard) = c.udp.lock() else { return acks };
+        let Ok(mut guard) = c.udp.lock() else {
+            return acks;
+        };
         let stats: &mut UdpReceiverStats = guard.get_or_insert_with(UdpReceiverStats::default);
         for d in data.chunks(seg.max(1)) {
-            let Ok(h) = DatagramHeader::decode(d, cfg.counters_64bit) else { continue };
+            let Ok(h) = DatagramHeader::decode(d, cfg.counters_64bit) else {
+                continue;
+            };
             stats.on_datagram(h.seq, d.len(), h.micros(), now_us);
             c.bytes.fetch_add(d.len() as u64, Ordering::Relaxed);
             c.blocks.fetch_add(1, Ordering::Relaxed);
@@ -209,7 +249,12 @@ pub(crate) fn receive(
     let mut drain = Drain::default();
     loop {
         let mut iov = [IoSliceMut::new(&mut buf)];
-        let got = match recvmsg::<()>(sock.as_raw_fd(), &mut iov, Some(&mut cmsg_space), MsgFlags::empty()) {
+        let got = match recvmsg::<()>(
+            sock.as_raw_fd(),
+            &mut iov,
+            Some(&mut cmsg_space),
+            MsgFlags::empty(),
+        ) {
             Ok(msg) => {
                 let mut seg = msg.bytes;
                 if let Ok(cmsgs) = msg.cmsgs() {

@@ -162,7 +162,10 @@ mod tests {
     #[test]
     fn in_order_has_no_loss() {
         let s = feed(&[1, 2, 3, 4, 5]);
-        assert_eq!((s.packets, s.lost, s.out_of_order, s.duplicates), (5, 0, 0, 0));
+        assert_eq!(
+            (s.packets, s.lost, s.out_of_order, s.duplicates),
+            (5, 0, 0, 0)
+        );
         assert_eq!(s.unique_bytes, 500);
     }
 
@@ -183,7 +186,10 @@ mod tests {
     fn duplicates_are_counted_apart() {
         // iperf3 would report lost = -2 here (each copy taken off the loss count).
         let s = feed(&[1, 2, 2, 3, 3, 3]);
-        assert_eq!((s.packets, s.lost, s.out_of_order, s.duplicates), (6, 0, 0, 3));
+        assert_eq!(
+            (s.packets, s.lost, s.out_of_order, s.duplicates),
+            (6, 0, 0, 3)
+        );
         assert_eq!((s.bytes, s.unique_bytes), (600, 300));
         let s = feed(&[1, 4, 2, 2, 4]);
         assert_eq!((s.lost, s.out_of_order, s.duplicates), (1, 1, 2));
@@ -223,6 +229,9 @@ mod tests {
         s.on_datagram(3, 100, 0, 0);
         s.on_datagram(3, 100, 0, 0);
         let d = s.counts().since(&a);
-        assert_eq!((d.packets, d.out_of_order, d.duplicates, d.lost), (2, 1, 1, 0));
+        assert_eq!(
+            (d.packets, d.out_of_order, d.duplicates, d.lost),
+            (2, 1, 1, 0)
+        );
     }
 }

@@ -70,7 +70,9 @@ impl UnitFormat {
     pub fn parse(text: &str) -> Option<UnitFormat> {
         let power = |c: char| "kmgt".find(c.to_ascii_lowercase()).map(|i| i as u32 + 1);
         let mut chars = text.chars();
-        let (c, None) = (chars.next()?, chars.next()) else { return None };
+        let (c, None) = (chars.next()?, chars.next()) else {
+            return None;
+        };
         match c {
             'a' | 'A' => Some(UnitFormat::Adaptive),
             c if c.is_ascii_lowercase() => power(c).map(UnitFormat::Bits),
@@ -97,7 +99,13 @@ impl fmt::Display for Bytes {
             UnitFormat::Bits(p) => (v * 8.0 / 1000f64.powi(p as i32), p as usize, true),
         };
         let unit = if bits { "bits" } else { "Bytes" };
-        let prec = if scaled < 9.995 { 2 } else if scaled < 99.95 { 1 } else { 0 };
+        let prec = if scaled < 9.995 {
+            2
+        } else if scaled < 99.95 {
+            1
+        } else {
+            0
+        };
         write!(f, "{scaled:.prec$} {}{unit}", PREFIX[p.min(4)])
     }
 }
@@ -117,7 +125,13 @@ impl fmt::Display for Rate {
             UnitFormat::Bits(p) => (v / 1000f64.powi(p as i32), p as usize, "bits/sec"),
             UnitFormat::Bytes(p) => (v / 8.0 / 1024f64.powi(p as i32), p as usize, "Bytes/sec"),
         };
-        let prec = if scaled < 9.995 { 2 } else if scaled < 99.95 { 1 } else { 0 };
+        let prec = if scaled < 9.995 {
+            2
+        } else if scaled < 99.95 {
+            1
+        } else {
+            0
+        };
         write!(f, "{scaled:.prec$} {}{unit}", PREFIX[p.min(4)])
     }
 }
@@ -144,13 +158,28 @@ mod tests {
 
     #[test]
     fn prints_like_iperf3() {
-        assert_eq!(Bytes(1_342_177_280, UnitFormat::Adaptive).to_string(), "1.25 GBytes");
+        assert_eq!(
+            Bytes(1_342_177_280, UnitFormat::Adaptive).to_string(),
+            "1.25 GBytes"
+        );
         assert_eq!(Bytes(1000, UnitFormat::Adaptive).to_string(), "1000 Bytes");
-        assert_eq!(Bytes(125_000, UnitFormat::Bits(1)).to_string(), "1000 Kbits");
-        assert_eq!(Rate(9.41e9, UnitFormat::Adaptive).to_string(), "9.41 Gbits/sec");
+        assert_eq!(
+            Bytes(125_000, UnitFormat::Bits(1)).to_string(),
+            "1000 Kbits"
+        );
+        assert_eq!(
+            Rate(9.41e9, UnitFormat::Adaptive).to_string(),
+            "9.41 Gbits/sec"
+        );
         assert_eq!(Rate(0.0, UnitFormat::Adaptive).to_string(), "0.00 bits/sec");
-        assert_eq!(Rate(8e6, UnitFormat::Bytes(2)).to_string(), "0.95 MBytes/sec");
-        assert_eq!(Rate(123.4e6, UnitFormat::Bits(2)).to_string(), "123 Mbits/sec");
+        assert_eq!(
+            Rate(8e6, UnitFormat::Bytes(2)).to_string(),
+            "0.95 MBytes/sec"
+        );
+        assert_eq!(
+            Rate(123.4e6, UnitFormat::Bits(2)).to_string(),
+            "123 Mbits/sec"
+        );
     }
 
     #[test]

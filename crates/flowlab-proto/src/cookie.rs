@@ -29,7 +29,9 @@ impl Cookie {
         let mut chars = [0u8; COOKIE_LEN - 1];
         chars.copy_from_slice(&wire[..COOKIE_LEN - 1]);
         if !chars.iter().all(|c| ALPHABET.contains(c)) {
-            return Err(ProtoError::BadCookie("characters outside the cookie alphabet"));
+            return Err(ProtoError::BadCookie(
+                "characters outside the cookie alphabet",
+            ));
         }
         Ok(Cookie(chars))
     }
@@ -83,7 +85,10 @@ mod tests {
     fn refuses_missing_nul() {
         let mut wire = Cookie::from_random([0; 36]).encode();
         wire[36] = b'a';
-        assert!(matches!(Cookie::decode(&wire), Err(ProtoError::BadCookie(_))));
+        assert!(matches!(
+            Cookie::decode(&wire),
+            Err(ProtoError::BadCookie(_))
+        ));
     }
 
     #[test]

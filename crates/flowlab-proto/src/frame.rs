@@ -51,7 +51,12 @@ mod tests {
 
     #[test]
     fn round_trip() {
-        let p = TestParams { tcp: Some(true), time: 3, parallel: 2, ..TestParams::default() };
+        let p = TestParams {
+            tcp: Some(true),
+            time: 3,
+            parallel: 2,
+            ..TestParams::default()
+        };
         let wire = encode(&p);
         let len = check(wire[..4].try_into().unwrap(), MAX_PARAMS_LEN).unwrap();
         assert_eq!(len, wire.len() - 4);
@@ -61,7 +66,10 @@ mod tests {
 
     #[test]
     fn refuses_zero_and_oversized_lengths() {
-        assert_eq!(check([0; 4], 10), Err(ProtoError::BadLength { len: 0, max: 10 }));
+        assert_eq!(
+            check([0; 4], 10),
+            Err(ProtoError::BadLength { len: 0, max: 10 })
+        );
         assert!(check(11u32.to_be_bytes(), 10).is_err());
         assert!(check(u32::MAX.to_be_bytes(), MAX_RESULTS_LEN).is_err());
         assert_eq!(check(10u32.to_be_bytes(), 10), Ok(10));

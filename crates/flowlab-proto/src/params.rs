@@ -12,11 +12,23 @@ use crate::lenient::{flag, num, opt_flag};
 /// Parameters of one test, as exchanged on the wire.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TestParams {
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "opt_flag")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "opt_flag"
+    )]
     pub tcp: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "opt_flag")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "opt_flag"
+    )]
     pub udp: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "opt_flag")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "opt_flag"
+    )]
     pub sctp: Option<bool>,
     /// Seconds at the start whose data is not counted.
     #[serde(default, deserialize_with = "num")]
@@ -30,7 +42,12 @@ pub struct TestParams {
     /// Blocks to send in total (0: not bounded by blocks).
     #[serde(default, deserialize_with = "num")]
     pub blockcount: u64,
-    #[serde(rename = "MSS", default, skip_serializing_if = "is_zero", deserialize_with = "num")]
+    #[serde(
+        rename = "MSS",
+        default,
+        skip_serializing_if = "is_zero",
+        deserialize_with = "num"
+    )]
     pub mss: u64,
     #[serde(default, skip_serializing_if = "is_false", deserialize_with = "flag")]
     pub nodelay: bool,
@@ -89,7 +106,11 @@ impl TestParams {
 
     /// Data streams the test opens: `parallel`, doubled for bidirectional tests.
     pub fn stream_count(&self) -> u64 {
-        if self.bidirectional { self.parallel * 2 } else { self.parallel }
+        if self.bidirectional {
+            self.parallel * 2
+        } else {
+            self.parallel
+        }
     }
 }
 
@@ -177,7 +198,10 @@ mod tests {
     fn protocol_needs_tcp_or_udp() {
         let none = TestParams::default();
         assert_eq!(none.protocol(), None);
-        let sctp = TestParams { sctp: Some(true), ..TestParams::default() };
+        let sctp = TestParams {
+            sctp: Some(true),
+            ..TestParams::default()
+        };
         assert_eq!(sctp.protocol(), None);
     }
 

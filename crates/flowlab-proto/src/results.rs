@@ -88,7 +88,10 @@ mod tests {
         assert_eq!(r.sender_has_retransmits, -1);
         assert_eq!(r.streams.len(), 1);
         let s = &r.streams[0];
-        assert_eq!((s.id, s.bytes, s.errors, s.packets), (1, 12_000_000_000, 3, 856));
+        assert_eq!(
+            (s.id, s.bytes, s.errors, s.packets),
+            (1, 12_000_000_000, 3, 856)
+        );
         assert_eq!(s.duplicates, None);
     }
 

@@ -62,7 +62,10 @@ impl DatagramHeader {
     pub fn decode(buf: &[u8], counters_64bit: bool) -> Result<Self, ProtoError> {
         let need = Self::len(counters_64bit);
         if buf.len() < need {
-            return Err(ProtoError::ShortDatagram { len: buf.len(), need });
+            return Err(ProtoError::ShortDatagram {
+                len: buf.len(),
+                need,
+            });
         }
         let word = |i: usize| u32::from_be_bytes([buf[i], buf[i + 1], buf[i + 2], buf[i + 3]]);
         let seq = if counters_64bit {
@@ -70,7 +73,11 @@ impl DatagramHeader {
         } else {
             u64::from(word(8))
         };
-        Ok(DatagramHeader { sec: word(0), usec: word(4), seq })
+        Ok(DatagramHeader {
+            sec: word(0),
+            usec: word(4),
+            seq,
+        })
     }
 
     /// The timestamp in microseconds.
@@ -104,7 +111,9 @@ impl Ack {
         }
         let mut seq = [0u8; 8];
         seq.copy_from_slice(&buf[4..]);
-        Ok(Ack { seq: u64::from_be_bytes(seq) })
+        Ok(Ack {
+            seq: u64::from_be_bytes(seq),
+        })
     }
 }
 
@@ -114,7 +123,11 @@ mod tests {
 
     #[test]
     fn header_round_trips_in_both_widths() {
-        let h = DatagramHeader { sec: 17, usec: 999_999, seq: 0x1_0000_0005 };
+        let h = DatagramHeader {
+            sec: 17,
+            usec: 999_999,
+            seq: 0x1_0000_0005,
+        };
         let mut buf = [0u8; 16];
         h.encode(&mut buf, true);
         assert_eq!(DatagramHeader::decode(&buf, true), Ok(h));
@@ -126,7 +139,11 @@ mod tests {
 
     #[test]
     fn header_layout_is_iperf3s() {
-        let h = DatagramHeader { sec: 1, usec: 2, seq: 3 };
+        let h = DatagramHeader {
+            sec: 1,
+            usec: 2,
+            seq: 3,
+        };
         let mut buf = [0u8; 12];
         h.encode(&mut buf, false);
         assert_eq!(buf, [0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 3]);
@@ -145,7 +162,10 @@ mod tests {
     fn handshake_bytes() {
         assert_eq!(handshake_reply(b"9876"), Some(*b"6789"));
         assert_eq!(LEGACY_CONNECT_MSG, [0xb1, 0x68, 0xde, 0x3a]);
-        assert_eq!(handshake_reply(&LEGACY_CONNECT_MSG), Some([0x15, 0xcd, 0x5b, 0x07]));
+        assert_eq!(
+            handshake_reply(&LEGACY_CONNECT_MSG),
+            Some([0x15, 0xcd, 0x5b, 0x07])
+        );
         assert_eq!(handshake_reply(b"9877"), None);
         assert_eq!(handshake_reply(b"98765"), None);
         assert!(is_handshake_reply(b"6789"));

@@ -14,7 +14,11 @@ use flowlab_engine::units::{self, UnitFormat};
 use flowlab_proto::params::{Mode, Protocol};
 
 #[derive(Debug, Parser)]
-#[command(name = "flowlab", version, about = "A laboratory for network transfers: throughput, loss, jitter, and why.")]
+#[command(
+    name = "flowlab",
+    version,
+    about = "A laboratory for network transfers: throughput, loss, jitter, and why."
+)]
 pub struct Cli {
     /// More diagnostics on stderr (-v, -vv).
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
@@ -43,7 +47,8 @@ fn rate(s: &str) -> Result<u64, String> {
 }
 
 fn format(s: &str) -> Result<UnitFormat, String> {
-    UnitFormat::parse(s).ok_or_else(|| format!("'{s}' is not one of k m g t (bits), K M G T (bytes), a (adaptive)"))
+    UnitFormat::parse(s)
+        .ok_or_else(|| format!("'{s}' is not one of k m g t (bits), K M G T (bytes), a (adaptive)"))
 }
 
 #[derive(Debug, Args)]
@@ -126,7 +131,12 @@ pub struct TestArgs {
     #[arg(short = 'n', long = "bytes", value_parser = size, value_name = "SIZE", group = "amount")]
     pub bytes: Option<u64>,
     /// Writes or datagrams to send in total per direction.
-    #[arg(short = 'k', long = "blockcount", value_name = "COUNT", group = "amount")]
+    #[arg(
+        short = 'k',
+        long = "blockcount",
+        value_name = "COUNT",
+        group = "amount"
+    )]
     pub blocks: Option<u64>,
     /// Seconds between interval reports; 0 for none.
     #[arg(short, long, default_value_t = 1.0, value_name = "SECONDS")]
@@ -181,14 +191,25 @@ pub struct TestArgs {
 impl TestArgs {
     /// Validates the combination and builds the engine's spec.
     pub fn to_spec(&self) -> Result<TestSpec, String> {
-        let protocol = if self.udp { Protocol::Udp } else { Protocol::Tcp };
+        let protocol = if self.udp {
+            Protocol::Udp
+        } else {
+            Protocol::Tcp
+        };
         let mut s = TestSpec::new(self.host.clone());
         s.port = self.port;
         s.protocol = protocol;
-        s.mode = if self.stop_and_wait { Mode::StopAndWait } else { Mode::Streaming };
+        s.mode = if self.stop_and_wait {
+            Mode::StopAndWait
+        } else {
+            Mode::Streaming
+        };
         s.len = match (self.length, protocol) {
             (Some(l), Protocol::Udp) if !(16..=spec::MAX_UDP_LEN as u64).contains(&l) => {
-                return Err(format!("-l/--length {l} is outside 16..={} for UDP", spec::MAX_UDP_LEN));
+                return Err(format!(
+                    "-l/--length {l} is outside 16..={} for UDP",
+                    spec::MAX_UDP_LEN
+                ));
             }
             (Some(l), Protocol::Tcp) if !(1..=16 << 20).contains(&l) => {
                 return Err(format!("-l/--length {l} is outside 1..=16M for TCP"));
@@ -207,11 +228,17 @@ impl TestArgs {
             _ => Amount::Seconds(10),
         };
         if !(self.interval == 0.0 || (0.1..=3600.0).contains(&self.interval)) {
-            return Err(format!("-i/--interval {} must be 0 (none) or between 0.1 and 3600 seconds", self.interval));
+            return Err(format!(
+                "-i/--interval {} must be 0 (none) or between 0.1 and 3600 seconds",
+                self.interval
+            ));
         }
         s.interval = (self.interval > 0.0).then(|| Duration::from_secs_f64(self.interval));
         if !(1..=128).contains(&self.parallel) {
-            return Err(format!("-P/--parallel {} must be between 1 and 128", self.parallel));
+            return Err(format!(
+                "-P/--parallel {} must be between 1 and 128",
+                self.parallel
+            ));
         }
         s.parallel = self.parallel;
         s.direction = match (self.reverse, self.bidir) {

@@ -27,8 +27,12 @@ fn main() -> ExitCode {
         Err(e) if e.use_stderr() => {
             // One line that names the flag, not clap's whole usage block.
             let text = e.to_string();
-            let first = text.lines().next().unwrap_or("error: invalid arguments");
-            eprintln!("{first}");
+            let message: Vec<&str> = text
+                .lines()
+                .take_while(|l| !l.trim().is_empty() && !l.starts_with("Usage:"))
+                .map(str::trim)
+                .collect();
+            eprintln!("{}", message.join(" "));
             return ExitCode::from(USAGE);
         }
         Err(e) => {
@@ -42,7 +46,9 @@ fn main() -> ExitCode {
         _ => "debug",
     };
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| level.into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| level.into()),
+        )
         .with_writer(std::io::stderr)
         .init();
     let outcome = match cli.command {
@@ -82,15 +88,33 @@ impl ServerLog for Log {
             serde_json::to_string(&event).unwrap_or_default()
         } else {
             match &event {
-                ServerEvent::Listening { address } => format!("flowlab server listening on {address} (TCP and UDP)"),
-                ServerEvent::TestStarted { test, peer, protocol, streams, reverse, bidir, client } => format!(
+                ServerEvent::Listening { address } => {
+                    format!("flowlab server listening on {address} (TCP and UDP)")
+                }
+                ServerEvent::TestStarted {
+                    test,
+                    peer,
+                    protocol,
+                    streams,
+                    reverse,
+                    bidir,
+                    client,
+                } => format!(
                     "test {test}: {protocol} from {peer}, {streams} stream(s){}{} [{}]",
                     if *reverse { ", reverse" } else { "" },
                     if *bidir { ", bidirectional" } else { "" },
                     client.as_deref().unwrap_or("unknown client")
                 ),
-                ServerEvent::TestFinished { test, peer, bytes_received, bytes_sent, seconds } => {
-                    format!("test {test}: done with {peer} after {seconds:.2} s: received {bytes_received} B, sent {bytes_sent} B")
+                ServerEvent::TestFinished {
+                    test,
+                    peer,
+                    bytes_received,
+                    bytes_sent,
+                    seconds,
+                } => {
+                    format!(
+                        "test {test}: done with {peer} after {seconds:.2} s: received {bytes_received} B, sent {bytes_sent} B"
+                    )
                 }
                 ServerEvent::TestFailed { test, peer, error } => match test {
                     Some(t) => format!("test {t}: {peer}: {error}"),
@@ -107,7 +131,8 @@ impl ServerLog for Log {
 
 fn serve(cfg: ServerConfig, json: bool) -> anyhow::Result<()> {
     let port = cfg.port;
-    let server = Server::bind(cfg, Arc::new(Log { json })).map_err(|e| anyhow::anyhow!("cannot listen on port {port}: {e}"))?;
+    let server = Server::bind(cfg, Arc::new(Log { json }))
+        .map_err(|e| anyhow::anyhow!("cannot listen on port {port}: {e}"))?;
     server.run()?;
     Ok(())
 }
@@ -164,7 +189,12 @@ fn install_ctrl_c() -> Arc<AtomicBool> {
 
 fn test(spec: &TestSpec, a: &cli::TestArgs) -> anyhow::Result<()> {
     let interrupt = install_ctrl_c();
-    let mut printer = Printer { format: a.format, udp: a.udp, json_stream: a.json_stream, quiet: a.json };
+    let mut printer = Printer {
+        format: a.format,
+        udp: a.udp,
+        json_stream: a.json_stream,
+        quiet: a.json,
+    };
     match client::run(spec, &mut printer, &interrupt) {
         Ok(result) => {
             if a.json {
@@ -178,7 +208,12 @@ fn test(spec: &TestSpec, a: &cli::TestArgs) -> anyhow::Result<()> {
         }
         Err(e) => {
             if a.json {
-                println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "schema": flowlab_engine::result::SCHEMA, "error": e.to_string() }))?);
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(
+                        &serde_json::json!({ "schema": flowlab_engine::result::SCHEMA, "error": e.to_string() })
+                    )?
+                );
             } else if a.json_stream {
                 printer.emit("error", &serde_json::json!({ "message": e.to_string() }));
             }
@@ -188,7 +223,11 @@ fn test(spec: &TestSpec, a: &cli::TestArgs) -> anyhow::Result<()> {
 }
 
 fn quick(a: &cli::QuickArgs) -> anyhow::Result<()> {
-    let cfg = ServerConfig { bind: Some([127, 0, 0, 1].into()), port: 0, ..ServerConfig::default() };
+    let cfg = ServerConfig {
+        bind: Some([127, 0, 0, 1].into()),
+        port: 0,
+        ..ServerConfig::default()
+    };
     let server = Server::bind(cfg, Arc::new(flowlab_engine::server::NoLog))?;
     let port = server.local_addr().port();
     server.spawn()?;
@@ -201,7 +240,10 @@ fn quick(a: &cli::QuickArgs) -> anyhow::Result<()> {
     ];
     let mut results: Vec<TestResult> = Vec::new();
     if !a.json {
-        println!("flowlab quick: {} s per test on loopback (server on 127.0.0.1:{port})\n", a.time);
+        println!(
+            "flowlab quick: {} s per test on loopback (server on 127.0.0.1:{port})\n",
+            a.time
+        );
     }
     for (name, proto, direction) in cases {
         let mut spec = TestSpec::new("127.0.0.1");
@@ -216,9 +258,16 @@ fn quick(a: &cli::QuickArgs) -> anyhow::Result<()> {
         }
         let r = client::run(&spec, &mut client::Quiet, &interrupt)?;
         if !a.json {
-            let way = if direction == Direction::Forward { "client → server" } else { "server → client" };
+            let way = if direction == Direction::Forward {
+                "client → server"
+            } else {
+                "server → client"
+            };
             let rate = if proto == Protocol::Udp && a.bitrate > 0 {
-                format!(", target {}", flowlab_engine::units::Rate(a.bitrate as f64, UnitFormat::Adaptive))
+                format!(
+                    ", target {}",
+                    flowlab_engine::units::Rate(a.bitrate as f64, UnitFormat::Adaptive)
+                )
             } else {
                 String::new()
             };

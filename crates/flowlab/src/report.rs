@@ -34,7 +34,10 @@ pub fn start(s: &StartInfo) -> String {
             st.remote,
             st.sndbuf,
             st.rcvbuf,
-            st.congestion.as_ref().map(|c| format!("  cc {c}")).unwrap_or_default()
+            st.congestion
+                .as_ref()
+                .map(|c| format!("  cc {c}"))
+                .unwrap_or_default()
         );
     }
     out
@@ -45,7 +48,8 @@ pub fn interval_header(udp: bool) -> String {
     if udp {
         "[ ID] Dir  Interval           Transfer     Bitrate          Jitter     Lost/Total       OOO  Dup\n".into()
     } else {
-        "[ ID] Dir  Interval           Transfer     Bitrate          Retr  Cwnd         RTT\n".into()
+        "[ ID] Dir  Interval           Transfer     Bitrate          Retr  Cwnd         RTT\n"
+            .into()
     }
 }
 
@@ -59,25 +63,54 @@ pub fn interval(iv: &Interval, f: UnitFormat) -> String {
     let tag = if iv.omitted { "  (omitted)" } else { "" };
     let many = iv.streams.len() > 1;
     for s in &iv.streams {
-        let _ = write!(out, "[{:>3}] {:<4} {}  {:>11}  {:>15}", s.id, dir(s.direction), span(iv.start, iv.end), Bytes(s.bytes, f).to_string(), Rate(s.bits_per_second, f).to_string());
+        let _ = write!(
+            out,
+            "[{:>3}] {:<4} {}  {:>11}  {:>15}",
+            s.id,
+            dir(s.direction),
+            span(iv.start, iv.end),
+            Bytes(s.bytes, f).to_string(),
+            Rate(s.bits_per_second, f).to_string()
+        );
         if let Some(t) = s.tcp {
-            let _ = write!(out, "  {:>4}  {:>11}  {:>6} us", t.retransmits, Bytes(t.cwnd_bytes, UnitFormat::Adaptive).to_string(), t.rtt_us);
+            let _ = write!(
+                out,
+                "  {:>4}  {:>11}  {:>6} us",
+                t.retransmits,
+                Bytes(t.cwnd_bytes, UnitFormat::Adaptive).to_string(),
+                t.rtt_us
+            );
         }
         if let Some(u) = s.udp {
             let total = u.packets - u.duplicates + u.lost;
-            let _ = write!(out, "  {:>7.3} ms  {:>6}/{:<6} ({:.2}%)  {:>3}  {:>3}", u.jitter_ms, u.lost, total, u.lost_percent, u.out_of_order, u.duplicates);
+            let _ = write!(
+                out,
+                "  {:>7.3} ms  {:>6}/{:<6} ({:.2}%)  {:>3}  {:>3}",
+                u.jitter_ms, u.lost, total, u.lost_percent, u.out_of_order, u.duplicates
+            );
         }
         let _ = writeln!(out, "{tag}");
     }
     if many {
         for sum in &iv.sums {
-            let _ = write!(out, "[SUM] {:<4} {}  {:>11}  {:>15}", dir(sum.direction), span(iv.start, iv.end), Bytes(sum.bytes, f).to_string(), Rate(sum.bits_per_second, f).to_string());
+            let _ = write!(
+                out,
+                "[SUM] {:<4} {}  {:>11}  {:>15}",
+                dir(sum.direction),
+                span(iv.start, iv.end),
+                Bytes(sum.bytes, f).to_string(),
+                Rate(sum.bits_per_second, f).to_string()
+            );
             if let Some(r) = sum.retransmits {
                 let _ = write!(out, "  {r:>4}");
             }
             if let Some(u) = sum.udp {
                 let total = u.packets - u.duplicates + u.lost;
-                let _ = write!(out, "  {:>7.3} ms  {:>6}/{:<6} ({:.2}%)  {:>3}  {:>3}", u.jitter_ms, u.lost, total, u.lost_percent, u.out_of_order, u.duplicates);
+                let _ = write!(
+                    out,
+                    "  {:>7.3} ms  {:>6}/{:<6} ({:.2}%)  {:>3}  {:>3}",
+                    u.jitter_ms, u.lost, total, u.lost_percent, u.out_of_order, u.duplicates
+                );
             }
             let _ = writeln!(out, "{tag}");
         }
@@ -85,8 +118,22 @@ pub fn interval(iv: &Interval, f: UnitFormat) -> String {
     out
 }
 
-fn side_row(out: &mut String, id: &str, d: StreamDirection, t: &SideTotals, who: &str, f: UnitFormat) {
-    let _ = write!(out, "[{id:>3}] {:<4} {}  {:>11}  {:>15}", dir(d), span(0.0, t.seconds), Bytes(t.bytes, f).to_string(), Rate(t.bits_per_second, f).to_string());
+fn side_row(
+    out: &mut String,
+    id: &str,
+    d: StreamDirection,
+    t: &SideTotals,
+    who: &str,
+    f: UnitFormat,
+) {
+    let _ = write!(
+        out,
+        "[{id:>3}] {:<4} {}  {:>11}  {:>15}",
+        dir(d),
+        span(0.0, t.seconds),
+        Bytes(t.bytes, f).to_string(),
+        Rate(t.bits_per_second, f).to_string()
+    );
     if let Some(r) = t.retransmits {
         let _ = write!(out, "  retr {r}");
     }
@@ -94,7 +141,11 @@ fn side_row(out: &mut String, id: &str, d: StreamDirection, t: &SideTotals, who:
         let _ = write!(out, "  resent {sw}");
     }
     if let Some(u) = t.udp {
-        let _ = write!(out, "  jitter {:.3} ms  lost {}/{} ({:.2}%)  ooo {}  dup {}", u.jitter_ms, u.lost, u.expected, u.lost_percent, u.out_of_order, u.duplicates);
+        let _ = write!(
+            out,
+            "  jitter {:.3} ms  lost {}/{} ({:.2}%)  ooo {}  dup {}",
+            u.jitter_ms, u.lost, u.expected, u.lost_percent, u.out_of_order, u.duplicates
+        );
         if let Some(i) = u.integrity_percent {
             let _ = write!(out, "  integrity {i:.2}%");
         }
@@ -122,7 +173,11 @@ pub fn end(e: &EndInfo, f: UnitFormat) -> String {
         match &s.receiver {
             Some(t) => side_row(&mut out, &id, s.direction, t, "receiver", f),
             None => {
-                let _ = writeln!(out, "[{id:>3}] {:<4} receiver: unknown (no results from the server)", dir(s.direction));
+                let _ = writeln!(
+                    out,
+                    "[{id:>3}] {:<4} receiver: unknown (no results from the server)",
+                    dir(s.direction)
+                );
             }
         }
     }

@@ -46,7 +46,11 @@ fn check(proto: Protocol, mode: Mode, direction: Direction, amount: Amount) {
             assert_eq!(u.integrity_percent, Some(100.0), "{what}");
         }
         if mode == Mode::StopAndWait {
-            assert_eq!(snd.packets, Some(snd.bytes.div_ceil(s.len as u64)), "{what}: messages");
+            assert_eq!(
+                snd.packets,
+                Some(snd.bytes.div_ceil(s.len as u64)),
+                "{what}: messages"
+            );
         }
     }
 }
@@ -99,7 +103,10 @@ fn four_parallel_streams_are_all_counted() {
     let r = run(&s).expect("test runs");
     let e = end(&r);
     assert_eq!(e.streams.len(), 4);
-    assert_eq!(e.streams.iter().map(|s| s.id).collect::<Vec<_>>(), [1, 3, 4, 5]);
+    assert_eq!(
+        e.streams.iter().map(|s| s.id).collect::<Vec<_>>(),
+        [1, 3, 4, 5]
+    );
     let mut total = 0;
     for st in &e.streams {
         let (snd, rcv) = (st.sender.as_ref().unwrap(), st.receiver.as_ref().unwrap());
@@ -132,7 +139,10 @@ fn udp_bitrate_is_paced() {
     let r = run(&s).expect("test runs");
     let (snd, _) = sum(&r, StreamDirection::Up);
     let rate = snd.bits_per_second;
-    assert!((18e6..22e6).contains(&rate), "asked for 20 Mbit/s, sent {rate}");
+    assert!(
+        (18e6..22e6).contains(&rate),
+        "asked for 20 Mbit/s, sent {rate}"
+    );
 }
 
 #[test]
@@ -146,12 +156,29 @@ fn intervals_cover_the_test_and_omit_is_excluded() {
     let r = run(&s).expect("test runs");
     let omitted = r.intervals.iter().filter(|i| i.omitted).count();
     let counted = r.intervals.iter().filter(|i| !i.omitted).count();
-    assert_eq!((omitted, counted), (2, 2), "{:?}", r.intervals.iter().map(|i| (i.start, i.end, i.omitted)).collect::<Vec<_>>());
+    assert_eq!(
+        (omitted, counted),
+        (2, 2),
+        "{:?}",
+        r.intervals
+            .iter()
+            .map(|i| (i.start, i.end, i.omitted))
+            .collect::<Vec<_>>()
+    );
     let (snd, rcv) = sum(&r, StreamDirection::Up);
     // 80 Mbit/s for the counted second only: 10 MB, not 20.
-    assert!((8_000_000..12_000_000).contains(&snd.bytes), "omitted bytes counted: {}", snd.bytes);
+    assert!(
+        (8_000_000..12_000_000).contains(&snd.bytes),
+        "omitted bytes counted: {}",
+        snd.bytes
+    );
     // Each end takes its baseline on its own clock when the omitted second ends.
-    assert!(rcv.bytes.abs_diff(snd.bytes) < snd.bytes / 20, "{} vs {}", snd.bytes, rcv.bytes);
+    assert!(
+        rcv.bytes.abs_diff(snd.bytes) < snd.bytes / 20,
+        "{} vs {}",
+        snd.bytes,
+        rcv.bytes
+    );
 }
 
 #[test]
@@ -166,7 +193,10 @@ fn congestion_control_is_applied_on_both_ends() {
     assert_eq!(e.congestion_remote.as_deref(), Some("reno"));
     s.congestion = Some("no-such-algorithm".into());
     let err = run(&s).expect_err("unknown algorithm").to_string();
-    assert!(err.contains("no-such-algorithm") && err.contains("available"), "{err}");
+    assert!(
+        err.contains("no-such-algorithm") && err.contains("available"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -216,6 +246,9 @@ fn many_tests_run_at_once_on_one_server() {
         let r = h.join().expect("thread").expect("concurrent test runs");
         let e = end(&r);
         let sums = &e.sums[0];
-        assert_eq!(sums.sender.as_ref().unwrap().bytes, sums.receiver.as_ref().unwrap().bytes);
+        assert_eq!(
+            sums.sender.as_ref().unwrap().bytes,
+            sums.receiver.as_ref().unwrap().bytes
+        );
     }
 }

@@ -14,7 +14,11 @@ use flowlab_engine::spec::TestSpec;
 
 /// Starts a flowlab server on 127.0.0.1 with a free port; returns the port.
 pub fn start_server(cfg: ServerConfig) -> u16 {
-    let cfg = ServerConfig { bind: Some([127, 0, 0, 1].into()), port: 0, ..cfg };
+    let cfg = ServerConfig {
+        bind: Some([127, 0, 0, 1].into()),
+        port: 0,
+        ..cfg
+    };
     let server = Server::bind(cfg, Arc::new(NoLog)).expect("bind a loopback server");
     let port = server.local_addr().port();
     server.spawn().expect("start the server thread");
@@ -22,7 +26,10 @@ pub fn start_server(cfg: ServerConfig) -> u16 {
 }
 
 pub fn default_server() -> u16 {
-    start_server(ServerConfig { idle_timeout: Duration::from_secs(3), ..ServerConfig::default() })
+    start_server(ServerConfig {
+        idle_timeout: Duration::from_secs(3),
+        ..ServerConfig::default()
+    })
 }
 
 /// A spec for 127.0.0.1:port with no interval output.
@@ -44,8 +51,15 @@ pub fn end(r: &TestResult) -> &EndInfo {
 
 /// The sender and receiver totals of one direction's sum.
 pub fn sum(r: &TestResult, d: StreamDirection) -> (SideTotals, SideTotals) {
-    let s = end(r).sums.iter().find(|s| s.direction == d).expect("a sum for the direction");
-    (s.sender.clone().expect("sender totals"), s.receiver.clone().expect("receiver totals"))
+    let s = end(r)
+        .sums
+        .iter()
+        .find(|s| s.direction == d)
+        .expect("a sum for the direction");
+    (
+        s.sender.clone().expect("sender totals"),
+        s.receiver.clone().expect("receiver totals"),
+    )
 }
 
 /// True when `tool` is on PATH. In CI (`CI` set) a missing tool fails the test;

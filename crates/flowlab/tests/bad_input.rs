@@ -1,0 +1,234 @@
+//! Hostile and broken peers: after each, the same server still completes a normal test.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use flowlab_engine::client::ClientError;
+use flowlab_engine::result::StreamDirection;
+use flowlab_engine::server::ServerConfig;
+use flowlab_engine::spec::Amount;
+use flowlab_proto::params::TestParams;
+use flowlab_proto::{Cookie, State, frame};
+use support::*;
+
+fn server() -> u16 {
+    start_server(ServerConfig {
+        idle_timeout: Duration::from_secs(1),
+        ..ServerConfig::default()
+    })
+}
+
+/// A normal test that must still pass.
+fn still_serves(port: u16) {
+    let mut s = spec(port);
+    s.amount = Amount::Bytes(1 << 20);
+    let r = run(&s).expect("the server still serves");
+    let (snd, rcv) = sum(&r, StreamDirection::Up);
+    assert_eq!((snd.bytes, rcv.bytes), (1 << 20, 1 << 20));
+}
+
+fn connect(port: u16) -> TcpStream {
+    let c = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    c.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    c
+}
+
+/// Opens a control connection up to the point the server waits for parameters.
+fn at_param_exchange(port: u16) -> TcpStream {
+    let mut c = connect(port);
+    c.write_all(&Cookie::from_random([7; 36]).encode())
+        .expect("cookie");
+    let mut b = [0u8; 1];
+    c.read_exact(&mut b).expect("state");
+    assert_eq!(State::from_byte(b[0]), Ok(State::ParamExchange));
+    c
+}
+
+/// Reads until the server closes the connection; true if it did within the timeout.
+fn closed_by_server(c: &mut TcpStream) -> bool {
+    let mut buf = [0u8; 256];
+    loop {
+        match c.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+            Err(_) => return false,
+        }
+    }
+}
+
+#[test]
+fn garbage_on_the_port() {
+    let port = server();
+    let mut c = connect(port);
+    c.write_all(b"GET / HTTP/1.1\r\nHost: flowlab\r\nUser-Agent: scanner\r\n\r\n")
+        .expect("write");
+    assert!(closed_by_server(&mut c), "garbage must be dropped");
+    still_serves(port);
+}
+
+#[test]
+fn wrong_cookie_alphabet() {
+    let port = server();
+    let mut c = connect(port);
+    let mut cookie = Cookie::from_random([1; 36]).encode();
+    cookie[0] = b'!';
+    c.write_all(&cookie).expect("write");
+    assert!(closed_by_server(&mut c));
+    still_serves(port);
+}
+
+#[test]
+fn oversized_json_length() {
+    let port = server();
+    let mut c = at_param_exchange(port);
+    c.write_all(&u32::MAX.to_be_bytes()).expect("write");
+    assert!(closed_by_server(&mut c));
+    still_serves(port);
+}
+
+#[test]
+fn zero_json_length() {
+    let port = server();
+    let mut c = at_param_exchange(port);
+    c.write_all(&0u32.to_be_bytes()).expect("write");
+    assert!(closed_by_server(&mut c));
+    still_serves(port);
+}
+
+#[test]
+fn invalid_json_parameters() {
+    let port = server();
+    for body in [
+        &b"{\"tcp\": tru"[..],
+        b"[1,2,3]",
+        b"{\"udp\":true,\"parallel\":\"many\"}",
+        b"\xff\xfe\xfd",
+    ] {
+        let mut c = at_param_exchange(port);
+        c.write_all(&(body.len() as u32).to_be_bytes())
+            .expect("write");
+        c.write_all(body).expect("write");
+        assert!(closed_by_server(&mut c));
+    }
+    still_serves(port);
+}
+
+#[test]
+fn parameters_out_of_range_get_a_server_error() {
+    let port = server();
+    let mut c = at_param_exchange(port);
+    let p = TestParams {
+        tcp: Some(true),
+        time: 1,
+        parallel: 1000,
+        ..TestParams::default()
+    };
+    c.write_all(&frame::encode(&p)).expect("write");
+    let mut b = [0u8; 9];
+    c.read_exact(&mut b).expect("server error");
+    assert_eq!(State::from_byte(b[0]), Ok(State::ServerError));
+    still_serves(port);
+}
+
+#[test]
+fn a_stalled_client_does_not_wedge_the_server() {
+    let port = server();
+    // Connected, silent: no cookie at all, and another that stops after the cookie.
+    let mut silent = connect(port);
+    let mut half = at_param_exchange(port);
+    // Others are served meanwhile.
+    still_serves(port);
+    // And the stalled ones are dropped after the idle timeout.
+    assert!(closed_by_server(&mut silent));
+    assert!(closed_by_server(&mut half));
+    still_serves(port);
+}
+
+#[test]
+fn a_client_that_vanishes_mid_test() {
+    let port = server();
+    let mut c = at_param_exchange(port);
+    let p = TestParams {
+        tcp: Some(true),
+        time: 30,
+        parallel: 1,
+        len: 1000,
+        ..TestParams::default()
+    };
+    c.write_all(&frame::encode(&p)).expect("params");
+    let mut b = [0u8; 1];
+    c.read_exact(&mut b).expect("state");
+    assert_eq!(State::from_byte(b[0]), Ok(State::CreateStreams));
+    let mut data = connect(port);
+    data.write_all(&Cookie::from_random([7; 36]).encode())
+        .expect("stream cookie");
+    let mut two = [0u8; 2];
+    c.read_exact(&mut two).expect("start and running");
+    assert_eq!(
+        two,
+        [State::TestStart.to_byte(), State::TestRunning.to_byte()]
+    );
+    data.write_all(&[0u8; 10_000]).expect("some data");
+    // Gone without a word.
+    drop(data);
+    drop(c);
+    still_serves(port);
+    // A client that never opens its streams is dropped too.
+    let mut c = at_param_exchange(port);
+    c.write_all(&frame::encode(&p)).expect("params");
+    c.read_exact(&mut b).expect("create streams");
+    assert!(
+        closed_by_server(&mut c),
+        "a test whose streams never come is dropped"
+    );
+    still_serves(port);
+}
+
+#[test]
+fn busy_beyond_max_tests() {
+    let port = start_server(ServerConfig {
+        max_tests: 1,
+        idle_timeout: Duration::from_secs(2),
+        ..ServerConfig::default()
+    });
+    let hold = at_param_exchange(port);
+    let mut s = spec(port);
+    s.amount = Amount::Bytes(1000);
+    let err = run(&s).expect_err("the only slot is taken");
+    assert!(matches!(err, ClientError::Busy), "{err}");
+    drop(hold);
+    std::thread::sleep(Duration::from_millis(200));
+    still_serves(port);
+}
+
+#[test]
+fn server_limits_are_enforced_with_a_clear_message() {
+    let port = start_server(ServerConfig {
+        max_duration: Some(Duration::from_secs(2)),
+        max_bitrate: Some(100_000_000),
+        max_bytes: Some(10 << 20),
+        idle_timeout: Duration::from_secs(2),
+        ..ServerConfig::default()
+    });
+    let mut s = spec(port);
+    s.amount = Amount::Seconds(5);
+    s.bitrate = 10_000_000;
+    let err = run(&s).expect_err("too long").to_string();
+    assert!(err.contains("--max-duration"), "{err}");
+    s.amount = Amount::Seconds(1);
+    s.bitrate = 0;
+    let err = run(&s).expect_err("unlimited rate").to_string();
+    assert!(err.contains("--max-bitrate"), "{err}");
+    s.amount = Amount::Bytes(20 << 20);
+    s.bitrate = 50_000_000;
+    let err = run(&s).expect_err("too many bytes").to_string();
+    assert!(err.contains("--max-bytes"), "{err}");
+    s.amount = Amount::Bytes(1 << 20);
+    let r = run(&s).expect("within the limits");
+    assert_eq!(sum(&r, StreamDirection::Up).1.bytes, 1 << 20);
+}

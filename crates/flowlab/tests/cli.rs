@@ -1,0 +1,170 @@
+//! The `flowlab` binary end to end: usage errors, JSON output, and the README's quick run.
+
+mod support;
+
+use assert_cmd::Command;
+use flowlab_engine::server::ServerConfig;
+
+fn flowlab() -> Command {
+    Command::cargo_bin("flowlab").expect("the flowlab binary")
+}
+
+/// A usage error prints exactly one line that names the flag, and exits 2.
+fn usage_error(args: &[&str], names: &str) {
+    let out = flowlab()
+        .args(args)
+        .timeout(std::time::Duration::from_secs(10))
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+    assert_eq!(
+        stderr.trim_end().lines().count(),
+        1,
+        "{args:?}: more than one line: {stderr}"
+    );
+    assert!(stderr.starts_with("error: "), "{args:?}: {stderr}");
+    assert!(
+        stderr.contains(names),
+        "{args:?}: '{names}' not named in: {stderr}"
+    );
+}
+
+#[test]
+fn invalid_flags_and_combinations() {
+    usage_error(&["test"], "<HOST>");
+    usage_error(&["test", "h", "--no-such-flag"], "--no-such-flag");
+    usage_error(&["test", "h", "-t", "0"], "-t/--time");
+    usage_error(&["test", "h", "-t", "ten"], "--time");
+    usage_error(&["test", "h", "-t", "1", "-n", "1M"], "--bytes");
+    usage_error(&["test", "h", "-R", "--bidir"], "--bidir");
+    usage_error(&["test", "h", "-u", "-C", "cubic"], "-C/--congestion");
+    usage_error(&["test", "h", "-u", "-l", "70000"], "-l/--length");
+    usage_error(&["test", "h", "-P", "0"], "-P/--parallel");
+    usage_error(&["test", "h", "-f", "x"], "--format");
+    usage_error(&["test", "h", "-n", "12Q"], "--bytes");
+    usage_error(&["test", "h", "--rto", "5"], "--rto");
+    usage_error(&["test", "h", "-i", "0.01"], "-i/--interval");
+    usage_error(&["test", "h", "-J", "--json-stream"], "--json-stream");
+    usage_error(&["test", "h", "-Z", "--stop-and-wait"], "-Z/--zerocopy");
+    usage_error(&["serve", "--max-tests", "0"], "--max-tests");
+    usage_error(&["serve", "-p", "70000"], "--port");
+    usage_error(&["quick", "-t", "0"], "--time");
+}
+
+#[test]
+fn json_output_is_one_versioned_document() {
+    let port = support::start_server(ServerConfig::default());
+    let out = flowlab()
+        .args([
+            "test",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-n",
+            "5M",
+            "-J",
+        ])
+        .timeout(std::time::Duration::from_secs(30))
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    assert_eq!(v["schema"], "flowlab.test/1");
+    assert_eq!(v["end"]["sums"][0]["receiver"]["bytes"], 5 << 20);
+    assert_eq!(v["start"]["peer"]["kind"], "flowlab");
+}
+
+#[test]
+fn json_stream_emits_events_as_lines() {
+    let port = support::start_server(ServerConfig::default());
+    let out = flowlab()
+        .args([
+            "test",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-t",
+            "1",
+            "-i",
+            "0.5",
+            "-u",
+            "-b",
+            "10M",
+            "--json-stream",
+        ])
+        .timeout(std::time::Duration::from_secs(30))
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).expect("a JSON line")["event"]
+                .as_str()
+                .unwrap_or("")
+                .to_string()
+        })
+        .collect();
+    assert_eq!(events.first().map(String::as_str), Some("start"));
+    assert_eq!(events.last().map(String::as_str), Some("end"));
+    assert_eq!(
+        events.iter().filter(|e| *e == "interval").count(),
+        2,
+        "{events:?}"
+    );
+}
+
+#[test]
+fn connection_errors_are_one_clear_line() {
+    let port = support::free_port();
+    let out = flowlab()
+        .args(["test", "127.0.0.1", "-p", &port.to_string(), "-t", "1"])
+        .timeout(std::time::Duration::from_secs(30))
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with("error: cannot connect to 127.0.0.1:"),
+        "{err}"
+    );
+    assert_eq!(
+        err.matches("refused").count(),
+        1,
+        "cause printed once: {err}"
+    );
+}
+
+/// The README's first command: a complete local measurement with no setup.
+#[test]
+fn quick_runs_tcp_and_udp_both_ways() {
+    let out = flowlab()
+        .args(["quick", "-t", "1"])
+        .timeout(std::time::Duration::from_secs(60))
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    for heading in [
+        "TCP client → server",
+        "TCP server → client",
+        "UDP client → server",
+        "UDP server → client",
+    ] {
+        assert!(text.contains(heading), "missing '{heading}' in:\n{text}");
+    }
+    assert_eq!(text.matches(" receiver").count(), 4, "{text}");
+}
