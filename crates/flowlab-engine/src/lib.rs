@@ -7,7 +7,9 @@
 //!   output format is made from.
 //! - [`client`]: runs a test against a server (flowlab or iperf3).
 //! - [`server`]: serves many tests at once.
-//! - [`stream`], [`tcp_data`], [`udp_data`]: the data streams and their threads.
+//! - [`stream`], `tcp_data`, `udp_data`: the data streams and their threads.
+//! - [`session`]: one side's streams of a test, their snapshots and results.
+//! - [`control`]: control-connection reads and writes with timeouts.
 //! - [`udp_stats`]: loss, reordering, duplicates and jitter of a UDP receiver.
 //! - [`pacing`]: smooth rate limiting.
 //! - [`sock`]: socket options and kernel counters.
