@@ -46,21 +46,14 @@ impl DataSession {
         for plan in plans {
             streams.push(stream::spawn(plan, Arc::clone(&cfg), Arc::clone(&ctl))?);
         }
-        let mut s = DataSession {
+        // Counting starts from zero; with omitted seconds the baseline moves when they end.
+        let baseline = vec![Snapshot::default(); streams.len()];
+        let s = DataSession {
             ctl,
-            baseline: Vec::new(),
+            baseline,
             streams,
             omit,
         };
-        s.baseline = s.streams.iter().map(|_| Snapshot::default()).collect();
-        if omit.is_zero() {
-            s.baseline = s.snapshot();
-            s.baseline.iter_mut().for_each(|b| {
-                b.bytes = 0;
-                b.blocks = 0;
-                b.at_us = 0;
-            });
-        }
         Ok(s)
     }
 
