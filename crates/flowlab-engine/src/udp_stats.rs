@@ -219,7 +219,7 @@ mod tests {
             j += (d - j) / 16.0;
         }
         assert!((s.jitter_us - j).abs() < 1e-9, "{} vs {j}", s.jitter_us);
-        assert!((j - 1.787_109_375).abs() < 1e-9);
+        assert!((j - 1.799_316_406_25).abs() < 1e-9, "hand-computed: {j}");
     }
 
     #[test]
