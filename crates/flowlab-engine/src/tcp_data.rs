@@ -20,6 +20,9 @@ pub(crate) fn payload(len: usize) -> Vec<u8> {
         .collect()
 }
 
+/// Bytes of the length that starts each stop-and-wait message.
+const MESSAGE_PREFIX: usize = 4;
+
 /// Sends until stopped or the budget is spent.
 pub(crate) fn send(
     sock: &TcpStream,
@@ -34,8 +37,18 @@ pub(crate) fn send(
         // holds the long-run average.
         let _ = crate::sock::set_max_pacing_rate(sock, cfg.rate_bps / 8);
     }
-    let buf = payload(cfg.len);
-    let file = if cfg.zerocopy {
+    // Stop-and-wait messages start with their length, so a short last one (-n not a
+    // multiple of -l) is still recognised and acknowledged. Prefix and payload leave in
+    // one write, and without Nagle: a message split over two writes, or a tail segment
+    // held back until the previous one is acknowledged, waits for the receiver's delayed
+    // ACK (40 ms on Linux) and the test would measure that timer instead of the path.
+    let framed = cfg.mode == Mode::StopAndWait;
+    let head = if framed { MESSAGE_PREFIX } else { 0 };
+    if framed {
+        sock.set_nodelay(true)?;
+    }
+    let mut buf = payload(head + cfg.len);
+    let file = if cfg.zerocopy && !framed {
         Some(ZeroCopySource::new(&buf)?)
     } else {
         None
@@ -56,18 +69,14 @@ pub(crate) fn send(
         let Some(n) = ctl.budget.take(cfg.len) else {
             break Ok(());
         };
-        if cfg.mode == Mode::StopAndWait {
-            // Each message says its length, so a short last one (-n not a multiple of
-            // -l) is still recognised and acknowledged.
-            let prefix = (n as u32).to_be_bytes();
-            if write_fully(sock, &prefix, ctl) < prefix.len() {
-                ctl.budget.give_back(n);
-                break Ok(());
-            }
-        }
         let sent = match &file {
             Some(f) => f.send(sock, n, ctl),
-            None => write_fully(sock, &buf[..n], ctl),
+            None => {
+                if framed {
+                    buf[..head].copy_from_slice(&(n as u32).to_be_bytes());
+                }
+                write_fully(sock, &buf[..head + n], ctl).saturating_sub(head)
+            }
         };
         c.bytes.fetch_add(sent as u64, Ordering::Relaxed);
         if let Some(p) = pacer.as_mut() {
@@ -78,7 +87,7 @@ pub(crate) fn send(
             break Ok(());
         }
         c.blocks.fetch_add(1, Ordering::Relaxed);
-        if cfg.mode == Mode::StopAndWait {
+        if framed {
             seq += 1;
             match wait_ack(sock, seq, ctl) {
                 Ok(true) => {}
@@ -146,10 +155,14 @@ pub(crate) fn receive(
 ) -> io::Result<()> {
     sock.set_read_timeout(Some(POLL))?;
     let stop_and_wait = cfg.mode == Mode::StopAndWait;
+    if stop_and_wait {
+        // Each acknowledgement leaves at once (see `send`).
+        sock.set_nodelay(true)?;
+    }
     let mut buf = vec![0u8; cfg.len.max(128 * 1024)];
     let mut drain = Drain::default();
     // Stop-and-wait: the 4-byte length prefix being read, and the message it announced.
-    let mut prefix = [0u8; 4];
+    let mut prefix = [0u8; MESSAGE_PREFIX];
     let mut prefix_got = 0usize;
     let mut message: Option<usize> = None;
     let mut in_message = 0usize;
@@ -160,7 +173,7 @@ pub(crate) fn receive(
                 Ok(0) => break,
                 Ok(n) => {
                     prefix_got += n;
-                    if prefix_got == 4 {
+                    if prefix_got == MESSAGE_PREFIX {
                         let len = u32::from_be_bytes(prefix) as usize;
                         if len == 0 || len > buf.len() {
                             return Err(io::Error::new(
