@@ -281,7 +281,6 @@ fn run_data_phase(
     interrupt: &AtomicBool,
 ) -> Result<PhaseEnd, ClientError> {
     let omit = Duration::from_secs(spec.omit);
-    let mut omit_over = omit.is_zero();
     // Intervals start from zero, not from a snapshot taken after the streams started.
     let mut last = vec![Snapshot::default(); session.streams.len()];
     let mut next_tick = spec.interval;
@@ -298,7 +297,7 @@ fn run_data_phase(
     loop {
         std::thread::sleep(TICK);
         let now = session.ctl.epoch.elapsed();
-        session.maybe_end_omit(&mut omit_over);
+        session.end_omit_if_due();
         match control::poll_state(ctrl) {
             Ok(None) => {}
             Ok(Some(State::ServerTerminate)) => return Ok(PhaseEnd::ServerTerminated),
@@ -311,13 +310,7 @@ fn run_data_phase(
         if let (Some(iv), Some(tick)) = (spec.interval, next_tick) {
             if now >= tick {
                 let snap = session.snapshot();
-                let interval = build_interval(
-                    session,
-                    &last,
-                    &snap,
-                    directions,
-                    tick < omit + iv / 2 && !omit.is_zero(),
-                );
+                let interval = build_interval(session, &last, &snap, directions, tick <= omit);
                 obs.interval(&interval);
                 intervals.push(interval);
                 last = snap;
@@ -384,22 +377,9 @@ fn build_interval(
             rtt_us: t.rtt_us,
             rttvar_us: t.rttvar_us,
         });
-        let udp = y.udp.map(|u| {
-            let d = u.since(&x.udp.unwrap_or_default());
-            let expected = d.packets - d.duplicates + d.lost;
-            UdpInterval {
-                packets: d.packets,
-                lost: d.lost,
-                lost_percent: if expected > 0 {
-                    d.lost as f64 * 100.0 / expected as f64
-                } else {
-                    0.0
-                },
-                out_of_order: d.out_of_order,
-                duplicates: d.duplicates,
-                jitter_ms: d.jitter_us / 1000.0,
-            }
-        });
+        let udp = y
+            .udp
+            .map(|u| UdpInterval::from_counts(&u.since(&x.udp.unwrap_or_default())));
         streams.push(IntervalStream {
             id: s.id,
             direction,
@@ -427,24 +407,7 @@ fn build_interval(
             .iter()
             .map(|s| s.udp)
             .collect::<Option<Vec<_>>>()
-            .map(|u| {
-                let lost: u64 = u.iter().map(|x| x.lost).sum();
-                let packets: u64 = u.iter().map(|x| x.packets).sum();
-                let duplicates: u64 = u.iter().map(|x| x.duplicates).sum();
-                let expected = packets - duplicates + lost;
-                UdpInterval {
-                    packets,
-                    lost,
-                    lost_percent: if expected > 0 {
-                        lost as f64 * 100.0 / expected as f64
-                    } else {
-                        0.0
-                    },
-                    out_of_order: u.iter().map(|x| x.out_of_order).sum(),
-                    duplicates,
-                    jitter_ms: u.iter().map(|x| x.jitter_ms).sum::<f64>() / u.len() as f64,
-                }
-            });
+            .map(|u| UdpInterval::sum(&u));
         sums.push(IntervalSum {
             direction,
             bytes,
@@ -513,11 +476,6 @@ fn random36() -> [u8; 36] {
     b
 }
 
-/// Stream ids as iperf3 numbers them: 1, 3, 4, 5, …
-pub fn stream_id(index: usize) -> i64 {
-    if index == 0 { 1 } else { index as i64 + 2 }
-}
-
 fn create_streams(
     spec: &TestSpec,
     server: SocketAddr,
@@ -533,7 +491,7 @@ fn create_streams(
     let mut plans = Vec::new();
     let mut infos = Vec::new();
     for (i, role) in roles.into_iter().enumerate() {
-        let id = stream_id(i);
+        let id = crate::stream::stream_id(i);
         let serr = |source| ClientError::Stream { id, source };
         let (transport, early) = match spec.protocol {
             Protocol::Tcp => (
@@ -620,10 +578,6 @@ fn open_tcp(spec: &TestSpec, server: SocketAddr, cookie: &Cookie) -> Result<TcpS
     Ok(t)
 }
 
-/// UDP socket buffer asked for when `-w` is not given: large enough that a fast sender
-/// does not overrun the receiver between two reads (the kernel caps it at rmem_max).
-pub const UDP_DEFAULT_BUFFER: u64 = 4 * 1024 * 1024;
-
 fn open_udp(spec: &TestSpec, server: SocketAddr) -> std::io::Result<(UdpSocket, Vec<Vec<u8>>)> {
     let s = Socket::new(
         Domain::for_address(server),
@@ -633,7 +587,7 @@ fn open_udp(spec: &TestSpec, server: SocketAddr) -> std::io::Result<(UdpSocket, 
     let want = if spec.window > 0 {
         spec.window
     } else {
-        UDP_DEFAULT_BUFFER
+        crate::stream::UDP_DEFAULT_BUFFER
     };
     sock::set_buffers(&SockRef::from(&s), want).map_err(std::io::Error::other)?;
     s.connect(&server.into())?;

@@ -95,8 +95,11 @@ pub struct TcpInterval {
 
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
 pub struct UdpInterval {
-    /// Datagrams received.
+    /// Datagrams received (duplicates included).
     pub packets: u64,
+    /// Datagrams the sender sent in the interval as far as the receiver can tell:
+    /// received − duplicates + lost.
+    pub expected: u64,
     pub lost: u64,
     pub lost_percent: f64,
     pub out_of_order: u64,
@@ -180,6 +183,73 @@ pub struct CpuInfo {
     pub remote_system: f64,
 }
 
+/// `part` as a percentage of `whole` (0 when `whole` is 0).
+pub fn percent(part: u64, whole: u64) -> f64 {
+    if whole > 0 {
+        part as f64 * 100.0 / whole as f64
+    } else {
+        0.0
+    }
+}
+
+fn mean(values: impl ExactSizeIterator<Item = f64>) -> f64 {
+    let n = values.len();
+    if n == 0 {
+        0.0
+    } else {
+        values.sum::<f64>() / n as f64
+    }
+}
+
+impl UdpInterval {
+    /// A stream's interval from the difference of two receiver snapshots.
+    pub fn from_counts(d: &crate::udp_stats::UdpCounts) -> Self {
+        let expected = d.packets - d.duplicates + d.lost;
+        UdpInterval {
+            packets: d.packets,
+            expected,
+            lost: d.lost,
+            lost_percent: percent(d.lost, expected),
+            out_of_order: d.out_of_order,
+            duplicates: d.duplicates,
+            jitter_ms: d.jitter_us / 1000.0,
+        }
+    }
+
+    /// Several streams' intervals as one; jitter is their mean.
+    pub fn sum(parts: &[UdpInterval]) -> Self {
+        let expected = parts.iter().map(|x| x.expected).sum();
+        let lost = parts.iter().map(|x| x.lost).sum();
+        UdpInterval {
+            packets: parts.iter().map(|x| x.packets).sum(),
+            expected,
+            lost,
+            lost_percent: percent(lost, expected),
+            out_of_order: parts.iter().map(|x| x.out_of_order).sum(),
+            duplicates: parts.iter().map(|x| x.duplicates).sum(),
+            jitter_ms: mean(parts.iter().map(|x| x.jitter_ms)),
+        }
+    }
+}
+
+impl UdpTotals {
+    /// Several streams' totals as one; jitter is their mean. Integrity needs the
+    /// senders' bytes and is filled in by the caller.
+    pub fn sum(parts: &[UdpTotals]) -> Self {
+        let expected = parts.iter().map(|x| x.expected).sum();
+        let lost = parts.iter().map(|x| x.lost).sum();
+        UdpTotals {
+            expected,
+            lost,
+            lost_percent: percent(lost, expected),
+            out_of_order: parts.iter().map(|x| x.out_of_order).sum(),
+            duplicates: parts.iter().map(|x| x.duplicates).sum(),
+            jitter_ms: mean(parts.iter().map(|x| x.jitter_ms)),
+            integrity_percent: None,
+        }
+    }
+}
+
 /// bits per second of `bytes` over `seconds` (0 for an empty period).
 pub fn bps(bytes: u64, seconds: f64) -> f64 {
     if seconds > 0.0 {
@@ -210,11 +280,7 @@ fn receiver_totals(s: &StreamResults, udp: bool, sent: Option<u64>) -> SideTotal
         UdpTotals {
             expected,
             lost,
-            lost_percent: if expected > 0 {
-                lost as f64 * 100.0 / expected as f64
-            } else {
-                0.0
-            },
+            lost_percent: percent(lost, expected),
             out_of_order: s.out_of_order.unwrap_or(0),
             duplicates: s.duplicates.unwrap_or(0),
             jitter_ms: s.jitter * 1000.0,
@@ -281,24 +347,7 @@ pub fn summarize(
                 .iter()
                 .map(|p| p.udp)
                 .collect::<Option<Vec<UdpTotals>>>()
-                .map(|u| {
-                    let expected: u64 = u.iter().map(|x| x.expected).sum();
-                    let lost: u64 = u.iter().map(|x| x.lost).sum();
-                    let n = u.len() as f64;
-                    UdpTotals {
-                        expected,
-                        lost,
-                        lost_percent: if expected > 0 {
-                            lost as f64 * 100.0 / expected as f64
-                        } else {
-                            0.0
-                        },
-                        out_of_order: u.iter().map(|x| x.out_of_order).sum(),
-                        duplicates: u.iter().map(|x| x.duplicates).sum(),
-                        jitter_ms: u.iter().map(|x| x.jitter_ms).sum::<f64>() / n,
-                        integrity_percent: None,
-                    }
-                });
+                .map(|u| UdpTotals::sum(&u));
             Some(SideTotals {
                 bytes,
                 seconds,
@@ -419,6 +468,32 @@ mod tests {
         assert_eq!((u.expected, u.lost), (10, 1));
         assert!((u.lost_percent - 10.0).abs() < 1e-9);
         assert!((u.integrity_percent.unwrap() - 90.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn udp_interval_sums_add_counts_and_average_jitter() {
+        let a = UdpInterval::from_counts(&crate::udp_stats::UdpCounts {
+            packets: 10,
+            lost: 2,
+            duplicates: 1,
+            jitter_us: 1000.0,
+            ..Default::default()
+        });
+        assert_eq!(a.expected, 11);
+        let b = UdpInterval {
+            packets: 9,
+            expected: 9,
+            jitter_ms: 3.0,
+            ..UdpInterval::default()
+        };
+        let s = UdpInterval::sum(&[a, b]);
+        assert_eq!(
+            (s.packets, s.expected, s.lost, s.duplicates),
+            (19, 20, 2, 1)
+        );
+        assert!((s.lost_percent - 10.0).abs() < 1e-9);
+        assert!((s.jitter_ms - 2.0).abs() < 1e-9);
+        assert_eq!(percent(1, 0), 0.0);
     }
 
     #[test]

@@ -524,7 +524,7 @@ fn run_test(
         };
         apply_options(&transport, &params, role);
         plans.push(StreamPlan {
-            id: crate::client::stream_id(i),
+            id: crate::stream::stream_id(i),
             role,
             transport,
             early: Vec::new(),
@@ -620,12 +620,11 @@ fn wait_for_end(
     let started = Instant::now();
     // iperf3's safety margin: a timed test that has not ended 40 s after it should have.
     let safety = (params.time > 0).then(|| Duration::from_secs(params.time + params.omit + 40));
-    let mut omit_over = params.omit == 0;
     let mut last_total = 0u64;
     let mut last_progress = Instant::now();
     loop {
         // Poll finely until the omitted seconds end, so the baseline is taken on time.
-        let poll = if omit_over {
+        let poll = if !session.omitting() {
             Duration::from_millis(100)
         } else {
             Duration::from_millis(5)
@@ -638,7 +637,7 @@ fn wait_for_end(
             Err(ControlError::Timeout(_)) => {}
             Err(e) => return Err(e.into()),
         }
-        session.maybe_end_omit(&mut omit_over);
+        session.end_omit_if_due();
         let elapsed = started.elapsed();
         let total = session.total_bytes(Role::Send) + session.total_bytes(Role::Receive);
         if total > last_total {
@@ -751,7 +750,7 @@ fn apply_options(t: &Transport, p: &TestParams, role: Role) {
     let window = if p.window > 0 {
         p.window
     } else if matches!(t, Transport::Udp(_)) {
-        crate::client::UDP_DEFAULT_BUFFER
+        crate::stream::UDP_DEFAULT_BUFFER
     } else {
         0
     };

@@ -31,6 +31,8 @@ pub struct DataSession {
     /// Counters when the omitted seconds ended (zero when nothing is omitted).
     pub baseline: Vec<Snapshot>,
     pub omit: Duration,
+    /// The omitted seconds have not ended yet (the baseline is still zero).
+    omitting: bool,
 }
 
 impl DataSession {
@@ -48,13 +50,13 @@ impl DataSession {
         }
         // Counting starts from zero; with omitted seconds the baseline moves when they end.
         let baseline = vec![Snapshot::default(); streams.len()];
-        let s = DataSession {
+        Ok(DataSession {
             ctl,
             baseline,
             streams,
             omit,
-        };
-        Ok(s)
+            omitting: !omit.is_zero(),
+        })
     }
 
     /// Counters of every stream now.
@@ -79,19 +81,17 @@ impl DataSession {
             .collect()
     }
 
-    /// Takes the baseline if the omitted seconds just ended; true when it did.
-    pub fn maybe_end_omit(&mut self, already: &mut bool) -> bool {
-        if *already || self.ctl.epoch.elapsed() < self.omit {
-            return false;
+    /// Takes the baseline when the omitted seconds have just ended.
+    pub fn end_omit_if_due(&mut self) {
+        if self.omitting && self.ctl.epoch.elapsed() >= self.omit {
+            self.omitting = false;
+            self.baseline = self.snapshot();
         }
-        *already = true;
-        self.baseline = self.snapshot();
-        true
     }
 
-    /// Whether the omitted seconds are over.
+    /// Whether the omitted seconds are still running.
     pub fn omitting(&self) -> bool {
-        self.ctl.epoch.elapsed() < self.omit
+        self.omitting
     }
 
     /// Stops the senders and waits for them.
@@ -124,14 +124,6 @@ impl DataSession {
             .iter()
             .filter(|s| s.role == role)
             .map(|s| s.counters.bytes.load(Ordering::Relaxed))
-            .sum()
-    }
-
-    pub fn total_blocks(&self, role: Role) -> u64 {
-        self.streams
-            .iter()
-            .filter(|s| s.role == role)
-            .map(|s| s.counters.blocks.load(Ordering::Relaxed))
             .sum()
     }
 

@@ -156,6 +156,15 @@ impl StreamCounters {
     }
 }
 
+/// Stream ids as iperf3 numbers them: 1, 3, 4, 5, …
+pub fn stream_id(index: usize) -> i64 {
+    if index == 0 { 1 } else { index as i64 + 2 }
+}
+
+/// UDP socket buffer asked for when `-w` is not given: large enough that a fast sender
+/// does not overrun the receiver between two reads (the kernel caps it at rmem_max).
+pub const UDP_DEFAULT_BUFFER: u64 = 4 * 1024 * 1024;
+
 /// A stream ready to run.
 #[derive(Debug)]
 pub struct StreamPlan {

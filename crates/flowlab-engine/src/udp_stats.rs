@@ -15,18 +15,10 @@
 /// How many sequence numbers behind the highest one duplicates are recognised.
 pub const WINDOW: u64 = 1 << 16;
 
-/// Running counters of one UDP receiver.
+/// Running counters of one UDP receiver: the counts, plus what it takes to keep them.
 #[derive(Debug, Clone)]
 pub struct UdpReceiverStats {
-    pub packets: u64,
-    pub bytes: u64,
-    pub unique_bytes: u64,
-    pub lost: u64,
-    pub out_of_order: u64,
-    pub duplicates: u64,
-    /// Jitter in microseconds.
-    pub jitter_us: f64,
-    highest: u64,
+    counts: UdpCounts,
     prev_transit: Option<i64>,
     /// Bit i of `seen[(seq % WINDOW) / 64]` is set when `seq` was received.
     seen: Vec<u64>,
@@ -35,14 +27,7 @@ pub struct UdpReceiverStats {
 impl Default for UdpReceiverStats {
     fn default() -> Self {
         UdpReceiverStats {
-            packets: 0,
-            bytes: 0,
-            unique_bytes: 0,
-            lost: 0,
-            out_of_order: 0,
-            duplicates: 0,
-            jitter_us: 0.0,
-            highest: 0,
+            counts: UdpCounts::default(),
             prev_transit: None,
             seen: vec![0; (WINDOW / 64) as usize],
         }
@@ -53,72 +38,66 @@ impl UdpReceiverStats {
     /// Accounts one datagram of `len` bytes with sequence `seq`, stamped `sent_us` by the
     /// sender and received at `arrival_us` by this side's clock.
     pub fn on_datagram(&mut self, seq: u64, len: usize, sent_us: u64, arrival_us: u64) {
-        self.packets += 1;
-        self.bytes += len as u64;
-        if seq > self.highest {
+        let c = &mut self.counts;
+        c.packets += 1;
+        c.bytes += len as u64;
+        if seq > c.highest_seq {
             // Clear the bits of the sequence numbers the window slides over.
-            let start = self.highest + 1;
-            if seq - self.highest >= WINDOW {
+            let start = c.highest_seq + 1;
+            c.lost += seq - start;
+            let jump = seq - c.highest_seq;
+            c.highest_seq = seq;
+            if jump >= WINDOW {
                 self.seen.iter_mut().for_each(|w| *w = 0);
             } else {
                 for s in start..seq {
-                    self.set_seen(s, false);
+                    set_seen(&mut self.seen, s, false);
                 }
             }
-            self.lost += seq - start;
-            self.highest = seq;
-        } else if self.highest - seq >= WINDOW {
+        } else if c.highest_seq - seq >= WINDOW {
             // Too old to tell: a late arrival, as iperf3 would count it.
-            self.out_of_order += 1;
-            self.lost = self.lost.saturating_sub(1);
-        } else if self.is_seen(seq) {
-            self.duplicates += 1;
+            c.out_of_order += 1;
+            c.lost = c.lost.saturating_sub(1);
+        } else if is_seen(&self.seen, seq) {
+            c.duplicates += 1;
             return;
         } else {
-            self.out_of_order += 1;
-            self.lost = self.lost.saturating_sub(1);
+            c.out_of_order += 1;
+            c.lost = c.lost.saturating_sub(1);
         }
-        self.set_seen(seq, true);
-        self.unique_bytes += len as u64;
+        set_seen(&mut self.seen, seq, true);
+        let c = &mut self.counts;
+        c.unique_bytes += len as u64;
         let transit = arrival_us as i64 - sent_us as i64;
         if let Some(prev) = self.prev_transit {
             let d = (transit - prev).unsigned_abs() as f64;
-            self.jitter_us += (d - self.jitter_us) / 16.0;
+            c.jitter_us += (d - c.jitter_us) / 16.0;
         }
         self.prev_transit = Some(transit);
     }
 
-    fn is_seen(&self, seq: u64) -> bool {
-        let bit = seq % WINDOW;
-        self.seen[(bit / 64) as usize] & (1 << (bit % 64)) != 0
-    }
-
-    fn set_seen(&mut self, seq: u64, on: bool) {
-        let bit = seq % WINDOW;
-        let word = &mut self.seen[(bit / 64) as usize];
-        if on {
-            *word |= 1 << (bit % 64);
-        } else {
-            *word &= !(1 << (bit % 64));
-        }
-    }
-
-    /// The counters without the window, for interval snapshots.
+    /// The counters now, for snapshots.
     pub fn counts(&self) -> UdpCounts {
-        UdpCounts {
-            packets: self.packets,
-            bytes: self.bytes,
-            unique_bytes: self.unique_bytes,
-            lost: self.lost,
-            out_of_order: self.out_of_order,
-            duplicates: self.duplicates,
-            jitter_us: self.jitter_us,
-            highest_seq: self.highest,
-        }
+        self.counts
     }
 }
 
-/// A copyable snapshot of [`UdpReceiverStats`].
+fn is_seen(seen: &[u64], seq: u64) -> bool {
+    let bit = seq % WINDOW;
+    seen[(bit / 64) as usize] & (1 << (bit % 64)) != 0
+}
+
+fn set_seen(seen: &mut [u64], seq: u64, on: bool) {
+    let bit = seq % WINDOW;
+    let word = &mut seen[(bit / 64) as usize];
+    if on {
+        *word |= 1 << (bit % 64);
+    } else {
+        *word &= !(1 << (bit % 64));
+    }
+}
+
+/// What a UDP receiver counted (see the module docs for each field).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct UdpCounts {
     pub packets: u64,
@@ -161,7 +140,7 @@ mod tests {
 
     #[test]
     fn in_order_has_no_loss() {
-        let s = feed(&[1, 2, 3, 4, 5]);
+        let s = feed(&[1, 2, 3, 4, 5]).counts();
         assert_eq!(
             (s.packets, s.lost, s.out_of_order, s.duplicates),
             (5, 0, 0, 0)
@@ -171,27 +150,27 @@ mod tests {
 
     #[test]
     fn gaps_are_lost() {
-        let s = feed(&[1, 2, 5, 6, 10]);
+        let s = feed(&[1, 2, 5, 6, 10]).counts();
         assert_eq!(s.lost, 2 + 3);
         assert_eq!(s.out_of_order, 0);
     }
 
     #[test]
     fn late_datagrams_are_reordered_not_lost() {
-        let s = feed(&[1, 3, 2, 4]);
+        let s = feed(&[1, 3, 2, 4]).counts();
         assert_eq!((s.lost, s.out_of_order, s.duplicates), (0, 1, 0));
     }
 
     #[test]
     fn duplicates_are_counted_apart() {
         // iperf3 would report lost = -2 here (each copy taken off the loss count).
-        let s = feed(&[1, 2, 2, 3, 3, 3]);
+        let s = feed(&[1, 2, 2, 3, 3, 3]).counts();
         assert_eq!(
             (s.packets, s.lost, s.out_of_order, s.duplicates),
             (6, 0, 0, 3)
         );
         assert_eq!((s.bytes, s.unique_bytes), (600, 300));
-        let s = feed(&[1, 4, 2, 2, 4]);
+        let s = feed(&[1, 4, 2, 2, 4]).counts();
         assert_eq!((s.lost, s.out_of_order, s.duplicates), (1, 1, 2));
     }
 
@@ -203,8 +182,8 @@ mod tests {
         // seq 1 + WINDOW shares seq 1's bit; seq 1 + 2*WINDOW - 1 must not look seen.
         s.on_datagram(1 + 2 * WINDOW - 1, 1, 0, 0);
         s.on_datagram(1 + WINDOW + 5, 1, 0, 0);
-        assert_eq!(s.duplicates, 0);
-        assert_eq!(s.out_of_order, 1);
+        assert_eq!(s.counts().duplicates, 0);
+        assert_eq!(s.counts().out_of_order, 1);
     }
 
     #[test]
@@ -218,7 +197,8 @@ mod tests {
         for d in [10.0, 0.0, 20.0] {
             j += (d - j) / 16.0;
         }
-        assert!((s.jitter_us - j).abs() < 1e-9, "{} vs {j}", s.jitter_us);
+        let got = s.counts().jitter_us;
+        assert!((got - j).abs() < 1e-9, "{got} vs {j}");
         assert!((j - 1.799_316_406_25).abs() < 1e-9, "hand-computed: {j}");
     }
 

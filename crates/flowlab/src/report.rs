@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use flowlab_engine::result::{
-    EndInfo, Interval, SideTotals, StartInfo, StreamDirection, TestResult,
+    EndInfo, Interval, SideTotals, StartInfo, StreamDirection, TestResult, UdpInterval,
 };
 use flowlab_engine::units::{Bytes, Rate, UnitFormat};
 
@@ -57,20 +57,45 @@ fn span(a: f64, b: f64) -> String {
     format!("{a:>6.2}-{b:<6.2} sec")
 }
 
+/// The columns every row starts with: id, direction, time span, transfer, bit rate.
+fn row_head(
+    id: &str,
+    d: StreamDirection,
+    from: f64,
+    to: f64,
+    bytes: u64,
+    bps: f64,
+    f: UnitFormat,
+) -> String {
+    format!(
+        "[{id:>3}] {:<4} {}  {:>11}  {:>15}",
+        dir(d),
+        span(from, to),
+        Bytes(bytes, f).to_string(),
+        Rate(bps, f).to_string()
+    )
+}
+
+fn udp_columns(u: &UdpInterval) -> String {
+    format!(
+        "  {:>7.3} ms  {:>6}/{:<6} ({:.2}%)  {:>3}  {:>3}",
+        u.jitter_ms, u.lost, u.expected, u.lost_percent, u.out_of_order, u.duplicates
+    )
+}
+
 /// Rows of one interval.
 pub fn interval(iv: &Interval, f: UnitFormat) -> String {
     let mut out = String::new();
     let tag = if iv.omitted { "  (omitted)" } else { "" };
-    let many = iv.streams.len() > 1;
     for s in &iv.streams {
-        let _ = write!(
-            out,
-            "[{:>3}] {:<4} {}  {:>11}  {:>15}",
-            s.id,
-            dir(s.direction),
-            span(iv.start, iv.end),
-            Bytes(s.bytes, f).to_string(),
-            Rate(s.bits_per_second, f).to_string()
+        out += &row_head(
+            &s.id.to_string(),
+            s.direction,
+            iv.start,
+            iv.end,
+            s.bytes,
+            s.bits_per_second,
+            f,
         );
         if let Some(t) = s.tcp {
             let _ = write!(
@@ -81,36 +106,27 @@ pub fn interval(iv: &Interval, f: UnitFormat) -> String {
                 t.rtt_us
             );
         }
-        if let Some(u) = s.udp {
-            let total = u.packets - u.duplicates + u.lost;
-            let _ = write!(
-                out,
-                "  {:>7.3} ms  {:>6}/{:<6} ({:.2}%)  {:>3}  {:>3}",
-                u.jitter_ms, u.lost, total, u.lost_percent, u.out_of_order, u.duplicates
-            );
+        if let Some(u) = &s.udp {
+            out += &udp_columns(u);
         }
         let _ = writeln!(out, "{tag}");
     }
-    if many {
+    if iv.streams.len() > 1 {
         for sum in &iv.sums {
-            let _ = write!(
-                out,
-                "[SUM] {:<4} {}  {:>11}  {:>15}",
-                dir(sum.direction),
-                span(iv.start, iv.end),
-                Bytes(sum.bytes, f).to_string(),
-                Rate(sum.bits_per_second, f).to_string()
+            out += &row_head(
+                "SUM",
+                sum.direction,
+                iv.start,
+                iv.end,
+                sum.bytes,
+                sum.bits_per_second,
+                f,
             );
             if let Some(r) = sum.retransmits {
                 let _ = write!(out, "  {r:>4}");
             }
-            if let Some(u) = sum.udp {
-                let total = u.packets - u.duplicates + u.lost;
-                let _ = write!(
-                    out,
-                    "  {:>7.3} ms  {:>6}/{:<6} ({:.2}%)  {:>3}  {:>3}",
-                    u.jitter_ms, u.lost, total, u.lost_percent, u.out_of_order, u.duplicates
-                );
+            if let Some(u) = &sum.udp {
+                out += &udp_columns(u);
             }
             let _ = writeln!(out, "{tag}");
         }
@@ -126,14 +142,7 @@ fn side_row(
     who: &str,
     f: UnitFormat,
 ) {
-    let _ = write!(
-        out,
-        "[{id:>3}] {:<4} {}  {:>11}  {:>15}",
-        dir(d),
-        span(0.0, t.seconds),
-        Bytes(t.bytes, f).to_string(),
-        Rate(t.bits_per_second, f).to_string()
-    );
+    *out += &row_head(id, d, 0.0, t.seconds, t.bytes, t.bits_per_second, f);
     if let Some(r) = t.retransmits {
         let _ = write!(out, "  retr {r}");
     }
@@ -149,7 +158,8 @@ fn side_row(
         if let Some(i) = u.integrity_percent {
             let _ = write!(out, "  integrity {i:.2}%");
         }
-    } else if t.udp.is_none() && who == "sender" {
+    } else if who == "sender" {
+        // A UDP sender: it has a datagram count and no TCP retransmissions.
         if let Some(p) = t.packets.filter(|_| t.retransmits.is_none()) {
             let _ = write!(out, "  {p} datagrams");
         }

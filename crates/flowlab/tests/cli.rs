@@ -9,6 +9,24 @@ fn flowlab() -> Command {
     Command::cargo_bin("flowlab").expect("the flowlab binary")
 }
 
+/// `flowlab test 127.0.0.1 -p PORT ARGS…`, bounded in time.
+fn flowlab_test(port: u16, args: &[&str]) -> std::process::Output {
+    flowlab()
+        .args(["test", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .timeout(std::time::Duration::from_secs(30))
+        .output()
+        .expect("run")
+}
+
+fn assert_success(out: &std::process::Output) {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// A usage error prints exactly one line that names the flag, and exits 2.
 fn usage_error(args: &[&str], names: &str) {
     let out = flowlab()
@@ -55,24 +73,8 @@ fn invalid_flags_and_combinations() {
 #[test]
 fn json_output_is_one_versioned_document() {
     let port = support::start_server(ServerConfig::default());
-    let out = flowlab()
-        .args([
-            "test",
-            "127.0.0.1",
-            "-p",
-            &port.to_string(),
-            "-n",
-            "5M",
-            "-J",
-        ])
-        .timeout(std::time::Duration::from_secs(30))
-        .output()
-        .expect("run");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = flowlab_test(port, &["-n", "5M", "-J"]);
+    assert_success(&out);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
     assert_eq!(v["schema"], "flowlab.test/1");
     assert_eq!(v["end"]["sums"][0]["receiver"]["bytes"], 5 << 20);
@@ -82,29 +84,11 @@ fn json_output_is_one_versioned_document() {
 #[test]
 fn json_stream_emits_events_as_lines() {
     let port = support::start_server(ServerConfig::default());
-    let out = flowlab()
-        .args([
-            "test",
-            "127.0.0.1",
-            "-p",
-            &port.to_string(),
-            "-t",
-            "1",
-            "-i",
-            "0.5",
-            "-u",
-            "-b",
-            "10M",
-            "--json-stream",
-        ])
-        .timeout(std::time::Duration::from_secs(30))
-        .output()
-        .expect("run");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = flowlab_test(
+        port,
+        &["-t", "1", "-i", "0.5", "-u", "-b", "10M", "--json-stream"],
     );
+    assert_success(&out);
     let events: Vec<String> = String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(|l| {
@@ -126,11 +110,7 @@ fn json_stream_emits_events_as_lines() {
 #[test]
 fn connection_errors_are_one_clear_line() {
     let port = support::free_port();
-    let out = flowlab()
-        .args(["test", "127.0.0.1", "-p", &port.to_string(), "-t", "1"])
-        .timeout(std::time::Duration::from_secs(30))
-        .output()
-        .expect("run");
+    let out = flowlab_test(port, &["-t", "1"]);
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
