@@ -83,6 +83,18 @@ impl UnitFormat {
 
 const PREFIX: [&str; 5] = ["", "K", "M", "G", "T"];
 
+/// Three significant digits, as iperf3 prints them: "9.41", "94.1", "941".
+fn write_scaled(f: &mut fmt::Formatter<'_>, scaled: f64, power: usize, unit: &str) -> fmt::Result {
+    let prec = if scaled < 9.995 {
+        2
+    } else if scaled < 99.95 {
+        1
+    } else {
+        0
+    };
+    write!(f, "{scaled:.prec$} {}{unit}", PREFIX[power.min(4)])
+}
+
 /// A byte count, printed as iperf3 prints a transfer ("1.25 GBytes").
 #[derive(Debug, Clone, Copy)]
 pub struct Bytes(pub u64, pub UnitFormat);
@@ -99,14 +111,7 @@ impl fmt::Display for Bytes {
             UnitFormat::Bits(p) => (v * 8.0 / 1000f64.powi(p as i32), p as usize, true),
         };
         let unit = if bits { "bits" } else { "Bytes" };
-        let prec = if scaled < 9.995 {
-            2
-        } else if scaled < 99.95 {
-            1
-        } else {
-            0
-        };
-        write!(f, "{scaled:.prec$} {}{unit}", PREFIX[p.min(4)])
+        write_scaled(f, scaled, p, unit)
     }
 }
 
@@ -125,14 +130,7 @@ impl fmt::Display for Rate {
             UnitFormat::Bits(p) => (v / 1000f64.powi(p as i32), p as usize, "bits/sec"),
             UnitFormat::Bytes(p) => (v / 8.0 / 1024f64.powi(p as i32), p as usize, "Bytes/sec"),
         };
-        let prec = if scaled < 9.995 {
-            2
-        } else if scaled < 99.95 {
-            1
-        } else {
-            0
-        };
-        write!(f, "{scaled:.prec$} {}{unit}", PREFIX[p.min(4)])
+        write_scaled(f, scaled, p, unit)
     }
 }
 
