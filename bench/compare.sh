@@ -31,6 +31,7 @@
 # Env:     BENCH_SECONDS  test duration, -t            (default 10)
 #          BENCH_REPEAT   runs per case and tool; the table shows the median (default 1)
 #          BENCH_PORT_IPERF3 / BENCH_PORT_FLOWLAB  server ports (default 5401 / 5402)
+#          BENCH_CASES    comma-separated subset of the cases above (default: all)
 #          IPERF3         iperf3 binary (default: iperf3 on PATH)
 # Per-run numbers are printed as they come; the summary table is printed at the end.
 # Both client and server share the machine's cores, so on a small or busy machine the
@@ -43,6 +44,7 @@ BENCH_SECONDS="${BENCH_SECONDS:-10}"
 BENCH_REPEAT="${BENCH_REPEAT:-1}"
 BENCH_PORT_IPERF3="${BENCH_PORT_IPERF3:-5401}"
 BENCH_PORT_FLOWLAB="${BENCH_PORT_FLOWLAB:-5402}"
+BENCH_CASES="${BENCH_CASES:-}"
 
 die() { echo "compare.sh: error: $*" >&2; exit 2; }
 
@@ -59,7 +61,7 @@ if [[ ! -x "$FLOWLAB" ]]; then
     [[ -x "$FLOWLAB" ]] || die "build finished but $FLOWLAB is still missing"
 fi
 
-echo "# command:  $0 $*  (BENCH_SECONDS=$BENCH_SECONDS BENCH_REPEAT=$BENCH_REPEAT)"
+echo "# command:  $0 $*  (BENCH_SECONDS=$BENCH_SECONDS BENCH_REPEAT=$BENCH_REPEAT BENCH_CASES=${BENCH_CASES:-all})"
 echo "# date:     $(date -u '+%Y-%m-%dT%H:%M:%SZ')"
 echo "# machine:  nproc=$(nproc)  kernel=$(uname -r)  cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)"
 echo "# tcp cc:   $(cat /proc/sys/net/ipv4/tcp_congestion_control 2>/dev/null || echo '?')"
@@ -67,7 +69,7 @@ echo "# iperf3:   $("$IPERF3" --version 2>&1 | head -n1)  ($IPERF3)"
 echo "# flowlab:  $("$FLOWLAB" --version 2>&1 | head -n1)  ($FLOWLAB)"
 echo
 
-export FLOWLAB IPERF3 BENCH_SECONDS BENCH_REPEAT BENCH_PORT_IPERF3 BENCH_PORT_FLOWLAB
+export FLOWLAB IPERF3 BENCH_CASES BENCH_SECONDS BENCH_REPEAT BENCH_PORT_IPERF3 BENCH_PORT_FLOWLAB
 
 # The driver runs in the background so the trap below fires promptly on Ctrl-C / TERM.
 # The driver itself kills its servers/clients on exit (and they get SIGKILL via
@@ -101,6 +103,12 @@ CASES = [
     ("tcp-R",    ["-R"],                          False),
     ("udp-1460", ["-u", "-b", "0", "-l", "1460"], True),
 ]
+if os.environ["BENCH_CASES"]:
+    wanted = os.environ["BENCH_CASES"].split(",")
+    unknown = [w for w in wanted if w not in [c[0] for c in CASES]]
+    if unknown:
+        sys.exit(f"compare.sh: error: unknown case(s) in BENCH_CASES: {', '.join(unknown)}")
+    CASES = [c for c in CASES if c[0] in wanted]
 
 def server_cmd(tool, port):
     if tool == "iperf3":

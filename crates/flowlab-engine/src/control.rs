@@ -70,17 +70,55 @@ pub fn write_frame<T: Serialize>(sock: &mut TcpStream, value: &T) -> Result<(), 
     Ok(())
 }
 
-/// Polls for a state byte without blocking: `Ok(None)` when nothing has arrived.
-pub fn poll_state(sock: &mut TcpStream) -> Result<Option<State>, ControlError> {
-    sock.set_nonblocking(true)?;
-    let mut b = [0u8; 1];
-    let r = sock.read(&mut b);
-    sock.set_nonblocking(false)?;
-    match r {
-        Ok(0) => Err(ControlError::Closed),
-        Ok(_) => Ok(Some(State::from_byte(b[0])?)),
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
-        Err(e) if e.kind() == io::ErrorKind::ConnectionReset => Err(ControlError::Closed),
-        Err(e) => Err(e.into()),
+/// What ended a [`wait_state`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wake {
+    /// The peer sent a state byte.
+    State(State),
+    /// `also` became readable (it is drained).
+    Other,
+    /// Nothing happened within the timeout.
+    Timeout,
+}
+
+/// Sleeps until a state byte arrives on `sock`, `also` becomes readable, or `timeout`
+/// passes — one system call, no polling loop, so an idle controller never wakes the
+/// CPUs that move the data.
+pub fn wait_state(
+    sock: &mut TcpStream,
+    also: Option<&nix::sys::eventfd::EventFd>,
+    timeout: Duration,
+) -> Result<Wake, ControlError> {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use std::os::fd::AsFd;
+    let ms = u16::try_from(timeout.as_millis().max(1)).unwrap_or(u16::MAX);
+    let (sock_ready, other_ready) = {
+        let mut fds = vec![PollFd::new(sock.as_fd(), PollFlags::POLLIN)];
+        if let Some(e) = also {
+            fds.push(PollFd::new(e.as_fd(), PollFlags::POLLIN));
+        }
+        match poll(&mut fds, PollTimeout::from(ms)) {
+            Ok(_) | Err(nix::Error::EINTR) => {}
+            Err(e) => return Err(ControlError::Io(e.into())),
+        }
+        let ready = |f: &PollFd<'_>| f.revents().is_some_and(|r| !r.is_empty());
+        (ready(&fds[0]), fds.get(1).is_some_and(ready))
+    };
+    if sock_ready {
+        // Readable: a byte, end of file or an error is waiting, so this does not block.
+        let mut b = [0u8; 1];
+        return match sock.read(&mut b) {
+            Ok(0) => Err(ControlError::Closed),
+            Ok(_) => Ok(Wake::State(State::from_byte(b[0])?)),
+            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => Err(ControlError::Closed),
+            Err(e) => Err(map_read(e, None)),
+        };
     }
+    if other_ready {
+        if let Some(e) = also {
+            let _ = e.read();
+        }
+        return Ok(Wake::Other);
+    }
+    Ok(Wake::Timeout)
 }

@@ -55,6 +55,152 @@ impl Pacer {
     }
 }
 
+/// Without reports, the limit rises this often...
+pub const BACKOFF_RAISE_EVERY: Duration = Duration::from_millis(1);
+/// ...by this share of its distance to the highest rate the sender ever reached (fast
+/// when far below it, slowly near it), and by at least [`BACKOFF_RAISE_MIN`].
+pub const BACKOFF_RAISE: f64 = 0.005;
+/// Smallest raise, relative to the limit (×1.1 per 100 ms).
+pub const BACKOFF_RAISE_MIN: f64 = 0.001;
+/// A cut sets the limit to this share of what it was.
+pub const BACKOFF_CUT: f64 = 0.8;
+/// Highest limit, relative to the measured sending rate.
+pub const BACKOFF_CEILING: f64 = 2.0;
+/// Lowest limit, bits/s.
+pub const BACKOFF_FLOOR: f64 = 1e6;
+/// Span over which [`RateMeter`] measures.
+pub const RATE_WINDOW: Duration = Duration::from_millis(1);
+
+/// Bits per second over the last complete [`RATE_WINDOW`] (sans-clock).
+#[derive(Debug, Clone)]
+pub struct RateMeter {
+    start: Duration,
+    bytes: u64,
+    bps: f64,
+}
+
+impl RateMeter {
+    pub fn new(now: Duration) -> Self {
+        RateMeter {
+            start: now,
+            bytes: 0,
+            bps: 0.0,
+        }
+    }
+
+    /// Records `bytes` moved at `now`.
+    pub fn add(&mut self, now: Duration, bytes: usize) {
+        self.bytes += bytes as u64;
+        let span = now.saturating_sub(self.start);
+        if span >= RATE_WINDOW {
+            self.bps = self.bytes as f64 * 8.0 / span.as_secs_f64();
+            self.start = now;
+            self.bytes = 0;
+        }
+    }
+
+    /// The rate of the last complete window (0 before the first).
+    pub fn bps(&self) -> f64 {
+        self.bps
+    }
+}
+
+/// An unlimited-rate UDP sender that slows down when its receiver reports that the
+/// receiving *socket* overflowed (the host could not keep up), and speeds up again while
+/// no report comes: multiplicative decrease to [`BACKOFF_CUT`] of the limit (the first
+/// time, of the rate it was sending at), and every [`BACKOFF_RAISE_EVERY`] an increase
+/// by [`BACKOFF_RAISE`] of the distance to the highest rate reached. A report counts only when it shows datagrams sent after
+/// the last cut arriving (its sequence number is above the sender's at the cut), so one
+/// overflow episode is answered by one cut. Loss in the network does not produce reports
+/// and never slows the sender. Sans-clock: callers pass the elapsed time.
+#[derive(Debug, Clone)]
+pub struct Backoff {
+    /// The current limit, `None` until the first report.
+    pacer: Option<Pacer>,
+    limit_bps: f64,
+    last_drops: u64,
+    /// The sender's sequence number at the last cut.
+    cut_seq: u64,
+    last_raise: Duration,
+    sending: RateMeter,
+    /// Highest sending rate measured so far.
+    peak_bps: f64,
+    cuts: u64,
+}
+
+impl Backoff {
+    pub fn new(now: Duration) -> Self {
+        Backoff {
+            pacer: None,
+            limit_bps: 0.0,
+            last_drops: 0,
+            cut_seq: 0,
+            last_raise: now,
+            sending: RateMeter::new(now),
+            peak_bps: 0.0,
+            cuts: 0,
+        }
+    }
+
+    /// The pacer enforcing the current limit, if there is one; raises the limit first when
+    /// it is due.
+    pub fn pacer(&mut self, now: Duration) -> Option<&mut Pacer> {
+        if self.pacer.is_some() && now.saturating_sub(self.last_raise) >= BACKOFF_RAISE_EVERY {
+            self.last_raise = now;
+            let ceiling = (self.sending.bps() * BACKOFF_CEILING).max(self.limit_bps);
+            let step = ((self.peak_bps - self.limit_bps) * BACKOFF_RAISE)
+                .max(self.limit_bps * BACKOFF_RAISE_MIN);
+            self.limit_bps = (self.limit_bps + step).min(ceiling);
+            self.pacer = Some(Pacer::new(self.limit_bps as u64, now));
+        }
+        self.pacer.as_mut()
+    }
+
+    /// Records `bytes` sent at `now`.
+    pub fn sent(&mut self, now: Duration, bytes: usize) {
+        self.sending.add(now, bytes);
+        self.peak_bps = self.peak_bps.max(self.sending.bps());
+        if let Some(p) = self.pacer.as_mut() {
+            p.sent(bytes);
+        }
+    }
+
+    /// The receiver reports `drops` overflow drops in total, having received up to
+    /// sequence number `seq`; `sent_seq` is the last sequence number this sender sent.
+    pub fn on_overflow(&mut self, now: Duration, drops: u64, seq: u64, sent_seq: u64) {
+        if drops <= self.last_drops {
+            return;
+        }
+        self.last_drops = drops;
+        if self.cuts > 0 && seq <= self.cut_seq {
+            return; // about datagrams sent before the last cut took effect
+        }
+        let base = if self.pacer.is_some() {
+            self.limit_bps
+        } else {
+            self.sending.bps()
+        };
+        if base <= 0.0 {
+            return; // nothing measured yet: no rate to cut from
+        }
+        self.limit_bps = (base * BACKOFF_CUT).max(BACKOFF_FLOOR);
+        self.pacer = Some(Pacer::new(self.limit_bps as u64, now));
+        self.cut_seq = sent_seq;
+        self.last_raise = now;
+        self.cuts += 1;
+    }
+
+    /// The current limit in bits/s (`None`: unlimited so far).
+    pub fn limit_bps(&self) -> Option<u64> {
+        self.pacer.as_ref().map(|_| self.limit_bps as u64)
+    }
+
+    /// How many times the sender slowed down (overflow episodes).
+    pub fn cuts(&self) -> u64 {
+        self.cuts
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -82,5 +228,93 @@ mod tests {
         assert_eq!(p.wait(now), Duration::ZERO);
         let due = p.due_bytes(now);
         assert!((due - 5000.0).abs() < 1.0, "{due}");
+    }
+
+    /// Sends at `bytes_per_ms` for `ms` milliseconds, 1 ms at a time.
+    fn run(b: &mut Backoff, from_ms: u32, ms: u32, bytes_per_ms: usize) {
+        for t in from_ms..from_ms + ms {
+            b.sent(t * MS, bytes_per_ms);
+        }
+    }
+
+    #[test]
+    fn rate_meter_reports_complete_windows() {
+        let mut m = RateMeter::new(Duration::ZERO);
+        m.add(MS / 2, 500);
+        assert_eq!(m.bps(), 0.0, "no complete window yet");
+        m.add(MS, 500);
+        assert_eq!(m.bps(), 8_000_000.0);
+        m.add(3 * MS, 1000);
+        assert_eq!(m.bps(), 4_000_000.0);
+    }
+
+    #[test]
+    fn backoff_is_unlimited_until_a_report() {
+        let mut b = Backoff::new(Duration::ZERO);
+        run(&mut b, 1, 50, 10_000);
+        assert!(b.pacer(50 * MS).is_none());
+        assert_eq!(b.limit_bps(), None);
+        // A report that does not grow the count changes nothing.
+        b.on_overflow(50 * MS, 0, 100, 200);
+        assert_eq!(b.limit_bps(), None);
+    }
+
+    #[test]
+    fn backoff_cuts_once_per_overflow_episode() {
+        let mut b = Backoff::new(Duration::ZERO);
+        run(&mut b, 1, 10, 10_000); // 10_000 bytes per ms = 80 Mbit/s
+        b.on_overflow(10 * MS, 5, 900, 1000);
+        assert_eq!(b.limit_bps(), Some(64_000_000));
+        assert_eq!(b.cuts(), 1);
+        // More drops, but the receiver is still reading datagrams sent before the cut.
+        b.on_overflow(10 * MS, 9, 1000, 1100);
+        assert_eq!(b.limit_bps(), Some(64_000_000));
+        // Drops among datagrams sent after the cut: a new episode, cut from the limit.
+        b.on_overflow(10 * MS, 12, 1001, 1200);
+        assert_eq!(b.limit_bps(), Some(51_200_000));
+        assert_eq!(b.cuts(), 2);
+    }
+
+    #[test]
+    fn backoff_raises_the_limit_while_no_report_comes_up_to_a_ceiling() {
+        let mut b = Backoff::new(Duration::ZERO);
+        run(&mut b, 1, 10, 10_000);
+        b.on_overflow(10 * MS, 1, 1, 2);
+        let cut = b.limit_bps().unwrap();
+        assert!(b.pacer(10 * MS).is_some());
+        assert_eq!(
+            b.limit_bps(),
+            Some(cut),
+            "not raised before BACKOFF_RAISE_EVERY"
+        );
+        b.pacer(11 * MS);
+        // BACKOFF_RAISE of the way from 64 to the 80 Mbit/s peak.
+        assert_eq!(b.limit_bps(), Some(64_080_000));
+        assert!(cut == 64_000_000);
+        // A tenth of a second later it has closed a good part of the distance to the peak,
+        // without overshooting it.
+        for t in 12..111u32 {
+            b.pacer(t * MS);
+        }
+        let near = b.limit_bps().unwrap();
+        assert!((68_000_000..80_000_000).contains(&near), "{near}");
+        // Long quiet: the limit climbs but stays within the ceiling of the measured rate.
+        for t in 12..5_000u32 {
+            b.sent(t * MS, 10_000);
+            b.pacer(t * MS);
+        }
+        let limit = b.limit_bps().unwrap() as f64;
+        assert!(limit <= 80e6 * BACKOFF_CEILING + 1.0, "{limit}");
+        assert!(limit > 80e6 * 1.9, "{limit}");
+    }
+
+    #[test]
+    fn backoff_never_goes_below_the_floor() {
+        let mut b = Backoff::new(Duration::ZERO);
+        run(&mut b, 1, 2, 10_000);
+        for i in 1..200u64 {
+            b.on_overflow(2 * MS, i, i * 10, i * 10);
+        }
+        assert_eq!(b.limit_bps(), Some(BACKOFF_FLOOR as u64));
     }
 }

@@ -155,6 +155,9 @@ pub struct SideTotals {
     pub packets: Option<u64>,
     /// Stop-and-wait sender: messages sent again after a timeout.
     pub sw_retransmits: Option<u64>,
+    /// UDP sender at unlimited rate with receiver-overflow backoff (flowlab peers): how
+    /// often it slowed down.
+    pub backoff_cuts: Option<u64>,
     pub udp: Option<UdpTotals>,
 }
 
@@ -171,6 +174,10 @@ pub struct UdpTotals {
     /// Bytes delivered (first copies) as a share of bytes sent, percent; `None` when the
     /// sender's count is unknown.
     pub integrity_percent: Option<f64>,
+    /// Times the receiving socket dropped arriving data because its buffer was full (the
+    /// receiving host did not keep up): kernel packets, each one datagram or a GRO batch
+    /// of several. `None` when the receiver is not flowlab.
+    pub rcvbuf_drops: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
@@ -246,6 +253,7 @@ impl UdpTotals {
             duplicates: parts.iter().map(|x| x.duplicates).sum(),
             jitter_ms: mean(parts.iter().map(|x| x.jitter_ms)),
             integrity_percent: None,
+            rcvbuf_drops: parts.iter().map(|x| x.rcvbuf_drops).sum(),
         }
     }
 }
@@ -268,6 +276,7 @@ fn sender_totals(s: &StreamResults) -> SideTotals {
         retransmits: u64::try_from(s.retransmits).ok(),
         packets: u64::try_from(s.packets).ok(),
         sw_retransmits: s.sw_retransmits,
+        backoff_cuts: s.backoff_cuts,
         udp: None,
     }
 }
@@ -287,6 +296,7 @@ fn receiver_totals(s: &StreamResults, udp: bool, sent: Option<u64>) -> SideTotal
             integrity_percent: sent
                 .filter(|&b| b > 0)
                 .map(|b| s.delivered_bytes.unwrap_or(s.bytes) as f64 * 100.0 / b as f64),
+            rcvbuf_drops: s.rcvbuf_drops,
         }
     });
     SideTotals {
@@ -355,6 +365,7 @@ pub fn summarize(
                 retransmits: opt_sum(|p| p.retransmits),
                 packets: opt_sum(|p| p.packets),
                 sw_retransmits: opt_sum(|p| p.sw_retransmits),
+                backoff_cuts: opt_sum(|p| p.backoff_cuts),
                 udp,
             })
         };

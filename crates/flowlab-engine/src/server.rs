@@ -141,6 +141,9 @@ struct Shared {
     /// Held by a test while it creates UDP streams (see the module docs).
     udp_setup: Mutex<()>,
     done: AtomicBool,
+    /// A handle on the listening socket, shut down to wake the accept loop when a
+    /// `one_off` server's test has ended (it blocks in accept rather than polling).
+    listener: Option<TcpListener>,
 }
 
 /// A bound server, ready to run.
@@ -204,6 +207,7 @@ impl Server {
                 udp_waiting: Mutex::new(None),
                 udp_setup: Mutex::new(()),
                 done: AtomicBool::new(false),
+                listener: tcp.try_clone().ok(),
             });
             return Ok(Server { tcp, udp, shared });
         }
@@ -224,9 +228,6 @@ impl Server {
         std::thread::Builder::new()
             .name("udp-listener".into())
             .spawn(move || udp_listener(udp, udp_shared))?;
-        if shared.cfg.one_off {
-            tcp.set_nonblocking(true)?;
-        }
         let mut accepted = 0u64;
         loop {
             if shared.done.load(Ordering::Acquire) {
@@ -249,9 +250,7 @@ impl Server {
                         });
                     }
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    std::thread::sleep(Duration::from_millis(20));
-                }
+                Err(_) if shared.done.load(Ordering::Acquire) => return Ok(()),
                 Err(e) => {
                     // Out of file descriptors and the like: wait, do not die.
                     tracing::warn!("accept failed: {e}");
@@ -296,7 +295,9 @@ fn udp_listener(udp: UdpSocket, shared: Arc<Shared>) {
             continue;
         };
         if w.seen.contains(&peer) {
+            // The client missed the reply: say it again.
             tracing::debug!(%peer, "repeated UDP handshake; the stream is open already");
+            let _ = udp.send_to(&reply, peer);
             continue;
         }
         let opened = bind_socket(shared.local, Type::DGRAM, SockProtocol::UDP).and_then(|s| {
@@ -375,6 +376,10 @@ fn handle_connection(mut conn: TcpStream, peer: SocketAddr, order: u64, shared: 
     }
     if shared.cfg.one_off {
         shared.done.store(true, Ordering::Release);
+        // Wakes the accept loop: accept(2) on a listener shut down for reading fails.
+        if let Some(l) = &shared.listener {
+            let _ = SockRef::from(l).shutdown(std::net::Shutdown::Read);
+        }
     }
 }
 
@@ -468,6 +473,7 @@ fn run_test(
         feature::STOP_AND_WAIT,
         feature::EXACT_BYTES,
         feature::CLEAN_CLOSE,
+        feature::UDP_BACKOFF,
     ];
     let mut verdict = validate(&params, cfg);
     if let (Ok(_), Some(f)) = (&verdict, &params.flowlab) {
@@ -554,11 +560,17 @@ fn run_test(
         zerocopy: params.zerocopy,
         close_when_done: true,
         drain_to_eof: is_flowlab,
+        backoff: params.flowlab.as_ref().is_some_and(|f| f.udp_backoff)
+            && mode == Mode::Streaming
+            && params.bandwidth == 0,
     };
-    control::write_state(ctrl, State::TestStart)?;
-    control::write_state(ctrl, State::TestRunning)?;
+    // Receivers read before the client is told to send (an unread UDP socket overflows
+    // at once); senders start a control round trip early, which the peer's socket
+    // buffers absorb.
     let ctl = TestControl::new(budget);
     let mut session = DataSession::start(plans, data, ctl, Duration::from_secs(params.omit))?;
+    control::write_state(ctrl, State::TestStart)?;
+    control::write_state(ctrl, State::TestRunning)?;
     let outcome = wait_for_end(ctrl, &mut session, &params, cfg);
     match outcome {
         Ok(()) => {}
@@ -622,10 +634,13 @@ fn wait_for_end(
     let safety = (params.time > 0).then(|| Duration::from_secs(params.time + params.omit + 40));
     let mut last_total = 0u64;
     let mut last_progress = Instant::now();
+    let idle_limit = idle_allowance(params, cfg.idle_timeout);
     loop {
-        // Poll finely until the omitted seconds end, so the baseline is taken on time.
+        // Poll finely until the omitted seconds end, so the baseline is taken on time;
+        // after that, rarely: TEST_END or a closed connection wakes the read at once, and
+        // every wake-up of this thread is time taken from the data streams' CPUs.
         let poll = if !session.omitting() {
-            Duration::from_millis(100)
+            Duration::from_millis(500)
         } else {
             Duration::from_millis(5)
         };
@@ -643,10 +658,10 @@ fn wait_for_end(
         if total > last_total {
             last_total = total;
             last_progress = Instant::now();
-        } else if last_progress.elapsed() > cfg.idle_timeout {
+        } else if last_progress.elapsed() > idle_limit {
             return Err(TestError::Limit(format!(
                 "no data moved for {} s",
-                cfg.idle_timeout.as_secs()
+                idle_limit.as_secs()
             )));
         }
         if let Some(max) = cfg.max_duration {
@@ -725,10 +740,20 @@ fn collect_streams(
             });
             let result = (|| -> Result<(), TestError> {
                 control::write_state(ctrl, State::CreateStreams)?;
-                while out.len() < n {
-                    let s = recv_until(&rx, deadline, n - out.len())?;
-                    out.push(Transport::Udp(Arc::new(s)));
+                let mut opened: Vec<UdpSocket> = Vec::with_capacity(n);
+                while opened.len() < n {
+                    // A stream socket, once connected, receives the client's repeated
+                    // handshakes (the kernel prefers it to the listener): answer them
+                    // while waiting, or a client that missed a reply waits forever.
+                    let slice = deadline.min(Instant::now() + Duration::from_millis(20));
+                    match recv_until(&rx, slice, n - opened.len()) {
+                        Ok(s) => opened.push(s),
+                        Err(e) if Instant::now() >= deadline => return Err(e),
+                        Err(_) => opened.iter().for_each(answer_repeated_handshakes),
+                    }
                 }
+                opened.iter().for_each(answer_repeated_handshakes);
+                out.extend(opened.into_iter().map(|s| Transport::Udp(Arc::new(s))));
                 Ok(())
             })();
             if let Ok(mut w) = shared.udp_waiting.lock() {
@@ -738,6 +763,35 @@ fn collect_streams(
         }
     }
     Ok(out)
+}
+
+/// How long a running test may move no data: `--idle-timeout`, or three write intervals
+/// of a test paced so slowly that its writes are further apart than that.
+fn idle_allowance(params: &TestParams, idle_timeout: Duration) -> Duration {
+    if params.bandwidth == 0 {
+        return idle_timeout;
+    }
+    let len = if params.len > 0 {
+        params.len
+    } else {
+        128 * 1024
+    };
+    let gap = Duration::from_secs_f64(len as f64 * 8.0 / params.bandwidth as f64);
+    idle_timeout.max(gap.saturating_mul(3))
+}
+
+/// Answers, without blocking, the handshakes waiting on a connected UDP stream socket.
+fn answer_repeated_handshakes(s: &UdpSocket) {
+    let mut buf = [0u8; 64];
+    while let Ok(n) = nix::sys::socket::recv(
+        std::os::fd::AsRawFd::as_raw_fd(s),
+        &mut buf,
+        nix::sys::socket::MsgFlags::MSG_DONTWAIT,
+    ) {
+        if let Some(reply) = handshake_reply(&buf[..n]) {
+            let _ = s.send(&reply);
+        }
+    }
 }
 
 fn recv_until<T>(rx: &Receiver<T>, deadline: Instant, missing: usize) -> Result<T, TestError> {
@@ -773,5 +827,27 @@ fn apply_options(t: &Transport, p: &TestParams, role: Role) {
         Transport::Udp(u) => {
             let _ = sock::set_buffers(&SockRef::from(u.as_ref()), window);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idle_allowance_grows_for_slowly_paced_tests() {
+        let ten = Duration::from_secs(10);
+        let mut p = TestParams {
+            len: 1460,
+            ..TestParams::default()
+        };
+        // Unpaced, or paced faster than a write per idle timeout: the timeout.
+        assert_eq!(idle_allowance(&p, ten), ten);
+        p.bandwidth = 1_000_000;
+        assert_eq!(idle_allowance(&p, ten), ten);
+        // -u -b 1K: a datagram every 11.68 s; three of those may pass.
+        p.bandwidth = 1_000;
+        let got = idle_allowance(&p, ten).as_secs_f64();
+        assert!((got - 35.04).abs() < 1e-6, "{got}");
     }
 }

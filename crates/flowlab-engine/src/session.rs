@@ -19,6 +19,8 @@ pub struct Snapshot {
     pub bytes: u64,
     pub blocks: u64,
     pub sw_retransmits: u64,
+    pub rcvbuf_drops: u64,
+    pub backoff_cuts: u64,
     pub udp: Option<UdpCounts>,
     pub tcp: Option<sock::TcpInfo>,
 }
@@ -28,6 +30,8 @@ pub struct Snapshot {
 pub struct DataSession {
     pub ctl: Arc<TestControl>,
     pub streams: Vec<RunningStream>,
+    /// How the streams move data.
+    pub cfg: Arc<DataConfig>,
     /// Counters when the omitted seconds ended (zero when nothing is omitted).
     pub baseline: Vec<Snapshot>,
     pub omit: Duration,
@@ -52,6 +56,7 @@ impl DataSession {
         let baseline = vec![Snapshot::default(); streams.len()];
         Ok(DataSession {
             ctl,
+            cfg,
             baseline,
             streams,
             omit,
@@ -71,6 +76,8 @@ impl DataSession {
                     bytes: c.bytes.load(Ordering::Relaxed),
                     blocks: c.blocks.load(Ordering::Relaxed),
                     sw_retransmits: c.sw_retransmits.load(Ordering::Relaxed),
+                    rcvbuf_drops: c.rcvbuf_drops.load(Ordering::Relaxed),
+                    backoff_cuts: c.backoff_cuts.load(Ordering::Relaxed),
                     udp: c.udp_counts(),
                     tcp: match &s.transport {
                         Transport::Tcp(t) if s.role == Role::Send => sock::tcp_info(t.as_ref()),
@@ -162,7 +169,7 @@ impl DataSession {
             .streams
             .iter()
             .zip(final_snap.iter().zip(&self.baseline))
-            .map(|(s, (end, base))| stream_results(s, end, base))
+            .map(|(s, (end, base))| stream_results(s, end, base, self.cfg.backoff))
             .collect();
         PeerResults {
             cpu_util_total: total,
@@ -191,7 +198,12 @@ pub fn stream_end_us(s: &RunningStream, snap: &Snapshot) -> u64 {
     }
 }
 
-fn stream_results(s: &RunningStream, end: &Snapshot, base: &Snapshot) -> StreamResults {
+fn stream_results(
+    s: &RunningStream,
+    end: &Snapshot,
+    base: &Snapshot,
+    backoff: bool,
+) -> StreamResults {
     let end_us = stream_end_us(s, end);
     let seconds = end_us.saturating_sub(base.at_us) as f64 / 1e6;
     let udp = end.udp.map(|u| (u, base.udp.unwrap_or_default()));
@@ -221,5 +233,8 @@ fn stream_results(s: &RunningStream, end: &Snapshot, base: &Snapshot) -> StreamR
         duplicates: udp.map(|(u, b)| u.since(&b).duplicates),
         delivered_bytes: udp.map(|(u, b)| u.since(&b).unique_bytes),
         sw_retransmits: (sw > 0).then_some(sw),
+        rcvbuf_drops: udp.map(|_| end.rcvbuf_drops.saturating_sub(base.rcvbuf_drops)),
+        backoff_cuts: (backoff && s.role == Role::Send && matches!(s.transport, Transport::Udp(_)))
+            .then(|| end.backoff_cuts.saturating_sub(base.backoff_cuts)),
     }
 }

@@ -69,6 +69,9 @@ pub struct TestSpec {
     #[serde(serialize_with = "secs")]
     pub rto: Duration,
     pub title: Option<String>,
+    /// UDP at unlimited rate against a flowlab peer: back off when the receiving socket
+    /// overflows (`--no-backoff` clears it).
+    pub udp_backoff: bool,
 }
 
 impl TestSpec {
@@ -94,7 +97,17 @@ impl TestSpec {
             connect_timeout: Duration::from_secs(5),
             rto: Duration::from_secs(1),
             title: None,
+            udp_backoff: true,
         }
+    }
+
+    /// Whether the sender asks for receiver-overflow backoff: UDP streaming at unlimited
+    /// rate, unless turned off.
+    pub fn wants_backoff(&self) -> bool {
+        self.udp_backoff
+            && self.protocol == Protocol::Udp
+            && self.mode == Mode::Streaming
+            && self.bitrate == 0
     }
 
     /// The flowlab extensions this test cannot run without.
@@ -141,6 +154,7 @@ impl TestSpec {
                 mode: self.mode,
                 rto_ms: (self.mode == Mode::StopAndWait).then_some(self.rto.as_millis() as u64),
                 require: self.required_features(),
+                udp_backoff: self.wants_backoff(),
             }),
         }
     }

@@ -49,6 +49,9 @@ pub struct DataConfig {
     /// TCP receivers told to stop read on to end-of-file (the peer is flowlab and closes
     /// its side), so every byte sent is counted; otherwise they stop after a quiet gap.
     pub drain_to_eof: bool,
+    /// UDP at unlimited rate, both ends flowlab: receivers report their socket's overflow
+    /// drops to the sender, which backs off ([`crate::pacing::Backoff`]).
+    pub backoff: bool,
 }
 
 /// What bounds the amount of data over all streams of one direction.
@@ -106,15 +109,23 @@ pub struct TestControl {
     /// The test's clock: when data started to flow.
     pub epoch: Instant,
     pub budget: Budget,
+    /// Becomes readable when a stream thread ends, so a controller can sleep until
+    /// something happens instead of polling (`None` where eventfd is unavailable).
+    pub ended: Option<nix::sys::eventfd::EventFd>,
 }
 
 impl TestControl {
     pub fn new(budget: Budget) -> Arc<Self> {
+        let ended = nix::sys::eventfd::EventFd::from_flags(
+            nix::sys::eventfd::EfdFlags::EFD_CLOEXEC | nix::sys::eventfd::EfdFlags::EFD_NONBLOCK,
+        )
+        .ok();
         Arc::new(TestControl {
             stop_send: AtomicBool::new(false),
             stop_recv: AtomicBool::new(false),
             epoch: Instant::now(),
             budget,
+            ended,
         })
     }
 
@@ -143,6 +154,11 @@ pub struct StreamCounters {
     pub cpu_user_us: AtomicU64,
     pub cpu_system_us: AtomicU64,
     pub finished: AtomicBool,
+    /// UDP receivers: times the socket dropped arriving data because its buffer was full
+    /// (the kernel's SO_RXQ_OVFL count: kernel packets, each one datagram or a GRO batch).
+    pub rcvbuf_drops: AtomicU64,
+    /// UDP senders with backoff: how often they slowed down on an overflow report.
+    pub backoff_cuts: AtomicU64,
     /// UDP receivers only.
     pub udp: Mutex<Option<UdpReceiverStats>>,
 }
@@ -241,6 +257,9 @@ pub fn spawn(
             c.cpu_user_us.store(user, Ordering::Release);
             c.cpu_system_us.store(system, Ordering::Release);
             c.finished.store(true, Ordering::Release);
+            if let Some(ended) = &ctl.ended {
+                let _ = ended.write(1);
+            }
             if let Err(e) = &result {
                 tracing::debug!(stream = id, "stream ended with error: {e}");
             }

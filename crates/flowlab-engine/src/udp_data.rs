@@ -12,10 +12,10 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use flowlab_proto::params::Mode;
-use flowlab_proto::udp::{Ack, DatagramHeader};
+use flowlab_proto::udp::{Ack, CONNECT_MSG, DatagramHeader, Overflow, handshake_reply};
 use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
 
-use crate::pacing::Pacer;
+use crate::pacing::{Backoff, Pacer};
 use crate::stream::{DataConfig, Drain, POLL, StreamCounters, TestControl, is_timeout};
 use crate::tcp_data::payload;
 use crate::udp_stats::UdpReceiverStats;
@@ -60,7 +60,9 @@ fn send_streaming(
     let max_segs = (MAX_GSO_BYTES / len).clamp(1, MAX_SEGMENTS);
     let mut gso = max_segs > 1;
     let mut buf = payload(len * max_segs);
-    let mut pacer = (cfg.rate_bps > 0).then(|| Pacer::new(cfg.rate_bps, ctl.epoch.elapsed()));
+    let mut fixed = (cfg.rate_bps > 0).then(|| Pacer::new(cfg.rate_bps, ctl.epoch.elapsed()));
+    let mut backoff = (cfg.backoff && cfg.rate_bps == 0).then(|| Backoff::new(ctl.epoch.elapsed()));
+    let mut batches = 0u64;
     let mut seq = 0u64;
     sock.set_write_timeout(Some(POLL))?;
     loop {
@@ -68,8 +70,20 @@ fn send_streaming(
             return Ok(());
         }
         let mut want = if gso { max_segs } else { 1 };
-        if let Some(p) = pacer.as_mut() {
-            let now = ctl.epoch.elapsed();
+        let now = ctl.epoch.elapsed();
+        if let Some(b) = backoff.as_mut() {
+            batches += 1;
+            if batches % FEEDBACK_EVERY == 0 {
+                read_overflow_reports(sock, b, now, seq);
+                c.backoff_cuts.store(b.cuts(), Ordering::Relaxed);
+            }
+        }
+        let pacer = match (&mut fixed, &mut backoff) {
+            (Some(p), _) => Some(p),
+            (None, Some(b)) => b.pacer(now),
+            (None, None) => None,
+        };
+        if let Some(p) = pacer {
             let wait = p.wait(now);
             if !wait.is_zero() {
                 std::thread::sleep(wait.min(POLL));
@@ -118,8 +132,11 @@ fn send_streaming(
                 seq += segs as u64;
                 c.bytes.fetch_add(total as u64, Ordering::Relaxed);
                 c.blocks.fetch_add(segs as u64, Ordering::Relaxed);
-                if let Some(p) = pacer.as_mut() {
+                if let Some(p) = fixed.as_mut() {
                     p.sent(total);
+                }
+                if let Some(b) = backoff.as_mut() {
+                    b.sent(ctl.epoch.elapsed(), total);
                 }
             }
             Err(e) => {
@@ -146,6 +163,26 @@ fn send_streaming(
                     _ => return Err(e),
                 }
             }
+        }
+    }
+}
+
+/// Batches between two looks for overflow reports (one system call each).
+const FEEDBACK_EVERY: u64 = 4;
+
+/// Reads every overflow report waiting on the socket, without blocking.
+fn read_overflow_reports(sock: &UdpSocket, b: &mut Backoff, now: Duration, sent_seq: u64) {
+    let mut buf = [0u8; 64];
+    loop {
+        match nix::sys::socket::recv(sock.as_raw_fd(), &mut buf, MsgFlags::MSG_DONTWAIT) {
+            Ok(n) => {
+                if let Ok(o) = Overflow::decode(&buf[..n]) {
+                    b.on_overflow(now, o.drops, o.seq, sent_seq);
+                }
+            }
+            Err(nix::Error::EINTR) => {}
+            // EAGAIN: nothing (more) waiting; ECONNREFUSED: a stale ICMP error.
+            Err(_) => return,
         }
     }
 }
@@ -222,6 +259,10 @@ pub(crate) fn receive(
     if !stop_and_wait {
         crate::sock::enable_udp_gro(sock);
     }
+    // The kernel attaches to each datagram read its count of packets this socket dropped
+    // because its buffer was full: loss that happened here, not in the network.
+    let _ = nix::sys::socket::setsockopt(sock, nix::sys::socket::sockopt::RxqOvfl, &1);
+    let mut reported_drops = 0u64;
     let account = |data: &[u8], seg: usize, now_us: u64| -> Vec<u64> {
         let mut acks = Vec::new();
         let Ok(mut guard) = c.udp.lock() else {
@@ -245,7 +286,7 @@ pub(crate) fn receive(
         account(d, d.len(), ctl.elapsed_us());
     }
     let mut buf = vec![0u8; 1 << 17];
-    let mut cmsg_space = nix::cmsg_space!(i32);
+    let mut cmsg_space = nix::cmsg_space!(i32, u32);
     let mut drain = Drain::default();
     loop {
         let mut iov = [IoSliceMut::new(&mut buf)];
@@ -259,8 +300,14 @@ pub(crate) fn receive(
                 let mut seg = msg.bytes;
                 if let Ok(cmsgs) = msg.cmsgs() {
                     for cm in cmsgs {
-                        if let ControlMessageOwned::UdpGroSegments(s) = cm {
-                            seg = usize::try_from(s).unwrap_or(seg);
+                        match cm {
+                            ControlMessageOwned::UdpGroSegments(s) => {
+                                seg = usize::try_from(s).unwrap_or(seg);
+                            }
+                            ControlMessageOwned::RxqOvfl(d) => {
+                                c.rcvbuf_drops.store(u64::from(d), Ordering::Relaxed);
+                            }
+                            _ => {}
                         }
                     }
                 }
@@ -269,10 +316,24 @@ pub(crate) fn receive(
             Err(nix::Error::EAGAIN | nix::Error::EINTR | nix::Error::ECONNREFUSED) => None,
             Err(e) => return Err(e.into()),
         };
+        if let Some((n, _)) = got.filter(|&(n, _)| n == CONNECT_MSG.len()) {
+            // The client missed our handshake reply and asks again (a datagram this short
+            // is never data: the header alone is 12 bytes).
+            if let Some(reply) = handshake_reply(&buf[..n]) {
+                let _ = sock.send(&reply);
+                continue;
+            }
+        }
         if let Some((n, seg)) = got {
             c.end_us.store(ctl.elapsed_us().max(1), Ordering::Relaxed);
             for seq in account(&buf[..n], seg, ctl.elapsed_us()) {
                 let _ = sock.send(&Ack { seq }.encode());
+            }
+            let drops = c.rcvbuf_drops.load(Ordering::Relaxed);
+            if cfg.backoff && drops > reported_drops {
+                reported_drops = drops;
+                let seq = c.udp_counts().map_or(0, |u| u.highest_seq);
+                let _ = sock.send(&Overflow { drops, seq }.encode());
             }
         }
         if drain.done(ctl, got.is_some(), false) {

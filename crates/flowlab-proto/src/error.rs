@@ -15,4 +15,6 @@ pub enum ProtoError {
     ShortDatagram { len: usize, need: usize },
     #[error("not a stop-and-wait acknowledgement")]
     NotAnAck,
+    #[error("not a receiver-overflow message")]
+    NotOverflow,
 }

@@ -29,6 +29,9 @@ pub mod feature {
     pub const EXACT_BYTES: &str = "exact-bytes";
     /// The server closes its senders' write side at the end, so receivers drain exactly.
     pub const CLEAN_CLOSE: &str = "clean-close";
+    /// UDP receivers report their socket's overflow drops and unlimited-rate senders back
+    /// off on them (`udp::Overflow`).
+    pub const UDP_BACKOFF: &str = "udp-backoff";
 }
 
 #[cfg(test)]

@@ -138,6 +138,9 @@ pub struct FlowlabParams {
     /// Extensions the client requires; the server refuses the test if it lacks one.
     #[serde(default)]
     pub require: Vec<String>,
+    /// UDP at unlimited rate: receivers send `udp::Overflow` and senders back off on it.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub udp_backoff: bool,
 }
 
 /// Current version of flowlab's extension protocol.
@@ -216,6 +219,7 @@ mod tests {
                 mode: Mode::StopAndWait,
                 rto_ms: Some(250),
                 require: vec!["stop-and-wait".into()],
+                udp_backoff: false,
             }),
             ..TestParams::default()
         };

@@ -69,6 +69,15 @@ pub struct StreamResults {
     /// flowlab, stop-and-wait sender: messages sent again after a timeout.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sw_retransmits: Option<u64>,
+    /// flowlab UDP receiver: times its socket dropped arriving data for want of buffer
+    /// space (the kernel's SO_RXQ_OVFL count). Each drop is one kernel packet, which may
+    /// be one datagram or a GRO batch of many, so this says that (and how often) the
+    /// receiving host fell behind, not how many of `errors` it caused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rcvbuf_drops: Option<u64>,
+    /// flowlab UDP sender with receiver-overflow backoff: times it slowed down.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff_cuts: Option<u64>,
 }
 
 #[cfg(test)]

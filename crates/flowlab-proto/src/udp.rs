@@ -117,9 +117,64 @@ impl Ack {
     }
 }
 
+/// flowlab receiver-overflow feedback: the receiving socket has dropped `drops`
+/// datagrams in total because its buffer was full (the kernel's SO_RXQ_OVFL count), and
+/// the highest sequence number received so far is `seq`. Sent from a UDP receiver to its
+/// sender when the count grows, if both ends negotiated
+/// [`crate::hello::feature::UDP_BACKOFF`]; the sender then slows down (the engine's
+/// `Backoff`). Loss anywhere else on the path never produces this message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Overflow {
+    pub drops: u64,
+    pub seq: u64,
+}
+
+impl Overflow {
+    pub const LEN: usize = 20;
+    const MAGIC: [u8; 4] = *b"FLOV";
+
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        let mut out = [0u8; Self::LEN];
+        out[..4].copy_from_slice(&Self::MAGIC);
+        out[4..12].copy_from_slice(&self.drops.to_be_bytes());
+        out[12..].copy_from_slice(&self.seq.to_be_bytes());
+        out
+    }
+
+    pub fn decode(buf: &[u8]) -> Result<Self, ProtoError> {
+        if buf.len() != Self::LEN || buf[..4] != Self::MAGIC {
+            return Err(ProtoError::NotOverflow);
+        }
+        let word = |at: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&buf[at..at + 8]);
+            u64::from_be_bytes(b)
+        };
+        Ok(Overflow {
+            drops: word(4),
+            seq: word(12),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn overflow_round_trips_and_is_not_an_ack() {
+        let o = Overflow {
+            drops: 7_000_000_001,
+            seq: 1 << 40,
+        };
+        assert_eq!(Overflow::decode(&o.encode()), Ok(o));
+        assert_eq!(Ack::decode(&o.encode()), Err(ProtoError::NotAnAck));
+        assert_eq!(
+            Overflow::decode(&Ack { seq: 1 }.encode()),
+            Err(ProtoError::NotOverflow)
+        );
+        assert_eq!(Overflow::decode(b"FLOV"), Err(ProtoError::NotOverflow));
+    }
 
     #[test]
     fn header_round_trips_in_both_widths() {

@@ -118,9 +118,13 @@ pub struct TestArgs {
     /// Each message waits for the receiver's acknowledgement before the next.
     #[arg(long)]
     pub stop_and_wait: bool,
-    /// Stop-and-wait over UDP: retransmission timeout, milliseconds.
-    #[arg(long, value_name = "MS", default_value_t = 1000)]
-    pub rto: u64,
+    /// Stop-and-wait over UDP: retransmission timeout, milliseconds [default: 1000].
+    #[arg(long, value_name = "MS")]
+    pub rto: Option<u64>,
+    /// UDP at unlimited rate: do not slow down when the receiving socket overflows
+    /// (send blindly, as iperf3 does). Only a flowlab server reports overflows.
+    #[arg(long)]
+    pub no_backoff: bool,
     /// Bytes per write (TCP, default 128K) or per datagram (UDP, default 1460).
     #[arg(short = 'l', long = "length", value_parser = size, value_name = "SIZE")]
     pub length: Option<u64>,
@@ -255,13 +259,21 @@ impl TestArgs {
             return Err("--connect-timeout must be at least 1 ms".into());
         }
         s.connect_timeout = Duration::from_millis(self.connect_timeout);
-        if self.rto == 0 {
-            return Err("--rto must be at least 1 ms".into());
+        if let Some(rto) = self.rto {
+            if rto == 0 {
+                return Err("--rto must be at least 1 ms".into());
+            }
+            if !(self.stop_and_wait && self.udp) {
+                return Err("--rto applies only to UDP stop-and-wait (-u --stop-and-wait)".into());
+            }
+            s.rto = Duration::from_millis(rto);
         }
-        if self.rto != 1000 && !(self.stop_and_wait && self.udp) {
-            return Err("--rto applies only to UDP stop-and-wait (-u --stop-and-wait)".into());
+        if self.no_backoff && !(self.udp && !self.stop_and_wait && s.bitrate == 0) {
+            return Err(
+                "--no-backoff applies only to UDP at unlimited rate (-u, no -b or -b 0)".into(),
+            );
         }
-        s.rto = Duration::from_millis(self.rto);
+        s.udp_backoff = !self.no_backoff;
         let tcp_only = [
             (self.congestion.is_some(), "-C/--congestion"),
             (self.mss.is_some(), "-M/--set-mss"),

@@ -149,12 +149,18 @@ fn side_row(
     if let Some(sw) = t.sw_retransmits {
         let _ = write!(out, "  resent {sw}");
     }
+    if let Some(n) = t.backoff_cuts.filter(|&n| n > 0) {
+        let _ = write!(out, "  slowed {n}x for the receiver");
+    }
     if let Some(u) = t.udp {
         let _ = write!(
             out,
             "  jitter {:.3} ms  lost {}/{} ({:.2}%)  ooo {}  dup {}",
             u.jitter_ms, u.lost, u.expected, u.lost_percent, u.out_of_order, u.duplicates
         );
+        if let Some(d) = u.rcvbuf_drops.filter(|&d| d > 0) {
+            let _ = write!(out, "  rcvbuf drops {d}");
+        }
         if let Some(i) = u.integrity_percent {
             let _ = write!(out, "  integrity {i:.2}%");
         }

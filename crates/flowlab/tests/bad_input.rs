@@ -232,3 +232,57 @@ fn server_limits_are_enforced_with_a_clear_message() {
     let r = run(&s).expect("within the limits");
     assert_eq!(sum(&r, StreamDirection::Up).1.bytes, 1 << 20);
 }
+
+/// A UDP client that missed the server's handshake reply sends the handshake again; the
+/// server answers again, before and after the test started.
+#[test]
+fn a_repeated_udp_handshake_is_answered_again() {
+    use flowlab_proto::udp::{CONNECT_MSG, is_handshake_reply};
+    use std::net::UdpSocket;
+    let port = server();
+    let mut c = at_param_exchange(port);
+    let p = TestParams {
+        udp: Some(true),
+        time: 2,
+        parallel: 2,
+        len: 1000,
+        bandwidth: 1_000_000,
+        ..TestParams::default()
+    };
+    c.write_all(&frame::encode(&p)).expect("params");
+    let mut b = [0u8; 1];
+    c.read_exact(&mut b).expect("state");
+    assert_eq!(State::from_byte(b[0]), Ok(State::CreateStreams));
+    let handshake = |u: &UdpSocket, what: &str| {
+        u.send(&CONNECT_MSG).expect("handshake");
+        let mut buf = [0u8; 64];
+        let n = u
+            .recv(&mut buf)
+            .unwrap_or_else(|e| panic!("{what}: no reply: {e}"));
+        assert!(is_handshake_reply(&buf[..n]), "{what}: not a reply");
+    };
+    let open = || {
+        let u = UdpSocket::bind("127.0.0.1:0").expect("bind");
+        u.connect(("127.0.0.1", port)).expect("connect");
+        u.set_read_timeout(Some(Duration::from_secs(3)))
+            .expect("timeout");
+        u
+    };
+    let first = open();
+    handshake(&first, "first stream");
+    handshake(
+        &first,
+        "first stream, asked again while the server waits for the second",
+    );
+    let second = open();
+    handshake(&second, "second stream");
+    let mut two = [0u8; 2];
+    c.read_exact(&mut two).expect("start and running");
+    assert_eq!(
+        two,
+        [State::TestStart.to_byte(), State::TestRunning.to_byte()]
+    );
+    handshake(&second, "second stream, asked again once the test runs");
+    drop((first, second, c));
+    still_serves(port);
+}

@@ -62,6 +62,17 @@ fn invalid_flags_and_combinations() {
     usage_error(&["test", "h", "-f", "x"], "--format");
     usage_error(&["test", "h", "-n", "12Q"], "--bytes");
     usage_error(&["test", "h", "--rto", "5"], "--rto");
+    // The default value given explicitly is still a flag that does not apply.
+    usage_error(&["test", "h", "--rto", "1000"], "--rto");
+    usage_error(
+        &["test", "h", "-u", "--stop-and-wait", "--rto", "0"],
+        "--rto",
+    );
+    usage_error(&["test", "h", "--no-backoff"], "--no-backoff");
+    usage_error(
+        &["test", "h", "-u", "-b", "1G", "--no-backoff"],
+        "--no-backoff",
+    );
     usage_error(&["test", "h", "-i", "0.01"], "-i/--interval");
     usage_error(&["test", "h", "-J", "--json-stream"], "--json-stream");
     usage_error(&["test", "h", "-Z", "--stop-and-wait"], "-Z/--zerocopy");

@@ -252,3 +252,50 @@ fn many_tests_run_at_once_on_one_server() {
         );
     }
 }
+
+/// UDP at unlimited rate into a receiver with a tiny socket buffer: the socket overflows
+/// whatever the sender does. `(cuts, rcvbuf drops, lost)` of one such test.
+fn overflowing_udp(direction: Direction, backoff: bool) -> (Option<u64>, Option<u64>, u64) {
+    let port = default_server();
+    let mut s = spec(port);
+    s.protocol = Protocol::Udp;
+    s.len = 1460;
+    s.direction = direction;
+    s.amount = Amount::Seconds(1);
+    s.window = 32 * 1024;
+    s.udp_backoff = backoff;
+    let r = run(&s).expect("test runs");
+    let d = match direction {
+        Direction::Reverse => StreamDirection::Down,
+        _ => StreamDirection::Up,
+    };
+    let (snd, rcv) = sum(&r, d);
+    let u = rcv.udp.expect("UDP receiver totals");
+    assert!(
+        r.start.peer.features.iter().any(|f| f == "udp-backoff"),
+        "a flowlab server offers udp-backoff: {:?}",
+        r.start.peer.features
+    );
+    (snd.backoff_cuts, u.rcvbuf_drops, u.lost)
+}
+
+#[test]
+fn receiver_overflow_is_reported_and_slows_the_sender_both_ways() {
+    for direction in [Direction::Forward, Direction::Reverse] {
+        let (cuts, drops, lost) = overflowing_udp(direction, true);
+        let drops = drops.expect("a flowlab receiver reports rcvbuf drops");
+        assert!(
+            drops > 0 && lost > 0,
+            "{direction:?}: the tiny buffer overflowed"
+        );
+        let cuts = cuts.expect("a sender with backoff reports its cuts");
+        assert!(cuts > 0, "{direction:?}: the sender never slowed down");
+    }
+}
+
+#[test]
+fn no_backoff_sends_blindly_but_still_reports_the_overflow() {
+    let (cuts, drops, lost) = overflowing_udp(Direction::Forward, false);
+    assert_eq!(cuts, None, "no backoff was negotiated");
+    assert!(drops.is_some_and(|d| d > 0) && lost > 0);
+}
