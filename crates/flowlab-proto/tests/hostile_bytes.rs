@@ -1,0 +1,181 @@
+//! Property tests: every decoder takes arbitrary bytes from a peer and answers with a
+//! value or a `ProtoError` — never a panic — and what flowlab encodes decodes back to
+//! the same value. proptest generates (and on failure shrinks) thousands of inputs per
+//! run; this is the fuzzing that runs in CI.
+
+use flowlab_proto::frame::{self, MAX_PARAMS_LEN, MAX_RESULTS_LEN};
+use flowlab_proto::hello::ServerHello;
+use flowlab_proto::params::TestParams;
+use flowlab_proto::results::PeerResults;
+use flowlab_proto::udp::{self, Ack, DatagramHeader, Overflow};
+use flowlab_proto::{Cookie, ProtoError, State};
+use proptest::prelude::*;
+use serde_json::Value;
+
+/// Arbitrary JSON documents, nested a few levels, with the numbers peers really send
+/// (huge, negative, fractional, exponent forms) among them.
+fn json() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(Value::from),
+        any::<u64>().prop_map(Value::from),
+        any::<f64>()
+            .prop_filter("JSON has no NaN or infinity", |f| f.is_finite())
+            .prop_map(Value::from),
+        ".{0,12}".prop_map(Value::String),
+    ];
+    leaf.prop_recursive(3, 48, 8, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+            prop::collection::btree_map(key(), inner, 0..8)
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+/// Object keys: mostly the ones flowlab reads, so values of every type reach its fields.
+fn key() -> impl Strategy<Value = String> {
+    prop_oneof![
+        prop::sample::select(vec![
+            "tcp",
+            "udp",
+            "time",
+            "num",
+            "blockcount",
+            "parallel",
+            "len",
+            "bandwidth",
+            "window",
+            "omit",
+            "reverse",
+            "bidirectional",
+            "MSS",
+            "congestion",
+            "flowlab",
+            "version",
+            "mode",
+            "rto_ms",
+            "require",
+            "udp_backoff",
+            "streams",
+            "id",
+            "bytes",
+            "retransmits",
+            "jitter",
+            "errors",
+            "packets",
+            "cpu_util_total",
+            "cpu_util_user",
+            "cpu_util_system",
+            "sender_has_retransmits",
+            "features",
+            "server_version",
+            "error",
+            "end_time",
+        ])
+        .prop_map(String::from),
+        "[a-z_]{1,10}",
+    ]
+}
+
+/// An object whose keys are drawn from [`key`] (a frame body must be an object).
+fn json_object() -> impl Strategy<Value = Value> {
+    prop::collection::btree_map(key(), json(), 0..12)
+        .prop_map(|m| Value::Object(m.into_iter().collect()))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+    #[test]
+    fn frame_bodies_of_random_bytes_are_judged_not_panicked_on(body in prop::collection::vec(any::<u8>(), 0..256)) {
+        let _ = frame::decode::<TestParams>(&body);
+        let _ = frame::decode::<PeerResults>(&body);
+        let _ = frame::decode::<ServerHello>(&body);
+    }
+
+    #[test]
+    fn json_objects_of_any_shape_are_judged_not_panicked_on(v in json_object()) {
+        let body = serde_json::to_vec(&v).expect("serializable");
+        let params = frame::decode::<TestParams>(&body);
+        let _ = frame::decode::<PeerResults>(&body);
+        let _ = frame::decode::<ServerHello>(&body);
+        // Whatever parses must also re-encode and parse to the same parameters.
+        if let Ok(p) = params {
+            let again = frame::encode(&p);
+            prop_assert_eq!(frame::decode::<TestParams>(&again[4..]), Ok(p));
+        }
+    }
+
+    #[test]
+    fn non_objects_are_refused(v in json().prop_filter("not an object", |v| !v.is_object())) {
+        let body = serde_json::to_vec(&v).expect("serializable");
+        let refused = matches!(frame::decode::<TestParams>(&body), Err(ProtoError::BadJson(_)));
+        prop_assert!(refused);
+    }
+
+    #[test]
+    fn frame_lengths_are_bounded(prefix in any::<[u8; 4]>()) {
+        for max in [MAX_PARAMS_LEN, MAX_RESULTS_LEN] {
+            let len = u32::from_be_bytes(prefix);
+            match frame::check(prefix, max) {
+                Ok(n) => prop_assert!(n >= 1 && n as u64 <= u64::from(max) && n as u32 == len),
+                Err(e) => prop_assert_eq!(e, ProtoError::BadLength { len, max }),
+            }
+        }
+    }
+
+    #[test]
+    fn cookies_decode_only_when_valid_and_round_trip(wire in any::<[u8; 37]>()) {
+        if let Ok(c) = Cookie::decode(&wire) {
+            prop_assert_eq!(c.encode(), wire);
+            prop_assert_eq!(wire[36], 0);
+        }
+    }
+
+    #[test]
+    fn random_cookies_round_trip(random in any::<[u8; 36]>()) {
+        let c = Cookie::from_random(random);
+        prop_assert_eq!(Cookie::decode(&c.encode()), Ok(c));
+    }
+
+    #[test]
+    fn state_bytes_round_trip_when_known(b in any::<u8>()) {
+        if let Ok(s) = State::from_byte(b) {
+            prop_assert_eq!(s.to_byte(), b);
+        }
+    }
+
+    #[test]
+    fn datagram_headers_need_their_length_and_round_trip(
+        buf in prop::collection::vec(any::<u8>(), 0..40),
+        wide in any::<bool>(),
+        sec in any::<u32>(), usec in 0u32..1_000_000, seq in any::<u64>(),
+    ) {
+        let need = DatagramHeader::len(wide);
+        prop_assert_eq!(DatagramHeader::decode(&buf, wide).is_ok(), buf.len() >= need);
+        let h = DatagramHeader { sec, usec, seq: if wide { seq } else { seq & 0xFFFF_FFFF } };
+        let mut out = vec![0u8; need];
+        h.encode(&mut out, wide);
+        prop_assert_eq!(DatagramHeader::decode(&out, wide), Ok(h));
+    }
+
+    #[test]
+    fn small_udp_messages_are_told_apart(buf in prop::collection::vec(any::<u8>(), 0..32)) {
+        let ack = Ack::decode(&buf).is_ok();
+        let overflow = Overflow::decode(&buf).is_ok();
+        let handshake = udp::handshake_reply(&buf).is_some();
+        // At most one reading of any datagram.
+        prop_assert!(u8::from(ack) + u8::from(overflow) + u8::from(handshake) <= 1);
+        prop_assert_eq!(ack, buf.len() == Ack::LEN && buf.starts_with(b"FLAK"));
+        prop_assert_eq!(overflow, buf.len() == Overflow::LEN && buf.starts_with(b"FLOV"));
+    }
+
+    #[test]
+    fn acks_and_overflow_reports_round_trip(a in any::<u64>(), b in any::<u64>()) {
+        prop_assert_eq!(Ack::decode(&Ack { seq: a }.encode()), Ok(Ack { seq: a }));
+        let o = Overflow { drops: a, seq: b };
+        prop_assert_eq!(Overflow::decode(&o.encode()), Ok(o));
+    }
+}
