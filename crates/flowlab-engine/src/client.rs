@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
-use flowlab_proto::frame::MAX_RESULTS_LEN;
+use flowlab_proto::frame::{MAX_RESULTS_LEN, MAX_TRACED_RESULTS_LEN};
 use flowlab_proto::hello::{ServerHello, feature};
 use flowlab_proto::params::Protocol;
 use flowlab_proto::results::PeerResults;
@@ -19,7 +19,7 @@ use socket2::{Domain, Protocol as SockProtocol, SockRef, Socket, Type};
 use crate::control::{self, ControlError, Wake};
 use crate::result::{
     self, Interval, IntervalStream, IntervalSum, PeerInfo, SCHEMA, StartInfo, StreamDirection,
-    StreamInfo, TcpInterval, TestResult, UdpInterval,
+    StreamInfo, TcpInterval, TestResult, Trace, UdpInterval,
 };
 use crate::session::{DataSession, Snapshot};
 use crate::sock::{self, SockError};
@@ -176,6 +176,7 @@ pub fn run(
         close_when_done: features.iter().any(|f| f == feature::CLEAN_CLOSE),
         drain_to_eof: features.iter().any(|f| f == feature::CLEAN_CLOSE),
         backoff: spec.wants_backoff() && features.iter().any(|f| f == feature::UDP_BACKOFF),
+        trace: spec.trace.filter(|_| spec.protocol == Protocol::Tcp),
     };
     let ctl = TestControl::new(budget);
     let omit = Duration::from_secs(spec.omit);
@@ -234,7 +235,12 @@ pub fn run(
                         let mine = session.peer_results(&snap, session.ctl.epoch.elapsed());
                         control::write_frame(&mut ctrl, &mine)?;
                         local = Some(mine);
-                        remote = Some(control::read_frame(&mut ctrl, MAX_RESULTS_LEN)?);
+                        let max = if spec.trace.is_some() {
+                            MAX_TRACED_RESULTS_LEN
+                        } else {
+                            MAX_RESULTS_LEN
+                        };
+                        remote = Some(control::read_frame(&mut ctrl, max)?);
                     }
                     State::DisplayResults => {
                         let _ = control::write_state(&mut ctrl, State::IperfDone);
@@ -259,6 +265,23 @@ pub fn run(
         let snap = session.snapshot();
         session.peer_results(&snap, session.ctl.epoch.elapsed())
     });
+    let trace = spec.trace.map(|period| {
+        let remote_traces = remote
+            .as_mut()
+            .map(|r| {
+                r.streams
+                    .iter_mut()
+                    .filter_map(|s| s.trace.take())
+                    .collect()
+            })
+            .unwrap_or_default();
+        Trace::assemble(
+            period.as_micros() as u64,
+            &directions,
+            session.traces(),
+            remote_traces,
+        )
+    });
     let udp = spec.protocol == Protocol::Udp;
     let end = result::summarize(&directions, udp, &local, remote.as_ref(), interrupted);
     Ok(TestResult {
@@ -266,6 +289,7 @@ pub fn run(
         start,
         intervals,
         end: Some(end),
+        trace,
     })
 }
 
@@ -521,7 +545,7 @@ fn create_streams(
         let serr = |source| ClientError::Stream { id, source };
         let (transport, early) = match spec.protocol {
             Protocol::Tcp => (
-                Transport::Tcp(Arc::new(open_tcp(spec, server, cookie).map_err(
+                Transport::Tcp(Arc::new(open_tcp(spec, server, cookie, role).map_err(
                     |e| match e {
                         OpenError::Io(e) => serr(e),
                         OpenError::Sock(e) => ClientError::Sock(e),
@@ -580,14 +604,30 @@ enum OpenError {
     Sock(SockError),
 }
 
-fn open_tcp(spec: &TestSpec, server: SocketAddr, cookie: &Cookie) -> Result<TcpStream, OpenError> {
+fn open_tcp(
+    spec: &TestSpec,
+    server: SocketAddr,
+    cookie: &Cookie,
+    role: Role,
+) -> Result<TcpStream, OpenError> {
+    // `--recv-window` / `--recv-congestion` replace `-w` / `-C` on receiving sockets.
+    let receiving = role == Role::Receive;
+    let window = if receiving && spec.recv_window > 0 {
+        spec.recv_window
+    } else {
+        spec.window
+    };
+    let congestion = match &spec.recv_congestion {
+        Some(cc) if receiving => Some(cc),
+        _ => spec.congestion.as_ref(),
+    };
     let s = Socket::new(
         Domain::for_address(server),
         Type::STREAM,
         Some(SockProtocol::TCP),
     )
     .map_err(OpenError::Io)?;
-    sock::set_buffers(&SockRef::from(&s), spec.window).map_err(OpenError::Sock)?;
+    sock::set_buffers(&SockRef::from(&s), window).map_err(OpenError::Sock)?;
     if spec.mss > 0 {
         sock::set_mss(&s, spec.mss).map_err(OpenError::Sock)?;
     }
@@ -597,7 +637,7 @@ fn open_tcp(spec: &TestSpec, server: SocketAddr, cookie: &Cookie) -> Result<TcpS
     if spec.nodelay {
         t.set_nodelay(true).map_err(OpenError::Io)?;
     }
-    if let Some(cc) = &spec.congestion {
+    if let Some(cc) = congestion {
         sock::set_congestion(&t, cc).map_err(OpenError::Sock)?;
     }
     t.write_all(&cookie.encode()).map_err(OpenError::Io)?;

@@ -10,13 +10,17 @@
 //! - [`stream`], `tcp_data`, `udp_data`: the data streams and their threads.
 //! - [`session`]: one side's streams of a test, their snapshots and results.
 //! - [`control`]: control-connection reads and writes with timeouts.
+//! - [`diagnose`]: what limited a traced transfer, with evidence and advice.
 //! - [`udp_stats`]: loss, reordering, duplicates and jitter of a UDP receiver.
 //! - [`pacing`]: smooth rate limiting.
 //! - [`sock`]: socket options and kernel counters.
+//! - [`tcpinfo`]: the kernel's `struct tcp_info`, decoded field by field (`--trace`).
+//! - [`trace`]: when and how streams sample it.
 //! - [`units`]: sizes and rates, parsed and printed.
 
 pub mod client;
 pub mod control;
+pub mod diagnose;
 pub mod pacing;
 pub mod result;
 pub mod server;
@@ -24,6 +28,8 @@ pub mod session;
 pub mod sock;
 pub mod spec;
 pub mod stream;
+pub mod tcpinfo;
+pub mod trace;
 pub mod udp_stats;
 pub mod units;
 

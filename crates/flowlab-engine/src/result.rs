@@ -26,6 +26,75 @@ pub struct TestResult {
     pub start: StartInfo,
     pub intervals: Vec<Interval>,
     pub end: Option<EndInfo>,
+    /// `--trace`: TCP_INFO samples of every TCP stream on both ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<Trace>,
+}
+
+/// The samples of a traced test.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Trace {
+    /// Sampling period asked for, µs.
+    pub period_us: u64,
+    /// One entry per stream and end that sampled it.
+    pub streams: Vec<TracedStream>,
+    /// What limited each direction's senders ([`crate::diagnose`]).
+    pub diagnosis: Vec<crate::diagnose::Diagnosis>,
+}
+
+/// Which end of the test took a sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Side {
+    Client,
+    Server,
+}
+
+/// One stream's samples on one end, with where they come from.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TracedStream {
+    pub side: Side,
+    pub direction: StreamDirection,
+    /// Whether this end sends (`true`) or receives on the stream.
+    pub sender: bool,
+    #[serde(flatten)]
+    pub trace: flowlab_proto::trace::StreamTrace,
+}
+
+impl Trace {
+    /// Joins this end's traces and those the server returned, labelled by side and role.
+    pub fn assemble(
+        period_us: u64,
+        directions: &[(i64, StreamDirection)],
+        local: Vec<flowlab_proto::trace::StreamTrace>,
+        remote: Vec<flowlab_proto::trace::StreamTrace>,
+    ) -> Trace {
+        let direction = |id: i64| {
+            directions
+                .iter()
+                .find(|(i, _)| *i == id)
+                .map_or(StreamDirection::Up, |(_, d)| *d)
+        };
+        let mut streams = Vec::new();
+        for (side, traces) in [(Side::Client, local), (Side::Server, remote)] {
+            for trace in traces {
+                let d = direction(trace.id);
+                streams.push(TracedStream {
+                    side,
+                    direction: d,
+                    sender: (side == Side::Client) == (d == StreamDirection::Up),
+                    trace,
+                });
+            }
+        }
+        let mut trace = Trace {
+            period_us,
+            streams,
+            diagnosis: Vec::new(),
+        };
+        trace.diagnosis = crate::diagnose::diagnose(&trace);
+        trace
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

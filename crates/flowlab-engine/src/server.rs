@@ -33,6 +33,7 @@ use crate::session::DataSession;
 use crate::sock;
 use crate::spec::MAX_UDP_LEN;
 use crate::stream::{Budget, DataConfig, Role, StreamPlan, TestControl, Transport};
+use crate::trace;
 
 /// How the server runs.
 #[derive(Debug, Clone)]
@@ -474,6 +475,8 @@ fn run_test(
         feature::EXACT_BYTES,
         feature::CLEAN_CLOSE,
         feature::UDP_BACKOFF,
+        feature::TRACE,
+        feature::RECEIVER_TUNING,
     ];
     let mut verdict = validate(&params, cfg);
     if let (Ok(_), Some(f)) = (&verdict, &params.flowlab) {
@@ -563,6 +566,11 @@ fn run_test(
         backoff: params.flowlab.as_ref().is_some_and(|f| f.udp_backoff)
             && mode == Mode::Streaming
             && params.bandwidth == 0,
+        trace: params
+            .flowlab
+            .as_ref()
+            .and_then(|f| f.trace_us)
+            .map(|us| Duration::from_micros(us).clamp(trace::MIN_PERIOD, trace::MAX_PERIOD)),
     };
     // Receivers read before the client is told to send (an unread UDP socket overflows
     // at once); senders start a control round trip early, which the peer's socket
@@ -588,7 +596,12 @@ fn run_test(
     session.stop_receivers();
     let snap = session.snapshot();
     let wall = session.ctl.epoch.elapsed();
-    let mine = session.peer_results(&snap, wall);
+    let mut mine = session.peer_results(&snap, wall);
+    for trace in session.traces() {
+        if let Some(s) = mine.streams.iter_mut().find(|s| s.id == trace.id) {
+            s.trace = Some(trace);
+        }
+    }
     ctrl.set_read_timeout(Some(cfg.idle_timeout))?;
     control::write_state(ctrl, State::ExchangeResults)?;
     let _theirs: PeerResults = control::read_frame(ctrl, MAX_RESULTS_LEN)?;
@@ -801,7 +814,12 @@ fn recv_until<T>(rx: &Receiver<T>, deadline: Instant, missing: usize) -> Result<
 }
 
 fn apply_options(t: &Transport, p: &TestParams, role: Role) {
-    let window = if p.window > 0 {
+    let tuning = p.flowlab.as_ref().filter(|_| role == Role::Receive);
+    let recv_window = tuning.and_then(|f| f.recv_window);
+    let recv_congestion = tuning.and_then(|f| f.recv_congestion.as_ref());
+    let window = if let (Some(w), Transport::Tcp(_)) = (recv_window, t) {
+        w
+    } else if p.window > 0 {
         p.window
     } else if matches!(t, Transport::Udp(_)) {
         crate::stream::UDP_DEFAULT_BUFFER
@@ -817,7 +835,7 @@ fn apply_options(t: &Transport, p: &TestParams, role: Role) {
             if p.mss > 0 && role == Role::Send {
                 let _ = sock::set_mss(s.as_ref(), p.mss as u32);
             }
-            if let Some(cc) = &p.congestion {
+            if let Some(cc) = recv_congestion.or(p.congestion.as_ref()) {
                 // As iperf3: an algorithm this kernel lacks is a warning on the server.
                 if let Err(e) = sock::set_congestion(s.as_ref(), cc) {
                     tracing::warn!("{e}");

@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use flowlab_proto::results::{PeerResults, StreamResults};
+use flowlab_proto::trace::StreamTrace;
 
 use crate::sock;
 use crate::stream::{self, DataConfig, Role, RunningStream, StreamPlan, TestControl, Transport};
@@ -158,6 +159,32 @@ impl DataSession {
     }
 
     /// This side's results for the exchange, after all streams ended.
+    /// `--trace`: every TCP stream's samples so far (empty when not tracing). Call after
+    /// the streams stopped for complete traces.
+    pub fn traces(&self) -> Vec<StreamTrace> {
+        let Some(period) = self.cfg.trace else {
+            return Vec::new();
+        };
+        self.streams
+            .iter()
+            .filter_map(|s| match &s.transport {
+                Transport::Tcp(t) => Some(StreamTrace {
+                    id: s.id,
+                    period_us: period.as_micros() as u64,
+                    congestion: sock::congestion(t.as_ref()),
+                    truncated: s.counters.trace_truncated.load(Ordering::Relaxed),
+                    samples: s
+                        .counters
+                        .trace
+                        .lock()
+                        .map(|v| v.clone())
+                        .unwrap_or_default(),
+                }),
+                Transport::Udp(_) => None,
+            })
+            .collect()
+    }
+
     pub fn peer_results(&self, final_snap: &[Snapshot], wall: Duration) -> PeerResults {
         let (total, user, system) = self.cpu_percent(wall);
         let any_send = self.has(Role::Send);
@@ -236,5 +263,6 @@ fn stream_results(
         rcvbuf_drops: udp.map(|_| end.rcvbuf_drops.saturating_sub(base.rcvbuf_drops)),
         backoff_cuts: (backoff && s.role == Role::Send && matches!(s.transport, Transport::Udp(_)))
             .then(|| end.backoff_cuts.saturating_sub(base.backoff_cuts)),
+        trace: None,
     }
 }

@@ -1,5 +1,6 @@
 //! Socket options flowlab sets and reads, with the errors a user can act on.
 
+use flowlab_proto::trace::TraceSample;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd};
 
@@ -151,6 +152,33 @@ pub fn tcp_info<F: AsRawFd>(sock: &F) -> Option<TcpInfo> {
         pmtu: u64::from(info.tcpi_pmtu),
         snd_mss: u64::from(info.tcpi_snd_mss),
     })
+}
+
+/// One `--trace` sample of a TCP socket: TCP_INFO as far as this kernel provides it, and
+/// the socket's buffer sizes. `None` if the socket is gone.
+pub fn trace_sample(sock: &std::net::TcpStream, t_us: u64) -> Option<TraceSample> {
+    let mut raw = [0u8; crate::tcpinfo::TCP_INFO_MAX];
+    let mut len = raw.len() as libc::socklen_t;
+    // SAFETY: a live buffer with its length passed alongside; the kernel writes at most
+    // `len` bytes and stores how many it wrote.
+    let rc = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            raw.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return None;
+    }
+    let filled = (len as usize).min(raw.len());
+    let mut sample = crate::tcpinfo::parse(&raw[..filled], t_us);
+    let b = buffers(&socket2::SockRef::from(sock));
+    sample.sndbuf = Some(b.sndbuf);
+    sample.rcvbuf = Some(b.rcvbuf);
+    Some(sample)
 }
 
 /// Enables UDP GRO on a receiving socket; false when the kernel lacks it.

@@ -72,6 +72,13 @@ pub struct TestSpec {
     /// UDP at unlimited rate against a flowlab peer: back off when the receiving socket
     /// overflows (`--no-backoff` clears it).
     pub udp_backoff: bool,
+    /// `--trace`: sample TCP_INFO of every TCP stream on both ends this often.
+    #[serde(serialize_with = "opt_secs")]
+    pub trace: Option<Duration>,
+    /// Socket buffer of the receiving end of each stream (0: as `window`).
+    pub recv_window: u64,
+    /// Congestion control of the receiving end of each stream.
+    pub recv_congestion: Option<String>,
 }
 
 impl TestSpec {
@@ -98,6 +105,9 @@ impl TestSpec {
             rto: Duration::from_secs(1),
             title: None,
             udp_backoff: true,
+            trace: None,
+            recv_window: 0,
+            recv_congestion: None,
         }
     }
 
@@ -115,6 +125,9 @@ impl TestSpec {
         let mut f = Vec::new();
         if self.mode == Mode::StopAndWait {
             f.push(flowlab_proto::hello::feature::STOP_AND_WAIT.to_string());
+        }
+        if self.recv_window > 0 || self.recv_congestion.is_some() {
+            f.push(flowlab_proto::hello::feature::RECEIVER_TUNING.to_string());
         }
         f
     }
@@ -155,6 +168,9 @@ impl TestSpec {
                 rto_ms: (self.mode == Mode::StopAndWait).then_some(self.rto.as_millis() as u64),
                 require: self.required_features(),
                 udp_backoff: self.wants_backoff(),
+                trace_us: self.trace.map(|d| d.as_micros() as u64),
+                recv_window: (self.recv_window > 0).then_some(self.recv_window),
+                recv_congestion: self.recv_congestion.clone(),
             }),
         }
     }

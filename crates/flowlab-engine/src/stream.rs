@@ -52,6 +52,8 @@ pub struct DataConfig {
     /// UDP at unlimited rate, both ends flowlab: receivers report their socket's overflow
     /// drops to the sender, which backs off ([`crate::pacing::Backoff`]).
     pub backoff: bool,
+    /// `--trace`: TCP streams sample TCP_INFO this often.
+    pub trace: Option<Duration>,
 }
 
 /// What bounds the amount of data over all streams of one direction.
@@ -159,6 +161,10 @@ pub struct StreamCounters {
     pub rcvbuf_drops: AtomicU64,
     /// UDP senders with backoff: how often they slowed down on an overflow report.
     pub backoff_cuts: AtomicU64,
+    /// `--trace` samples of a TCP stream's socket, oldest first.
+    pub trace: Mutex<Vec<flowlab_proto::trace::TraceSample>>,
+    /// More samples were due than [`crate::trace::MAX_SAMPLES`].
+    pub trace_truncated: AtomicBool,
     /// UDP receivers only.
     pub udp: Mutex<Option<UdpReceiverStats>>,
 }

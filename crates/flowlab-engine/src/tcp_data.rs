@@ -11,6 +11,7 @@ use flowlab_proto::udp::Ack;
 
 use crate::pacing::Pacer;
 use crate::stream::{DataConfig, Drain, POLL, StreamCounters, TestControl, is_timeout};
+use crate::trace::Tracer;
 
 /// The payload every write carries. Its content does not matter; a fixed, non-zero
 /// pattern keeps compression anywhere on the path from flattering the numbers.
@@ -30,8 +31,10 @@ pub(crate) fn send(
     ctl: &TestControl,
     c: &StreamCounters,
 ) -> io::Result<()> {
-    sock.set_write_timeout(Some(POLL))?;
-    sock.set_read_timeout(Some(POLL))?;
+    let mut tracer = cfg.trace.map(Tracer::new);
+    let poll = tracer.as_ref().map_or(POLL, |t| t.period().min(POLL));
+    sock.set_write_timeout(Some(poll))?;
+    sock.set_read_timeout(Some(poll))?;
     if cfg.rate_bps > 0 {
         // Kernel pacing smooths each write into evenly spaced segments; the pacer below
         // holds the long-run average.
@@ -59,10 +62,13 @@ pub(crate) fn send(
         if ctl.stop_send.load(Ordering::Acquire) {
             break Ok(());
         }
+        if let Some(t) = tracer.as_mut() {
+            t.tick(sock, ctl, c);
+        }
         if let Some(p) = pacer.as_mut() {
             let wait = p.wait(ctl.epoch.elapsed());
             if !wait.is_zero() {
-                std::thread::sleep(wait.min(POLL));
+                std::thread::sleep(wait.min(poll));
                 continue;
             }
         }
@@ -75,7 +81,7 @@ pub(crate) fn send(
                 if framed {
                     buf[..head].copy_from_slice(&(n as u32).to_be_bytes());
                 }
-                write_fully(sock, &buf[..head + n], ctl).saturating_sub(head)
+                write_fully(sock, &buf[..head + n], ctl, tracer.as_mut(), c).saturating_sub(head)
             }
         };
         c.bytes.fetch_add(sent as u64, Ordering::Relaxed);
@@ -97,6 +103,9 @@ pub(crate) fn send(
         }
     };
     c.end_us.store(ctl.elapsed_us().max(1), Ordering::Release);
+    if let Some(t) = tracer.as_mut() {
+        t.finish(sock, ctl, c);
+    }
     if cfg.close_when_done {
         let _ = sock.shutdown(Shutdown::Write);
     }
@@ -104,7 +113,15 @@ pub(crate) fn send(
 }
 
 /// Writes all of `buf` unless the test is stopped meanwhile; returns the bytes written.
-fn write_fully(mut sock: &TcpStream, buf: &[u8], ctl: &TestControl) -> usize {
+/// A write blocked by a full send buffer times out every trace period, so a stalled
+/// stream is still sampled on time.
+fn write_fully(
+    mut sock: &TcpStream,
+    buf: &[u8],
+    ctl: &TestControl,
+    mut tracer: Option<&mut Tracer>,
+    c: &StreamCounters,
+) -> usize {
     let mut off = 0;
     while off < buf.len() {
         match sock.write(&buf[off..]) {
@@ -113,6 +130,9 @@ fn write_fully(mut sock: &TcpStream, buf: &[u8], ctl: &TestControl) -> usize {
             Err(e) if is_timeout(&e) || e.kind() == io::ErrorKind::Interrupted => {
                 if ctl.stop_send.load(Ordering::Acquire) {
                     break;
+                }
+                if let Some(t) = tracer.as_deref_mut() {
+                    t.tick(sock, ctl, c);
                 }
             }
             Err(_) => break,
@@ -153,7 +173,9 @@ pub(crate) fn receive(
     ctl: &TestControl,
     c: &StreamCounters,
 ) -> io::Result<()> {
-    sock.set_read_timeout(Some(POLL))?;
+    let mut tracer = cfg.trace.map(Tracer::new);
+    let poll = tracer.as_ref().map_or(POLL, |t| t.period().min(POLL));
+    sock.set_read_timeout(Some(poll))?;
     let stop_and_wait = cfg.mode == Mode::StopAndWait;
     if stop_and_wait {
         // Each acknowledgement leaves at once (see `send`).
@@ -168,6 +190,9 @@ pub(crate) fn receive(
     let mut in_message = 0usize;
     let mut seq = 0u64;
     loop {
+        if let Some(t) = tracer.as_mut() {
+            t.tick(sock, ctl, c);
+        }
         if stop_and_wait && message.is_none() {
             match sock.read(&mut prefix[prefix_got..]) {
                 Ok(0) => break,
@@ -226,6 +251,9 @@ pub(crate) fn receive(
         if drain.done(ctl, got > 0, cfg.drain_to_eof) {
             break;
         }
+    }
+    if let Some(t) = tracer.as_mut() {
+        t.finish(sock, ctl, c);
     }
     Ok(())
 }

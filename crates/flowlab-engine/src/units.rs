@@ -53,6 +53,27 @@ pub fn parse_rate(text: &str) -> Result<u64, BadQuantity> {
     Ok(bits.round() as u64)
 }
 
+/// Parses a duration: a number with `us`, `ms` or `s` (`10ms`, `0.5s`, `250us`); a bare
+/// number is milliseconds.
+pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let t = text.trim();
+    let (digits, scale) = if let Some(d) = t.strip_suffix("us") {
+        (d, 1e-6)
+    } else if let Some(d) = t.strip_suffix("ms") {
+        (d, 1e-3)
+    } else if let Some(d) = t.strip_suffix('s') {
+        (d, 1.0)
+    } else {
+        (t, 1e-3)
+    };
+    let bad = || format!("'{text}' is not a duration like 10ms, 0.5s or 250us");
+    let v: f64 = digits.trim().parse().map_err(|_| bad())?;
+    if !v.is_finite() || v < 0.0 || v * scale > 1e9 {
+        return Err(bad());
+    }
+    Ok(std::time::Duration::from_secs_f64(v * scale))
+}
+
 /// The unit numbers are printed in (`-f`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum UnitFormat {
@@ -137,6 +158,18 @@ impl fmt::Display for Rate {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_parse_with_units() {
+        use std::time::Duration;
+        assert_eq!(parse_duration("10ms"), Ok(Duration::from_millis(10)));
+        assert_eq!(parse_duration("0.5s"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("250us"), Ok(Duration::from_micros(250)));
+        assert_eq!(parse_duration("20"), Ok(Duration::from_millis(20)));
+        for bad in ["", "ms", "-1ms", "1h", "ten", "1e400s", "NaNs"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn sizes_are_binary_rates_decimal() {

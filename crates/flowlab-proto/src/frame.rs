@@ -14,6 +14,9 @@ pub const MAX_PARAMS_LEN: u32 = 8 * 1024;
 /// Largest results or hello message accepted. Results grow with the stream count and
 /// flowlab's per-stream extras; 1 MiB holds thousands of streams.
 pub const MAX_RESULTS_LEN: u32 = 1024 * 1024;
+/// Largest results a client that asked for `--trace` accepts: the server's TCP_INFO
+/// samples travel with them (a minute at 1 ms on 4 streams is ~150 MB of JSON).
+pub const MAX_TRACED_RESULTS_LEN: u32 = 512 * 1024 * 1024;
 
 /// Judges the 4-byte length prefix of a frame and returns the body length.
 pub fn check(prefix: [u8; 4], max: u32) -> Result<usize, ProtoError> {

@@ -32,6 +32,10 @@ pub mod feature {
     /// UDP receivers report their socket's overflow drops and unlimited-rate senders back
     /// off on them (`udp::Overflow`).
     pub const UDP_BACKOFF: &str = "udp-backoff";
+    /// The server samples TCP_INFO of its streams (`--trace`) and returns the samples.
+    pub const TRACE: &str = "trace";
+    /// The server applies `recv_window` and `recv_congestion` to its receiving sockets.
+    pub const RECEIVER_TUNING: &str = "receiver-tuning";
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@
 //! - [`hello`]: flowlab's answer to a client that announced flowlab extensions.
 //! - [`results`]: the per-test results both ends exchange at the end of a test.
 //! - [`udp`]: the UDP datagram header, the UDP stream handshake and stop-and-wait acks.
+//! - [`trace`]: TCP_INFO samples of a traced test.
 
 pub mod cookie;
 pub mod frame;
@@ -20,6 +21,7 @@ pub mod hello;
 pub mod params;
 pub mod results;
 pub mod state;
+pub mod trace;
 pub mod udp;
 
 mod error;

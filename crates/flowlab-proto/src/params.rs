@@ -141,6 +141,15 @@ pub struct FlowlabParams {
     /// UDP at unlimited rate: receivers send `udp::Overflow` and senders back off on it.
     #[serde(default, skip_serializing_if = "is_false")]
     pub udp_backoff: bool,
+    /// `--trace`: sample TCP_INFO of every TCP stream this often, µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_us: Option<u64>,
+    /// Socket buffer (SO_RCVBUF) of the receiving end of each TCP stream, bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recv_window: Option<u64>,
+    /// Congestion control of the receiving end of each TCP stream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recv_congestion: Option<String>,
 }
 
 /// Current version of flowlab's extension protocol.
@@ -220,6 +229,9 @@ mod tests {
                 rto_ms: Some(250),
                 require: vec!["stop-and-wait".into()],
                 udp_backoff: false,
+                trace_us: Some(10_000),
+                recv_window: Some(65_536),
+                recv_congestion: Some("reno".into()),
             }),
             ..TestParams::default()
         };

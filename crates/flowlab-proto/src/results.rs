@@ -78,6 +78,9 @@ pub struct StreamResults {
     /// flowlab UDP sender with receiver-overflow backoff: times it slowed down.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backoff_cuts: Option<u64>,
+    /// flowlab server, `--trace`: the TCP_INFO samples of this stream's socket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<crate::trace::StreamTrace>,
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use flowlab_engine::server::ServerConfig;
 use flowlab_engine::spec::{self, Amount, Direction, TestSpec};
+use flowlab_engine::trace;
 use flowlab_engine::units::{self, UnitFormat};
 use flowlab_proto::params::{Mode, Protocol};
 
@@ -32,7 +33,7 @@ pub enum Command {
     /// Serve throughput tests to flowlab and iperf3 clients, many at once.
     Serve(ServeArgs),
     /// Run a throughput test against a flowlab or iperf3 server.
-    Test(TestArgs),
+    Test(Box<TestArgs>),
     /// Measure this machine's loopback with no setup: an in-process server and a short
     /// TCP and UDP test in each direction.
     Quick(QuickArgs),
@@ -184,6 +185,19 @@ pub struct TestArgs {
     /// A title recorded with the result.
     #[arg(short = 'T', long)]
     pub title: Option<String>,
+    /// Sample TCP_INFO of every stream on both ends this often (1ms…1s; default 10ms)
+    /// and explain what limited the transfer.
+    #[arg(long, value_name = "PERIOD", num_args = 0..=1, default_missing_value = "10ms", require_equals = true)]
+    pub trace: Option<String>,
+    /// Write the trace samples to FILE as CSV (implies --trace).
+    #[arg(long, value_name = "FILE")]
+    pub trace_csv: Option<std::path::PathBuf>,
+    /// Socket buffer of each stream's receiving end (replaces -w there), e.g. 8M.
+    #[arg(long, value_parser = size, value_name = "SIZE")]
+    pub recv_window: Option<u64>,
+    /// TCP congestion control of each stream's receiving end (replaces -C there).
+    #[arg(long, value_name = "ALGO")]
+    pub recv_congestion: Option<String>,
     /// Print one JSON document at the end.
     #[arg(short = 'J', long, conflicts_with = "json_stream")]
     pub json: bool,
@@ -274,11 +288,34 @@ impl TestArgs {
             );
         }
         s.udp_backoff = !self.no_backoff;
+        let trace = match (&self.trace, &self.trace_csv) {
+            (Some(p), _) => Some(p.as_str()),
+            (None, Some(_)) => Some("10ms"),
+            (None, None) => None,
+        };
+        if let Some(p) = trace {
+            let period = units::parse_duration(p).map_err(|e| format!("--trace: {e}"))?;
+            if !(trace::MIN_PERIOD..=trace::MAX_PERIOD).contains(&period) {
+                return Err(format!("--trace period {p} must be between 1ms and 1s"));
+            }
+            s.trace = Some(period);
+        }
+        if let Some(w) = self.recv_window {
+            if w == 0 {
+                return Err("--recv-window must be more than 0".into());
+            }
+            s.recv_window = w;
+        }
+        s.recv_congestion = self.recv_congestion.clone();
         let tcp_only = [
             (self.congestion.is_some(), "-C/--congestion"),
             (self.mss.is_some(), "-M/--set-mss"),
             (self.no_delay, "-N/--no-delay"),
             (self.zerocopy, "-Z/--zerocopy"),
+            (self.trace.is_some(), "--trace"),
+            (self.trace_csv.is_some(), "--trace-csv"),
+            (self.recv_window.is_some(), "--recv-window"),
+            (self.recv_congestion.is_some(), "--recv-congestion"),
         ];
         if let Some((_, flag)) = tcp_only.iter().find(|(set, _)| *set && self.udp) {
             return Err(format!("{flag} applies to TCP only; drop it or -u"));

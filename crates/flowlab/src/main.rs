@@ -2,6 +2,7 @@
 
 mod cli;
 mod report;
+mod trace_csv;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -197,12 +198,26 @@ fn test(spec: &TestSpec, a: &cli::TestArgs) -> anyhow::Result<()> {
     };
     match client::run(spec, &mut printer, &interrupt) {
         Ok(result) => {
+            if let (Some(path), Some(trace)) = (&a.trace_csv, &result.trace) {
+                let file = std::fs::File::create(path)
+                    .map_err(|e| anyhow::anyhow!("--trace-csv {}: {e}", path.display()))?;
+                trace_csv::write(trace, std::io::BufWriter::new(file))
+                    .map_err(|e| anyhow::anyhow!("--trace-csv {}: {e}", path.display()))?;
+            }
             if a.json {
                 println!("{}", serde_json::to_string_pretty(&result)?);
             } else if a.json_stream {
                 printer.emit("end", &result.end);
-            } else if let Some(e) = &result.end {
-                print!("{}", report::end(e, a.format));
+                if let Some(t) = &result.trace {
+                    printer.emit("trace", t);
+                }
+            } else {
+                if let Some(e) = &result.end {
+                    print!("{}", report::end(e, a.format));
+                }
+                if let Some(t) = &result.trace {
+                    print!("{}", report::diagnosis(t));
+                }
             }
             Ok(())
         }

@@ -159,3 +159,40 @@ fn quick_runs_tcp_and_udp_both_ways() {
     }
     assert_eq!(text.matches(" receiver").count(), 4, "{text}");
 }
+
+#[test]
+fn trace_prints_a_diagnosis_and_writes_csv() {
+    let port = support::start_server(ServerConfig::default());
+    let dir = tempfile::tempdir().expect("temp dir");
+    let csv = dir.path().join("trace.csv");
+    let out = flowlab_test(
+        port,
+        &[
+            "-t",
+            "1",
+            "--trace=20ms",
+            "--recv-window",
+            "4K",
+            "--trace-csv",
+            csv.to_str().expect("utf-8 path"),
+        ],
+    );
+    assert_success(&out);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("Trace: every 20 ms"), "{stdout}");
+    assert!(
+        stdout.contains("What limited the sender (up): the receiver's window"),
+        "{stdout}"
+    );
+    let text = std::fs::read_to_string(&csv).expect("the CSV was written");
+    let mut lines = text.lines();
+    let header = lines.next().expect("a header");
+    assert!(
+        header.starts_with("side,id,direction,sender,t_us,"),
+        "{header}"
+    );
+    let rows: Vec<&str> = lines.collect();
+    assert!(rows.iter().any(|r| r.starts_with("client,1,up,true,")));
+    assert!(rows.iter().any(|r| r.starts_with("server,1,up,false,")));
+    assert!(rows.len() >= 40, "{} rows", rows.len());
+}

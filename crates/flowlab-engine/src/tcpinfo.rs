@@ -1,0 +1,155 @@
+//! Decoding the kernel's `struct tcp_info` (sans-IO: bytes in, a sample out).
+//!
+//! The kernel copies as much of its `struct tcp_info` as the caller's buffer holds and
+//! reports how much that was; older kernels have a shorter struct. Each field is read
+//! from its fixed offset only when the returned length covers it, so a field the running
+//! kernel lacks is `None`, never a zero. Offsets are those of `include/uapi/linux/tcp.h`,
+//! which only ever grows at the end.
+
+use flowlab_proto::trace::TraceSample;
+
+/// Bytes of the largest `struct tcp_info` flowlab reads (Linux 6.2: up to `tcpi_rehash`).
+pub const TCP_INFO_MAX: usize = 240;
+
+/// Field offsets in `struct tcp_info`, and the kernel release that added each (for the
+/// docs; the code only looks at the length the kernel returned).
+mod off {
+    pub const STATE: usize = 0; // u8, 2.6
+    pub const CA_STATE: usize = 1; // u8, 2.6
+    pub const SND_MSS: usize = 16; // u32, 2.6
+    pub const UNACKED: usize = 24; // u32, 2.6
+    pub const SACKED: usize = 28; // u32, 2.6
+    pub const LOST: usize = 32; // u32, 2.6
+    pub const RETRANS: usize = 36; // u32, 2.6
+    pub const RTT: usize = 68; // u32, 2.6
+    pub const RTTVAR: usize = 72; // u32, 2.6
+    pub const SND_SSTHRESH: usize = 76; // u32, 2.6
+    pub const SND_CWND: usize = 80; // u32, 2.6
+    pub const RCV_SPACE: usize = 96; // u32, 2.6
+    pub const TOTAL_RETRANS: usize = 100; // u32, 2.6
+    pub const PACING_RATE: usize = 104; // u64, 3.15
+    pub const BYTES_ACKED: usize = 120; // u64, 4.1
+    pub const BYTES_RECEIVED: usize = 128; // u64, 4.1
+    pub const SEGS_OUT: usize = 136; // u32, 4.2
+    pub const SEGS_IN: usize = 140; // u32, 4.2
+    pub const NOTSENT_BYTES: usize = 144; // u32, 4.6
+    pub const MIN_RTT: usize = 148; // u32, 4.6
+    pub const DATA_SEGS_IN: usize = 152; // u32, 4.6
+    pub const DATA_SEGS_OUT: usize = 156; // u32, 4.6
+    pub const DELIVERY_RATE: usize = 160; // u64, 4.9
+    pub const BUSY_TIME: usize = 168; // u64, 4.10
+    pub const RWND_LIMITED: usize = 176; // u64, 4.10
+    pub const SNDBUF_LIMITED: usize = 184; // u64, 4.10
+    pub const BYTES_SENT: usize = 200; // u64, 4.19
+    pub const BYTES_RETRANS: usize = 208; // u64, 4.19
+    pub const SND_WND: usize = 228; // u32, 5.4
+    pub const RCV_WND: usize = 232; // u32, 6.2
+}
+
+fn u8_at(raw: &[u8], at: usize) -> Option<u64> {
+    raw.get(at).map(|&b| u64::from(b))
+}
+
+fn u32_at(raw: &[u8], at: usize) -> Option<u64> {
+    let b: [u8; 4] = raw.get(at..at + 4)?.try_into().ok()?;
+    Some(u64::from(u32::from_ne_bytes(b)))
+}
+
+fn u64_at(raw: &[u8], at: usize) -> Option<u64> {
+    let b: [u8; 8] = raw.get(at..at + 8)?.try_into().ok()?;
+    Some(u64::from_ne_bytes(b))
+}
+
+/// Decodes the bytes the kernel returned (exactly as many as it filled) into a sample
+/// taken at `t_us`. Buffer sizes are the caller's to fill in.
+pub fn parse(raw: &[u8], t_us: u64) -> TraceSample {
+    use off::*;
+    TraceSample {
+        t_us,
+        sndbuf: None,
+        rcvbuf: None,
+        state: u8_at(raw, STATE).map(|v| v as u8),
+        ca_state: u8_at(raw, CA_STATE).map(|v| v as u8),
+        snd_cwnd: u32_at(raw, SND_CWND),
+        snd_ssthresh: u32_at(raw, SND_SSTHRESH),
+        srtt_us: u32_at(raw, RTT),
+        rttvar_us: u32_at(raw, RTTVAR),
+        min_rtt_us: u32_at(raw, MIN_RTT),
+        snd_mss: u32_at(raw, SND_MSS),
+        unacked: u32_at(raw, UNACKED),
+        sacked: u32_at(raw, SACKED),
+        lost: u32_at(raw, LOST),
+        retrans: u32_at(raw, RETRANS),
+        snd_wnd: u32_at(raw, SND_WND),
+        rcv_wnd: u32_at(raw, RCV_WND),
+        rcv_space: u32_at(raw, RCV_SPACE),
+        bytes_sent: u64_at(raw, BYTES_SENT),
+        bytes_acked: u64_at(raw, BYTES_ACKED),
+        bytes_received: u64_at(raw, BYTES_RECEIVED),
+        bytes_retrans: u64_at(raw, BYTES_RETRANS),
+        total_retrans: u32_at(raw, TOTAL_RETRANS),
+        segs_out: u32_at(raw, SEGS_OUT),
+        segs_in: u32_at(raw, SEGS_IN),
+        data_segs_out: u32_at(raw, DATA_SEGS_OUT),
+        data_segs_in: u32_at(raw, DATA_SEGS_IN),
+        notsent_bytes: u32_at(raw, NOTSENT_BYTES),
+        delivery_rate: u64_at(raw, DELIVERY_RATE),
+        pacing_rate: u64_at(raw, PACING_RATE),
+        busy_time_us: u64_at(raw, BUSY_TIME),
+        rwnd_limited_us: u64_at(raw, RWND_LIMITED),
+        sndbuf_limited_us: u64_at(raw, SNDBUF_LIMITED),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A struct as a kernel of `len` bytes would return it, with recognisable values.
+    fn kernel_struct(len: usize) -> Vec<u8> {
+        let mut raw = vec![0u8; TCP_INFO_MAX];
+        raw[off::STATE] = 1; // ESTABLISHED
+        raw[off::CA_STATE] = 4; // Loss
+        raw[off::SND_CWND..off::SND_CWND + 4].copy_from_slice(&42u32.to_ne_bytes());
+        raw[off::SND_MSS..off::SND_MSS + 4].copy_from_slice(&1448u32.to_ne_bytes());
+        raw[off::RTT..off::RTT + 4].copy_from_slice(&20_000u32.to_ne_bytes());
+        raw[off::BYTES_ACKED..off::BYTES_ACKED + 8].copy_from_slice(&(5u64 << 33).to_ne_bytes());
+        raw[off::SND_WND..off::SND_WND + 4].copy_from_slice(&3_000_000u32.to_ne_bytes());
+        raw.truncate(len);
+        raw
+    }
+
+    #[test]
+    fn reads_every_field_a_new_kernel_returns() {
+        let s = parse(&kernel_struct(TCP_INFO_MAX), 7);
+        assert_eq!(s.t_us, 7);
+        assert_eq!((s.state, s.ca_state), (Some(1), Some(4)));
+        assert_eq!(s.snd_cwnd, Some(42));
+        assert_eq!(s.cwnd_bytes(), Some(42 * 1448));
+        assert_eq!(s.srtt_us, Some(20_000));
+        assert_eq!(s.bytes_acked, Some(5 << 33));
+        assert_eq!(s.snd_wnd, Some(3_000_000));
+        // Zero in the struct is a real zero when the kernel returned the field.
+        assert_eq!(s.rcv_wnd, Some(0));
+    }
+
+    #[test]
+    fn fields_beyond_an_old_kernels_struct_are_absent() {
+        // Linux 4.9 returns 168 bytes: up to tcpi_delivery_rate.
+        let s = parse(&kernel_struct(168), 0);
+        assert_eq!(s.snd_cwnd, Some(42));
+        assert_eq!(s.bytes_acked, Some(5 << 33));
+        assert!(s.delivery_rate.is_some());
+        assert_eq!(s.busy_time_us, None);
+        assert_eq!(s.snd_wnd, None);
+        assert_eq!(s.bytes_sent, None);
+        // And nothing at all from an empty answer.
+        assert_eq!(
+            parse(&[], 3),
+            TraceSample {
+                t_us: 3,
+                ..TraceSample::default()
+            }
+        );
+    }
+}

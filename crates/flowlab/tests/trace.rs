@@ -1,0 +1,160 @@
+//! `--trace`: TCP_INFO sampled on both ends, and the diagnosis drawn from it.
+
+mod support;
+
+use std::time::Duration;
+
+use flowlab_engine::diagnose::{Limit, NOTABLE};
+use flowlab_engine::result::{Side, StreamDirection, TestResult, Trace, TracedStream};
+use flowlab_engine::spec::{Amount, Direction};
+use flowlab_proto::cookie::COOKIE_LEN;
+use support::*;
+
+fn traced(period: Duration, amount: Amount) -> flowlab_engine::spec::TestSpec {
+    let mut s = spec(default_server());
+    s.trace = Some(period);
+    s.amount = amount;
+    s
+}
+
+fn trace(r: &TestResult) -> &Trace {
+    r.trace.as_ref().expect("a traced test carries its trace")
+}
+
+fn stream(t: &Trace, side: Side) -> &TracedStream {
+    t.streams
+        .iter()
+        .find(|s| s.side == side)
+        .unwrap_or_else(|| panic!("no {side:?} samples"))
+}
+
+#[test]
+fn both_ends_sample_every_period_and_the_counters_match_the_bytes() {
+    // 1 ms for 2 s: the server's samples alone are larger than an untraced result may be.
+    let r = run(&traced(Duration::from_millis(1), Amount::Seconds(2))).expect("test runs");
+    let t = trace(&r);
+    assert_eq!(t.period_us, 1000);
+    assert_eq!(t.streams.len(), 2, "one stream, sampled on both ends");
+    let (snd, rcv) = sum(&r, StreamDirection::Up);
+    let client = stream(t, Side::Client);
+    let server = stream(t, Side::Server);
+    assert!(client.sender && !server.sender);
+    for s in [client, server] {
+        let samples = &s.trace.samples;
+        assert!(
+            samples.len() >= 500,
+            "{:?}: {} samples",
+            s.side,
+            samples.len()
+        );
+        assert!(
+            samples.windows(2).all(|w| w[0].t_us <= w[1].t_us),
+            "in time order"
+        );
+        // This kernel (≥ 5.4) has every field the diagnosis uses.
+        let last = samples.last().expect("samples");
+        for (name, v) in [
+            ("snd_cwnd", last.snd_cwnd),
+            ("srtt_us", last.srtt_us),
+            ("snd_wnd", last.snd_wnd),
+            ("busy_time_us", last.busy_time_us),
+            ("sndbuf", last.sndbuf),
+        ] {
+            assert!(v.is_some(), "{:?}: {name} missing", s.side);
+        }
+    }
+    // The last samples are taken when the streams stop: the kernel's byte counters then
+    // hold every byte counted, plus the cookie that opened the connection and the FIN
+    // that closed it (the kernel counts sequence numbers, and a FIN takes one).
+    let cookie = COOKIE_LEN as u64;
+    let received = stream(t, Side::Server).trace.samples.last().unwrap();
+    assert_eq!(received.bytes_received, Some(rcv.bytes + cookie + 1));
+    // On the sender: first transmissions plus what still waits in the buffer is every
+    // byte written.
+    let sent = stream(t, Side::Client).trace.samples.last().unwrap();
+    let written =
+        sent.bytes_sent.unwrap() - sent.bytes_retrans.unwrap() + sent.notsent_bytes.unwrap();
+    assert_eq!(written, snd.bytes + cookie);
+    // Each bytes_acked sample never goes back.
+    let acked: Vec<u64> = client
+        .trace
+        .samples
+        .iter()
+        .filter_map(|s| s.bytes_acked)
+        .collect();
+    assert!(acked.windows(2).all(|w| w[0] <= w[1]));
+}
+
+#[test]
+fn every_stream_of_a_reverse_test_is_traced_on_both_ends() {
+    let mut s = traced(Duration::from_millis(20), Amount::Bytes(20 << 20));
+    s.direction = Direction::Reverse;
+    s.parallel = 2;
+    let r = run(&s).expect("test runs");
+    let t = trace(&r);
+    assert_eq!(t.streams.len(), 4);
+    for st in &t.streams {
+        assert_eq!(st.direction, StreamDirection::Down);
+        assert_eq!(st.sender, st.side == Side::Server);
+        assert!(!st.trace.samples.is_empty());
+    }
+    assert_eq!(t.diagnosis.len(), 1);
+    assert_eq!(t.diagnosis[0].direction, StreamDirection::Down);
+}
+
+/// Seed 002: bytes in flight keep hitting a small receive window.
+#[test]
+fn a_small_receive_window_is_diagnosed_as_the_limit() {
+    let mut s = traced(Duration::from_millis(10), Amount::Seconds(1));
+    s.recv_window = 4 * 1024;
+    let r = run(&s).expect("test runs");
+    let d = &trace(&r).diagnosis[0];
+    assert_eq!(d.primary, Limit::ReceiveWindow, "{d:?}");
+    assert!(d.shares.receive_window >= 0.5, "{d:?}");
+    assert!(d.evidence.window_full_samples > 0, "{d:?}");
+    assert!(
+        d.advice[0].starts_with("receive-window limited") && d.advice[0].contains("--recv-window"),
+        "{:?}",
+        d.advice
+    );
+}
+
+#[test]
+fn a_large_receive_window_is_not_blamed() {
+    let mut s = traced(Duration::from_millis(10), Amount::Seconds(1));
+    s.recv_window = 4 << 20;
+    let r = run(&s).expect("test runs");
+    let d = &trace(&r).diagnosis[0];
+    assert_ne!(d.primary, Limit::ReceiveWindow, "{d:?}");
+    assert!(d.shares.receive_window < NOTABLE, "{d:?}");
+    assert!(
+        d.advice.iter().all(|a| !a.contains("receive-window")),
+        "{:?}",
+        d.advice
+    );
+}
+
+#[test]
+fn receiver_tuning_reaches_the_receiving_socket() {
+    let mut s = traced(Duration::from_millis(50), Amount::Bytes(4 << 20));
+    s.recv_window = 256 * 1024;
+    s.recv_congestion = Some("reno".into());
+    let r = run(&s).expect("test runs");
+    let t = trace(&r);
+    let receiver = stream(t, Side::Server);
+    let sender = stream(t, Side::Client);
+    // The kernel doubles SO_RCVBUF for its bookkeeping.
+    assert_eq!(receiver.trace.samples[0].rcvbuf, Some(512 * 1024));
+    assert_eq!(receiver.trace.congestion.as_deref(), Some("reno"));
+    assert_ne!(
+        sender.trace.samples[0].rcvbuf,
+        Some(512 * 1024),
+        "sender untouched"
+    );
+}
+
+#[test]
+fn untraced_tests_carry_no_trace() {
+    let r = run(&spec(default_server())).expect("test runs");
+    assert!(r.trace.is_none());
+}
