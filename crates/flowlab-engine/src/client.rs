@@ -195,15 +195,18 @@ pub fn run(
                 kind: "flowlab".into(),
                 version: Some(h.server_version.clone()),
                 features: h.features.clone(),
+                system: h.system.clone(),
             },
             None => PeerInfo {
                 kind: "iperf3".into(),
                 version: None,
                 features: Vec::new(),
+                system: None,
             },
         },
         cookie: cookie.to_string(),
         streams: infos,
+        system: crate::sysinfo::collect(),
     };
     obs.started(&start);
 

@@ -14,6 +14,7 @@
 //! - [`udp_stats`]: loss, reordering, duplicates and jitter of a UDP receiver.
 //! - [`pacing`]: smooth rate limiting.
 //! - [`sock`]: socket options and kernel counters.
+//! - [`sysinfo`]: this machine's network state, recorded with every result.
 //! - [`tcpinfo`]: the kernel's `struct tcp_info`, decoded field by field (`--trace`).
 //! - [`trace`]: when and how streams sample it.
 //! - [`units`]: sizes and rates, parsed and printed.
@@ -28,6 +29,7 @@ pub mod session;
 pub mod sock;
 pub mod spec;
 pub mod stream;
+pub mod sysinfo;
 pub mod tcpinfo;
 pub mod trace;
 pub mod udp_stats;

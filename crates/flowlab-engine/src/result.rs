@@ -108,6 +108,9 @@ pub struct StartInfo {
     pub peer: PeerInfo,
     pub cookie: String,
     pub streams: Vec<StreamInfo>,
+    /// The client's machine state when the test started.
+    #[serde(default)]
+    pub system: flowlab_proto::system::SystemInfo,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -116,6 +119,9 @@ pub struct PeerInfo {
     pub kind: String,
     pub version: Option<String>,
     pub features: Vec<String>,
+    /// The server's machine state, as a flowlab server reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system: Option<flowlab_proto::system::SystemInfo>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

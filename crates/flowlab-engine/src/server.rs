@@ -490,6 +490,7 @@ fn run_test(
             server_version: env!("CARGO_PKG_VERSION").into(),
             features: features.iter().map(|f| f.to_string()).collect(),
             error: verdict.as_ref().err().cloned(),
+            system: verdict.is_ok().then(crate::sysinfo::collect),
         };
         control::write_state(ctrl, State::FlowlabHello)?;
         control::write_frame(ctrl, &hello)?;

@@ -19,6 +19,9 @@ pub struct ServerHello {
     /// Set when the server refuses the test; the client prints it and stops.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The server's machine state (kernel, TCP settings, qdiscs, offloads).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system: Option<crate::system::SystemInfo>,
 }
 
 /// Extension names.
@@ -50,6 +53,7 @@ mod tests {
             server_version: "0.1.0".into(),
             features: vec![feature::STOP_AND_WAIT.into()],
             error: Some("busy".into()),
+            system: None,
         };
         let wire = frame::encode(&h);
         let back: ServerHello = frame::decode(&wire[4..]).unwrap();

@@ -14,6 +14,7 @@
 //! - [`results`]: the per-test results both ends exchange at the end of a test.
 //! - [`udp`]: the UDP datagram header, the UDP stream handshake and stop-and-wait acks.
 //! - [`trace`]: TCP_INFO samples of a traced test.
+//! - [`system`]: the machine state a result was produced on.
 
 pub mod cookie;
 pub mod frame;
@@ -21,6 +22,7 @@ pub mod hello;
 pub mod params;
 pub mod results;
 pub mod state;
+pub mod system;
 pub mod trace;
 pub mod udp;
 

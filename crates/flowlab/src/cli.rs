@@ -37,6 +37,16 @@ pub enum Command {
     /// Measure this machine's loopback with no setup: an in-process server and a short
     /// TCP and UDP test in each direction.
     Quick(QuickArgs),
+    /// Show this machine's network state: congestion control, TCP buffer limits,
+    /// queueing disciplines, offloads (recorded in every result as well).
+    Sysinfo(SysinfoArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SysinfoArgs {
+    /// Print one JSON document.
+    #[arg(short = 'J', long)]
+    pub json: bool,
 }
 
 fn size(s: &str) -> Result<u64, String> {

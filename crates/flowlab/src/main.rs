@@ -62,6 +62,7 @@ fn main() -> ExitCode {
             Err(msg) => return usage(&msg),
         },
         Command::Quick(a) => quick(&a),
+        Command::Sysinfo(a) => sysinfo(&a),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
@@ -235,6 +236,16 @@ fn test(spec: &TestSpec, a: &cli::TestArgs) -> anyhow::Result<()> {
             Err(e.into())
         }
     }
+}
+
+fn sysinfo(a: &cli::SysinfoArgs) -> anyhow::Result<()> {
+    let info = flowlab_engine::sysinfo::collect();
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&info)?);
+    } else {
+        print!("{}", report::system(&info));
+    }
+    Ok(())
 }
 
 fn quick(a: &cli::QuickArgs) -> anyhow::Result<()> {

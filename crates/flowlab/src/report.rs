@@ -311,3 +311,64 @@ pub fn diagnosis(t: &Trace) -> String {
     }
     out
 }
+
+/// `flowlab sysinfo`: the machine state, one setting per line.
+pub fn system(s: &flowlab_proto::system::SystemInfo) -> String {
+    let mut out = String::new();
+    let unknown = || "?".to_string();
+    let triple = |t: Option<[u64; 3]>| {
+        t.map_or_else(unknown, |[a, b, c]| {
+            format!("{a} {b} {c}  (min default max, bytes)")
+        })
+    };
+    let n = |v: Option<u64>| v.map_or_else(unknown, |v| format!("{v}"));
+    let _ = writeln!(
+        out,
+        "{:<26}{}",
+        "kernel",
+        s.kernel.clone().unwrap_or_else(unknown)
+    );
+    let _ = writeln!(out, "{:<26}{}", "cpus", n(s.cpus));
+    let _ = writeln!(
+        out,
+        "{:<26}{} (available: {})",
+        "congestion control",
+        s.congestion_default.clone().unwrap_or_else(unknown),
+        s.congestion_available.join(" ")
+    );
+    let _ = writeln!(out, "{:<26}{}", "net.ipv4.tcp_rmem", triple(s.tcp_rmem));
+    let _ = writeln!(out, "{:<26}{}", "net.ipv4.tcp_wmem", triple(s.tcp_wmem));
+    let _ = writeln!(out, "{:<26}{}", "net.core.rmem_max", n(s.rmem_max));
+    let _ = writeln!(out, "{:<26}{}", "net.core.wmem_max", n(s.wmem_max));
+    let _ = writeln!(out, "{:<26}{}", "net.core.rmem_default", n(s.rmem_default));
+    let _ = writeln!(out, "{:<26}{}", "net.core.wmem_default", n(s.wmem_default));
+    for (k, v) in &s.tcp {
+        let _ = writeln!(out, "{:<26}{v}", format!("net.ipv4.{k}"));
+    }
+    let _ = writeln!(
+        out,
+        "{:<26}{}",
+        "net.core.default_qdisc",
+        s.default_qdisc.clone().unwrap_or_else(unknown)
+    );
+    for i in &s.interfaces {
+        let offloads: Vec<String> = i
+            .offloads
+            .iter()
+            .map(|(k, on)| format!("{k} {}", if *on { "on" } else { "off" }))
+            .collect();
+        let _ = writeln!(
+            out,
+            "{:<26}mtu {}  qdisc {}  offloads: {}",
+            format!("interface {}", i.name),
+            n(i.mtu),
+            i.qdisc.clone().unwrap_or_else(unknown),
+            if offloads.is_empty() {
+                "?".to_string()
+            } else {
+                offloads.join(", ")
+            }
+        );
+    }
+    out
+}

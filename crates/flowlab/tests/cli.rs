@@ -90,6 +90,37 @@ fn json_output_is_one_versioned_document() {
     assert_eq!(v["schema"], "flowlab.test/1");
     assert_eq!(v["end"]["sums"][0]["receiver"]["bytes"], 5 << 20);
     assert_eq!(v["start"]["peer"]["kind"], "flowlab");
+    // Both machines' state is recorded with the result.
+    assert!(v["start"]["system"]["kernel"].is_string(), "{}", v["start"]);
+    assert!(v["start"]["peer"]["system"]["congestion_default"].is_string());
+}
+
+#[test]
+fn sysinfo_describes_this_machine() {
+    let out = flowlab()
+        .args(["sysinfo", "--json"])
+        .output()
+        .expect("runs");
+    assert_success(&out);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let default = v["congestion_default"]
+        .as_str()
+        .expect("a default algorithm");
+    let available = v["congestion_available"].as_array().expect("a list");
+    assert!(available.iter().any(|a| a == default));
+    assert_eq!(v["tcp_rmem"].as_array().map(Vec::len), Some(3));
+    assert!(
+        v["interfaces"]
+            .as_array()
+            .is_some_and(|l| l.iter().any(|i| i["name"] == "lo" && i["mtu"] == 65536))
+    );
+    let text = flowlab().arg("sysinfo").output().expect("runs");
+    assert_success(&text);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains(&format!("congestion control        {default}")),
+        "{text}"
+    );
 }
 
 #[test]

@@ -1,0 +1,204 @@
+//! Reading this machine's network state (`flowlab sysinfo`, and `start.system` of every
+//! result): kernel, TCP congestion control and buffer limits, queueing disciplines and
+//! offloads. Anything that cannot be read is left out, never guessed.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::fd::AsRawFd;
+use std::path::Path;
+
+use flowlab_proto::system::{InterfaceInfo, SystemInfo};
+
+/// TCP sysctls recorded as they read, besides those with fields of their own.
+const TCP_SWITCHES: &[&str] = &[
+    "tcp_window_scaling",
+    "tcp_timestamps",
+    "tcp_sack",
+    "tcp_ecn",
+    "tcp_adv_win_scale",
+    "tcp_notsent_lowat",
+    "tcp_slow_start_after_idle",
+    "tcp_mtu_probing",
+    "tcp_no_metrics_save",
+];
+
+fn read(path: impl AsRef<Path>) -> Option<String> {
+    fs::read_to_string(path).ok().map(|s| s.trim().to_string())
+}
+
+fn number(path: impl AsRef<Path>) -> Option<u64> {
+    read(path)?.parse().ok()
+}
+
+/// Parses a sysctl of three numbers (`tcp_rmem`).
+pub fn triple(text: &str) -> Option<[u64; 3]> {
+    let v: Vec<u64> = text
+        .split_whitespace()
+        .map(|x| x.parse().ok())
+        .collect::<Option<_>>()?;
+    v.try_into().ok()
+}
+
+/// Reads everything this module knows how to read.
+pub fn collect() -> SystemInfo {
+    let ipv4 = Path::new("/proc/sys/net/ipv4");
+    let core = Path::new("/proc/sys/net/core");
+    let tcp: BTreeMap<String, String> = TCP_SWITCHES
+        .iter()
+        .filter_map(|k| Some((k.to_string(), read(ipv4.join(k))?)))
+        .collect();
+    SystemInfo {
+        kernel: read("/proc/sys/kernel/osrelease"),
+        cpus: std::thread::available_parallelism()
+            .ok()
+            .map(|n| n.get() as u64),
+        congestion_available: read(ipv4.join("tcp_available_congestion_control"))
+            .map(|s| s.split_whitespace().map(String::from).collect())
+            .unwrap_or_default(),
+        congestion_default: read(ipv4.join("tcp_congestion_control")),
+        tcp_rmem: read(ipv4.join("tcp_rmem")).and_then(|s| triple(&s)),
+        tcp_wmem: read(ipv4.join("tcp_wmem")).and_then(|s| triple(&s)),
+        rmem_max: number(core.join("rmem_max")),
+        wmem_max: number(core.join("wmem_max")),
+        rmem_default: number(core.join("rmem_default")),
+        wmem_default: number(core.join("wmem_default")),
+        tcp,
+        default_qdisc: read(core.join("default_qdisc")),
+        interfaces: interfaces(),
+    }
+}
+
+fn interfaces() -> Vec<InterfaceInfo> {
+    let Ok(dir) = fs::read_dir("/sys/class/net") else {
+        return Vec::new();
+    };
+    let qdiscs = root_qdiscs();
+    let mut names: Vec<String> = dir
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .collect();
+    names.sort();
+    names
+        .into_iter()
+        .map(|name| InterfaceInfo {
+            mtu: number(format!("/sys/class/net/{name}/mtu")),
+            qdisc: qdiscs.get(&name).cloned(),
+            offloads: offloads(&name),
+            name,
+        })
+        .collect()
+}
+
+/// Root qdisc per interface, from `tc -j qdisc show` (iproute2).
+fn root_qdiscs() -> BTreeMap<String, String> {
+    let Ok(out) = std::process::Command::new("tc")
+        .args(["-j", "qdisc", "show"])
+        .stderr(std::process::Stdio::null())
+        .output()
+    else {
+        return BTreeMap::new();
+    };
+    parse_tc_qdiscs(&out.stdout)
+}
+
+/// Parses `tc -j qdisc show`: the root qdisc's kind per device.
+pub fn parse_tc_qdiscs(json: &[u8]) -> BTreeMap<String, String> {
+    let Ok(serde_json::Value::Array(list)) = serde_json::from_slice(json) else {
+        return BTreeMap::new();
+    };
+    list.iter()
+        .filter(|q| q["root"] == serde_json::Value::Bool(true))
+        .filter_map(|q| {
+            Some((
+                q["dev"].as_str()?.to_string(),
+                q["kind"].as_str()?.to_string(),
+            ))
+        })
+        .collect()
+}
+
+/// The legacy ethtool "get" commands (include/uapi/linux/ethtool.h), each answering one
+/// offload's state in a `struct ethtool_value { u32 cmd; u32 data; }`.
+const OFFLOADS: &[(&str, u32)] = &[
+    ("rx-checksum", 0x14), // ETHTOOL_GRXCSUM
+    ("tx-checksum", 0x16), // ETHTOOL_GTXCSUM
+    ("sg", 0x18),          // ETHTOOL_GSG
+    ("tso", 0x1e),         // ETHTOOL_GTSO
+    ("gso", 0x23),         // ETHTOOL_GGSO
+    ("gro", 0x2b),         // ETHTOOL_GGRO
+];
+
+fn offloads(name: &str) -> BTreeMap<String, bool> {
+    let mut out = BTreeMap::new();
+    let Ok(sock) = std::net::UdpSocket::bind("127.0.0.1:0") else {
+        return out;
+    };
+    let bytes = name.as_bytes();
+    if bytes.len() >= libc::IFNAMSIZ {
+        return out;
+    }
+    for &(what, cmd) in OFFLOADS {
+        #[repr(C)]
+        struct EthtoolValue {
+            cmd: u32,
+            data: u32,
+        }
+        let mut value = EthtoolValue { cmd, data: 0 };
+        // SAFETY: ifreq is plain old data; zeroed is a valid value.
+        let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+        for (dst, &src) in req.ifr_name.iter_mut().zip(bytes) {
+            *dst = src as libc::c_char;
+        }
+        req.ifr_ifru.ifru_data = (&mut value as *mut EthtoolValue).cast();
+        // SAFETY: SIOCETHTOOL reads the request and writes `value` through the pointer,
+        // both live for the call.
+        let rc = unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCETHTOOL as _, &mut req) };
+        if rc == 0 {
+            out.insert(what.to_string(), value.data != 0);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sysctl_triples_parse() {
+        assert_eq!(
+            triple("4096\t131072\t33554432"),
+            Some([4096, 131_072, 33_554_432])
+        );
+        assert_eq!(triple("4096 131072"), None);
+        assert_eq!(triple("a b c"), None);
+    }
+
+    #[test]
+    fn tc_json_gives_root_qdiscs() {
+        let json = br#"[{"kind":"noqueue","handle":"0:","dev":"lo","root":true},
+            {"kind":"fq_codel","handle":"0:","dev":"eth0","parent":"1:1"},
+            {"kind":"htb","handle":"1:","dev":"eth0","root":true}]"#;
+        let q = parse_tc_qdiscs(json);
+        assert_eq!(q.get("lo").map(String::as_str), Some("noqueue"));
+        assert_eq!(q.get("eth0").map(String::as_str), Some("htb"));
+        assert_eq!(q.len(), 2);
+        assert!(parse_tc_qdiscs(b"not json").is_empty());
+    }
+
+    #[test]
+    fn this_machine_is_described() {
+        let s = collect();
+        assert!(s.kernel.is_some());
+        assert!(s.congestion_default.is_some());
+        assert!(
+            s.congestion_available
+                .contains(s.congestion_default.as_ref().unwrap())
+        );
+        let lo = s
+            .interfaces
+            .iter()
+            .find(|i| i.name == "lo")
+            .expect("loopback is listed");
+        assert_eq!(lo.mtu, Some(65_536));
+    }
+}

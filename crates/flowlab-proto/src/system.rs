@@ -1,0 +1,57 @@
+//! The machine state a result was produced on (`flowlab sysinfo`, `start.system`).
+//!
+//! A flowlab server sends its own in the hello, so a result records both ends. Every
+//! field is optional: what could not be read is absent.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SystemInfo {
+    /// `uname -r`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<u64>,
+    /// net.ipv4.tcp_available_congestion_control and tcp_congestion_control.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub congestion_available: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub congestion_default: Option<String>,
+    /// net.ipv4.tcp_rmem and tcp_wmem: min, default, max bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp_rmem: Option<[u64; 3]>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp_wmem: Option<[u64; 3]>,
+    /// net.core.rmem_max, wmem_max, rmem_default, wmem_default: bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rmem_max: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wmem_max: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rmem_default: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wmem_default: Option<u64>,
+    /// Other TCP switches, as the sysctl reads (e.g. `tcp_window_scaling: 1`).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub tcp: std::collections::BTreeMap<String, String>,
+    /// net.core.default_qdisc.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_qdisc: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub interfaces: Vec<InterfaceInfo>,
+}
+
+/// One network interface.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct InterfaceInfo {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtu: Option<u64>,
+    /// The root queueing discipline (from `tc`; absent when tc is not installed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qdisc: Option<String>,
+    /// Offloads on (true) or off (false): tso, gso, gro, sg, tx-checksum, rx-checksum;
+    /// those the driver does not report are absent.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub offloads: std::collections::BTreeMap<String, bool>,
+}
