@@ -40,6 +40,22 @@ pub enum Command {
     /// Show this machine's network state: congestion control, TCP buffer limits,
     /// queueing disciplines, offloads (recorded in every result as well).
     Sysinfo(SysinfoArgs),
+    /// Draw graphs from `flowlab test --json` results: throughput, windows, RTT,
+    /// time/sequence, I/O; several results are overlaid.
+    Plot(PlotArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PlotArgs {
+    /// Result files written by `flowlab test --json` (several are overlaid).
+    #[arg(required = true, value_name = "RESULT.json")]
+    pub results: Vec<std::path::PathBuf>,
+    /// Output file; .svg or .png.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: std::path::PathBuf,
+    /// Which graph: throughput, window, rtt, tseq, io, or all (stacked).
+    #[arg(short, long, default_value = "throughput", value_parser = clap::builder::PossibleValuesParser::new(flowlab_plot::Graph::NAMES))]
+    pub graph: String,
 }
 
 #[derive(Debug, Args)]

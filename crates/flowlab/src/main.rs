@@ -63,6 +63,7 @@ fn main() -> ExitCode {
         },
         Command::Quick(a) => quick(&a),
         Command::Sysinfo(a) => sysinfo(&a),
+        Command::Plot(a) => plot(&a),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
@@ -236,6 +237,40 @@ fn test(spec: &TestSpec, a: &cli::TestArgs) -> anyhow::Result<()> {
             Err(e.into())
         }
     }
+}
+
+fn plot(a: &cli::PlotArgs) -> anyhow::Result<()> {
+    let graph = flowlab_plot::Graph::parse(&a.graph)
+        .ok_or_else(|| anyhow::anyhow!("unknown graph '{}'", a.graph))?;
+    let mut inputs = Vec::new();
+    for path in &a.results {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        let value: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| anyhow::anyhow!("{}: not JSON: {e}", path.display()))?;
+        if value["schema"] != flowlab_engine::result::SCHEMA {
+            anyhow::bail!(
+                "{}: not a flowlab test result (schema {}, expected {})",
+                path.display(),
+                value["schema"],
+                flowlab_engine::result::SCHEMA
+            );
+        }
+        if let Some(e) = value["error"].as_str() {
+            anyhow::bail!("{}: the test failed ({e}): nothing to draw", path.display());
+        }
+        let result = serde_json::from_value(value)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        let name = path.file_stem().map_or_else(
+            || path.display().to_string(),
+            |s| s.to_string_lossy().into(),
+        );
+        inputs.push(flowlab_plot::Input { name, result });
+    }
+    let panels = flowlab_plot::panels(graph, &inputs)?;
+    flowlab_plot::render_file(&panels, &a.output)?;
+    eprintln!("wrote {}", a.output.display());
+    Ok(())
 }
 
 fn sysinfo(a: &cli::SysinfoArgs) -> anyhow::Result<()> {

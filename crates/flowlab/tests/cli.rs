@@ -227,3 +227,43 @@ fn trace_prints_a_diagnosis_and_writes_csv() {
     assert!(rows.iter().any(|r| r.starts_with("server,1,up,false,")));
     assert!(rows.len() >= 40, "{} rows", rows.len());
 }
+
+#[test]
+fn plot_draws_svg_and_png_from_results() {
+    let port = support::start_server(ServerConfig::default());
+    let dir = tempfile::tempdir().expect("temp dir");
+    let result = dir.path().join("r.json");
+    let out = flowlab_test(port, &["-t", "1", "-i", "0.25", "--trace=20ms", "-J"]);
+    assert_success(&out);
+    std::fs::write(&result, &out.stdout).expect("result saved");
+    for (graph, file) in [("all", "all.svg"), ("window", "window.png")] {
+        let path = dir.path().join(file);
+        let out = flowlab()
+            .args(["plot", "-g", graph, "-o"])
+            .arg(&path)
+            .arg(&result)
+            .output()
+            .expect("runs");
+        assert_success(&out);
+        let size = std::fs::metadata(&path).expect("written").len();
+        assert!(size > 10_000, "{file}: {size} bytes");
+    }
+    // Graphs that need a trace say how to get one; bad output names are refused.
+    let untraced = dir.path().join("u.json");
+    let out = flowlab_test(port, &["-t", "1", "-i", "0.5", "-J"]);
+    std::fs::write(&untraced, &out.stdout).expect("result saved");
+    let out = flowlab()
+        .args(["plot", "-g", "rtt", "-o"])
+        .arg(dir.path().join("x.svg"))
+        .arg(&untraced)
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--trace"));
+    let out = flowlab()
+        .args(["plot", "-o", "x.gif"])
+        .arg(&untraced)
+        .output()
+        .expect("runs");
+    assert!(String::from_utf8_lossy(&out.stderr).contains(".svg or .png"));
+}

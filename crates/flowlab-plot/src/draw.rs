@@ -1,0 +1,186 @@
+//! Drawing panels with plotters, to SVG or PNG.
+
+use std::path::Path;
+use std::sync::Once;
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+use crate::{Panel, PlotError};
+
+/// The font every text is set in, compiled in so that no system font is needed
+/// (DejaVu Sans; licence in assets/DejaVuSans-LICENSE.txt).
+static FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
+const FAMILY: &str = "sans-serif";
+
+/// Height of one panel, pixels (a stack of panels is this tall each).
+pub const PANEL_HEIGHT: u32 = 420;
+pub const WIDTH: u32 = 1000;
+
+fn register_font() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // The font is a fixed, valid TrueType file; a failure would show up in every test.
+        let _ = plotters::style::register_font(FAMILY, FontStyle::Normal, FONT);
+    });
+}
+
+fn err(e: impl std::fmt::Display) -> PlotError {
+    PlotError::Draw(e.to_string())
+}
+
+/// Draws `panels` stacked into an SVG document.
+pub fn render_svg(panels: &[Panel]) -> Result<String, PlotError> {
+    register_font();
+    let mut out = String::new();
+    {
+        let root = SVGBackend::with_string(&mut out, (WIDTH, PANEL_HEIGHT * panels.len() as u32))
+            .into_drawing_area();
+        draw_all(&root, panels)?;
+        root.present().map_err(err)?;
+    }
+    Ok(out)
+}
+
+/// Draws `panels` into `path`, SVG or PNG by its extension.
+pub fn render_file(panels: &[Panel], path: &Path) -> Result<(), PlotError> {
+    register_font();
+    let size = (WIDTH, PANEL_HEIGHT * panels.len() as u32);
+    match path.extension().and_then(|e| e.to_str()) {
+        Some("svg") => {
+            let root = SVGBackend::new(path, size).into_drawing_area();
+            draw_all(&root, panels)?;
+            root.present().map_err(err)
+        }
+        Some("png") => {
+            let root = BitMapBackend::new(path, size).into_drawing_area();
+            draw_all(&root, panels)?;
+            root.present().map_err(err)
+        }
+        _ => Err(PlotError::Format(path.display().to_string())),
+    }
+}
+
+fn draw_all<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    panels: &[Panel],
+) -> Result<(), PlotError> {
+    root.fill(&WHITE).map_err(err)?;
+    for (area, panel) in root.split_evenly((panels.len(), 1)).iter().zip(panels) {
+        draw_panel(area, panel)?;
+    }
+    Ok(())
+}
+
+/// Distinct colours for lines, in order (plotters' Palette99 without the pale ones).
+fn colour(i: usize) -> RGBColor {
+    const C: [RGBColor; 8] = [
+        RGBColor(31, 119, 180),
+        RGBColor(255, 127, 14),
+        RGBColor(44, 160, 44),
+        RGBColor(148, 103, 189),
+        RGBColor(140, 86, 75),
+        RGBColor(227, 119, 194),
+        RGBColor(127, 127, 127),
+        RGBColor(23, 190, 207),
+    ];
+    C[i % C.len()]
+}
+
+fn bounds(panel: &Panel) -> (f64, f64, f64) {
+    let xs = panel
+        .series
+        .iter()
+        .chain(&panel.markers)
+        .flat_map(|s| s.points.iter().map(|p| p.0))
+        .chain(
+            panel
+                .bands
+                .iter()
+                .flat_map(|b| b.points.iter().map(|p| p.0)),
+        );
+    let (mut x0, mut x1) = (f64::INFINITY, f64::NEG_INFINITY);
+    for x in xs {
+        x0 = x0.min(x);
+        x1 = x1.max(x);
+    }
+    if !x0.is_finite() {
+        (x0, x1) = (0.0, 1.0);
+    }
+    if x1 <= x0 {
+        x1 = x0 + 1.0;
+    }
+    let y1 = panel
+        .series
+        .iter()
+        .chain(&panel.markers)
+        .flat_map(|s| s.points.iter().map(|p| p.1))
+        .chain(
+            panel
+                .bands
+                .iter()
+                .flat_map(|b| b.points.iter().map(|p| p.2)),
+        )
+        .fold(0.0, f64::max);
+    (x0, x1, if y1 > 0.0 { y1 * 1.08 } else { 1.0 })
+}
+
+fn draw_panel<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    panel: &Panel,
+) -> Result<(), PlotError> {
+    let (x0, x1, y1) = bounds(panel);
+    let mut chart = ChartBuilder::on(area)
+        .caption(&panel.title, (FAMILY, 20))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(x0..x1, 0.0..y1)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc(&panel.x_label)
+        .y_desc(&panel.y_label)
+        .label_style((FAMILY, 13))
+        .axis_desc_style((FAMILY, 15))
+        .light_line_style(RGBColor(235, 235, 235))
+        .draw()
+        .map_err(err)?;
+    for (i, band) in panel.bands.iter().enumerate() {
+        let c = colour(i);
+        let mut outline: Vec<(f64, f64)> = band.points.iter().map(|p| (p.0, p.2)).collect();
+        outline.extend(band.points.iter().rev().map(|p| (p.0, p.1)));
+        chart
+            .draw_series(std::iter::once(Polygon::new(outline, c.mix(0.18).filled())))
+            .map_err(err)?
+            .label(band.name.as_str())
+            .legend(move |(x, y)| {
+                Rectangle::new([(x, y - 5), (x + 16, y + 5)], c.mix(0.18).filled())
+            });
+    }
+    for (i, s) in panel.series.iter().enumerate() {
+        let c = colour(i);
+        chart
+            .draw_series(LineSeries::new(s.points.iter().copied(), c.stroke_width(2)))
+            .map_err(err)?
+            .label(s.name.as_str())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], c.stroke_width(2)));
+    }
+    for m in panel.markers.iter().filter(|m| !m.points.is_empty()) {
+        let c = RGBColor(214, 39, 40);
+        chart
+            .draw_series(m.points.iter().map(|&p| Circle::new(p, 3, c.filled())))
+            .map_err(err)?
+            .label(m.name.as_str())
+            .legend(move |(x, y)| Circle::new((x + 8, y), 3, c.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .label_font((FAMILY, 13))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.3))
+        .draw()
+        .map_err(err)?;
+    Ok(())
+}

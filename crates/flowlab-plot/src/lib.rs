@@ -1,0 +1,73 @@
+//! flowlab's graphs, drawn from test results (`flowlab plot`).
+//!
+//! Data flows one way: results → [`panels`] (plain numbers: series, bands, markers, with
+//! titles and units; no drawing) → [`render_svg`] / [`render_file`] (plotters, SVG or
+//! PNG, with a built-in font so no system font is needed). The graphs:
+//!
+//! - [`Graph::Throughput`]: bit rate per interval, per stream and summed (seed 002).
+//! - [`Graph::Window`]: congestion window, bytes in flight and the receiver's window, with
+//!   the samples where bytes in flight filled the window marked (seed 002's "window full").
+//! - [`Graph::Rtt`]: smoothed RTT with a ±rttvar band, and the minimum RTT.
+//! - [`Graph::TimeSeq`]: bytes sent and acknowledged over time, retransmissions marked
+//!   (seed 004's time/sequence graph).
+//! - [`Graph::Io`]: data segments per second, sent and received (seed 004's I/O graph).
+//!
+//! Several results are overlaid, each series labelled by the options in which the
+//! results differ ([`labels`]). All but the throughput graph need a `--trace`d result.
+
+mod draw;
+mod series;
+
+pub use draw::{render_file, render_svg};
+pub use series::{Band, Panel, Series, labels, panels};
+
+use flowlab_engine::result::TestResult;
+
+/// Which graph to draw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Graph {
+    Throughput,
+    Window,
+    Rtt,
+    TimeSeq,
+    Io,
+    /// Every graph the results allow, stacked.
+    All,
+}
+
+impl Graph {
+    pub const NAMES: &'static [&'static str] =
+        &["throughput", "window", "rtt", "tseq", "io", "all"];
+
+    pub fn parse(name: &str) -> Option<Graph> {
+        Some(match name {
+            "throughput" => Graph::Throughput,
+            "window" => Graph::Window,
+            "rtt" => Graph::Rtt,
+            "tseq" => Graph::TimeSeq,
+            "io" => Graph::Io,
+            "all" => Graph::All,
+            _ => return None,
+        })
+    }
+}
+
+/// One result to draw, with the name it was loaded from.
+#[derive(Debug, Clone)]
+pub struct Input {
+    pub name: String,
+    pub result: TestResult,
+}
+
+/// Why a graph could not be drawn.
+#[derive(Debug, thiserror::Error)]
+pub enum PlotError {
+    #[error("{0} has no trace: run the test with --trace to draw this graph")]
+    NoTrace(String),
+    #[error("{0} has no intervals: run the test with -i to draw throughput")]
+    NoIntervals(String),
+    #[error("the output must end in .svg or .png, not '{0}'")]
+    Format(String),
+    #[error("drawing failed: {0}")]
+    Draw(String),
+}

@@ -1,0 +1,420 @@
+//! From results to numbers to draw (no drawing here).
+
+use flowlab_engine::diagnose::fills;
+use flowlab_engine::result::{StreamDirection, TracedStream};
+use flowlab_proto::trace::TraceSample;
+
+use crate::{Graph, Input, PlotError};
+
+/// A line: name for the legend and (x, y) points.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Series {
+    pub name: String,
+    pub points: Vec<(f64, f64)>,
+}
+
+/// A shaded band between `lo` and `hi` at each x.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Band {
+    pub name: String,
+    pub points: Vec<(f64, f64, f64)>,
+}
+
+/// One chart: title, axes with units, lines, bands and marked points.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Panel {
+    pub title: String,
+    pub x_label: String,
+    pub y_label: String,
+    pub series: Vec<Series>,
+    pub bands: Vec<Band>,
+    /// Points drawn as dots, e.g. "window full".
+    pub markers: Vec<Series>,
+}
+
+/// Labels telling the inputs apart: the test options in which they differ (`C=cubic`,
+/// `recv_window=8388608`), else their names. A single input gets an empty label.
+pub fn labels(inputs: &[Input]) -> Vec<String> {
+    if inputs.len() < 2 {
+        return vec![String::new(); inputs.len()];
+    }
+    let specs: Vec<serde_json::Map<String, serde_json::Value>> = inputs
+        .iter()
+        .map(|i| i.result.start.spec.as_object().cloned().unwrap_or_default())
+        .collect();
+    let mut keys: Vec<&String> = specs.iter().flat_map(|s| s.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    let differing: Vec<&String> = keys
+        .into_iter()
+        .filter(|k| specs.iter().any(|s| s.get(*k) != specs[0].get(*k)))
+        .filter(|k| k.as_str() != "port" && k.as_str() != "host")
+        .collect();
+    let out: Vec<String> = specs
+        .iter()
+        .map(|s| {
+            differing
+                .iter()
+                .map(|k| {
+                    let v = s.get(*k).unwrap_or(&serde_json::Value::Null);
+                    let v = v.as_str().map_or_else(|| v.to_string(), String::from);
+                    format!("{k}={v}")
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect();
+    let distinct = {
+        let mut o = out.clone();
+        o.sort();
+        o.dedup();
+        o.len() == out.len()
+    };
+    if differing.is_empty() || !distinct {
+        inputs.iter().map(|i| i.name.clone()).collect()
+    } else {
+        out
+    }
+}
+
+fn prefixed(label: &str, name: &str) -> String {
+    if label.is_empty() {
+        name.to_string()
+    } else {
+        format!("{label}: {name}")
+    }
+}
+
+fn dir(d: StreamDirection) -> &'static str {
+    match d {
+        StreamDirection::Up => "up",
+        StreamDirection::Down => "down",
+    }
+}
+
+/// A unit that keeps the largest value readable: (divisor, name).
+fn scale(max: f64, base: f64, names: [&'static str; 4]) -> (f64, &'static str) {
+    let mut div = 1.0;
+    for (i, n) in names.iter().enumerate() {
+        if i == 3 || max < div * base {
+            return (div, n);
+        }
+        div *= base;
+    }
+    (div, names[3])
+}
+
+fn rescale(series: &mut [Series], div: f64) {
+    for s in series {
+        for p in &mut s.points {
+            p.1 /= div;
+        }
+    }
+}
+
+fn max_y(series: &[Series]) -> f64 {
+    series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.1))
+        .fold(0.0, f64::max)
+}
+
+/// The panels of `graph` for these inputs.
+pub fn panels(graph: Graph, inputs: &[Input]) -> Result<Vec<Panel>, PlotError> {
+    let labels = labels(inputs);
+    let one = |g: Graph| -> Result<Panel, PlotError> {
+        match g {
+            Graph::Throughput => throughput(inputs, &labels),
+            Graph::Window => window(inputs, &labels),
+            Graph::Rtt => rtt(inputs, &labels),
+            Graph::TimeSeq => time_seq(inputs, &labels),
+            Graph::Io => io(inputs, &labels),
+            Graph::All => unreachable!("All is expanded below"),
+        }
+    };
+    match graph {
+        Graph::All => {
+            let traced = inputs.iter().all(|i| i.result.trace.is_some());
+            let mut out = vec![one(Graph::Throughput)?];
+            if traced {
+                for g in [Graph::Window, Graph::Rtt, Graph::TimeSeq, Graph::Io] {
+                    out.push(one(g)?);
+                }
+            }
+            Ok(out)
+        }
+        g => Ok(vec![one(g)?]),
+    }
+}
+
+fn throughput(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
+    let mut series = Vec::new();
+    for (input, label) in inputs.iter().zip(labels) {
+        let ivs = &input.result.intervals;
+        if ivs.is_empty() {
+            return Err(PlotError::NoIntervals(input.name.clone()));
+        }
+        let mut ids: Vec<(i64, StreamDirection)> =
+            ivs[0].streams.iter().map(|s| (s.id, s.direction)).collect();
+        ids.dedup();
+        // With several inputs only the sums, so the overlay stays readable.
+        if inputs.len() == 1 && ids.len() > 1 {
+            for &(id, d) in &ids {
+                series.push(Series {
+                    name: prefixed(label, &format!("stream {id} {}", dir(d))),
+                    points: ivs
+                        .iter()
+                        .filter_map(|iv| {
+                            let s = iv.streams.iter().find(|s| s.id == id)?;
+                            Some((iv.end, s.bits_per_second))
+                        })
+                        .collect(),
+                });
+            }
+        }
+        for d in [StreamDirection::Up, StreamDirection::Down] {
+            let points: Vec<(f64, f64)> = ivs
+                .iter()
+                .filter_map(|iv| {
+                    let s = iv.sums.iter().find(|s| s.direction == d)?;
+                    Some((iv.end, s.bits_per_second))
+                })
+                .collect();
+            if !points.is_empty() {
+                let name = if ids.len() > 1 {
+                    format!("sum {}", dir(d))
+                } else {
+                    dir(d).to_string()
+                };
+                series.push(Series {
+                    name: prefixed(label, &name),
+                    points,
+                });
+            }
+        }
+    }
+    let (div, unit) = scale(
+        max_y(&series),
+        1000.0,
+        ["bit/s", "kbit/s", "Mbit/s", "Gbit/s"],
+    );
+    rescale(&mut series, div);
+    Ok(Panel {
+        title: "Throughput (receiver-side bytes per interval)".into(),
+        x_label: "time (s)".into(),
+        y_label: format!("throughput ({unit})"),
+        series,
+        bands: Vec::new(),
+        markers: Vec::new(),
+    })
+}
+
+/// The traced senders of an input (the sending end's samples of each stream).
+fn senders(input: &Input) -> Result<Vec<&TracedStream>, PlotError> {
+    let t = input
+        .result
+        .trace
+        .as_ref()
+        .ok_or_else(|| PlotError::NoTrace(input.name.clone()))?;
+    Ok(t.streams.iter().filter(|s| s.sender).collect())
+}
+
+fn secs(s: &TraceSample) -> f64 {
+    s.t_us as f64 / 1e6
+}
+
+fn stream_name(label: &str, s: &TracedStream, what: &str, streams: usize) -> String {
+    if streams > 1 {
+        prefixed(
+            label,
+            &format!("{what} (stream {} {})", s.trace.id, dir(s.direction)),
+        )
+    } else {
+        prefixed(label, what)
+    }
+}
+
+fn line(s: &TracedStream, f: impl Fn(&TraceSample) -> Option<f64>) -> Vec<(f64, f64)> {
+    s.trace
+        .samples
+        .iter()
+        .filter_map(|x| Some((secs(x), f(x)?)))
+        .collect()
+}
+
+fn window(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
+    let mut series = Vec::new();
+    let mut markers = Vec::new();
+    for (input, label) in inputs.iter().zip(labels) {
+        let senders = senders(input)?;
+        let n = senders.len();
+        for s in senders {
+            series.push(Series {
+                name: stream_name(label, s, "congestion window", n),
+                points: line(s, |x| x.cwnd_bytes().map(|v| v as f64)),
+            });
+            series.push(Series {
+                name: stream_name(label, s, "bytes in flight", n),
+                points: line(s, |x| x.in_flight_bytes().map(|v| v as f64)),
+            });
+            series.push(Series {
+                name: stream_name(label, s, "receive window", n),
+                points: line(s, |x| x.snd_wnd.map(|v| v as f64)),
+            });
+            markers.push(Series {
+                name: stream_name(label, s, "window full", n),
+                points: s
+                    .trace
+                    .samples
+                    .iter()
+                    .filter_map(|x| {
+                        let f = x.in_flight_bytes()?;
+                        fills(f, x.snd_wnd?, x.snd_mss?).then(|| (secs(x), f as f64))
+                    })
+                    .collect(),
+            });
+        }
+    }
+    let (div, unit) = scale(max_y(&series), 1024.0, ["bytes", "KiB", "MiB", "GiB"]);
+    rescale(&mut series, div);
+    rescale(&mut markers, div);
+    Ok(Panel {
+        title: "Sender windows: congestion window, bytes in flight, receiver's window".into(),
+        x_label: "time (s)".into(),
+        y_label: unit.into(),
+        series,
+        bands: Vec::new(),
+        markers,
+    })
+}
+
+fn rtt(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
+    let mut series = Vec::new();
+    let mut bands = Vec::new();
+    let ms = |us: u64| us as f64 / 1000.0;
+    for (input, label) in inputs.iter().zip(labels) {
+        let senders = senders(input)?;
+        let n = senders.len();
+        for s in senders {
+            bands.push(Band {
+                name: stream_name(label, s, "srtt ± rttvar", n),
+                points: s
+                    .trace
+                    .samples
+                    .iter()
+                    .filter_map(|x| {
+                        let (r, v) = (x.srtt_us?, x.rttvar_us?);
+                        Some((secs(x), ms(r.saturating_sub(v)), ms(r + v)))
+                    })
+                    .collect(),
+            });
+            series.push(Series {
+                name: stream_name(label, s, "smoothed RTT", n),
+                points: line(s, |x| x.srtt_us.map(ms)),
+            });
+            series.push(Series {
+                name: stream_name(label, s, "minimum RTT", n),
+                points: line(s, |x| x.min_rtt_us.map(ms)),
+            });
+        }
+    }
+    Ok(Panel {
+        title: "Round-trip time seen by the sender".into(),
+        x_label: "time (s)".into(),
+        y_label: "RTT (ms)".into(),
+        series,
+        bands,
+        markers: Vec::new(),
+    })
+}
+
+fn time_seq(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
+    let mut series = Vec::new();
+    let mut markers = Vec::new();
+    // Highest byte sent: every byte sent once, i.e. minus retransmitted bytes.
+    let sent = |x: &TraceSample| Some(x.bytes_sent?.saturating_sub(x.bytes_retrans?) as f64);
+    for (input, label) in inputs.iter().zip(labels) {
+        let senders = senders(input)?;
+        let n = senders.len();
+        for s in senders {
+            series.push(Series {
+                name: stream_name(label, s, "sent", n),
+                points: line(s, sent),
+            });
+            series.push(Series {
+                name: stream_name(label, s, "acknowledged", n),
+                points: line(s, |x| x.bytes_acked.map(|v| v as f64)),
+            });
+            markers.push(Series {
+                name: stream_name(label, s, "retransmission", n),
+                points: s
+                    .trace
+                    .samples
+                    .windows(2)
+                    .filter_map(|w| {
+                        (w[1].bytes_retrans? > w[0].bytes_retrans?)
+                            .then(|| Some((secs(&w[1]), sent(&w[1])?)))
+                            .flatten()
+                    })
+                    .collect(),
+            });
+        }
+    }
+    let (div, unit) = scale(max_y(&series), 1024.0, ["bytes", "KiB", "MiB", "GiB"]);
+    rescale(&mut series, div);
+    rescale(&mut markers, div);
+    Ok(Panel {
+        title: "Time/sequence: bytes sent and acknowledged".into(),
+        x_label: "time (s)".into(),
+        y_label: format!("sequence ({unit})"),
+        series,
+        bands: Vec::new(),
+        markers,
+    })
+}
+
+/// Per-second rate of a counter between consecutive samples.
+fn rate(s: &TracedStream, f: impl Fn(&TraceSample) -> Option<u64>) -> Vec<(f64, f64)> {
+    s.trace
+        .samples
+        .windows(2)
+        .filter_map(|w| {
+            let dt = secs(&w[1]) - secs(&w[0]);
+            let dv = f(&w[1])?.checked_sub(f(&w[0])?)?;
+            (dt > 0.0).then(|| (secs(&w[1]), dv as f64 / dt))
+        })
+        .collect()
+}
+
+fn io(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
+    let mut series = Vec::new();
+    for (input, label) in inputs.iter().zip(labels) {
+        let t = input
+            .result
+            .trace
+            .as_ref()
+            .ok_or_else(|| PlotError::NoTrace(input.name.clone()))?;
+        let n = t.streams.iter().filter(|s| s.sender).count();
+        for s in &t.streams {
+            let (what, counter): (&str, fn(&TraceSample) -> Option<u64>) = if s.sender {
+                ("segments sent", |x| x.data_segs_out)
+            } else {
+                ("segments received", |x| x.data_segs_in)
+            };
+            series.push(Series {
+                name: stream_name(label, s, what, n),
+                points: rate(s, counter),
+            });
+        }
+    }
+    let (div, unit) = scale(max_y(&series), 1000.0, ["", "k", "M", "G"]);
+    rescale(&mut series, div);
+    Ok(Panel {
+        title: "I/O: data segments per second".into(),
+        x_label: "time (s)".into(),
+        y_label: format!("{unit}segments/s"),
+        series,
+        bands: Vec::new(),
+        markers: Vec::new(),
+    })
+}

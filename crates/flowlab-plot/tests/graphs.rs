@@ -1,0 +1,171 @@
+//! The graphs, from fixed results recorded with `flowlab test -J` (tests/fixtures):
+//! what each panel holds, the structure of the SVG (snapshots), and PNGs that are not
+//! blank.
+
+use std::path::Path;
+
+use flowlab_plot::{Graph, Input, PlotError, panels, render_file, render_svg};
+
+fn load(name: &str) -> Input {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(format!("{name}.json"));
+    let text = std::fs::read_to_string(&path).expect("fixture");
+    Input {
+        name: name.into(),
+        result: serde_json::from_str(&text).expect("a flowlab result"),
+    }
+}
+
+/// The structure of an SVG: how many of each drawing element, and every text in order.
+/// Coordinates are left out, so the snapshot pins what is drawn and labelled, not where.
+fn structure(svg: &str) -> String {
+    let mut out = String::new();
+    for tag in [
+        "<polyline",
+        "<polygon",
+        "<circle",
+        "<rect",
+        "<line",
+        "<path",
+    ] {
+        out += &format!("{tag}>: {}\n", svg.matches(tag).count());
+    }
+    let mut rest = svg;
+    while let Some(i) = rest.find("<text") {
+        let after = &rest[i..];
+        let start = after.find('>').map_or(after.len(), |j| j + 1);
+        let end = after.find("</text>").unwrap_or(after.len());
+        out += &format!("text: {}\n", after[start..end.max(start)].trim());
+        rest = &after[end.max(start)..];
+    }
+    out
+}
+
+fn svg(graph: Graph, inputs: &[Input]) -> String {
+    render_svg(&panels(graph, inputs).expect("panels")).expect("svg")
+}
+
+#[test]
+fn throughput_has_a_line_per_direction_in_readable_units() {
+    let p = panels(Graph::Throughput, &[load("small-window")]).expect("panels");
+    assert_eq!(p.len(), 1);
+    let t = &p[0];
+    assert_eq!(t.y_label, "throughput (Gbit/s)");
+    assert_eq!(t.series.len(), 1);
+    assert_eq!(t.series[0].name, "up");
+    assert_eq!(t.series[0].points.len(), 4, "four 0.25 s intervals");
+    // Two streams: a line each and their sum.
+    let p = panels(Graph::Throughput, &[load("untraced-p2")]).expect("panels");
+    let names: Vec<&str> = p[0].series.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["stream 1 up", "stream 3 up", "sum up"]);
+    let (s1, s3, sum) = (&p[0].series[0], &p[0].series[1], &p[0].series[2]);
+    for i in 0..sum.points.len() {
+        let added = s1.points[i].1 + s3.points[i].1;
+        assert!((added - sum.points[i].1).abs() < 1e-6 * sum.points[i].1.max(1.0));
+    }
+}
+
+#[test]
+fn window_graph_marks_where_bytes_in_flight_filled_the_window() {
+    let small = panels(Graph::Window, &[load("small-window")]).expect("panels");
+    let large = panels(Graph::Window, &[load("large-window")]).expect("panels");
+    let names: Vec<&str> = small[0].series.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["congestion window", "bytes in flight", "receive window"]
+    );
+    let full = |p: &[flowlab_plot::Panel]| p[0].markers[0].points.len();
+    assert!(full(&small) > 5, "a 64 KB window is full most of the time");
+    assert!(full(&small) > 4 * full(&large).max(1));
+}
+
+#[test]
+fn graphs_of_an_untraced_result_say_how_to_get_them() {
+    let err = panels(Graph::Window, &[load("untraced-p2")]).expect_err("no trace");
+    assert!(matches!(err, PlotError::NoTrace(_)));
+    assert!(err.to_string().contains("--trace"));
+    // "all" draws what it can: throughput only.
+    assert_eq!(
+        panels(Graph::All, &[load("untraced-p2")])
+            .expect("panels")
+            .len(),
+        1
+    );
+}
+
+#[test]
+fn overlays_are_labelled_by_the_option_that_differs() {
+    let inputs = [load("small-window"), load("large-window")];
+    assert_eq!(
+        flowlab_plot::labels(&inputs),
+        [
+            "recv_window=65536 title=small receive window",
+            "recv_window=4194304 title=large receive window"
+        ]
+    );
+    let p = panels(Graph::Rtt, &inputs).expect("panels");
+    assert_eq!(p[0].bands.len(), 2);
+    assert!(p[0].series[0].name.starts_with("recv_window=65536"));
+}
+
+#[test]
+fn svg_structure_throughput() {
+    insta::assert_snapshot!(structure(&svg(Graph::Throughput, &[load("untraced-p2")])));
+}
+
+#[test]
+fn svg_structure_window() {
+    insta::assert_snapshot!(structure(&svg(Graph::Window, &[load("small-window")])));
+}
+
+#[test]
+fn svg_structure_rtt() {
+    insta::assert_snapshot!(structure(&svg(Graph::Rtt, &[load("small-window")])));
+}
+
+#[test]
+fn svg_structure_time_sequence() {
+    insta::assert_snapshot!(structure(&svg(Graph::TimeSeq, &[load("small-window")])));
+}
+
+#[test]
+fn svg_structure_io() {
+    insta::assert_snapshot!(structure(&svg(Graph::Io, &[load("small-window")])));
+}
+
+#[test]
+fn svg_structure_overlay_of_all_graphs() {
+    let inputs = [load("small-window"), load("large-window")];
+    insta::assert_snapshot!(structure(&svg(Graph::All, &inputs)));
+}
+
+#[test]
+fn png_has_the_size_of_its_panels_and_is_not_blank() {
+    let dir = std::env::temp_dir().join(format!("flowlab-plot-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("all.png");
+    let p = panels(Graph::All, &[load("small-window")]).expect("panels");
+    render_file(&p, &path).expect("png");
+    let img = image::open(&path).expect("a PNG").to_rgb8();
+    std::fs::remove_dir_all(&dir).ok();
+    assert_eq!(img.dimensions(), (1000, 5 * 420));
+    let pixels = img.pixels().count();
+    let ink = img.pixels().filter(|p| p.0 != [255, 255, 255]).count();
+    assert!(ink * 50 > pixels, "at least 2 % drawn: {ink} of {pixels}");
+    let mut colours: Vec<[u8; 3]> = img.pixels().map(|p| p.0).collect();
+    colours.sort_unstable();
+    colours.dedup();
+    assert!(
+        colours.len() > 20,
+        "lines in several colours and text: {}",
+        colours.len()
+    );
+}
+
+#[test]
+fn unknown_extensions_are_refused() {
+    let p = panels(Graph::Throughput, &[load("small-window")]).expect("panels");
+    let err = render_file(&p, Path::new("graph.jpg")).expect_err("not svg or png");
+    assert!(matches!(err, PlotError::Format(_)));
+}
