@@ -209,6 +209,10 @@ pub struct EndStream {
     pub direction: StreamDirection,
     pub sender: Option<SideTotals>,
     pub receiver: Option<SideTotals>,
+    /// What the kernel granted the server's socket of this stream (a flowlab server
+    /// reports it; the client's own are in `start.streams`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_socket: Option<flowlab_proto::results::SocketSettings>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -402,11 +406,17 @@ pub fn summarize(
             StreamDirection::Down => (theirs, mine),
         };
         let sent = snd.as_ref().map(|s| s.bytes);
+        let server_socket = match direction {
+            StreamDirection::Up => rcv.as_ref(),
+            StreamDirection::Down => snd.as_ref(),
+        }
+        .and_then(|s| s.socket.clone());
         streams.push(EndStream {
             id,
             direction,
             sender: snd.as_ref().map(sender_totals),
             receiver: rcv.as_ref().map(|r| receiver_totals(r, udp, sent)),
+            server_socket,
         });
     }
     let mut sums = Vec::new();

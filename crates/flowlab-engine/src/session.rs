@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use flowlab_proto::results::{PeerResults, StreamResults};
+use flowlab_proto::results::{PeerResults, SocketSettings, StreamResults};
 use flowlab_proto::trace::StreamTrace;
 
 use crate::sock;
@@ -263,6 +263,24 @@ fn stream_results(
         rcvbuf_drops: udp.map(|_| end.rcvbuf_drops.saturating_sub(base.rcvbuf_drops)),
         backoff_cuts: (backoff && s.role == Role::Send && matches!(s.transport, Transport::Udp(_)))
             .then(|| end.backoff_cuts.saturating_sub(base.backoff_cuts)),
+        socket: Some(match &s.transport {
+            Transport::Tcp(t) => {
+                let b = sock::buffers(&socket2::SockRef::from(t.as_ref()));
+                SocketSettings {
+                    sndbuf: b.sndbuf,
+                    rcvbuf: b.rcvbuf,
+                    congestion: sock::congestion(t.as_ref()),
+                }
+            }
+            Transport::Udp(u) => {
+                let b = sock::buffers(&socket2::SockRef::from(u.as_ref()));
+                SocketSettings {
+                    sndbuf: b.sndbuf,
+                    rcvbuf: b.rcvbuf,
+                    congestion: None,
+                }
+            }
+        }),
         trace: None,
     }
 }

@@ -78,9 +78,23 @@ pub struct StreamResults {
     /// flowlab UDP sender with receiver-overflow backoff: times it slowed down.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backoff_cuts: Option<u64>,
+    /// flowlab server: what the kernel granted this stream's socket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket: Option<SocketSettings>,
     /// flowlab server, `--trace`: the TCP_INFO samples of this stream's socket.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace: Option<crate::trace::StreamTrace>,
+}
+
+/// A socket's settings as the kernel reports them after they were asked for.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SocketSettings {
+    /// SO_SNDBUF and SO_RCVBUF (Linux reports twice the size asked for).
+    pub sndbuf: u64,
+    pub rcvbuf: u64,
+    /// TCP congestion control (absent for UDP).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub congestion: Option<String>,
 }
 
 #[cfg(test)]

@@ -151,6 +151,18 @@ fn receiver_tuning_reaches_the_receiving_socket() {
         Some(512 * 1024),
         "sender untouched"
     );
+    // Without a trace too, the result records what the server's socket was granted.
+    s.trace = None;
+    let r = run(&s).expect("test runs");
+    let granted = end(&r).streams[0]
+        .server_socket
+        .clone()
+        .expect("a flowlab server reports its socket");
+    assert_eq!(granted.rcvbuf, 512 * 1024);
+    assert_eq!(granted.congestion.as_deref(), Some("reno"));
+    // ...and the client's own socket (the sender) kept the kernel's default algorithm.
+    let client = &r.start.streams[0];
+    assert_ne!(client.congestion.as_deref(), Some("reno"), "{client:?}");
 }
 
 #[test]
