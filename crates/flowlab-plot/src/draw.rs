@@ -87,22 +87,24 @@ fn colour(i: usize) -> RGBColor {
     C[i % C.len()]
 }
 
+/// Every point drawn: lines and markers as they are, bands by their upper edge.
+fn points(panel: &Panel) -> impl Iterator<Item = (f64, f64)> + '_ {
+    let lines = panel.series.iter().chain(&panel.markers);
+    lines.flat_map(|s| s.points.iter().copied()).chain(
+        panel
+            .bands
+            .iter()
+            .flat_map(|b| b.points.iter().map(|p| (p.0, p.2))),
+    )
+}
+
+/// The x range of the data and the top of the y axis (y starts at 0).
 fn bounds(panel: &Panel) -> (f64, f64, f64) {
-    let xs = panel
-        .series
-        .iter()
-        .chain(&panel.markers)
-        .flat_map(|s| s.points.iter().map(|p| p.0))
-        .chain(
-            panel
-                .bands
-                .iter()
-                .flat_map(|b| b.points.iter().map(|p| p.0)),
-        );
-    let (mut x0, mut x1) = (f64::INFINITY, f64::NEG_INFINITY);
-    for x in xs {
+    let (mut x0, mut x1, mut y1) = (f64::INFINITY, f64::NEG_INFINITY, 0.0f64);
+    for (x, y) in points(panel) {
         x0 = x0.min(x);
         x1 = x1.max(x);
+        y1 = y1.max(y);
     }
     if !x0.is_finite() {
         (x0, x1) = (0.0, 1.0);
@@ -110,18 +112,6 @@ fn bounds(panel: &Panel) -> (f64, f64, f64) {
     if x1 <= x0 {
         x1 = x0 + 1.0;
     }
-    let y1 = panel
-        .series
-        .iter()
-        .chain(&panel.markers)
-        .flat_map(|s| s.points.iter().map(|p| p.1))
-        .chain(
-            panel
-                .bands
-                .iter()
-                .flat_map(|b| b.points.iter().map(|p| p.2)),
-        )
-        .fold(0.0, f64::max);
     (x0, x1, if y1 > 0.0 { y1 * 1.08 } else { 1.0 })
 }
 

@@ -112,6 +112,15 @@ fn rescale(series: &mut [Series], div: f64) {
     }
 }
 
+/// Puts lines and markers counted in bytes into a binary unit that suits them; returns
+/// the unit's name.
+fn byte_axis(series: &mut [Series], markers: &mut [Series]) -> &'static str {
+    let (div, unit) = scale(max_y(series), 1024.0, ["bytes", "KiB", "MiB", "GiB"]);
+    rescale(series, div);
+    rescale(markers, div);
+    unit
+}
+
 fn max_y(series: &[Series]) -> f64 {
     series
         .iter()
@@ -275,9 +284,7 @@ fn window(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
             });
         }
     }
-    let (div, unit) = scale(max_y(&series), 1024.0, ["bytes", "KiB", "MiB", "GiB"]);
-    rescale(&mut series, div);
-    rescale(&mut markers, div);
+    let unit = byte_axis(&mut series, &mut markers);
     Ok(Panel {
         title: "Sender windows: congestion window, bytes in flight, receiver's window".into(),
         x_label: "time (s)".into(),
@@ -360,9 +367,7 @@ fn time_seq(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
             });
         }
     }
-    let (div, unit) = scale(max_y(&series), 1024.0, ["bytes", "KiB", "MiB", "GiB"]);
-    rescale(&mut series, div);
-    rescale(&mut markers, div);
+    let unit = byte_axis(&mut series, &mut markers);
     Ok(Panel {
         title: "Time/sequence: bytes sent and acknowledged".into(),
         x_label: "time (s)".into(),
