@@ -54,6 +54,18 @@ pub struct ServerConfig {
     /// How long a peer may stay silent while the server waits for it (a cookie, a
     /// control message, a data stream), and how long a running test may move no data.
     pub idle_timeout: Duration,
+    /// Another service on the same port (`serve --fragments`): connections that start
+    /// with its magic bytes are handed to it instead of the test protocol.
+    pub extra: Option<Arc<dyn ConnectionHandler>>,
+}
+
+/// A service that shares the test port, told apart by the first bytes a client sends
+/// (test connections start with a cookie of `[a-z2-7]`).
+pub trait ConnectionHandler: Send + Sync + std::fmt::Debug {
+    /// The first four bytes of this service's connections.
+    fn magic(&self) -> [u8; 4];
+    /// Serves one connection, on its own thread, until it ends.
+    fn handle(&self, conn: TcpStream, peer: SocketAddr);
 }
 
 impl Default for ServerConfig {
@@ -67,6 +79,7 @@ impl Default for ServerConfig {
             max_bytes: None,
             one_off: false,
             idle_timeout: Duration::from_secs(10),
+            extra: None,
         }
     }
 }
@@ -329,9 +342,31 @@ fn same_ip(a: IpAddr, b: IpAddr) -> bool {
     canon(a) == canon(b)
 }
 
+/// Looks at the first `N` bytes of a connection without taking them (waiting for them up
+/// to the read timeout); `None` if they do not come.
+fn peek_start<const N: usize>(conn: &TcpStream) -> Option<[u8; N]> {
+    let mut b = [0u8; N];
+    // SAFETY: a live buffer with its length; MSG_PEEK leaves the bytes in the socket.
+    let n = unsafe {
+        libc::recv(
+            std::os::fd::AsRawFd::as_raw_fd(conn),
+            b.as_mut_ptr().cast(),
+            N,
+            libc::MSG_PEEK | libc::MSG_WAITALL,
+        )
+    };
+    (n == N as isize).then_some(b)
+}
+
 fn handle_connection(mut conn: TcpStream, peer: SocketAddr, order: u64, shared: &Arc<Shared>) {
     let _ = conn.set_read_timeout(Some(shared.cfg.idle_timeout));
     let _ = conn.set_write_timeout(Some(shared.cfg.idle_timeout));
+    if let Some(extra) = &shared.cfg.extra {
+        if peek_start::<4>(&conn) == Some(extra.magic()) {
+            extra.handle(conn, peer);
+            return;
+        }
+    }
     let cookie = match control::read_cookie(&mut conn) {
         Ok(c) => c,
         Err(e) => {

@@ -17,4 +17,6 @@ pub enum ProtoError {
     NotAnAck,
     #[error("not a receiver-overflow message")]
     NotOverflow,
+    #[error("bad fragment-protocol message: {0}")]
+    BadFragmentMessage(&'static str),
 }

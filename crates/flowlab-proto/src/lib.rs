@@ -15,8 +15,10 @@
 //! - [`udp`]: the UDP datagram header, the UDP stream handshake and stop-and-wait acks.
 //! - [`trace`]: TCP_INFO samples of a traced test.
 //! - [`system`]: the machine state a result was produced on.
+//! - [`fragment`]: requests and replies of the fragment service (`serve --fragments`).
 
 pub mod cookie;
+pub mod fragment;
 pub mod frame;
 pub mod hello;
 pub mod params;

@@ -43,6 +43,90 @@ pub enum Command {
     /// Draw graphs from `flowlab test --json` results: throughput, windows, RTT,
     /// time/sequence, I/O; several results are overlaid.
     Plot(PlotArgs),
+    /// Make, split and join fragment sets (for `serve --fragments` and `fetch`).
+    #[command(subcommand)]
+    Fragments(FragmentsCommand),
+    /// Fetch a fragment set from several servers at once, verified and resumable.
+    Fetch(FetchArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum FragmentsCommand {
+    /// Cut FILE into fragments with a manifest of their BLAKE3 hashes.
+    Split {
+        file: std::path::PathBuf,
+        /// Number of fragments.
+        #[arg(long, default_value_t = 160)]
+        count: usize,
+        #[arg(long, value_name = "DIR")]
+        out: std::path::PathBuf,
+    },
+    /// Check every fragment in DIR and reassemble the file.
+    Join {
+        dir: std::path::PathBuf,
+        #[arg(long, value_name = "FILE")]
+        out: std::path::PathBuf,
+    },
+    /// Write a fragment set of deterministic test data, without an input file.
+    Make {
+        /// Total size, e.g. 1G (binary: 1G = 1073741824 bytes).
+        #[arg(long, value_parser = size)]
+        size: u64,
+        #[arg(long, default_value_t = 160)]
+        count: usize,
+        #[arg(long, value_name = "DIR")]
+        out: std::path::PathBuf,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct FetchArgs {
+    /// A server, `host[:port]` (port 5201 by default); give one per server.
+    #[arg(long = "from", required = true, value_name = "HOST[:PORT]")]
+    pub from: Vec<String>,
+    /// Split the fragments between the servers in this ratio, e.g. 1:5 (one per --from).
+    #[arg(long, conflicts_with = "adaptive")]
+    pub ratio: Option<String>,
+    /// Servers take work as they finish (the default without --ratio).
+    #[arg(long)]
+    pub adaptive: bool,
+    /// Directory for the fragments (and the manifest).
+    #[arg(long, value_name = "DIR")]
+    pub out: std::path::PathBuf,
+    /// Connections per server.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=16))]
+    pub connections: u64,
+    /// Requests kept outstanding per connection.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub depth: u64,
+    /// Seconds without data after which a server counts as failed.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub stall_timeout: u64,
+    /// Print one JSON document (schema flowlab.fetch/1), no progress bars.
+    #[arg(short = 'J', long)]
+    pub json: bool,
+}
+
+impl FetchArgs {
+    pub fn to_spec(&self) -> Result<flowlab_fragments::fetch::FetchSpec, String> {
+        use flowlab_fragments::schedule::{Mode, parse_ratio};
+        let mut s = flowlab_fragments::fetch::FetchSpec::new(self.from.clone(), self.out.clone());
+        if let Some(r) = &self.ratio {
+            let r = parse_ratio(r).map_err(|e| format!("--ratio: {e}"))?;
+            if r.len() != self.from.len() {
+                return Err(format!(
+                    "--ratio has {} parts but {} --from servers were given",
+                    r.len(),
+                    self.from.len()
+                ));
+            }
+            s.mode = Mode::Ratio(r);
+        }
+        s.connections = self.connections as usize;
+        s.depth = self.depth as usize;
+        s.stall_timeout = Duration::from_secs(self.stall_timeout);
+        Ok(s)
+    }
 }
 
 #[derive(Debug, Args)]
@@ -107,6 +191,12 @@ pub struct ServeArgs {
     /// Log one JSON object per line instead of text.
     #[arg(short = 'J', long)]
     pub json: bool,
+    /// Also serve the fragment set in DIR (made by `flowlab fragments`) on the same port.
+    #[arg(long, value_name = "DIR")]
+    pub fragments: Option<std::path::PathBuf>,
+    /// Pace each fragment connection to this rate (e.g. 100M), to emulate a slow server.
+    #[arg(long, value_parser = rate, value_name = "RATE", requires = "fragments")]
+    pub rate: Option<u64>,
 }
 
 impl ServeArgs {
@@ -128,6 +218,7 @@ impl ServeArgs {
             // being cut off when the process ends.
             max_tests: if self.one_off { 1 } else { self.max_tests },
             idle_timeout: Duration::from_secs(self.idle_timeout),
+            extra: None,
         })
     }
 }

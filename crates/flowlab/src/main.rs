@@ -54,7 +54,12 @@ fn main() -> ExitCode {
         .init();
     let outcome = match cli.command {
         Command::Serve(a) => match a.to_config() {
-            Ok(cfg) => serve(cfg, a.json),
+            Ok(cfg) => serve(cfg, &a),
+            Err(msg) => return usage(&msg),
+        },
+        Command::Fragments(c) => fragments(&c),
+        Command::Fetch(a) => match a.to_spec() {
+            Ok(spec) => fetch(&spec, a.json),
             Err(msg) => return usage(&msg),
         },
         Command::Test(a) => match a.to_spec() {
@@ -132,7 +137,29 @@ impl ServerLog for Log {
     }
 }
 
-fn serve(cfg: ServerConfig, json: bool) -> anyhow::Result<()> {
+fn serve(mut cfg: ServerConfig, a: &cli::ServeArgs) -> anyhow::Result<()> {
+    let json = a.json;
+    if let Some(dir) = &a.fragments {
+        let service = flowlab_fragments::serve::FragmentService::open(
+            dir,
+            a.rate.unwrap_or(0),
+            cfg.idle_timeout,
+        )?;
+        if !json {
+            println!(
+                "serving {} fragments from {}{}",
+                service.fragments(),
+                dir.display(),
+                a.rate
+                    .map(|r| format!(
+                        ", each connection paced to {}",
+                        flowlab_engine::units::Rate(r as f64, UnitFormat::Adaptive)
+                    ))
+                    .unwrap_or_default()
+            );
+        }
+        cfg.extra = Some(Arc::new(service));
+    }
     let port = cfg.port;
     let server = Server::bind(cfg, Arc::new(Log { json }))
         .map_err(|e| anyhow::anyhow!("cannot listen on port {port}: {e}"))?;
@@ -270,6 +297,43 @@ fn plot(a: &cli::PlotArgs) -> anyhow::Result<()> {
     let panels = flowlab_plot::panels(graph, &inputs)?;
     flowlab_plot::render_file(&panels, &a.output)?;
     eprintln!("wrote {}", a.output.display());
+    Ok(())
+}
+
+fn fragments(c: &cli::FragmentsCommand) -> anyhow::Result<()> {
+    use flowlab_fragments::manifest;
+    let (m, what) = match c {
+        cli::FragmentsCommand::Split { file, count, out } => (
+            manifest::split(file, *count, out)?,
+            format!("wrote to {}", out.display()),
+        ),
+        cli::FragmentsCommand::Make { size, count, out } => (
+            manifest::make(*size, *count, out)?,
+            format!("wrote to {}", out.display()),
+        ),
+        cli::FragmentsCommand::Join { dir, out } => (
+            manifest::join(dir, out)?,
+            format!("verified and joined into {}", out.display()),
+        ),
+    };
+    println!(
+        "{}: {} fragments, {} ({} bytes), blake3 {}; {what}",
+        m.file.name,
+        m.fragments.len(),
+        flowlab_engine::units::Bytes(m.file.size, UnitFormat::Adaptive),
+        m.file.size,
+        m.file.blake3
+    );
+    Ok(())
+}
+
+fn fetch(spec: &flowlab_fragments::fetch::FetchSpec, json: bool) -> anyhow::Result<()> {
+    let result = flowlab_fragments::fetch::fetch(spec, &flowlab_fragments::fetch::Silent)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&result)?);
+    } else {
+        print!("{}", report::fetch(&result));
+    }
     Ok(())
 }
 

@@ -372,3 +372,45 @@ pub fn system(s: &flowlab_proto::system::SystemInfo) -> String {
     }
     out
 }
+
+/// `flowlab fetch`: the whole transfer, then one line per server.
+pub fn fetch(r: &flowlab_fragments::fetch::FetchResult) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "fetched {} of {} fragments ({} skipped, already verified) of {}: {} in {:.2} s, {} ({})",
+        r.fragments - r.skipped,
+        r.fragments,
+        r.skipped,
+        r.file.name,
+        Bytes(r.bytes, UnitFormat::Adaptive),
+        r.seconds,
+        Rate(r.bits_per_second, UnitFormat::Adaptive),
+        r.mode
+    );
+    for s in &r.servers {
+        let _ = write!(
+            out,
+            "  {:<22} {:>4} fragments  {:>12}  busy {:>6.2} s  {:>16}",
+            s.address,
+            s.fragments,
+            Bytes(s.bytes, UnitFormat::Adaptive).to_string(),
+            s.busy_seconds,
+            Rate(s.bits_per_second, UnitFormat::Adaptive).to_string()
+        );
+        if s.corrupt > 0 {
+            let _ = write!(out, "  corrupt {} (fetched again)", s.corrupt);
+        }
+        if s.duplicates > 0 {
+            let _ = write!(out, "  duplicates {}", s.duplicates);
+        }
+        if s.refused > 0 {
+            let _ = write!(out, "  refused {}", s.refused);
+        }
+        if let Some(f) = &s.failed {
+            let _ = write!(out, "  FAILED: {f}");
+        }
+        out.push('\n');
+    }
+    out
+}

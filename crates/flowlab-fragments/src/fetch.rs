@@ -1,0 +1,582 @@
+//! `flowlab fetch`: fragments from several servers at once, verified, resumable.
+//!
+//! One thread per connection (`--connections` per server, default 1). Each keeps
+//! `depth` requests outstanding, so a server always has the next fragment queued and no
+//! connection idles between fragments; which fragment comes next is the
+//! [`Scheduler`]'s decision. A fragment is written to `.NAME.part` while it arrives,
+//! hashed as it is written, and renamed to `NAME` only when its BLAKE3 hash matches the
+//! manifest: an interrupted fetch leaves no corrupt fragment, and running the same fetch
+//! again skips every fragment already there and verified.
+
+use std::collections::VecDeque;
+use std::fs::{self, File};
+use std::io::{BufWriter, Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use flowlab_proto::fragment::{Decoder, MAGIC, MAX_MANIFEST_LEN, Reply, Request, VERSION};
+use serde::Serialize;
+
+use crate::manifest::{FileEntry, Manifest, ManifestError, hex, verify_fragment};
+use crate::schedule::{Mode, Outcome, Scheduler};
+
+/// Schema tag of a fetch result.
+pub const SCHEMA: &str = "flowlab.fetch/1";
+
+/// What to fetch, from where, how.
+#[derive(Debug, Clone)]
+pub struct FetchSpec {
+    /// `host[:port]` of each server (port 5201 when absent).
+    pub servers: Vec<String>,
+    pub mode: Mode,
+    /// Connections per server.
+    pub connections: usize,
+    /// Requests outstanding per connection.
+    pub depth: usize,
+    pub out: PathBuf,
+    /// A connection with requests outstanding that receives nothing for this long has
+    /// failed; its fragments go to the others.
+    pub stall_timeout: Duration,
+    pub connect_timeout: Duration,
+}
+
+impl FetchSpec {
+    pub fn new(servers: Vec<String>, out: PathBuf) -> FetchSpec {
+        FetchSpec {
+            servers,
+            mode: Mode::Adaptive,
+            connections: 1,
+            depth: 4,
+            out,
+            stall_timeout: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Why a fetch failed as a whole.
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    #[error("{0}")]
+    Manifest(#[from] ManifestError),
+    #[error("no server could be used: {0}")]
+    NoServer(String),
+    #[error("the servers serve different fragment sets ({0} and {1} differ)")]
+    DifferentSets(String, String),
+    #[error("{0}: {1}")]
+    Io(PathBuf, std::io::Error),
+    #[error("{left} fragment(s) could not be fetched: {why}")]
+    Incomplete { left: usize, why: String },
+}
+
+/// One server's share of a fetch.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ServerStats {
+    pub address: String,
+    /// Fragments it delivered that were kept.
+    pub fragments: usize,
+    /// Bytes of those fragments.
+    pub bytes: u64,
+    /// From its first request to its last byte received, seconds.
+    pub busy_seconds: f64,
+    /// `bytes × 8 / busy_seconds`.
+    pub bits_per_second: f64,
+    /// Fragments that failed verification (fetched again).
+    pub corrupt: usize,
+    /// Copies that lost the end-game race (or were cancelled before they started).
+    pub duplicates: usize,
+    /// Fragments it refused (with its message in `errors`).
+    pub refused: usize,
+    /// Why it stopped early, if it did.
+    pub failed: Option<String>,
+    pub errors: Vec<String>,
+}
+
+/// The outcome of a fetch, as `--json` prints it.
+#[derive(Debug, Clone, Serialize)]
+pub struct FetchResult {
+    pub schema: String,
+    pub file: FileEntry,
+    /// `adaptive` or the ratio, e.g. `1:5`.
+    pub mode: String,
+    pub fragments: usize,
+    /// Already on disk and verified when the fetch started (resumed).
+    pub skipped: usize,
+    /// Bytes fetched now (not counting skipped fragments).
+    pub bytes: u64,
+    pub seconds: f64,
+    pub bits_per_second: f64,
+    pub servers: Vec<ServerStats>,
+}
+
+/// What a caller is told while a fetch runs (progress bars).
+pub trait Progress: Sync {
+    /// Once, before data flows: fragments and bytes still to fetch.
+    fn start(&self, _servers: &[String], _fragments: usize, _bytes: u64) {}
+    fn bytes(&self, _server: usize, _n: u64) {}
+    fn fragment(&self, _server: usize) {}
+    fn failed(&self, _server: usize, _why: &str) {}
+    fn finish(&self) {}
+}
+
+/// No progress reports.
+#[derive(Debug)]
+pub struct Silent;
+impl Progress for Silent {}
+
+fn part_name(name: &str) -> String {
+    format!(".{name}.part")
+}
+
+/// Opens a fragment connection and reads the manifest.
+fn connect(server: &str, timeout: Duration) -> Result<(TcpStream, Manifest), String> {
+    let with_port = if server
+        .rsplit_once(':')
+        .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+        && !server.ends_with(']')
+    {
+        server.to_string()
+    } else {
+        format!("{server}:{}", flowlab_proto::DEFAULT_PORT)
+    };
+    let addrs = with_port
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {server}: {e}"))?;
+    let mut last = format!("{server}: no address");
+    for a in addrs {
+        match TcpStream::connect_timeout(&a, timeout) {
+            Ok(mut s) => {
+                let mut hello = || -> std::io::Result<Vec<u8>> {
+                    s.set_read_timeout(Some(timeout.max(Duration::from_secs(5))))?;
+                    let mut m = MAGIC.to_vec();
+                    m.push(VERSION);
+                    s.write_all(&m)?;
+                    let mut len = [0u8; 4];
+                    s.read_exact(&mut len)?;
+                    let len = u32::from_be_bytes(len);
+                    if len == 0 || len > MAX_MANIFEST_LEN {
+                        return Err(std::io::Error::other(format!("manifest length {len}")));
+                    }
+                    let mut body = vec![0u8; len as usize];
+                    s.read_exact(&mut body)?;
+                    Ok(body)
+                };
+                let body = hello().map_err(|e| {
+                    format!("{server}: not a flowlab fragment server ({e}); start it with `flowlab serve --fragments DIR`")
+                })?;
+                let m = Manifest::parse(&body, Path::new(server)).map_err(|e| e.to_string())?;
+                let _ = s.set_nodelay(true);
+                return Ok((s, m));
+            }
+            Err(e) => last = format!("cannot connect to {server}: {e}"),
+        }
+    }
+    Err(last)
+}
+
+struct Shared {
+    sched: Scheduler,
+    stats: Vec<ServerStats>,
+    /// Per worker: fragments to cancel (done elsewhere).
+    cancel: Vec<Vec<usize>>,
+    first_request: Vec<Option<Instant>>,
+    last_byte: Vec<Option<Instant>>,
+    /// Workers still running.
+    running: usize,
+}
+
+struct Ctx<'a> {
+    spec: &'a FetchSpec,
+    manifest: &'a Manifest,
+    hashes: Vec<[u8; 32]>,
+    shared: Mutex<Shared>,
+    wake: Condvar,
+    progress: &'a dyn Progress,
+    /// Set when the last fragment is verified: workers still receiving a losing copy
+    /// stop at once instead of draining it.
+    all_done: AtomicBool,
+    /// When that happened.
+    finished: Mutex<Option<Instant>>,
+    /// A handle on every connection, shut down when all is done so no worker waits on a
+    /// slow server for a copy nobody needs.
+    handles: Vec<TcpStream>,
+}
+
+/// Runs a fetch to completion (or failure).
+pub fn fetch(spec: &FetchSpec, progress: &dyn Progress) -> Result<FetchResult, FetchError> {
+    if spec.servers.is_empty() {
+        return Err(FetchError::NoServer("no --from given".into()));
+    }
+    // Connect every worker; a server none of whose connections work is reported failed.
+    let mut conns: Vec<(usize, TcpStream)> = Vec::new();
+    let mut manifest: Option<(Manifest, String)> = None;
+    let mut stats: Vec<ServerStats> = spec
+        .servers
+        .iter()
+        .map(|s| ServerStats {
+            address: s.clone(),
+            ..ServerStats::default()
+        })
+        .collect();
+    for (server, addr) in spec.servers.iter().enumerate() {
+        for _ in 0..spec.connections.max(1) {
+            match connect(addr, spec.connect_timeout) {
+                Ok((s, m)) => {
+                    match &manifest {
+                        Some((first, from)) if first != &m => {
+                            return Err(FetchError::DifferentSets(from.clone(), addr.clone()));
+                        }
+                        Some(_) => {}
+                        None => manifest = Some((m, addr.clone())),
+                    }
+                    conns.push((server, s));
+                }
+                Err(e) => {
+                    stats[server].failed = Some(e);
+                    break;
+                }
+            }
+        }
+    }
+    let Some((manifest, _)) = manifest else {
+        let why: Vec<String> = stats.iter().filter_map(|s| s.failed.clone()).collect();
+        return Err(FetchError::NoServer(why.join("; ")));
+    };
+    let out = &spec.out;
+    fs::create_dir_all(out).map_err(|e| FetchError::Io(out.clone(), e))?;
+    manifest.save(out)?;
+    // Resume: keep what is there and verified; drop leftovers of an interrupted run.
+    let done: Vec<bool> = manifest
+        .fragments
+        .iter()
+        .map(|f| {
+            let _ = fs::remove_file(out.join(part_name(&f.name)));
+            out.join(&f.name).exists() && verify_fragment(out, f).is_ok()
+        })
+        .collect();
+    let skipped = done.iter().filter(|&&d| d).count();
+    // Workers: each connection is one, and a ratio counts per server.
+    let workers = conns.len();
+    let mode = match &spec.mode {
+        Mode::Ratio(r) => {
+            let per_worker: Vec<u32> = conns
+                .iter()
+                .map(|(s, _)| r.get(*s).copied().unwrap_or(0))
+                .collect();
+            Mode::Ratio(per_worker)
+        }
+        Mode::Adaptive => Mode::Adaptive,
+    };
+    let sched = Scheduler::new(mode, manifest.fragments.len(), workers, &done);
+    let hashes: Vec<[u8; 32]> = manifest
+        .fragments
+        .iter()
+        .map(|f| crate::manifest::hex32(&f.blake3).unwrap_or_default())
+        .collect();
+    let left_bytes: u64 = manifest
+        .fragments
+        .iter()
+        .zip(&done)
+        .filter(|(_, d)| !**d)
+        .map(|(f, _)| f.size)
+        .sum();
+    progress.start(
+        &spec.servers,
+        manifest.fragments.len() - skipped,
+        left_bytes,
+    );
+    let ctx = Ctx {
+        spec,
+        manifest: &manifest,
+        hashes,
+        shared: Mutex::new(Shared {
+            sched,
+            stats,
+            cancel: vec![Vec::new(); workers],
+            first_request: vec![None; spec.servers.len()],
+            last_byte: vec![None; spec.servers.len()],
+            running: workers,
+        }),
+        wake: Condvar::new(),
+        progress,
+        all_done: AtomicBool::new(false),
+        finished: Mutex::new(None),
+        handles: conns
+            .iter()
+            .filter_map(|(_, c)| c.try_clone().ok())
+            .collect(),
+    };
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        for (worker, (server, conn)) in conns.into_iter().enumerate() {
+            let ctx = &ctx;
+            scope.spawn(move || {
+                let result = run_worker(ctx, worker, server, conn);
+                let mut sh = ctx.shared.lock().unwrap_or_else(|e| e.into_inner());
+                // Once everything is verified, whatever ended a worker is no failure.
+                let result = if ctx.all_done.load(Ordering::Acquire) {
+                    Ok(())
+                } else {
+                    result
+                };
+                if let Err(why) = result {
+                    sh.sched.failed(worker);
+                    if sh.stats[server].failed.is_none() {
+                        sh.stats[server].failed = Some(why.clone());
+                    }
+                    ctx.progress.failed(server, &why);
+                }
+                sh.running -= 1;
+                ctx.wake.notify_all();
+            });
+        }
+    });
+    progress.finish();
+    // Copies cut short (lost races, failed servers) leave their `.part` behind.
+    for f in &manifest.fragments {
+        let _ = fs::remove_file(out.join(part_name(&f.name)));
+    }
+    let end = ctx
+        .finished
+        .lock()
+        .ok()
+        .and_then(|f| *f)
+        .unwrap_or_else(Instant::now);
+    let seconds = end.saturating_duration_since(started).as_secs_f64();
+    let sh = ctx.shared.into_inner().unwrap_or_else(|e| e.into_inner());
+    if !sh.sched.is_done() {
+        let why: Vec<String> = sh
+            .stats
+            .iter()
+            .filter_map(|s| s.failed.as_ref().map(|f| format!("{}: {f}", s.address)))
+            .collect();
+        return Err(FetchError::Incomplete {
+            left: sh.sched.remaining(),
+            why: if why.is_empty() {
+                "every server refused them".into()
+            } else {
+                why.join("; ")
+            },
+        });
+    }
+    let mut servers = sh.stats;
+    for (i, s) in servers.iter_mut().enumerate() {
+        if let (Some(a), Some(b)) = (sh.first_request[i], sh.last_byte[i]) {
+            s.busy_seconds = (b - a).as_secs_f64();
+        }
+        if s.busy_seconds > 0.0 {
+            s.bits_per_second = s.bytes as f64 * 8.0 / s.busy_seconds;
+        }
+    }
+    let bytes = servers.iter().map(|s| s.bytes).sum();
+    Ok(FetchResult {
+        schema: SCHEMA.into(),
+        file: manifest.file.clone(),
+        mode: match &spec.mode {
+            Mode::Adaptive => "adaptive".into(),
+            Mode::Ratio(r) => r.iter().map(u32::to_string).collect::<Vec<_>>().join(":"),
+        },
+        fragments: manifest.fragments.len(),
+        skipped,
+        bytes,
+        seconds,
+        bits_per_second: if seconds > 0.0 {
+            bytes as f64 * 8.0 / seconds
+        } else {
+            0.0
+        },
+        servers,
+    })
+}
+
+/// Reads from the connection into the decoder.
+fn fill(conn: &mut TcpStream, d: &mut Decoder, buf: &mut [u8]) -> Result<(), String> {
+    match conn.read(buf) {
+        Ok(0) => Err("the server closed the connection".into()),
+        Ok(n) => {
+            d.push(&buf[..n]);
+            Ok(())
+        }
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) =>
+        {
+            Err("stalled: nothing received within the stall timeout".into())
+        }
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// One connection's loop: keep `depth` requests outstanding, receive, verify, store.
+fn run_worker(
+    ctx: &Ctx<'_>,
+    worker: usize,
+    server: usize,
+    mut conn: TcpStream,
+) -> Result<(), String> {
+    let names = &ctx.manifest.fragments;
+    conn.set_read_timeout(Some(ctx.spec.stall_timeout))
+        .map_err(|e| e.to_string())?;
+    let mut outstanding: VecDeque<usize> = VecDeque::new();
+    let mut d = Decoder::default();
+    let mut buf = vec![0u8; 256 * 1024];
+    loop {
+        // Ask for more, send cancels, or wait for work to come back.
+        {
+            let mut sh = ctx.shared.lock().map_err(|_| "lock poisoned")?;
+            let cancels = std::mem::take(&mut sh.cancel[worker]);
+            let mut wire = Vec::new();
+            for f in cancels.into_iter().filter(|f| outstanding.contains(f)) {
+                wire.extend(Request::Cancel(names[f].name.clone()).encode());
+            }
+            while outstanding.len() < ctx.spec.depth.max(1) {
+                let Some(f) = sh.sched.next(worker) else {
+                    break;
+                };
+                outstanding.push_back(f);
+                wire.extend(Request::Get(names[f].name.clone()).encode());
+                sh.first_request[server].get_or_insert_with(Instant::now);
+            }
+            if outstanding.is_empty() {
+                if sh.sched.is_done() || sh.sched.is_stuck() {
+                    return Ok(());
+                }
+                // Nothing for us now; a failing server or the end game may change that.
+                let _ = ctx.wake.wait_timeout(sh, Duration::from_millis(50));
+                continue;
+            }
+            drop(sh);
+            if !wire.is_empty() {
+                conn.write_all(&wire).map_err(|e| e.to_string())?;
+            }
+        }
+        // The next reply; the server answers in request order.
+        let reply = loop {
+            match d.next_reply().map_err(|e| e.to_string())? {
+                Some(r) => break r,
+                None => fill(&mut conn, &mut d, &mut buf)?,
+            }
+        };
+        let expected = outstanding.pop_front().ok_or("a reply nobody asked for")?;
+        let entry = &names[expected];
+        match reply {
+            Reply::Fragment { name, size, hash } => {
+                if name != entry.name || size != entry.size {
+                    return Err(format!(
+                        "protocol error: got {name} ({size} bytes) where {} was due",
+                        entry.name
+                    ));
+                }
+                let verified =
+                    receive_body(ctx, server, &mut conn, &mut d, &mut buf, expected, size)?
+                        && hash == ctx.hashes[expected];
+                let mut sh = ctx.shared.lock().map_err(|_| "lock poisoned")?;
+                sh.last_byte[server] = Some(Instant::now());
+                let part = ctx.spec.out.join(part_name(&entry.name));
+                match sh.sched.delivered(worker, expected, verified) {
+                    Outcome::Accepted { cancel } => {
+                        fs::rename(&part, ctx.spec.out.join(&entry.name))
+                            .map_err(|e| format!("{}: {e}", entry.name))?;
+                        sh.stats[server].fragments += 1;
+                        sh.stats[server].bytes += size;
+                        for w in cancel {
+                            sh.cancel[w].push(expected);
+                        }
+                        ctx.progress.fragment(server);
+                        if sh.sched.is_done() {
+                            if let Ok(mut f) = ctx.finished.lock() {
+                                *f = Some(Instant::now());
+                            }
+                            ctx.all_done.store(true, Ordering::Release);
+                            for h in &ctx.handles {
+                                let _ = h.shutdown(std::net::Shutdown::Both);
+                            }
+                        }
+                    }
+                    Outcome::Duplicate => {
+                        let _ = fs::remove_file(&part);
+                        sh.stats[server].duplicates += 1;
+                    }
+                    Outcome::Corrupt => {
+                        let _ = fs::remove_file(&part);
+                        sh.stats[server].corrupt += 1;
+                        sh.stats[server].errors.push(format!(
+                            "{}: failed verification, fetched again",
+                            entry.name
+                        ));
+                    }
+                }
+                ctx.wake.notify_all();
+            }
+            Reply::Cancelled(_) => {
+                let mut sh = ctx.shared.lock().map_err(|_| "lock poisoned")?;
+                sh.sched.dropped(worker, expected, false);
+                sh.stats[server].duplicates += 1;
+            }
+            Reply::Refused { name, message } => {
+                let mut sh = ctx.shared.lock().map_err(|_| "lock poisoned")?;
+                sh.sched.dropped(worker, expected, true);
+                sh.stats[server].refused += 1;
+                sh.stats[server].errors.push(format!("{name}: {message}"));
+                ctx.wake.notify_all();
+            }
+        }
+    }
+}
+
+/// Receives a fragment's body into its `.part` file, hashing it; true when the bytes
+/// match the manifest's hash. A copy already won elsewhere is still read (to keep the
+/// stream in step) but not written.
+fn receive_body(
+    ctx: &Ctx<'_>,
+    server: usize,
+    conn: &mut TcpStream,
+    d: &mut Decoder,
+    buf: &mut [u8],
+    frag: usize,
+    size: u64,
+) -> Result<bool, String> {
+    let entry = &ctx.manifest.fragments[frag];
+    let part = ctx.spec.out.join(part_name(&entry.name));
+    let mut file = BufWriter::with_capacity(
+        1 << 20,
+        File::create(&part).map_err(|e| format!("{}: {e}", part.display()))?,
+    );
+    let mut hasher = blake3::Hasher::new();
+    let mut left = size;
+    let mut store = |bytes: &[u8], hasher: &mut blake3::Hasher| -> Result<(), String> {
+        hasher.update(bytes);
+        ctx.progress.bytes(server, bytes.len() as u64);
+        file.write_all(bytes)
+            .map_err(|e| format!("{}: {e}", part.display()))
+    };
+    let early = d.take(left as usize);
+    left -= early.len() as u64;
+    store(&early, &mut hasher)?;
+    while left > 0 {
+        let want = (left as usize).min(buf.len());
+        let n = match conn.read(&mut buf[..want]) {
+            Ok(0) => return Err("the server closed the connection mid-fragment".into()),
+            Ok(n) => n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err("stalled mid-fragment".into());
+            }
+            Err(e) => return Err(e.to_string()),
+        };
+        store(&buf[..n], &mut hasher)?;
+        left -= n as u64;
+    }
+    file.flush()
+        .map_err(|e| format!("{}: {e}", part.display()))?;
+    Ok(hex(hasher.finalize().as_bytes()) == entry.blake3)
+}

@@ -1,0 +1,365 @@
+//! Which server fetches which fragment, and when (sans-IO: no sockets, no clock).
+//!
+//! - **Ratio** (`--ratio a:b[:c…]`): fragments are dealt to servers in the ratio's
+//!   pattern, interleaved — for 1:2, A B B A B B … — and each server works through its
+//!   share in order.
+//! - **Adaptive** (the default): one shared queue; a server takes the next fragment
+//!   whenever it has room, so faster servers take more. When the queue is empty, an idle
+//!   server also asks for a fragment still in flight elsewhere (at most two copies); the
+//!   first complete, verified copy wins and the other is cancelled.
+//!
+//! In both modes a server that fails or stalls has its fragments put back for the others,
+//! and a fragment that fails verification is fetched again, from another server when
+//! there is one.
+
+/// Index of a server (in `--from` order) and of a fragment (in manifest order).
+pub type ServerId = usize;
+pub type FragmentId = usize;
+
+/// How the work is split.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mode {
+    Ratio(Vec<u32>),
+    Adaptive,
+}
+
+/// Parses `a:b[:c…]`: positive integers, one per server.
+pub fn parse_ratio(text: &str) -> Result<Vec<u32>, String> {
+    let parts: Result<Vec<u32>, _> = text.split(':').map(|p| p.trim().parse::<u32>()).collect();
+    match parts {
+        Ok(v) if v.len() >= 2 && v.iter().all(|&x| (1..=1000).contains(&x)) => Ok(v),
+        _ => Err(format!(
+            "'{text}' is not a ratio like 1:5 (two or more whole numbers, 1 to 1000)"
+        )),
+    }
+}
+
+/// Deals `n` fragments to servers in the ratio's interleaved pattern: for each round, `r[0]`
+/// fragments to server 0, then `r[1]` to server 1, and so on.
+pub fn assign_ratio(n: usize, ratio: &[u32]) -> Vec<ServerId> {
+    let mut out = Vec::with_capacity(n);
+    'deal: loop {
+        for (server, &k) in ratio.iter().enumerate() {
+            for _ in 0..k {
+                if out.len() == n {
+                    break 'deal;
+                }
+                out.push(server);
+            }
+        }
+        if ratio.iter().all(|&k| k == 0) {
+            break;
+        }
+    }
+    out
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum State {
+    Pending,
+    InFlight(Vec<ServerId>),
+    Done,
+}
+
+/// What happened to a fragment a server delivered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Verified and kept; these other servers still have it in flight: cancel it there.
+    Accepted { cancel: Vec<ServerId> },
+    /// Another copy already won; this one is dropped.
+    Duplicate,
+    /// Failed verification; it will be fetched again.
+    Corrupt,
+}
+
+/// The scheduler's state.
+#[derive(Debug, Clone)]
+pub struct Scheduler {
+    mode: Mode,
+    states: Vec<State>,
+    /// Ratio mode: each server's share, in order.
+    shares: Vec<Vec<FragmentId>>,
+    alive: Vec<bool>,
+    /// Servers a fragment failed verification from (not asked for it again if avoidable).
+    bad_from: Vec<Vec<ServerId>>,
+}
+
+impl Scheduler {
+    /// A schedule for `fragments` fragments over `servers` servers; `done` marks those
+    /// already verified on disk (a resumed fetch).
+    pub fn new(mode: Mode, fragments: usize, servers: usize, done: &[bool]) -> Scheduler {
+        let states: Vec<State> = (0..fragments)
+            .map(|i| {
+                if done.get(i).copied().unwrap_or(false) {
+                    State::Done
+                } else {
+                    State::Pending
+                }
+            })
+            .collect();
+        let mut shares = vec![Vec::new(); servers];
+        if let Mode::Ratio(r) = &mode {
+            for (frag, server) in assign_ratio(fragments, r).into_iter().enumerate() {
+                if server < servers {
+                    shares[server].push(frag);
+                }
+            }
+        }
+        Scheduler {
+            mode,
+            states,
+            shares,
+            alive: vec![true; servers],
+            bad_from: vec![Vec::new(); fragments],
+        }
+    }
+
+    fn claim(&mut self, server: ServerId, frag: FragmentId) -> FragmentId {
+        match &mut self.states[frag] {
+            State::InFlight(holders) => holders.push(server),
+            s => *s = State::InFlight(vec![server]),
+        }
+        frag
+    }
+
+    fn alive_others(&self, server: ServerId) -> bool {
+        self.alive
+            .iter()
+            .enumerate()
+            .any(|(s, &a)| a && s != server)
+    }
+
+    /// The fragment `server` should request next, if any.
+    pub fn next(&mut self, server: ServerId) -> Option<FragmentId> {
+        if !self.alive.get(server).copied().unwrap_or(false) {
+            return None;
+        }
+        let pending = |s: &Scheduler, f: FragmentId| {
+            s.states[f] == State::Pending
+                && (!s.bad_from[f].contains(&server) || !s.alive_others(server))
+        };
+        // Its own share first (ratio mode), then anything pending (work put back by a
+        // failed server, or everything in adaptive mode).
+        if let Some(&f) = self.shares[server].iter().find(|&&f| pending(self, f)) {
+            return Some(self.claim(server, f));
+        }
+        let from_queue = match self.mode {
+            Mode::Adaptive => true,
+            // Ratio mode: only fragments whose assigned server is gone or refused them.
+            Mode::Ratio(_) => false,
+        };
+        let orphaned = |s: &Scheduler, f: FragmentId| {
+            !s.shares.iter().enumerate().any(|(o, share)| {
+                o != server && s.alive[o] && share.contains(&f) && !s.bad_from[f].contains(&o)
+            })
+        };
+        if let Some(f) =
+            (0..self.states.len()).find(|&f| pending(self, f) && (from_queue || orphaned(self, f)))
+        {
+            return Some(self.claim(server, f));
+        }
+        // End game (adaptive): a second copy of something in flight on another server.
+        if self.mode == Mode::Adaptive {
+            let candidate = (0..self.states.len()).find(|&f| match &self.states[f] {
+                State::InFlight(h) => h.len() == 1 && !h.contains(&server),
+                _ => false,
+            });
+            if let Some(f) = candidate {
+                return Some(self.claim(server, f));
+            }
+        }
+        None
+    }
+
+    fn release(&mut self, server: ServerId, frag: FragmentId) {
+        if let State::InFlight(holders) = &mut self.states[frag] {
+            holders.retain(|&s| s != server);
+            if holders.is_empty() {
+                self.states[frag] = State::Pending;
+            }
+        }
+    }
+
+    /// `server` delivered `frag`; `verified` says whether its hash matched.
+    pub fn delivered(&mut self, server: ServerId, frag: FragmentId, verified: bool) -> Outcome {
+        if self.states[frag] == State::Done {
+            return Outcome::Duplicate;
+        }
+        if !verified {
+            self.bad_from[frag].push(server);
+            self.release(server, frag);
+            return Outcome::Corrupt;
+        }
+        let cancel = match &self.states[frag] {
+            State::InFlight(h) => h.iter().copied().filter(|&s| s != server).collect(),
+            _ => Vec::new(),
+        };
+        self.states[frag] = State::Done;
+        Outcome::Accepted { cancel }
+    }
+
+    /// `server` will not deliver `frag` (cancelled, or refused by the server).
+    pub fn dropped(&mut self, server: ServerId, frag: FragmentId, refused: bool) {
+        if refused {
+            self.bad_from[frag].push(server);
+        }
+        self.release(server, frag);
+    }
+
+    /// `server` failed or stalled: everything it held goes back to the others.
+    pub fn failed(&mut self, server: ServerId) {
+        self.alive[server] = false;
+        for f in 0..self.states.len() {
+            self.release(server, f);
+        }
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.states.iter().all(|s| *s == State::Done)
+    }
+
+    /// True when nothing can make progress any more: fragments left, no live server that
+    /// may fetch them.
+    pub fn is_stuck(&self) -> bool {
+        !self.is_done()
+            && self.states.iter().enumerate().all(|(f, s)| match s {
+                State::Done => true,
+                State::InFlight(_) => false,
+                State::Pending => (0..self.alive.len())
+                    .all(|srv| !self.alive[srv] || self.bad_from[f].contains(&srv)),
+            })
+    }
+
+    pub fn remaining(&self) -> usize {
+        self.states.iter().filter(|s| **s != State::Done).count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ratios_parse() {
+        assert_eq!(parse_ratio("1:5"), Ok(vec![1, 5]));
+        assert_eq!(parse_ratio("2:1:3"), Ok(vec![2, 1, 3]));
+        for bad in ["", "1", "1:0", "a:b", "1:-2", "1::2", "1:5000"] {
+            assert!(parse_ratio(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn ratio_is_dealt_interleaved() {
+        assert_eq!(assign_ratio(7, &[1, 2]), [0, 1, 1, 0, 1, 1, 0]);
+        assert_eq!(assign_ratio(5, &[3, 1]), [0, 0, 0, 1, 0]);
+        let a = assign_ratio(160, &[1, 5]);
+        assert_eq!(a.iter().filter(|&&s| s == 0).count(), 27);
+        assert_eq!(a.iter().filter(|&&s| s == 1).count(), 133);
+    }
+
+    #[test]
+    fn ratio_mode_gives_each_server_its_share_in_order() {
+        let mut s = Scheduler::new(Mode::Ratio(vec![1, 2]), 6, 2, &[]);
+        assert_eq!(s.next(0), Some(0));
+        assert_eq!(s.next(0), Some(3));
+        assert_eq!(s.next(0), None, "server A's share is 0 and 3");
+        assert_eq!(s.next(1), Some(1));
+        assert_eq!(s.next(1), Some(2));
+        assert_eq!(s.next(1), Some(4));
+        assert_eq!(s.next(1), Some(5));
+        assert_eq!(s.next(1), None);
+        for f in 0..6 {
+            let server = usize::from(![0, 3].contains(&f));
+            assert!(matches!(
+                s.delivered(server, f, true),
+                Outcome::Accepted { .. }
+            ));
+        }
+        assert!(s.is_done());
+    }
+
+    #[test]
+    fn adaptive_lets_the_faster_server_take_more() {
+        let mut s = Scheduler::new(Mode::Adaptive, 10, 2, &[]);
+        // Server 1 completes three fragments in the time server 0 completes one.
+        let mut got = [0usize; 2];
+        let mut in_flight = [s.next(0), s.next(1)];
+        let mut tick = 0;
+        while !s.is_done() {
+            tick += 1;
+            for server in [0, 1] {
+                if server == 0 && tick % 3 != 0 {
+                    continue;
+                }
+                if let Some(f) = in_flight[server] {
+                    if let Outcome::Accepted { .. } = s.delivered(server, f, true) {
+                        got[server] += 1;
+                    }
+                }
+                in_flight[server] = s.next(server);
+            }
+        }
+        assert!(got[1] >= 2 * got[0], "{got:?}");
+        assert_eq!(got[0] + got[1], 10);
+    }
+
+    #[test]
+    fn end_game_doubles_the_last_fragment_and_cancels_the_loser() {
+        let mut s = Scheduler::new(Mode::Adaptive, 2, 2, &[]);
+        assert_eq!(s.next(0), Some(0));
+        assert_eq!(s.next(1), Some(1));
+        assert!(matches!(s.delivered(1, 1, true), Outcome::Accepted { .. }));
+        // Server 1 is idle: it asks for fragment 0 too.
+        assert_eq!(s.next(1), Some(0));
+        assert_eq!(s.next(1), None, "at most two copies");
+        assert_eq!(
+            s.delivered(1, 0, true),
+            Outcome::Accepted { cancel: vec![0] }
+        );
+        assert_eq!(s.delivered(0, 0, true), Outcome::Duplicate);
+        assert!(s.is_done());
+    }
+
+    #[test]
+    fn a_failed_server_gives_its_work_to_the_others() {
+        for mode in [Mode::Adaptive, Mode::Ratio(vec![1, 1])] {
+            let mut s = Scheduler::new(mode.clone(), 4, 2, &[]);
+            let a = s.next(0).unwrap();
+            s.failed(0);
+            assert_eq!(s.next(0), None, "{mode:?}: a dead server gets nothing");
+            let mut taken = Vec::new();
+            while let Some(f) = s.next(1) {
+                taken.push(f);
+                s.delivered(1, f, true);
+            }
+            assert!(taken.contains(&a), "{mode:?}: {taken:?}");
+            assert!(s.is_done(), "{mode:?}");
+        }
+    }
+
+    #[test]
+    fn a_corrupt_fragment_is_fetched_again_elsewhere() {
+        let mut s = Scheduler::new(Mode::Adaptive, 1, 2, &[]);
+        assert_eq!(s.next(0), Some(0));
+        assert_eq!(s.delivered(0, 0, false), Outcome::Corrupt);
+        assert_eq!(s.next(0), None, "not from the server that corrupted it");
+        assert_eq!(s.next(1), Some(0));
+        assert!(matches!(s.delivered(1, 0, true), Outcome::Accepted { .. }));
+        // With one server only, it is asked again.
+        let mut s = Scheduler::new(Mode::Adaptive, 1, 1, &[]);
+        s.next(0);
+        s.delivered(0, 0, false);
+        assert_eq!(s.next(0), Some(0));
+    }
+
+    #[test]
+    fn resumed_fetches_skip_what_is_done_and_stuck_is_detected() {
+        let mut s = Scheduler::new(Mode::Adaptive, 3, 1, &[true, false, true]);
+        assert_eq!(s.remaining(), 1);
+        assert_eq!(s.next(0), Some(1));
+        assert_eq!(s.next(0), None);
+        s.dropped(0, 1, true);
+        s.failed(0);
+        assert!(s.is_stuck());
+    }
+}

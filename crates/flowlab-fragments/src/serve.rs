@@ -1,0 +1,271 @@
+//! The fragment service (`flowlab serve --fragments DIR`), on the test port.
+//!
+//! Per connection: one thread reads requests (so the client can pipeline them and cancel
+//! ones that have not started), the connection's own thread answers them in order,
+//! sending each fragment with `sendfile(2)` straight from the page cache. Only fragments
+//! of the served set can be read: a requested name must pass
+//! [`flowlab_proto::fragment::check_name`], be in the manifest, and open — relative to
+//! the directory, without following symlinks — as a regular file of the manifest's size.
+
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, Receiver};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use flowlab_engine::pacing::Pacer;
+use flowlab_engine::server::ConnectionHandler;
+use flowlab_proto::fragment::{
+    Decoder, MAGIC, MAX_MANIFEST_LEN, Reply, Request, VERSION, check_name,
+};
+
+use crate::manifest::{Manifest, ManifestError, hex32};
+
+/// Requests a client may have queued on one connection; more wait in its socket.
+const QUEUE: usize = 1024;
+/// Bytes per `sendfile` call when the connection is rate-limited (pacing granularity).
+const PACED_CHUNK: usize = 64 * 1024;
+
+/// A fragment set being served.
+#[derive(Debug)]
+pub struct FragmentService {
+    dir: PathBuf,
+    dir_fd: OwnedFd,
+    /// The manifest as sent: length prefix and JSON.
+    manifest_frame: Vec<u8>,
+    entries: HashMap<String, (u64, [u8; 32])>,
+    /// Per-connection rate limit, bits/s (0: none).
+    rate_bps: u64,
+    /// How long a connection may stay silent with nothing requested.
+    idle_timeout: Duration,
+}
+
+/// Opens a directory for `openat`, refusing a symlink.
+fn open_dir(dir: &Path) -> std::io::Result<OwnedFd> {
+    let fd = nix::fcntl::open(
+        dir,
+        nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_RDONLY,
+        nix::sys::stat::Mode::empty(),
+    )
+    .map_err(std::io::Error::from)?;
+    Ok(fd)
+}
+
+impl FragmentService {
+    /// Loads `DIR/manifest.json` and checks that every fragment is a regular file (not a
+    /// symlink) of the right size. Hashes are the client's to check.
+    pub fn open(
+        dir: &Path,
+        rate_bps: u64,
+        idle_timeout: Duration,
+    ) -> Result<FragmentService, ManifestError> {
+        let manifest = Manifest::load(dir)?;
+        let dir_fd = open_dir(dir).map_err(|source| ManifestError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let mut entries = HashMap::new();
+        for f in &manifest.fragments {
+            let meta = std::fs::symlink_metadata(dir.join(&f.name)).map_err(|e| {
+                ManifestError::Fragment {
+                    name: f.name.clone(),
+                    problem: e.to_string(),
+                }
+            })?;
+            if !meta.is_file() || meta.len() != f.size {
+                return Err(ManifestError::Fragment {
+                    name: f.name.clone(),
+                    problem: format!(
+                        "must be a regular file of {} bytes (symlinks are not served)",
+                        f.size
+                    ),
+                });
+            }
+            let hash = hex32(&f.blake3).unwrap_or_default();
+            entries.insert(f.name.clone(), (f.size, hash));
+        }
+        let json = serde_json::to_vec(&manifest).unwrap_or_default();
+        let mut manifest_frame = (json.len() as u32).to_be_bytes().to_vec();
+        manifest_frame.extend(json);
+        Ok(FragmentService {
+            dir: dir.to_path_buf(),
+            dir_fd,
+            manifest_frame,
+            entries,
+            rate_bps,
+            idle_timeout,
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn fragments(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Opens a requested fragment, or says why not.
+    fn open_fragment(&self, name: &str) -> Result<(File, u64, [u8; 32]), String> {
+        check_name(name).map_err(|p| format!("refused: {p}"))?;
+        let &(size, hash) = self
+            .entries
+            .get(name)
+            .ok_or("no such fragment in this set")?;
+        let fd = nix::fcntl::openat(
+            self.dir_fd.as_fd(),
+            name,
+            nix::fcntl::OFlag::O_RDONLY
+                | nix::fcntl::OFlag::O_NOFOLLOW
+                | nix::fcntl::OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::empty(),
+        )
+        .map_err(|e| format!("cannot open: {e}"))?;
+        let file = File::from(fd);
+        let meta = file.metadata().map_err(|e| e.to_string())?;
+        if !meta.is_file() || meta.len() != size {
+            return Err("changed on disk since the server started".into());
+        }
+        Ok((file, size, hash))
+    }
+
+    fn serve(&self, mut conn: TcpStream) -> std::io::Result<()> {
+        let mut hello = [0u8; 5];
+        conn.read_exact(&mut hello)?;
+        if hello[..4] != MAGIC || hello[4] != VERSION {
+            return Ok(());
+        }
+        if self.manifest_frame.len() > MAX_MANIFEST_LEN as usize + 4 {
+            return Ok(());
+        }
+        conn.write_all(&self.manifest_frame)?;
+        if self.rate_bps > 0 {
+            let _ = flowlab_engine::sock::set_max_pacing_rate(&conn, self.rate_bps / 8);
+        }
+        let cancelled: Arc<Mutex<HashSet<String>>> = Arc::default();
+        let (tx, rx) = mpsc::sync_channel::<String>(QUEUE);
+        let reader = {
+            let mut conn = conn.try_clone()?;
+            let cancelled = Arc::clone(&cancelled);
+            let idle = self.idle_timeout;
+            std::thread::Builder::new()
+                .name("fragment-requests".into())
+                .spawn(move || {
+                    let _ = conn.set_read_timeout(Some(idle));
+                    let mut d = Decoder::default();
+                    let mut buf = [0u8; 4096];
+                    loop {
+                        let n = match conn.read(&mut buf) {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => n,
+                        };
+                        d.push(&buf[..n]);
+                        loop {
+                            match d.next_request() {
+                                Ok(Some(Request::Get(name))) => {
+                                    if tx.send(name).is_err() {
+                                        return;
+                                    }
+                                }
+                                Ok(Some(Request::Cancel(name))) => {
+                                    if let Ok(mut c) = cancelled.lock() {
+                                        c.insert(name);
+                                    }
+                                }
+                                Ok(None) => break,
+                                // A malformed request ends the connection.
+                                Err(_) => {
+                                    let _ = conn.shutdown(std::net::Shutdown::Both);
+                                    return;
+                                }
+                            }
+                        }
+                    }
+                })?
+        };
+        let result = self.answer(&mut conn, &rx, &cancelled);
+        let _ = conn.shutdown(std::net::Shutdown::Both);
+        let _ = reader.join();
+        result
+    }
+
+    fn answer(
+        &self,
+        conn: &mut TcpStream,
+        rx: &Receiver<String>,
+        cancelled: &Mutex<HashSet<String>>,
+    ) -> std::io::Result<()> {
+        // A client that stops reading cannot hold this thread longer than the timeout.
+        conn.set_write_timeout(Some(self.idle_timeout))?;
+        while let Ok(name) = rx.recv() {
+            let was_cancelled = cancelled
+                .lock()
+                .map(|mut c| c.remove(&name))
+                .unwrap_or(false);
+            if was_cancelled {
+                conn.write_all(&Reply::Cancelled(name).encode())?;
+                continue;
+            }
+            match self.open_fragment(&name) {
+                Ok((file, size, hash)) => {
+                    conn.write_all(&Reply::Fragment { name, size, hash }.encode())?;
+                    self.send_body(conn, &file, size)?;
+                }
+                Err(message) => conn.write_all(&Reply::Refused { name, message }.encode())?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends `size` bytes of `file` with sendfile(2), paced to the rate limit if any.
+    fn send_body(&self, conn: &TcpStream, file: &File, size: u64) -> std::io::Result<()> {
+        let mut pacer = (self.rate_bps > 0).then(|| Pacer::new(self.rate_bps, Duration::ZERO));
+        let start = std::time::Instant::now();
+        let mut off: libc::off_t = 0;
+        while (off as u64) < size {
+            let left = (size - off as u64) as usize;
+            let chunk = if let Some(p) = pacer.as_mut() {
+                let wait = p.wait(start.elapsed());
+                if !wait.is_zero() {
+                    std::thread::sleep(wait);
+                    continue;
+                }
+                left.min(PACED_CHUNK)
+            } else {
+                left
+            };
+            match nix::sys::sendfile::sendfile(conn.as_fd(), file.as_fd(), Some(&mut off), chunk) {
+                Ok(0) => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "fragment shrank while being sent",
+                    ));
+                }
+                Ok(n) => {
+                    if let Some(p) = pacer.as_mut() {
+                        p.sent(n);
+                    }
+                }
+                Err(nix::Error::EINTR) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+}
+
+impl ConnectionHandler for FragmentService {
+    fn magic(&self) -> [u8; 4] {
+        MAGIC
+    }
+
+    fn handle(&self, conn: TcpStream, peer: SocketAddr) {
+        if let Err(e) = self.serve(conn) {
+            tracing::debug!(%peer, "fragment connection ended: {e}");
+        }
+    }
+}
