@@ -92,6 +92,7 @@ pub struct ServerStats {
     pub refused: usize,
     /// Why it stopped early, if it did.
     pub failed: Option<String>,
+    /// What went wrong with single fragments (the first 20).
     pub errors: Vec<String>,
 }
 
@@ -392,6 +393,15 @@ pub fn fetch(spec: &FetchSpec, progress: &dyn Progress) -> Result<FetchResult, F
     })
 }
 
+/// Most error messages kept per server (the counts stay exact).
+const MAX_ERRORS: usize = 20;
+
+fn note(stats: &mut ServerStats, message: String) {
+    if stats.errors.len() < MAX_ERRORS {
+        stats.errors.push(message);
+    }
+}
+
 /// Reads from the connection into the decoder.
 fn fill(conn: &mut TcpStream, d: &mut Decoder, buf: &mut [u8]) -> Result<(), String> {
     match conn.read(buf) {
@@ -505,10 +515,8 @@ fn run_worker(
                     Outcome::Corrupt => {
                         let _ = fs::remove_file(&part);
                         sh.stats[server].corrupt += 1;
-                        sh.stats[server].errors.push(format!(
-                            "{}: failed verification, fetched again",
-                            entry.name
-                        ));
+                        let msg = format!("{}: failed verification", entry.name);
+                        note(&mut sh.stats[server], msg);
                     }
                 }
                 ctx.wake.notify_all();
@@ -522,7 +530,7 @@ fn run_worker(
                 let mut sh = ctx.shared.lock().map_err(|_| "lock poisoned")?;
                 sh.sched.dropped(worker, expected, true);
                 sh.stats[server].refused += 1;
-                sh.stats[server].errors.push(format!("{name}: {message}"));
+                note(&mut sh.stats[server], format!("{name}: {message}"));
                 ctx.wake.notify_all();
             }
         }

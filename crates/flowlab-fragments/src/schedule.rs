@@ -10,7 +10,11 @@
 //!
 //! In both modes a server that fails or stalls has its fragments put back for the others,
 //! and a fragment that fails verification is fetched again, from another server when
-//! there is one.
+//! there is one (the same server is asked again only when no other can, and at most
+//! [`MAX_TRIES`] times). A server that refuses a fragment is not asked for it again.
+
+/// Most times one server is asked for a fragment whose copies failed verification.
+pub const MAX_TRIES: usize = 3;
 
 /// Index of a server (in `--from` order) and of a fragment (in manifest order).
 pub type ServerId = usize;
@@ -80,8 +84,10 @@ pub struct Scheduler {
     /// Ratio mode: each server's share, in order.
     shares: Vec<Vec<FragmentId>>,
     alive: Vec<bool>,
-    /// Servers a fragment failed verification from (not asked for it again if avoidable).
-    bad_from: Vec<Vec<ServerId>>,
+    /// Per fragment: servers whose copy failed verification, once per failure.
+    corrupt_from: Vec<Vec<ServerId>>,
+    /// Per fragment: servers that refused it.
+    refused_by: Vec<Vec<ServerId>>,
 }
 
 impl Scheduler {
@@ -110,8 +116,31 @@ impl Scheduler {
             states,
             shares,
             alive: vec![true; servers],
-            bad_from: vec![Vec::new(); fragments],
+            corrupt_from: vec![Vec::new(); fragments],
+            refused_by: vec![Vec::new(); fragments],
         }
+    }
+
+    /// Whether `server` may be asked for `frag` (whatever its state).
+    fn eligible(&self, server: ServerId, frag: FragmentId) -> bool {
+        if !self.alive[server] || self.refused_by[frag].contains(&server) {
+            return false;
+        }
+        let failures = self.corrupt_from[frag]
+            .iter()
+            .filter(|&&s| s == server)
+            .count();
+        if failures == 0 {
+            return true;
+        }
+        // Again from a server that sent a bad copy: only when no other one can, a few times.
+        failures < MAX_TRIES
+            && !(0..self.alive.len()).any(|o| {
+                o != server
+                    && self.alive[o]
+                    && !self.refused_by[frag].contains(&o)
+                    && !self.corrupt_from[frag].contains(&o)
+            })
     }
 
     fn claim(&mut self, server: ServerId, frag: FragmentId) -> FragmentId {
@@ -122,22 +151,13 @@ impl Scheduler {
         frag
     }
 
-    fn alive_others(&self, server: ServerId) -> bool {
-        self.alive
-            .iter()
-            .enumerate()
-            .any(|(s, &a)| a && s != server)
-    }
-
     /// The fragment `server` should request next, if any.
     pub fn next(&mut self, server: ServerId) -> Option<FragmentId> {
         if !self.alive.get(server).copied().unwrap_or(false) {
             return None;
         }
-        let pending = |s: &Scheduler, f: FragmentId| {
-            s.states[f] == State::Pending
-                && (!s.bad_from[f].contains(&server) || !s.alive_others(server))
-        };
+        let pending =
+            |s: &Scheduler, f: FragmentId| s.states[f] == State::Pending && s.eligible(server, f);
         // Its own share first (ratio mode), then anything pending (work put back by a
         // failed server, or everything in adaptive mode).
         if let Some(&f) = self.shares[server].iter().find(|&&f| pending(self, f)) {
@@ -149,9 +169,10 @@ impl Scheduler {
             Mode::Ratio(_) => false,
         };
         let orphaned = |s: &Scheduler, f: FragmentId| {
-            !s.shares.iter().enumerate().any(|(o, share)| {
-                o != server && s.alive[o] && share.contains(&f) && !s.bad_from[f].contains(&o)
-            })
+            !s.shares
+                .iter()
+                .enumerate()
+                .any(|(o, share)| o != server && share.contains(&f) && s.eligible(o, f))
         };
         if let Some(f) =
             (0..self.states.len()).find(|&f| pending(self, f) && (from_queue || orphaned(self, f)))
@@ -161,7 +182,9 @@ impl Scheduler {
         // End game (adaptive): a second copy of something in flight on another server.
         if self.mode == Mode::Adaptive {
             let candidate = (0..self.states.len()).find(|&f| match &self.states[f] {
-                State::InFlight(h) => h.len() == 1 && !h.contains(&server),
+                State::InFlight(h) => {
+                    h.len() == 1 && !h.contains(&server) && self.eligible(server, f)
+                }
                 _ => false,
             });
             if let Some(f) = candidate {
@@ -186,7 +209,7 @@ impl Scheduler {
             return Outcome::Duplicate;
         }
         if !verified {
-            self.bad_from[frag].push(server);
+            self.corrupt_from[frag].push(server);
             self.release(server, frag);
             return Outcome::Corrupt;
         }
@@ -201,7 +224,7 @@ impl Scheduler {
     /// `server` will not deliver `frag` (cancelled, or refused by the server).
     pub fn dropped(&mut self, server: ServerId, frag: FragmentId, refused: bool) {
         if refused {
-            self.bad_from[frag].push(server);
+            self.refused_by[frag].push(server);
         }
         self.release(server, frag);
     }
@@ -225,8 +248,7 @@ impl Scheduler {
             && self.states.iter().enumerate().all(|(f, s)| match s {
                 State::Done => true,
                 State::InFlight(_) => false,
-                State::Pending => (0..self.alive.len())
-                    .all(|srv| !self.alive[srv] || self.bad_from[f].contains(&srv)),
+                State::Pending => (0..self.alive.len()).all(|srv| !self.eligible(srv, f)),
             })
     }
 
@@ -345,11 +367,23 @@ mod tests {
         assert_eq!(s.next(0), None, "not from the server that corrupted it");
         assert_eq!(s.next(1), Some(0));
         assert!(matches!(s.delivered(1, 0, true), Outcome::Accepted { .. }));
-        // With one server only, it is asked again.
+        // With one server only, it is asked again — a few times, then given up.
         let mut s = Scheduler::new(Mode::Adaptive, 1, 1, &[]);
-        s.next(0);
-        s.delivered(0, 0, false);
+        for _ in 0..MAX_TRIES {
+            assert_eq!(s.next(0), Some(0));
+            assert_eq!(s.delivered(0, 0, false), Outcome::Corrupt);
+        }
+        assert_eq!(s.next(0), None);
+        assert!(s.is_stuck());
+    }
+
+    #[test]
+    fn a_refusing_server_is_not_asked_again() {
+        let mut s = Scheduler::new(Mode::Adaptive, 1, 1, &[]);
         assert_eq!(s.next(0), Some(0));
+        s.dropped(0, 0, true);
+        assert_eq!(s.next(0), None);
+        assert!(s.is_stuck());
     }
 
     #[test]

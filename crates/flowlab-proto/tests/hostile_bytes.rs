@@ -3,6 +3,7 @@
 //! the same value. proptest generates (and on failure shrinks) thousands of inputs per
 //! run; this is the fuzzing that runs in CI.
 
+use flowlab_proto::fragment::{Decoder, Reply, Request};
 use flowlab_proto::frame::{self, MAX_PARAMS_LEN, MAX_RESULTS_LEN};
 use flowlab_proto::hello::ServerHello;
 use flowlab_proto::params::TestParams;
@@ -170,6 +171,30 @@ proptest! {
         prop_assert!(u8::from(ack) + u8::from(overflow) + u8::from(handshake) <= 1);
         prop_assert_eq!(ack, buf.len() == Ack::LEN && buf.starts_with(b"FLAK"));
         prop_assert_eq!(overflow, buf.len() == Overflow::LEN && buf.starts_with(b"FLOV"));
+    }
+
+    #[test]
+    fn fragment_messages_of_random_bytes_are_judged_not_panicked_on(
+        bytes in prop::collection::vec(any::<u8>(), 0..300),
+    ) {
+        let mut d = Decoder::default();
+        d.push(&bytes);
+        while let Ok(Some(_)) = d.next_request() {}
+        let mut d = Decoder::default();
+        d.push(&bytes);
+        while let Ok(Some(r)) = d.next_reply() {
+            if let Reply::Fragment { size, .. } = r {
+                d.take(size.min(1 << 16) as usize);
+            }
+        }
+    }
+
+    #[test]
+    fn fragment_requests_round_trip(name in "[a-zA-Z0-9._-]{1,255}", get in any::<bool>()) {
+        let r = if get { Request::Get(name) } else { Request::Cancel(name) };
+        let mut d = Decoder::default();
+        d.push(&r.encode());
+        prop_assert_eq!(d.next_request(), Ok(Some(r)));
     }
 
     #[test]

@@ -1,0 +1,351 @@
+//! Fragment transfer on loopback: servers with different rates, fetch by ratio and
+//! adaptively, hostile requests, and faults (a server killed, a corrupt fragment, a
+//! client killed and re-run).
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use flowlab_engine::server::ServerConfig;
+use flowlab_fragments::fetch::{FetchResult, FetchSpec, Silent, fetch};
+use flowlab_fragments::manifest::{self, Manifest};
+use flowlab_fragments::schedule::{Mode, assign_ratio};
+use flowlab_fragments::serve::FragmentService;
+use flowlab_proto::fragment::{Decoder, MAGIC, Reply, Request, VERSION};
+
+/// An in-process server on a free loopback port serving `dir` at `rate_bps` (0: no limit).
+fn fragment_server(dir: &Path, rate_bps: u64) -> u16 {
+    let service = FragmentService::open(dir, rate_bps, Duration::from_secs(5)).expect("service");
+    support::start_server(ServerConfig {
+        extra: Some(Arc::new(service)),
+        ..ServerConfig::default()
+    })
+}
+
+fn addr(port: u16) -> String {
+    format!("127.0.0.1:{port}")
+}
+
+fn run_fetch(ports: &[u16], mode: Mode, out: &Path) -> FetchResult {
+    let mut spec = FetchSpec::new(ports.iter().map(|&p| addr(p)).collect(), out.to_path_buf());
+    spec.mode = mode;
+    spec.stall_timeout = Duration::from_secs(3);
+    fetch(&spec, &Silent).expect("the fetch completes")
+}
+
+/// Every fragment in `out` is the source's, byte for byte, and joins to the file.
+fn assert_complete(src: &Path, out: &Path) {
+    let m = Manifest::load(src).expect("manifest");
+    for f in &m.fragments {
+        let a = std::fs::read(src.join(&f.name)).expect("source fragment");
+        let b = std::fs::read(out.join(&f.name)).expect("fetched fragment");
+        assert!(a == b, "{} differs", f.name);
+    }
+    let leftovers: Vec<_> = std::fs::read_dir(out)
+        .expect("out dir")
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".part"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+#[test]
+fn a_ratio_fetch_gets_exactly_the_assigned_fragments_and_joins_to_the_source() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    // A real file, split, served by two servers; fetched 1:3 and joined again.
+    let original = tmp.path().join("original.bin");
+    let data: Vec<u8> = (0..3_000_017u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    std::fs::write(&original, &data).expect("write");
+    let src = tmp.path().join("src");
+    let m = manifest::split(&original, 40, &src).expect("split");
+    let a = fragment_server(&src, 0);
+    let b = fragment_server(&src, 0);
+    let out = tmp.path().join("out");
+    let r = run_fetch(&[a, b], Mode::Ratio(vec![1, 3]), &out);
+    let dealt = assign_ratio(40, &[1, 3]);
+    for (server, stats) in r.servers.iter().enumerate() {
+        let assigned = dealt.iter().filter(|&&s| s == server).count();
+        assert_eq!(stats.fragments, assigned, "{}", stats.address);
+        let bytes: u64 = m
+            .fragments
+            .iter()
+            .zip(&dealt)
+            .filter(|(_, s)| **s == server)
+            .map(|(f, _)| f.size)
+            .sum();
+        assert_eq!(stats.bytes, bytes);
+        assert_eq!((stats.corrupt, stats.duplicates), (0, 0));
+    }
+    assert_complete(&src, &out);
+    let joined = tmp.path().join("joined.bin");
+    manifest::join(&out, &joined).expect("join");
+    assert!(
+        std::fs::read(&joined).expect("joined") == data,
+        "byte-identical to the source"
+    );
+}
+
+/// Two servers at 100 and 300 Mbit/s: the adaptive fetch is as fast as the best ratio
+/// and close to the ideal S / (rA + rB). The rates, not this machine's speed, set the
+/// times, so the comparison is of the scheduling.
+#[test]
+fn adaptive_fetch_is_as_fast_as_the_best_ratio_and_near_the_ideal() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = tmp.path().join("src");
+    let m = manifest::make(24 << 20, 96, &src).expect("make");
+    let (ra, rb) = (100_000_000u64, 300_000_000u64);
+    let a = fragment_server(&src, ra);
+    let b = fragment_server(&src, rb);
+    let ideal = m.file.size as f64 * 8.0 / (ra + rb) as f64;
+    let mut best = f64::INFINITY;
+    for ratio in [[1, 2], [1, 3], [1, 4]] {
+        let out = tmp.path().join(format!("r{}-{}", ratio[0], ratio[1]));
+        best = best.min(run_fetch(&[a, b], Mode::Ratio(ratio.to_vec()), &out).seconds);
+    }
+    let out = tmp.path().join("adaptive");
+    let r = run_fetch(&[a, b], Mode::Adaptive, &out);
+    assert_complete(&src, &out);
+    assert!(
+        r.servers[1].fragments > 2 * r.servers[0].fragments,
+        "{:?}",
+        r.servers
+    );
+    // 5 % for the granularity of the end game (one fragment is ~1 % of the data).
+    assert!(
+        r.seconds <= best * 1.05,
+        "adaptive {:.3} s, best ratio {best:.3} s",
+        r.seconds
+    );
+    assert!(
+        r.seconds <= ideal * 1.10,
+        "adaptive {:.3} s, ideal {ideal:.3} s",
+        r.seconds
+    );
+}
+
+/// Talks the fragment protocol by hand.
+fn raw_client(port: u16) -> (TcpStream, Decoder) {
+    let mut c = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    c.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    c.write_all(&[&MAGIC[..], &[VERSION]].concat())
+        .expect("hello");
+    let mut len = [0u8; 4];
+    c.read_exact(&mut len).expect("manifest length");
+    let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+    c.read_exact(&mut body).expect("manifest");
+    (c, Decoder::default())
+}
+
+fn reply(c: &mut TcpStream, d: &mut Decoder) -> Reply {
+    let mut buf = [0u8; 65536];
+    loop {
+        if let Some(r) = d.next_reply().expect("well-formed") {
+            return r;
+        }
+        let n = c.read(&mut buf).expect("read");
+        assert!(n > 0, "server closed");
+        d.push(&buf[..n]);
+    }
+}
+
+#[test]
+fn only_fragments_of_the_set_are_ever_served() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = tmp.path().join("src");
+    let m = manifest::make(10_000, 4, &src).expect("make");
+    std::fs::write(tmp.path().join("secret"), b"do not serve").expect("secret");
+    let port = fragment_server(&src, 0);
+    let (mut c, mut d) = raw_client(port);
+    let hostile = [
+        "../secret",
+        "/etc/passwd",
+        "manifest.json",
+        "a/../../secret",
+        "nul\0byte",
+        "testdata.bin.999",
+    ];
+    for name in hostile {
+        c.write_all(&Request::Get(name.into()).encode())
+            .expect("request");
+        match reply(&mut c, &mut d) {
+            Reply::Refused { name: n, message } => {
+                assert_eq!(n, name);
+                assert!(!message.is_empty());
+            }
+            other => panic!("{name:?} was answered with {other:?}"),
+        }
+    }
+    // A fragment replaced by a symlink after the server started is not followed.
+    let victim = src.join(&m.fragments[1].name);
+    std::fs::remove_file(&victim).expect("rm");
+    std::os::unix::fs::symlink(tmp.path().join("secret"), &victim).expect("symlink");
+    c.write_all(&Request::Get(m.fragments[1].name.clone()).encode())
+        .expect("request");
+    assert!(matches!(reply(&mut c, &mut d), Reply::Refused { .. }));
+    // The connection still serves real fragments, with their hash.
+    c.write_all(&Request::Get(m.fragments[0].name.clone()).encode())
+        .expect("request");
+    match reply(&mut c, &mut d) {
+        Reply::Fragment { name, size, hash } => {
+            assert_eq!(name, m.fragments[0].name);
+            assert_eq!(size, m.fragments[0].size);
+            assert_eq!(manifest::hex(&hash), m.fragments[0].blake3);
+        }
+        other => panic!("{other:?}"),
+    }
+    // A garbage request ends that connection; the server serves the next one.
+    let (mut g, _) = raw_client(port);
+    g.write_all(b"Z\x00\x01x").expect("garbage");
+    let mut buf = [0u8; 16];
+    assert!(
+        matches!(g.read(&mut buf), Ok(0) | Err(_)),
+        "garbage closes the connection"
+    );
+    let out = tmp.path().join("out");
+    // The symlinked fragment is refused by this server: nobody else has it.
+    let mut spec = FetchSpec::new(vec![addr(port)], out);
+    spec.stall_timeout = Duration::from_secs(3);
+    let err = fetch(&spec, &Silent).expect_err("one fragment cannot be had");
+    assert!(
+        err.to_string()
+            .contains("1 fragment(s) could not be fetched"),
+        "{err}"
+    );
+}
+
+/// A server whose copy of a fragment does not match the manifest's hash.
+#[test]
+fn a_corrupt_fragment_is_detected_refetched_and_reported() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let good = tmp.path().join("good");
+    let m = manifest::make(400_000, 8, &good).expect("make");
+    let bad = tmp.path().join("bad");
+    manifest::make(400_000, 8, &bad).expect("make");
+    let victim = bad.join(&m.fragments[3].name);
+    let mut bytes = std::fs::read(&victim).expect("read");
+    bytes[100] ^= 0xff;
+    std::fs::write(&victim, bytes).expect("corrupt");
+    let a = fragment_server(&bad, 0);
+    let b = fragment_server(&good, 0);
+    let out = tmp.path().join("out");
+    // 8:1 gives the corrupt fragment to the bad server.
+    let r = run_fetch(&[a, b], Mode::Ratio(vec![8, 1]), &out);
+    assert_eq!(r.servers[0].corrupt, 1, "{:?}", r.servers[0]);
+    assert!(r.servers[0].errors[0].contains(&m.fragments[3].name));
+    assert_complete(&good, &out);
+}
+
+fn flowlab() -> Command {
+    Command::new(assert_cmd::cargo::cargo_bin("flowlab"))
+}
+
+/// Kills the child even when the test fails.
+struct Reaper(Child);
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn serve_process(dir: &Path, rate: &str) -> (Reaper, u16) {
+    let port = support::free_port();
+    let child = flowlab()
+        .args([
+            "serve",
+            "-B",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "--rate",
+            rate,
+            "--fragments",
+        ])
+        .arg(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("flowlab serve");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "server did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (Reaper(child), port)
+}
+
+#[test]
+fn a_server_killed_mid_fetch_leaves_its_work_to_the_other() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = tmp.path().join("src");
+    manifest::make(16 << 20, 64, &src).expect("make");
+    // Both slow enough that the fetch takes a second or so.
+    let (mut a, pa) = serve_process(&src, "100M");
+    let (_b, pb) = serve_process(&src, "100M");
+    let out = tmp.path().join("out");
+    let killer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        let _ = a.0.kill();
+        let _ = a.0.wait();
+    });
+    let r = run_fetch(&[pa, pb], Mode::Ratio(vec![1, 1]), &out);
+    killer.join().expect("killer");
+    assert!(r.servers[0].failed.is_some(), "{:?}", r.servers[0]);
+    assert!(
+        r.servers[0].fragments < 32,
+        "A died before its share was done"
+    );
+    assert_eq!(r.servers[0].fragments + r.servers[1].fragments, 64);
+    assert_complete(&src, &out);
+}
+
+#[test]
+fn a_client_killed_mid_fetch_resumes_without_refetching_or_corruption() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = tmp.path().join("src");
+    let m = manifest::make(16 << 20, 64, &src).expect("make");
+    let (_a, pa) = serve_process(&src, "100M");
+    let out = tmp.path().join("out");
+    let mut client = Reaper(
+        flowlab()
+            .args(["fetch", "--from", &addr(pa), "--out"])
+            .arg(&out)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("flowlab fetch"),
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let _ = client.0.kill();
+    let _ = client.0.wait();
+    // Whatever has its final name is whole and verified.
+    let present: Vec<_> = m
+        .fragments
+        .iter()
+        .filter(|f| out.join(&f.name).exists())
+        .collect();
+    assert!(
+        !present.is_empty() && present.len() < 64,
+        "{} present",
+        present.len()
+    );
+    for f in &present {
+        manifest::verify_fragment(&out, f).expect("a kept fragment is intact");
+    }
+    let r = run_fetch(&[pa], Mode::Adaptive, &out);
+    assert_eq!(
+        r.skipped,
+        present.len(),
+        "verified fragments are not fetched again"
+    );
+    assert_eq!(r.servers[0].fragments, 64 - present.len());
+    assert_complete(&src, &out);
+}
