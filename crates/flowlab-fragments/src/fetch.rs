@@ -49,7 +49,7 @@ impl FetchSpec {
             servers,
             mode: Mode::Adaptive,
             connections: 1,
-            depth: 4,
+            depth: 2,
             out,
             stall_timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(5),
@@ -587,4 +587,75 @@ fn receive_body(
     file.flush()
         .map_err(|e| format!("{}: {e}", part.display()))?;
     Ok(hex(hasher.finalize().as_bytes()) == entry.blake3)
+}
+
+/// One mode's runs in a sweep.
+#[derive(Debug, Clone, Serialize)]
+pub struct SweepRow {
+    /// `1:5`, …, or `adaptive`.
+    pub mode: String,
+    /// Total transfer time of each run, seconds.
+    pub seconds: Vec<f64>,
+    pub mean_seconds: f64,
+}
+
+/// `--sweep-ratios`: seed 000's Table 2 in one command.
+#[derive(Debug, Clone, Serialize)]
+pub struct SweepResult {
+    pub schema: String,
+    pub file: FileEntry,
+    pub servers: Vec<String>,
+    pub repeat: usize,
+    pub rows: Vec<SweepRow>,
+}
+
+/// Schema tag of a sweep result.
+pub const SWEEP_SCHEMA: &str = "flowlab.fetch-sweep/1";
+
+/// Fetches the whole set once per ratio (and adaptively) and `repeat` times each, into a
+/// scratch directory under `spec.out` that is emptied before every run; a run that fails
+/// fails the sweep.
+pub fn sweep(
+    spec: &FetchSpec,
+    ratios: &[Vec<u32>],
+    repeat: usize,
+    progress: &dyn Progress,
+) -> Result<SweepResult, FetchError> {
+    let scratch = spec.out.join(".sweep-run");
+    let mut rows = Vec::new();
+    let mut file = None;
+    let modes = ratios
+        .iter()
+        .map(|r| Mode::Ratio(r.clone()))
+        .chain(std::iter::once(Mode::Adaptive));
+    for mode in modes {
+        let mut seconds = Vec::new();
+        let mut name = String::new();
+        for _ in 0..repeat.max(1) {
+            let _ = fs::remove_dir_all(&scratch);
+            let run = FetchSpec {
+                mode: mode.clone(),
+                out: scratch.clone(),
+                ..spec.clone()
+            };
+            let r = fetch(&run, progress)?;
+            seconds.push(r.seconds);
+            name = r.mode.clone();
+            file.get_or_insert(r.file);
+        }
+        let mean_seconds = seconds.iter().sum::<f64>() / seconds.len() as f64;
+        rows.push(SweepRow {
+            mode: name,
+            seconds,
+            mean_seconds,
+        });
+    }
+    let _ = fs::remove_dir_all(&scratch);
+    Ok(SweepResult {
+        schema: SWEEP_SCHEMA.into(),
+        file: file.ok_or_else(|| FetchError::NoServer("nothing ran".into()))?,
+        servers: spec.servers.clone(),
+        repeat: repeat.max(1),
+        rows,
+    })
 }

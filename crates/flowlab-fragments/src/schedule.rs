@@ -179,14 +179,17 @@ impl Scheduler {
         {
             return Some(self.claim(server, f));
         }
-        // End game (adaptive): a second copy of something in flight on another server.
+        // End game (adaptive): a second copy of something in flight on another server —
+        // the one handed out last (fragments go out in order), which will finish last.
         if self.mode == Mode::Adaptive {
-            let candidate = (0..self.states.len()).find(|&f| match &self.states[f] {
-                State::InFlight(h) => {
-                    h.len() == 1 && !h.contains(&server) && self.eligible(server, f)
-                }
-                _ => false,
-            });
+            let candidate = (0..self.states.len())
+                .rev()
+                .find(|&f| match &self.states[f] {
+                    State::InFlight(h) => {
+                        h.len() == 1 && !h.contains(&server) && self.eligible(server, f)
+                    }
+                    _ => false,
+                });
             if let Some(f) = candidate {
                 return Some(self.claim(server, f));
             }

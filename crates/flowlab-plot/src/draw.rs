@@ -119,7 +119,19 @@ fn draw_panel<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     panel: &Panel,
 ) -> Result<(), PlotError> {
-    let (x0, x1, y1) = bounds(panel);
+    let (mut x0, mut x1, y1) = bounds(panel);
+    if !panel.x_ticks.is_empty() {
+        (x0, x1) = (-0.5, panel.x_ticks.len() as f64 - 0.5);
+    }
+    let ticks = &panel.x_ticks;
+    let tick_label = |x: &f64| -> String {
+        let i = x.round();
+        if (x - i).abs() < 1e-6 && i >= 0.0 {
+            ticks.get(i as usize).cloned().unwrap_or_default()
+        } else {
+            String::new()
+        }
+    };
     let mut chart = ChartBuilder::on(area)
         .caption(&panel.title, (FAMILY, 20))
         .margin(12)
@@ -127,15 +139,24 @@ fn draw_panel<DB: DrawingBackend>(
         .y_label_area_size(70)
         .build_cartesian_2d(x0..x1, 0.0..y1)
         .map_err(err)?;
-    chart
-        .configure_mesh()
-        .x_desc(&panel.x_label)
+    let mut mesh = chart.configure_mesh();
+    mesh.x_desc(&panel.x_label)
         .y_desc(&panel.y_label)
         .label_style((FAMILY, 13))
         .axis_desc_style((FAMILY, 15))
-        .light_line_style(RGBColor(235, 235, 235))
-        .draw()
-        .map_err(err)?;
+        .light_line_style(RGBColor(235, 235, 235));
+    if !ticks.is_empty() {
+        mesh.x_labels(ticks.len()).x_label_formatter(&tick_label);
+    }
+    mesh.draw().map_err(err)?;
+    if !ticks.is_empty() {
+        for s in &panel.series {
+            let c = colour(0);
+            chart
+                .draw_series(s.points.iter().map(|&p| Circle::new(p, 4, c.filled())))
+                .map_err(err)?;
+        }
+    }
     for (i, band) in panel.bands.iter().enumerate() {
         let c = colour(i);
         let mut outline: Vec<(f64, f64)> = band.points.iter().map(|p| (p.0, p.2)).collect();

@@ -19,7 +19,7 @@ mod draw;
 mod series;
 
 pub use draw::{render_file, render_svg};
-pub use series::{Band, Panel, Series, labels, panels};
+pub use series::{Band, Panel, Series, category_panel, labels, panels};
 
 use flowlab_engine::result::TestResult;
 

@@ -30,6 +30,38 @@ pub struct Panel {
     pub bands: Vec<Band>,
     /// Points drawn as dots, e.g. "window full".
     pub markers: Vec<Series>,
+    /// Names of the x positions 0, 1, 2, … when the x axis is categorical (a sweep's
+    /// ratios); empty for a numeric axis.
+    pub x_ticks: Vec<String>,
+}
+
+/// A chart of one value per category (e.g. transfer time per load-distribution ratio),
+/// the categories in the order given; each value is also marked with a dot.
+pub fn category_panel(
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    categories: &[String],
+    name: &str,
+    values: &[f64],
+) -> Panel {
+    let points: Vec<(f64, f64)> = values
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| (i as f64, v))
+        .collect();
+    Panel {
+        title: title.into(),
+        x_label: x_label.into(),
+        y_label: y_label.into(),
+        series: vec![Series {
+            name: name.into(),
+            points: points.clone(),
+        }],
+        bands: Vec::new(),
+        markers: Vec::new(),
+        x_ticks: categories.to_vec(),
+    }
 }
 
 /// Labels telling the inputs apart: the test options in which they differ (`C=cubic`,
@@ -215,6 +247,7 @@ fn throughput(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
         series,
         bands: Vec::new(),
         markers: Vec::new(),
+        x_ticks: Vec::new(),
     })
 }
 
@@ -292,6 +325,7 @@ fn window(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
         series,
         bands: Vec::new(),
         markers,
+        x_ticks: Vec::new(),
     })
 }
 
@@ -332,6 +366,7 @@ fn rtt(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
         series,
         bands,
         markers: Vec::new(),
+        x_ticks: Vec::new(),
     })
 }
 
@@ -375,6 +410,7 @@ fn time_seq(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
         series,
         bands: Vec::new(),
         markers,
+        x_ticks: Vec::new(),
     })
 }
 
@@ -421,5 +457,6 @@ fn io(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
         series,
         bands: Vec::new(),
         markers: Vec::new(),
+        x_ticks: Vec::new(),
     })
 }

@@ -56,8 +56,8 @@ pub enum FragmentsCommand {
     Split {
         file: std::path::PathBuf,
         /// Number of fragments.
-        #[arg(long, default_value_t = 160)]
-        count: usize,
+        #[arg(long, default_value_t = 160, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+        count: u64,
         #[arg(long, value_name = "DIR")]
         out: std::path::PathBuf,
     },
@@ -72,8 +72,9 @@ pub enum FragmentsCommand {
         /// Total size, e.g. 1G (binary: 1G = 1073741824 bytes).
         #[arg(long, value_parser = size)]
         size: u64,
-        #[arg(long, default_value_t = 160)]
-        count: usize,
+        /// Number of fragments.
+        #[arg(long, default_value_t = 160, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+        count: u64,
         #[arg(long, value_name = "DIR")]
         out: std::path::PathBuf,
     },
@@ -97,11 +98,21 @@ pub struct FetchArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=16))]
     pub connections: u64,
     /// Requests kept outstanding per connection.
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=64))]
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=64))]
     pub depth: u64,
     /// Seconds without data after which a server counts as failed.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub stall_timeout: u64,
+    /// Run the whole study: fetch once per ratio (e.g. 1:5,1:4,1:3,1:2,1:1,2:1,3:1,4:1,5:1)
+    /// and adaptively, into a scratch directory, and print a table of transfer times.
+    #[arg(long, value_name = "RATIOS", conflicts_with_all = ["ratio", "adaptive"])]
+    pub sweep_ratios: Option<String>,
+    /// Runs per ratio in a sweep.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=100), requires = "sweep_ratios")]
+    pub repeat: u64,
+    /// With --sweep-ratios: also draw transfer time against ratio into FILE (.svg/.png).
+    #[arg(long, value_name = "FILE", requires = "sweep_ratios")]
+    pub chart: Option<std::path::PathBuf>,
     /// Print one JSON document (schema flowlab.fetch/1), no progress bars.
     #[arg(short = 'J', long)]
     pub json: bool,
@@ -121,6 +132,19 @@ impl FetchArgs {
                 ));
             }
             s.mode = Mode::Ratio(r);
+        }
+        if let Some(list) = &self.sweep_ratios {
+            for r in list.split(',') {
+                let r = parse_ratio(r).map_err(|e| format!("--sweep-ratios: {e}"))?;
+                if r.len() != self.from.len() {
+                    return Err(format!(
+                        "--sweep-ratios: {} has {} parts but {} --from servers were given",
+                        r.iter().map(u32::to_string).collect::<Vec<_>>().join(":"),
+                        r.len(),
+                        self.from.len()
+                    ));
+                }
+            }
         }
         s.connections = self.connections as usize;
         s.depth = self.depth as usize;

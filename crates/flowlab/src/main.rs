@@ -1,6 +1,7 @@
 //! The `flowlab` binary: parses arguments, calls the engine, prints results.
 
 mod cli;
+mod progress;
 mod report;
 mod trace_csv;
 
@@ -59,7 +60,10 @@ fn main() -> ExitCode {
         },
         Command::Fragments(c) => fragments(&c),
         Command::Fetch(a) => match a.to_spec() {
-            Ok(spec) => fetch(&spec, a.json),
+            Ok(spec) => match &a.sweep_ratios {
+                Some(list) => sweep(&spec, list, &a),
+                None => fetch(&spec, a.json),
+            },
             Err(msg) => return usage(&msg),
         },
         Command::Test(a) => match a.to_spec() {
@@ -304,11 +308,11 @@ fn fragments(c: &cli::FragmentsCommand) -> anyhow::Result<()> {
     use flowlab_fragments::manifest;
     let (m, what) = match c {
         cli::FragmentsCommand::Split { file, count, out } => (
-            manifest::split(file, *count, out)?,
+            manifest::split(file, *count as usize, out)?,
             format!("wrote to {}", out.display()),
         ),
         cli::FragmentsCommand::Make { size, count, out } => (
-            manifest::make(*size, *count, out)?,
+            manifest::make(*size, *count as usize, out)?,
             format!("wrote to {}", out.display()),
         ),
         cli::FragmentsCommand::Join { dir, out } => (
@@ -328,11 +332,60 @@ fn fragments(c: &cli::FragmentsCommand) -> anyhow::Result<()> {
 }
 
 fn fetch(spec: &flowlab_fragments::fetch::FetchSpec, json: bool) -> anyhow::Result<()> {
-    let result = flowlab_fragments::fetch::fetch(spec, &flowlab_fragments::fetch::Silent)?;
+    use std::io::IsTerminal;
+    let result = if json || !std::io::stderr().is_terminal() {
+        flowlab_fragments::fetch::fetch(spec, &flowlab_fragments::fetch::Silent)?
+    } else {
+        flowlab_fragments::fetch::fetch(spec, &progress::Bars::new())?
+    };
     if json {
         println!("{}", serde_json::to_string_pretty(&result)?);
     } else {
         print!("{}", report::fetch(&result));
+    }
+    Ok(())
+}
+
+fn sweep(
+    spec: &flowlab_fragments::fetch::FetchSpec,
+    list: &str,
+    a: &cli::FetchArgs,
+) -> anyhow::Result<()> {
+    use std::io::IsTerminal;
+    // Checked by FetchArgs::to_spec.
+    let ratios: Vec<Vec<u32>> = list
+        .split(',')
+        .filter_map(|r| flowlab_fragments::schedule::parse_ratio(r).ok())
+        .collect();
+    let bars;
+    let progress: &dyn flowlab_fragments::fetch::Progress =
+        if a.json || !std::io::stderr().is_terminal() {
+            &flowlab_fragments::fetch::Silent
+        } else {
+            bars = progress::Bars::new();
+            &bars
+        };
+    let result = flowlab_fragments::fetch::sweep(spec, &ratios, a.repeat as usize, progress)?;
+    if let Some(path) = &a.chart {
+        let modes: Vec<String> = result.rows.iter().map(|r| r.mode.clone()).collect();
+        let means: Vec<f64> = result.rows.iter().map(|r| r.mean_seconds).collect();
+        let panel = flowlab_plot::category_panel(
+            &format!(
+                "Total transfer time per load-distribution ratio ({} runs each)",
+                result.repeat
+            ),
+            "load-distribution ratio (server A : server B)",
+            "transfer time (s)",
+            &modes,
+            "mean transfer time",
+            &means,
+        );
+        flowlab_plot::render_file(&[panel], path)?;
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&result)?);
+    } else {
+        print!("{}", report::sweep(&result));
     }
     Ok(())
 }

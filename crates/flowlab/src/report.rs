@@ -414,3 +414,42 @@ pub fn fetch(r: &flowlab_fragments::fetch::FetchResult) -> String {
     }
     out
 }
+
+/// `flowlab fetch --sweep-ratios`: seed 000's Table 2 — total transfer time per ratio.
+pub fn sweep(r: &flowlab_fragments::fetch::SweepResult) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{} ({}) from {}: total transfer time, seconds",
+        r.file.name,
+        Bytes(r.file.size, UnitFormat::Adaptive),
+        r.servers.join(" and ")
+    );
+    let mut head = format!("{:<10}", "ratio");
+    for i in 1..=r.repeat {
+        let _ = write!(head, " {:>8}", format!("run {i}"));
+    }
+    if r.repeat > 1 {
+        let _ = write!(head, " {:>8}", "mean");
+    }
+    let _ = writeln!(out, "{head}");
+    let best = r
+        .rows
+        .iter()
+        .map(|row| row.mean_seconds)
+        .fold(f64::INFINITY, f64::min);
+    for row in &r.rows {
+        let mut line = format!("{:<10}", row.mode);
+        for s in &row.seconds {
+            let _ = write!(line, " {s:>8.2}");
+        }
+        if r.repeat > 1 {
+            let _ = write!(line, " {:>8.2}", row.mean_seconds);
+        }
+        if row.mean_seconds == best {
+            line += "  <- fastest";
+        }
+        let _ = writeln!(out, "{line}");
+    }
+    out
+}

@@ -73,6 +73,63 @@ fn invalid_flags_and_combinations() {
         &["test", "h", "-u", "-b", "1G", "--no-backoff"],
         "--no-backoff",
     );
+    usage_error(&["test", "h", "--trace=0.5ms"], "--trace");
+    usage_error(&["test", "h", "--trace=2s"], "--trace");
+    usage_error(&["test", "h", "--trace=often"], "--trace");
+    usage_error(&["test", "h", "-u", "--trace"], "--trace");
+    usage_error(&["test", "h", "-u", "--trace-csv", "x.csv"], "--trace-csv");
+    usage_error(&["test", "h", "--recv-window", "0"], "--recv-window");
+    usage_error(
+        &["test", "h", "-u", "--recv-congestion", "reno"],
+        "--recv-congestion",
+    );
+    usage_error(&["plot", "r.json"], "--output");
+    usage_error(&["plot", "r.json", "-o", "x.svg", "-g", "pie"], "--graph");
+    usage_error(&["fetch", "--out", "d"], "--from");
+    usage_error(
+        &[
+            "fetch", "--from", "a", "--from", "b", "--ratio", "1:2:3", "--out", "d",
+        ],
+        "--ratio",
+    );
+    usage_error(
+        &[
+            "fetch", "--from", "a", "--from", "b", "--ratio", "0:1", "--out", "d",
+        ],
+        "--ratio",
+    );
+    usage_error(
+        &[
+            "fetch",
+            "--from",
+            "a",
+            "--from",
+            "b",
+            "--sweep-ratios",
+            "1:1,x",
+            "--out",
+            "d",
+        ],
+        "--sweep-ratios",
+    );
+    usage_error(
+        &["fetch", "--from", "a", "--repeat", "3", "--out", "d"],
+        "--sweep-ratios",
+    );
+    usage_error(
+        &[
+            "fragments",
+            "make",
+            "--size",
+            "1K",
+            "--count",
+            "0",
+            "--out",
+            "d",
+        ],
+        "--count",
+    );
+    usage_error(&["serve", "--rate", "1G"], "--fragments");
     usage_error(&["test", "h", "-i", "0.01"], "-i/--interval");
     usage_error(&["test", "h", "-J", "--json-stream"], "--json-stream");
     usage_error(&["test", "h", "-Z", "--stop-and-wait"], "-Z/--zerocopy");
@@ -266,4 +323,82 @@ fn plot_draws_svg_and_png_from_results() {
         .output()
         .expect("runs");
     assert!(String::from_utf8_lossy(&out.stderr).contains(".svg or .png"));
+}
+
+#[test]
+fn fragments_make_serve_fetch_sweep_join_from_the_command_line() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let src = dir.path().join("src");
+    let out = flowlab()
+        .args([
+            "fragments",
+            "make",
+            "--size",
+            "2M",
+            "--count",
+            "16",
+            "--out",
+        ])
+        .arg(&src)
+        .output()
+        .expect("runs");
+    assert_success(&out);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("16 fragments"));
+    let service =
+        flowlab_fragments::serve::FragmentService::open(&src, 0, std::time::Duration::from_secs(5))
+            .expect("service");
+    let port = support::start_server(ServerConfig {
+        extra: Some(std::sync::Arc::new(service)),
+        ..ServerConfig::default()
+    });
+    let from = format!("127.0.0.1:{port}");
+    let fetched = dir.path().join("fetched");
+    let out = flowlab()
+        .args([
+            "fetch", "--from", &from, "--from", &from, "--ratio", "1:3", "-J", "--out",
+        ])
+        .arg(&fetched)
+        .output()
+        .expect("runs");
+    assert_success(&out);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["schema"], "flowlab.fetch/1");
+    assert_eq!(v["mode"], "1:3");
+    assert_eq!(v["servers"][0]["fragments"], 4);
+    assert_eq!(v["servers"][1]["fragments"], 12);
+    let joined = dir.path().join("joined.bin");
+    let out = flowlab()
+        .args(["fragments", "join"])
+        .arg(&fetched)
+        .arg("--out")
+        .arg(&joined)
+        .output()
+        .expect("runs");
+    assert_success(&out);
+    assert_eq!(std::fs::metadata(&joined).expect("joined").len(), 2 << 20);
+    let chart = dir.path().join("sweep.svg");
+    let out = flowlab()
+        .args([
+            "fetch",
+            "--from",
+            &from,
+            "--from",
+            &from,
+            "--sweep-ratios",
+            "1:3,1:1",
+            "--repeat",
+            "2",
+            "--chart",
+        ])
+        .arg(&chart)
+        .arg("--out")
+        .arg(dir.path().join("sweep"))
+        .output()
+        .expect("runs");
+    assert_success(&out);
+    let table = String::from_utf8_lossy(&out.stdout);
+    for row in ["1:3", "1:1", "adaptive", "run 2", "mean", "<- fastest"] {
+        assert!(table.contains(row), "{row} missing in:\n{table}");
+    }
+    assert!(std::fs::metadata(&chart).expect("chart").len() > 5_000);
 }
