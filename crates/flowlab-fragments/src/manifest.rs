@@ -302,7 +302,7 @@ pub fn join(dir: &Path, out: &Path) -> Result<Manifest, ManifestError> {
     }
     let tmp = out.with_extension("partial");
     let result = (|| {
-        let mut w = BufWriter::new(File::create(&tmp).map_err(io_err(&tmp))?);
+        let mut w = BufWriter::new(File::create(&tmp).map_err(io_err(out))?);
         let mut whole = blake3::Hasher::new();
         let mut buf = vec![0u8; 1 << 20];
         for f in &m.fragments {
