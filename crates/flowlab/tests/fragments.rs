@@ -349,3 +349,25 @@ fn a_client_killed_mid_fetch_resumes_without_refetching_or_corruption() {
     assert_eq!(r.servers[0].fragments, 64 - present.len());
     assert_complete(&src, &out);
 }
+
+#[test]
+fn a_client_that_stops_reading_does_not_hold_up_the_others() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = tmp.path().join("src");
+    let m = manifest::make(8 << 20, 8, &src).expect("make");
+    let port = fragment_server(&src, 0);
+    // Asks for everything, many times over, and never reads a byte.
+    let (mut stalled, _) = raw_client(port);
+    for _ in 0..20 {
+        for f in &m.fragments {
+            stalled
+                .write_all(&Request::Get(f.name.clone()).encode())
+                .expect("request");
+        }
+    }
+    let out = tmp.path().join("out");
+    let r = run_fetch(&[port], Mode::Adaptive, &out);
+    assert_eq!(r.servers[0].fragments, 8);
+    assert_complete(&src, &out);
+    drop(stalled);
+}
