@@ -48,6 +48,16 @@ pub enum Command {
     Fragments(FragmentsCommand),
     /// Fetch a fragment set from several servers at once, verified and resumable.
     Fetch(FetchArgs),
+    /// Emulated networks from a topology file.
+    #[command(subcommand)]
+    Net(NetCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum NetCommand {
+    /// Check a topology file and show its plan: subnets, addresses, and for every pair of
+    /// hosts the path, RTT and bottleneck rate the file implies (no root needed).
+    Show { file: std::path::PathBuf },
 }
 
 #[derive(Debug, Subcommand)]

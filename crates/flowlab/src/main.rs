@@ -59,6 +59,7 @@ fn main() -> ExitCode {
             Err(msg) => return usage(&msg),
         },
         Command::Fragments(c) => fragments(&c),
+        Command::Net(cli::NetCommand::Show { file }) => net_show(&file),
         Command::Fetch(a) => match a.to_spec() {
             Ok(spec) => match &a.sweep_ratios {
                 Some(list) => sweep(&spec, list, &a),
@@ -387,6 +388,15 @@ fn sweep(
     } else {
         print!("{}", report::sweep(&result));
     }
+    Ok(())
+}
+
+fn net_show(file: &std::path::Path) -> anyhow::Result<()> {
+    let text =
+        std::fs::read_to_string(file).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    let t = flowlab_net::topology::Topology::parse(&text)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    print!("{}", report::net_plan(&flowlab_net::topology::Plan::of(&t)));
     Ok(())
 }
 

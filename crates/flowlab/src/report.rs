@@ -453,3 +453,100 @@ pub fn sweep(r: &flowlab_fragments::fetch::SweepResult) -> String {
     }
     out
 }
+
+/// `flowlab net show`: subnets and addresses, then what each host pair's path implies.
+pub fn net_plan(p: &flowlab_net::topology::Plan<'_>) -> String {
+    use flowlab_net::topology::Kind;
+    let t = p.topology;
+    let mut out = String::new();
+    let count = |k: Kind| t.nodes.values().filter(|x| **x == k).count();
+    let _ = writeln!(
+        out,
+        "topology {}: {} hosts, {} routers, {} switches, {} links",
+        t.name,
+        count(Kind::Host),
+        count(Kind::Router),
+        count(Kind::Switch),
+        t.links.len()
+    );
+    for s in &p.segments {
+        let members: Vec<String> = s
+            .members
+            .iter()
+            .map(|(n, a)| format!("{n} {}.{}.{}.{}", a[0], a[1], a[2], a[3]))
+            .collect();
+        let _ = writeln!(
+            out,
+            "  {}.{}.{}.0/24  {}",
+            s.subnet[0],
+            s.subnet[1],
+            s.subnet[2],
+            members.join(", ")
+        );
+    }
+    for l in t
+        .links
+        .iter()
+        .filter(|l| !l.a_to_b.is_plain() || !l.b_to_a.is_plain())
+    {
+        let shape = |s: &flowlab_net::topology::Shape| {
+            let mut v = Vec::new();
+            if let Some(r) = s.rate_bps {
+                v.push(Rate(r as f64, UnitFormat::Adaptive).to_string());
+            }
+            v.push(format!("delay {} ms", s.delay.as_secs_f64() * 1000.0));
+            if !s.jitter.is_zero() {
+                v.push(format!("jitter {} ms", s.jitter.as_secs_f64() * 1000.0));
+            }
+            if let Some(q) = s.queue_packets {
+                v.push(format!("queue {q} packets"));
+            }
+            if let Some(q) = s.queue_bytes {
+                v.push(format!("queue {q} bytes"));
+            }
+            if s.loss > 0.0 {
+                v.push(format!("loss {} %", s.loss * 100.0));
+            }
+            v.join(", ")
+        };
+        let _ = writeln!(
+            out,
+            "  link {} {} -> {}: {}",
+            l.name,
+            l.a,
+            l.b,
+            shape(&l.a_to_b)
+        );
+        if l.b_to_a != l.a_to_b {
+            let _ = writeln!(
+                out,
+                "  link {} {} -> {}: {}",
+                l.name,
+                l.b,
+                l.a,
+                shape(&l.b_to_a)
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "paths (RTT = 2 x one-way delays, rate = slowest link):"
+    );
+    let hosts: Vec<&String> = t.hosts().collect();
+    for (i, a) in hosts.iter().enumerate() {
+        for b in &hosts[i + 1..] {
+            if let Some(path) = p.path(a, b) {
+                let rate = path.bottleneck_bps.map_or("unlimited".to_string(), |r| {
+                    Rate(r as f64, UnitFormat::Adaptive).to_string()
+                });
+                let _ = writeln!(
+                    out,
+                    "  {a:>6} - {b:<6} RTT {:>6.1} ms  {rate:>16}  via {}",
+                    path.rtt.as_secs_f64() * 1000.0,
+                    path.nodes.join(" ")
+                );
+            }
+        }
+    }
+    out
+}

@@ -402,3 +402,41 @@ fn fragments_make_serve_fetch_sweep_join_from_the_command_line() {
     }
     assert!(std::fs::metadata(&chart).expect("chart").len() > 5_000);
 }
+
+#[test]
+fn net_show_prints_the_plan_and_refuses_a_bad_file_in_one_line() {
+    let portfolio = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../topologies/portfolio.toml"
+    );
+    let out = flowlab()
+        .args(["net", "show", portfolio])
+        .output()
+        .expect("runs");
+    assert_success(&out);
+    let text = String::from_utf8_lossy(&out.stdout);
+    for line in [
+        "topology port: 9 hosts, 4 routers, 2 switches, 14 links",
+        "h1 - h4     RTT   60.0 ms    30.0 Mbits/sec",
+        "h1 - h9     RTT   80.0 ms    20.0 Mbits/sec",
+        "h7 - h9     RTT   60.0 ms    20.0 Mbits/sec",
+    ] {
+        assert!(text.contains(line), "{line} missing in:\n{text}");
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        "name = \"x\"\nhosts = [\"h1\"]\n[[link]]\nends = [\"h1\", \"r9\"]\n",
+    )
+    .expect("write");
+    let out = flowlab()
+        .args(["net", "show"])
+        .arg(&bad)
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("unknown node 'r9'"), "{stderr}");
+}

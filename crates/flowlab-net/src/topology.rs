@@ -1,0 +1,599 @@
+//! Topology files: hosts, routers, switches and the links between them (sans-IO).
+//!
+//! ```toml
+//! name = "portfolio"              # prefix of everything `flowlab net up` creates
+//!
+//! hosts = ["h1", "h2", "h9"]
+//! routers = ["r1", "r2"]
+//! switches = ["s1"]               # optional: one shared segment for the nodes on it
+//!
+//! [[link]]
+//! ends = ["h1", "s1"]             # no properties: an unshaped link
+//!
+//! [[link]]
+//! name = "L1"
+//! ends = ["r1", "r2"]
+//! rate = "40M"                    # bit/s, both directions
+//! delay = "10ms"                  # one way
+//! jitter = "1ms"                  # optional
+//! queue = 67                      # packets (or queue_bytes = 100000)
+//! loss = 0.001                    # random loss, fraction (optional)
+//! reverse = { rate = "10M" }      # b → a differs (any of the properties)
+//! ```
+//!
+//! [`Topology::parse`] checks the file and says what is wrong in one line; the
+//! [`Plan`] gives every segment its IPv4 subnet, every interface its address, and every
+//! host pair its path (fewest hops, then least delay), with the RTT and bottleneck rate
+//! the file implies.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Duration;
+
+use flowlab_engine::units::{parse_duration, parse_rate};
+use serde::Deserialize;
+
+/// Longest topology name (it prefixes interface names, which the kernel limits to 15).
+pub const MAX_NAME: usize = 6;
+/// Longest node name, for the same reason.
+pub const MAX_NODE: usize = 6;
+
+/// Why a topology file was refused: one line, naming the part at fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct TopologyError(pub String);
+
+fn err<T>(msg: impl Into<String>) -> Result<T, TopologyError> {
+    Err(TopologyError(msg.into()))
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawProps {
+    rate: Option<String>,
+    delay: Option<String>,
+    jitter: Option<String>,
+    queue: Option<i64>,
+    queue_bytes: Option<i64>,
+    loss: Option<f64>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLink {
+    name: Option<String>,
+    ends: Vec<String>,
+    #[serde(flatten)]
+    props: RawProps,
+    reverse: Option<RawProps>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTopology {
+    name: String,
+    #[serde(default)]
+    hosts: Vec<String>,
+    #[serde(default)]
+    routers: Vec<String>,
+    #[serde(default)]
+    switches: Vec<String>,
+    #[serde(default, rename = "link")]
+    links: Vec<RawLink>,
+}
+
+/// What a node is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Kind {
+    Host,
+    Router,
+    Switch,
+}
+
+/// The properties of one direction of a link; `None` is "not emulated".
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Shape {
+    /// Bits per second.
+    pub rate_bps: Option<u64>,
+    pub delay: Duration,
+    pub jitter: Duration,
+    /// Queue limit in packets or bytes (at most one is set).
+    pub queue_packets: Option<u64>,
+    pub queue_bytes: Option<u64>,
+    /// Random loss, 0 … 1.
+    pub loss: f64,
+}
+
+impl Shape {
+    pub fn is_plain(&self) -> bool {
+        *self == Shape::default()
+    }
+}
+
+/// A link between two nodes, with its shape in each direction.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Link {
+    pub name: String,
+    pub a: String,
+    pub b: String,
+    pub a_to_b: Shape,
+    pub b_to_a: Shape,
+}
+
+/// A checked topology.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Topology {
+    pub name: String,
+    /// Every node and its kind, in name order.
+    pub nodes: BTreeMap<String, Kind>,
+    pub links: Vec<Link>,
+}
+
+fn shape(p: &RawProps, base: Option<&Shape>, at: &str) -> Result<Shape, TopologyError> {
+    let mut s = base.copied().unwrap_or_default();
+    if let Some(r) = &p.rate {
+        let bps = parse_rate(r).map_err(|e| TopologyError(format!("{at}: rate: {e}")))?;
+        if bps == 0 {
+            return err(format!("{at}: rate must be more than 0"));
+        }
+        s.rate_bps = Some(bps);
+    }
+    let time = |t: &str, what: &str| -> Result<Duration, TopologyError> {
+        if t.trim_start().starts_with('-') {
+            return err(format!("{at}: {what} {t} is negative"));
+        }
+        parse_duration(t).map_err(|e| TopologyError(format!("{at}: {what}: {e}")))
+    };
+    if let Some(d) = &p.delay {
+        s.delay = time(d, "delay")?;
+    }
+    if let Some(j) = &p.jitter {
+        s.jitter = time(j, "jitter")?;
+    }
+    if p.queue.is_some() && p.queue_bytes.is_some() {
+        return err(format!(
+            "{at}: give queue (packets) or queue_bytes, not both"
+        ));
+    }
+    if let Some(q) = p.queue {
+        if q <= 0 {
+            return err(format!("{at}: queue must be at least 1 packet, got {q}"));
+        }
+        (s.queue_packets, s.queue_bytes) = (Some(q as u64), None);
+    }
+    if let Some(q) = p.queue_bytes {
+        if q < 1500 {
+            return err(format!(
+                "{at}: queue_bytes must hold a packet (≥ 1500), got {q}"
+            ));
+        }
+        (s.queue_packets, s.queue_bytes) = (None, Some(q as u64));
+    }
+    if let Some(l) = p.loss {
+        if !(0.0..1.0).contains(&l) {
+            return err(format!(
+                "{at}: loss must be a fraction from 0 up to 1, got {l}"
+            ));
+        }
+        s.loss = l;
+    }
+    if s.jitter > s.delay {
+        return err(format!("{at}: jitter is larger than the delay"));
+    }
+    Ok(s)
+}
+
+fn check_name(name: &str, what: &str, max: usize) -> Result<(), TopologyError> {
+    let ok = !name.is_empty()
+        && name.len() <= max
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    if ok {
+        Ok(())
+    } else {
+        err(format!(
+            "{what} name '{name}': use 1 to {max} lower-case letters and digits, starting with a letter"
+        ))
+    }
+}
+
+impl Topology {
+    /// Parses and checks a topology file.
+    pub fn parse(text: &str) -> Result<Topology, TopologyError> {
+        let raw: RawTopology =
+            toml::from_str(text).map_err(|e| TopologyError(one_line(&e.to_string())))?;
+        check_name(&raw.name, "topology", MAX_NAME)?;
+        let mut nodes = BTreeMap::new();
+        for (list, kind) in [
+            (&raw.hosts, Kind::Host),
+            (&raw.routers, Kind::Router),
+            (&raw.switches, Kind::Switch),
+        ] {
+            for n in list {
+                check_name(n, "node", MAX_NODE)?;
+                if nodes.insert(n.clone(), kind).is_some() {
+                    return err(format!("node '{n}' is defined twice"));
+                }
+            }
+        }
+        if !nodes.values().any(|k| *k == Kind::Host) {
+            return err("a topology needs at least one host");
+        }
+        let mut links = Vec::new();
+        let mut pairs = BTreeSet::new();
+        for (i, l) in raw.links.iter().enumerate() {
+            let label = l.name.clone().unwrap_or_else(|| format!("link {}", i + 1));
+            let [a, b] = l.ends.as_slice() else {
+                return err(format!("{label}: ends must name exactly two nodes"));
+            };
+            for n in [a, b] {
+                if !nodes.contains_key(n) {
+                    return err(format!("{label}: unknown node '{n}'"));
+                }
+            }
+            if a == b {
+                return err(format!("{label}: a link cannot join '{a}' to itself"));
+            }
+            if nodes[a] == Kind::Switch && nodes[b] == Kind::Switch {
+                return err(format!("{label}: switches cannot be linked to switches"));
+            }
+            let key = if a < b {
+                (a.clone(), b.clone())
+            } else {
+                (b.clone(), a.clone())
+            };
+            if !pairs.insert(key) {
+                return err(format!("{label}: '{a}' and '{b}' are already linked"));
+            }
+            let a_to_b = shape(&l.props, None, &label)?;
+            let b_to_a = match &l.reverse {
+                Some(r) => shape(r, Some(&a_to_b), &format!("{label} (reverse)"))?,
+                None => a_to_b,
+            };
+            links.push(Link {
+                name: label,
+                a: a.clone(),
+                b: b.clone(),
+                a_to_b,
+                b_to_a,
+            });
+        }
+        for (n, k) in &nodes {
+            let degree = links.iter().filter(|l| &l.a == n || &l.b == n).count();
+            if degree == 0 {
+                return err(format!("node '{n}' has no link"));
+            }
+            if *k == Kind::Host && degree > 1 {
+                return err(format!(
+                    "host '{n}' has {degree} links; a host has one (use a router)"
+                ));
+            }
+        }
+        let t = Topology {
+            name: raw.name,
+            nodes,
+            links,
+        };
+        let hosts: Vec<&String> = t.hosts().collect();
+        let plan = Plan::of(&t);
+        for pair in hosts.windows(2) {
+            if plan.path(pair[0], pair[1]).is_none() {
+                return err(format!(
+                    "hosts '{}' and '{}' are not connected",
+                    pair[0], pair[1]
+                ));
+            }
+        }
+        Ok(t)
+    }
+
+    pub fn hosts(&self) -> impl Iterator<Item = &String> {
+        self.nodes
+            .iter()
+            .filter(|(_, k)| **k == Kind::Host)
+            .map(|(n, _)| n)
+    }
+}
+
+/// toml's errors span lines; a user gets one.
+fn one_line(e: &str) -> String {
+    e.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('|') && *l != "^")
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// One hop of a path: the link and the direction it is crossed in.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hop {
+    pub link: usize,
+    pub forward: bool,
+}
+
+/// What a topology implies for a path between two hosts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PathInfo {
+    /// Nodes from source to destination (switches included).
+    pub nodes: Vec<String>,
+    pub hops: Vec<Hop>,
+    /// 2 × the sum of one-way delays (there and back).
+    pub rtt: Duration,
+    /// The slowest emulated link in the direction of travel (`None`: none is limited).
+    pub bottleneck_bps: Option<u64>,
+}
+
+/// How a node was reached in the path search: hops, delay, and the link and node it was
+/// reached from.
+type Reached<'n> = (usize, Duration, Option<(usize, &'n str)>);
+
+/// Addresses and routes of a topology.
+#[derive(Debug, Clone)]
+pub struct Plan<'a> {
+    pub topology: &'a Topology,
+    /// Segments (a switch and its links, or one link between two non-switch nodes) and
+    /// their /24: `10.{index / 256}.{index % 256}.0/24` counted from 1.
+    pub segments: Vec<Segment>,
+    adjacency: HashMap<&'a str, Vec<(usize, &'a str)>>,
+}
+
+/// One IPv4 subnet and the node interfaces on it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Segment {
+    pub subnet: [u8; 3],
+    /// Node and its address on this segment.
+    pub members: Vec<(String, [u8; 4])>,
+}
+
+impl<'a> Plan<'a> {
+    pub fn of(t: &'a Topology) -> Plan<'a> {
+        let mut adjacency: HashMap<&str, Vec<(usize, &str)>> = HashMap::new();
+        for (i, l) in t.links.iter().enumerate() {
+            adjacency.entry(&l.a).or_default().push((i, &l.b));
+            adjacency.entry(&l.b).or_default().push((i, &l.a));
+        }
+        let mut segments = Vec::new();
+        let mut next = 1u32;
+        let mut subnet = || {
+            let s = [10, (next / 256) as u8, (next % 256) as u8];
+            next += 1;
+            s
+        };
+        let address = |s: [u8; 3], i: usize| [s[0], s[1], s[2], (i + 1) as u8];
+        for (n, k) in &t.nodes {
+            if *k == Kind::Switch {
+                let s = subnet();
+                let members = adjacency[n.as_str()]
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (_, m))| (m.to_string(), address(s, i)))
+                    .collect();
+                segments.push(Segment { subnet: s, members });
+            }
+        }
+        for l in &t.links {
+            if t.nodes[&l.a] != Kind::Switch && t.nodes[&l.b] != Kind::Switch {
+                let s = subnet();
+                segments.push(Segment {
+                    subnet: s,
+                    members: vec![(l.a.clone(), address(s, 0)), (l.b.clone(), address(s, 1))],
+                });
+            }
+        }
+        Plan {
+            topology: t,
+            segments,
+            adjacency,
+        }
+    }
+
+    /// The path from host `from` to host `to`: fewest links, then least delay (ties by
+    /// name order, so the same file always gives the same routes).
+    pub fn path(&self, from: &str, to: &str) -> Option<PathInfo> {
+        let t = self.topology;
+        // Dijkstra on (links, delay); hosts do not forward.
+        let mut best: HashMap<&str, Reached<'_>> = HashMap::new();
+        let mut frontier: BTreeSet<(usize, Duration, &str)> = BTreeSet::new();
+        best.insert(from, (0, Duration::ZERO, None));
+        frontier.insert((0, Duration::ZERO, from));
+        while let Some(cur) = frontier.pop_first() {
+            let (hops, delay, node) = cur;
+            if node == to {
+                break;
+            }
+            if node != from && t.nodes.get(node) == Some(&Kind::Host) {
+                continue;
+            }
+            for &(li, next) in self.adjacency.get(node).into_iter().flatten() {
+                let l = &t.links[li];
+                let d = if l.a == node {
+                    l.a_to_b.delay
+                } else {
+                    l.b_to_a.delay
+                };
+                let cand = (hops + 1, delay + d);
+                let better = best
+                    .get(next)
+                    .is_none_or(|&(h, dd, _)| (cand.0, cand.1) < (h, dd));
+                if better {
+                    best.insert(next, (cand.0, cand.1, Some((li, node))));
+                    frontier.insert((cand.0, cand.1, next));
+                }
+            }
+        }
+        best.get(to)?;
+        let mut nodes = vec![to.to_string()];
+        let mut hops = Vec::new();
+        let mut at = to;
+        while let Some(&(_, _, Some((li, prev)))) = best.get(at) {
+            hops.push(Hop {
+                link: li,
+                forward: t.links[li].a == prev,
+            });
+            nodes.push(prev.to_string());
+            at = prev;
+        }
+        nodes.reverse();
+        hops.reverse();
+        let there: Duration = hops.iter().map(|h| self.shape(h).delay).sum();
+        let back: Duration = hops
+            .iter()
+            .map(|h| {
+                let l = &t.links[h.link];
+                if h.forward {
+                    l.b_to_a.delay
+                } else {
+                    l.a_to_b.delay
+                }
+            })
+            .sum();
+        let bottleneck_bps = hops.iter().filter_map(|h| self.shape(h).rate_bps).min();
+        Some(PathInfo {
+            nodes,
+            hops,
+            rtt: there + back,
+            bottleneck_bps,
+        })
+    }
+
+    /// The shape of a hop in its direction of travel.
+    pub fn shape(&self, h: &Hop) -> Shape {
+        let l = &self.topology.links[h.link];
+        if h.forward { l.a_to_b } else { l.b_to_a }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SMALL: &str = r#"
+        name = "t"
+        hosts = ["h1", "h2"]
+        routers = ["r1", "r2"]
+        [[link]]
+        ends = ["h1", "r1"]
+        [[link]]
+        name = "wan"
+        ends = ["r1", "r2"]
+        rate = "30M"
+        delay = "20ms"
+        queue = 100
+        reverse = { rate = "10M", delay = "5ms" }
+        [[link]]
+        ends = ["r2", "h2"]
+    "#;
+
+    #[test]
+    fn parses_links_with_per_direction_properties() {
+        let t = Topology::parse(SMALL).unwrap();
+        let wan = &t.links[1];
+        assert_eq!(wan.a_to_b.rate_bps, Some(30_000_000));
+        assert_eq!(wan.b_to_a.rate_bps, Some(10_000_000));
+        assert_eq!(wan.b_to_a.delay, Duration::from_millis(5));
+        assert_eq!(
+            wan.b_to_a.queue_packets,
+            Some(100),
+            "reverse inherits the rest"
+        );
+        assert!(t.links[0].a_to_b.is_plain());
+        let plan = Plan::of(&t);
+        let p = plan.path("h1", "h2").unwrap();
+        assert_eq!(p.nodes, ["h1", "r1", "r2", "h2"]);
+        assert_eq!(p.rtt, Duration::from_millis(25));
+        assert_eq!(p.bottleneck_bps, Some(30_000_000));
+        let back = plan.path("h2", "h1").unwrap();
+        assert_eq!(back.bottleneck_bps, Some(10_000_000));
+        assert_eq!(plan.segments.len(), 3);
+        assert_eq!(
+            plan.segments[1].members[0],
+            ("r1".to_string(), [10, 0, 2, 1])
+        );
+    }
+
+    #[test]
+    fn every_mistake_gets_one_clear_line() {
+        let cases = [
+            (
+                SMALL.replace("ends = [\"r2\", \"h2\"]", "ends = [\"r2\", \"h3\"]"),
+                "unknown node 'h3'",
+            ),
+            (
+                SMALL.replace("routers = [\"r1\", \"r2\"]", "routers = [\"r1\", \"h1\"]"),
+                "node 'h1' is defined twice",
+            ),
+            (
+                SMALL.replace("rate = \"30M\"", "rate = \"fast\""),
+                "wan: rate",
+            ),
+            (
+                SMALL.replace("rate = \"30M\"", "rate = \"0\""),
+                "wan: rate must be more than 0",
+            ),
+            (
+                SMALL.replace("delay = \"20ms\"", "delay = \"-20ms\""),
+                "wan: delay -20ms is negative",
+            ),
+            (
+                SMALL.replace("queue = 100", "queue = 0"),
+                "wan: queue must be at least 1",
+            ),
+            (
+                SMALL.replace("queue = 100", "loss = 1.5"),
+                "wan: loss must be a fraction",
+            ),
+            (
+                SMALL.replace("name = \"t\"", "name = \"much-too-long\""),
+                "topology name",
+            ),
+            (SMALL.replace("queue = 100", "colour = 3"), "unknown field"),
+            (
+                SMALL.replace("ends = [\"r2\", \"h2\"]", "ends = [\"r2\", \"r2\"]"),
+                "to itself",
+            ),
+            (
+                SMALL.replace("ends = [\"r2\", \"h2\"]", "ends = [\"r2\"]"),
+                "exactly two nodes",
+            ),
+        ];
+        for (text, want) in cases {
+            let e = Topology::parse(&text).unwrap_err().to_string();
+            assert!(e.contains(want), "wanted '{want}' in: {e}");
+            assert_eq!(e.lines().count(), 1, "{e}");
+        }
+    }
+
+    #[test]
+    fn the_shipped_topologies_parse_and_imply_the_seed_values() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../topologies");
+        let text = std::fs::read_to_string(dir.join("portfolio.toml")).unwrap();
+        let t = Topology::parse(&text).unwrap();
+        assert_eq!(t.hosts().count(), 9);
+        assert_eq!(t.nodes.values().filter(|k| **k == Kind::Router).count(), 4);
+        let plan = Plan::of(&t);
+        let ms = Duration::from_millis;
+        for (a, b, rtt, rate) in [
+            ("h1", "h4", ms(60), 30_000_000),
+            ("h1", "h9", ms(80), 20_000_000),
+            ("h7", "h9", ms(60), 20_000_000),
+            ("h8", "h9", ms(20), 20_000_000),
+        ] {
+            let p = plan.path(a, b).unwrap();
+            assert_eq!(
+                (p.rtt, p.bottleneck_bps),
+                (rtt, Some(rate)),
+                "{a}-{b}: {:?}",
+                p.nodes
+            );
+        }
+        for f in [
+            "two-servers.toml",
+            "two-servers-b85.toml",
+            "bufferbloat.toml",
+        ] {
+            let text = std::fs::read_to_string(dir.join(f)).unwrap();
+            Topology::parse(&text).unwrap_or_else(|e| panic!("{f}: {e}"));
+        }
+    }
+}
