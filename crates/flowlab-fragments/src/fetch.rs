@@ -132,17 +132,28 @@ fn part_name(name: &str) -> String {
     format!(".{name}.part")
 }
 
+/// `host`, `host:port`, `1.2.3.4`, `[::1]:5201` or a bare IPv6 address, as something
+/// `ToSocketAddrs` takes (port 5201 when none is given).
+pub fn with_port(server: &str) -> String {
+    let port = flowlab_proto::DEFAULT_PORT;
+    if server.starts_with('[') {
+        // [v6] or [v6]:port
+        return if server.ends_with(']') {
+            format!("{server}:{port}")
+        } else {
+            server.to_string()
+        };
+    }
+    match server.matches(':').count() {
+        0 => format!("{server}:{port}"),
+        1 => server.to_string(),
+        _ => format!("[{server}]:{port}"), // a bare IPv6 address
+    }
+}
+
 /// Opens a fragment connection and reads the manifest.
 fn connect(server: &str, timeout: Duration) -> Result<(TcpStream, Manifest), String> {
-    let with_port = if server
-        .rsplit_once(':')
-        .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
-        && !server.ends_with(']')
-    {
-        server.to_string()
-    } else {
-        format!("{server}:{}", flowlab_proto::DEFAULT_PORT)
-    };
+    let with_port = with_port(server);
     let addrs = with_port
         .to_socket_addrs()
         .map_err(|e| format!("cannot resolve {server}: {e}"))?;
@@ -658,4 +669,20 @@ pub fn sweep(
         repeat: repeat.max(1),
         rows,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_addresses_get_the_default_port_when_they_have_none() {
+        assert_eq!(with_port("example.net"), "example.net:5201");
+        assert_eq!(with_port("example.net:6000"), "example.net:6000");
+        assert_eq!(with_port("10.0.0.1"), "10.0.0.1:5201");
+        assert_eq!(with_port("::1"), "[::1]:5201");
+        assert_eq!(with_port("fe80::1:2"), "[fe80::1:2]:5201");
+        assert_eq!(with_port("[::1]"), "[::1]:5201");
+        assert_eq!(with_port("[::1]:6000"), "[::1]:6000");
+    }
 }

@@ -27,6 +27,10 @@ use crate::manifest::{Manifest, ManifestError, hex32};
 
 /// Requests a client may have queued on one connection; more wait in its socket.
 const QUEUE: usize = 1024;
+/// How long a fragment connection may stay silent (nothing requested) before it is
+/// closed: longer than `--idle-timeout`, because a fetching client's connection to a
+/// fast server legitimately waits while a slow server sends the last fragments.
+const SILENT_CLIENT: Duration = Duration::from_secs(300);
 /// Bytes per `sendfile` call when the connection is rate-limited (pacing granularity).
 const PACED_CHUNK: usize = 64 * 1024;
 
@@ -151,7 +155,7 @@ impl FragmentService {
         let reader = {
             let mut conn = conn.try_clone()?;
             let cancelled = Arc::clone(&cancelled);
-            let idle = self.idle_timeout;
+            let idle = self.idle_timeout.max(SILENT_CLIENT);
             std::thread::Builder::new()
                 .name("fragment-requests".into())
                 .spawn(move || {
