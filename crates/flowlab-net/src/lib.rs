@@ -3,8 +3,11 @@
 //!
 //! - [`topology`]: the file format, its checks, addresses and routes, and what a file
 //!   implies for each path (RTT and bottleneck rate).
+//! - [`build`]: namespaces, veths, bridges, addresses, routes and `tc` shaping, and their
+//!   removal.
 //!
-//! Building topologies in network namespaces and emulating links is the next step
-//! (issue 5); this crate holds the part that needs neither root nor a kernel feature.
+//! Still to come (issue 5): the user-space link emulator for kernels without netem, and
+//! `net check`.
 
+pub mod build;
 pub mod topology;

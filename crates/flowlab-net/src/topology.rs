@@ -342,6 +342,9 @@ pub struct Plan<'a> {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Segment {
     pub subnet: [u8; 3],
+    /// What the segment is: a switch, or one link (by index).
+    pub switch: Option<String>,
+    pub link: Option<usize>,
     /// Node and its address on this segment.
     pub members: Vec<(String, [u8; 4])>,
 }
@@ -369,14 +372,21 @@ impl<'a> Plan<'a> {
                     .enumerate()
                     .map(|(i, (_, m))| (m.to_string(), address(s, i)))
                     .collect();
-                segments.push(Segment { subnet: s, members });
+                segments.push(Segment {
+                    subnet: s,
+                    switch: Some(n.clone()),
+                    link: None,
+                    members,
+                });
             }
         }
-        for l in &t.links {
+        for (i, l) in t.links.iter().enumerate() {
             if t.nodes[&l.a] != Kind::Switch && t.nodes[&l.b] != Kind::Switch {
                 let s = subnet();
                 segments.push(Segment {
                     subnet: s,
+                    switch: None,
+                    link: Some(i),
                     members: vec![(l.a.clone(), address(s, 0)), (l.b.clone(), address(s, 1))],
                 });
             }

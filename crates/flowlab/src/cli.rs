@@ -58,6 +58,25 @@ pub enum NetCommand {
     /// Check a topology file and show its plan: subnets, addresses, and for every pair of
     /// hosts the path, RTT and bottleneck rate the file implies (no root needed).
     Show { file: std::path::PathBuf },
+    /// Build the topology in network namespaces (root): nodes, links, addresses, routes,
+    /// rate and queue limits (delay, jitter and loss need netem for now).
+    Up { file: std::path::PathBuf },
+    /// Remove everything a topology's `up` created (also after a crash).
+    Down {
+        /// The topology's name (or its file).
+        name: String,
+    },
+    /// List the topologies that are up and their namespaces.
+    Status,
+    /// Run a command inside a node: `flowlab net exec h1 -- flowlab test 10.0.5.1`.
+    Exec {
+        /// Topology name (needed when more than one is up).
+        #[arg(short, long)]
+        topology: Option<String>,
+        node: String,
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -59,7 +59,7 @@ fn main() -> ExitCode {
             Err(msg) => return usage(&msg),
         },
         Command::Fragments(c) => fragments(&c),
-        Command::Net(cli::NetCommand::Show { file }) => net_show(&file),
+        Command::Net(c) => net(c),
         Command::Fetch(a) => match a.to_spec() {
             Ok(spec) => match &a.sweep_ratios {
                 Some(list) => sweep(&spec, list, &a),
@@ -391,12 +391,76 @@ fn sweep(
     Ok(())
 }
 
-fn net_show(file: &std::path::Path) -> anyhow::Result<()> {
+fn load_topology(file: &std::path::Path) -> anyhow::Result<flowlab_net::topology::Topology> {
     let text =
         std::fs::read_to_string(file).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
-    let t = flowlab_net::topology::Topology::parse(&text)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
-    print!("{}", report::net_plan(&flowlab_net::topology::Plan::of(&t)));
+    flowlab_net::topology::Topology::parse(&text)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))
+}
+
+fn net(c: cli::NetCommand) -> anyhow::Result<()> {
+    use flowlab_net::build;
+    match c {
+        cli::NetCommand::Show { file } => {
+            let t = load_topology(&file)?;
+            print!("{}", report::net_plan(&flowlab_net::topology::Plan::of(&t)));
+        }
+        cli::NetCommand::Up { file } => {
+            let t = load_topology(&file)?;
+            build::up(&t, &build::state_dir())?;
+            println!(
+                "topology {} is up: {} namespaces (flowlab net exec NODE -- CMD; flowlab net down {})",
+                t.name,
+                t.nodes.len(),
+                t.name
+            );
+        }
+        cli::NetCommand::Down { name } => {
+            // A file names its topology.
+            let name = if std::path::Path::new(&name).is_file() {
+                load_topology(std::path::Path::new(&name))?.name
+            } else {
+                name
+            };
+            let removed = build::down(&name, &build::state_dir())?;
+            println!("topology {name}: removed {} namespaces", removed.len());
+        }
+        cli::NetCommand::Status => {
+            let up = build::status();
+            if up.is_empty() {
+                println!("no topology is up");
+            }
+            for (topo, namespaces) in up {
+                println!("{topo}: {}", namespaces.join(" "));
+            }
+        }
+        cli::NetCommand::Exec {
+            topology,
+            node,
+            command,
+        } => {
+            let topo = match topology {
+                Some(t) => t,
+                None => match build::status().as_slice() {
+                    [(t, _)] => t.clone(),
+                    [] => anyhow::bail!("no topology is up (flowlab net up FILE)"),
+                    _ => anyhow::bail!("several topologies are up: name one with -t"),
+                },
+            };
+            let ns = build::ns_name(&topo, &node);
+            if !build::namespaces().contains(&ns) {
+                anyhow::bail!("topology {topo} has no node '{node}' up");
+            }
+            let status = std::process::Command::new("ip")
+                .args(["netns", "exec", &ns])
+                .args(&command)
+                .status()
+                .map_err(|e| anyhow::anyhow!("ip netns exec: {e}"))?;
+            if !status.success() {
+                std::process::exit(status.code().unwrap_or(1));
+            }
+        }
+    }
     Ok(())
 }
 
