@@ -350,7 +350,12 @@ pub fn down(name: &str, dir: &Path) -> Result<Vec<String>, NetError> {
         }
     }
     let _ = std::fs::remove_file(&path);
-    let _ = std::fs::remove_dir(dir); // only when no other topology is recorded
+    // The state directories go too, once no other topology is recorded in them.
+    if std::fs::remove_dir(dir).is_ok() {
+        if let Some(parent) = dir.parent() {
+            let _ = std::fs::remove_dir(parent);
+        }
+    }
     Ok(removed)
 }
 
