@@ -68,6 +68,20 @@ pub enum NetCommand {
     },
     /// List the topologies that are up and their namespaces.
     Status,
+    /// Measure each host pair's RTT and bottleneck throughput and print them beside what
+    /// the file implies, flagging deviations (builds the topology if it is not up).
+    Check {
+        file: std::path::PathBuf,
+        /// Only these pairs, e.g. h1-h4,h1-h9 (default: every pair of hosts).
+        #[arg(long, value_name = "A-B,...")]
+        pairs: Option<String>,
+        /// Seconds of TCP per pair.
+        #[arg(short, long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=60))]
+        time: u64,
+        /// Print one JSON document.
+        #[arg(short = 'J', long)]
+        json: bool,
+    },
     /// Run a command inside a node: `flowlab net exec h1 -- flowlab test 10.0.5.1`.
     Exec {
         /// Topology name (needed when more than one is up).

@@ -425,6 +425,12 @@ fn net(c: cli::NetCommand) -> anyhow::Result<()> {
             let removed = build::down(&name, &build::state_dir())?;
             println!("topology {name}: removed {} namespaces", removed.len());
         }
+        cli::NetCommand::Check {
+            file,
+            pairs,
+            time,
+            json,
+        } => net_check(&file, pairs.as_deref(), time, json)?,
         cli::NetCommand::Status => {
             let up = build::status();
             if up.is_empty() {
@@ -460,6 +466,168 @@ fn net(c: cli::NetCommand) -> anyhow::Result<()> {
                 std::process::exit(status.code().unwrap_or(1));
             }
         }
+    }
+    Ok(())
+}
+
+/// One measured path of `net check`.
+#[derive(Debug, serde::Serialize)]
+struct CheckRow {
+    from: String,
+    to: String,
+    implied_rtt_ms: f64,
+    measured_rtt_ms: Option<f64>,
+    implied_bps: Option<u64>,
+    measured_bps: f64,
+    /// What falls outside the tolerances (RTT ±1 ms; rate 0.90–1.02 of the bottleneck).
+    deviations: Vec<String>,
+}
+
+fn net_check(
+    file: &std::path::Path,
+    pairs: Option<&str>,
+    seconds: u64,
+    json: bool,
+) -> anyhow::Result<()> {
+    use flowlab_net::build;
+    use flowlab_net::topology::Plan;
+    let t = load_topology(file)?;
+    let plan = Plan::of(&t);
+    let hosts: Vec<String> = t.hosts().cloned().collect();
+    let pairs: Vec<(String, String)> = match pairs {
+        Some(list) => list
+            .split(',')
+            .map(|p| {
+                let (a, b) = p
+                    .split_once('-')
+                    .ok_or_else(|| anyhow::anyhow!("--pairs: '{p}' is not A-B"))?;
+                for h in [a, b] {
+                    if !hosts.iter().any(|x| x == h) {
+                        anyhow::bail!("--pairs: '{h}' is not a host of {}", t.name);
+                    }
+                }
+                Ok((a.to_string(), b.to_string()))
+            })
+            .collect::<anyhow::Result<_>>()?,
+        None => hosts
+            .iter()
+            .enumerate()
+            .flat_map(|(i, a)| hosts[i + 1..].iter().map(move |b| (a.clone(), b.clone())))
+            .collect(),
+    };
+    // Build it for the check when it is not up, and take it down again afterwards.
+    struct Teardown(Option<String>);
+    impl Drop for Teardown {
+        fn drop(&mut self) {
+            if let Some(name) = &self.0 {
+                let _ = flowlab_net::build::down(name, &flowlab_net::build::state_dir());
+            }
+        }
+    }
+    let up_already = build::status().iter().any(|(n, _)| *n == t.name);
+    let _teardown = if up_already {
+        Teardown(None)
+    } else {
+        build::up(&t, &build::state_dir())?;
+        Teardown(Some(t.name.clone()))
+    };
+    let me = std::env::current_exe()?;
+    let address = |host: &str| {
+        build::interfaces(&plan)
+            .into_iter()
+            .find(|(n, _, _)| n == host)
+            .map(|(_, a, _)| format!("{}.{}.{}.{}", a[0], a[1], a[2], a[3]))
+    };
+    let mut rows = Vec::new();
+    for (a, b) in pairs {
+        let implied = plan
+            .path(&a, &b)
+            .ok_or_else(|| anyhow::anyhow!("no path from {a} to {b}"))?;
+        let to = address(&b).ok_or_else(|| anyhow::anyhow!("{b} has no address"))?;
+        let mut server = std::process::Command::new("ip")
+            .args(["netns", "exec", &build::ns_name(&t.name, &b)])
+            .arg(&me)
+            .args(["serve", "-1", "-p", "5201"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()?;
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let out = std::process::Command::new("ip")
+            .args(["netns", "exec", &build::ns_name(&t.name, &a)])
+            .arg(&me)
+            .args([
+                "test",
+                &to,
+                "-t",
+                &seconds.to_string(),
+                "--trace=20ms",
+                "-J",
+            ])
+            .output()?;
+        let _ = server.kill();
+        let _ = server.wait();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .map_err(|e| anyhow::anyhow!("{a} -> {b}: no result ({e})"))?;
+        if let Some(e) = v["error"].as_str() {
+            anyhow::bail!("{a} -> {b}: {e}");
+        }
+        let measured_bps = v["end"]["sums"][0]["receiver"]["bits_per_second"]
+            .as_f64()
+            .unwrap_or(0.0);
+        let measured_rtt_ms = v["trace"]["diagnosis"][0]["evidence"]["min_rtt_us"]
+            .as_f64()
+            .map(|us| us / 1000.0);
+        let implied_rtt_ms = implied.rtt.as_secs_f64() * 1000.0;
+        let mut deviations = Vec::new();
+        if let Some(m) = measured_rtt_ms {
+            if (m - implied_rtt_ms).abs() > 1.0 {
+                deviations.push(format!("RTT off by {:.1} ms", m - implied_rtt_ms));
+            }
+        }
+        if let Some(r) = implied.bottleneck_bps {
+            let share = measured_bps / r as f64;
+            if !(0.90..=1.02).contains(&share) {
+                deviations.push(format!(
+                    "throughput {:.0} % of the bottleneck",
+                    share * 100.0
+                ));
+            }
+        }
+        rows.push(CheckRow {
+            from: a,
+            to: b,
+            implied_rtt_ms,
+            measured_rtt_ms,
+            implied_bps: implied.bottleneck_bps,
+            measured_bps,
+            deviations,
+        });
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(());
+    }
+    println!(
+        "{:<14} {:>12} {:>12} {:>18} {:>18}  deviations",
+        "path", "RTT implied", "measured", "rate implied", "measured"
+    );
+    for r in &rows {
+        let rate = |bps: f64| flowlab_engine::units::Rate(bps, UnitFormat::Adaptive).to_string();
+        println!(
+            "{:<14} {:>9.2} ms {:>9} ms {:>18} {:>18}  {}",
+            format!("{}-{}", r.from, r.to),
+            r.implied_rtt_ms,
+            r.measured_rtt_ms
+                .map_or("?".to_string(), |m| format!("{m:.2}")),
+            r.implied_bps
+                .map_or("unlimited".to_string(), |b| rate(b as f64)),
+            rate(r.measured_bps),
+            if r.deviations.is_empty() {
+                "-".to_string()
+            } else {
+                r.deviations.join("; ")
+            }
+        );
     }
     Ok(())
 }

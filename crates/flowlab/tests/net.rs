@@ -198,3 +198,46 @@ fn delay_without_netem_is_refused_before_anything_is_built() {
     );
     assert!(namespaces_of("port").is_empty());
 }
+
+#[test]
+fn check_measures_paths_beside_what_the_file_implies() {
+    if !is_root() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tmp");
+    let file = small("tnet3", dir.path());
+    let _guard = Down("tnet3");
+    let out = flowlab()
+        .args(["net", "check"])
+        .arg(&file)
+        .args(["--pairs", "h1-h2,h1-h3", "-t", "2", "-J"])
+        .output()
+        .expect("check");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let rows = rows.as_array().expect("rows");
+    assert_eq!(rows.len(), 2);
+    assert_eq!(
+        (rows[0]["from"].as_str(), rows[0]["to"].as_str()),
+        (Some("h1"), Some("h2"))
+    );
+    assert_eq!(rows[0]["implied_bps"], 50_000_000);
+    let measured = rows[0]["measured_bps"].as_f64().expect("rate");
+    assert!((45e6..=51e6).contains(&measured), "{measured}");
+    assert_eq!(
+        rows[0]["deviations"].as_array().map(Vec::len),
+        Some(0),
+        "{rows:?}"
+    );
+    assert!(rows[0]["measured_rtt_ms"].as_f64().is_some_and(|r| r < 1.0));
+    assert!(
+        rows[1]["implied_bps"].is_null(),
+        "h1-h3 share a switch: unlimited"
+    );
+    // It built the topology for the check and took it down again.
+    assert!(namespaces_of("tnet3").is_empty());
+}
