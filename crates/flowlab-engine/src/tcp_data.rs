@@ -10,7 +10,7 @@ use flowlab_proto::params::Mode;
 use flowlab_proto::udp::Ack;
 
 use crate::pacing::Pacer;
-use crate::stream::{DataConfig, Drain, POLL, StreamCounters, TestControl, is_timeout};
+use crate::stream::{DataConfig, Drain, StreamCounters, TestControl, is_timeout};
 use crate::trace::Tracer;
 
 /// The payload every write carries. Its content does not matter; a fixed, non-zero
@@ -31,8 +31,7 @@ pub(crate) fn send(
     ctl: &TestControl,
     c: &StreamCounters,
 ) -> io::Result<()> {
-    let mut tracer = cfg.trace.map(Tracer::new);
-    let poll = tracer.as_ref().map_or(POLL, |t| t.period().min(POLL));
+    let (mut tracer, poll) = Tracer::for_stream(cfg);
     sock.set_write_timeout(Some(poll))?;
     sock.set_read_timeout(Some(poll))?;
     if cfg.rate_bps > 0 {
@@ -173,8 +172,7 @@ pub(crate) fn receive(
     ctl: &TestControl,
     c: &StreamCounters,
 ) -> io::Result<()> {
-    let mut tracer = cfg.trace.map(Tracer::new);
-    let poll = tracer.as_ref().map_or(POLL, |t| t.period().min(POLL));
+    let (mut tracer, poll) = Tracer::for_stream(cfg);
     sock.set_read_timeout(Some(poll))?;
     let stop_and_wait = cfg.mode == Mode::StopAndWait;
     if stop_and_wait {

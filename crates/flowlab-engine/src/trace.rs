@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use crate::sock;
-use crate::stream::{StreamCounters, TestControl};
+use crate::stream::{DataConfig, POLL, StreamCounters, TestControl};
 
 /// Most samples kept per stream (1 ms for 10 minutes); later ones are dropped and the
 /// trace is marked truncated.
@@ -36,8 +36,13 @@ impl Tracer {
         }
     }
 
-    pub fn period(&self) -> Duration {
-        Duration::from_micros(self.period_us)
+    /// A stream's tracer (when `--trace` is on) and the socket timeout its thread should
+    /// use: the usual poll interval, shortened to the trace period so that a blocked
+    /// thread still samples on time.
+    pub fn for_stream(cfg: &DataConfig) -> (Option<Tracer>, Duration) {
+        let tracer = cfg.trace.map(Tracer::new);
+        let poll = cfg.trace.map_or(POLL, |p| p.min(POLL));
+        (tracer, poll)
     }
 
     /// Samples `sock` if the next period has begun.

@@ -269,17 +269,21 @@ pub(crate) fn receive(
             return acks;
         };
         let stats: &mut UdpReceiverStats = guard.get_or_insert_with(UdpReceiverStats::default);
+        // The shared counters are updated once per batch, not per datagram.
+        let (mut bytes, mut datagrams) = (0u64, 0u64);
         for d in data.chunks(seg.max(1)) {
             let Ok(h) = DatagramHeader::decode(d, cfg.counters_64bit) else {
                 continue;
             };
             stats.on_datagram(h.seq, d.len(), h.micros(), now_us);
-            c.bytes.fetch_add(d.len() as u64, Ordering::Relaxed);
-            c.blocks.fetch_add(1, Ordering::Relaxed);
+            bytes += d.len() as u64;
+            datagrams += 1;
             if stop_and_wait {
                 acks.push(h.seq);
             }
         }
+        c.bytes.fetch_add(bytes, Ordering::Relaxed);
+        c.blocks.fetch_add(datagrams, Ordering::Relaxed);
         acks
     };
     for d in &early {

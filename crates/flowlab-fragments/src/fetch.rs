@@ -3,7 +3,7 @@
 //! One thread per connection (`--connections` per server, default 1). Each keeps
 //! `depth` requests outstanding, so a server always has the next fragment queued and no
 //! connection idles between fragments; which fragment comes next is the
-//! [`Scheduler`]'s decision. A fragment is written to `.NAME.part` while it arrives,
+//! [`Scheduler`]'s decision. A fragment is written to `.NAME.N.part` (N: the connection) while it arrives,
 //! hashed as it is written, and renamed to `NAME` only when its BLAKE3 hash matches the
 //! manifest: an interrupted fetch leaves no corrupt fragment, and running the same fetch
 //! again skips every fragment already there and verified.
@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use flowlab_proto::fragment::{Decoder, MAGIC, MAX_MANIFEST_LEN, Reply, Request, VERSION};
 use serde::Serialize;
 
-use crate::manifest::{FileEntry, Manifest, ManifestError, hex, verify_fragment};
+use crate::manifest::{FileEntry, Manifest, ManifestError, verify_fragment};
 use crate::schedule::{Mode, Outcome, Scheduler};
 
 /// Schema tag of a fetch result.
@@ -128,8 +128,22 @@ pub trait Progress: Sync {
 pub struct Silent;
 impl Progress for Silent {}
 
-fn part_name(name: &str) -> String {
-    format!(".{name}.part")
+/// Where connection `worker` writes its copy of fragment `name` while it arrives: each
+/// copy has its own file, so a second copy (end game) never mixes with the first.
+fn part_name(name: &str, worker: usize) -> String {
+    format!(".{name}.{worker}.part")
+}
+
+/// Removes every partial copy in `out` (flowlab's `.NAME.N.part` files).
+fn remove_parts(out: &Path) {
+    let Ok(dir) = fs::read_dir(out) else { return };
+    for e in dir.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with('.') && name.ends_with(".part") {
+            let _ = fs::remove_file(e.path());
+        }
+    }
 }
 
 /// `host`, `host:port`, `1.2.3.4`, `[::1]:5201` or a bare IPv6 address, as something
@@ -261,13 +275,11 @@ pub fn fetch(spec: &FetchSpec, progress: &dyn Progress) -> Result<FetchResult, F
     fs::create_dir_all(out).map_err(|e| FetchError::Io(out.clone(), e))?;
     manifest.save(out)?;
     // Resume: keep what is there and verified; drop leftovers of an interrupted run.
+    remove_parts(out);
     let done: Vec<bool> = manifest
         .fragments
         .iter()
-        .map(|f| {
-            let _ = fs::remove_file(out.join(part_name(&f.name)));
-            out.join(&f.name).exists() && verify_fragment(out, f).is_ok()
-        })
+        .map(|f| out.join(&f.name).exists() && verify_fragment(out, f).is_ok())
         .collect();
     let skipped = done.iter().filter(|&&d| d).count();
     // Workers: each connection is one, and a ratio counts per server.
@@ -348,9 +360,7 @@ pub fn fetch(spec: &FetchSpec, progress: &dyn Progress) -> Result<FetchResult, F
     });
     progress.finish();
     // Copies cut short (lost races, failed servers) leave their `.part` behind.
-    for f in &manifest.fragments {
-        let _ = fs::remove_file(out.join(part_name(&f.name)));
-    }
+    remove_parts(out);
     let end = ctx
         .finished
         .lock()
@@ -493,12 +503,12 @@ fn run_worker(
                         entry.name
                     ));
                 }
-                let verified =
-                    receive_body(ctx, server, &mut conn, &mut d, &mut buf, expected, size)?
-                        && hash == ctx.hashes[expected];
+                let verified = receive_body(
+                    ctx, server, worker, &mut conn, &mut d, &mut buf, expected, size,
+                )? && hash == ctx.hashes[expected];
                 let mut sh = ctx.shared.lock().map_err(|_| "lock poisoned")?;
                 sh.last_byte[server] = Some(Instant::now());
-                let part = ctx.spec.out.join(part_name(&entry.name));
+                let part = ctx.spec.out.join(part_name(&entry.name, worker));
                 match sh.sched.delivered(worker, expected, verified) {
                     Outcome::Accepted { cancel } => {
                         fs::rename(&part, ctx.spec.out.join(&entry.name))
@@ -548,12 +558,13 @@ fn run_worker(
     }
 }
 
-/// Receives a fragment's body into its `.part` file, hashing it; true when the bytes
-/// match the manifest's hash. A copy already won elsewhere is still read (to keep the
-/// stream in step) but not written.
+/// Receives a fragment's body into this connection's `.part` file for it, hashing it;
+/// true when the bytes match the manifest's hash.
+#[allow(clippy::too_many_arguments)]
 fn receive_body(
     ctx: &Ctx<'_>,
     server: usize,
+    worker: usize,
     conn: &mut TcpStream,
     d: &mut Decoder,
     buf: &mut [u8],
@@ -561,7 +572,7 @@ fn receive_body(
     size: u64,
 ) -> Result<bool, String> {
     let entry = &ctx.manifest.fragments[frag];
-    let part = ctx.spec.out.join(part_name(&entry.name));
+    let part = ctx.spec.out.join(part_name(&entry.name, worker));
     let mut file = BufWriter::with_capacity(
         1 << 20,
         File::create(&part).map_err(|e| format!("{}: {e}", part.display()))?,
@@ -597,7 +608,7 @@ fn receive_body(
     }
     file.flush()
         .map_err(|e| format!("{}: {e}", part.display()))?;
-    Ok(hex(hasher.finalize().as_bytes()) == entry.blake3)
+    Ok(*hasher.finalize().as_bytes() == ctx.hashes[frag])
 }
 
 /// One mode's runs in a sweep.

@@ -130,7 +130,8 @@ impl Manifest {
 
 /// Parses 64 hex digits into a hash.
 pub fn hex32(s: &str) -> Option<[u8; 32]> {
-    if s.len() != 64 {
+    // Exactly the form `hex` writes, so that a hash compares the same as text and as bytes.
+    if s.len() != 64 || !s.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')) {
         return None;
     }
     let mut out = [0u8; 32];
@@ -287,7 +288,7 @@ pub fn verify_fragment(dir: &Path, f: &FragmentEntry) -> Result<(), ManifestErro
         )));
     }
     let got = hash_file(&path).map_err(|e| problem(e.to_string()))?;
-    if hex(&got) != f.blake3 {
+    if Some(got) != hex32(&f.blake3) {
         return Err(problem("content does not match its hash".into()));
     }
     Ok(())
@@ -300,7 +301,12 @@ pub fn join(dir: &Path, out: &Path) -> Result<Manifest, ManifestError> {
     for f in &m.fragments {
         verify_fragment(dir, f)?;
     }
-    let tmp = out.with_extension("partial");
+    // A hidden name beside the output, so neither it nor a neighbour is overwritten.
+    let tmp = out.with_file_name(format!(
+        ".{}.partial",
+        out.file_name()
+            .map_or("joined".into(), |n| n.to_string_lossy())
+    ));
     let result = (|| {
         let mut w = BufWriter::new(File::create(&tmp).map_err(io_err(out))?);
         let mut whole = blake3::Hasher::new();
@@ -388,7 +394,7 @@ mod tests {
         let err = join(&a, &out).unwrap_err();
         assert!(err.to_string().contains(&m.fragments[2].name), "{err}");
         assert!(!out.exists());
-        assert!(!out.with_extension("partial").exists());
+        assert!(!dir.path().join(".whole.bin.partial").exists());
     }
 
     #[test]
@@ -419,5 +425,14 @@ mod tests {
         );
         assert!(Manifest::parse(twice.as_bytes(), Path::new("m")).is_err());
         assert!(Manifest::parse(b"{}", Path::new("m")).is_err());
+        // Hashes are lower-case hex, as written: upper case or a sign is refused.
+        let zeros = "0".repeat(64);
+        for bad in [zeros.replacen('0', "A", 1), zeros.replacen('0', "+", 1)] {
+            let t = text.replacen(&zeros, &bad, 1);
+            assert!(
+                Manifest::parse(t.as_bytes(), Path::new("m")).is_err(),
+                "{bad}"
+            );
+        }
     }
 }

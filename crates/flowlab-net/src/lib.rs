@@ -3,6 +3,7 @@
 //!
 //! - [`topology`]: the file format, its checks, addresses and routes, and what a file
 //!   implies for each path (RTT and bottleneck rate).
+//! - [`check`]: the verdict of `net check` on a measured path.
 //! - [`build`]: namespaces, veths, bridges, addresses, routes and `tc` shaping, and their
 //!   removal.
 //!
@@ -10,4 +11,5 @@
 //! `net check`.
 
 pub mod build;
+pub mod check;
 pub mod topology;

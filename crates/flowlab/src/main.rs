@@ -544,28 +544,45 @@ fn net_check(
             .path(&a, &b)
             .ok_or_else(|| anyhow::anyhow!("no path from {a} to {b}"))?;
         let to = address(&b).ok_or_else(|| anyhow::anyhow!("{b} has no address"))?;
-        let mut server = std::process::Command::new("ip")
-            .args(["netns", "exec", &build::ns_name(&t.name, &b)])
-            .arg(&me)
-            .args(["serve", "-1", "-p", "5201"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()?;
-        std::thread::sleep(std::time::Duration::from_millis(300));
-        let out = std::process::Command::new("ip")
-            .args(["netns", "exec", &build::ns_name(&t.name, &a)])
-            .arg(&me)
-            .args([
-                "test",
-                &to,
-                "-t",
-                &seconds.to_string(),
-                "--trace=20ms",
-                "-J",
-            ])
-            .output()?;
-        let _ = server.kill();
-        let _ = server.wait();
+        /// The server in the destination host, killed however this pair ends.
+        struct Server(std::process::Child);
+        impl Drop for Server {
+            fn drop(&mut self) {
+                let _ = self.0.kill();
+                let _ = self.0.wait();
+            }
+        }
+        let _server = Server(
+            std::process::Command::new("ip")
+                .args(["netns", "exec", &build::ns_name(&t.name, &b)])
+                .arg(&me)
+                .args(["serve", "-1", "-p", "5201"])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()?,
+        );
+        // The server is ready when it accepts: retry a refused connection for up to 5 s.
+        let mut tries = 0;
+        let out = loop {
+            let out = std::process::Command::new("ip")
+                .args(["netns", "exec", &build::ns_name(&t.name, &a)])
+                .arg(&me)
+                .args([
+                    "test",
+                    &to,
+                    "-t",
+                    &seconds.to_string(),
+                    "--trace=20ms",
+                    "-J",
+                ])
+                .output()?;
+            let refused = String::from_utf8_lossy(&out.stdout).contains("cannot connect");
+            tries += 1;
+            if !refused || tries == 50 {
+                break out;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        };
         let v: serde_json::Value = serde_json::from_slice(&out.stdout)
             .map_err(|e| anyhow::anyhow!("{a} -> {b}: no result ({e})"))?;
         if let Some(e) = v["error"].as_str() {
@@ -578,21 +595,11 @@ fn net_check(
             .as_f64()
             .map(|us| us / 1000.0);
         let implied_rtt_ms = implied.rtt.as_secs_f64() * 1000.0;
-        let mut deviations = Vec::new();
-        if let Some(m) = measured_rtt_ms {
-            if (m - implied_rtt_ms).abs() > 1.0 {
-                deviations.push(format!("RTT off by {:.1} ms", m - implied_rtt_ms));
-            }
-        }
-        if let Some(r) = implied.bottleneck_bps {
-            let share = measured_bps / r as f64;
-            if !(0.90..=1.02).contains(&share) {
-                deviations.push(format!(
-                    "throughput {:.0} % of the bottleneck",
-                    share * 100.0
-                ));
-            }
-        }
+        let deviations = flowlab_net::check::deviations(
+            &implied,
+            measured_rtt_ms.map(|ms| std::time::Duration::from_secs_f64(ms / 1000.0)),
+            measured_bps,
+        );
         rows.push(CheckRow {
             from: a,
             to: b,
