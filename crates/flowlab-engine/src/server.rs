@@ -439,6 +439,15 @@ enum TestError {
 }
 
 /// Checks a client's parameters against what the server can and may do.
+/// Bytes per write or datagram of a test: as asked, or the protocol's default.
+fn block_len(p: &TestParams, proto: Protocol) -> usize {
+    match (p.len, proto) {
+        (0, Protocol::Tcp) => crate::spec::DEFAULT_TCP_LEN,
+        (0, Protocol::Udp) => crate::spec::DEFAULT_UDP_LEN,
+        (l, _) => l as usize,
+    }
+}
+
 fn validate(p: &TestParams, cfg: &ServerConfig) -> Result<Protocol, String> {
     let proto = p.protocol().ok_or("only TCP and UDP tests are served")?;
     if !(1..=128).contains(&p.parallel) {
@@ -483,10 +492,15 @@ fn validate(p: &TestParams, cfg: &ServerConfig) -> Result<Protocol, String> {
         }
     }
     if let Some(max) = cfg.max_bytes {
-        let by_count = p.num.max(p.blockcount.saturating_mul(p.len.max(1)));
-        if by_count > max {
+        // -n and -k count per direction; the limit, like its enforcement in
+        // `wait_for_end`, counts both directions of a --bidir test.
+        let per_direction = p
+            .num
+            .max(p.blockcount.saturating_mul(block_len(p, proto) as u64));
+        let asked = per_direction.saturating_mul(if p.bidirectional { 2 } else { 1 });
+        if asked > max {
             return Err(format!(
-                "tests are limited to {max} bytes here (--max-bytes); asked for {by_count}"
+                "tests are limited to {max} bytes here (--max-bytes); asked for {asked}"
             ));
         }
     }
@@ -575,11 +589,7 @@ fn run_test(
             early: Vec::new(),
         });
     }
-    let len = match (params.len, proto) {
-        (0, Protocol::Tcp) => crate::spec::DEFAULT_TCP_LEN,
-        (0, Protocol::Udp) => crate::spec::DEFAULT_UDP_LEN,
-        (l, _) => l as usize,
-    };
+    let len = block_len(&params, proto);
     let sends = params.reverse || params.bidirectional;
     let budget = match (params.num, params.blockcount) {
         (n, _) if n > 0 && sends => Budget::Bytes(n.into()),
@@ -615,7 +625,8 @@ fn run_test(
     let mut session = DataSession::start(plans, data, ctl, Duration::from_secs(params.omit))?;
     control::write_state(ctrl, State::TestStart)?;
     control::write_state(ctrl, State::TestRunning)?;
-    let outcome = wait_for_end(ctrl, &mut session, &params, cfg);
+    let idle_limit = idle_allowance(params.bandwidth, len, cfg.idle_timeout);
+    let outcome = wait_for_end(ctrl, &mut session, &params, cfg, idle_limit);
     match outcome {
         Ok(()) => {}
         Err(TestError::Limit(reason)) => {
@@ -677,13 +688,13 @@ fn wait_for_end(
     session: &mut DataSession,
     params: &TestParams,
     cfg: &ServerConfig,
+    idle_limit: Duration,
 ) -> Result<(), TestError> {
     let started = Instant::now();
     // iperf3's safety margin: a timed test that has not ended 40 s after it should have.
     let safety = (params.time > 0).then(|| Duration::from_secs(params.time + params.omit + 40));
     let mut last_total = 0u64;
     let mut last_progress = Instant::now();
-    let idle_limit = idle_allowance(params, cfg.idle_timeout);
     loop {
         // Poll finely until the omitted seconds end, so the baseline is taken on time;
         // after that, rarely: TEST_END or a closed connection wakes the read at once, and
@@ -815,17 +826,13 @@ fn collect_streams(
 }
 
 /// How long a running test may move no data: `--idle-timeout`, or three write intervals
-/// of a test paced so slowly that its writes are further apart than that.
-fn idle_allowance(params: &TestParams, idle_timeout: Duration) -> Duration {
-    if params.bandwidth == 0 {
+/// of a test paced (`bandwidth` bit/s, `len`-byte writes) so slowly that its writes are
+/// further apart than that.
+fn idle_allowance(bandwidth: u64, len: usize, idle_timeout: Duration) -> Duration {
+    if bandwidth == 0 {
         return idle_timeout;
     }
-    let len = if params.len > 0 {
-        params.len
-    } else {
-        128 * 1024
-    };
-    let gap = Duration::from_secs_f64(len as f64 * 8.0 / params.bandwidth as f64);
+    let gap = Duration::from_secs_f64(len as f64 * 8.0 / bandwidth as f64);
     idle_timeout.max(gap.saturating_mul(3))
 }
 
@@ -891,17 +898,33 @@ mod tests {
     #[test]
     fn idle_allowance_grows_for_slowly_paced_tests() {
         let ten = Duration::from_secs(10);
-        let mut p = TestParams {
-            len: 1460,
+        // Unpaced, or paced faster than a write per idle timeout: the timeout.
+        assert_eq!(idle_allowance(0, 1460, ten), ten);
+        assert_eq!(idle_allowance(1_000_000, 1460, ten), ten);
+        // -u -b 1K: a datagram every 11.68 s; three of those may pass.
+        let got = idle_allowance(1_000, 1460, ten).as_secs_f64();
+        assert!((got - 35.04).abs() < 1e-6, "{got}");
+    }
+
+    #[test]
+    fn max_bytes_counts_both_directions_of_a_bidir_test_and_the_default_length() {
+        let cfg = ServerConfig {
+            max_bytes: Some(1_000_000),
+            ..ServerConfig::default()
+        };
+        let p = |num, blockcount, bidirectional| TestParams {
+            udp: Some(true),
+            num,
+            blockcount,
+            bidirectional,
+            parallel: 1,
             ..TestParams::default()
         };
-        // Unpaced, or paced faster than a write per idle timeout: the timeout.
-        assert_eq!(idle_allowance(&p, ten), ten);
-        p.bandwidth = 1_000_000;
-        assert_eq!(idle_allowance(&p, ten), ten);
-        // -u -b 1K: a datagram every 11.68 s; three of those may pass.
-        p.bandwidth = 1_000;
-        let got = idle_allowance(&p, ten).as_secs_f64();
-        assert!((got - 35.04).abs() < 1e-6, "{got}");
+        assert!(validate(&p(600_000, 0, false), &cfg).is_ok());
+        let e = validate(&p(600_000, 0, true), &cfg).unwrap_err();
+        assert!(e.contains("asked for 1200000"), "{e}");
+        // -k with UDP's default 1460-byte datagrams: 700 × 1460 = 1 022 000.
+        assert!(validate(&p(0, 600, false), &cfg).is_ok());
+        assert!(validate(&p(0, 700, false), &cfg).is_err());
     }
 }

@@ -41,7 +41,8 @@ pub struct DataSession {
 }
 
 impl DataSession {
-    /// Starts a thread for each stream.
+    /// Starts a thread for each stream. If one cannot start, those already running are
+    /// stopped (the session's `Drop`).
     pub fn start(
         plans: Vec<StreamPlan>,
         cfg: DataConfig,
@@ -49,20 +50,20 @@ impl DataSession {
         omit: Duration,
     ) -> std::io::Result<DataSession> {
         let cfg = Arc::new(cfg);
-        let mut streams = Vec::with_capacity(plans.len());
-        for plan in plans {
-            streams.push(stream::spawn(plan, Arc::clone(&cfg), Arc::clone(&ctl))?);
-        }
         // Counting starts from zero; with omitted seconds the baseline moves when they end.
-        let baseline = vec![Snapshot::default(); streams.len()];
-        Ok(DataSession {
+        let mut session = DataSession {
             ctl,
             cfg,
-            baseline,
-            streams,
+            baseline: vec![Snapshot::default(); plans.len()],
+            streams: Vec::with_capacity(plans.len()),
             omit,
             omitting: !omit.is_zero(),
-        })
+        };
+        for plan in plans {
+            let s = stream::spawn(plan, Arc::clone(&session.cfg), Arc::clone(&session.ctl))?;
+            session.streams.push(s);
+        }
+        Ok(session)
     }
 
     /// Counters of every stream now.
@@ -214,6 +215,14 @@ impl DataSession {
             streams,
             server_output_json: None,
         }
+    }
+}
+
+/// However a test ends — normally, or by an error on the control connection half-way —
+/// its stream threads are stopped and joined, never left running.
+impl Drop for DataSession {
+    fn drop(&mut self) {
+        self.abort();
     }
 }
 

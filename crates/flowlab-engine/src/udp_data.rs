@@ -94,10 +94,13 @@ fn send_streaming(
         }
         // Reserve and stamp the batch; only its last datagram may be short.
         let now_us = ctl.elapsed_us();
-        let (mut total, mut segs) = (0usize, 0usize);
+        // `taken` is what the budget gave; a last datagram shorter than the header is
+        // padded to it on the wire (`total`), but only `taken` goes back on failure.
+        let (mut total, mut taken, mut segs) = (0usize, 0usize, 0usize);
         while segs < want {
-            let Some(n) = ctl.budget.take(len) else { break };
-            let n = n.max(hdr);
+            let Some(t) = ctl.budget.take(len) else { break };
+            taken += t;
+            let n = t.max(hdr);
             stamp(
                 &mut buf[segs * len..],
                 seq + 1 + segs as u64,
@@ -142,7 +145,7 @@ fn send_streaming(
             Err(e) => {
                 // Nothing of the batch left: hand its budget back and decide.
                 for i in 0..segs {
-                    let n = if i + 1 == segs { total - i * len } else { len };
+                    let n = if i + 1 == segs { taken - i * len } else { len };
                     ctl.budget.give_back(n);
                 }
                 match e.raw_os_error() {
@@ -287,7 +290,10 @@ pub(crate) fn receive(
         acks
     };
     for d in &early {
-        account(d, d.len(), ctl.elapsed_us());
+        // Stop-and-wait: a message that beat the handshake is acknowledged like any other.
+        for seq in account(d, d.len(), ctl.elapsed_us()) {
+            let _ = sock.send(&Ack { seq }.encode());
+        }
     }
     let mut buf = vec![0u8; 1 << 17];
     let mut cmsg_space = nix::cmsg_space!(i32, u32);
