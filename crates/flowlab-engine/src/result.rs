@@ -20,6 +20,16 @@ pub enum StreamDirection {
     Down,
 }
 
+impl StreamDirection {
+    /// `up` or `down`, as the JSON spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StreamDirection::Up => "up",
+            StreamDirection::Down => "down",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TestResult {
     pub schema: String,

@@ -644,6 +644,14 @@ pub fn sweep(
     progress: &dyn Progress,
 ) -> Result<SweepResult, FetchError> {
     let scratch = spec.out.join(".sweep-run");
+    // Removed however the sweep ends: a failed run must not leave a copy of the set.
+    struct Scratch<'a>(&'a Path);
+    impl Drop for Scratch<'_> {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(self.0);
+        }
+    }
+    let _cleanup = Scratch(&scratch);
     let mut rows = Vec::new();
     let mut file = None;
     let modes = ratios
@@ -672,7 +680,6 @@ pub fn sweep(
             mean_seconds,
         });
     }
-    let _ = fs::remove_dir_all(&scratch);
     Ok(SweepResult {
         schema: SWEEP_SCHEMA.into(),
         file: file.ok_or_else(|| FetchError::NoServer("nothing ran".into()))?,

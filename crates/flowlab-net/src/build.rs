@@ -248,7 +248,7 @@ fn build(t: &Topology, dir: &Path, netem: bool) -> Result<(), NetError> {
     }
     let plan = Plan::of(t);
     for (node, addr, dev) in interfaces(&plan) {
-        let a = format!("{}.{}.{}.{}/24", addr[0], addr[1], addr[2], addr[3]);
+        let a = format!("{}/24", std::net::Ipv4Addr::from(addr));
         run("ip", &["-n", &ns(&node), "addr", "add", &a, "dev", &dev])?;
     }
     for (node, subnet, via) in routes(&plan) {
@@ -313,7 +313,7 @@ pub fn routes(plan: &Plan<'_>) -> Vec<(String, String, String)> {
                 let mine = s.members.iter().any(|(n, _)| n == node);
                 let theirs = s.members.iter().find(|(n, _)| n == next);
                 if mine {
-                    theirs.map(|(_, a)| format!("{}.{}.{}.{}", a[0], a[1], a[2], a[3]))
+                    theirs.map(|(_, a)| std::net::Ipv4Addr::from(*a).to_string())
                 } else {
                     None
                 }

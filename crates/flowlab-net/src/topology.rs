@@ -264,6 +264,11 @@ impl Topology {
             if degree == 0 {
                 return err(format!("node '{n}' has no link"));
             }
+            if *k == Kind::Switch && degree > 253 {
+                return err(format!(
+                    "switch '{n}' has {degree} links; a /24 holds at most 253"
+                ));
+            }
             if *k == Kind::Host && degree > 1 {
                 return err(format!(
                     "host '{n}' has {degree} links; a host has one (use a router)"
@@ -572,6 +577,23 @@ mod tests {
             assert!(e.contains(want), "wanted '{want}' in: {e}");
             assert_eq!(e.lines().count(), 1, "{e}");
         }
+    }
+
+    #[test]
+    fn a_switch_holds_at_most_what_a_24_can_address() {
+        let text = |n: usize| {
+            let hosts: Vec<String> = (1..=n).map(|i| format!("\"h{i}\"")).collect();
+            let links: String = (1..=n)
+                .map(|i| format!("[[link]]\nends = [\"h{i}\", \"s1\"]\n"))
+                .collect();
+            format!(
+                "name = \"big\"\nhosts = [{}]\nswitches = [\"s1\"]\n{links}",
+                hosts.join(",")
+            )
+        };
+        assert!(Topology::parse(&text(253)).is_ok());
+        let e = Topology::parse(&text(254)).err().map(|e| e.to_string());
+        assert!(e.is_some_and(|e| e.contains("switch 's1' has 254 links")));
     }
 
     #[test]

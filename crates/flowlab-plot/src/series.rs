@@ -118,10 +118,7 @@ fn prefixed(label: &str, name: &str) -> String {
 }
 
 fn dir(d: StreamDirection) -> &'static str {
-    match d {
-        StreamDirection::Up => "up",
-        StreamDirection::Down => "down",
-    }
+    d.as_str()
 }
 
 /// A unit that keeps the largest value readable: (divisor, name).

@@ -162,6 +162,28 @@ pub struct FetchArgs {
 }
 
 impl FetchArgs {
+    /// The ratios of `--sweep-ratios`, checked: one part per `--from`.
+    pub fn sweep(&self) -> Result<Option<Vec<Vec<u32>>>, String> {
+        let Some(list) = &self.sweep_ratios else {
+            return Ok(None);
+        };
+        let mut out = Vec::new();
+        for r in list.split(',') {
+            let r = flowlab_fragments::schedule::parse_ratio(r)
+                .map_err(|e| format!("--sweep-ratios: {e}"))?;
+            if r.len() != self.from.len() {
+                return Err(format!(
+                    "--sweep-ratios: {} has {} parts but {} --from servers were given",
+                    r.iter().map(u32::to_string).collect::<Vec<_>>().join(":"),
+                    r.len(),
+                    self.from.len()
+                ));
+            }
+            out.push(r);
+        }
+        Ok(Some(out))
+    }
+
     pub fn to_spec(&self) -> Result<flowlab_fragments::fetch::FetchSpec, String> {
         use flowlab_fragments::schedule::{Mode, parse_ratio};
         let mut s = flowlab_fragments::fetch::FetchSpec::new(self.from.clone(), self.out.clone());
@@ -176,19 +198,7 @@ impl FetchArgs {
             }
             s.mode = Mode::Ratio(r);
         }
-        if let Some(list) = &self.sweep_ratios {
-            for r in list.split(',') {
-                let r = parse_ratio(r).map_err(|e| format!("--sweep-ratios: {e}"))?;
-                if r.len() != self.from.len() {
-                    return Err(format!(
-                        "--sweep-ratios: {} has {} parts but {} --from servers were given",
-                        r.iter().map(u32::to_string).collect::<Vec<_>>().join(":"),
-                        r.len(),
-                        self.from.len()
-                    ));
-                }
-            }
-        }
+        self.sweep()?;
         s.connections = self.connections as usize;
         s.depth = self.depth as usize;
         s.stall_timeout = Duration::from_secs(self.stall_timeout);

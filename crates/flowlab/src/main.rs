@@ -61,9 +61,10 @@ fn main() -> ExitCode {
         Command::Fragments(c) => fragments(&c),
         Command::Net(c) => net(c),
         Command::Fetch(a) => match a.to_spec() {
-            Ok(spec) => match &a.sweep_ratios {
-                Some(list) => sweep(&spec, list, &a),
-                None => fetch(&spec, a.json),
+            Ok(spec) => match a.sweep() {
+                Ok(Some(ratios)) => sweep(&spec, &ratios, &a),
+                Ok(None) => fetch(&spec, a.json),
+                Err(msg) => return usage(&msg),
             },
             Err(msg) => return usage(&msg),
         },
@@ -349,15 +350,10 @@ fn fetch(spec: &flowlab_fragments::fetch::FetchSpec, json: bool) -> anyhow::Resu
 
 fn sweep(
     spec: &flowlab_fragments::fetch::FetchSpec,
-    list: &str,
+    ratios: &[Vec<u32>],
     a: &cli::FetchArgs,
 ) -> anyhow::Result<()> {
     use std::io::IsTerminal;
-    // Checked by FetchArgs::to_spec.
-    let ratios: Vec<Vec<u32>> = list
-        .split(',')
-        .filter_map(|r| flowlab_fragments::schedule::parse_ratio(r).ok())
-        .collect();
     let bars;
     let progress: &dyn flowlab_fragments::fetch::Progress =
         if a.json || !std::io::stderr().is_terminal() {
@@ -366,7 +362,7 @@ fn sweep(
             bars = progress::Bars::new();
             &bars
         };
-    let result = flowlab_fragments::fetch::sweep(spec, &ratios, a.repeat as usize, progress)?;
+    let result = flowlab_fragments::fetch::sweep(spec, ratios, a.repeat as usize, progress)?;
     if let Some(path) = &a.chart {
         let modes: Vec<String> = result.rows.iter().map(|r| r.mode.clone()).collect();
         let means: Vec<f64> = result.rows.iter().map(|r| r.mean_seconds).collect();
@@ -536,7 +532,7 @@ fn net_check(
         build::interfaces(&plan)
             .into_iter()
             .find(|(n, _, _)| n == host)
-            .map(|(_, a, _)| format!("{}.{}.{}.{}", a[0], a[1], a[2], a[3]))
+            .map(|(_, a, _)| std::net::Ipv4Addr::from(a).to_string())
     };
     let mut rows = Vec::new();
     for (a, b) in pairs {

@@ -33,12 +33,19 @@ impl Bars {
 }
 
 impl Progress for Bars {
+    /// Called once per fetch; a sweep runs many with the same bars, so each start
+    /// replaces the previous run's lines.
     fn start(&self, servers: &[String], _fragments: usize, bytes: u64) {
+        self.total.reset();
         self.total.set_length(bytes);
         let style =
             ProgressStyle::with_template("{prefix:<22} {bytes:>10} {bytes_per_sec:>12}  {msg}")
                 .unwrap_or_else(|_| ProgressStyle::default_spinner());
         if let Ok(mut v) = self.servers.lock() {
+            for (b, _) in v.drain(..) {
+                b.finish_and_clear();
+                self.multi.remove(&b);
+            }
             for s in servers {
                 let b = self.multi.add(ProgressBar::new_spinner());
                 b.set_style(style.clone());

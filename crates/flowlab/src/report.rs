@@ -10,10 +10,7 @@ use flowlab_engine::result::{
 use flowlab_engine::units::{Bytes, Rate, UnitFormat};
 
 fn dir(d: StreamDirection) -> &'static str {
-    match d {
-        StreamDirection::Up => "up",
-        StreamDirection::Down => "down",
-    }
+    d.as_str()
 }
 
 /// Prints start information.
@@ -324,30 +321,30 @@ pub fn system(s: &flowlab_proto::system::SystemInfo) -> String {
     let n = |v: Option<u64>| v.map_or_else(unknown, |v| format!("{v}"));
     let _ = writeln!(
         out,
-        "{:<26}{}",
+        "{:<34}{}",
         "kernel",
         s.kernel.clone().unwrap_or_else(unknown)
     );
-    let _ = writeln!(out, "{:<26}{}", "cpus", n(s.cpus));
+    let _ = writeln!(out, "{:<34}{}", "cpus", n(s.cpus));
     let _ = writeln!(
         out,
-        "{:<26}{} (available: {})",
+        "{:<34}{} (available: {})",
         "congestion control",
         s.congestion_default.clone().unwrap_or_else(unknown),
         s.congestion_available.join(" ")
     );
-    let _ = writeln!(out, "{:<26}{}", "net.ipv4.tcp_rmem", triple(s.tcp_rmem));
-    let _ = writeln!(out, "{:<26}{}", "net.ipv4.tcp_wmem", triple(s.tcp_wmem));
-    let _ = writeln!(out, "{:<26}{}", "net.core.rmem_max", n(s.rmem_max));
-    let _ = writeln!(out, "{:<26}{}", "net.core.wmem_max", n(s.wmem_max));
-    let _ = writeln!(out, "{:<26}{}", "net.core.rmem_default", n(s.rmem_default));
-    let _ = writeln!(out, "{:<26}{}", "net.core.wmem_default", n(s.wmem_default));
+    let _ = writeln!(out, "{:<34}{}", "net.ipv4.tcp_rmem", triple(s.tcp_rmem));
+    let _ = writeln!(out, "{:<34}{}", "net.ipv4.tcp_wmem", triple(s.tcp_wmem));
+    let _ = writeln!(out, "{:<34}{}", "net.core.rmem_max", n(s.rmem_max));
+    let _ = writeln!(out, "{:<34}{}", "net.core.wmem_max", n(s.wmem_max));
+    let _ = writeln!(out, "{:<34}{}", "net.core.rmem_default", n(s.rmem_default));
+    let _ = writeln!(out, "{:<34}{}", "net.core.wmem_default", n(s.wmem_default));
     for (k, v) in &s.tcp {
-        let _ = writeln!(out, "{:<26}{v}", format!("net.ipv4.{k}"));
+        let _ = writeln!(out, "{:<34}{v}", format!("net.ipv4.{k}"));
     }
     let _ = writeln!(
         out,
-        "{:<26}{}",
+        "{:<34}{}",
         "net.core.default_qdisc",
         s.default_qdisc.clone().unwrap_or_else(unknown)
     );
@@ -359,7 +356,7 @@ pub fn system(s: &flowlab_proto::system::SystemInfo) -> String {
             .collect();
         let _ = writeln!(
             out,
-            "{:<26}mtu {}  qdisc {}  offloads: {}",
+            "{:<34}mtu {}  qdisc {}  offloads: {}",
             format!("interface {}", i.name),
             n(i.mtu),
             i.qdisc.clone().unwrap_or_else(unknown),
@@ -473,7 +470,7 @@ pub fn net_plan(p: &flowlab_net::topology::Plan<'_>) -> String {
         let members: Vec<String> = s
             .members
             .iter()
-            .map(|(n, a)| format!("{n} {}.{}.{}.{}", a[0], a[1], a[2], a[3]))
+            .map(|(n, a)| format!("{n} {}", std::net::Ipv4Addr::from(*a)))
             .collect();
         let _ = writeln!(
             out,
@@ -530,7 +527,7 @@ pub fn net_plan(p: &flowlab_net::topology::Plan<'_>) -> String {
     }
     let _ = writeln!(
         out,
-        "paths (RTT = 2 x one-way delays, rate = slowest link):"
+        "paths (RTT = one-way delays there and back, rate = slowest link):"
     );
     let hosts: Vec<&String> = t.hosts().collect();
     for (i, a) in hosts.iter().enumerate() {

@@ -61,10 +61,7 @@ pub fn write(trace: &Trace, mut out: impl Write) -> std::io::Result<()> {
             Side::Client => "client",
             Side::Server => "server",
         };
-        let direction = match s.direction {
-            flowlab_engine::result::StreamDirection::Up => "up",
-            flowlab_engine::result::StreamDirection::Down => "down",
-        };
+        let direction = s.direction.as_str();
         for sample in &s.trace.samples {
             let v = serde_json::to_value(sample).unwrap_or_default();
             let cells: Vec<String> = columns

@@ -175,7 +175,7 @@ fn sysinfo_describes_this_machine() {
     assert_success(&text);
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(
-        text.contains(&format!("congestion control        {default}")),
+        text.contains(&format!("{:<34}{default}", "congestion control")),
         "{text}"
     );
 }
@@ -246,6 +246,23 @@ fn quick_runs_tcp_and_udp_both_ways() {
         assert!(text.contains(heading), "missing '{heading}' in:\n{text}");
     }
     assert_eq!(text.matches(" receiver").count(), 4, "{text}");
+    // The same as JSON: four results that moved data, the UDP ones without loss.
+    let out = flowlab()
+        .args(["quick", "-t", "1", "-J"])
+        .timeout(std::time::Duration::from_secs(60))
+        .output()
+        .expect("run");
+    let runs: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON array");
+    let runs = runs.as_array().expect("array");
+    assert_eq!(runs.len(), 4);
+    for r in runs {
+        let rcv = &r["end"]["sums"][0]["receiver"];
+        assert!(rcv["bytes"].as_u64().is_some_and(|b| b > 0), "{rcv}");
+        if r["start"]["spec"]["protocol"] == "udp" {
+            assert_eq!(rcv["udp"]["lost"], 0, "{rcv}");
+            assert_eq!(rcv["udp"]["integrity_percent"], 100.0, "{rcv}");
+        }
+    }
 }
 
 #[test]
@@ -283,6 +300,20 @@ fn trace_prints_a_diagnosis_and_writes_csv() {
     assert!(rows.iter().any(|r| r.starts_with("client,1,up,true,")));
     assert!(rows.iter().any(|r| r.starts_with("server,1,up,false,")));
     assert!(rows.len() >= 40, "{} rows", rows.len());
+    // --json-stream: the trace is one more event, after `end`.
+    let out = flowlab_test(port, &["-t", "1", "--trace=50ms", "--json-stream"]);
+    assert_success(&out);
+    let events: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).expect("a JSON line")["event"]
+                .as_str()
+                .unwrap_or("")
+                .to_string()
+        })
+        .collect();
+    assert_eq!(events.first().map(String::as_str), Some("start"));
+    assert_eq!(&events[events.len() - 2..], ["end", "trace"], "{events:?}");
 }
 
 #[test]
@@ -401,6 +432,47 @@ fn fragments_make_serve_fetch_sweep_join_from_the_command_line() {
         assert!(table.contains(row), "{row} missing in:\n{table}");
     }
     assert!(std::fs::metadata(&chart).expect("chart").len() > 5_000);
+    // As JSON: one row per ratio and adaptive, each mean the average of its runs.
+    let out = flowlab()
+        .args([
+            "fetch",
+            "--from",
+            &from,
+            "--from",
+            &from,
+            "--sweep-ratios",
+            "1:1",
+            "--repeat",
+            "2",
+            "-J",
+            "--out",
+        ])
+        .arg(dir.path().join("sweep"))
+        .output()
+        .expect("runs");
+    assert_success(&out);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["schema"], "flowlab.fetch-sweep/1");
+    assert_eq!(v["repeat"], 2);
+    let rows = v["rows"].as_array().expect("rows");
+    let modes: Vec<&str> = rows.iter().filter_map(|r| r["mode"].as_str()).collect();
+    assert_eq!(modes, ["1:1", "adaptive"]);
+    for r in rows {
+        let s: Vec<f64> = r["seconds"]
+            .as_array()
+            .expect("runs")
+            .iter()
+            .filter_map(|x| x.as_f64())
+            .collect();
+        assert_eq!(s.len(), 2);
+        assert!(s.iter().all(|&x| x > 0.0));
+        let mean = r["mean_seconds"].as_f64().expect("mean");
+        assert!((mean - (s[0] + s[1]) / 2.0).abs() < 1e-9, "{r}");
+    }
+    assert!(
+        !dir.path().join("sweep").join(".sweep-run").exists(),
+        "scratch removed"
+    );
 }
 
 #[test]

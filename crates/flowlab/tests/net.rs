@@ -172,13 +172,8 @@ fn down_cleans_up_after_a_killed_builder() {
 }
 
 #[test]
-fn delay_without_netem_is_refused_before_anything_is_built() {
+fn delay_is_shaped_with_netem_or_refused_before_anything_is_built() {
     if !is_root() {
-        return;
-    }
-    let probe = flowlab_net::build::netem_available();
-    if probe {
-        eprintln!("SKIPPED: this kernel has netem; the refusal is for kernels without it");
         return;
     }
     let portfolio = concat!(
@@ -186,6 +181,39 @@ fn delay_without_netem_is_refused_before_anything_is_built() {
         "/../../topologies/portfolio.toml"
     );
     let _guard = Down("port");
+    if flowlab_net::build::netem_available() {
+        // This kernel can shape delay: the same file builds, with netem and tbf on L1
+        // (link 11 of the file, r1's end).
+        let out = flowlab()
+            .args(["net", "up", portfolio])
+            .output()
+            .expect("up");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let qdiscs = Command::new("tc")
+            .args(["-n", "fl-port-r1", "qdisc", "show", "dev", "l11"])
+            .output()
+            .expect("tc");
+        let qdiscs = String::from_utf8_lossy(&qdiscs.stdout);
+        assert!(
+            qdiscs.contains("netem") && qdiscs.contains("delay 10ms"),
+            "{qdiscs}"
+        );
+        assert!(
+            qdiscs.contains("tbf") && qdiscs.contains("40Mbit"),
+            "{qdiscs}"
+        );
+        let out = flowlab()
+            .args(["net", "down", "port"])
+            .output()
+            .expect("down");
+        assert!(out.status.success());
+        assert!(namespaces_of("port").is_empty());
+        return;
+    }
     let out = flowlab()
         .args(["net", "up", portfolio])
         .output()
