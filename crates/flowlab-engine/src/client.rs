@@ -281,7 +281,7 @@ pub fn run(
         Trace::assemble(
             period.as_micros() as u64,
             &directions,
-            session.traces(),
+            session.take_traces(),
             remote_traces,
         )
     });

@@ -644,7 +644,7 @@ fn run_test(
     let snap = session.snapshot();
     let wall = session.ctl.epoch.elapsed();
     let mut mine = session.peer_results(&snap, wall);
-    for trace in session.traces() {
+    for trace in session.take_traces() {
         if let Some(s) = mine.streams.iter_mut().find(|s| s.id == trace.id) {
             s.trace = Some(trace);
         }

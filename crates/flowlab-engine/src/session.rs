@@ -160,9 +160,9 @@ impl DataSession {
     }
 
     /// This side's results for the exchange, after all streams ended.
-    /// `--trace`: every TCP stream's samples so far (empty when not tracing). Call after
-    /// the streams stopped for complete traces.
-    pub fn traces(&self) -> Vec<StreamTrace> {
+    /// `--trace`: takes every TCP stream's samples (empty when not tracing). Call once,
+    /// after the streams stopped; the samples move out rather than being copied.
+    pub fn take_traces(&self) -> Vec<StreamTrace> {
         let Some(period) = self.cfg.trace else {
             return Vec::new();
         };
@@ -178,7 +178,7 @@ impl DataSession {
                         .counters
                         .trace
                         .lock()
-                        .map(|v| v.clone())
+                        .map(|mut v| std::mem::take(&mut *v))
                         .unwrap_or_default(),
                 }),
                 Transport::Udp(_) => None,
