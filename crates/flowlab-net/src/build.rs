@@ -9,9 +9,12 @@
 //! appends each namespace to *before* creating it, and also removes any namespace with the
 //! topology's prefix, so a crashed or killed `up` is cleaned up too.
 //!
-//! Link emulation: rate and queue with `tbf` (every kernel). Delay, jitter and loss need
-//! `netem`; on a kernel without `sch_netem` such links are refused with a clear error
-//! (the user-space emulator is the next step).
+//! Link emulation: rate and queue with `tbf` on the sending interface, in every kernel and
+//! with either backend. Delay, jitter and loss with one of two [`Backend`]s:
+//! - `netem` as the root qdisc of the sending interface, `tbf` as its child;
+//! - the user-space emulator ([`crate::forward`]): the link gets a middle namespace
+//!   `fl-<topology>-link.<index>` between its two ends, and one emulator process per
+//!   topology forwards frames across it, delayed and dropped as the file says.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -36,6 +39,74 @@ pub enum NetError {
     Io(PathBuf, std::io::Error),
     #[error("a topology named '{0}' is up already (flowlab net down {0})")]
     Exists(String),
+    #[error("the link emulator did not start: {0}")]
+    Emulator(String),
+}
+
+/// Where delay, jitter and loss are emulated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// netem where the kernel has it, else the user-space emulator.
+    Auto,
+    /// The kernel's `sch_netem`.
+    Netem,
+    /// flowlab's user-space emulator (every kernel).
+    Userspace,
+}
+
+impl std::str::FromStr for Backend {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(Backend::Auto),
+            "netem" => Ok(Backend::Netem),
+            "userspace" => Ok(Backend::Userspace),
+            _ => Err(format!("'{s}': choose auto, netem or userspace")),
+        }
+    }
+}
+
+impl std::fmt::Display for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Backend::Auto => "auto",
+            Backend::Netem => "netem",
+            Backend::Userspace => "userspace",
+        })
+    }
+}
+
+/// How `up` builds.
+#[derive(Debug, Clone)]
+pub struct UpOptions {
+    pub backend: Backend,
+    /// The program run as the user-space emulator: `PROGRAM net _emulate TOPOLOGY`, with
+    /// the links as JSON ([`crate::forward::EmulatedLink`]) on its stdin; it prints
+    /// `ready` once it forwards.
+    pub emulator: PathBuf,
+}
+
+/// What `up` built, kept in `<state dir>/<topology>.json` for `status` and `down`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct State {
+    /// `netem` or `userspace` when some link needed emulation, else `None` (tbf only).
+    pub backend: Option<Backend>,
+    /// The emulator process, when there is one.
+    pub emulator_pid: Option<u32>,
+    /// The links the emulator forwards.
+    pub emulated_links: Vec<String>,
+}
+
+/// Whether a direction needs more than tbf.
+fn needs_emulation(s: &Shape) -> bool {
+    !s.delay.is_zero() || !s.jitter.is_zero() || s.loss > 0.0
+}
+
+/// The middle namespace of link `index` under the user-space backend (a dot cannot
+/// appear in a node name, so it never collides with one).
+pub fn link_ns_name(topo: &str, index: usize) -> String {
+    format!("fl-{topo}-link.{index}")
 }
 
 /// The namespace of `node` in topology `topo`.
@@ -115,13 +186,14 @@ fn record(dir: &Path, topo: &str, ns: &str) -> Result<(), NetError> {
     writeln!(f, "{ns}").map_err(|e| NetError::Io(path, e))
 }
 
-/// The `tc` arguments that shape one direction of a link on interface `dev`.
-pub fn shaping(dev: &str, s: &Shape, netem: bool) -> Result<Vec<Vec<String>>, String> {
+/// The `tc` arguments that shape one direction of a link on interface `dev`: `tbf` for
+/// rate and queue; with `netem`, netem for delay, jitter and loss at the root and tbf as
+/// its child. Without `netem`, delay, jitter and loss are left to the user-space emulator.
+pub fn shaping(dev: &str, s: &Shape, netem: bool) -> Vec<Vec<String>> {
     let mut cmds = Vec::new();
     let limit_bytes = s
         .queue_bytes
         .unwrap_or(s.queue_packets.unwrap_or(DEFAULT_QUEUE) * PACKET_BYTES);
-    let needs_netem = !s.delay.is_zero() || !s.jitter.is_zero() || s.loss > 0.0;
     let tbf = |parent: &[&str], rate: u64| -> Vec<String> {
         // Burst: a millisecond at the rate, but at least two full packets.
         let burst = (rate / 8 / 1000).max(2 * PACKET_BYTES);
@@ -141,10 +213,7 @@ pub fn shaping(dev: &str, s: &Shape, netem: bool) -> Result<Vec<Vec<String>>, St
         ]);
         v
     };
-    if needs_netem {
-        if !netem {
-            return Err("needs netem (delay, jitter or loss), which this kernel lacks (no sch_netem); the user-space emulator is not built yet".into());
-        }
+    if netem && needs_emulation(s) {
         let mut v: Vec<String> = ["qdisc", "add", "dev", dev, "root", "handle", "1:", "netem"]
             .iter()
             .map(|x| x.to_string())
@@ -157,8 +226,9 @@ pub fn shaping(dev: &str, s: &Shape, netem: bool) -> Result<Vec<Vec<String>>, St
         if s.loss > 0.0 {
             v.extend(["loss".into(), format!("{}%", s.loss * 100.0)]);
         }
-        let packets = limit_bytes / PACKET_BYTES;
-        v.extend(["limit".into(), packets.max(1).to_string()]);
+        // netem's limit counts the packets on its delay line: as many as the user-space
+        // emulator's line holds.
+        v.extend(["limit".into(), crate::emulator::line_limit(s).to_string()]);
         cmds.push(v);
         if let Some(rate) = s.rate_bps {
             cmds.push(tbf(&["parent", "1:", "handle", "2:"], rate));
@@ -166,35 +236,53 @@ pub fn shaping(dev: &str, s: &Shape, netem: bool) -> Result<Vec<Vec<String>>, St
     } else if let Some(rate) = s.rate_bps {
         cmds.push(tbf(&["root"], rate));
     }
-    Ok(cmds)
+    cmds
 }
 
-/// Builds `t`. On failure everything created so far is removed again.
-pub fn up(t: &Topology, dir: &Path) -> Result<(), NetError> {
+/// Builds `t`. On failure everything created so far is removed again. Returns what was
+/// built.
+pub fn up(t: &Topology, dir: &Path, opts: &UpOptions) -> Result<State, NetError> {
     if namespaces().iter().any(|n| n.starts_with(&prefix(&t.name))) {
         return Err(NetError::Exists(t.name.clone()));
     }
-    let netem = t.links.iter().any(|l| {
-        [l.a_to_b, l.b_to_a]
-            .iter()
-            .any(|s| !s.delay.is_zero() || !s.jitter.is_zero() || s.loss > 0.0)
-    }) && netem_available();
-    // Check all shaping before creating anything.
-    for l in &t.links {
-        for s in [&l.a_to_b, &l.b_to_a] {
-            shaping("x", s, netem)
-                .map_err(|e| NetError::Unsupported(format!("link {}: {e}", l.name)))?;
-        }
-    }
-    let result = build(t, dir, netem);
+    let emulated: Vec<usize> = t
+        .links
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| needs_emulation(&l.a_to_b) || needs_emulation(&l.b_to_a))
+        .map(|(i, _)| i)
+        .collect();
+    let backend = if emulated.is_empty() {
+        None
+    } else {
+        Some(match opts.backend {
+            Backend::Auto if netem_available() => Backend::Netem,
+            Backend::Auto | Backend::Userspace => Backend::Userspace,
+            Backend::Netem if netem_available() => Backend::Netem,
+            Backend::Netem => {
+                return Err(NetError::Unsupported(format!(
+                    "link {} needs delay, jitter or loss, and this kernel has no netem (sch_netem); use --backend userspace (or auto)",
+                    t.links[emulated[0]].name
+                )));
+            }
+        })
+    };
+    let result = build(t, dir, backend, &emulated, opts);
     if result.is_err() {
         let _ = down(&t.name, dir);
     }
     result
 }
 
-fn build(t: &Topology, dir: &Path, netem: bool) -> Result<(), NetError> {
+fn build(
+    t: &Topology,
+    dir: &Path,
+    backend: Option<Backend>,
+    emulated: &[usize],
+    opts: &UpOptions,
+) -> Result<State, NetError> {
     let ns = |n: &str| ns_name(&t.name, n);
+    let userspace = backend == Some(Backend::Userspace);
     for n in t.nodes.keys() {
         record(dir, &t.name, &ns(n))?;
         run("ip", &["netns", "add", &ns(n)])?;
@@ -209,37 +297,82 @@ fn build(t: &Topology, dir: &Path, netem: bool) -> Result<(), NetError> {
             run("ip", &["-n", &ns(n), "link", "set", "br0", "up"])?;
         }
         if *k == Kind::Router {
-            run(
-                "ip",
-                &[
-                    "netns",
-                    "exec",
-                    &ns(n),
-                    "sysctl",
-                    "-qw",
-                    "net.ipv4.ip_forward=1",
-                ],
-            )?;
+            sysctl(&ns(n), "net.ipv4.ip_forward=1")?;
         }
     }
+    let mut links = Vec::new();
     for (i, l) in t.links.iter().enumerate() {
         let dev = format!("l{i}");
         let (na, nb) = (ns(&l.a), ns(&l.b));
-        run(
-            "ip",
-            &[
-                "link", "add", &dev, "netns", &na, "type", "veth", "peer", "name", &dev, "netns",
-                &nb,
-            ],
-        )?;
+        if userspace && emulated.contains(&i) {
+            // a's l<i> ⇄ "a" in the middle ⇄ emulator ⇄ "b" in the middle ⇄ b's l<i>.
+            let mid = link_ns_name(&t.name, i);
+            record(dir, &t.name, &mid)?;
+            run("ip", &["netns", "add", &mid])?;
+            // Its kernel must not talk on the link: no IPv6 (IPv4 has no address).
+            sysctl(&mid, "net.ipv6.conf.all.disable_ipv6=1")?;
+            sysctl(&mid, "net.ipv6.conf.default.disable_ipv6=1")?;
+            run(
+                "ip",
+                &[
+                    "link", "add", "name", &dev, "netns", &na, "type", "veth", "peer", "name", "a",
+                    "netns", &mid,
+                ],
+            )?;
+            run(
+                "ip",
+                &[
+                    "link", "add", "name", "b", "netns", &mid, "type", "veth", "peer", "name",
+                    &dev, "netns", &nb,
+                ],
+            )?;
+            for end in ["a", "b"] {
+                let _ = crate::netns::run_in(&mid, move || crate::netns::no_gro(end));
+                run("ip", &["-n", &mid, "link", "set", "dev", end, "up"])?;
+            }
+            for n in [&na, &nb] {
+                let d = dev.clone();
+                crate::netns::run_in(n, move || crate::netns::complete_frames(&d)).map_err(
+                    |e| NetError::Command {
+                        command: format!("ethtool -K {dev} tx off (in {n})"),
+                        message: e.to_string(),
+                    },
+                )?;
+            }
+            let spec = |s: &Shape| crate::forward::LineSpec {
+                delay_us: s.delay.as_micros() as u64,
+                jitter_us: s.jitter.as_micros() as u64,
+                loss: s.loss,
+                limit: crate::emulator::line_limit(s),
+            };
+            links.push(crate::forward::EmulatedLink {
+                name: l.name.clone(),
+                namespace: mid,
+                a: "a".into(),
+                b: "b".into(),
+                a_to_b: spec(&l.a_to_b),
+                b_to_a: spec(&l.b_to_a),
+            });
+        } else {
+            run(
+                "ip",
+                &[
+                    "link", "add", "name", &dev, "netns", &na, "type", "veth", "peer", "name",
+                    &dev, "netns", &nb,
+                ],
+            )?;
+        }
         for (node, n) in [(&l.a, &na), (&l.b, &nb)] {
             if t.nodes[node] == Kind::Switch {
-                run("ip", &["-n", n, "link", "set", &dev, "master", "br0"])?;
+                run(
+                    "ip",
+                    &["-n", n, "link", "set", "dev", &dev, "master", "br0"],
+                )?;
             }
-            run("ip", &["-n", n, "link", "set", &dev, "up"])?;
+            run("ip", &["-n", n, "link", "set", "dev", &dev, "up"])?;
         }
         for (s, n) in [(&l.a_to_b, &na), (&l.b_to_a, &nb)] {
-            for cmd in shaping(&dev, s, netem).map_err(NetError::Unsupported)? {
+            for cmd in shaping(&dev, s, backend == Some(Backend::Netem)) {
                 let mut args = vec!["-n", n.as_str()];
                 args.extend(cmd.iter().map(String::as_str));
                 run("tc", &args)?;
@@ -257,7 +390,100 @@ fn build(t: &Topology, dir: &Path, netem: bool) -> Result<(), NetError> {
             &["-n", &ns(&node), "route", "add", &subnet, "via", &via],
         )?;
     }
-    Ok(())
+    let mut state = State {
+        backend,
+        emulator_pid: None,
+        emulated_links: links.iter().map(|l| l.name.clone()).collect(),
+    };
+    if !links.is_empty() {
+        state.emulator_pid = Some(start_emulator(&t.name, dir, &links, opts)?);
+    }
+    write_state(dir, &t.name, &state)?;
+    Ok(state)
+}
+
+fn sysctl(ns: &str, setting: &str) -> Result<(), NetError> {
+    let (key, value) = setting.split_once('=').unwrap_or((setting, "1"));
+    let path = format!("/proc/sys/{}", key.replace('.', "/"));
+    let value = value.to_string();
+    crate::netns::run_in(ns, move || std::fs::write(&path, value)).map_err(|e| NetError::Command {
+        command: format!("sysctl {setting} (in {ns})"),
+        message: e.to_string(),
+    })
+}
+
+fn state_json(dir: &Path, topo: &str) -> PathBuf {
+    dir.join(format!("{topo}.json"))
+}
+
+/// Where the emulator of `topo` writes its counters (about once a second).
+pub fn stats_file(dir: &Path, topo: &str) -> PathBuf {
+    dir.join(format!("{topo}.stats.json"))
+}
+
+fn emulator_log(dir: &Path, topo: &str) -> PathBuf {
+    dir.join(format!("{topo}.emulator.log"))
+}
+
+fn write_state(dir: &Path, topo: &str, state: &State) -> Result<(), NetError> {
+    let path = state_json(dir, topo);
+    let text = serde_json::to_string_pretty(state).unwrap_or_default();
+    std::fs::write(&path, text).map_err(|e| NetError::Io(path, e))
+}
+
+/// What `up` recorded about `topo`, if it finished.
+pub fn state(dir: &Path, topo: &str) -> Option<State> {
+    let text = std::fs::read_to_string(state_json(dir, topo)).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+/// Starts the emulator process and waits until it forwards. Its pid is recorded first,
+/// so `down` finds it even if this process dies now.
+fn start_emulator(
+    topo: &str,
+    dir: &Path,
+    links: &[crate::forward::EmulatedLink],
+    opts: &UpOptions,
+) -> Result<u32, NetError> {
+    use std::io::{BufRead, Write};
+    use std::os::unix::process::CommandExt;
+    let log_path = emulator_log(dir, topo);
+    let log = std::fs::File::create(&log_path).map_err(|e| NetError::Io(log_path.clone(), e))?;
+    let mut child = std::process::Command::new(&opts.emulator)
+        .args(["net", "_emulate", topo])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(log)
+        // Its own process group: a Ctrl-C meant for the caller does not stop the links.
+        .process_group(0)
+        .spawn()
+        .map_err(|e| NetError::Emulator(format!("{}: {e}", opts.emulator.display())))?;
+    let pid = child.id();
+    record(dir, topo, &format!("pid {pid}"))?;
+    let json = serde_json::to_string(links).unwrap_or_default();
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(json.as_bytes())
+            .map_err(|e| NetError::Emulator(e.to_string()))?;
+    }
+    let mut line = String::new();
+    if let Some(out) = child.stdout.take() {
+        let _ = std::io::BufReader::new(out).read_line(&mut line);
+    }
+    if line.trim() != "ready" {
+        let _ = child.kill();
+        let _ = child.wait();
+        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+        return Err(NetError::Emulator(
+            log.lines()
+                .last()
+                .unwrap_or("it exited without a word")
+                .to_string(),
+        ));
+    }
+    // The child lives on; it is not waited for (down stops it).
+    std::mem::forget(child);
+    Ok(pid)
 }
 
 /// Every node interface with an address: (node, address, device).
@@ -327,13 +553,64 @@ pub fn routes(plan: &Plan<'_>) -> Vec<(String, String, String)> {
     out
 }
 
-/// Removes topology `name`: the namespaces in its state file and any with its prefix.
+/// Whether process `pid` is the emulator of topology `topo` (its command line ends in
+/// `net _emulate <topo>`).
+fn is_emulator(pid: u32, topo: &str) -> bool {
+    let Ok(raw) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+        return false;
+    };
+    let args: Vec<&[u8]> = raw.split(|&b| b == 0).filter(|a| !a.is_empty()).collect();
+    args.ends_with(&[b"net".as_slice(), b"_emulate", topo.as_bytes()])
+}
+
+/// Emulator processes of `topo`: the recorded one and any other found in /proc (one
+/// started by an `up` that died before recording it).
+fn emulators(recorded: &[u32], topo: &str) -> Vec<u32> {
+    let mut pids: Vec<u32> = recorded.to_vec();
+    if let Ok(dir) = std::fs::read_dir("/proc") {
+        pids.extend(dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok()));
+    }
+    pids.sort_unstable();
+    pids.dedup();
+    pids.retain(|&p| is_emulator(p, topo));
+    pids
+}
+
+/// Sends SIGTERM, then SIGKILL to what is still there after a second; waits until gone.
+fn stop(pids: &[u32]) {
+    let alive = |p: u32| std::path::Path::new(&format!("/proc/{p}")).exists();
+    for &p in pids {
+        // SAFETY: kill(2) with a pid and a signal number.
+        unsafe { libc::kill(p as libc::pid_t, libc::SIGTERM) };
+    }
+    for round in 0..40 {
+        let left: Vec<u32> = pids.iter().copied().filter(|&p| alive(p)).collect();
+        if left.is_empty() {
+            return;
+        }
+        if round == 10 {
+            for &p in &left {
+                // SAFETY: as above.
+                unsafe { libc::kill(p as libc::pid_t, libc::SIGKILL) };
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// Removes topology `name`: stops its emulator and every process still running in its
+/// namespaces, then removes the namespaces in its state file and any with its prefix.
 /// Returns the namespaces removed.
 pub fn down(name: &str, dir: &Path) -> Result<Vec<String>, NetError> {
     let path = state_file(dir, name);
-    let mut listed: Vec<String> = std::fs::read_to_string(&path)
-        .map(|s| s.lines().map(String::from).collect())
-        .unwrap_or_default();
+    let mut listed = Vec::new();
+    let mut pids = Vec::new();
+    for line in std::fs::read_to_string(&path).unwrap_or_default().lines() {
+        match line.strip_prefix("pid ") {
+            Some(p) => pids.extend(p.trim().parse::<u32>()),
+            None => listed.push(line.to_string()),
+        }
+    }
     listed.extend(
         namespaces()
             .into_iter()
@@ -342,14 +619,52 @@ pub fn down(name: &str, dir: &Path) -> Result<Vec<String>, NetError> {
     listed.sort();
     listed.dedup();
     let existing = namespaces();
+    let listed: Vec<String> = listed
+        .into_iter()
+        .filter(|n| existing.contains(n))
+        .collect();
+    stop(&emulators(&pids, name));
+    // Servers and shells started with `net exec` would keep a namespace alive.
+    let inside: Vec<u32> = listed
+        .iter()
+        .flat_map(|ns| {
+            run("ip", &["netns", "pids", ns])
+                .unwrap_or_default()
+                .split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect();
+    stop(&inside);
     let mut removed = Vec::new();
+    let mut failed = None;
     for ns in listed {
-        if existing.contains(&ns) {
-            run("ip", &["netns", "del", &ns])?;
-            removed.push(ns);
+        // A namespace still being entered or left can refuse once: try again briefly.
+        let mut result = run("ip", &["netns", "del", &ns]);
+        for _ in 0..20 {
+            if result.is_ok() || !namespaces().contains(&ns) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            result = run("ip", &["netns", "del", &ns]);
+        }
+        match result {
+            Ok(_) => removed.push(ns),
+            Err(e) if namespaces().contains(&ns) => failed = failed.or(Some(e)),
+            Err(_) => removed.push(ns),
         }
     }
-    let _ = std::fs::remove_file(&path);
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    for p in [
+        path,
+        state_json(dir, name),
+        stats_file(dir, name),
+        emulator_log(dir, name),
+    ] {
+        let _ = std::fs::remove_file(p);
+    }
     // The state directories go too, once no other topology is recorded in them.
     if std::fs::remove_dir(dir).is_ok() {
         if let Some(parent) = dir.parent() {
@@ -386,34 +701,61 @@ mod tests {
             queue_packets: Some(67),
             ..Shape::default()
         };
-        let cmds = shaping("l3", &s, false).unwrap();
+        let cmds = shaping("l3", &s, false);
         assert_eq!(cmds.len(), 1);
         assert_eq!(
             cmds[0].join(" "),
             "qdisc add dev l3 root tbf rate 40000000bit burst 5000 limit 101438"
         );
-        assert!(shaping("l3", &Shape::default(), false).unwrap().is_empty());
+        assert!(shaping("l3", &Shape::default(), false).is_empty());
     }
 
     #[test]
-    fn delay_needs_netem_and_says_so() {
+    fn delay_goes_to_netem_or_is_left_to_the_emulator() {
         let s = Shape {
             rate_bps: Some(30_000_000),
             delay: std::time::Duration::from_millis(20),
+            queue_packets: Some(100),
             ..Shape::default()
         };
-        let e = shaping("l1", &s, false).unwrap_err();
-        assert!(e.contains("netem"), "{e}");
-        let cmds = shaping("l1", &s, true).unwrap();
+        // User-space backend: tbf alone here; the emulator delays.
+        let cmds = shaping("l1", &s, false);
+        assert_eq!(cmds.len(), 1);
+        assert!(
+            cmds[0]
+                .join(" ")
+                .starts_with("qdisc add dev l1 root tbf rate 30000000bit")
+        );
+        // netem backend: netem at the root with the same line limit, tbf as its child.
+        let cmds = shaping("l1", &s, true);
         assert_eq!(
             cmds[0].join(" "),
-            "qdisc add dev l1 root handle 1: netem delay 20000us 0us limit 1000"
+            format!(
+                "qdisc add dev l1 root handle 1: netem delay 20000us 0us limit {}",
+                crate::emulator::line_limit(&s)
+            )
         );
         assert!(
             cmds[1]
                 .join(" ")
                 .starts_with("qdisc add dev l1 parent 1: handle 2: tbf rate 30000000bit")
         );
+    }
+
+    #[test]
+    fn backends_parse_and_link_namespaces_cannot_be_node_names() {
+        assert_eq!("userspace".parse::<Backend>(), Ok(Backend::Userspace));
+        assert_eq!("auto".parse::<Backend>(), Ok(Backend::Auto));
+        assert!(
+            "tc".parse::<Backend>()
+                .unwrap_err()
+                .contains("auto, netem or userspace")
+        );
+        let name = link_ns_name("port", 11);
+        assert_eq!(name, "fl-port-link.11");
+        let node = name.strip_prefix("fl-port-").unwrap();
+        let t = format!("name = \"port\"\nhosts = [\"{node}\"]\n");
+        assert!(Topology::parse(&t).is_err());
     }
 
     #[test]

@@ -10,19 +10,43 @@ pub const RTT_TOLERANCE: Duration = Duration::from_millis(1);
 /// Measured throughput must lie within these shares of the bottleneck rate.
 pub const RATE_LOW: f64 = 0.90;
 pub const RATE_HIGH: f64 = 1.02;
+/// Measured random loss may differ from the configured one by this share of it.
+pub const LOSS_TOLERANCE: f64 = 0.20;
+
+/// What `net check` measured on a path; `None` where it did not measure.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Measured {
+    /// RTT of the idle path (median of small probes).
+    pub rtt: Option<Duration>,
+    /// TCP throughput, bits per second.
+    pub bps: f64,
+    /// The highest RTT while the TCP test filled the path.
+    pub loaded_rtt: Option<Duration>,
+    /// The median RTT while the TCP test ran.
+    pub loaded_rtt_median: Option<Duration>,
+    /// Share of UDP datagrams lost.
+    pub loss: Option<f64>,
+    /// The path carried other pairs' traffic too (`net check --together`): its rate is
+    /// not held to the bottleneck.
+    pub shared: bool,
+}
 
 /// What falls outside the bounds, one phrase each (empty: the path is as the file says).
-/// An unshaped path has no rate to miss; an RTT that could not be measured is not judged.
-pub fn deviations(implied: &PathInfo, rtt: Option<Duration>, bps: f64) -> Vec<String> {
+/// An unshaped path has no rate to miss, nor has one with random loss (TCP cannot fill
+/// it); what was not measured is not judged; loss is judged only on paths with
+/// configured loss.
+pub fn deviations(implied: &PathInfo, m: &Measured) -> Vec<String> {
     let mut out = Vec::new();
-    if let Some(m) = rtt {
-        let off = m.as_secs_f64() - implied.rtt.as_secs_f64();
+    if let Some(rtt) = m.rtt {
+        let off = rtt.as_secs_f64() - implied.rtt.as_secs_f64();
         if off.abs() > RTT_TOLERANCE.as_secs_f64() {
             out.push(format!("RTT off by {:.1} ms", off * 1000.0));
         }
     }
-    if let Some(r) = implied.bottleneck_bps {
-        let share = bps / r as f64;
+    // Random loss caps TCP below the link rate (Mathis et al.): no rate bound to hold.
+    // Nor is a path that other pairs shared.
+    if let (Some(r), true) = (implied.bottleneck_bps, implied.loss == 0.0 && !m.shared) {
+        let share = m.bps / r as f64;
         if !(RATE_LOW..=RATE_HIGH).contains(&share) {
             out.push(format!(
                 "throughput {:.0} % of the bottleneck",
@@ -30,7 +54,90 @@ pub fn deviations(implied: &PathInfo, rtt: Option<Duration>, bps: f64) -> Vec<St
             ));
         }
     }
+    // Only a rate limit makes a queue (elsewhere the bound would be the hosts' own
+    // buffers, which the file does not describe).
+    if let (Some(loaded), Some(_)) = (m.loaded_rtt, implied.bottleneck_bps) {
+        let bound = implied.rtt + implied.queue_delay + RTT_TOLERANCE;
+        if loaded > bound {
+            out.push(format!(
+                "RTT under load {:.1} ms, above the queue bound {:.1} ms",
+                loaded.as_secs_f64() * 1000.0,
+                bound.as_secs_f64() * 1000.0
+            ));
+        }
+    }
+    if let Some(loss) = m.loss {
+        if implied.loss > 0.0 && (loss - implied.loss).abs() > LOSS_TOLERANCE * implied.loss {
+            out.push(format!(
+                "loss {:.2} % instead of {:.2} %",
+                loss * 100.0,
+                implied.loss * 100.0
+            ));
+        }
+    }
     out
+}
+
+/// Max-min fair shares of flows that run together: each flow is the (link, direction)
+/// hops it crosses, and each hop's capacity is its rate (`None`: unlimited). Water
+/// filling: all flows grow together; when a hop fills, its flows are frozen at their
+/// share, and the rest grow on. A flow that crosses no limited hop gets `None`.
+pub fn max_min_shares(
+    flows: &[Vec<(usize, bool)>],
+    capacity: impl Fn(usize, bool) -> Option<u64>,
+) -> Vec<Option<f64>> {
+    let mut share: Vec<Option<f64>> = vec![None; flows.len()];
+    let mut frozen: Vec<bool> = flows
+        .iter()
+        .map(|f| f.iter().all(|&(l, d)| capacity(l, d).is_none()))
+        .collect();
+    let mut hops: Vec<(usize, bool)> = flows.iter().flatten().copied().collect();
+    hops.sort_unstable();
+    hops.dedup();
+    let mut level = 0.0;
+    while frozen.iter().any(|f| !f) {
+        // The hop that fills first as the unfrozen flows grow from `level`.
+        let mut next: Option<(f64, (usize, bool))> = None;
+        for &hop in &hops {
+            let Some(cap) = capacity(hop.0, hop.1) else {
+                continue;
+            };
+            let users = |fz: bool| {
+                flows
+                    .iter()
+                    .zip(&frozen)
+                    .enumerate()
+                    .filter(move |(_, (f, z))| f.contains(&hop) && **z == fz)
+                    .map(|(i, _)| i)
+            };
+            let growing = users(false).count();
+            if growing == 0 {
+                continue;
+            }
+            let used: f64 = users(true).filter_map(|i| share[i]).sum();
+            let fill = (cap as f64 - used) / growing as f64;
+            if next.is_none_or(|(f, _)| fill < f) {
+                next = Some((fill, hop));
+            }
+        }
+        let Some((fill, hop)) = next else { break };
+        level = fill.max(level);
+        for (i, f) in flows.iter().enumerate() {
+            if !frozen[i] && f.contains(&hop) {
+                frozen[i] = true;
+                share[i] = Some(level);
+            }
+        }
+    }
+    share
+}
+
+/// Jain's fairness index of `rates`: (Σx)² / (n Σx²), 1 when all are equal, 1/n when one
+/// takes everything.
+pub fn jain_index(rates: &[f64]) -> Option<f64> {
+    let sum: f64 = rates.iter().sum();
+    let squares: f64 = rates.iter().map(|x| x * x).sum();
+    (squares > 0.0).then(|| sum * sum / (rates.len() as f64 * squares))
 }
 
 #[cfg(test)]
@@ -43,30 +150,140 @@ mod tests {
             hops: Vec::new(),
             rtt: Duration::from_millis(rtt_ms),
             bottleneck_bps: rate,
+            queue_delay: Duration::from_millis(40),
+            loss: 0.0,
         }
+    }
+
+    fn measured(rtt_us: Option<u64>, bps: f64) -> Measured {
+        Measured {
+            rtt: rtt_us.map(Duration::from_micros),
+            bps,
+            ..Measured::default()
+        }
+    }
+
+    #[test]
+    fn shares_fill_the_tightest_link_first() {
+        // Seed 001: L1 (link 0) 40M, L2 (1) 30M, L3 (2) 20M, all crossed forward.
+        let cap = |l: usize, _: bool| Some([40_000_000, 30_000_000, 20_000_000][l]);
+        let l1l2 = vec![(0, true), (1, true)];
+        let l2l3 = vec![(1, true), (2, true)];
+        let l3 = vec![(2, true)];
+        // Two or three pairs over L1 and L2 split L2.
+        assert_eq!(
+            max_min_shares(&[l1l2.clone(), l1l2.clone()], cap),
+            [Some(15e6), Some(15e6)]
+        );
+        assert_eq!(
+            max_min_shares(&[l1l2.clone(), l1l2.clone(), l1l2.clone()], cap),
+            [Some(10e6); 3]
+        );
+        // h1-h4 and h7-h9 share only L2: 15 each (L3's 20 does not bind).
+        assert_eq!(
+            max_min_shares(&[l1l2.clone(), l2l3.clone()], cap),
+            [Some(15e6), Some(15e6)]
+        );
+        // h1-h4 and h8-h9 share nothing: each gets its own bottleneck.
+        assert_eq!(
+            max_min_shares(&[l1l2.clone(), l3.clone()], cap),
+            [Some(30e6), Some(20e6)]
+        );
+        // A flow held back elsewhere (by a 5 Mbit/s link) leaves the rest of a shared
+        // 30 Mbit/s link to the others: (30 − 5) / 2 each.
+        let cap2 = |l: usize, _: bool| Some([5_000_000, 30_000_000][l]);
+        let shares = max_min_shares(
+            &[vec![(0, true), (1, true)], vec![(1, true)], vec![(1, true)]],
+            cap2,
+        );
+        assert_eq!(shares, [Some(5e6), Some(12.5e6), Some(12.5e6)]);
+        // Unlimited paths have no share; directions are separate hops.
+        let none = |_: usize, d: bool| d.then_some(10_000_000);
+        assert_eq!(
+            max_min_shares(&[vec![(0, false)], vec![(0, true)]], none),
+            [None, Some(10e6)]
+        );
+    }
+
+    #[test]
+    fn jain_is_one_for_equal_rates_and_one_over_n_for_a_hog() {
+        assert_eq!(jain_index(&[5.0, 5.0, 5.0]), Some(1.0));
+        assert!((jain_index(&[9.0, 0.0, 0.0]).unwrap() - 1.0 / 3.0).abs() < 1e-12);
+        assert_eq!(jain_index(&[]), None);
     }
 
     #[test]
     fn within_the_bounds_nothing_is_flagged() {
         let p = path(60, Some(30_000_000));
-        assert!(deviations(&p, Some(Duration::from_micros(60_900)), 27_100_000.0).is_empty());
-        assert!(deviations(&p, None, 30_600_000.0).is_empty());
+        assert!(deviations(&p, &measured(Some(60_900), 27_100_000.0)).is_empty());
+        assert!(deviations(&p, &measured(None, 30_600_000.0)).is_empty());
         // An unshaped path has no bottleneck to miss.
-        assert!(deviations(&path(0, None), Some(Duration::ZERO), 19e9).is_empty());
+        assert!(deviations(&path(0, None), &measured(Some(0), 19e9)).is_empty());
+        // A full queue: 60 + 40 ms, plus the tolerance.
+        let full = Measured {
+            loaded_rtt: Some(Duration::from_micros(100_900)),
+            ..measured(Some(60_000), 29e6)
+        };
+        assert!(deviations(&p, &full).is_empty());
+        let lossy = PathInfo {
+            loss: 0.05,
+            ..path(60, None)
+        };
+        let m = Measured {
+            loss: Some(0.0590),
+            ..measured(None, 0.0)
+        };
+        assert!(deviations(&lossy, &m).is_empty());
+        // Nor is a lossy path's throughput held to its rate.
+        let lossy_limited = PathInfo {
+            loss: 0.05,
+            ..path(10, Some(50_000_000))
+        };
+        assert!(deviations(&lossy_limited, &measured(None, 20e6)).is_empty());
     }
 
     #[test]
     fn outside_them_each_miss_is_named() {
         let p = path(60, Some(30_000_000));
-        let d = deviations(&p, Some(Duration::from_micros(61_200)), 26_000_000.0);
+        let d = deviations(&p, &measured(Some(61_200), 26_000_000.0));
         assert_eq!(
             d,
             ["RTT off by 1.2 ms", "throughput 87 % of the bottleneck"]
         );
-        let d = deviations(&p, Some(Duration::from_millis(58)), 31_000_000.0);
+        let d = deviations(&p, &measured(Some(58_000), 31_000_000.0));
         assert_eq!(
             d,
             ["RTT off by -2.0 ms", "throughput 103 % of the bottleneck"]
         );
+        let over = Measured {
+            loaded_rtt: Some(Duration::from_micros(101_100)),
+            ..measured(None, 29e6)
+        };
+        // Without a rate limit there is no queue to bound.
+        assert!(deviations(&path(60, None), &over).is_empty());
+        assert_eq!(
+            deviations(&p, &over),
+            ["RTT under load 101.1 ms, above the queue bound 101.0 ms"]
+        );
+        let lossy = PathInfo {
+            loss: 0.05,
+            ..path(60, None)
+        };
+        for (loss, says) in [
+            (0.0610, "loss 6.10 % instead of 5.00 %"),
+            (0.0390, "loss 3.90 % instead of 5.00 %"),
+        ] {
+            let m = Measured {
+                loss: Some(loss),
+                ..measured(None, 0.0)
+            };
+            assert_eq!(deviations(&lossy, &m), [says]);
+        }
+        // Loss is not judged where none is configured.
+        let m = Measured {
+            loss: Some(0.3),
+            ..measured(None, 29e6)
+        };
+        assert!(deviations(&p, &m).is_empty());
     }
 }

@@ -4,12 +4,17 @@
 //! - [`topology`]: the file format, its checks, addresses and routes, and what a file
 //!   implies for each path (RTT and bottleneck rate).
 //! - [`check`]: the verdict of `net check` on a measured path.
-//! - [`build`]: namespaces, veths, bridges, addresses, routes and `tc` shaping, and their
-//!   removal.
-//!
-//! Still to come (issue 5): the user-space link emulator for kernels without netem, and
-//! `net check`.
+//! - [`build`]: namespaces, veths, bridges, addresses, routes and `tc` shaping, the
+//!   choice of backend, and their removal.
+//! - [`emulator`]: the user-space emulator's model of a link direction (delay, jitter,
+//!   loss), sans-IO; [`forward`]: its AF_PACKET forwarding threads.
+//! - [`netns`]: doing things inside a namespace from this process; [`probe`]: ICMP RTT
+//!   probes from inside one.
 
 pub mod build;
 pub mod check;
+pub mod emulator;
+pub mod forward;
+pub mod netns;
+pub mod probe;
 pub mod topology;

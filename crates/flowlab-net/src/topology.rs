@@ -327,6 +327,11 @@ pub struct PathInfo {
     pub rtt: Duration,
     /// The slowest emulated link in the direction of travel (`None`: none is limited).
     pub bottleneck_bps: Option<u64>,
+    /// The most queueing the path can add in the direction of travel: for every
+    /// rate-limited hop, its full queue (Q packets × 1514 bytes, or its bytes) at its rate.
+    pub queue_delay: Duration,
+    /// Random loss in the direction of travel: 1 − Π (1 − loss of each hop).
+    pub loss: f64,
 }
 
 /// How a node was reached in the path search: hops, delay, and the link and node it was
@@ -464,11 +469,27 @@ impl<'a> Plan<'a> {
             })
             .sum();
         let bottleneck_bps = hops.iter().filter_map(|h| self.shape(h).rate_bps).min();
+        let queue_delay = hops
+            .iter()
+            .map(|h| self.shape(h))
+            .filter_map(|s| {
+                let bytes = s.queue_bytes.unwrap_or(
+                    s.queue_packets.unwrap_or(crate::build::DEFAULT_QUEUE)
+                        * crate::build::PACKET_BYTES,
+                );
+                Some(Duration::from_secs_f64(
+                    bytes as f64 * 8.0 / s.rate_bps? as f64,
+                ))
+            })
+            .sum();
+        let kept: f64 = hops.iter().map(|h| 1.0 - self.shape(h).loss).product();
         Some(PathInfo {
             nodes,
             hops,
             rtt: there + back,
             bottleneck_bps,
+            queue_delay,
+            loss: 1.0 - kept,
         })
     }
 

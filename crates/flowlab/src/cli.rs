@@ -59,8 +59,13 @@ pub enum NetCommand {
     /// hosts the path, RTT and bottleneck rate the file implies (no root needed).
     Show { file: std::path::PathBuf },
     /// Build the topology in network namespaces (root): nodes, links, addresses, routes,
-    /// rate and queue limits (delay, jitter and loss need netem for now).
-    Up { file: std::path::PathBuf },
+    /// rate and queue limits (tbf), delay, jitter and loss (netem or the user-space
+    /// emulator).
+    Up {
+        file: std::path::PathBuf,
+        #[command(flatten)]
+        backend: BackendArg,
+    },
     /// Remove everything a topology's `up` created (also after a crash).
     Down {
         /// The topology's name (or its file).
@@ -72,16 +77,32 @@ pub enum NetCommand {
     /// the file implies, flagging deviations (builds the topology if it is not up).
     Check {
         file: std::path::PathBuf,
-        /// Only these pairs, e.g. h1-h4,h1-h9 (default: every pair of hosts).
-        #[arg(long, value_name = "A-B,...")]
+        /// Only these pairs, e.g. h1-h4,h1-h9 (default: every pair of hosts). Routers may
+        /// be ends too; `A-B:N` runs N parallel connections.
+        #[arg(long, value_name = "A-B[:N],...")]
         pairs: Option<String>,
         /// Seconds of TCP per pair.
         #[arg(short, long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=60))]
         time: u64,
+        /// Pace the TCP load at this rate (e.g. 1G) instead of as fast as it goes.
+        #[arg(short, long, value_parser = rate)]
+        bitrate: Option<u64>,
+        /// Run the pairs' TCP tests at the same time (sharing links), and show each
+        /// pair's max-min fair share and Jain's fairness index instead of judging rates.
+        #[arg(long)]
+        together: bool,
+        /// Random-loss measurement: UDP datagrams per pair whose path has loss.
+        #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..=1_000_000))]
+        loss_packets: u64,
+        #[command(flatten)]
+        backend: BackendArg,
         /// Print one JSON document.
         #[arg(short = 'J', long)]
         json: bool,
     },
+    /// The user-space link emulator (started by `up`; reads its links as JSON on stdin).
+    #[command(name = "_emulate", hide = true)]
+    Emulate { topology: String },
     /// Run a command inside a node: `flowlab net exec h1 -- flowlab test 10.0.5.1`.
     Exec {
         /// Topology name (needed when more than one is up).
@@ -91,6 +112,14 @@ pub enum NetCommand {
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
+}
+
+#[derive(Debug, Args)]
+pub struct BackendArg {
+    /// Where delay, jitter and loss are emulated: the kernel's netem, flowlab's user-space
+    /// emulator, or auto (netem when the kernel has it). Rate and queue are always tbf.
+    #[arg(long, default_value = "auto", value_name = "auto|netem|userspace")]
+    pub backend: flowlab_net::build::Backend,
 }
 
 #[derive(Debug, Subcommand)]

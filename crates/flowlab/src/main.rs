@@ -1,6 +1,7 @@
 //! The `flowlab` binary: parses arguments, calls the engine, prints results.
 
 mod cli;
+mod net_check;
 mod progress;
 mod report;
 mod trace_csv;
@@ -387,7 +388,9 @@ fn sweep(
     Ok(())
 }
 
-fn load_topology(file: &std::path::Path) -> anyhow::Result<flowlab_net::topology::Topology> {
+pub(crate) fn load_topology(
+    file: &std::path::Path,
+) -> anyhow::Result<flowlab_net::topology::Topology> {
     let text =
         std::fs::read_to_string(file).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
     flowlab_net::topology::Topology::parse(&text)
@@ -401,16 +404,18 @@ fn net(c: cli::NetCommand) -> anyhow::Result<()> {
             let t = load_topology(&file)?;
             print!("{}", report::net_plan(&flowlab_net::topology::Plan::of(&t)));
         }
-        cli::NetCommand::Up { file } => {
+        cli::NetCommand::Up { file, backend } => {
             let t = load_topology(&file)?;
-            build::up(&t, &build::state_dir())?;
+            let state = build::up(&t, &build::state_dir(), &up_options(backend.backend)?)?;
             println!(
-                "topology {} is up: {} namespaces (flowlab net exec NODE -- CMD; flowlab net down {})",
+                "topology {} is up: {} nodes, {} (flowlab net exec NODE -- CMD; flowlab net down {})",
                 t.name,
                 t.nodes.len(),
+                describe_backend(&state),
                 t.name
             );
         }
+        cli::NetCommand::Emulate { topology } => emulate(&topology)?,
         cli::NetCommand::Down { name } => {
             // A file names its topology.
             let name = if std::path::Path::new(&name).is_file() {
@@ -425,15 +430,49 @@ fn net(c: cli::NetCommand) -> anyhow::Result<()> {
             file,
             pairs,
             time,
+            bitrate,
+            together,
+            loss_packets,
+            backend,
             json,
-        } => net_check(&file, pairs.as_deref(), time, json)?,
+        } => net_check::run(
+            &file,
+            pairs.as_deref(),
+            net_check::Load {
+                seconds: time,
+                bitrate,
+                loss_packets,
+                together,
+            },
+            up_options(backend.backend)?,
+            json,
+        )?,
         cli::NetCommand::Status => {
             let up = build::status();
             if up.is_empty() {
                 println!("no topology is up");
             }
+            let dir = build::state_dir();
             for (topo, namespaces) in up {
-                println!("{topo}: {}", namespaces.join(" "));
+                let how = build::state(&dir, &topo)
+                    .map_or("still building, or its up failed".to_string(), |s| {
+                        describe_backend(&s)
+                    });
+                println!("{topo}: {how}");
+                println!("  namespaces: {}", namespaces.join(" "));
+                let stats: Vec<flowlab_net::forward::LinkStats> =
+                    std::fs::read_to_string(build::stats_file(&dir, &topo))
+                        .ok()
+                        .and_then(|t| serde_json::from_str(&t).ok())
+                        .unwrap_or_default();
+                for l in stats {
+                    for (way, d) in [("a→b", &l.a_to_b), ("b→a", &l.b_to_a)] {
+                        println!(
+                            "  link {} {way}: {} forwarded, {} lost (random), {} line full, {} emulator drops, {} oversize",
+                            l.link, d.forwarded, d.lost, d.line_full, d.emulator_drops, d.oversize
+                        );
+                    }
+                }
             }
         }
         cli::NetCommand::Exec {
@@ -466,172 +505,51 @@ fn net(c: cli::NetCommand) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// One measured path of `net check`.
-#[derive(Debug, serde::Serialize)]
-struct CheckRow {
-    from: String,
-    to: String,
-    implied_rtt_ms: f64,
-    measured_rtt_ms: Option<f64>,
-    implied_bps: Option<u64>,
-    measured_bps: f64,
-    /// What falls outside the tolerances (RTT ±1 ms; rate 0.90–1.02 of the bottleneck).
-    deviations: Vec<String>,
+pub(crate) fn up_options(
+    backend: flowlab_net::build::Backend,
+) -> anyhow::Result<flowlab_net::build::UpOptions> {
+    Ok(flowlab_net::build::UpOptions {
+        backend,
+        emulator: std::env::current_exe()?,
+    })
 }
 
-fn net_check(
-    file: &std::path::Path,
-    pairs: Option<&str>,
-    seconds: u64,
-    json: bool,
-) -> anyhow::Result<()> {
-    use flowlab_net::build;
-    use flowlab_net::topology::Plan;
-    let t = load_topology(file)?;
-    let plan = Plan::of(&t);
-    let hosts: Vec<String> = t.hosts().cloned().collect();
-    let pairs: Vec<(String, String)> = match pairs {
-        Some(list) => list
-            .split(',')
-            .map(|p| {
-                let (a, b) = p
-                    .split_once('-')
-                    .ok_or_else(|| anyhow::anyhow!("--pairs: '{p}' is not A-B"))?;
-                for h in [a, b] {
-                    if !hosts.iter().any(|x| x == h) {
-                        anyhow::bail!("--pairs: '{h}' is not a host of {}", t.name);
-                    }
+pub(crate) fn describe_backend(s: &flowlab_net::build::State) -> String {
+    match (s.backend, s.emulator_pid) {
+        (None, _) => "rate and queue by tbf, no delay or loss to emulate".to_string(),
+        (Some(b), Some(pid)) => format!(
+            "{b} backend (emulator pid {pid}, links {})",
+            s.emulated_links.join(", ")
+        ),
+        (Some(b), None) => format!("{b} backend"),
+    }
+}
+
+/// The user-space link emulator: reads its links from stdin, says `ready` on stdout once
+/// it forwards, and writes its counters to the stats file until the links go away.
+fn emulate(topology: &str) -> anyhow::Result<()> {
+    use std::io::{Read, Write};
+    let mut input = String::new();
+    std::io::stdin().read_to_string(&mut input)?;
+    let links: Vec<flowlab_net::forward::EmulatedLink> = serde_json::from_str(&input)?;
+    let stats = flowlab_net::build::stats_file(&flowlab_net::build::state_dir(), topology);
+    let tmp = stats.with_extension("json.tmp");
+    flowlab_net::forward::run(
+        links,
+        || {
+            let mut out = std::io::stdout();
+            let _ = writeln!(out, "ready");
+            let _ = out.flush();
+            // Nothing more is written to stdout: the `up` that reads it is gone soon.
+        },
+        |s| {
+            if let Ok(text) = serde_json::to_string_pretty(s) {
+                if std::fs::write(&tmp, text).is_ok() {
+                    let _ = std::fs::rename(&tmp, &stats);
                 }
-                Ok((a.to_string(), b.to_string()))
-            })
-            .collect::<anyhow::Result<_>>()?,
-        None => hosts
-            .iter()
-            .enumerate()
-            .flat_map(|(i, a)| hosts[i + 1..].iter().map(move |b| (a.clone(), b.clone())))
-            .collect(),
-    };
-    // Build it for the check when it is not up, and take it down again afterwards.
-    struct Teardown(Option<String>);
-    impl Drop for Teardown {
-        fn drop(&mut self) {
-            if let Some(name) = &self.0 {
-                let _ = flowlab_net::build::down(name, &flowlab_net::build::state_dir());
             }
-        }
-    }
-    let up_already = build::status().iter().any(|(n, _)| *n == t.name);
-    let _teardown = if up_already {
-        Teardown(None)
-    } else {
-        build::up(&t, &build::state_dir())?;
-        Teardown(Some(t.name.clone()))
-    };
-    let me = std::env::current_exe()?;
-    let address = |host: &str| {
-        build::interfaces(&plan)
-            .into_iter()
-            .find(|(n, _, _)| n == host)
-            .map(|(_, a, _)| std::net::Ipv4Addr::from(a).to_string())
-    };
-    let mut rows = Vec::new();
-    for (a, b) in pairs {
-        let implied = plan
-            .path(&a, &b)
-            .ok_or_else(|| anyhow::anyhow!("no path from {a} to {b}"))?;
-        let to = address(&b).ok_or_else(|| anyhow::anyhow!("{b} has no address"))?;
-        /// The server in the destination host, killed however this pair ends.
-        struct Server(std::process::Child);
-        impl Drop for Server {
-            fn drop(&mut self) {
-                let _ = self.0.kill();
-                let _ = self.0.wait();
-            }
-        }
-        let _server = Server(
-            std::process::Command::new("ip")
-                .args(["netns", "exec", &build::ns_name(&t.name, &b)])
-                .arg(&me)
-                .args(["serve", "-1", "-p", "5201"])
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .spawn()?,
-        );
-        // The server is ready when it accepts: retry a refused connection for up to 5 s.
-        let mut tries = 0;
-        let out = loop {
-            let out = std::process::Command::new("ip")
-                .args(["netns", "exec", &build::ns_name(&t.name, &a)])
-                .arg(&me)
-                .args([
-                    "test",
-                    &to,
-                    "-t",
-                    &seconds.to_string(),
-                    "--trace=20ms",
-                    "-J",
-                ])
-                .output()?;
-            let refused = String::from_utf8_lossy(&out.stdout).contains("cannot connect");
-            tries += 1;
-            if !refused || tries == 50 {
-                break out;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        };
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
-            .map_err(|e| anyhow::anyhow!("{a} -> {b}: no result ({e})"))?;
-        if let Some(e) = v["error"].as_str() {
-            anyhow::bail!("{a} -> {b}: {e}");
-        }
-        let measured_bps = v["end"]["sums"][0]["receiver"]["bits_per_second"]
-            .as_f64()
-            .unwrap_or(0.0);
-        let measured_rtt_ms = v["trace"]["diagnosis"][0]["evidence"]["min_rtt_us"]
-            .as_f64()
-            .map(|us| us / 1000.0);
-        let implied_rtt_ms = implied.rtt.as_secs_f64() * 1000.0;
-        let deviations = flowlab_net::check::deviations(
-            &implied,
-            measured_rtt_ms.map(|ms| std::time::Duration::from_secs_f64(ms / 1000.0)),
-            measured_bps,
-        );
-        rows.push(CheckRow {
-            from: a,
-            to: b,
-            implied_rtt_ms,
-            measured_rtt_ms,
-            implied_bps: implied.bottleneck_bps,
-            measured_bps,
-            deviations,
-        });
-    }
-    if json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
-        return Ok(());
-    }
-    println!(
-        "{:<14} {:>12} {:>12} {:>18} {:>18}  deviations",
-        "path", "RTT implied", "measured", "rate implied", "measured"
-    );
-    for r in &rows {
-        let rate = |bps: f64| flowlab_engine::units::Rate(bps, UnitFormat::Adaptive).to_string();
-        println!(
-            "{:<14} {:>9.2} ms {:>9} ms {:>18} {:>18}  {}",
-            format!("{}-{}", r.from, r.to),
-            r.implied_rtt_ms,
-            r.measured_rtt_ms
-                .map_or("?".to_string(), |m| format!("{m:.2}")),
-            r.implied_bps
-                .map_or("unlimited".to_string(), |b| rate(b as f64)),
-            rate(r.measured_bps),
-            if r.deviations.is_empty() {
-                "-".to_string()
-            } else {
-                r.deviations.join("; ")
-            }
-        );
-    }
+        },
+    )?;
     Ok(())
 }
 

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# bench/emulator.sh — what the user-space link emulator costs and how faithful it stays
+# at speed: TCP through one emulated link (5 ms each way) beside the same two hosts on a
+# plain veth, side by side in one run. Root (it builds namespaces).
+#
+# Cases, each one `flowlab net check -J` of a two-host topology built for it:
+#   direct         plain veth pair (no emulator): the machine's ceiling
+#   emu-unlimited  5 ms delay, no rate limit, TCP as fast as it goes
+#   emu-1G-load    the same link, TCP paced at 1 Gbit/s: is the delay kept under load?
+#   emu-1G-link    5 ms delay and a 1 Gbit/s tbf rate (queue 1000): fidelity at 1 Gbit/s
+# and, where the kernel has sch_netem, the last three again on the netem backend.
+# Printed per case: TCP throughput (median of BENCH_REPEAT runs), its ratio to direct,
+# idle RTT (median of 20 ICMP echoes) and the median and highest RTT under load (ICMP
+# echo every 10 ms during the TCP test).
+#
+# Env: BENCH_SECONDS (default 10), BENCH_REPEAT (default 3).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+FLOWLAB="$ROOT/target/release/flowlab"
+T="${BENCH_SECONDS:-10}"
+REPEAT="${BENCH_REPEAT:-3}"
+
+die() { echo "emulator.sh: error: $*" >&2; exit 2; }
+command -v python3 >/dev/null || die "python3 not found (needed to read the JSON results)"
+[[ $EUID -eq 0 ]] || die "needs root (network namespaces)"
+[[ "$T" =~ ^[0-9]+$ && "$T" -ge 1 ]] || die "BENCH_SECONDS must be a positive integer"
+[[ "$REPEAT" =~ ^[0-9]+$ && "$REPEAT" -ge 1 ]] || die "BENCH_REPEAT must be a positive integer"
+if [[ ! -x "$FLOWLAB" ]]; then
+    (cd "$ROOT" && cargo build --release) || die "cargo build --release failed"
+fi
+
+DIR="$(mktemp -d)"
+trap 'for n in bdir bemu b1g; do "$FLOWLAB" net down $n >/dev/null 2>&1 || true; done; rm -rf "$DIR"' EXIT
+topo() { # name, extra link properties
+    printf 'name = "%s"\nhosts = ["a", "b"]\n[[link]]\nends = ["a", "b"]\n%b\n' "$1" "$2" > "$DIR/$1.toml"
+}
+topo bdir ''
+topo bemu 'delay = "5ms"'
+topo b1g 'delay = "5ms"\nrate = "1G"\nqueue = 1000'
+
+NETEM=no
+if "$FLOWLAB" net up --backend netem "$DIR/bemu.toml" >/dev/null 2>&1; then NETEM=yes; fi
+"$FLOWLAB" net down bemu >/dev/null 2>&1 || true
+
+echo "# command:  $0  (BENCH_SECONDS=$T BENCH_REPEAT=$REPEAT)"
+echo "# date:     $(date -u '+%Y-%m-%dT%H:%M:%SZ')"
+echo "# machine:  nproc=$(nproc)  kernel=$(uname -r)  netem: $NETEM"
+echo "# flowlab:  $("$FLOWLAB" --version)"
+echo
+
+run() { # case name, topology, backend, extra check flags
+    local name=$1 t=$2 backend=$3; shift 3
+    for _ in $(seq "$REPEAT"); do
+        "$FLOWLAB" net check "$DIR/$t.toml" --backend "$backend" -t "$T" -J "$@" \
+            | python3 -c "import json,sys; d=json.load(sys.stdin); print('$name', json.dumps(d['paths'][0]))"
+    done
+}
+
+{
+    run direct bdir userspace
+    run emu-unlimited bemu userspace
+    run emu-1G-load bemu userspace -b 1G
+    run emu-1G-link b1g userspace
+    if [[ $NETEM == yes ]]; then
+        run netem-unlimited bemu netem
+        run netem-1G-load bemu netem -b 1G
+        run netem-1G-link b1g netem
+    fi
+} > "$DIR/results"
+
+python3 - "$DIR/results" <<'PY'
+import json, statistics, sys
+runs = {}
+for line in open(sys.argv[1]):
+    name, doc = line.split(" ", 1)
+    runs.setdefault(name, []).append(json.loads(doc))
+direct = statistics.median(r["measured_bps"] for r in runs["direct"])
+print(f"{'case':<16} {'Gbit/s':>7} {'/direct':>8} {'/rate':>6} {'RTT file':>9} {'idle':>7} {'load med':>9} {'load max':>9}")
+for name, rs in runs.items():
+    bps = statistics.median(r["measured_bps"] for r in rs)
+    rate = rs[0]["implied_bps"]
+    med = lambda k: statistics.median(r[k] for r in rs if r[k] is not None)
+    print(f"{name:<16} {bps/1e9:7.2f} {bps/direct:8.2f} {(f'{bps/rate:.2f}' if rate else '-'):>6} "
+          f"{rs[0]['implied_rtt_ms']:6.1f} ms {med('measured_rtt_ms'):4.2f} ms "
+          f"{med('loaded_rtt_median_ms'):6.2f} ms {max(r['loaded_rtt_ms'] for r in rs):6.2f} ms")
+PY

@@ -1,0 +1,242 @@
+//! The user-space link emulator's model of one direction of a link (sans-IO): random
+//! loss, then a propagation delay with jitter, as netem applies them. Rate and queue are
+//! not here: both backends leave them to `tbf` on the sending interface, so the two
+//! backends differ only in where delay, jitter and loss happen.
+//!
+//! Time is nanoseconds on any monotonic clock the caller chooses, so the model is tested
+//! without a clock.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use crate::topology::Shape;
+
+/// The delay line holds at most this many packets (netem's `limit` is set to the same
+/// number, see [`line_limit`]), whatever the link's rate.
+pub const MAX_LINE: u64 = 200_000;
+
+/// Packets a direction must be able to hold in flight: the packets its rate can put on the
+/// line during the longest delay, twice over, plus its queue, and never fewer than netem's
+/// default of 1000. A link without a rate is counted as 10 Gbit/s.
+pub fn line_limit(s: &Shape) -> u64 {
+    let rate = s.rate_bps.unwrap_or(10_000_000_000) as f64;
+    let longest = (s.delay + s.jitter).as_secs_f64();
+    let in_flight = (rate * longest / 8.0 / crate::build::PACKET_BYTES as f64).ceil() as u64;
+    let queue = s.queue_packets.unwrap_or_else(|| {
+        s.queue_bytes.map_or(crate::build::DEFAULT_QUEUE, |b| {
+            b / crate::build::PACKET_BYTES
+        })
+    });
+    (2 * in_flight + queue).clamp(1000, MAX_LINE)
+}
+
+/// xorshift64*: fast, and good enough to decide random loss and jitter.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        // Zero is xorshift's one fixed point.
+        Rng(seed | 1)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+}
+
+/// What happened to a packet offered to the line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// It leaves at this time.
+    Queued(u64),
+    /// Dropped by the configured random loss.
+    Lost,
+    /// Dropped because the line already holds its limit.
+    Full,
+}
+
+/// One direction of an emulated link.
+#[derive(Debug)]
+pub struct DelayLine<T> {
+    delay_ns: u64,
+    jitter_ns: u64,
+    /// A packet is lost when a random u64 falls below this.
+    loss_below: u64,
+    limit: usize,
+    rng: Rng,
+    /// Departure time of the newest packet: packets never overtake each other.
+    last_due: u64,
+    line: VecDeque<(u64, T)>,
+}
+
+impl<T> DelayLine<T> {
+    pub fn new(delay: Duration, jitter: Duration, loss: f64, limit: u64, seed: u64) -> Self {
+        DelayLine {
+            delay_ns: delay.as_nanos() as u64,
+            jitter_ns: jitter.as_nanos() as u64,
+            loss_below: (loss.clamp(0.0, 1.0) * u64::MAX as f64) as u64,
+            limit: limit.max(1) as usize,
+            rng: Rng::new(seed),
+            last_due: 0,
+            line: VecDeque::new(),
+        }
+    }
+
+    /// The line for one direction of a link with shape `s`.
+    pub fn for_shape(s: &Shape, seed: u64) -> Self {
+        Self::new(s.delay, s.jitter, s.loss, line_limit(s), seed)
+    }
+
+    /// Offers `packet`, which arrived at `now`. A kept packet leaves at `now` + delay ±
+    /// jitter (uniform, like netem without a distribution table), but never before the
+    /// packet ahead of it: unlike netem, jitter does not reorder.
+    pub fn push(&mut self, now: u64, packet: T) -> (Verdict, Option<T>) {
+        if self.loss_below > 0 && self.rng.next_u64() < self.loss_below {
+            return (Verdict::Lost, Some(packet));
+        }
+        if self.line.len() >= self.limit {
+            return (Verdict::Full, Some(packet));
+        }
+        let mut due = now + self.delay_ns;
+        if self.jitter_ns > 0 {
+            let offset = self.rng.next_u64() % (2 * self.jitter_ns + 1);
+            due = (due + offset).saturating_sub(self.jitter_ns).max(now);
+        }
+        let due = due.max(self.last_due);
+        self.last_due = due;
+        self.line.push_back((due, packet));
+        (Verdict::Queued(due), None)
+    }
+
+    /// When the next packet is due, if any is waiting.
+    pub fn next_due(&self) -> Option<u64> {
+        self.line.front().map(|(due, _)| *due)
+    }
+
+    /// The next packet, if it is due at `now`.
+    pub fn pop_due(&mut self, now: u64) -> Option<T> {
+        match self.line.front() {
+            Some((due, _)) if *due <= now => self.line.pop_front().map(|(_, p)| p),
+            _ => None,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.line.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.line.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    #[test]
+    fn a_packet_leaves_after_the_delay_and_not_before() {
+        let mut l = DelayLine::new(Duration::from_millis(10), Duration::ZERO, 0.0, 10, 1);
+        assert_eq!(l.push(5 * MS, "a").0, Verdict::Queued(15 * MS));
+        assert_eq!(l.push(6 * MS, "b").0, Verdict::Queued(16 * MS));
+        assert_eq!(l.next_due(), Some(15 * MS));
+        assert_eq!(l.pop_due(15 * MS - 1), None);
+        assert_eq!(l.pop_due(15 * MS), Some("a"));
+        assert_eq!(l.pop_due(15 * MS), None);
+        assert_eq!(l.pop_due(20 * MS), Some("b"));
+        assert!(l.is_empty());
+    }
+
+    #[test]
+    fn the_limit_drops_and_says_so() {
+        let mut l = DelayLine::new(Duration::from_millis(1), Duration::ZERO, 0.0, 2, 1);
+        assert!(matches!(l.push(0, 1).0, Verdict::Queued(_)));
+        assert!(matches!(l.push(0, 2).0, Verdict::Queued(_)));
+        assert_eq!(l.push(0, 3), (Verdict::Full, Some(3)));
+        assert_eq!(l.len(), 2);
+    }
+
+    #[test]
+    fn jitter_stays_within_its_bounds_and_never_reorders() {
+        let mut l = DelayLine::new(
+            Duration::from_millis(10),
+            Duration::from_millis(2),
+            0.0,
+            1 << 20,
+            7,
+        );
+        // Packets 5 ms apart cannot meet: each gets its own draw from 8 … 12 ms.
+        let mut spread = (u64::MAX, 0);
+        for i in 0..2_000u64 {
+            let now = i * 5 * MS;
+            let Verdict::Queued(due) = l.push(now, i).0 else {
+                panic!("dropped")
+            };
+            assert!(
+                (8 * MS..=12 * MS).contains(&(due - now)),
+                "{i}: {}",
+                due - now
+            );
+            spread = (spread.0.min(due - now), spread.1.max(due - now));
+        }
+        assert!(spread.0 < 8 * MS + MS / 20, "{spread:?}");
+        assert!(spread.1 > 12 * MS - MS / 20, "{spread:?}");
+        // Packets 0.1 ms apart would overtake each other under netem; here they keep
+        // their order, and none leaves before its own earliest time.
+        let mut dues = Vec::new();
+        let start = 10_000 * MS;
+        for i in 0..10_000u64 {
+            let now = start + i * MS / 10;
+            let Verdict::Queued(due) = l.push(now, 2_000 + i).0 else {
+                panic!("dropped")
+            };
+            assert!(due >= now + 8 * MS);
+            dues.push(due);
+        }
+        assert!(dues.windows(2).all(|w| w[0] <= w[1]));
+        let order: Vec<u64> = std::iter::from_fn(|| l.pop_due(u64::MAX)).collect();
+        assert_eq!(order.len(), 12_000);
+        assert!(order.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    #[test]
+    fn random_loss_matches_the_configured_rate() {
+        for (loss, seed) in [(0.01, 3), (0.05, 11), (0.2, 99)] {
+            let mut l = DelayLine::new(Duration::ZERO, Duration::ZERO, loss, 1 << 20, seed);
+            let n = 100_000;
+            let lost = (0..n).filter(|&i| l.push(i, ()).0 == Verdict::Lost).count();
+            let share = lost as f64 / n as f64;
+            // Binomial standard deviation at n = 100 000 is under 0.13 %; allow 5 of them.
+            let sd = (loss * (1.0 - loss) / n as f64).sqrt();
+            assert!((share - loss).abs() < 5.0 * sd, "{loss}: {share}");
+        }
+        let mut none = DelayLine::new(Duration::ZERO, Duration::ZERO, 0.0, 10, 5);
+        assert!((0..10).all(|i| none.push(i, ()).0 != Verdict::Lost));
+    }
+
+    #[test]
+    fn the_line_holds_twice_what_the_link_has_in_flight() {
+        let s = Shape {
+            rate_bps: Some(1_000_000_000),
+            delay: Duration::from_millis(50),
+            queue_packets: Some(100),
+            ..Shape::default()
+        };
+        // 1 Gbit/s × 50 ms = 6.25 MB = 4129 full packets; twice plus the queue.
+        assert_eq!(line_limit(&s), 2 * 4129 + 100);
+        assert_eq!(line_limit(&Shape::default()), 1000);
+        let slow = Shape {
+            rate_bps: Some(1_000_000),
+            delay: Duration::from_millis(5),
+            ..Shape::default()
+        };
+        // 1 Mbit/s × 5 ms is under one packet: 2 × 1 + the default queue of 1000.
+        assert_eq!(line_limit(&slow), 1002);
+    }
+}

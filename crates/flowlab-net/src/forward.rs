@@ -1,0 +1,646 @@
+//! The user-space link emulator's I/O: for each emulated link, one thread in the link's
+//! middle namespace reads every frame arriving on one of its two veths with an AF_PACKET
+//! socket, passes it through that direction's [`DelayLine`], and writes it, when due, to
+//! the other veth. The middle namespace has no addresses and no forwarding, so its kernel
+//! drops the frames itself; the emulator is the only way across.
+//!
+//! ```text
+//!  node a: l<i> ⇄ a │ fl-<topo>-link.<i> │ b ⇄ l<i> :node b
+//!   tbf (rate,queue) │  emulator thread  │ tbf (rate,queue)
+//! ```
+
+use std::io;
+use std::mem::{size_of, zeroed};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::emulator::{DelayLine, Verdict};
+
+/// One direction's emulation, as the `up` process hands it to the emulator.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LineSpec {
+    pub delay_us: u64,
+    pub jitter_us: u64,
+    pub loss: f64,
+    pub limit: u64,
+}
+
+/// One link for the emulator: its middle namespace and the two veths there.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EmulatedLink {
+    pub name: String,
+    pub namespace: String,
+    /// Frames from node a arrive on this device.
+    pub a: String,
+    pub b: String,
+    pub a_to_b: LineSpec,
+    pub b_to_a: LineSpec,
+}
+
+/// What happened to the frames of one direction.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub forwarded: AtomicU64,
+    /// Dropped by the configured random loss.
+    pub lost: AtomicU64,
+    /// Dropped because the delay line was full.
+    pub line_full: AtomicU64,
+    /// Dropped by the kernel before the emulator read them (its socket buffer overflowed:
+    /// the emulator could not keep up), or refused when written.
+    pub emulator_drops: AtomicU64,
+    /// Frames longer than the receive buffer (an offload left on).
+    pub oversize: AtomicU64,
+}
+
+/// The counters of one link, both directions.
+#[derive(Debug, Default)]
+pub struct LinkCounters {
+    pub a_to_b: Counters,
+    pub b_to_a: Counters,
+}
+
+/// A snapshot of [`Counters`], for the stats file.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DirectionStats {
+    pub forwarded: u64,
+    pub lost: u64,
+    pub line_full: u64,
+    pub emulator_drops: u64,
+    pub oversize: u64,
+}
+
+impl From<&Counters> for DirectionStats {
+    fn from(c: &Counters) -> Self {
+        DirectionStats {
+            forwarded: c.forwarded.load(Relaxed),
+            lost: c.lost.load(Relaxed),
+            line_full: c.line_full.load(Relaxed),
+            emulator_drops: c.emulator_drops.load(Relaxed),
+            oversize: c.oversize.load(Relaxed),
+        }
+    }
+}
+
+/// One link's line in the stats file.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LinkStats {
+    pub link: String,
+    pub a_to_b: DirectionStats,
+    pub b_to_a: DirectionStats,
+}
+
+/// The longest a thread spins waiting for a due time, ns.
+const MAX_SPIN: u64 = 30_000;
+
+/// Frames up to this long are read whole (MTU 1500 plus headers, with room to spare).
+const FRAME: usize = 2048;
+/// Frames taken per recvmmsg / sendmmsg call.
+const BATCH: usize = 64;
+/// Socket buffers of the emulator's sockets (root may exceed rmem_max / wmem_max).
+const SOCKET_BUFFER: libc::c_int = 32 << 20;
+
+/// An AF_PACKET socket bound to one interface, seeing every frame that arrives there.
+struct PacketSocket {
+    fd: OwnedFd,
+}
+
+fn check(rc: libc::c_int) -> io::Result<libc::c_int> {
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc)
+    }
+}
+
+fn set_int(
+    fd: &OwnedFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
+    // SAFETY: the option value is a live c_int of the size given.
+    check(unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (&value as *const libc::c_int).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    })
+    .map(drop)
+}
+
+impl PacketSocket {
+    fn open(dev: &str) -> io::Result<Self> {
+        let name = std::ffi::CString::new(dev)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "interface name"))?;
+        // SAFETY: a plain C call on a valid NUL-terminated string.
+        let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
+        if index == 0 {
+            let e = io::Error::last_os_error();
+            return Err(io::Error::new(e.kind(), format!("{dev}: {e}")));
+        }
+        // Protocol 0: nothing is queued until the bind below names the interface.
+        // SAFETY: a plain socket(2) call; the descriptor is owned at once.
+        let fd = check(unsafe {
+            libc::socket(
+                libc::AF_PACKET,
+                libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                0,
+            )
+        })?;
+        // SAFETY: `fd` was just returned by socket(2) and is owned by nothing else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // Frames this socket itself writes are not read back (Linux 4.20; on older
+        // kernels they are skipped by their packet type below).
+        let _ = set_int(&fd, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, 1);
+        set_int(&fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, SOCKET_BUFFER)
+            .or_else(|_| set_int(&fd, libc::SOL_SOCKET, libc::SO_RCVBUF, SOCKET_BUFFER))?;
+        set_int(&fd, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, SOCKET_BUFFER)
+            .or_else(|_| set_int(&fd, libc::SOL_SOCKET, libc::SO_SNDBUF, SOCKET_BUFFER))?;
+        // SAFETY: sockaddr_ll is plain old data.
+        let mut addr: libc::sockaddr_ll = unsafe { zeroed() };
+        addr.sll_family = libc::AF_PACKET as u16;
+        addr.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
+        addr.sll_ifindex = index as i32;
+        // SAFETY: the address is a live sockaddr_ll of the size given.
+        check(unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                (&addr as *const libc::sockaddr_ll).cast(),
+                size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            )
+        })?;
+        Ok(PacketSocket { fd })
+    }
+
+    /// Frames the kernel dropped for this socket since the last call.
+    fn kernel_drops(&self) -> u64 {
+        // SAFETY: tpacket_stats is plain old data.
+        let mut st: libc::tpacket_stats = unsafe { zeroed() };
+        let mut len = size_of::<libc::tpacket_stats>() as libc::socklen_t;
+        // SAFETY: the option buffer is a live tpacket_stats of the size given.
+        let rc = unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_PACKET,
+                libc::PACKET_STATISTICS,
+                (&mut st as *mut libc::tpacket_stats).cast(),
+                &mut len,
+            )
+        };
+        if rc == 0 { u64::from(st.tp_drops) } else { 0 }
+    }
+}
+
+/// Control-message room per frame: one SCM_TIMESTAMPNS (a 16-byte header and a
+/// 16-byte timespec), with space to spare.
+const CONTROL: usize = 64;
+
+/// A frame: a buffer of FRAME bytes and how much of it is the frame.
+struct Frame {
+    buf: Box<[u8]>,
+    len: usize,
+}
+
+/// The recvmmsg / sendmmsg arrays, and the buffers the next receive fills (always
+/// BATCH of them, so a receive of one frame replaces one buffer, not all).
+struct Batch {
+    ready: Vec<Box<[u8]>>,
+    out: Vec<Frame>,
+    iov: Vec<libc::iovec>,
+    addrs: Vec<libc::sockaddr_ll>,
+    msgs: Vec<libc::mmsghdr>,
+    /// u64s keep the control buffers aligned for cmsghdr.
+    control: Vec<[u64; CONTROL / 8]>,
+}
+
+impl Batch {
+    fn new() -> Self {
+        Batch {
+            ready: (0..BATCH).map(|_| new_buffer()).collect(),
+            out: Vec::with_capacity(BATCH),
+            // SAFETY: iovec, sockaddr_ll and mmsghdr are plain old data.
+            iov: vec![unsafe { zeroed() }; BATCH],
+            addrs: vec![unsafe { zeroed() }; BATCH],
+            msgs: vec![unsafe { zeroed() }; BATCH],
+            control: vec![[0; CONTROL / 8]; BATCH],
+        }
+    }
+}
+
+fn new_buffer() -> Box<[u8]> {
+    vec![0u8; FRAME].into_boxed_slice()
+}
+
+/// The kernel's arrival time of a received frame (SCM_TIMESTAMPNS, CLOCK_REALTIME).
+fn arrival(h: &libc::msghdr) -> Option<libc::timespec> {
+    // SAFETY: the CMSG macros walk the control buffer the kernel filled, within the
+    // length it reported in `h`.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(h);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SO_TIMESTAMPNS {
+                return Some(std::ptr::read_unaligned(
+                    libc::CMSG_DATA(c).cast::<libc::timespec>(),
+                ));
+            }
+            c = libc::CMSG_NXTHDR(h, c);
+        }
+    }
+    None
+}
+
+/// The emulator's clock: nanoseconds since it started (monotonic), and the conversion of
+/// the kernel's wall-clock arrival stamps to it.
+struct Clock {
+    start: Instant,
+}
+
+impl Clock {
+    fn now(&self) -> u64 {
+        self.start.elapsed().as_nanos() as u64
+    }
+
+    /// Wall-clock minus monotonic, now (both in ns).
+    fn wall_offset(&self) -> i128 {
+        let wall = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as i128);
+        wall - self.now() as i128
+    }
+}
+
+/// Buffers not in use, so that steady forwarding allocates nothing.
+#[derive(Default)]
+struct Pool(Vec<Box<[u8]>>);
+
+impl Pool {
+    fn take(&mut self) -> Box<[u8]> {
+        self.0.pop().unwrap_or_else(new_buffer)
+    }
+
+    fn give(&mut self, b: Box<[u8]>) {
+        // Keep at most what a few batches need; the delay line holds the rest.
+        if self.0.len() < 8 * BATCH {
+            self.0.push(b);
+        }
+    }
+}
+
+/// Reads every frame waiting on `from` (up to a few batches, so that due frames are not
+/// held back behind a flood) into `line`, stamped with its arrival time.
+fn receive(
+    from: &PacketSocket,
+    line: &mut DelayLine<Frame>,
+    counters: &Counters,
+    pool: &mut Pool,
+    batch: &mut Batch,
+    clock: &Clock,
+) -> io::Result<()> {
+    for _ in 0..8 {
+        for i in 0..BATCH {
+            batch.iov[i] = libc::iovec {
+                iov_base: batch.ready[i].as_mut_ptr().cast(),
+                iov_len: FRAME,
+            };
+            // SAFETY: plain old data.
+            let mut h: libc::msghdr = unsafe { zeroed() };
+            h.msg_name = (&mut batch.addrs[i] as *mut libc::sockaddr_ll).cast();
+            h.msg_namelen = size_of::<libc::sockaddr_ll>() as libc::socklen_t;
+            h.msg_iov = &mut batch.iov[i];
+            h.msg_iovlen = 1;
+            h.msg_control = batch.control[i].as_mut_ptr().cast();
+            h.msg_controllen = CONTROL as _;
+            batch.msgs[i] = libc::mmsghdr {
+                msg_hdr: h,
+                msg_len: 0,
+            };
+        }
+        // SAFETY: every header points into buffers, iovecs, addresses and control
+        // buffers that live in `batch` for the call; the count is the arrays' length.
+        let n = unsafe {
+            libc::recvmmsg(
+                from.fd.as_raw_fd(),
+                batch.msgs.as_mut_ptr(),
+                BATCH as libc::c_uint,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        let now = clock.now();
+        let offset = clock.wall_offset();
+        let got = if n < 0 {
+            let e = io::Error::last_os_error();
+            if !matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+            ) {
+                return Err(e);
+            }
+            0
+        } else {
+            n as usize
+        };
+        for i in 0..got {
+            let m = &batch.msgs[i];
+            if batch.addrs[i].sll_pkttype == libc::PACKET_OUTGOING {
+                continue;
+            }
+            if m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
+                counters.oversize.fetch_add(1, Relaxed);
+                continue;
+            }
+            // The delay runs from when the frame arrived, not from when this thread got
+            // round to reading it (a sleeping vCPU can take 100 µs to wake).
+            let arrived = arrival(&m.msg_hdr).map_or(now, |t| {
+                let wall = i128::from(t.tv_sec) * 1_000_000_000 + i128::from(t.tv_nsec);
+                let mono = wall - offset;
+                // A clock step could put it anywhere: trust it only within 10 ms.
+                if mono <= now as i128 && mono >= now as i128 - 10_000_000 {
+                    mono as u64
+                } else {
+                    now
+                }
+            });
+            let frame = Frame {
+                buf: std::mem::replace(&mut batch.ready[i], pool.take()),
+                len: m.msg_len as usize,
+            };
+            match line.push(arrived, frame) {
+                (Verdict::Queued(_), _) => {}
+                (Verdict::Lost, Some(f)) => {
+                    counters.lost.fetch_add(1, Relaxed);
+                    pool.give(f.buf);
+                }
+                (Verdict::Full, Some(f)) => {
+                    counters.line_full.fetch_add(1, Relaxed);
+                    pool.give(f.buf);
+                }
+                (_, None) => {}
+            }
+        }
+        if got < BATCH {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Writes every frame of `line` that is due at `now` to `to`.
+fn transmit(
+    line: &mut DelayLine<Frame>,
+    now: u64,
+    to: &PacketSocket,
+    counters: &Counters,
+    pool: &mut Pool,
+    batch: &mut Batch,
+) -> io::Result<()> {
+    loop {
+        batch.out.clear();
+        while batch.out.len() < BATCH {
+            match line.pop_due(now) {
+                Some(f) => batch.out.push(f),
+                None => break,
+            }
+        }
+        if batch.out.is_empty() {
+            return Ok(());
+        }
+        for (i, f) in batch.out.iter_mut().enumerate() {
+            batch.iov[i] = libc::iovec {
+                iov_base: f.buf.as_mut_ptr().cast(),
+                iov_len: f.len,
+            };
+            // SAFETY: plain old data.
+            let mut h: libc::msghdr = unsafe { zeroed() };
+            h.msg_iov = &mut batch.iov[i];
+            h.msg_iovlen = 1;
+            batch.msgs[i] = libc::mmsghdr {
+                msg_hdr: h,
+                msg_len: 0,
+            };
+        }
+        let total = batch.out.len();
+        let mut sent = 0;
+        while sent < total {
+            // SAFETY: the headers from `sent` on point into frames and iovecs that live
+            // in `batch` for the call.
+            let n = unsafe {
+                libc::sendmmsg(
+                    to.fd.as_raw_fd(),
+                    batch.msgs.as_mut_ptr().add(sent),
+                    (total - sent) as libc::c_uint,
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if n > 0 {
+                counters.forwarded.fetch_add(n as u64, Relaxed);
+                sent += n as usize;
+                continue;
+            }
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                // The device or its queue refused this frame: count it and go on.
+                Some(libc::EAGAIN | libc::ENOBUFS | libc::EMSGSIZE | libc::EINTR) => {
+                    counters.emulator_drops.fetch_add(1, Relaxed);
+                    sent += 1;
+                }
+                _ => return Err(e),
+            }
+        }
+        for f in batch.out.drain(..) {
+            pool.give(f.buf);
+        }
+    }
+}
+
+/// Forwards one link's frames both ways between sockets `a` and `b` until their
+/// interfaces go away (the topology was taken down) or an error occurs.
+fn forward(
+    a: PacketSocket,
+    b: PacketSocket,
+    link: &EmulatedLink,
+    counters: &LinkCounters,
+    seed: u64,
+) -> io::Result<()> {
+    let line = |s: &LineSpec, seed| {
+        DelayLine::<Frame>::new(
+            Duration::from_micros(s.delay_us),
+            Duration::from_micros(s.jitter_us),
+            s.loss,
+            s.limit,
+            seed,
+        )
+    };
+    let mut ab = line(&link.a_to_b, seed);
+    let mut ba = line(&link.b_to_a, seed.rotate_left(32) ^ 0x9e37_79b9);
+    set_int(&a.fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1)?;
+    set_int(&b.fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1)?;
+    // Wake on time: the default 50 µs timer slack would add to every delay.
+    // SAFETY: prctl with an integer argument.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
+    let clock = Clock {
+        start: Instant::now(),
+    };
+    let mut pool = Pool::default();
+    let mut batch = Batch::new();
+    let mut stats_due = Duration::from_secs(1);
+    // How late timer wake-ups come (a moving average, ns, at most MAX_SPIN): the thread
+    // asks to be woken that much early and spins the rest of the way.
+    let mut lateness: u64 = 20_000;
+    loop {
+        let now = clock.now();
+        let slept_at = now;
+        let next = [ab.next_due(), ba.next_due()].into_iter().flatten().min();
+        let target = next.map(|due| due.saturating_sub(lateness + 5_000));
+        let timeout = target.map(|t| {
+            let wait = t.saturating_sub(now);
+            libc::timespec {
+                tv_sec: (wait / 1_000_000_000) as libc::time_t,
+                tv_nsec: (wait % 1_000_000_000) as libc::c_long,
+            }
+        });
+        let mut fds = [
+            libc::pollfd {
+                fd: a.fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: b.fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: `fds` and the optional timeout live for the call.
+        let rc = unsafe {
+            libc::ppoll(
+                fds.as_mut_ptr(),
+                2,
+                timeout.as_ref().map_or(std::ptr::null(), |t| t as *const _),
+                std::ptr::null(),
+            )
+        };
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+        // An interface that went away reports an error on its socket: the link is gone.
+        if fds
+            .iter()
+            .any(|f| f.revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0)
+        {
+            return Ok(());
+        }
+        if fds[0].revents & libc::POLLIN != 0 {
+            receive(&a, &mut ab, &counters.a_to_b, &mut pool, &mut batch, &clock)?;
+        }
+        if fds[1].revents & libc::POLLIN != 0 {
+            receive(&b, &mut ba, &counters.b_to_a, &mut pool, &mut batch, &clock)?;
+        }
+        let mut now = clock.now();
+        if rc == 0 {
+            if let (Some(t), Some(due)) = (target, next) {
+                // Woken by the timer: learn how late (only from real sleeps, or a backlog
+                // would count as lateness), then spin to the due time — briefly: spinning
+                // longer costs more CPU than the precision is worth.
+                if t > slept_at {
+                    let late = now.saturating_sub(t).min(MAX_SPIN);
+                    lateness = (lateness * 7 + late) / 8;
+                }
+                while now < due && due - now <= MAX_SPIN {
+                    std::hint::spin_loop();
+                    now = clock.now();
+                }
+            }
+        }
+        transmit(&mut ab, now, &b, &counters.a_to_b, &mut pool, &mut batch)?;
+        transmit(&mut ba, now, &a, &counters.b_to_a, &mut pool, &mut batch)?;
+        if clock.start.elapsed() >= stats_due {
+            stats_due += Duration::from_secs(1);
+            counters
+                .a_to_b
+                .emulator_drops
+                .fetch_add(a.kernel_drops(), Relaxed);
+            counters
+                .b_to_a
+                .emulator_drops
+                .fetch_add(b.kernel_drops(), Relaxed);
+        }
+    }
+}
+
+/// Runs the emulator for `links`: one thread per link, each in its namespace. Calls
+/// `ready` once every link's sockets are open (or returns the first link's error), then
+/// calls `report` with the counters about once a second until every link has ended.
+pub fn run(
+    links: Vec<EmulatedLink>,
+    ready: impl FnOnce(),
+    mut report: impl FnMut(&[LinkStats]),
+) -> io::Result<()> {
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64)
+        ^ u64::from(std::process::id());
+    let (tx, rx) = std::sync::mpsc::channel::<io::Result<()>>();
+    let mut threads = Vec::new();
+    let mut all = Vec::new();
+    for (i, link) in links.into_iter().enumerate() {
+        let counters = Arc::new(LinkCounters::default());
+        all.push((link.name.clone(), counters.clone()));
+        let tx = tx.clone();
+        let link_seed = seed.wrapping_add((i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        threads.push(std::thread::spawn(move || {
+            if let Err(e) = crate::netns::enter(&link.namespace) {
+                let _ = tx.send(Err(e));
+                return;
+            }
+            match PacketSocket::open(&link.a).and_then(|a| Ok((a, PacketSocket::open(&link.b)?))) {
+                Ok((a, b)) => {
+                    let _ = tx.send(Ok(()));
+                    if let Err(e) = forward(a, b, &link, &counters, link_seed) {
+                        eprintln!("flowlab net emulator: link {}: {e}", link.name);
+                    }
+                }
+                Err(e) => {
+                    let _ = tx.send(Err(io::Error::new(
+                        e.kind(),
+                        format!("link {}: {e}", link.name),
+                    )));
+                }
+            }
+        }));
+    }
+    drop(tx);
+    for _ in 0..threads.len() {
+        match rx.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return Err(io::Error::other("an emulator thread ended early")),
+        }
+    }
+    ready();
+    let snapshot = |all: &[(String, Arc<LinkCounters>)]| -> Vec<LinkStats> {
+        all.iter()
+            .map(|(name, c)| LinkStats {
+                link: name.clone(),
+                a_to_b: (&c.a_to_b).into(),
+                b_to_a: (&c.b_to_a).into(),
+            })
+            .collect()
+    };
+    while !threads.iter().all(|t| t.is_finished()) {
+        std::thread::sleep(Duration::from_secs(1));
+        report(&snapshot(&all));
+    }
+    report(&snapshot(&all));
+    Ok(())
+}

@@ -1,0 +1,145 @@
+//! RTT probes for `net check`: ICMP echo from a raw socket opened inside the source
+//! host's namespace (the destination's kernel answers; no server is needed). A probe is
+//! 84 bytes on the wire, so its RTT is the path's delays plus next to no serialization.
+
+use std::io;
+use std::mem::MaybeUninit;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::time::{Duration, Instant};
+
+use socket2::{Domain, Protocol, Socket, Type};
+
+/// An ICMP echo client bound to one namespace.
+#[derive(Debug)]
+pub struct Pinger {
+    socket: Socket,
+    id: u16,
+    seq: u16,
+}
+
+/// The Internet checksum (RFC 1071).
+fn checksum(data: &[u8]) -> u16 {
+    let mut sum: u32 = data
+        .chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+/// An echo request: type 8, code 0, checksum, identifier, sequence, 56 bytes of payload.
+pub fn echo_request(id: u16, seq: u16) -> Vec<u8> {
+    let mut p = vec![8, 0, 0, 0];
+    p.extend(id.to_be_bytes());
+    p.extend(seq.to_be_bytes());
+    p.extend((0..56u8).map(|i| i.wrapping_mul(7)));
+    let c = checksum(&p);
+    p[2..4].copy_from_slice(&c.to_be_bytes());
+    p
+}
+
+/// The (identifier, sequence) of an echo reply, given the IPv4 packet a raw socket reads.
+pub fn echo_reply(packet: &[u8]) -> Option<(u16, u16)> {
+    let ihl = usize::from(packet.first()? & 0x0f) * 4;
+    let icmp = packet.get(ihl..)?;
+    if icmp.len() < 8 || icmp[0] != 0 || icmp[1] != 0 {
+        return None;
+    }
+    Some((
+        u16::from_be_bytes([icmp[4], icmp[5]]),
+        u16::from_be_bytes([icmp[6], icmp[7]]),
+    ))
+}
+
+impl Pinger {
+    /// Opens the raw socket inside namespace `ns` (root).
+    pub fn new(ns: &str) -> io::Result<Pinger> {
+        let socket = crate::netns::run_in(ns, || {
+            Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::ICMPV4))
+        })?;
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let id = (std::process::id() as u16) ^ (nanos as u16);
+        Ok(Pinger { socket, id, seq: 0 })
+    }
+
+    /// Sends one echo request to `to` and waits up to `timeout` for its reply.
+    pub fn ping(&mut self, to: Ipv4Addr, timeout: Duration) -> io::Result<Option<Duration>> {
+        self.seq = self.seq.wrapping_add(1);
+        let seq = self.seq;
+        let sent = Instant::now();
+        self.socket.send_to(
+            &echo_request(self.id, seq),
+            &SocketAddrV4::new(to, 0).into(),
+        )?;
+        let mut buf = [MaybeUninit::<u8>::uninit(); 1500];
+        loop {
+            let left = timeout.saturating_sub(sent.elapsed());
+            if left.is_zero() {
+                return Ok(None);
+            }
+            self.socket.set_read_timeout(Some(left))?;
+            let n = match self.socket.recv(&mut buf) {
+                Ok(n) => n,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    return Ok(None);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            // SAFETY: recv initialised the first n bytes.
+            let got: &[u8] = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast(), n) };
+            if echo_reply(got) == Some((self.id, seq)) {
+                return Ok(Some(sent.elapsed()));
+            }
+        }
+    }
+}
+
+/// The median of `samples` (`None` when empty).
+pub fn median(samples: &[Duration]) -> Option<Duration> {
+    let mut v = samples.to_vec();
+    v.sort_unstable();
+    v.get(v.len() / 2).copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_checksums_to_zero_and_a_reply_is_recognised() {
+        let req = echo_request(0x1234, 7);
+        assert_eq!(req.len(), 64);
+        // A correct checksum makes the sum over the whole message come out as zero.
+        assert_eq!(checksum(&req), 0);
+        // The reply the peer sends: a 20-byte IPv4 header, then type 0 with the same ids.
+        let mut reply = vec![0x45; 1];
+        reply.extend([0u8; 19]);
+        let mut icmp = req.clone();
+        icmp[0] = 0;
+        reply.extend(icmp);
+        assert_eq!(echo_reply(&reply), Some((0x1234, 7)));
+        // Our own request, seen by the raw socket, is not a reply.
+        let mut own = vec![0x45];
+        own.extend([0u8; 19]);
+        own.extend(req);
+        assert_eq!(echo_reply(&own), None);
+        assert_eq!(echo_reply(&[0x45, 0]), None);
+    }
+
+    #[test]
+    fn median_takes_the_middle() {
+        let ms = Duration::from_millis;
+        assert_eq!(median(&[ms(3), ms(1), ms(2)]), Some(ms(2)));
+        assert_eq!(median(&[]), None);
+    }
+}

@@ -1,0 +1,667 @@
+//! `flowlab net check`: measures paths of a topology that is up (or built for the check)
+//! and sets them beside what its file implies.
+//!
+//! Per pair: the idle RTT (median of 20 ICMP echoes from a raw socket in the source's
+//! namespace), TCP throughput (`flowlab test` in the source against `flowlab serve` in the
+//! destination, the first second left out) with an ICMP echo every 10 ms alongside it
+//! (the RTT under load), and, on paths with random loss, the loss of paced UDP. With
+//! `--together`, every pair's TCP test runs at once, and each pair's max-min fair share
+//! is given instead of judging its rate.
+
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use flowlab_engine::units::{Rate, UnitFormat};
+use flowlab_net::build::{self, UpOptions, ns_name};
+use flowlab_net::check::{Measured, deviations, jain_index, max_min_shares};
+use flowlab_net::probe::{Pinger, median};
+use flowlab_net::topology::{Kind, PathInfo, Plan, Topology};
+
+/// What `net check` sends over each path.
+#[derive(Debug, Clone, Copy)]
+pub struct Load {
+    /// Seconds of TCP (after one left out).
+    pub seconds: u64,
+    /// TCP pacing rate; unlimited when `None`.
+    pub bitrate: Option<u64>,
+    /// UDP datagrams for the loss measurement.
+    pub loss_packets: u64,
+    /// All pairs' TCP tests at once.
+    pub together: bool,
+}
+
+/// One pair to measure: from, to, parallel connections.
+#[derive(Debug, Clone, PartialEq)]
+struct Pair {
+    from: String,
+    to: String,
+    connections: u32,
+}
+
+/// One measured path.
+#[derive(Debug, serde::Serialize)]
+struct Row {
+    from: String,
+    to: String,
+    connections: u32,
+    implied_rtt_ms: f64,
+    /// Median of 20 ICMP echoes on the idle path.
+    measured_rtt_ms: Option<f64>,
+    /// RTT plus every full queue on the way there.
+    queue_bound_ms: f64,
+    /// Highest and median ICMP echo RTT during the TCP test.
+    loaded_rtt_ms: Option<f64>,
+    loaded_rtt_median_ms: Option<f64>,
+    implied_bps: Option<u64>,
+    measured_bps: f64,
+    /// Each connection's throughput (receiver), when there are several.
+    connection_bps: Vec<f64>,
+    /// With --together: the pair's max-min fair share of the links it shares.
+    fair_share_bps: Option<f64>,
+    implied_loss_percent: f64,
+    /// UDP datagrams lost of those sent (only where the path has loss).
+    measured_loss_percent: Option<f64>,
+    /// What falls outside the tolerances (RTT ±1 ms; rate 0.90–1.02 of the bottleneck
+    /// when alone; loaded RTT ≤ bound + 1 ms; loss ±20 % of the configured).
+    deviations: Vec<String>,
+}
+
+fn parse_pairs(list: Option<&str>, t: &Topology) -> anyhow::Result<Vec<Pair>> {
+    let hosts: Vec<String> = t.hosts().cloned().collect();
+    let Some(list) = list else {
+        return Ok(hosts
+            .iter()
+            .enumerate()
+            .flat_map(|(i, a)| {
+                hosts[i + 1..].iter().map(move |b| Pair {
+                    from: a.clone(),
+                    to: b.clone(),
+                    connections: 1,
+                })
+            })
+            .collect());
+    };
+    list.split(',')
+        .map(|p| {
+            let (ends, n) = match p.split_once(':') {
+                Some((ends, n)) => (
+                    ends,
+                    n.parse::<u32>()
+                        .ok()
+                        .filter(|n| (1..=128).contains(n))
+                        .ok_or_else(|| {
+                            anyhow::anyhow!("--pairs: '{p}': connections are 1 to 128")
+                        })?,
+                ),
+                None => (p, 1),
+            };
+            let (a, b) = ends
+                .split_once('-')
+                .ok_or_else(|| anyhow::anyhow!("--pairs: '{p}' is not A-B or A-B:N"))?;
+            for n in [a, b] {
+                match t.nodes.get(n) {
+                    Some(Kind::Host | Kind::Router) => {}
+                    Some(Kind::Switch) => {
+                        anyhow::bail!("--pairs: '{n}' is a switch (it has no address)")
+                    }
+                    None => anyhow::bail!("--pairs: '{n}' is not a node of {}", t.name),
+                }
+            }
+            if a == b {
+                anyhow::bail!("--pairs: '{p}' has the same node at both ends");
+            }
+            Ok(Pair {
+                from: a.to_string(),
+                to: b.to_string(),
+                connections: n,
+            })
+        })
+        .collect()
+}
+
+/// `to`'s address on the segment the path arrives by (a router has several).
+fn address_towards(plan: &Plan<'_>, path: &PathInfo) -> Option<Ipv4Addr> {
+    let to = path.nodes.last()?;
+    let prev = path.nodes.get(path.nodes.len().checked_sub(2)?)?;
+    plan.segments.iter().find_map(|s| {
+        let here = s.members.iter().find(|(n, _)| n == to)?;
+        let joins = s.members.iter().any(|(n, _)| n == prev) || s.switch.as_ref() == Some(prev);
+        joins.then(|| Ipv4Addr::from(here.1))
+    })
+}
+
+/// Takes the topology down when dropped, if the check built it.
+struct Teardown(Option<String>);
+
+impl Drop for Teardown {
+    fn drop(&mut self) {
+        if let Some(name) = &self.0 {
+            if let Err(e) = build::down(name, &build::state_dir()) {
+                eprintln!(
+                    "flowlab: taking {name} down again failed: {e} (flowlab net down {name})"
+                );
+            }
+        }
+    }
+}
+
+/// A process killed and reaped when dropped (the servers).
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+pub fn run(
+    file: &Path,
+    pairs: Option<&str>,
+    load: Load,
+    up: UpOptions,
+    json: bool,
+) -> anyhow::Result<()> {
+    let t = crate::load_topology(file)?;
+    let plan = Plan::of(&t);
+    let pairs = parse_pairs(pairs, &t)?;
+    let mut paths = Vec::new();
+    for p in &pairs {
+        let path = plan
+            .path(&p.from, &p.to)
+            .ok_or_else(|| anyhow::anyhow!("no path from {} to {}", p.from, p.to))?;
+        let to = address_towards(&plan, &path)
+            .ok_or_else(|| anyhow::anyhow!("{} has no address", p.to))?;
+        paths.push((path, to));
+    }
+    let up_already = build::status().iter().any(|(n, _)| *n == t.name);
+    let (_teardown, state) = if up_already {
+        (Teardown(None), build::state(&build::state_dir(), &t.name))
+    } else {
+        let state = build::up(&t, &build::state_dir(), &up)?;
+        (Teardown(Some(t.name.clone())), Some(state))
+    };
+    let groups: Vec<Vec<usize>> = if load.together {
+        vec![(0..pairs.len()).collect()]
+    } else {
+        (0..pairs.len()).map(|i| vec![i]).collect()
+    };
+    let mut measured: Vec<Option<(Measured, Vec<f64>)>> = (0..pairs.len()).map(|_| None).collect();
+    for group in groups {
+        let jobs: Vec<Job<'_>> = group
+            .iter()
+            .map(|&i| Job {
+                topo: &t.name,
+                pair: &pairs[i],
+                implied: &paths[i].0,
+                to: paths[i].1,
+                port: 5201 + i as u16,
+            })
+            .collect();
+        for (i, m) in group.iter().zip(measure(&jobs, load)?) {
+            measured[*i] = Some(m);
+        }
+    }
+    // Fair shares: every connection is a flow over its pair's hops.
+    let fair: Vec<Option<f64>> = if load.together {
+        let mut flows = Vec::new();
+        let mut owner = Vec::new();
+        for (i, p) in pairs.iter().enumerate() {
+            for _ in 0..p.connections {
+                flows.push(
+                    paths[i]
+                        .0
+                        .hops
+                        .iter()
+                        .map(|h| (h.link, h.forward))
+                        .collect(),
+                );
+                owner.push(i);
+            }
+        }
+        let shares = max_min_shares(&flows, |l, fwd| {
+            let link = &t.links[l];
+            if fwd {
+                link.a_to_b.rate_bps
+            } else {
+                link.b_to_a.rate_bps
+            }
+        });
+        (0..pairs.len())
+            .map(|i| {
+                owner
+                    .iter()
+                    .zip(&shares)
+                    .filter(|(o, _)| **o == i)
+                    .map(|(_, s)| *s)
+                    .sum()
+            })
+            .collect()
+    } else {
+        vec![None; pairs.len()]
+    };
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let mut rows = Vec::new();
+    for (i, p) in pairs.iter().enumerate() {
+        let implied = &paths[i].0;
+        let Some((m, connection_bps)) = measured[i].take() else {
+            continue;
+        };
+        rows.push(Row {
+            from: p.from.clone(),
+            to: p.to.clone(),
+            connections: p.connections,
+            implied_rtt_ms: ms(implied.rtt),
+            measured_rtt_ms: m.rtt.map(ms),
+            queue_bound_ms: ms(implied.rtt + implied.queue_delay),
+            loaded_rtt_ms: m.loaded_rtt.map(ms),
+            loaded_rtt_median_ms: m.loaded_rtt_median.map(ms),
+            implied_bps: implied.bottleneck_bps,
+            measured_bps: m.bps,
+            connection_bps: if p.connections > 1 {
+                connection_bps
+            } else {
+                Vec::new()
+            },
+            fair_share_bps: fair[i],
+            implied_loss_percent: implied.loss * 100.0,
+            measured_loss_percent: m.loss.map(|l| l * 100.0),
+            deviations: deviations(implied, &m),
+        });
+    }
+    // Jain's index over pairs, each rate taken relative to its fair share.
+    let jain = if load.together {
+        let relative: Vec<f64> = rows
+            .iter()
+            .filter_map(|r| Some(r.measured_bps / r.fair_share_bps?))
+            .collect();
+        jain_index(&relative)
+    } else {
+        None
+    };
+    let backend = state
+        .as_ref()
+        .and_then(|s| s.backend)
+        .map_or("none needed (tbf only)".to_string(), |b| b.to_string());
+    if json {
+        let doc = serde_json::json!({
+            "topology": t.name,
+            "backend": backend,
+            "together": load.together,
+            "jain_index": jain,
+            "paths": rows,
+        });
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+        return Ok(());
+    }
+    print!("{}", table(&t.name, &backend, &rows, jain));
+    Ok(())
+}
+
+fn table(topo: &str, backend: &str, rows: &[Row], jain: Option<f64>) -> String {
+    use std::fmt::Write;
+    let rate = |bps: f64| Rate(bps, UnitFormat::Adaptive).to_string();
+    let opt =
+        |v: Option<f64>, digits: usize| v.map_or("?".to_string(), |v| format!("{v:.digits$}"));
+    let together = jain.is_some();
+    let mut out = String::new();
+    let _ = writeln!(out, "topology {topo}, emulation backend: {backend}");
+    let _ = writeln!(
+        out,
+        "{:<10} {:>9} {:>9} {:>22} {:>14} {:>14} {:>13}  deviations",
+        "path",
+        "RTT file",
+        "measured",
+        "loaded med/max (bound)",
+        if together { "fair share" } else { "rate file" },
+        "measured",
+        "loss file/got",
+    );
+    for r in rows {
+        let name = if r.connections > 1 {
+            format!("{}-{}:{}", r.from, r.to, r.connections)
+        } else {
+            format!("{}-{}", r.from, r.to)
+        };
+        let reference = if together {
+            r.fair_share_bps.map_or("-".to_string(), rate)
+        } else {
+            r.implied_bps
+                .map_or("unlimited".to_string(), |b| rate(b as f64))
+        };
+        let _ = writeln!(
+            out,
+            "{:<10} {:>6.1} ms {:>6} ms {:>22} {:>14} {:>14} {:>13}  {}",
+            name,
+            r.implied_rtt_ms,
+            opt(r.measured_rtt_ms, 1),
+            format!(
+                "{}/{} ({}) ms",
+                opt(r.loaded_rtt_median_ms, 1),
+                opt(r.loaded_rtt_ms, 1),
+                r.implied_bps
+                    .map_or("-".to_string(), |_| format!("{:.0}", r.queue_bound_ms))
+            ),
+            reference,
+            rate(r.measured_bps),
+            if r.implied_loss_percent > 0.0 {
+                format!(
+                    "{:.2}/{} %",
+                    r.implied_loss_percent,
+                    opt(r.measured_loss_percent, 2)
+                )
+            } else {
+                "-".to_string()
+            },
+            if r.deviations.is_empty() {
+                "-".to_string()
+            } else {
+                r.deviations.join("; ")
+            }
+        );
+        if !r.connection_bps.is_empty() {
+            let each: Vec<String> = r.connection_bps.iter().map(|b| rate(*b)).collect();
+            let _ = writeln!(out, "{:<10} connections: {}", "", each.join(", "));
+        }
+    }
+    if let Some(j) = jain {
+        let _ = writeln!(
+            out,
+            "Jain's fairness index over the pairs (rate / fair share): {j:.3}"
+        );
+    }
+    out
+}
+
+/// One pair's measurement, with what it needs.
+struct Job<'a> {
+    topo: &'a str,
+    pair: &'a Pair,
+    implied: &'a PathInfo,
+    to: Ipv4Addr,
+    port: u16,
+}
+
+/// A `flowlab test` from `job`'s source to its server, started (not waited for).
+fn client(job: &Job<'_>, args: &[String]) -> anyhow::Result<Child> {
+    Ok(Command::new("ip")
+        .args(["netns", "exec", &ns_name(job.topo, &job.pair.from)])
+        .arg(std::env::current_exe()?)
+        .args([
+            "test",
+            &job.to.to_string(),
+            "-p",
+            &job.port.to_string(),
+            "-J",
+        ])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?)
+}
+
+/// Waits for a client and reads its result; `None` when the server was not listening
+/// yet (to be retried).
+fn result(job: &Job<'_>, child: Child) -> anyhow::Result<Option<serde_json::Value>> {
+    let out = child.wait_with_output()?;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .map_err(|e| anyhow::anyhow!("{} -> {}: no result ({e})", job.pair.from, job.pair.to))?;
+    if let Some(e) = v["error"].as_str() {
+        if e.contains("cannot connect") {
+            return Ok(None);
+        }
+        anyhow::bail!("{} -> {}: {e}", job.pair.from, job.pair.to);
+    }
+    Ok(Some(v))
+}
+
+/// Whether a TCP socket listens on `port` in namespace `ns` (read from the namespace's
+/// own /proc/thread-self/net/tcp and tcp6, without connecting to it).
+fn listening(ns: &str, port: u16) -> bool {
+    let hex = format!(":{port:04X} ");
+    flowlab_net::netns::run_in(ns, move || {
+        // The server may listen on IPv4 or on a dual-stack IPv6 socket.
+        let mut table = std::fs::read_to_string("/proc/thread-self/net/tcp")?;
+        table.push_str(&std::fs::read_to_string("/proc/thread-self/net/tcp6").unwrap_or_default());
+        // Fields: sl local_address rem_address st …; st 0A is LISTEN.
+        Ok(table.lines().any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 3 && format!("{} ", f[1]).ends_with(&hex) && f[3] == "0A"
+        }))
+    })
+    .unwrap_or(false)
+}
+
+/// Runs a client to completion, retrying while its server is not listening yet (5 s).
+fn run_client(job: &Job<'_>, args: &[String]) -> anyhow::Result<serde_json::Value> {
+    for _ in 0..50 {
+        if let Some(v) = result(job, client(job, args)?)? {
+            return Ok(v);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    anyhow::bail!(
+        "{} -> {}: the server did not start",
+        job.pair.from,
+        job.pair.to
+    )
+}
+
+/// Measures `jobs` together: idle RTTs one by one, then every TCP test at once with
+/// probes alongside, then the loss of each lossy path one by one. Returns each job's
+/// measurement and its connections' rates.
+fn measure(jobs: &[Job<'_>], load: Load) -> anyhow::Result<Vec<(Measured, Vec<f64>)>> {
+    let probe_timeout = Duration::from_secs(2);
+    let mut pingers = Vec::new();
+    let mut idle = Vec::new();
+    for job in jobs {
+        let mut pinger = Pinger::new(&ns_name(job.topo, &job.pair.from))
+            .map_err(|e| anyhow::anyhow!("ICMP socket in {}: {e}", job.pair.from))?;
+        // The first echo also resolves addresses along the path: not counted.
+        let _ = pinger.ping(job.to, probe_timeout)?;
+        let mut rtts = Vec::new();
+        for _ in 0..20 {
+            rtts.extend(pinger.ping(job.to, probe_timeout)?);
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        idle.push(median(&rtts));
+        pingers.push(pinger);
+    }
+    let me = std::env::current_exe()?;
+    let _servers: Vec<Reaped> = jobs
+        .iter()
+        .map(|job| {
+            Ok(Reaped(
+                Command::new("ip")
+                    .args(["netns", "exec", &ns_name(job.topo, &job.pair.to)])
+                    .arg(&me)
+                    .args(["serve", "-p", &job.port.to_string()])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()?,
+            ))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    // Wait until every server listens (up to 5 s).
+    for job in jobs {
+        let ns = ns_name(job.topo, &job.pair.to);
+        let mut tries = 0;
+        while !listening(&ns, job.port) {
+            tries += 1;
+            if tries == 100 {
+                anyhow::bail!(
+                    "{} -> {}: the server did not start",
+                    job.pair.from,
+                    job.pair.to
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    // TCP, all at once, with an echo every 10 ms per pair alongside.
+    let stop = Arc::new(AtomicBool::new(false));
+    let probers: Vec<_> = pingers
+        .into_iter()
+        .zip(jobs)
+        .map(|(mut pinger, job)| {
+            let stop = stop.clone();
+            let to = job.to;
+            std::thread::spawn(move || {
+                let mut loaded = Vec::new();
+                while !stop.load(Ordering::Acquire) {
+                    if let Ok(Some(rtt)) = pinger.ping(to, probe_timeout) {
+                        loaded.push(rtt);
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                loaded
+            })
+        })
+        .collect();
+    let tcp: anyhow::Result<Vec<serde_json::Value>> = (|| {
+        let clients: Vec<(Child, &Job<'_>)> = jobs
+            .iter()
+            .map(|job| {
+                // The first second (slow start, BBR's startup) is left out.
+                let mut args = vec![
+                    "-t".to_string(),
+                    (load.seconds + 1).to_string(),
+                    "-O".into(),
+                    "1".into(),
+                    "-P".into(),
+                    job.pair.connections.to_string(),
+                ];
+                if let Some(b) = load.bitrate {
+                    args.extend(["-b".into(), b.to_string()]);
+                }
+                Ok((client(job, &args)?, job))
+            })
+            .collect::<anyhow::Result<_>>()?;
+        clients
+            .into_iter()
+            .map(|(c, job)| {
+                result(job, c)?.ok_or_else(|| {
+                    anyhow::anyhow!("{} -> {}: connection refused", job.pair.from, job.pair.to)
+                })
+            })
+            .collect()
+    })();
+    stop.store(true, Ordering::Release);
+    let loaded: Vec<Vec<Duration>> = probers
+        .into_iter()
+        .map(|p| p.join().unwrap_or_default())
+        .collect();
+    let tcp = tcp?;
+    let mut out = Vec::new();
+    for (((job, v), loaded), idle) in jobs.iter().zip(&tcp).zip(&loaded).zip(&idle) {
+        let bps = v["end"]["sums"][0]["receiver"]["bits_per_second"]
+            .as_f64()
+            .unwrap_or(0.0);
+        let connections: Vec<f64> = v["end"]["streams"]
+            .as_array()
+            .map(|s| {
+                s.iter()
+                    .filter_map(|s| s["receiver"]["bits_per_second"].as_f64())
+                    .collect()
+            })
+            .unwrap_or_default();
+        // Loss: small datagrams at half the bottleneck, so the queues stay empty and
+        // every loss is the configured one.
+        let loss = if job.implied.loss > 0.0 {
+            let rate = job.implied.bottleneck_bps.map_or(20_000_000, |r| r / 2);
+            let args: Vec<String> = [
+                "-u",
+                "-b",
+                &rate.to_string(),
+                "-l",
+                "200",
+                "-k",
+                &load.loss_packets.to_string(),
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+            let udp = run_client(job, &args)?;
+            let sum = &udp["end"]["sums"][0];
+            let sent = sum["sender"]["packets"].as_f64().unwrap_or(0.0);
+            let u = &sum["receiver"]["udp"];
+            let received =
+                u["expected"].as_f64().unwrap_or(0.0) - u["lost"].as_f64().unwrap_or(0.0);
+            (sent > 0.0).then(|| (sent - received).max(0.0) / sent)
+        } else {
+            None
+        };
+        out.push((
+            Measured {
+                rtt: *idle,
+                bps,
+                loaded_rtt: loaded.iter().max().copied(),
+                loaded_rtt_median: median(loaded),
+                loss,
+                shared: jobs.len() > 1,
+            },
+            connections,
+        ));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn portfolio() -> Topology {
+        let text = include_str!("../../../topologies/portfolio.toml");
+        Topology::parse(text).expect("portfolio parses")
+    }
+
+    #[test]
+    fn pairs_take_hosts_and_routers_with_optional_connections() {
+        let t = portfolio();
+        let p = parse_pairs(Some("h1-h4:2,r1-r2"), &t).expect("pairs");
+        assert_eq!(
+            p,
+            [
+                Pair {
+                    from: "h1".into(),
+                    to: "h4".into(),
+                    connections: 2
+                },
+                Pair {
+                    from: "r1".into(),
+                    to: "r2".into(),
+                    connections: 1
+                },
+            ]
+        );
+        // Every pair of the nine hosts by default.
+        assert_eq!(parse_pairs(None, &t).expect("all").len(), 36);
+        for (bad, says) in [
+            ("h1-s1", "'s1' is a switch"),
+            ("h1-x9", "'x9' is not a node of port"),
+            ("h1", "'h1' is not A-B or A-B:N"),
+            ("h1-h4:0", "connections are 1 to 128"),
+            ("h1-h4:x", "connections are 1 to 128"),
+            ("h1-h1", "same node at both ends"),
+        ] {
+            let e = parse_pairs(Some(bad), &t).expect_err(bad).to_string();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_router_is_reached_at_its_address_on_the_arriving_link() {
+        let t = portfolio();
+        let plan = Plan::of(&t);
+        let at = |a: &str, b: &str| address_towards(&plan, &plan.path(a, b).expect("path"));
+        // r1 → r2 arrives over L1 (10.0.6.0/24, r1 .1, r2 .2); r3 → r2 over L2.
+        assert_eq!(at("r1", "r2"), Some(Ipv4Addr::new(10, 0, 6, 2)));
+        assert_eq!(at("r3", "r2"), Some(Ipv4Addr::new(10, 0, 7, 1)));
+        // A host behind a switch: its address on the switch's segment.
+        assert_eq!(at("h1", "h4"), Some(Ipv4Addr::new(10, 0, 2, 1)));
+    }
+}
