@@ -390,6 +390,7 @@ fn build(
             &["-n", &ns(&node), "route", "add", &subnet, "via", &via],
         )?;
     }
+    static_neighbours(t, &plan)?;
     let mut state = State {
         backend,
         emulator_pid: None,
@@ -488,9 +489,15 @@ fn start_emulator(
 
 /// Every node interface with an address: (node, address, device).
 pub fn interfaces(plan: &Plan<'_>) -> Vec<(String, [u8; 4], String)> {
+    segment_interfaces(plan).into_iter().flatten().collect()
+}
+
+/// [`interfaces`], per segment (in the plan's order).
+pub fn segment_interfaces(plan: &Plan<'_>) -> Vec<Vec<(String, [u8; 4], String)>> {
     let t = plan.topology;
-    let mut out = Vec::new();
+    let mut all = Vec::new();
     for seg in &plan.segments {
+        let mut out = Vec::new();
         for (node, addr) in &seg.members {
             // A link segment is its own link; on a switch, the member's link to it.
             let link = seg.link.or_else(|| {
@@ -503,8 +510,79 @@ pub fn interfaces(plan: &Plan<'_>) -> Vec<(String, [u8; 4], String)> {
                 out.push((node.clone(), *addr, format!("l{i}")));
             }
         }
+        all.push(out);
     }
-    out
+    all
+}
+
+/// The MAC address of `dev` in namespace `ns`.
+fn mac(ns: &str, dev: &str) -> Result<String, NetError> {
+    let out = run("ip", &["-n", ns, "-j", "link", "show", "dev", dev])?;
+    let v: serde_json::Value = serde_json::from_str(&out).map_err(|e| NetError::Command {
+        command: format!("ip -n {ns} -j link show dev {dev}"),
+        message: e.to_string(),
+    })?;
+    v[0]["address"]
+        .as_str()
+        .map(String::from)
+        .ok_or_else(|| NetError::Command {
+            command: format!("ip -n {ns} -j link show dev {dev}"),
+            message: "no address in its answer".into(),
+        })
+}
+
+/// Permanent neighbour entries between all the interfaces of every segment, so no ARP
+/// crosses an emulated link: an ARP probe lost in a full queue would otherwise stall a
+/// path until it is resolved again (Mininet's `--arp` does the same).
+fn static_neighbours(t: &Topology, plan: &Plan<'_>) -> Result<(), NetError> {
+    use std::io::Write;
+    let mut batches: std::collections::BTreeMap<String, String> = Default::default();
+    for seg in segment_interfaces(plan) {
+        let macs: Vec<String> = seg
+            .iter()
+            .map(|(node, _, dev)| mac(&ns_name(&t.name, node), dev))
+            .collect::<Result<_, _>>()?;
+        for (node, _, dev) in &seg {
+            for ((other, addr, _), m) in seg.iter().zip(&macs) {
+                if other != node {
+                    let line = format!(
+                        "neigh replace {} lladdr {m} dev {dev} nud permanent\n",
+                        std::net::Ipv4Addr::from(*addr)
+                    );
+                    batches
+                        .entry(ns_name(&t.name, node))
+                        .or_default()
+                        .push_str(&line);
+                }
+            }
+        }
+    }
+    for (ns, batch) in batches {
+        let command = format!("ip -n {ns} -batch -");
+        let fail = |message: String| NetError::Command {
+            command: command.clone(),
+            message,
+        };
+        let mut child = Command::new("ip")
+            .args(["-n", &ns, "-batch", "-"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .map_err(|e| fail(e.to_string()))?;
+        if let Some(mut stdin) = child.stdin.take() {
+            stdin
+                .write_all(batch.as_bytes())
+                .map_err(|e| fail(e.to_string()))?;
+        }
+        let out = child.wait_with_output().map_err(|e| fail(e.to_string()))?;
+        if !out.status.success() {
+            return Err(fail(
+                String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Routes to add: (node, "10.x.y.0/24", next-hop address), for every non-switch node and

@@ -117,10 +117,10 @@ impl<T> DelayLine<T> {
         self.line.front().map(|(due, _)| *due)
     }
 
-    /// The next packet, if it is due at `now`.
-    pub fn pop_due(&mut self, now: u64) -> Option<T> {
+    /// The next packet and when it was due, if it is due at `now`.
+    pub fn pop_due(&mut self, now: u64) -> Option<(u64, T)> {
         match self.line.front() {
-            Some((due, _)) if *due <= now => self.line.pop_front().map(|(_, p)| p),
+            Some((due, _)) if *due <= now => self.line.pop_front(),
             _ => None,
         }
     }
@@ -147,9 +147,9 @@ mod tests {
         assert_eq!(l.push(6 * MS, "b").0, Verdict::Queued(16 * MS));
         assert_eq!(l.next_due(), Some(15 * MS));
         assert_eq!(l.pop_due(15 * MS - 1), None);
-        assert_eq!(l.pop_due(15 * MS), Some("a"));
+        assert_eq!(l.pop_due(15 * MS), Some((15 * MS, "a")));
         assert_eq!(l.pop_due(15 * MS), None);
-        assert_eq!(l.pop_due(20 * MS), Some("b"));
+        assert_eq!(l.pop_due(20 * MS), Some((16 * MS, "b")));
         assert!(l.is_empty());
     }
 
@@ -200,7 +200,7 @@ mod tests {
             dues.push(due);
         }
         assert!(dues.windows(2).all(|w| w[0] <= w[1]));
-        let order: Vec<u64> = std::iter::from_fn(|| l.pop_due(u64::MAX)).collect();
+        let order: Vec<u64> = std::iter::from_fn(|| l.pop_due(u64::MAX).map(|(_, p)| p)).collect();
         assert_eq!(order.len(), 12_000);
         assert!(order.windows(2).all(|w| w[0] < w[1]));
     }

@@ -3,7 +3,6 @@
 //! 84 bytes on the wire, so its RTT is the path's delays plus next to no serialization.
 
 use std::io;
-use std::mem::MaybeUninit;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
@@ -59,49 +58,81 @@ impl Pinger {
         let socket = crate::netns::run_in(ns, || {
             Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::ICMPV4))
         })?;
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let id = (std::process::id() as u16) ^ (nanos as u16);
+        // Replies carry the kernel's arrival time, so a late-scheduled prober does not
+        // add to the RTT it reports.
+        let on: libc::c_int = 1;
+        // SAFETY: the option value is a live c_int of the size given.
+        let rc = unsafe {
+            libc::setsockopt(
+                std::os::fd::AsRawFd::as_raw_fd(&socket),
+                libc::SOL_SOCKET,
+                libc::SO_TIMESTAMPNS,
+                (&on as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let id = (std::process::id() as u16) ^ (wall_ns() as u16);
         Ok(Pinger { socket, id, seq: 0 })
     }
 
-    /// Sends one echo request to `to` and waits up to `timeout` for its reply.
+    /// Sends one echo request to `to` and waits up to `timeout` for its reply. The RTT
+    /// runs from just before the send to the kernel's arrival stamp of the reply.
     pub fn ping(&mut self, to: Ipv4Addr, timeout: Duration) -> io::Result<Option<Duration>> {
         self.seq = self.seq.wrapping_add(1);
         let seq = self.seq;
-        let sent = Instant::now();
+        let started = Instant::now();
+        let sent = wall_ns();
         self.socket.send_to(
             &echo_request(self.id, seq),
             &SocketAddrV4::new(to, 0).into(),
         )?;
-        let mut buf = [MaybeUninit::<u8>::uninit(); 1500];
+        let mut buf = [0u8; 1500];
+        let mut control = [0u64; 8];
         loop {
-            let left = timeout.saturating_sub(sent.elapsed());
+            let left = timeout.saturating_sub(started.elapsed());
             if left.is_zero() {
                 return Ok(None);
             }
             self.socket.set_read_timeout(Some(left))?;
-            let n = match self.socket.recv(&mut buf) {
-                Ok(n) => n,
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    return Ok(None);
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
+            let mut iov = libc::iovec {
+                iov_base: buf.as_mut_ptr().cast(),
+                iov_len: buf.len(),
             };
-            // SAFETY: recv initialised the first n bytes.
-            let got: &[u8] = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast(), n) };
-            if echo_reply(got) == Some((self.id, seq)) {
-                return Ok(Some(sent.elapsed()));
+            // SAFETY: plain old data.
+            let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
+            h.msg_iov = &mut iov;
+            h.msg_iovlen = 1;
+            h.msg_control = control.as_mut_ptr().cast();
+            h.msg_controllen = std::mem::size_of_val(&control) as _;
+            // SAFETY: the header points at `buf` and `control`, which live for the call.
+            let n =
+                unsafe { libc::recvmsg(std::os::fd::AsRawFd::as_raw_fd(&self.socket), &mut h, 0) };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                match e.kind() {
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => return Ok(None),
+                    io::ErrorKind::Interrupted => continue,
+                    _ => return Err(e),
+                }
+            }
+            if echo_reply(&buf[..n as usize]) == Some((self.id, seq)) {
+                let arrived = crate::forward::arrival_ns(&h).unwrap_or_else(wall_ns);
+                return Ok(Some(Duration::from_nanos(
+                    arrived.saturating_sub(sent) as u64
+                )));
             }
         }
     }
+}
+
+/// Now on the wall clock (the clock of SO_TIMESTAMPNS), ns.
+fn wall_ns() -> i128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i128)
 }
 
 /// The median of `samples` (`None` when empty).

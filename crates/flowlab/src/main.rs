@@ -468,8 +468,15 @@ fn net(c: cli::NetCommand) -> anyhow::Result<()> {
                 for l in stats {
                     for (way, d) in [("a→b", &l.a_to_b), ("b→a", &l.b_to_a)] {
                         println!(
-                            "  link {} {way}: {} forwarded, {} lost (random), {} line full, {} emulator drops, {} oversize",
-                            l.link, d.forwarded, d.lost, d.line_full, d.emulator_drops, d.oversize
+                            "  link {} {way}: {} forwarded, {} lost (random), {} line full, {} emulator drops, {} oversize, {} late (latest {} µs)",
+                            l.link,
+                            d.forwarded,
+                            d.lost,
+                            d.line_full,
+                            d.emulator_drops,
+                            d.oversize,
+                            d.late,
+                            d.max_late_us
                         );
                     }
                 }
