@@ -80,8 +80,11 @@ print(f"{'case':<16} {'Gbit/s':>7} {'/direct':>8} {'/rate':>6} {'RTT file':>9} {
 for name, rs in runs.items():
     bps = statistics.median(r["measured_bps"] for r in rs)
     rate = rs[0]["implied_bps"]
-    med = lambda k: statistics.median(r[k] for r in rs if r[k] is not None)
+    def med(k):
+        v = [r[k] for r in rs if r[k] is not None]
+        return f"{statistics.median(v):.2f}" if v else "?"
+    highest = [r["loaded_rtt_ms"] for r in rs if r["loaded_rtt_ms"] is not None]
     print(f"{name:<16} {bps/1e9:7.2f} {bps/direct:8.2f} {(f'{bps/rate:.2f}' if rate else '-'):>6} "
-          f"{rs[0]['implied_rtt_ms']:6.1f} ms {med('measured_rtt_ms'):4.2f} ms "
-          f"{med('loaded_rtt_median_ms'):6.2f} ms {max(r['loaded_rtt_ms'] for r in rs):6.2f} ms")
+          f"{rs[0]['implied_rtt_ms']:6.1f} ms {med('measured_rtt_ms'):>4} ms "
+          f"{med('loaded_rtt_median_ms'):>6} ms {(f'{max(highest):.2f}' if highest else '?'):>6} ms")
 PY

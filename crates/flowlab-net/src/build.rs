@@ -147,9 +147,21 @@ pub fn namespaces() -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Prefix of the scratch namespaces of [`netem_available`] (a dot cannot start a
+/// topology name, so `status` and `down` never take them for one).
+const PROBE_PREFIX: &str = "fl-.probe-";
+
 /// Whether this kernel has `sch_netem` (tried in a scratch namespace).
 pub fn netem_available() -> bool {
-    let scratch = format!("fl-probe-{}", std::process::id());
+    // Scratch namespaces of probes that died half-way go first.
+    for ns in namespaces() {
+        if let Some(pid) = ns.strip_prefix(PROBE_PREFIX) {
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                let _ = run("ip", &["netns", "del", &ns]);
+            }
+        }
+    }
+    let scratch = format!("{PROBE_PREFIX}{}", std::process::id());
     if run("ip", &["netns", "add", &scratch]).is_err() {
         return false;
     }
@@ -191,9 +203,7 @@ fn record(dir: &Path, topo: &str, ns: &str) -> Result<(), NetError> {
 /// its child. Without `netem`, delay, jitter and loss are left to the user-space emulator.
 pub fn shaping(dev: &str, s: &Shape, netem: bool) -> Vec<Vec<String>> {
     let mut cmds = Vec::new();
-    let limit_bytes = s
-        .queue_bytes
-        .unwrap_or(s.queue_packets.unwrap_or(DEFAULT_QUEUE) * PACKET_BYTES);
+    let limit_bytes = s.queue_limit_bytes();
     let tbf = |parent: &[&str], rate: u64| -> Vec<String> {
         // Burst: a millisecond at the rate, but at least two full packets.
         let burst = (rate / 8 / 1000).max(2 * PACKET_BYTES);
@@ -451,7 +461,9 @@ fn start_emulator(
     let log_path = emulator_log(dir, topo);
     let log = std::fs::File::create(&log_path).map_err(|e| NetError::Io(log_path.clone(), e))?;
     let mut child = std::process::Command::new(&opts.emulator)
-        .args(["net", "_emulate", topo])
+        .args(["net", "_emulate", "--state-dir"])
+        .arg(dir)
+        .arg(topo)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(log)
@@ -467,10 +479,18 @@ fn start_emulator(
             .write_all(json.as_bytes())
             .map_err(|e| NetError::Emulator(e.to_string()))?;
     }
-    let mut line = String::new();
+    // Its answer, or none within 10 s (a thread reads it: a read has no timeout).
+    let (tx, rx) = std::sync::mpsc::channel();
     if let Some(out) = child.stdout.take() {
-        let _ = std::io::BufReader::new(out).read_line(&mut line);
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = std::io::BufReader::new(out).read_line(&mut line);
+            let _ = tx.send(line);
+        });
     }
+    let line = rx
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .unwrap_or_default();
     if line.trim() != "ready" {
         let _ = child.kill();
         let _ = child.wait();
@@ -632,18 +652,21 @@ pub fn routes(plan: &Plan<'_>) -> Vec<(String, String, String)> {
 }
 
 /// Whether process `pid` is the emulator of topology `topo` (its command line ends in
-/// `net _emulate <topo>`).
+/// `net _emulate --state-dir DIR <topo>`).
 fn is_emulator(pid: u32, topo: &str) -> bool {
     let Ok(raw) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
         return false;
     };
     let args: Vec<&[u8]> = raw.split(|&b| b == 0).filter(|a| !a.is_empty()).collect();
-    args.ends_with(&[b"net".as_slice(), b"_emulate", topo.as_bytes()])
+    let n = args.len();
+    n >= 5
+        && args[n - 5..n - 2] == [b"net".as_slice(), b"_emulate", b"--state-dir"]
+        && args[n - 1] == topo.as_bytes()
 }
 
-/// Emulator processes of `topo`: the recorded one and any other found in /proc (one
-/// started by an `up` that died before recording it).
-fn emulators(recorded: &[u32], topo: &str) -> Vec<u32> {
+/// Emulator processes of `topo` running now: the recorded ones and any other found in
+/// /proc (one started by an `up` that died before recording it).
+pub fn emulators(recorded: &[u32], topo: &str) -> Vec<u32> {
     let mut pids: Vec<u32> = recorded.to_vec();
     if let Ok(dir) = std::fs::read_dir("/proc") {
         pids.extend(dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok()));
@@ -654,23 +677,67 @@ fn emulators(recorded: &[u32], topo: &str) -> Vec<u32> {
     pids
 }
 
-/// Sends SIGTERM, then SIGKILL to what is still there after a second; waits until gone.
-fn stop(pids: &[u32]) {
-    let alive = |p: u32| std::path::Path::new(&format!("/proc/{p}")).exists();
-    for &p in pids {
-        // SAFETY: kill(2) with a pid and a signal number.
-        unsafe { libc::kill(p as libc::pid_t, libc::SIGTERM) };
+/// Whether `pid` still runs: it exists and is not a zombie (a zombie child of this
+/// process — the emulator when `up` ran in this process — is reaped here).
+fn running(pid: u32) -> bool {
+    // SAFETY: waitpid with WNOHANG on a pid; fails harmlessly if it is not our child.
+    unsafe { libc::waitpid(pid as libc::pid_t, std::ptr::null_mut(), libc::WNOHANG) };
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesised command name.
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z')),
+        Err(_) => false,
     }
+}
+
+/// Sends SIGTERM, then SIGKILL to what still runs after a second; waits until gone. The
+/// signals go through pidfds opened first, so a pid reused meanwhile is never hit.
+fn stop(pids: &[u32]) {
+    let handles: Vec<(u32, Option<std::os::fd::OwnedFd>)> = pids
+        .iter()
+        .map(|&p| {
+            // SAFETY: pidfd_open(2) with a pid and no flags; the descriptor is owned at
+            // once.
+            let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, p as libc::pid_t, 0) };
+            let fd = (fd >= 0).then(|| {
+                // SAFETY: a fresh descriptor owned by nothing else.
+                unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) }
+            });
+            (p, fd)
+        })
+        .collect();
+    let signal = |sig: libc::c_int| {
+        for (p, fd) in &handles {
+            match fd {
+                Some(fd) => {
+                    use std::os::fd::AsRawFd;
+                    // SAFETY: pidfd_send_signal(2) on a live pidfd, no info, no flags.
+                    unsafe {
+                        libc::syscall(
+                            libc::SYS_pidfd_send_signal,
+                            fd.as_raw_fd(),
+                            sig,
+                            std::ptr::null::<libc::siginfo_t>(),
+                            0,
+                        )
+                    };
+                }
+                // Kernels before 5.3 have no pidfds; the pid was just checked.
+                // SAFETY: kill(2) with a pid and a signal number.
+                None => unsafe {
+                    libc::kill(*p as libc::pid_t, sig);
+                },
+            }
+        }
+    };
+    signal(libc::SIGTERM);
     for round in 0..40 {
-        let left: Vec<u32> = pids.iter().copied().filter(|&p| alive(p)).collect();
-        if left.is_empty() {
+        if !pids.iter().any(|&p| running(p)) {
             return;
         }
         if round == 10 {
-            for &p in &left {
-                // SAFETY: as above.
-                unsafe { libc::kill(p as libc::pid_t, libc::SIGKILL) };
-            }
+            signal(libc::SIGKILL);
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
@@ -739,6 +806,7 @@ pub fn down(name: &str, dir: &Path) -> Result<Vec<String>, NetError> {
         path,
         state_json(dir, name),
         stats_file(dir, name),
+        stats_file(dir, name).with_extension("json.tmp"),
         emulator_log(dir, name),
     ] {
         let _ = std::fs::remove_file(p);
@@ -757,7 +825,7 @@ pub fn status() -> Vec<(String, Vec<String>)> {
     let mut by_topo: std::collections::BTreeMap<String, Vec<String>> = Default::default();
     for ns in namespaces() {
         if let Some(rest) = ns.strip_prefix("fl-") {
-            if let Some((topo, _)) = rest.split_once('-') {
+            if let Some((topo, _)) = rest.split_once('-').filter(|(t, _)| !t.starts_with('.')) {
                 by_topo
                     .entry(topo.to_string())
                     .or_default()

@@ -129,8 +129,8 @@ fn check(rc: libc::c_int) -> io::Result<libc::c_int> {
     }
 }
 
-fn set_int(
-    fd: &OwnedFd,
+pub(crate) fn set_int(
+    fd: &impl AsRawFd,
     level: libc::c_int,
     name: libc::c_int,
     value: libc::c_int,
@@ -269,6 +269,13 @@ pub(crate) fn arrival_ns(h: &libc::msghdr) -> Option<i128> {
     None
 }
 
+/// Now on the wall clock (the clock of SO_TIMESTAMPNS), ns since the epoch.
+pub(crate) fn wall_ns() -> i128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i128)
+}
+
 /// The emulator's clock: nanoseconds since it started (monotonic), and the conversion of
 /// the kernel's wall-clock arrival stamps to it.
 struct Clock {
@@ -282,10 +289,7 @@ impl Clock {
 
     /// Wall-clock minus monotonic, now (both in ns).
     fn wall_offset(&self) -> i128 {
-        let wall = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as i128);
-        wall - self.now() as i128
+        wall_ns() - self.now() as i128
     }
 }
 
@@ -465,8 +469,9 @@ fn transmit(
             }
             let e = io::Error::last_os_error();
             match e.raw_os_error() {
+                Some(libc::EINTR) => {}
                 // The device or its queue refused this frame: count it and go on.
-                Some(libc::EAGAIN | libc::ENOBUFS | libc::EMSGSIZE | libc::EINTR) => {
+                Some(libc::EAGAIN | libc::ENOBUFS | libc::EMSGSIZE) => {
                     counters.emulator_drops.fetch_add(1, Relaxed);
                     sent += 1;
                 }
@@ -523,7 +528,7 @@ fn forward(
         let now = clock.now();
         let slept_at = now;
         let next = [ab.next_due(), ba.next_due()].into_iter().flatten().min();
-        let target = next.map(|due| due.saturating_sub(lateness + 5_000));
+        let target = next.map(|due| due.saturating_sub((lateness + 5_000).min(MAX_SPIN)));
         let timeout = target.map(|t| {
             let wait = t.saturating_sub(now);
             libc::timespec {
@@ -631,6 +636,9 @@ pub fn run(
             match PacketSocket::open(&link.a).and_then(|a| Ok((a, PacketSocket::open(&link.b)?))) {
                 Ok((a, b)) => {
                     let _ = tx.send(Ok(()));
+                    // Not held while forwarding: if any thread dies early, `run` sees
+                    // the channel close instead of waiting for ever.
+                    drop(tx);
                     if let Err(e) = forward(a, b, &link, &counters, link_seed) {
                         eprintln!("flowlab net emulator: link {}: {e}", link.name);
                     }

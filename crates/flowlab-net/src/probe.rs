@@ -60,21 +60,8 @@ impl Pinger {
         })?;
         // Replies carry the kernel's arrival time, so a late-scheduled prober does not
         // add to the RTT it reports.
-        let on: libc::c_int = 1;
-        // SAFETY: the option value is a live c_int of the size given.
-        let rc = unsafe {
-            libc::setsockopt(
-                std::os::fd::AsRawFd::as_raw_fd(&socket),
-                libc::SOL_SOCKET,
-                libc::SO_TIMESTAMPNS,
-                (&on as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let id = (std::process::id() as u16) ^ (wall_ns() as u16);
+        crate::forward::set_int(&socket, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1)?;
+        let id = (std::process::id() as u16) ^ (crate::forward::wall_ns() as u16);
         Ok(Pinger { socket, id, seq: 0 })
     }
 
@@ -84,7 +71,7 @@ impl Pinger {
         self.seq = self.seq.wrapping_add(1);
         let seq = self.seq;
         let started = Instant::now();
-        let sent = wall_ns();
+        let sent = crate::forward::wall_ns();
         self.socket.send_to(
             &echo_request(self.id, seq),
             &SocketAddrV4::new(to, 0).into(),
@@ -96,7 +83,9 @@ impl Pinger {
             if left.is_zero() {
                 return Ok(None);
             }
-            self.socket.set_read_timeout(Some(left))?;
+            // At least 1 ms: a timeout that rounds down to zero would mean "wait for ever".
+            self.socket
+                .set_read_timeout(Some(left.max(Duration::from_millis(1))))?;
             let mut iov = libc::iovec {
                 iov_base: buf.as_mut_ptr().cast(),
                 iov_len: buf.len(),
@@ -119,7 +108,8 @@ impl Pinger {
                 }
             }
             if echo_reply(&buf[..n as usize]) == Some((self.id, seq)) {
-                let arrived = crate::forward::arrival_ns(&h).unwrap_or_else(wall_ns);
+                let arrived =
+                    crate::forward::arrival_ns(&h).unwrap_or_else(crate::forward::wall_ns);
                 return Ok(Some(Duration::from_nanos(
                     arrived.saturating_sub(sent) as u64
                 )));
@@ -128,18 +118,17 @@ impl Pinger {
     }
 }
 
-/// Now on the wall clock (the clock of SO_TIMESTAMPNS), ns.
-fn wall_ns() -> i128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as i128)
-}
-
-/// The median of `samples` (`None` when empty).
+/// The median of `samples` (the mean of the middle two for an even count; `None` when
+/// empty).
 pub fn median(samples: &[Duration]) -> Option<Duration> {
     let mut v = samples.to_vec();
     v.sort_unstable();
-    v.get(v.len() / 2).copied()
+    let n = v.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(v[n / 2]),
+        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2),
+    }
 }
 
 #[cfg(test)]
@@ -171,6 +160,10 @@ mod tests {
     fn median_takes_the_middle() {
         let ms = Duration::from_millis;
         assert_eq!(median(&[ms(3), ms(1), ms(2)]), Some(ms(2)));
+        assert_eq!(
+            median(&[ms(4), ms(1), ms(2), ms(3)]),
+            Some(Duration::from_micros(2500))
+        );
         assert_eq!(median(&[]), None);
     }
 }

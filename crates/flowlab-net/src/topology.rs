@@ -107,6 +107,14 @@ impl Shape {
     pub fn is_plain(&self) -> bool {
         *self == Shape::default()
     }
+
+    /// The queue limit in bytes: `queue_bytes`, else `queue` packets of 1514 bytes, else
+    /// 1000 such packets (what tbf is given, and what bounds the queueing delay).
+    pub fn queue_limit_bytes(&self) -> u64 {
+        self.queue_bytes.unwrap_or(
+            self.queue_packets.unwrap_or(crate::build::DEFAULT_QUEUE) * crate::build::PACKET_BYTES,
+        )
+    }
 }
 
 /// A link between two nodes, with its shape in each direction.
@@ -473,13 +481,8 @@ impl<'a> Plan<'a> {
             .iter()
             .map(|h| self.shape(h))
             .filter_map(|s| {
-                let bytes = s.queue_bytes.unwrap_or(
-                    s.queue_packets.unwrap_or(crate::build::DEFAULT_QUEUE)
-                        * crate::build::PACKET_BYTES,
-                );
-                Some(Duration::from_secs_f64(
-                    bytes as f64 * 8.0 / s.rate_bps? as f64,
-                ))
+                let bytes = s.queue_limit_bytes() as f64;
+                Some(Duration::from_secs_f64(bytes * 8.0 / s.rate_bps? as f64))
             })
             .sum();
         let kept: f64 = hops.iter().map(|h| 1.0 - self.shape(h).loss).product();

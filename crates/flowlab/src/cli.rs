@@ -102,7 +102,12 @@ pub enum NetCommand {
     },
     /// The user-space link emulator (started by `up`; reads its links as JSON on stdin).
     #[command(name = "_emulate", hide = true)]
-    Emulate { topology: String },
+    Emulate {
+        /// Where its counters go (the `up`'s state directory).
+        #[arg(long)]
+        state_dir: std::path::PathBuf,
+        topology: String,
+    },
     /// Run a command inside a node: `flowlab net exec h1 -- flowlab test 10.0.5.1`.
     Exec {
         /// Topology name (needed when more than one is up).

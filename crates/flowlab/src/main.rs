@@ -415,7 +415,10 @@ fn net(c: cli::NetCommand) -> anyhow::Result<()> {
                 t.name
             );
         }
-        cli::NetCommand::Emulate { topology } => emulate(&topology)?,
+        cli::NetCommand::Emulate {
+            state_dir,
+            topology,
+        } => emulate(&state_dir, &topology)?,
         cli::NetCommand::Down { name } => {
             // A file names its topology.
             let name = if std::path::Path::new(&name).is_file() {
@@ -534,12 +537,12 @@ pub(crate) fn describe_backend(s: &flowlab_net::build::State) -> String {
 
 /// The user-space link emulator: reads its links from stdin, says `ready` on stdout once
 /// it forwards, and writes its counters to the stats file until the links go away.
-fn emulate(topology: &str) -> anyhow::Result<()> {
+fn emulate(state_dir: &std::path::Path, topology: &str) -> anyhow::Result<()> {
     use std::io::{Read, Write};
     let mut input = String::new();
     std::io::stdin().read_to_string(&mut input)?;
     let links: Vec<flowlab_net::forward::EmulatedLink> = serde_json::from_str(&input)?;
-    let stats = flowlab_net::build::stats_file(&flowlab_net::build::state_dir(), topology);
+    let stats = flowlab_net::build::stats_file(state_dir, topology);
     let tmp = stats.with_extension("json.tmp");
     flowlab_net::forward::run(
         links,

@@ -149,7 +149,7 @@ impl Drop for Teardown {
     }
 }
 
-/// A process killed and reaped when dropped (the servers).
+/// A process killed and reaped when dropped (servers, and clients on an early return).
 struct Reaped(Child);
 
 impl Drop for Reaped {
@@ -180,7 +180,18 @@ pub fn run(
     }
     let up_already = build::status().iter().any(|(n, _)| *n == t.name);
     let (_teardown, state) = if up_already {
-        (Teardown(None), build::state(&build::state_dir(), &t.name))
+        let state = build::state(&build::state_dir(), &t.name);
+        // A backend asked for explicitly must be the one it runs on.
+        let running = state.as_ref().and_then(|s| s.backend);
+        if up.backend != build::Backend::Auto && running.is_some_and(|b| b != up.backend) {
+            anyhow::bail!(
+                "topology {} is up on the {} backend, not {}: measure it without --backend, or take it down first",
+                t.name,
+                running.map_or(String::new(), |b| b.to_string()),
+                up.backend
+            );
+        }
+        (Teardown(None), state)
     } else {
         let state = build::up(&t, &build::state_dir(), &up)?;
         (Teardown(Some(t.name.clone())), Some(state))
@@ -406,9 +417,14 @@ fn client(job: &Job<'_>, args: &[String]) -> anyhow::Result<Child> {
 
 /// Waits for a client and reads its result; `None` when the server was not listening
 /// yet (to be retried).
-fn result(job: &Job<'_>, child: Child) -> anyhow::Result<Option<serde_json::Value>> {
-    let out = child.wait_with_output()?;
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+fn result(job: &Job<'_>, child: &mut Child) -> anyhow::Result<Option<serde_json::Value>> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    if let Some(mut stdout) = child.stdout.take() {
+        stdout.read_to_end(&mut out)?;
+    }
+    child.wait()?;
+    let v: serde_json::Value = serde_json::from_slice(&out)
         .map_err(|e| anyhow::anyhow!("{} -> {}: no result ({e})", job.pair.from, job.pair.to))?;
     if let Some(e) = v["error"].as_str() {
         if e.contains("cannot connect") {
@@ -439,7 +455,7 @@ fn listening(ns: &str, port: u16) -> bool {
 /// Runs a client to completion, retrying while its server is not listening yet (5 s).
 fn run_client(job: &Job<'_>, args: &[String]) -> anyhow::Result<serde_json::Value> {
     for _ in 0..50 {
-        if let Some(v) = result(job, client(job, args)?)? {
+        if let Some(v) = result(job, &mut Reaped(client(job, args)?).0)? {
             return Ok(v);
         }
         std::thread::sleep(Duration::from_millis(100));
@@ -461,7 +477,7 @@ fn measure(jobs: &[Job<'_>], load: Load) -> anyhow::Result<Vec<(Measured, Vec<f6
     for job in jobs {
         let mut pinger = Pinger::new(&ns_name(job.topo, &job.pair.from))
             .map_err(|e| anyhow::anyhow!("ICMP socket in {}: {e}", job.pair.from))?;
-        // The first echo also resolves addresses along the path: not counted.
+        // The first echo is not counted (it meets cold caches along the path).
         let _ = pinger.ping(job.to, probe_timeout)?;
         let mut rtts = Vec::new();
         for _ in 0..20 {
@@ -523,7 +539,8 @@ fn measure(jobs: &[Job<'_>], load: Load) -> anyhow::Result<Vec<(Measured, Vec<f6
         })
         .collect();
     let tcp: anyhow::Result<Vec<serde_json::Value>> = (|| {
-        let clients: Vec<(Child, &Job<'_>)> = jobs
+        // Reaped: on an early return the other clients are killed, not left running.
+        let clients: Vec<(Reaped, &Job<'_>)> = jobs
             .iter()
             .map(|job| {
                 // The first second (slow start, BBR's startup) is left out.
@@ -538,13 +555,13 @@ fn measure(jobs: &[Job<'_>], load: Load) -> anyhow::Result<Vec<(Measured, Vec<f6
                 if let Some(b) = load.bitrate {
                     args.extend(["-b".into(), b.to_string()]);
                 }
-                Ok((client(job, &args)?, job))
+                Ok((Reaped(client(job, &args)?), job))
             })
             .collect::<anyhow::Result<_>>()?;
         clients
             .into_iter()
-            .map(|(c, job)| {
-                result(job, c)?.ok_or_else(|| {
+            .map(|(mut c, job)| {
+                result(job, &mut c.0)?.ok_or_else(|| {
                     anyhow::anyhow!("{} -> {}: connection refused", job.pair.from, job.pair.to)
                 })
             })

@@ -61,16 +61,7 @@ fn small(name: &str, dir: &Path) -> std::path::PathBuf {
 
 /// Emulator processes of topology `topo` still running.
 fn emulators_of(topo: &str) -> Vec<u32> {
-    std::fs::read_dir("/proc")
-        .expect("/proc")
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
-                let args: Vec<&[u8]> = c.split(|&b| b == 0).filter(|a| !a.is_empty()).collect();
-                args.ends_with(&[b"_emulate".as_slice(), topo.as_bytes()])
-            })
-        })
-        .collect()
+    flowlab_net::build::emulators(&[], topo)
 }
 
 /// `small`, with `wan` (extra properties of the r1–r2 link, TOML) added.
@@ -417,9 +408,6 @@ loss = 0.05
     let loss = p["measured_loss_percent"].as_f64().expect("loss measured");
     // ±20 % relative over 10 000 datagrams (the binomial spread there is ±0.22 %).
     assert!((4.0..=6.0).contains(&loss), "{loss} %");
-    // Jitter of ±1 ms around 2 × 5 ms each way.
-    let rtt = p["measured_rtt_ms"].as_f64().expect("RTT");
-    assert!((8.0..=12.0).contains(&rtt), "{rtt}");
     assert_eq!(p["deviations"].as_array().map(Vec::len), Some(0), "{p}");
     assert!(namespaces_of("tloss").is_empty());
 }
@@ -525,8 +513,10 @@ fn pairs_run_together_share_the_bottleneck_and_routers_can_be_ends() {
         .sum();
     // Together they fill the one bottleneck, as one flow would.
     assert!((45e6..=51e6).contains(&total), "{total}");
+    // Over two pairs the index lies in 0.5 … 1; 0.8 means neither got less than about
+    // half its fair share relative to the other.
     let jain = doc["jain_index"].as_f64().expect("Jain's index");
-    assert!((0.5..=1.0).contains(&jain), "{jain}");
+    assert!((0.8..=1.0).contains(&jain), "{jain}");
     // Rates are not judged when pairs share links.
     for p in paths {
         assert_eq!(p["deviations"].as_array().map(Vec::len), Some(0), "{p}");
