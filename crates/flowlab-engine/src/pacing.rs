@@ -53,6 +53,17 @@ impl Pacer {
     pub fn sent(&mut self, bytes: usize) {
         self.scheduled += bytes as f64;
     }
+
+    /// Changes the rate from the schedule's current point on: a sender ahead of the
+    /// schedule still waits until its next due time, one behind it keeps its credit (up
+    /// to [`MAX_BURST`], as [`Pacer::wait`] allows). A new pacer instead would forgive
+    /// the lead and, with nothing due yet, shrink the next batch to one datagram.
+    pub fn set_rate(&mut self, bits_per_sec: u64, now: Duration) {
+        let due = self.origin + Duration::from_secs_f64(self.scheduled / self.bytes_per_sec);
+        self.origin = due.max(now.saturating_sub(MAX_BURST));
+        self.scheduled = 0.0;
+        self.bytes_per_sec = bits_per_sec as f64 / 8.0;
+    }
 }
 
 /// Without reports, the limit rises this often...
@@ -151,7 +162,9 @@ impl Backoff {
             let step = ((self.peak_bps - self.limit_bps) * BACKOFF_RAISE)
                 .max(self.limit_bps * BACKOFF_RAISE_MIN);
             self.limit_bps = (self.limit_bps + step).min(ceiling);
-            self.pacer = Some(Pacer::new(self.limit_bps as u64, now));
+            if let Some(p) = self.pacer.as_mut() {
+                p.set_rate(self.limit_bps as u64, now);
+            }
         }
         self.pacer.as_mut()
     }
@@ -184,7 +197,10 @@ impl Backoff {
             return; // nothing measured yet: no rate to cut from
         }
         self.limit_bps = (base * BACKOFF_CUT).max(BACKOFF_FLOOR);
-        self.pacer = Some(Pacer::new(self.limit_bps as u64, now));
+        match self.pacer.as_mut() {
+            Some(p) => p.set_rate(self.limit_bps as u64, now),
+            None => self.pacer = Some(Pacer::new(self.limit_bps as u64, now)),
+        }
         self.cut_seq = sent_seq;
         self.last_raise = now;
         self.cuts += 1;
@@ -217,6 +233,31 @@ mod tests {
         assert_eq!(p.wait(MS), Duration::ZERO);
         p.sent(2000);
         assert_eq!(p.wait(MS), 2 * MS);
+    }
+
+    #[test]
+    fn a_new_rate_keeps_the_schedule() {
+        // 8 Mbit/s = 1000 bytes per ms; 3000 bytes sent at 0: due again at 3 ms.
+        let mut p = Pacer::new(8_000_000, Duration::ZERO);
+        p.sent(3000);
+        p.set_rate(16_000_000, MS);
+        // Still ahead: wait until 3 ms, then 2000 bytes per ms.
+        assert_eq!(p.wait(MS), 2 * MS);
+        assert!((p.due_bytes(4 * MS) - 2000.0).abs() < 1.0);
+        // Behind by 2 ms at 6 ms: the credit stays (2 ms at the new rate of 1000 B/ms).
+        let mut q = Pacer::new(16_000_000, Duration::ZERO);
+        q.sent(8000); // due again at 4 ms
+        q.set_rate(8_000_000, 6 * MS);
+        assert!(
+            (q.due_bytes(6 * MS) - 2000.0).abs() < 1.0,
+            "{}",
+            q.due_bytes(6 * MS)
+        );
+        // Far behind: no more than MAX_BURST of credit.
+        let mut r = Pacer::new(8_000_000, Duration::ZERO);
+        r.set_rate(8_000_000, 100 * MS);
+        let burst = MAX_BURST.as_secs_f64() * 1_000_000.0;
+        assert!((r.due_bytes(100 * MS) - burst).abs() < 1.0);
     }
 
     #[test]

@@ -4,7 +4,6 @@ use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::AsFd;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use flowlab_proto::params::Mode;
 use flowlab_proto::udp::Ack;
@@ -75,7 +74,7 @@ pub(crate) fn send(
             break Ok(());
         };
         let sent = match &file {
-            Some(f) => f.send(sock, n, ctl),
+            Some(f) => f.send(sock, n, ctl, tracer.as_mut(), c),
             None => {
                 if framed {
                     buf[..head].copy_from_slice(&(n as u32).to_be_bytes());
@@ -112,20 +111,35 @@ pub(crate) fn send(
 }
 
 /// Writes all of `buf` unless the test is stopped meanwhile; returns the bytes written.
-/// A write blocked by a full send buffer times out every trace period, so a stalled
-/// stream is still sampled on time.
 fn write_fully(
     mut sock: &TcpStream,
     buf: &[u8],
     ctl: &TestControl,
-    mut tracer: Option<&mut Tracer>,
+    tracer: Option<&mut Tracer>,
     c: &StreamCounters,
 ) -> usize {
+    send_all(sock, buf.len(), ctl, tracer, c, |off| {
+        sock.write(&buf[off..])
+    })
+}
+
+/// Sends `n` bytes with `send(bytes sent so far)` until done, the peer is gone, or the
+/// test is stopped; returns the bytes sent. A send blocked by a full send buffer times
+/// out every trace period (the socket's SO_SNDTIMEO), so a stalled stream is still
+/// sampled on time and a stop is noticed.
+fn send_all(
+    sock: &TcpStream,
+    n: usize,
+    ctl: &TestControl,
+    mut tracer: Option<&mut Tracer>,
+    c: &StreamCounters,
+    mut send: impl FnMut(usize) -> io::Result<usize>,
+) -> usize {
     let mut off = 0;
-    while off < buf.len() {
-        match sock.write(&buf[off..]) {
+    while off < n {
+        match send(off) {
             Ok(0) => break,
-            Ok(n) => off += n,
+            Ok(k) => off += k,
             Err(e) if is_timeout(&e) || e.kind() == io::ErrorKind::Interrupted => {
                 if ctl.stop_send.load(Ordering::Acquire) {
                     break;
@@ -274,27 +288,20 @@ impl ZeroCopySource {
         Ok(ZeroCopySource { file })
     }
 
-    fn send(&self, sock: &TcpStream, n: usize, ctl: &TestControl) -> usize {
-        let mut off: libc::off_t = 0;
-        let mut sent = 0;
-        while sent < n {
-            match nix::sys::sendfile::sendfile(
-                sock.as_fd(),
-                self.file.as_fd(),
-                Some(&mut off),
-                n - sent,
-            ) {
-                Ok(0) => break,
-                Ok(k) => sent += k,
-                Err(nix::Error::EAGAIN | nix::Error::EINTR) => {
-                    if ctl.stop_send.load(Ordering::Acquire) {
-                        break;
-                    }
-                    std::thread::sleep(Duration::from_micros(50));
-                }
-                Err(_) => break,
-            }
-        }
-        sent
+    /// Sends the first `n` bytes of the block from the page cache (sendfile), with the
+    /// same retry, stop and trace rules as [`write_fully`].
+    fn send(
+        &self,
+        sock: &TcpStream,
+        n: usize,
+        ctl: &TestControl,
+        tracer: Option<&mut Tracer>,
+        c: &StreamCounters,
+    ) -> usize {
+        send_all(sock, n, ctl, tracer, c, |off| {
+            let mut at = off as libc::off_t;
+            nix::sys::sendfile::sendfile(sock.as_fd(), self.file.as_fd(), Some(&mut at), n - off)
+                .map_err(io::Error::from)
+        })
     }
 }

@@ -249,7 +249,7 @@ fn test(spec: &TestSpec, a: &cli::TestArgs) -> anyhow::Result<()> {
                 }
             } else {
                 if let Some(e) = &result.end {
-                    print!("{}", report::end(e, a.format));
+                    print!("{}", report::end(e, a.udp, a.format));
                 }
                 if let Some(t) = &result.trace {
                     print!("{}", report::diagnosis(t));

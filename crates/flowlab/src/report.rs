@@ -137,6 +137,7 @@ fn side_row(
     d: StreamDirection,
     t: &SideTotals,
     who: &str,
+    udp: bool,
     f: UnitFormat,
 ) {
     *out += &row_head(id, d, 0.0, t.seconds, t.bytes, t.bits_per_second, f);
@@ -161,30 +162,30 @@ fn side_row(
         if let Some(i) = u.integrity_percent {
             let _ = write!(out, "  integrity {i:.2}%");
         }
-    } else if who == "sender" {
-        // A UDP sender: it has a datagram count and no TCP retransmissions.
-        if let Some(p) = t.packets.filter(|_| t.retransmits.is_none()) {
+    } else if who == "sender" && udp {
+        // A UDP sender's count is of datagrams (a TCP sender's is of writes: not shown).
+        if let Some(p) = t.packets {
             let _ = write!(out, "  {p} datagrams");
         }
     }
     let _ = writeln!(out, "  {who}");
 }
 
-/// The final summary.
-pub fn end(e: &EndInfo, f: UnitFormat) -> String {
+/// The final summary of a TCP or (`udp`) UDP test.
+pub fn end(e: &EndInfo, udp: bool, f: UnitFormat) -> String {
     let mut out = String::from("- - - - - - - - - - - - - - - - - - - - - - - - -\n");
     out.push_str("[ ID] Dir  Interval           Transfer     Bitrate\n");
     let many = e.streams.len() > 1;
     for s in &e.streams {
         let id = s.id.to_string();
         match &s.sender {
-            Some(t) => side_row(&mut out, &id, s.direction, t, "sender", f),
+            Some(t) => side_row(&mut out, &id, s.direction, t, "sender", udp, f),
             None => {
                 let _ = writeln!(out, "[{id:>3}] {:<4} sender: unknown", dir(s.direction));
             }
         }
         match &s.receiver {
-            Some(t) => side_row(&mut out, &id, s.direction, t, "receiver", f),
+            Some(t) => side_row(&mut out, &id, s.direction, t, "receiver", udp, f),
             None => {
                 let _ = writeln!(
                     out,
@@ -197,10 +198,10 @@ pub fn end(e: &EndInfo, f: UnitFormat) -> String {
     if many {
         for sum in &e.sums {
             if let Some(t) = &sum.sender {
-                side_row(&mut out, "SUM", sum.direction, t, "sender", f);
+                side_row(&mut out, "SUM", sum.direction, t, "sender", udp, f);
             }
             if let Some(t) = &sum.receiver {
-                side_row(&mut out, "SUM", sum.direction, t, "receiver", f);
+                side_row(&mut out, "SUM", sum.direction, t, "receiver", udp, f);
             }
         }
     }
@@ -228,7 +229,7 @@ pub fn end(e: &EndInfo, f: UnitFormat) -> String {
 pub fn whole(r: &TestResult, f: UnitFormat) -> String {
     let mut out = String::new();
     if let Some(e) = &r.end {
-        out.push_str(&end(e, f));
+        out.push_str(&end(e, r.start.spec["protocol"] == "udp", f));
     }
     out
 }
@@ -546,4 +547,36 @@ pub fn net_plan(p: &flowlab_net::topology::Plan<'_>) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_udp_sender_counts_datagrams() {
+        // An iperf3 TCP sender reports no retransmissions (-1) but a count of writes.
+        let t = SideTotals {
+            bytes: 1_000_000,
+            seconds: 1.0,
+            bits_per_second: 8e6,
+            packets: Some(8),
+            ..SideTotals::default()
+        };
+        let row = |udp| {
+            let mut out = String::new();
+            side_row(
+                &mut out,
+                "1",
+                StreamDirection::Up,
+                &t,
+                "sender",
+                udp,
+                UnitFormat::Adaptive,
+            );
+            out
+        };
+        assert!(!row(false).contains("datagrams"), "{}", row(false));
+        assert!(row(true).contains("  8 datagrams  sender"), "{}", row(true));
+    }
 }
