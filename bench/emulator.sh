@@ -11,7 +11,8 @@
 # and, where the kernel has sch_netem, the last three again on the netem backend.
 # Printed per case: TCP throughput (median of BENCH_REPEAT runs), its ratio to direct,
 # idle RTT (median of 20 ICMP echoes) and the median and highest RTT under load (ICMP
-# echo every 10 ms during the TCP test).
+# echoes during the whole TCP test, each 10 ms after the previous reply; "load max" is the
+# highest over all runs). Needs python3.
 #
 # Env: BENCH_SECONDS (default 10), BENCH_REPEAT (default 3).
 set -euo pipefail

@@ -41,6 +41,34 @@ pub enum NetError {
     Exists(String),
     #[error("the link emulator did not start: {0}")]
     Emulator(String),
+    #[error("{0}")]
+    Preflight(String),
+}
+
+/// Checks what building and measuring need before anything is tried: root
+/// (CAP_NET_ADMIN) and iproute2's `ip` and `tc`.
+pub fn preflight() -> Result<(), NetError> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err(NetError::Preflight(
+            "flowlab net needs root (CAP_NET_ADMIN) to build and measure namespaces; try sudo"
+                .into(),
+        ));
+    }
+    for tool in ["ip", "tc"] {
+        let found = Command::new(tool)
+            .arg("-V")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok();
+        if !found {
+            return Err(NetError::Preflight(format!(
+                "flowlab net needs iproute2's `{tool}`, which is not on PATH (Debian: apt-get install iproute2)"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Where delay, jitter and loss are emulated.
@@ -252,6 +280,7 @@ pub fn shaping(dev: &str, s: &Shape, netem: bool) -> Vec<Vec<String>> {
 /// Builds `t`. On failure everything created so far is removed again. Returns what was
 /// built.
 pub fn up(t: &Topology, dir: &Path, opts: &UpOptions) -> Result<State, NetError> {
+    preflight()?;
     if namespaces().iter().any(|n| n.starts_with(&prefix(&t.name))) {
         return Err(NetError::Exists(t.name.clone()));
     }
@@ -747,6 +776,7 @@ fn stop(pids: &[u32]) {
 /// namespaces, then removes the namespaces in its state file and any with its prefix.
 /// Returns the namespaces removed.
 pub fn down(name: &str, dir: &Path) -> Result<Vec<String>, NetError> {
+    preflight()?;
     let path = state_file(dir, name);
     let mut listed = Vec::new();
     let mut pids = Vec::new();

@@ -32,7 +32,7 @@ use std::time::Duration;
 use flowlab_engine::units::{parse_duration, parse_rate};
 use serde::Deserialize;
 
-/// Longest topology name (it prefixes interface names, which the kernel limits to 15).
+/// Longest topology name (it prefixes every namespace name, and is typed often).
 pub const MAX_NAME: usize = 6;
 /// Longest node name, for the same reason.
 pub const MAX_NODE: usize = 6;

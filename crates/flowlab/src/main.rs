@@ -471,7 +471,7 @@ fn net(c: cli::NetCommand) -> anyhow::Result<()> {
                 for l in stats {
                     for (way, d) in [("a→b", &l.a_to_b), ("b→a", &l.b_to_a)] {
                         println!(
-                            "  link {} {way}: {} forwarded, {} lost (random), {} line full, {} emulator drops, {} oversize, {} late (latest {} µs)",
+                            "  link {} {way}: {} forwarded, {} lost (random), {} line full, {} emulator drops, {} oversize, {} late (worst {} µs)",
                             l.link,
                             d.forwarded,
                             d.lost,
@@ -490,6 +490,7 @@ fn net(c: cli::NetCommand) -> anyhow::Result<()> {
             node,
             command,
         } => {
+            build::preflight()?;
             let topo = match topology {
                 Some(t) => t,
                 None => match build::status().as_slice() {

@@ -3,8 +3,8 @@
 //!
 //! Per pair: the idle RTT (median of 20 ICMP echoes from a raw socket in the source's
 //! namespace), TCP throughput (`flowlab test` in the source against `flowlab serve` in the
-//! destination, the first second left out) with an ICMP echo every 10 ms alongside it
-//! (the RTT under load), and, on paths with random loss, the loss of paced UDP. With
+//! destination, the first second left out) with ICMP echoes alongside it, each 10 ms
+//! after the previous reply (the RTT under load), and, on paths with random loss, the loss of paced UDP. With
 //! `--together`, every pair's TCP test runs at once, and each pair's max-min fair share
 //! is given instead of judging its rate.
 
@@ -169,6 +169,7 @@ pub fn run(
     let t = crate::load_topology(file)?;
     let plan = Plan::of(&t);
     let pairs = parse_pairs(pairs, &t)?;
+    build::preflight()?;
     let mut paths = Vec::new();
     for p in &pairs {
         let path = plan
@@ -518,7 +519,7 @@ fn measure(jobs: &[Job<'_>], load: Load) -> anyhow::Result<Vec<(Measured, Vec<f6
             std::thread::sleep(Duration::from_millis(50));
         }
     }
-    // TCP, all at once, with an echo every 10 ms per pair alongside.
+    // TCP, all at once, with echoes per pair alongside (10 ms after each reply).
     let stop = Arc::new(AtomicBool::new(false));
     let probers: Vec<_> = pingers
         .into_iter()

@@ -529,3 +529,39 @@ fn pairs_run_together_share_the_bottleneck_and_routers_can_be_ends() {
     assert!((45e6..=51e6).contains(&bps), "{bps}");
     assert!(namespaces_of("tnet4").is_empty());
 }
+
+#[test]
+fn without_root_it_says_so_before_doing_anything() {
+    if !is_root() || !support::require_tool("setpriv") {
+        return;
+    }
+    let _serial = serial();
+    let small = concat!(env!("CARGO_MANIFEST_DIR"), "/../../topologies/small.toml");
+    // The same binary as an unprivileged user (setpriv from util-linux).
+    let as_nobody = |args: &[&str]| {
+        Command::new("setpriv")
+            .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+            .arg(assert_cmd::cargo::cargo_bin("flowlab"))
+            .args(args)
+            .output()
+            .expect("setpriv")
+    };
+    for args in [
+        &["net", "up", small][..],
+        &["net", "check", small],
+        &["net", "down", "small"],
+        &["net", "exec", "h1", "--", "true"],
+    ] {
+        let out = as_nobody(args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("needs root (CAP_NET_ADMIN)"),
+            "{args:?}: {stderr}"
+        );
+    }
+    assert!(namespaces_of("small").is_empty());
+    // Showing a plan and listing what is up need no privileges.
+    assert!(as_nobody(&["net", "show", small]).status.success());
+    assert!(as_nobody(&["net", "status"]).status.success());
+}
