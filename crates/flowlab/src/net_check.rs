@@ -197,6 +197,9 @@ pub fn run(
         let state = build::up(&t, &build::state_dir(), &up)?;
         (Teardown(Some(t.name.clone())), Some(state))
     };
+    if load.together && pairs.len() > 1000 {
+        anyhow::bail!("--together runs at most 1000 pairs at once (one server port each)");
+    }
     let groups: Vec<Vec<usize>> = if load.together {
         vec![(0..pairs.len()).collect()]
     } else {
@@ -206,12 +209,14 @@ pub fn run(
     for group in groups {
         let jobs: Vec<Job<'_>> = group
             .iter()
-            .map(|&i| Job {
+            .enumerate()
+            .map(|(k, &i)| Job {
                 topo: &t.name,
                 pair: &pairs[i],
                 implied: &paths[i].0,
                 to: paths[i].1,
-                port: 5201 + i as u16,
+                // One server port per pair of the group: 5201, 5202, …
+                port: 5201 + k as u16,
             })
             .collect();
         for (i, m) in group.iter().zip(measure(&jobs, load)?) {
