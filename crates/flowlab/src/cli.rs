@@ -87,6 +87,10 @@ pub enum NetCommand {
         /// Pace the TCP load at this rate (e.g. 1G) instead of as fast as it goes.
         #[arg(short, long, value_parser = rate)]
         bitrate: Option<u64>,
+        /// TCP congestion control of the load, both ends (e.g. cubic; default: the
+        /// system's, see `flowlab sysinfo`).
+        #[arg(short = 'C', long, value_name = "ALGO")]
+        congestion: Option<String>,
         /// Run the pairs' TCP tests at the same time (sharing links), and show each
         /// pair's max-min fair share and Jain's fairness index instead of judging rates.
         #[arg(long)]

@@ -434,6 +434,7 @@ fn net(c: cli::NetCommand) -> anyhow::Result<()> {
             pairs,
             time,
             bitrate,
+            congestion,
             together,
             loss_packets,
             backend,
@@ -444,6 +445,7 @@ fn net(c: cli::NetCommand) -> anyhow::Result<()> {
             net_check::Load {
                 seconds: time,
                 bitrate,
+                congestion,
                 loss_packets,
                 together,
             },

@@ -22,12 +22,14 @@ use flowlab_net::probe::{Pinger, median};
 use flowlab_net::topology::{Kind, PathInfo, Plan, Topology};
 
 /// What `net check` sends over each path.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Load {
     /// Seconds of TCP (after one left out).
     pub seconds: u64,
     /// TCP pacing rate; unlimited when `None`.
     pub bitrate: Option<u64>,
+    /// TCP congestion control (both ends); the system's when `None`.
+    pub congestion: Option<String>,
     /// UDP datagrams for the loss measurement.
     pub loss_packets: u64,
     /// All pairs' TCP tests at once.
@@ -48,6 +50,8 @@ struct Row {
     from: String,
     to: String,
     connections: u32,
+    /// TCP congestion control of the load (the client's, which sends).
+    congestion: Option<String>,
     implied_rtt_ms: f64,
     /// Median of 20 ICMP echoes on the idle path.
     measured_rtt_ms: Option<f64>,
@@ -205,7 +209,7 @@ pub fn run(
     } else {
         (0..pairs.len()).map(|i| vec![i]).collect()
     };
-    let mut measured: Vec<Option<(Measured, Vec<f64>)>> = (0..pairs.len()).map(|_| None).collect();
+    let mut measured: Vec<Option<PairResult>> = (0..pairs.len()).map(|_| None).collect();
     for group in groups {
         let jobs: Vec<Job<'_>> = group
             .iter()
@@ -219,7 +223,7 @@ pub fn run(
                 port: 5201 + k as u16,
             })
             .collect();
-        for (i, m) in group.iter().zip(measure(&jobs, load)?) {
+        for (i, m) in group.iter().zip(measure(&jobs, &load)?) {
             measured[*i] = Some(m);
         }
     }
@@ -265,13 +269,19 @@ pub fn run(
     let mut rows = Vec::new();
     for (i, p) in pairs.iter().enumerate() {
         let implied = &paths[i].0;
-        let Some((m, connection_bps)) = measured[i].take() else {
+        let Some(PairResult {
+            measured: m,
+            connection_bps,
+            congestion,
+        }) = measured[i].take()
+        else {
             continue;
         };
         rows.push(Row {
             from: p.from.clone(),
             to: p.to.clone(),
             connections: p.connections,
+            congestion,
             implied_rtt_ms: ms(implied.rtt),
             measured_rtt_ms: m.rtt.map(ms),
             queue_bound_ms: ms(implied.rtt + implied.queue_delay),
@@ -476,7 +486,16 @@ fn run_client(job: &Job<'_>, args: &[String]) -> anyhow::Result<serde_json::Valu
 /// Measures `jobs` together: idle RTTs one by one, then every TCP test at once with
 /// probes alongside, then the loss of each lossy path one by one. Returns each job's
 /// measurement and its connections' rates.
-fn measure(jobs: &[Job<'_>], load: Load) -> anyhow::Result<Vec<(Measured, Vec<f64>)>> {
+/// What [`measure`] found for one pair.
+struct PairResult {
+    measured: Measured,
+    /// Each connection's throughput (receiver).
+    connection_bps: Vec<f64>,
+    /// The congestion control the sender used.
+    congestion: Option<String>,
+}
+
+fn measure(jobs: &[Job<'_>], load: &Load) -> anyhow::Result<Vec<PairResult>> {
     let probe_timeout = Duration::from_secs(2);
     let mut pingers = Vec::new();
     let mut idle = Vec::new();
@@ -561,6 +580,9 @@ fn measure(jobs: &[Job<'_>], load: Load) -> anyhow::Result<Vec<(Measured, Vec<f6
                 if let Some(b) = load.bitrate {
                     args.extend(["-b".into(), b.to_string()]);
                 }
+                if let Some(cc) = &load.congestion {
+                    args.extend(["-C".into(), cc.clone()]);
+                }
                 Ok((Reaped(client(job, &args)?), job))
             })
             .collect::<anyhow::Result<_>>()?;
@@ -618,8 +640,8 @@ fn measure(jobs: &[Job<'_>], load: Load) -> anyhow::Result<Vec<(Measured, Vec<f6
         } else {
             None
         };
-        out.push((
-            Measured {
+        out.push(PairResult {
+            measured: Measured {
                 rtt: *idle,
                 bps,
                 loaded_rtt: loaded.iter().max().copied(),
@@ -627,8 +649,9 @@ fn measure(jobs: &[Job<'_>], load: Load) -> anyhow::Result<Vec<(Measured, Vec<f6
                 loss,
                 shared: jobs.len() > 1,
             },
-            connections,
-        ));
+            connection_bps: connections,
+            congestion: v["end"]["congestion_local"].as_str().map(String::from),
+        });
     }
     Ok(out)
 }

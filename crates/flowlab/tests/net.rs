@@ -521,9 +521,10 @@ fn pairs_run_together_share_the_bottleneck_and_routers_can_be_ends() {
     for p in paths {
         assert_eq!(p["deviations"].as_array().map(Vec::len), Some(0), "{p}");
     }
-    // A router pair: r1 to r2 across the wan itself.
-    let (doc, _) = check(&[path, "--pairs", "r1-r2", "-t", "2"]);
+    // A router pair: r1 to r2 across the wan itself, with the congestion control chosen.
+    let (doc, _) = check(&[path, "--pairs", "r1-r2", "-t", "2", "-C", "reno"]);
     let p = &doc["paths"][0];
+    assert_eq!(p["congestion"], "reno");
     assert_eq!(p["implied_bps"], 50_000_000);
     let bps = p["measured_bps"].as_f64().expect("rate");
     assert!((45e6..=51e6).contains(&bps), "{bps}");
