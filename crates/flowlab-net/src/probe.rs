@@ -118,6 +118,15 @@ impl Pinger {
     }
 }
 
+/// The `q` quantile of `samples` by nearest rank (0 < q ≤ 1; `None` when empty): the
+/// smallest sample at or above which a share `q` of them lies.
+pub fn percentile(samples: &[Duration], q: f64) -> Option<Duration> {
+    let mut v = samples.to_vec();
+    v.sort_unstable();
+    let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len().max(1));
+    v.get(rank - 1).copied()
+}
+
 /// The median of `samples` (the mean of the middle two for an even count; `None` when
 /// empty).
 pub fn median(samples: &[Duration]) -> Option<Duration> {
@@ -165,5 +174,10 @@ mod tests {
             Some(Duration::from_micros(2500))
         );
         assert_eq!(median(&[]), None);
+        let hundred: Vec<Duration> = (1..=100).rev().map(ms).collect();
+        assert_eq!(percentile(&hundred, 0.95), Some(ms(95)));
+        assert_eq!(percentile(&hundred, 1.0), Some(ms(100)));
+        assert_eq!(percentile(&[ms(7)], 0.95), Some(ms(7)));
+        assert_eq!(percentile(&[], 0.95), None);
     }
 }

@@ -18,7 +18,7 @@ use std::time::Duration;
 use flowlab_engine::units::{Rate, UnitFormat};
 use flowlab_net::build::{self, UpOptions, ns_name};
 use flowlab_net::check::{Measured, deviations, jain_index, max_min_shares};
-use flowlab_net::probe::{Pinger, median};
+use flowlab_net::probe::{Pinger, median, percentile};
 use flowlab_net::topology::{Kind, PathInfo, Plan, Topology};
 
 /// What `net check` sends over each path.
@@ -60,6 +60,8 @@ struct Row {
     /// Highest and median ICMP echo RTT during the TCP test.
     loaded_rtt_ms: Option<f64>,
     loaded_rtt_median_ms: Option<f64>,
+    /// 95th percentile of the same (what the queue bound is judged on).
+    loaded_rtt_p95_ms: Option<f64>,
     implied_bps: Option<u64>,
     measured_bps: f64,
     /// Each connection's throughput (receiver), when there are several.
@@ -287,6 +289,7 @@ pub fn run(
             queue_bound_ms: ms(implied.rtt + implied.queue_delay),
             loaded_rtt_ms: m.loaded_rtt.map(ms),
             loaded_rtt_median_ms: m.loaded_rtt_median.map(ms),
+            loaded_rtt_p95_ms: m.loaded_rtt_p95.map(ms),
             implied_bps: implied.bottleneck_bps,
             measured_bps: m.bps,
             connection_bps: if p.connections > 1 {
@@ -339,11 +342,11 @@ fn table(topo: &str, backend: &str, rows: &[Row], jain: Option<f64>) -> String {
     let _ = writeln!(out, "topology {topo}, emulation backend: {backend}");
     let _ = writeln!(
         out,
-        "{:<10} {:>9} {:>9} {:>22} {:>14} {:>14} {:>13}  deviations",
+        "{:<10} {:>9} {:>9} {:>28} {:>14} {:>14} {:>13}  deviations",
         "path",
         "RTT file",
         "measured",
-        "loaded med/max (bound)",
+        "loaded med/p95/max (bound)",
         if together { "fair share" } else { "rate file" },
         "measured",
         "loss file/got",
@@ -362,13 +365,14 @@ fn table(topo: &str, backend: &str, rows: &[Row], jain: Option<f64>) -> String {
         };
         let _ = writeln!(
             out,
-            "{:<10} {:>6.1} ms {:>6} ms {:>22} {:>14} {:>14} {:>13}  {}",
+            "{:<10} {:>6.1} ms {:>6} ms {:>28} {:>14} {:>14} {:>13}  {}",
             name,
             r.implied_rtt_ms,
             opt(r.measured_rtt_ms, 1),
             format!(
-                "{}/{} ({}) ms",
+                "{}/{}/{} ({}) ms",
                 opt(r.loaded_rtt_median_ms, 1),
+                opt(r.loaded_rtt_p95_ms, 1),
                 opt(r.loaded_rtt_ms, 1),
                 r.implied_bps
                     .map_or("-".to_string(), |_| format!("{:.0}", r.queue_bound_ms))
@@ -646,6 +650,7 @@ fn measure(jobs: &[Job<'_>], load: &Load) -> anyhow::Result<Vec<PairResult>> {
                 bps,
                 loaded_rtt: loaded.iter().max().copied(),
                 loaded_rtt_median: median(loaded),
+                loaded_rtt_p95: percentile(loaded, 0.95),
                 loss,
                 shared: jobs.len() > 1,
             },

@@ -306,12 +306,15 @@ fn assert_seed_paths(doc: &serde_json::Value, seed: &[(&str, &str, f64, f64)]) {
             (0.90 * rate..=1.02 * rate).contains(&bps),
             "{from}-{to}: {bps} bit/s"
         );
-        let loaded = p["loaded_rtt_ms"].as_f64().expect("loaded RTT");
+        // The queue bound holds for the 95th percentile; the highest echo alone can be
+        // held up by the host's scheduling (see docs/net.md), so it is only reported.
+        let loaded = p["loaded_rtt_p95_ms"].as_f64().expect("loaded RTT");
         let bound = p["queue_bound_ms"].as_f64().expect("bound");
         assert!(
             loaded <= bound + 1.0,
-            "{from}-{to}: {loaded} ms under load, bound {bound}"
+            "{from}-{to}: {loaded} ms under load (p95), bound {bound}"
         );
+        assert!(p["loaded_rtt_ms"].as_f64().is_some_and(|max| max >= loaded));
         // TCP filled the path: the loaded RTT rose above the idle one.
         assert!(loaded > measured_rtt + 1.0, "{from}-{to}: {loaded} ms");
         assert_eq!(p["deviations"].as_array().map(Vec::len), Some(0), "{p}");
