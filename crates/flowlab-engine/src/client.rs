@@ -178,6 +178,9 @@ pub fn run(
         backoff: spec.wants_backoff() && features.iter().any(|f| f == feature::UDP_BACKOFF),
         trace: spec.trace.filter(|_| spec.protocol == Protocol::Tcp),
     };
+    // The machine state is read (a `tc` process, ioctls per interface) before any data
+    // flows, not during the first measured interval.
+    let system = crate::sysinfo::collect();
     let ctl = TestControl::new(budget);
     let omit = Duration::from_secs(spec.omit);
     let mut session = DataSession::start(plans, cfg, ctl, omit)
@@ -206,7 +209,7 @@ pub fn run(
         },
         cookie: cookie.to_string(),
         streams: infos,
-        system: crate::sysinfo::collect(),
+        system,
     };
     obs.started(&start);
 

@@ -139,7 +139,16 @@ fn send_all(
     while off < n {
         match send(off) {
             Ok(0) => break,
-            Ok(k) => off += k,
+            // Short of `n`: the send timed out after moving part of it (SO_SNDTIMEO
+            // returns the partial count, not an error), so it is a blocked send too.
+            Ok(k) => {
+                off += k;
+                if off < n {
+                    if let Some(t) = tracer.as_deref_mut() {
+                        t.tick(sock, ctl, c);
+                    }
+                }
+            }
             Err(e) if is_timeout(&e) || e.kind() == io::ErrorKind::Interrupted => {
                 if ctl.stop_send.load(Ordering::Acquire) {
                     break;

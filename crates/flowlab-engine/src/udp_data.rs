@@ -335,8 +335,9 @@ pub(crate) fn receive(
             }
         }
         if let Some((n, seg)) = got {
-            c.end_us.store(ctl.elapsed_us().max(1), Ordering::Relaxed);
-            for seq in account(&buf[..n], seg, ctl.elapsed_us()) {
+            let now_us = ctl.elapsed_us();
+            c.end_us.store(now_us.max(1), Ordering::Relaxed);
+            for seq in account(&buf[..n], seg, now_us) {
                 let _ = sock.send(&Ack { seq }.encode());
             }
             let drops = c.rcvbuf_drops.load(Ordering::Relaxed);

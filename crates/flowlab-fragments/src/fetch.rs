@@ -210,8 +210,6 @@ struct Shared {
     cancel: Vec<Vec<usize>>,
     first_request: Vec<Option<Instant>>,
     last_byte: Vec<Option<Instant>>,
-    /// Workers still running.
-    running: usize,
 }
 
 struct Ctx<'a> {
@@ -322,7 +320,6 @@ pub fn fetch(spec: &FetchSpec, progress: &dyn Progress) -> Result<FetchResult, F
             cancel: vec![Vec::new(); workers],
             first_request: vec![None; spec.servers.len()],
             last_byte: vec![None; spec.servers.len()],
-            running: workers,
         }),
         wake: Condvar::new(),
         progress,
@@ -353,7 +350,6 @@ pub fn fetch(spec: &FetchSpec, progress: &dyn Progress) -> Result<FetchResult, F
                     }
                     ctx.progress.failed(server, &why);
                 }
-                sh.running -= 1;
                 ctx.wake.notify_all();
             });
         }

@@ -121,11 +121,6 @@ impl Manifest {
         let text = serde_json::to_vec_pretty(self).unwrap_or_default();
         fs::write(&path, text).map_err(io_err(&path))
     }
-
-    /// A fragment's entry by name.
-    pub fn get(&self, name: &str) -> Option<&FragmentEntry> {
-        self.fragments.iter().find(|f| f.name == name)
-    }
 }
 
 /// Parses 64 hex digits into a hash.

@@ -12,7 +12,7 @@ use std::fs::File;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsFd, OwnedFd};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::mpsc::{self, Receiver};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -37,7 +37,6 @@ const PACED_CHUNK: usize = 64 * 1024;
 /// A fragment set being served.
 #[derive(Debug)]
 pub struct FragmentService {
-    dir: PathBuf,
     dir_fd: OwnedFd,
     /// The manifest as sent: length prefix and JSON.
     manifest_frame: Vec<u8>,
@@ -96,17 +95,12 @@ impl FragmentService {
         let mut manifest_frame = (json.len() as u32).to_be_bytes().to_vec();
         manifest_frame.extend(json);
         Ok(FragmentService {
-            dir: dir.to_path_buf(),
             dir_fd,
             manifest_frame,
             entries,
             rate_bps,
             idle_timeout,
         })
-    }
-
-    pub fn dir(&self) -> &Path {
-        &self.dir
     }
 
     pub fn fragments(&self) -> usize {

@@ -199,48 +199,42 @@ pub struct FetchArgs {
     pub json: bool,
 }
 
+/// Ratios to sweep, each with one part per `--from`.
+pub type Ratios = Vec<Vec<u32>>;
+
 impl FetchArgs {
-    /// The ratios of `--sweep-ratios`, checked: one part per `--from`.
-    pub fn sweep(&self) -> Result<Option<Vec<Vec<u32>>>, String> {
-        let Some(list) = &self.sweep_ratios else {
-            return Ok(None);
-        };
-        let mut out = Vec::new();
-        for r in list.split(',') {
-            let r = flowlab_fragments::schedule::parse_ratio(r)
-                .map_err(|e| format!("--sweep-ratios: {e}"))?;
-            if r.len() != self.from.len() {
-                return Err(format!(
-                    "--sweep-ratios: {} has {} parts but {} --from servers were given",
-                    r.iter().map(u32::to_string).collect::<Vec<_>>().join(":"),
-                    r.len(),
-                    self.from.len()
-                ));
-            }
-            out.push(r);
+    /// One ratio given with `flag`, checked: one part per `--from`.
+    fn ratio(&self, flag: &str, text: &str) -> Result<Vec<u32>, String> {
+        let r =
+            flowlab_fragments::schedule::parse_ratio(text).map_err(|e| format!("{flag}: {e}"))?;
+        if r.len() != self.from.len() {
+            return Err(format!(
+                "{flag}: {text} has {} parts but {} --from servers were given",
+                r.len(),
+                self.from.len()
+            ));
         }
-        Ok(Some(out))
+        Ok(r)
     }
 
-    pub fn to_spec(&self) -> Result<flowlab_fragments::fetch::FetchSpec, String> {
-        use flowlab_fragments::schedule::{Mode, parse_ratio};
+    /// The fetch, and the ratios of `--sweep-ratios` when a sweep was asked for.
+    pub fn to_spec(&self) -> Result<(flowlab_fragments::fetch::FetchSpec, Option<Ratios>), String> {
         let mut s = flowlab_fragments::fetch::FetchSpec::new(self.from.clone(), self.out.clone());
         if let Some(r) = &self.ratio {
-            let r = parse_ratio(r).map_err(|e| format!("--ratio: {e}"))?;
-            if r.len() != self.from.len() {
-                return Err(format!(
-                    "--ratio has {} parts but {} --from servers were given",
-                    r.len(),
-                    self.from.len()
-                ));
-            }
-            s.mode = Mode::Ratio(r);
+            s.mode = flowlab_fragments::schedule::Mode::Ratio(self.ratio("--ratio", r)?);
         }
-        self.sweep()?;
+        let sweep = match &self.sweep_ratios {
+            Some(list) => Some(
+                list.split(',')
+                    .map(|r| self.ratio("--sweep-ratios", r))
+                    .collect::<Result<Vec<_>, _>>()?,
+            ),
+            None => None,
+        };
         s.connections = self.connections as usize;
         s.depth = self.depth as usize;
         s.stall_timeout = Duration::from_secs(self.stall_timeout);
-        Ok(s)
+        Ok((s, sweep))
     }
 }
 

@@ -62,11 +62,8 @@ fn main() -> ExitCode {
         Command::Fragments(c) => fragments(&c),
         Command::Net(c) => net(c),
         Command::Fetch(a) => match a.to_spec() {
-            Ok(spec) => match a.sweep() {
-                Ok(Some(ratios)) => sweep(&spec, &ratios, &a),
-                Ok(None) => fetch(&spec, a.json),
-                Err(msg) => return usage(&msg),
-            },
+            Ok((spec, Some(ratios))) => sweep(&spec, &ratios, &a),
+            Ok((spec, None)) => fetch(&spec, a.json),
             Err(msg) => return usage(&msg),
         },
         Command::Test(a) => match a.to_spec() {

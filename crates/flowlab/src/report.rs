@@ -9,10 +9,6 @@ use flowlab_engine::result::{
 };
 use flowlab_engine::units::{Bytes, Rate, UnitFormat};
 
-fn dir(d: StreamDirection) -> &'static str {
-    d.as_str()
-}
-
 /// Prints start information.
 pub fn start(s: &StartInfo) -> String {
     let mut out = String::new();
@@ -26,7 +22,7 @@ pub fn start(s: &StartInfo) -> String {
             out,
             "[{:>3}] {:<4} {} -> {}  sndbuf {} rcvbuf {}{}",
             st.id,
-            dir(st.direction),
+            st.direction.as_str(),
             st.local,
             st.remote,
             st.sndbuf,
@@ -66,7 +62,7 @@ fn row_head(
 ) -> String {
     format!(
         "[{id:>3}] {:<4} {}  {:>11}  {:>15}",
-        dir(d),
+        d.as_str(),
         span(from, to),
         Bytes(bytes, f).to_string(),
         Rate(bps, f).to_string()
@@ -181,7 +177,7 @@ pub fn end(e: &EndInfo, udp: bool, f: UnitFormat) -> String {
         match &s.sender {
             Some(t) => side_row(&mut out, &id, s.direction, t, "sender", udp, f),
             None => {
-                let _ = writeln!(out, "[{id:>3}] {:<4} sender: unknown", dir(s.direction));
+                let _ = writeln!(out, "[{id:>3}] {:<4} sender: unknown", s.direction.as_str());
             }
         }
         match &s.receiver {
@@ -190,7 +186,7 @@ pub fn end(e: &EndInfo, udp: bool, f: UnitFormat) -> String {
                 let _ = writeln!(
                     out,
                     "[{id:>3}] {:<4} receiver: unknown (no results from the server)",
-                    dir(s.direction)
+                    s.direction.as_str()
                 );
             }
         }
@@ -259,7 +255,7 @@ pub fn diagnosis(t: &Trace) -> String {
         let _ = writeln!(
             out,
             "What limited the sender ({}): {} — receive window {:.0} %, send buffer {:.0} %, network {:.0} %, application {:.0} %",
-            dir(d.direction),
+            d.direction.as_str(),
             d.primary.describe(),
             sh.receive_window * 100.0,
             sh.send_buffer * 100.0,
@@ -310,62 +306,71 @@ pub fn diagnosis(t: &Trace) -> String {
     out
 }
 
-/// `flowlab sysinfo`: the machine state, one setting per line.
+/// `x` with at most `digits` decimals and no trailing zeros ("10", "0.25", "7"): what a
+/// topology file said, without the float's rounding noise (0.07 × 100 = 7.000000000000001).
+fn short(x: f64, digits: usize) -> String {
+    let s = format!("{x:.digits$}");
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    }
+}
+
+/// `flowlab sysinfo`: the machine state, one setting per line (`?`: could not be read).
 pub fn system(s: &flowlab_proto::system::SystemInfo) -> String {
     let mut out = String::new();
+    // One column of names, then at least two spaces: a name as long as the column (e.g.
+    // net.ipv4.tcp_slow_start_after_idle) is never glued to its value.
+    let mut line = |k: &str, v: String| {
+        let _ = writeln!(out, "{k:<34}  {v}");
+    };
     let unknown = || "?".to_string();
+    let or_unknown = |v: &Option<String>| v.clone().unwrap_or_else(unknown);
     let triple = |t: Option<[u64; 3]>| {
         t.map_or_else(unknown, |[a, b, c]| {
             format!("{a} {b} {c}  (min default max, bytes)")
         })
     };
-    let n = |v: Option<u64>| v.map_or_else(unknown, |v| format!("{v}"));
-    let _ = writeln!(
-        out,
-        "{:<34}{}",
-        "kernel",
-        s.kernel.clone().unwrap_or_else(unknown)
-    );
-    let _ = writeln!(out, "{:<34}{}", "cpus", n(s.cpus));
-    let _ = writeln!(
-        out,
-        "{:<34}{} (available: {})",
+    let n = |v: Option<u64>| v.map_or_else(unknown, |v| v.to_string());
+    line("kernel", or_unknown(&s.kernel));
+    line("cpus", n(s.cpus));
+    line(
         "congestion control",
-        s.congestion_default.clone().unwrap_or_else(unknown),
-        s.congestion_available.join(" ")
+        format!(
+            "{} (available: {})",
+            or_unknown(&s.congestion_default),
+            s.congestion_available.join(" ")
+        ),
     );
-    let _ = writeln!(out, "{:<34}{}", "net.ipv4.tcp_rmem", triple(s.tcp_rmem));
-    let _ = writeln!(out, "{:<34}{}", "net.ipv4.tcp_wmem", triple(s.tcp_wmem));
-    let _ = writeln!(out, "{:<34}{}", "net.core.rmem_max", n(s.rmem_max));
-    let _ = writeln!(out, "{:<34}{}", "net.core.wmem_max", n(s.wmem_max));
-    let _ = writeln!(out, "{:<34}{}", "net.core.rmem_default", n(s.rmem_default));
-    let _ = writeln!(out, "{:<34}{}", "net.core.wmem_default", n(s.wmem_default));
+    line("net.ipv4.tcp_rmem", triple(s.tcp_rmem));
+    line("net.ipv4.tcp_wmem", triple(s.tcp_wmem));
+    line("net.core.rmem_max", n(s.rmem_max));
+    line("net.core.wmem_max", n(s.wmem_max));
+    line("net.core.rmem_default", n(s.rmem_default));
+    line("net.core.wmem_default", n(s.wmem_default));
     for (k, v) in &s.tcp {
-        let _ = writeln!(out, "{:<34}{v}", format!("net.ipv4.{k}"));
+        line(&format!("net.ipv4.{k}"), v.to_string());
     }
-    let _ = writeln!(
-        out,
-        "{:<34}{}",
-        "net.core.default_qdisc",
-        s.default_qdisc.clone().unwrap_or_else(unknown)
-    );
+    line("net.core.default_qdisc", or_unknown(&s.default_qdisc));
     for i in &s.interfaces {
         let offloads: Vec<String> = i
             .offloads
             .iter()
             .map(|(k, on)| format!("{k} {}", if *on { "on" } else { "off" }))
             .collect();
-        let _ = writeln!(
-            out,
-            "{:<34}mtu {}  qdisc {}  offloads: {}",
-            format!("interface {}", i.name),
-            n(i.mtu),
-            i.qdisc.clone().unwrap_or_else(unknown),
-            if offloads.is_empty() {
-                "?".to_string()
-            } else {
-                offloads.join(", ")
-            }
+        line(
+            &format!("interface {}", i.name),
+            format!(
+                "mtu {}  qdisc {}  offloads: {}",
+                n(i.mtu),
+                or_unknown(&i.qdisc),
+                if offloads.is_empty() {
+                    "?".to_string()
+                } else {
+                    offloads.join(", ")
+                }
+            ),
         );
     }
     out
@@ -492,9 +497,15 @@ pub fn net_plan(p: &flowlab_net::topology::Plan<'_>) -> String {
             if let Some(r) = s.rate_bps {
                 v.push(Rate(r as f64, UnitFormat::Adaptive).to_string());
             }
-            v.push(format!("delay {} ms", s.delay.as_secs_f64() * 1000.0));
+            v.push(format!(
+                "delay {} ms",
+                short(s.delay.as_secs_f64() * 1000.0, 3)
+            ));
             if !s.jitter.is_zero() {
-                v.push(format!("jitter {} ms", s.jitter.as_secs_f64() * 1000.0));
+                v.push(format!(
+                    "jitter {} ms",
+                    short(s.jitter.as_secs_f64() * 1000.0, 3)
+                ));
             }
             if let Some(q) = s.queue_packets {
                 v.push(format!("queue {q} packets"));
@@ -503,7 +514,7 @@ pub fn net_plan(p: &flowlab_net::topology::Plan<'_>) -> String {
                 v.push(format!("queue {q} bytes"));
             }
             if s.loss > 0.0 {
-                v.push(format!("loss {} %", s.loss * 100.0));
+                v.push(format!("loss {} %", short(s.loss * 100.0, 4)));
             }
             v.join(", ")
         };
@@ -552,6 +563,15 @@ pub fn net_plan(p: &flowlab_net::topology::Plan<'_>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn topology_values_print_as_written() {
+        assert_eq!(short(0.07 * 100.0, 4), "7");
+        assert_eq!(short(0.29 * 100.0, 4), "29");
+        assert_eq!(short(0.0125 * 100.0, 4), "1.25");
+        assert_eq!(short(10.0, 3), "10");
+        assert_eq!(short(0.5, 3), "0.5");
+    }
 
     #[test]
     fn only_a_udp_sender_counts_datagrams() {

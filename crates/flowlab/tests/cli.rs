@@ -163,8 +163,15 @@ fn sysinfo_describes_this_machine() {
     let default = v["congestion_default"]
         .as_str()
         .expect("a default algorithm");
+    // Read from the kernel, not from flowlab's own list.
+    let kernel = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
+        .expect("this Linux exposes its congestion control");
+    assert_eq!(default, kernel.trim());
     let available = v["congestion_available"].as_array().expect("a list");
-    assert!(available.iter().any(|a| a == default));
+    assert!(
+        available.iter().any(|a| a == "reno"),
+        "reno is built into every kernel"
+    );
     assert_eq!(v["tcp_rmem"].as_array().map(Vec::len), Some(3));
     assert!(
         v["interfaces"]
@@ -175,7 +182,17 @@ fn sysinfo_describes_this_machine() {
     assert_success(&text);
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(
-        text.contains(&format!("{:<34}{default}", "congestion control")),
+        text.lines().any(|l| l.starts_with("congestion control ")
+            && l.contains(&format!("  {default} (available:"))),
+        "{text}"
+    );
+    // Every line is a name, at least two spaces, and a value — even the longest name.
+    for l in text.lines() {
+        let (name, value) = l.split_once("  ").expect("name and value apart");
+        assert!(!name.trim().is_empty() && !value.trim().is_empty(), "{l}");
+    }
+    assert!(
+        text.contains("net.ipv4.tcp_slow_start_after_idle  "),
         "{text}"
     );
 }

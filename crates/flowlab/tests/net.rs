@@ -13,8 +13,21 @@ use std::time::Duration;
 /// for the CPUs.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+/// The lock every net test holds, or `None` (the test returns) without root outside CI.
+fn root_and_serial() -> Option<std::sync::MutexGuard<'static, ()>> {
+    is_root().then(|| SERIAL.lock().unwrap_or_else(|e| e.into_inner()))
+}
+
+/// Whether the kernel has netem; says why the test is skipped when it has not (a kernel
+/// capability, not a missing tool: the userspace backend is tested instead).
+fn netem_or_skip() -> bool {
+    let there = flowlab_net::build::netem_available();
+    if !there {
+        eprintln!(
+            "SKIPPED: this kernel has no sch_netem (the userspace backend is tested instead)"
+        );
+    }
+    there
 }
 
 fn flowlab() -> Command {
@@ -64,44 +77,27 @@ fn emulators_of(topo: &str) -> Vec<u32> {
     flowlab_net::build::emulators(&[], topo)
 }
 
-/// `small`, with `wan` (extra properties of the r1–r2 link, TOML) added.
+/// topologies/small.toml under another name, with `wan` (extra properties of its
+/// r1–r2 link, TOML) added.
 fn small_with(name: &str, dir: &Path, wan: &str) -> std::path::PathBuf {
+    let shipped = include_str!("../../../topologies/small.toml");
+    let text = shipped
+        .replace("name = \"small\"", &format!("name = \"{name}\""))
+        .replace("queue = 100\n", &format!("queue = 100\n{wan}\n"));
+    assert!(
+        text.contains(&format!("name = \"{name}\"")),
+        "small.toml changed shape"
+    );
     let path = dir.join(format!("{name}.toml"));
-    std::fs::write(
-        &path,
-        format!(
-            r#"
-name = "{name}"
-hosts = ["h1", "h2", "h3"]
-routers = ["r1", "r2"]
-switches = ["s1"]
-[[link]]
-ends = ["h1", "s1"]
-[[link]]
-ends = ["h3", "s1"]
-[[link]]
-ends = ["s1", "r1"]
-[[link]]
-name = "wan"
-ends = ["r1", "r2"]
-rate = "50M"
-queue = 100
-{wan}
-[[link]]
-ends = ["r2", "h2"]
-"#
-        ),
-    )
-    .expect("write topology");
+    std::fs::write(&path, text).expect("write topology");
     path
 }
 
 #[test]
 fn a_topology_is_built_routed_shaped_and_removed() {
-    if !is_root() {
+    let Some(_serial) = root_and_serial() else {
         return;
-    }
-    let _serial = serial();
+    };
     let dir = tempfile::tempdir().expect("tmp");
     let file = small("tnet1", dir.path());
     let _guard = Down("tnet1");
@@ -158,10 +154,9 @@ fn a_topology_is_built_routed_shaped_and_removed() {
 
 #[test]
 fn down_cleans_up_after_a_killed_builder() {
-    if !is_root() {
+    let Some(_serial) = root_and_serial() else {
         return;
-    }
-    let _serial = serial();
+    };
     let dir = tempfile::tempdir().expect("tmp");
     // A delayed link, so that the user-space backend starts its emulator process too.
     let file = small_with("tnet2", dir.path(), r#"delay = "5ms""#);
@@ -213,10 +208,9 @@ fn down_cleans_up_after_a_killed_builder() {
 
 #[test]
 fn the_netem_backend_is_used_where_present_and_refused_where_not() {
-    if !is_root() {
+    let Some(_serial) = root_and_serial() else {
         return;
-    }
-    let _serial = serial();
+    };
     let portfolio = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../topologies/portfolio.toml"
@@ -354,23 +348,18 @@ fn portfolio_fidelity(backend: &str) {
 
 #[test]
 fn portfolio_matches_the_seed_on_the_userspace_backend() {
-    if !is_root() {
+    let Some(_serial) = root_and_serial() else {
         return;
-    }
-    let _serial = serial();
+    };
     portfolio_fidelity("userspace");
 }
 
 #[test]
 fn portfolio_matches_the_seed_on_netem_where_the_kernel_has_it() {
-    if !is_root() {
+    let Some(_serial) = root_and_serial() else {
         return;
-    }
-    let _serial = serial();
-    if !flowlab_net::build::netem_available() {
-        eprintln!(
-            "SKIPPED: this kernel has no sch_netem (the userspace backend is tested instead)"
-        );
+    };
+    if !netem_or_skip() {
         return;
     }
     portfolio_fidelity("netem");
@@ -417,23 +406,18 @@ loss = 0.05
 
 #[test]
 fn random_loss_holds_over_10000_packets_on_the_userspace_backend() {
-    if !is_root() {
+    let Some(_serial) = root_and_serial() else {
         return;
-    }
-    let _serial = serial();
+    };
     random_loss("userspace");
 }
 
 #[test]
 fn random_loss_holds_over_10000_packets_on_netem_where_the_kernel_has_it() {
-    if !is_root() {
+    let Some(_serial) = root_and_serial() else {
         return;
-    }
-    let _serial = serial();
-    if !flowlab_net::build::netem_available() {
-        eprintln!(
-            "SKIPPED: this kernel has no sch_netem (the userspace backend is tested instead)"
-        );
+    };
+    if !netem_or_skip() {
         return;
     }
     random_loss("netem");
@@ -441,10 +425,9 @@ fn random_loss_holds_over_10000_packets_on_netem_where_the_kernel_has_it() {
 
 #[test]
 fn check_measures_paths_beside_what_the_file_implies() {
-    if !is_root() {
+    let Some(_serial) = root_and_serial() else {
         return;
-    }
-    let _serial = serial();
+    };
     let dir = tempfile::tempdir().expect("tmp");
     let file = small("tnet3", dir.path());
     let _guard = Down("tnet3");
@@ -486,10 +469,9 @@ fn check_measures_paths_beside_what_the_file_implies() {
 
 #[test]
 fn pairs_run_together_share_the_bottleneck_and_routers_can_be_ends() {
-    if !is_root() {
+    let Some(_serial) = root_and_serial() else {
         return;
-    }
-    let _serial = serial();
+    };
     let dir = tempfile::tempdir().expect("tmp");
     let file = small("tnet4", dir.path());
     let _guard = Down("tnet4");
@@ -536,10 +518,12 @@ fn pairs_run_together_share_the_bottleneck_and_routers_can_be_ends() {
 
 #[test]
 fn without_root_it_says_so_before_doing_anything() {
-    if !is_root() || !support::require_tool("setpriv") {
+    let Some(_serial) = root_and_serial() else {
+        return;
+    };
+    if !support::require_tool("setpriv") {
         return;
     }
-    let _serial = serial();
     let small = concat!(env!("CARGO_MANIFEST_DIR"), "/../../topologies/small.toml");
     // The same binary as an unprivileged user (setpriv from util-linux).
     let as_nobody = |args: &[&str]| {
