@@ -47,6 +47,7 @@ if "$FLOWLAB" net up --backend netem "$DIR/bemu.toml" >/dev/null 2>&1; then NETE
 echo "# command:  $0  (BENCH_SECONDS=$T BENCH_REPEAT=$REPEAT)"
 echo "# date:     $(date -u '+%Y-%m-%dT%H:%M:%SZ')"
 echo "# machine:  nproc=$(nproc)  kernel=$(uname -r)  netem: $NETEM"
+echo "# tcp cc:   $(cat /proc/sys/net/ipv4/tcp_congestion_control) (the system's default, which every TCP test here runs)"
 echo "# flowlab:  $("$FLOWLAB" --version)"
 echo
 

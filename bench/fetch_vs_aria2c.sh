@@ -83,6 +83,7 @@ sleep 1
 echo "# command:  $0  (BENCH_SIZE=$SIZE BENCH_COUNT=$COUNT BENCH_REPEAT=$REPEAT)"
 echo "# date:     $(date -u '+%Y-%m-%dT%H:%M:%SZ')"
 echo "# machine:  nproc=$(nproc)  kernel=$(uname -r)  data on $BASE"
+echo "# tcp cc:   $(cat /proc/sys/net/ipv4/tcp_congestion_control) (the system's default, which every TCP test here runs)"
 echo "# flowlab:  $("$FLOWLAB" --version)"
 echo "# aria2c:   $(aria2c --version | head -n1);  nginx: $("$NGINX" -v 2>&1 | sed 's/.*: //')"
 echo

@@ -30,6 +30,7 @@ done
 
 echo "# command: bench/stop_and_wait.sh  (BENCH_BYTES=$BYTES)"
 echo "# machine: nproc=$(nproc) kernel=$(uname -r) $("$FLOWLAB" --version)"
+echo "# tcp cc:   $(cat /proc/sys/net/ipv4/tcp_congestion_control) (the system's default, which every TCP test here runs)"
 printf '%-4s %-14s %7s %10s %12s %12s %10s %8s\n' proto mechanism size seconds Mbit/s msgs/s integrity resent
 for proto in tcp udp; do
   for mech in stream stop-and-wait; do

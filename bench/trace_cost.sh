@@ -36,6 +36,7 @@ kill -0 "$SERVER" 2>/dev/null || die "flowlab serve did not start on port $PORT"
 echo "# command:  $0  (BENCH_SECONDS=$T BENCH_REPEAT=$REPEAT BENCH_TRACE=$PERIOD)"
 echo "# date:     $(date -u '+%Y-%m-%dT%H:%M:%SZ')"
 echo "# machine:  nproc=$(nproc)  kernel=$(uname -r)"
+echo "# tcp cc:   $(cat /proc/sys/net/ipv4/tcp_congestion_control) (the system's default, which every TCP test here runs)"
 echo "# flowlab:  $("$FLOWLAB" --version)"
 echo
 

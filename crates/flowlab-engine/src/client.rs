@@ -286,6 +286,7 @@ pub fn run(
             &directions,
             session.take_traces(),
             remote_traces,
+            &spec.window_rates(),
         )
     });
     let udp = spec.protocol == Protocol::Udp;

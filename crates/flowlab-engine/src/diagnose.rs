@@ -13,10 +13,22 @@
 //! | congestion window / network | Δ`busy_time` − Δ`rwnd_limited` − Δ`sndbuf_limited` |
 //! | application | span − Δ`busy_time` (the sender had nothing to send) |
 //!
+//! The kernel counts a sender as receive-window limited only when its send loop stops at
+//! the window test; under bbr it mostly stops earlier, at the pacing or congestion-window
+//! test, so a sender whose bytes in flight sit at the peer's window all the time is
+//! counted as network limited. What the trace saw therefore has the last word: the
+//! receive-window share is at least the share of samples whose bytes in flight fill the
+//! peer's window (needs `snd_wnd`, 5.4), the difference taken from the network's share,
+//! then the application's (`method` "kernel+samples").
+//!
 //! On older kernels the samples are classified one by one instead: bytes in flight within
-//! one segment of the peer's window (needs `snd_wnd`, 5.4) is the receive window; within
-//! one segment of the congestion window is the network; else the application.
-//! Evidence and advice are computed from the same samples; docs/metrics.md has the rules.
+//! one segment of the peer's window is the receive window; within one segment of the
+//! congestion window is the network; else the application.
+//!
+//! Advice sizes a window for the path: its lowest RTT times the rate it can carry, when
+//! known ([`PathRate`]: a flowlab topology's bottleneck, or the `-b` target) — never the
+//! rate a window-limited transfer achieved, which the window itself held down. Evidence
+//! and advice are computed from the same samples; docs/metrics.md has the rules.
 
 use serde::{Deserialize, Serialize};
 
@@ -69,6 +81,23 @@ pub struct Shares {
 }
 
 impl Shares {
+    /// These shares with the receive window's raised to `share`, the difference taken
+    /// from the network's, then the application's (the kernel counts a sender stopped by
+    /// pacing or its congestion window while the peer's window is full as either).
+    fn with_receive_window(mut self, share: f64) -> Shares {
+        let mut more = (share - self.receive_window).max(0.0);
+        self.receive_window += more;
+        for s in [&mut self.network, &mut self.application] {
+            let taken = more.min(*s);
+            *s -= taken;
+            more -= taken;
+        }
+        // Nothing left to take from: the send buffer's share was counted from the
+        // kernel's own clock and is kept.
+        self.receive_window -= more;
+        self
+    }
+
     fn of(self, l: Limit) -> f64 {
         match l {
             Limit::ReceiveWindow => self.receive_window,
@@ -94,18 +123,68 @@ impl Shares {
     }
 }
 
+/// The rate a path can carry, as far as it is known, and how it is known: what the
+/// advice sizes a window for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PathRate {
+    pub bps: u64,
+    /// Where the rate comes from, as the advice words it: "the bottleneck of topology
+    /// port, h1 → h4", "the -b target".
+    pub source: String,
+}
+
+/// The path's rate in each direction, where known.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PathRates {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub up: Option<PathRate>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub down: Option<PathRate>,
+}
+
+impl PathRates {
+    pub fn is_empty(&self) -> bool {
+        self.up.is_none() && self.down.is_none()
+    }
+
+    pub fn of(&self, d: StreamDirection) -> Option<&PathRate> {
+        match d {
+            StreamDirection::Up => self.up.as_ref(),
+            StreamDirection::Down => self.down.as_ref(),
+        }
+    }
+}
+
+/// Rates a window is sized for when the path's is unknown (bit/s), the lowest first.
+pub const NAMED_RATES: [u64; 4] = [100_000_000, 1_000_000_000, 10_000_000_000, 100_000_000_000];
+
 /// The numbers behind a verdict (absent when the kernel did not provide their inputs).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Evidence {
     /// Largest bytes in flight seen, and the peer's largest advertised window.
     pub peak_in_flight: Option<u64>,
     pub max_receive_window: Option<u64>,
-    /// Samples where bytes in flight reached the peer's window (within one segment).
+    /// Samples where bytes in flight reached the peer's window (within one segment), of
+    /// those that show both (`window_samples`).
     pub window_full_samples: u64,
+    #[serde(default)]
+    pub window_samples: u64,
+    /// Of the window-full samples, those whose window had shrunk to less than half of
+    /// the largest the peer advertised in the ten samples before on the stream: the
+    /// peer's buffer held data its application had not read yet, so the reader, not the
+    /// buffer's size, was short.
+    #[serde(default)]
+    pub reader_full_samples: u64,
     /// Highest delivery rate (bytes/s), lowest RTT (µs) and their product (bytes).
     pub delivery_rate: Option<u64>,
     pub min_rtt_us: Option<u64>,
     pub bdp_bytes: Option<u64>,
+    /// The path's rate where known (bit/s, [`PathRate`]) times the lowest RTT: what a
+    /// window must hold to carry that rate (bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_rate_bps: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_bdp_bytes: Option<u64>,
     /// Median smoothed RTT (µs) and its ratio to the lowest RTT.
     pub median_srtt_us: Option<u64>,
     pub rtt_inflation: Option<f64>,
@@ -120,8 +199,10 @@ pub struct Evidence {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Diagnosis {
     pub direction: StreamDirection,
-    /// How the shares were computed: `kernel` (busy/rwnd/sndbuf-limited time) or
-    /// `samples` (one sample at a time, older kernels).
+    /// How the shares were computed: `kernel` (busy/rwnd/sndbuf-limited time),
+    /// `kernel+samples` (the same, with the receive-window share raised to the share of
+    /// samples at the peer's window, which the kernel's own count missed) or `samples`
+    /// (one sample at a time, older kernels).
     pub method: String,
     pub shares: Shares,
     pub primary: Limit,
@@ -130,8 +211,8 @@ pub struct Diagnosis {
     pub advice: Vec<String>,
 }
 
-/// Diagnoses every direction whose senders were traced.
-pub fn diagnose(trace: &Trace) -> Vec<Diagnosis> {
+/// Diagnoses every direction whose senders were traced; `rates` sizes the advice.
+pub fn diagnose(trace: &Trace, rates: &PathRates) -> Vec<Diagnosis> {
     [StreamDirection::Up, StreamDirection::Down]
         .into_iter()
         .filter_map(|d| {
@@ -141,13 +222,18 @@ pub fn diagnose(trace: &Trace) -> Vec<Diagnosis> {
                 .filter(|s| s.direction == d && s.sender && s.trace.samples.len() >= 2)
                 .map(|s| s.trace.samples.as_slice())
                 .collect();
-            diagnose_direction(d, &streams)
+            diagnose_direction(d, &streams, rates.of(d))
         })
         .collect()
 }
 
-/// Diagnoses one direction from its senders' samples (each oldest first).
-pub fn diagnose_direction(d: StreamDirection, streams: &[&[TraceSample]]) -> Option<Diagnosis> {
+/// Diagnoses one direction from its senders' samples (each oldest first), sizing windows
+/// for `rate` where the path's is known.
+pub fn diagnose_direction(
+    d: StreamDirection,
+    streams: &[&[TraceSample]],
+    rate: Option<&PathRate>,
+) -> Option<Diagnosis> {
     if streams.is_empty() {
         return None;
     }
@@ -174,7 +260,13 @@ pub fn diagnose_direction(d: StreamDirection, streams: &[&[TraceSample]]) -> Opt
         }
         None => ("samples", sample_shares(streams)?),
     };
-    let evidence = evidence(streams);
+    let evidence = evidence(streams, rate);
+    let (method, shares) = match evidence.window_full_share() {
+        Some(seen) if method == "kernel" && seen > shares.receive_window => {
+            ("kernel+samples", shares.with_receive_window(seen))
+        }
+        _ => (method, shares),
+    };
     let ranked = shares.ranked();
     let primary = ranked[0].0;
     Some(Diagnosis {
@@ -183,7 +275,7 @@ pub fn diagnose_direction(d: StreamDirection, streams: &[&[TraceSample]]) -> Opt
         shares,
         primary,
         evidence,
-        advice: advice(&shares, &evidence),
+        advice: advice(&shares, &evidence, rate),
     })
 }
 
@@ -227,19 +319,53 @@ fn sample_shares(streams: &[&[TraceSample]]) -> Option<Shares> {
     })
 }
 
-fn evidence(streams: &[&[TraceSample]]) -> Evidence {
+impl Evidence {
+    /// The share of samples whose bytes in flight filled the peer's window, if any sample
+    /// showed both.
+    pub fn window_full_share(&self) -> Option<f64> {
+        (self.window_samples > 0)
+            .then(|| self.window_full_samples as f64 / self.window_samples as f64)
+    }
+}
+
+/// How many samples back a window is compared with to tell that it shrank. Recent ones
+/// only: a receive buffer set after the handshake (`--recv-window`) leaves the first
+/// window advertised far larger than any later one, and that is no sign of a slow reader.
+const READER_LOOKBACK: usize = 10;
+
+/// What a window must hold for `bps` over `rtt_us`, in bytes (rounded up).
+fn bdp(bps: u64, rtt_us: u64) -> u64 {
+    (bps as u128 * rtt_us as u128).div_ceil(8_000_000) as u64
+}
+
+fn evidence(streams: &[&[TraceSample]], rate: Option<&PathRate>) -> Evidence {
     let all = || streams.iter().flat_map(|s| s.iter());
     let max = |f: fn(&TraceSample) -> Option<u64>| all().filter_map(f).max();
-    let window_full_samples = all()
-        .filter(|s| match (s.in_flight_bytes(), s.snd_wnd, s.snd_mss) {
-            (Some(f), Some(w), Some(m)) => fills(f, w, m),
-            _ => false,
-        })
-        .count() as u64;
+    let (mut window_samples, mut window_full_samples, mut reader_full_samples) = (0, 0, 0);
+    for stream in streams {
+        for (i, s) in stream.iter().enumerate() {
+            if let (Some(f), Some(w), Some(m)) = (s.in_flight_bytes(), s.snd_wnd, s.snd_mss) {
+                window_samples += 1;
+                if fills(f, w, m) {
+                    window_full_samples += 1;
+                    let recent = stream[i.saturating_sub(READER_LOOKBACK)..i]
+                        .iter()
+                        .filter_map(|s| s.snd_wnd)
+                        .max()
+                        .unwrap_or(0);
+                    reader_full_samples += u64::from(2 * w < recent);
+                }
+            }
+        }
+    }
     let min_rtt_us = all().filter_map(|s| s.min_rtt_us).filter(|&r| r > 0).min();
     let delivery_rate = max(|s| s.delivery_rate);
     let bdp_bytes = match (delivery_rate, min_rtt_us) {
         (Some(r), Some(rtt)) => Some((r as u128 * rtt as u128 / 1_000_000) as u64),
+        _ => None,
+    };
+    let path_bdp_bytes = match (rate, min_rtt_us) {
+        (Some(r), Some(rtt)) => Some(bdp(r.bps, rtt)),
         _ => None,
     };
     let mut srtts: Vec<u64> = all().filter_map(|s| s.srtt_us).collect();
@@ -265,9 +391,13 @@ fn evidence(streams: &[&[TraceSample]]) -> Evidence {
         peak_in_flight: all().filter_map(|s| s.in_flight_bytes()).max(),
         max_receive_window: max(|s| s.snd_wnd),
         window_full_samples,
+        window_samples,
+        reader_full_samples,
         delivery_rate,
         min_rtt_us,
         bdp_bytes,
+        path_rate_bps: rate.map(|r| r.bps),
+        path_bdp_bytes,
         median_srtt_us,
         rtt_inflation,
         retransmits,
@@ -301,12 +431,142 @@ fn human(bytes: u64) -> String {
     }
 }
 
-fn advice(shares: &Shares, e: &Evidence) -> Vec<String> {
+/// A rate as the advice words it: "30 Mbit/s", "1 Gbit/s", "2.5 Gbit/s".
+fn rate_words(bps: u64) -> String {
+    let (v, unit) = if bps >= 1_000_000_000 {
+        (bps as f64 / 1e9, "Gbit/s")
+    } else if bps >= 1_000_000 {
+        (bps as f64 / 1e6, "Mbit/s")
+    } else {
+        (bps as f64 / 1e3, "kbit/s")
+    };
+    let digits = if v.fract().abs() < 1e-9 { 0 } else { 1 };
+    format!("{v:.digits$} {unit}")
+}
+
+/// The advice for a receive-window limit. A window must hold the path's
+/// bandwidth-delay product, the lowest RTT × the rate the path can carry; the receiver's
+/// kernel doubles the buffer asked for (SO_RCVBUF) and advertises half or more of its
+/// buffer as window, so `--recv-window` BDP gives a window of at least the BDP, and the
+/// `tcp_rmem` maximum (the buffer itself) must be twice it.
+fn receive_window_advice(pct: f64, e: &Evidence, rate: Option<&PathRate>) -> String {
+    let window = e.max_receive_window.unwrap_or(0);
+    let mut t = format!(
+        "receive-window limited {pct:.0} % of the time (bytes in flight reached the receiver's \
+         window{}{})",
+        e.max_receive_window
+            .map(|w| format!(" of {}", human(w)))
+            .unwrap_or_default(),
+        if e.window_samples > 0 {
+            format!(
+                " in {} of {} samples",
+                e.window_full_samples, e.window_samples
+            )
+        } else {
+            String::new()
+        }
+    );
+    let rtt_ms = |us: u64| format!("{:.1} ms", us as f64 / 1000.0);
+    let queue = || {
+        e.median_srtt_us
+            .map(|m| format!(" (median {})", rtt_ms(m)))
+            .unwrap_or_default()
+    };
+    let larger = |need: u64| {
+        format!(
+            "`--recv-window {}` (or `-w`), or net.ipv4.tcp_rmem max to at least {}",
+            size_arg(need),
+            human(2 * need)
+        )
+    };
+    if e.window_full_samples > 0 && 2 * e.reader_full_samples >= e.window_full_samples {
+        t += &format!(
+            ", but in {} of those samples the window had shrunk below half of what the receiver \
+             advertised just before: its buffer held data its application had not read yet, so the \
+             reader (its CPU, on loopback) is the limit, not the buffer's size",
+            e.reader_full_samples
+        );
+        return t;
+    }
+    match (rate, e.min_rtt_us) {
+        (Some(r), Some(rtt)) => {
+            let need = bdp(r.bps, rtt);
+            let product = format!(
+                "the path's bandwidth-delay product, {} (the lowest RTT) × {} ({}) = {}",
+                rtt_ms(rtt),
+                rate_words(r.bps),
+                r.source,
+                human(need)
+            );
+            if need <= window {
+                t += &format!(
+                    ", although the window already holds {product}: the RTT under load{} grew \
+                     beyond the lowest, so what was in flight beyond that product waited in a \
+                     queue on the path, and a larger window would only lengthen that queue",
+                    queue()
+                );
+            } else {
+                t += &format!(
+                    ": a window must hold {product}, so raise the receiver's buffer to {}",
+                    larger(need)
+                );
+            }
+        }
+        (None, Some(rtt)) => {
+            // Rates the transfer did not reach already, for which the window would grow.
+            let reached = e.delivery_rate.unwrap_or(0).saturating_mul(8);
+            let sizes: Vec<String> = NAMED_RATES
+                .iter()
+                .filter(|&&bps| bps > reached && bdp(bps, rtt) > window)
+                .take(3)
+                .map(|&bps| {
+                    format!(
+                        "for {} `--recv-window {}`",
+                        rate_words(bps),
+                        size_arg(bdp(bps, rtt))
+                    )
+                })
+                .collect();
+            if sizes.is_empty() {
+                let need = e.peak_in_flight.unwrap_or(window).max(1);
+                t += &format!(
+                    ": the window already holds the lowest RTT ({}) × any rate this path could \
+                     have, so the RTT under load{} filled it; to carry what was in flight twice \
+                     over, raise the receiver's buffer to {}",
+                    rtt_ms(rtt),
+                    queue(),
+                    larger(2 * need)
+                );
+            } else {
+                t += &format!(
+                    ": the path's rate is unknown (flowlab knows it inside a flowlab topology, or \
+                     from `-b`), so at the lowest RTT, {}, a window needs {} (net.ipv4.tcp_rmem \
+                     max twice that)",
+                    rtt_ms(rtt),
+                    sizes.join(", ")
+                );
+            }
+        }
+        (_, None) => {
+            let need = e.peak_in_flight.unwrap_or(window).max(1);
+            t += &format!(
+                ": no RTT was sampled to size a window for the path; to carry what was in \
+                 flight twice over, raise the receiver's buffer to {}",
+                larger(2 * need)
+            );
+        }
+    }
+    t
+}
+
+fn advice(shares: &Shares, e: &Evidence, rate: Option<&PathRate>) -> Vec<String> {
     let mut out = Vec::new();
-    // What a window must hold: the path's bandwidth-delay product, or at least what the
-    // sender already had in flight; the kernel advertises about half a socket buffer.
+    // What a send buffer must hold: the path's bandwidth-delay product where the path's
+    // rate is known, else the achieved one or what was in flight; the kernel keeps about
+    // half a socket buffer for data.
     let need = e
-        .bdp_bytes
+        .path_bdp_bytes
+        .or(e.bdp_bytes)
         .unwrap_or(0)
         .max(e.peak_in_flight.unwrap_or(0))
         .max(1);
@@ -317,16 +577,7 @@ fn advice(shares: &Shares, e: &Evidence) -> Vec<String> {
         }
         let pct = share * 100.0;
         let text = match limit {
-            Limit::ReceiveWindow => format!(
-                "receive-window limited {pct:.0} % of the time (bytes in flight reached the \
-                 receiver's window{}): raise the receiver's buffer, `--recv-window {}` (or `-w`), \
-                 or net.ipv4.tcp_rmem max to at least {}",
-                e.max_receive_window
-                    .map(|w| format!(" of {}", human(w)))
-                    .unwrap_or_default(),
-                size_arg(buffer),
-                human(buffer)
-            ),
+            Limit::ReceiveWindow => receive_window_advice(pct, e, rate),
             Limit::SendBuffer => format!(
                 "send-buffer limited {pct:.0} % of the time{}: raise the sender's buffer, `-w {}`, \
                  or net.ipv4.tcp_wmem max to at least {}",
@@ -389,7 +640,7 @@ mod tests {
     fn kernel_times_give_the_shares() {
         // 1000 ms traced: busy 900 (rwnd 410, sndbuf 90), idle 100.
         let s = [chrono(100, 50, 10, 0), chrono(1100, 950, 420, 90)];
-        let d = diagnose_direction(StreamDirection::Up, &[&s]).unwrap();
+        let d = diagnose_direction(StreamDirection::Up, &[&s], None).unwrap();
         assert_eq!(d.method, "kernel");
         let sh = d.shares;
         assert!((sh.receive_window - 0.41).abs() < 1e-9, "{sh:?}");
@@ -408,27 +659,167 @@ mod tests {
     fn streams_of_a_direction_add_up() {
         let a = [chrono(0, 0, 0, 0), chrono(1000, 1000, 1000, 0)];
         let b = [chrono(0, 0, 0, 0), chrono(1000, 1000, 0, 0)];
-        let d = diagnose_direction(StreamDirection::Down, &[&a, &b]).unwrap();
+        let d = diagnose_direction(StreamDirection::Down, &[&a, &b], None).unwrap();
         assert!((d.shares.receive_window - 0.5).abs() < 1e-9);
         assert!((d.shares.network - 0.5).abs() < 1e-9);
     }
 
+    /// A window-limited sender's samples as bbr leaves them: the kernel counts the whole
+    /// span as busy and none of it as receive-window limited, while bytes in flight sit
+    /// at the peer's 64 KiB window in `full` of `n` samples (RTT 40 ms, 1.6 MB/s).
+    fn window_limited_under_bbr(n: u64, full: u64) -> Vec<TraceSample> {
+        (0..n)
+            .map(|i| {
+                let flight_segs = if i < full { 45 } else { 20 };
+                TraceSample {
+                    t_us: i * 10_000,
+                    busy_time_us: Some(i * 10_000),
+                    rwnd_limited_us: Some(0),
+                    sndbuf_limited_us: Some(0),
+                    unacked: Some(flight_segs),
+                    sacked: Some(0),
+                    lost: Some(0),
+                    retrans: Some(0),
+                    snd_mss: Some(1448),
+                    snd_wnd: Some(65_536),
+                    snd_cwnd: Some(200),
+                    min_rtt_us: Some(40_000),
+                    srtt_us: Some(41_000),
+                    delivery_rate: Some(1_600_000),
+                    ..TraceSample::default()
+                }
+            })
+            .collect()
+    }
+
+    /// Regression (issue 11): under bbr the kernel's own clock counted a sender whose
+    /// bytes in flight equalled the peer's window in 493 of 505 samples as network limited.
     #[test]
-    fn advice_sizes_the_buffer_from_the_bdp() {
-        // 62.5 MB/s (500 Mbit/s) at 50 ms: BDP 3.125 MB, as in seed 002.
-        let mut a = chrono(0, 0, 0, 0);
-        let mut b = chrono(1000, 1000, 600, 0);
-        for s in [&mut a, &mut b] {
-            s.delivery_rate = Some(62_500_000);
-            s.min_rtt_us = Some(50_000);
-            s.snd_wnd = Some(3_000_000);
+    fn what_the_trace_saw_at_the_window_outweighs_the_kernels_count() {
+        let s = window_limited_under_bbr(505, 493);
+        let d = diagnose_direction(StreamDirection::Up, &[&s], None).unwrap();
+        assert_eq!(d.primary, Limit::ReceiveWindow, "{:?}", d.shares);
+        assert_eq!(d.method, "kernel+samples");
+        assert_eq!(
+            (d.evidence.window_full_samples, d.evidence.window_samples),
+            (493, 505)
+        );
+        let sh = d.shares;
+        assert!((sh.receive_window - 493.0 / 505.0).abs() < 1e-9, "{sh:?}");
+        assert!((sh.network - 12.0 / 505.0).abs() < 1e-6, "{sh:?}");
+        assert!(
+            (sh.receive_window + sh.network + sh.application + sh.send_buffer - 1.0).abs() < 1e-9
+        );
+        // Where the kernel's count is the larger (half the time, against 5 samples in
+        // 100), it stands.
+        let mut few = window_limited_under_bbr(100, 5);
+        for x in &mut few {
+            x.rwnd_limited_us = Some(x.t_us / 2);
         }
-        let d = diagnose_direction(StreamDirection::Up, &[&[a, b]]).unwrap();
-        assert_eq!(d.evidence.bdp_bytes, Some(3_125_000));
+        let d = diagnose_direction(StreamDirection::Up, &[&few], None).unwrap();
+        assert_eq!(d.method, "kernel");
+        assert!(
+            (d.shares.receive_window - 0.5).abs() < 1e-9,
+            "{:?}",
+            d.shares
+        );
+    }
+
+    #[test]
+    fn advice_sizes_the_window_from_the_paths_rate_not_the_rate_achieved() {
+        let s = window_limited_under_bbr(100, 95);
+        let rate = PathRate {
+            bps: 30_000_000,
+            source: "the bottleneck of topology port, h1 → h4".into(),
+        };
+        let d = diagnose_direction(StreamDirection::Up, &[&s], Some(&rate)).unwrap();
+        // 30 Mbit/s × 40 ms = 150 000 bytes; the achieved 1.6 MB/s would give 64 000.
+        assert_eq!(d.evidence.path_bdp_bytes, Some(150_000));
+        assert_eq!(d.evidence.bdp_bytes, Some(64_000));
         let first = &d.advice[0];
-        assert!(first.contains("receiver's window of 3.0 MB"), "{first}");
-        assert!(first.contains("`--recv-window 6M`"), "{first}");
-        assert!(first.contains("tcp_rmem max to at least 6.2 MB"), "{first}");
+        assert!(
+            first.contains("in 95 of 100 samples")
+                && first.contains(
+                    "40.0 ms (the lowest RTT) × 30 Mbit/s (the bottleneck of topology port, \
+                     h1 → h4) = 150 kB"
+                )
+                && first.contains("`--recv-window 147K`")
+                && first.contains("tcp_rmem max to at least 300 kB"),
+            "{first}"
+        );
+        // Seed 002's numbers: 500 Mbit/s at 50 ms, a window of 3.125 MB.
+        let mut seed = window_limited_under_bbr(10, 10);
+        for x in &mut seed {
+            x.min_rtt_us = Some(50_000);
+        }
+        let rate = PathRate {
+            bps: 500_000_000,
+            source: "the -b target".into(),
+        };
+        let d = diagnose_direction(StreamDirection::Up, &[&seed], Some(&rate)).unwrap();
+        assert!(d.advice[0].contains("`--recv-window 3M`"), "{:?}", d.advice);
+        assert!(d.advice[0].contains("at least 6.2 MB"), "{:?}", d.advice);
+    }
+
+    #[test]
+    fn an_unknown_rate_gets_sizes_for_named_rates() {
+        let s = window_limited_under_bbr(100, 95);
+        let d = diagnose_direction(StreamDirection::Up, &[&s], None).unwrap();
+        let first = &d.advice[0];
+        // 40 ms × 100 Mbit/s = 500 kB, × 1 Gbit/s = 5 MB, × 10 Gbit/s = 50 MB.
+        assert!(
+            first.contains("the path's rate is unknown")
+                && first.contains(
+                    "for 100 Mbit/s `--recv-window 489K`, for 1 Gbit/s `--recv-window 5M`, \
+                     for 10 Gbit/s `--recv-window 48M`"
+                ),
+            "{first}"
+        );
+    }
+
+    #[test]
+    fn a_window_shrunk_by_unread_data_blames_the_reader_not_the_buffer() {
+        // The window keeps reopening to 1 MB, then the receiving application falls
+        // behind and it shrinks to 64 KiB, which bytes in flight then fill.
+        let mut s = window_limited_under_bbr(100, 100);
+        for x in s.iter_mut().step_by(5) {
+            x.snd_wnd = Some(1_000_000);
+            x.unacked = Some(10);
+        }
+        let d = diagnose_direction(StreamDirection::Up, &[&s], None).unwrap();
+        assert_eq!(d.evidence.reader_full_samples, 80);
+        assert!(
+            d.advice[0].contains("so the reader (its CPU, on loopback) is the limit")
+                && !d.advice[0].contains("--recv-window"),
+            "{:?}",
+            d.advice
+        );
+        // A first window far larger than the later ones (a buffer set after the
+        // handshake) is not that.
+        let mut small = window_limited_under_bbr(100, 100);
+        small[0].snd_wnd = Some(1_000_000);
+        small[0].unacked = Some(10);
+        let d = diagnose_direction(StreamDirection::Up, &[&small], None).unwrap();
+        assert_eq!(d.evidence.reader_full_samples, 10);
+        assert!(d.advice[0].contains("--recv-window"), "{:?}", d.advice);
+    }
+
+    #[test]
+    fn a_window_that_holds_the_paths_bdp_is_not_to_be_raised() {
+        // 1 Mbit/s × 40 ms = 5 kB, far below the 64 KiB window: a queue filled it.
+        let s = window_limited_under_bbr(100, 95);
+        let rate = PathRate {
+            bps: 1_000_000,
+            source: "the bottleneck of topology t, h1 → h2".into(),
+        };
+        let d = diagnose_direction(StreamDirection::Up, &[&s], Some(&rate)).unwrap();
+        let first = &d.advice[0];
+        assert!(
+            first.contains("although the window already holds"),
+            "{first}"
+        );
+        assert!(first.contains("would only lengthen that queue"), "{first}");
+        assert!(!first.contains("--recv-window"), "{first}");
     }
 
     #[test]
@@ -449,7 +840,7 @@ mod tests {
             s(50, 1_000_000, 50), // cwnd full
             s(1, 1_000_000, 50),  // neither
         ];
-        let d = diagnose_direction(StreamDirection::Up, &[&samples]).unwrap();
+        let d = diagnose_direction(StreamDirection::Up, &[&samples], None).unwrap();
         assert_eq!(d.method, "samples");
         assert_eq!(d.shares.receive_window, 0.5);
         assert_eq!(d.shares.network, 0.25);
@@ -465,7 +856,7 @@ mod tests {
         b.total_retrans = Some(50);
         a.data_segs_out = Some(0);
         b.data_segs_out = Some(1000);
-        let d = diagnose_direction(StreamDirection::Up, &[&[a, b]]).unwrap();
+        let d = diagnose_direction(StreamDirection::Up, &[&[a, b]], None).unwrap();
         assert_eq!(d.primary, Limit::Network);
         assert!(
             d.advice[0].contains("5.0 % of segments were retransmitted"),
@@ -477,14 +868,17 @@ mod tests {
         b.min_rtt_us = Some(10_000);
         a.srtt_us = Some(40_000);
         b.srtt_us = Some(40_000);
-        let d = diagnose_direction(StreamDirection::Up, &[&[a, b]]).unwrap();
+        let d = diagnose_direction(StreamDirection::Up, &[&[a, b]], None).unwrap();
         assert!(d.advice[0].contains("4.0× its minimum"), "{:?}", d.advice);
     }
 
     #[test]
     fn nothing_to_say_without_samples() {
-        assert_eq!(diagnose_direction(StreamDirection::Up, &[]), None);
+        assert_eq!(diagnose_direction(StreamDirection::Up, &[], None), None);
         let bare = [TraceSample::default(), TraceSample::default()];
-        assert_eq!(diagnose_direction(StreamDirection::Up, &[&bare]), None);
+        assert_eq!(
+            diagnose_direction(StreamDirection::Up, &[&bare], None),
+            None
+        );
     }
 }

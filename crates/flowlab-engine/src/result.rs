@@ -72,12 +72,14 @@ pub struct TracedStream {
 }
 
 impl Trace {
-    /// Joins this end's traces and those the server returned, labelled by side and role.
+    /// Joins this end's traces and those the server returned, labelled by side and role,
+    /// and diagnoses them, sizing windows for `rates`.
     pub fn assemble(
         period_us: u64,
         directions: &[(i64, StreamDirection)],
         local: Vec<flowlab_proto::trace::StreamTrace>,
         remote: Vec<flowlab_proto::trace::StreamTrace>,
+        rates: &crate::diagnose::PathRates,
     ) -> Trace {
         let direction = |id: i64| {
             directions
@@ -102,7 +104,7 @@ impl Trace {
             streams,
             diagnosis: Vec::new(),
         };
-        trace.diagnosis = crate::diagnose::diagnose(&trace);
+        trace.diagnosis = crate::diagnose::diagnose(&trace, rates);
         trace
     }
 }

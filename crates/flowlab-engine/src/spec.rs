@@ -5,6 +5,8 @@ use std::time::Duration;
 use flowlab_proto::params::{FLOWLAB_EXT_VERSION, FlowlabParams, Mode, Protocol, TestParams};
 use serde::Serialize;
 
+use crate::diagnose::{PathRate, PathRates};
+
 /// Which way data flows, seen from the client.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -79,6 +81,10 @@ pub struct TestSpec {
     pub recv_window: u64,
     /// Congestion control of the receiving end of each stream.
     pub recv_congestion: Option<String>,
+    /// The rate the path can carry each way, where the caller knows it (the binary does
+    /// inside a flowlab topology): what `--trace`'s advice sizes windows for.
+    #[serde(skip_serializing_if = "PathRates::is_empty")]
+    pub path_rates: PathRates,
 }
 
 impl TestSpec {
@@ -108,6 +114,29 @@ impl TestSpec {
             trace: None,
             recv_window: 0,
             recv_congestion: None,
+            path_rates: PathRates::default(),
+        }
+    }
+
+    /// What the diagnosis sizes windows for: the path's rate each way where known, else
+    /// the `-b` target of all the streams that go that way.
+    pub fn window_rates(&self) -> PathRates {
+        let target = (self.bitrate > 0).then(|| PathRate {
+            bps: self.bitrate.saturating_mul(u64::from(self.parallel.max(1))),
+            source: if self.parallel > 1 {
+                format!("the -b target × {} streams", self.parallel)
+            } else {
+                "the -b target".into()
+            },
+        });
+        let (up, down) = match self.direction {
+            Direction::Forward => (true, false),
+            Direction::Reverse => (false, true),
+            Direction::Bidir => (true, true),
+        };
+        PathRates {
+            up: self.path_rates.up.clone().or(target.clone().filter(|_| up)),
+            down: self.path_rates.down.clone().or(target.filter(|_| down)),
         }
     }
 

@@ -124,6 +124,9 @@ pub struct State {
     pub emulator_pid: Option<u32>,
     /// The links the emulator forwards.
     pub emulated_links: Vec<String>,
+    /// The topology as it was brought up (older states lack it).
+    #[serde(default)]
+    pub topology: Option<Topology>,
 }
 
 /// Whether a direction needs more than tbf.
@@ -434,6 +437,7 @@ fn build(
         backend,
         emulator_pid: None,
         emulated_links: links.iter().map(|l| l.name.clone()).collect(),
+        topology: Some(t.clone()),
     };
     if !links.is_empty() {
         state.emulator_pid = Some(start_emulator(&t.name, dir, &links, opts)?);
@@ -463,6 +467,20 @@ pub fn stats_file(dir: &Path, topo: &str) -> PathBuf {
 
 fn emulator_log(dir: &Path, topo: &str) -> PathBuf {
     dir.join(format!("{topo}.emulator.log"))
+}
+
+/// What is wrong with the emulator of `topo`, if anything: the lines it wrote (it writes
+/// only when a link stops or fails), or that it no longer runs. `None` when all is well
+/// or the topology has no emulator.
+pub fn emulator_trouble(dir: &Path, topo: &str) -> Option<String> {
+    let pid = state(dir, topo)?.emulator_pid?;
+    let log = std::fs::read_to_string(emulator_log(dir, topo)).unwrap_or_default();
+    let said: Vec<&str> = log.lines().rev().take(3).collect();
+    let mut trouble: Vec<String> = said.into_iter().rev().map(String::from).collect();
+    if !running(pid) {
+        trouble.push(format!("the link emulator (pid {pid}) is not running"));
+    }
+    (!trouble.is_empty()).then(|| trouble.join("; "))
 }
 
 fn write_state(dir: &Path, topo: &str, state: &State) -> Result<(), NetError> {

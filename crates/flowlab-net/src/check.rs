@@ -10,6 +10,9 @@ pub const RTT_TOLERANCE: Duration = Duration::from_millis(1);
 /// Measured throughput must lie within these shares of the bottleneck rate.
 pub const RATE_LOW: f64 = 0.90;
 pub const RATE_HIGH: f64 = 1.02;
+/// Queues holding less than this share of a path's bandwidth-delay product are shallow:
+/// a loss-based TCP may not fill the path (said beside a rate short of the bottleneck).
+pub const SHALLOW: f64 = 1.0;
 /// Measured random loss may differ from the configured one by this share of it.
 pub const LOSS_TOLERANCE: f64 = 0.20;
 
@@ -52,10 +55,23 @@ pub fn deviations(implied: &PathInfo, m: &Measured) -> Vec<String> {
     if let (Some(r), true) = (implied.bottleneck_bps, implied.loss == 0.0 && !m.shared) {
         let share = m.bps / r as f64;
         if !(RATE_LOW..=RATE_HIGH).contains(&share) {
-            out.push(format!(
-                "throughput {:.0} % of the bottleneck",
-                share * 100.0
-            ));
+            // The bottleneck's queue against the path's bandwidth-delay product, in
+            // time: a loss-based sender needs (1 − β)/β of a BDP of queue to keep the
+            // link busy after it backs off (reno: one BDP, the rule of thumb; cubic:
+            // 0.43 in steady state, more after slow start's overshoot into a tail-drop
+            // queue), so below one BDP a rate short of the bottleneck may be TCP's, not
+            // the emulation's.
+            let depth = implied.bottleneck_queue_delay.as_secs_f64() / implied.rtt.as_secs_f64();
+            out.push(if share < RATE_LOW && depth < SHALLOW {
+                format!(
+                    "throughput {:.0} % of the bottleneck (its queue holds {:.2} of the path's \
+                     bandwidth-delay product: a loss-based TCP may not fill it)",
+                    share * 100.0,
+                    depth
+                )
+            } else {
+                format!("throughput {:.0} % of the bottleneck", share * 100.0)
+            });
         }
     }
     // Only a rate limit makes a queue (elsewhere the bound would be the hosts' own
@@ -155,6 +171,7 @@ mod tests {
             rtt: Duration::from_millis(rtt_ms),
             bottleneck_bps: rate,
             queue_delay: Duration::from_millis(40),
+            bottleneck_queue_delay: Duration::from_millis(40),
             loss: 0.0,
         }
     }
@@ -250,16 +267,42 @@ mod tests {
 
     #[test]
     fn outside_them_each_miss_is_named() {
+        // A queue of one BDP: a shortfall is not TCP's to explain.
+        let deep = PathInfo {
+            bottleneck_queue_delay: Duration::from_millis(60),
+            ..path(60, Some(30_000_000))
+        };
+        let d = deviations(&deep, &measured(Some(61_200), 26_000_000.0));
+        assert_eq!(
+            d,
+            ["RTT off by 1.2 ms", "throughput 87 % of the bottleneck"]
+        );
         let p = path(60, Some(30_000_000));
         let d = deviations(&p, &measured(Some(61_200), 26_000_000.0));
         assert_eq!(
             d,
-            ["RTT off by 1.2 ms", "throughput 87 % of the bottleneck"]
+            [
+                "RTT off by 1.2 ms",
+                "throughput 87 % of the bottleneck (its queue holds 0.67 of the path's \
+              bandwidth-delay product: a loss-based TCP may not fill it)"
+            ]
         );
         let d = deviations(&p, &measured(Some(58_000), 31_000_000.0));
         assert_eq!(
             d,
             ["RTT off by -2.0 ms", "throughput 103 % of the bottleneck"]
+        );
+        // Seed 001's h1–h9: 16 packets of queue on L3 (9.7 ms) against an 80 ms RTT.
+        let shallow = PathInfo {
+            bottleneck_queue_delay: Duration::from_micros(9_690),
+            ..path(80, Some(20_000_000))
+        };
+        assert_eq!(
+            deviations(&shallow, &measured(None, 17.8e6)),
+            [
+                "throughput 89 % of the bottleneck (its queue holds 0.12 of the path's \
+              bandwidth-delay product: a loss-based TCP may not fill it)"
+            ]
         );
         let over = Measured {
             loaded_rtt_p95: Some(Duration::from_micros(101_100)),

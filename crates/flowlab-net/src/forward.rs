@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::emulator::{DelayLine, Verdict};
+use crate::emulator::{DelayLine, SendCost, Verdict, WakeMargin};
 
 /// One direction's emulation, as the `up` process hands it to the emulator.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -58,6 +58,12 @@ pub struct Counters {
     /// not get a CPU in time), and the latest of them, µs.
     pub late: AtomicU64,
     pub max_late_us: AtomicU64,
+    /// The lateness of every forwarded frame added up, µs (its mean is what an emulated
+    /// crossing adds to the configured delay).
+    pub late_total_us: AtomicU64,
+    /// The current estimate of what handing a frame on costs, ns ([`SendCost`]): frames
+    /// are written that much before they are due.
+    pub send_cost_ns: AtomicU64,
 }
 
 /// A frame written this much after its due time counts as late, ns.
@@ -82,6 +88,17 @@ pub struct DirectionStats {
     pub late: u64,
     #[serde(default)]
     pub max_late_us: u64,
+    #[serde(default)]
+    pub late_total_us: u64,
+    #[serde(default)]
+    pub send_cost_ns: u64,
+}
+
+impl DirectionStats {
+    /// The mean lateness of a forwarded frame, µs.
+    pub fn mean_late_us(&self) -> f64 {
+        self.late_total_us as f64 / self.forwarded.max(1) as f64
+    }
 }
 
 impl From<&Counters> for DirectionStats {
@@ -94,6 +111,8 @@ impl From<&Counters> for DirectionStats {
             oversize: c.oversize.load(Relaxed),
             late: c.late.load(Relaxed),
             max_late_us: c.max_late_us.load(Relaxed),
+            late_total_us: c.late_total_us.load(Relaxed),
+            send_cost_ns: c.send_cost_ns.load(Relaxed),
         }
     }
 }
@@ -105,9 +124,6 @@ pub struct LinkStats {
     pub a_to_b: DirectionStats,
     pub b_to_a: DirectionStats,
 }
-
-/// The longest a thread spins waiting for a due time, ns.
-const MAX_SPIN: u64 = 30_000;
 
 /// Frames up to this long are read whole (MTU 1500 plus headers, with room to spare).
 const FRAME: usize = 2048;
@@ -176,6 +192,25 @@ impl PacketSocket {
             .or_else(|_| set_int(&fd, libc::SOL_SOCKET, libc::SO_RCVBUF, SOCKET_BUFFER))?;
         set_int(&fd, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, SOCKET_BUFFER)
             .or_else(|_| set_int(&fd, libc::SOL_SOCKET, libc::SO_SNDBUF, SOCKET_BUFFER))?;
+        // Report software transmit stamps, without the frame, for the frames that ask
+        // for one (see [`SendCost`]), and no second stamp on received frames (RX_FILTER,
+        // Linux 4.13; older kernels add one, which CONTROL has room for). A kernel that
+        // refuses both gets no compensation.
+        let report = libc::SOF_TIMESTAMPING_SOFTWARE | libc::SOF_TIMESTAMPING_OPT_TSONLY;
+        let _ = set_int(
+            &fd,
+            libc::SOL_SOCKET,
+            SO_TIMESTAMPING,
+            (report | libc::SOF_TIMESTAMPING_OPT_RX_FILTER) as libc::c_int,
+        )
+        .or_else(|_| {
+            set_int(
+                &fd,
+                libc::SOL_SOCKET,
+                SO_TIMESTAMPING,
+                report as libc::c_int,
+            )
+        });
         // SAFETY: sockaddr_ll is plain old data.
         let mut addr: libc::sockaddr_ll = unsafe { zeroed() };
         addr.sll_family = libc::AF_PACKET as u16;
@@ -190,6 +225,67 @@ impl PacketSocket {
             )
         })?;
         Ok(PacketSocket { fd })
+    }
+
+    /// The newest software transmit stamp waiting on the socket's error queue (wall clock,
+    /// ns), reading them all; `None` when there was none.
+    fn transmit_stamps(&self) -> io::Result<Option<i128>> {
+        let mut newest = None;
+        loop {
+            let mut control = [0u64; CONTROL / 8];
+            // SAFETY: plain old data.
+            let mut h: libc::msghdr = unsafe { zeroed() };
+            h.msg_control = control.as_mut_ptr().cast();
+            h.msg_controllen = CONTROL as _;
+            // SAFETY: the header points into `control`, which lives for the call; with
+            // OPT_TSONLY there is no payload to read.
+            let n = unsafe {
+                libc::recvmsg(
+                    self.fd.as_raw_fd(),
+                    &mut h,
+                    libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT,
+                )
+            };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                return match e.kind() {
+                    io::ErrorKind::WouldBlock => Ok(newest),
+                    io::ErrorKind::Interrupted => continue,
+                    _ => Err(e),
+                };
+            }
+            // SAFETY: the CMSG macros walk the control buffer the kernel filled, within
+            // the length it reported in `h`.
+            unsafe {
+                let mut c = libc::CMSG_FIRSTHDR(&h);
+                while !c.is_null() {
+                    if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == SO_TIMESTAMPING {
+                        // struct scm_timestamping: the software stamp comes first.
+                        let t =
+                            std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::timespec>());
+                        newest = Some(i128::from(t.tv_sec) * 1_000_000_000 + i128::from(t.tv_nsec));
+                    }
+                    c = libc::CMSG_NXTHDR(&h, c);
+                }
+            }
+        }
+    }
+
+    /// The socket's pending error (SO_ERROR), cleared by reading it.
+    fn error(&self) -> i32 {
+        let mut err: libc::c_int = 0;
+        let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: the option buffer is a live c_int of the size given.
+        let rc = unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_ERROR,
+                (&mut err as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        if rc == 0 { err } else { libc::EBADF }
     }
 
     /// Frames the kernel dropped for this socket since the last call.
@@ -212,8 +308,14 @@ impl PacketSocket {
 }
 
 /// Control-message room per frame: one SCM_TIMESTAMPNS (a 16-byte header and a
-/// 16-byte timespec), with space to spare.
-const CONTROL: usize = 64;
+/// 16-byte timespec) and, on kernels that add it, one SCM_TIMESTAMPING (a header and
+/// three timespecs), with space to spare.
+const CONTROL: usize = 128;
+
+/// `SO_TIMESTAMPING` (asm-generic's `SO_TIMESTAMPING_OLD`, which is the one on 64-bit
+/// architectures; the libc crate leaves it out for the time64 split). Its control
+/// message, `SCM_TIMESTAMPING`, has the same number.
+const SO_TIMESTAMPING: libc::c_int = 37;
 
 /// A frame: a buffer of FRAME bytes and how much of it is the frame.
 struct Frame {
@@ -224,6 +326,8 @@ struct Frame {
 /// The recvmmsg / sendmmsg arrays, and the buffers the next receive fills (always
 /// BATCH of them, so a receive of one frame replaces one buffer, not all).
 struct Batch {
+    /// Buffers not in use.
+    pool: Pool,
     ready: Vec<Box<[u8]>>,
     out: Vec<Frame>,
     iov: Vec<libc::iovec>,
@@ -236,6 +340,7 @@ struct Batch {
 impl Batch {
     fn new() -> Self {
         Batch {
+            pool: Pool::default(),
             ready: (0..BATCH).map(|_| new_buffer()).collect(),
             out: Vec::with_capacity(BATCH),
             // SAFETY: iovec, sockaddr_ll and mmsghdr are plain old data.
@@ -316,7 +421,6 @@ fn receive(
     from: &PacketSocket,
     line: &mut DelayLine<Frame>,
     counters: &Counters,
-    pool: &mut Pool,
     batch: &mut Batch,
     clock: &Clock,
 ) -> io::Result<()> {
@@ -385,18 +489,18 @@ fn receive(
                 }
             });
             let frame = Frame {
-                buf: std::mem::replace(&mut batch.ready[i], pool.take()),
+                buf: std::mem::replace(&mut batch.ready[i], batch.pool.take()),
                 len: m.msg_len as usize,
             };
             match line.push(arrived, frame) {
                 (Verdict::Queued(_), _) => {}
                 (Verdict::Lost, Some(f)) => {
                     counters.lost.fetch_add(1, Relaxed);
-                    pool.give(f.buf);
+                    batch.pool.give(f.buf);
                 }
                 (Verdict::Full, Some(f)) => {
                     counters.line_full.fetch_add(1, Relaxed);
-                    pool.give(f.buf);
+                    batch.pool.give(f.buf);
                 }
                 (_, None) => {}
             }
@@ -408,21 +512,27 @@ fn receive(
     Ok(())
 }
 
-/// Writes every frame of `line` that is due at `now` to `to`.
+/// Writes to `to` every frame of `line` that will be due by the time it reaches the next
+/// node if written at `now` (`cost` estimates how long that takes), and asks for a
+/// transmit stamp on one frame now and then to keep that estimate up to date.
 fn transmit(
     line: &mut DelayLine<Frame>,
     now: u64,
     to: &PacketSocket,
+    cost: &mut SendCost,
     counters: &Counters,
-    pool: &mut Pool,
     batch: &mut Batch,
+    clock: &Clock,
 ) -> io::Result<()> {
+    let arrives = now + cost.estimate();
     loop {
         batch.out.clear();
+        let mut late_us = 0;
         while batch.out.len() < BATCH {
-            match line.pop_due(now) {
+            match line.pop_due(arrives) {
                 Some((due, f)) => {
-                    let late = now - due;
+                    let late = arrives - due;
+                    late_us += late / 1000;
                     if late > LATE {
                         counters.late.fetch_add(1, Relaxed);
                         counters.max_late_us.fetch_max(late / 1000, Relaxed);
@@ -435,6 +545,7 @@ fn transmit(
         if batch.out.is_empty() {
             return Ok(());
         }
+        counters.late_total_us.fetch_add(late_us, Relaxed);
         for (i, f) in batch.out.iter_mut().enumerate() {
             batch.iov[i] = libc::iovec {
                 iov_base: f.buf.as_mut_ptr().cast(),
@@ -450,6 +561,29 @@ fn transmit(
             };
         }
         let total = batch.out.len();
+        if cost.wants_sample(now) {
+            // The first frame carries a control message asking for a software transmit
+            // stamp, which the veth driver takes as it hands the frame on.
+            let c = &mut batch.control[0];
+            c.fill(0);
+            let h = &mut batch.msgs[0].msg_hdr;
+            h.msg_control = c.as_mut_ptr().cast();
+            // SAFETY: CMSG_SPACE is arithmetic; the buffer is CONTROL bytes, far more.
+            h.msg_controllen = unsafe { libc::CMSG_SPACE(size_of::<u32>() as u32) } as _;
+            // SAFETY: the header points at a zeroed, aligned buffer large enough for one
+            // control message carrying a u32.
+            unsafe {
+                let cm = libc::CMSG_FIRSTHDR(h);
+                (*cm).cmsg_level = libc::SOL_SOCKET;
+                (*cm).cmsg_type = SO_TIMESTAMPING;
+                (*cm).cmsg_len = libc::CMSG_LEN(size_of::<u32>() as u32) as _;
+                std::ptr::write_unaligned(
+                    libc::CMSG_DATA(cm).cast::<u32>(),
+                    libc::SOF_TIMESTAMPING_TX_SOFTWARE,
+                );
+            }
+            cost.sent_sample(clock.now());
+        }
         let mut sent = 0;
         while sent < total {
             // SAFETY: the headers from `sent` on point into frames and iovecs that live
@@ -479,7 +613,7 @@ fn transmit(
             }
         }
         for f in batch.out.drain(..) {
-            pool.give(f.buf);
+            batch.pool.give(f.buf);
         }
     }
 }
@@ -509,26 +643,41 @@ fn forward(
     // Wake on time: the default 50 µs timer slack would add to every delay.
     // SAFETY: prctl with an integer argument.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
-    // Ordinary scheduling, deliberately. Real-time priority (SCHED_FIFO) was tried: it
-    // cut frames sent > 0.5 ms late at 85 Mbit/s on the 2-vCPU development machine from
-    // ~40 to ~2 a second, but made every crossing ~45 µs slower when idle, and when the
-    // thread kept a CPU busy (1 Gbit/s and more) the kernel's protection of ordinary
-    // tasks stopped it for 45–65 ms at a time. A nice level of −20 changed nothing
-    // measurable. Late frames are counted (`late`, `max_late_us`) for `net status`.
+    // The highest nice level (root may take it): on a machine whose CPUs are busy with
+    // other work, an ordinary thread waits its turn, often milliseconds, and a path's
+    // 95th-percentile RTT through three links rose 3.5 ms over the topology's on the
+    // 2-vCPU development machine under `stress-ng --cpu 2`; at −20 it stays within
+    // 0.3 ms. Not real-time priority (SCHED_FIFO): that cut late frames at 85 Mbit/s
+    // too, but made every crossing ~45 µs slower when idle, and when the thread kept a
+    // CPU busy (1 Gbit/s and more) the kernel's protection of ordinary tasks stopped it
+    // for 45–65 ms at a time. Late frames are counted (`late`, `max_late_us`) for
+    // `net status`.
+    // SAFETY: plain calls; on Linux a nice level belongs to one thread, named by its id.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, -20) };
     let clock = Clock {
         start: Instant::now(),
     };
-    let mut pool = Pool::default();
     let mut batch = Batch::new();
     let mut stats_due = Duration::from_secs(1);
-    // How late timer wake-ups come (a moving average, ns, at most MAX_SPIN): the thread
-    // asks to be woken that much early and spins the rest of the way.
-    let mut lateness: u64 = 20_000;
+    // Timer wake-ups come late (40–120 µs from an idle vCPU on the development VM, more
+    // than the configured delay can absorb when a path crosses several links): the
+    // thread asks to be woken that much early, learnt as it goes, and spins the rest.
+    let mut wake = WakeMargin::new();
+    // Frames a→b are written to `b`, whose transmit stamps measure that direction.
+    let (mut cost_ab, mut cost_ba) = (SendCost::new(), SendCost::new());
     loop {
         let now = clock.now();
         let slept_at = now;
-        let next = [ab.next_due(), ba.next_due()].into_iter().flatten().min();
-        let target = next.map(|due| due.saturating_sub((lateness + 5_000).min(MAX_SPIN)));
+        // When the next frame must be written to reach the next node on time.
+        let next = [
+            ab.next_due().map(|d| d.saturating_sub(cost_ab.estimate())),
+            ba.next_due().map(|d| d.saturating_sub(cost_ba.estimate())),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
+        let margin = wake.margin();
+        let target = next.map(|due| due.saturating_sub(margin));
         let timeout = target.map(|t| {
             let wait = t.saturating_sub(now);
             libc::timespec {
@@ -536,6 +685,8 @@ fn forward(
                 tv_nsec: (wait % 1_000_000_000) as libc::c_long,
             }
         });
+        // POLLERR comes back whether asked for or not: transmit stamps on the error
+        // queue, or the socket's error when its interface went away.
         let mut fds = [
             libc::pollfd {
                 fd: a.fd.as_raw_fd(),
@@ -563,37 +714,63 @@ fn forward(
                 return Err(e);
             }
         }
-        // An interface that went away reports an error on its socket: the link is gone.
         if fds
             .iter()
-            .any(|f| f.revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0)
+            .any(|f| f.revents & (libc::POLLHUP | libc::POLLNVAL) != 0)
         {
             return Ok(());
         }
+        for (i, socket, cost) in [(0, &a, &mut cost_ba), (1, &b, &mut cost_ab)] {
+            if fds[i].revents & libc::POLLERR == 0 {
+                continue;
+            }
+            match socket.transmit_stamps()? {
+                Some(wall) => {
+                    cost.stamped((wall - clock.wall_offset()).max(0) as u64);
+                    let c = if i == 0 {
+                        &counters.b_to_a
+                    } else {
+                        &counters.a_to_b
+                    };
+                    c.send_cost_ns.store(cost.estimate(), Relaxed);
+                }
+                // An interface that went away reports an error on its socket: the link
+                // is gone. Any other error is said and forwarding goes on.
+                None => match socket.error() {
+                    0 => {}
+                    libc::ENETDOWN | libc::ENODEV | libc::ENXIO => return Ok(()),
+                    e => eprintln!(
+                        "flowlab net emulator: link {}: {}",
+                        link.name,
+                        io::Error::from_raw_os_error(e)
+                    ),
+                },
+            }
+        }
         if fds[0].revents & libc::POLLIN != 0 {
-            receive(&a, &mut ab, &counters.a_to_b, &mut pool, &mut batch, &clock)?;
+            receive(&a, &mut ab, &counters.a_to_b, &mut batch, &clock)?;
         }
         if fds[1].revents & libc::POLLIN != 0 {
-            receive(&b, &mut ba, &counters.b_to_a, &mut pool, &mut batch, &clock)?;
+            receive(&b, &mut ba, &counters.b_to_a, &mut batch, &clock)?;
         }
         let mut now = clock.now();
         if rc == 0 {
             if let (Some(t), Some(due)) = (target, next) {
                 // Woken by the timer: learn how late (only from real sleeps, or a backlog
-                // would count as lateness), then spin to the due time — briefly: spinning
-                // longer costs more CPU than the precision is worth.
+                // would count as lateness), then spin to the due time.
                 if t > slept_at {
-                    let late = now.saturating_sub(t).min(MAX_SPIN);
-                    lateness = (lateness * 7 + late) / 8;
+                    wake.learn(now.saturating_sub(t));
                 }
-                while now < due && due - now <= MAX_SPIN {
+                while now < due && due - now <= margin {
                     std::hint::spin_loop();
                     now = clock.now();
                 }
             }
         }
-        transmit(&mut ab, now, &b, &counters.a_to_b, &mut pool, &mut batch)?;
-        transmit(&mut ba, now, &a, &counters.b_to_a, &mut pool, &mut batch)?;
+        let mut send =
+            |line, to, cost, counters| transmit(line, now, to, cost, counters, &mut batch, &clock);
+        send(&mut ab, &b, &mut cost_ab, &counters.a_to_b)?;
+        send(&mut ba, &a, &mut cost_ba, &counters.b_to_a)?;
         if clock.start.elapsed() >= stats_due {
             stats_due += Duration::from_secs(1);
             counters
@@ -639,8 +816,14 @@ pub fn run(
                     // Not held while forwarding: if any thread dies early, `run` sees
                     // the channel close instead of waiting for ever.
                     drop(tx);
-                    if let Err(e) = forward(a, b, &link, &counters, link_seed) {
-                        eprintln!("flowlab net emulator: link {}: {e}", link.name);
+                    match forward(a, b, &link, &counters, link_seed) {
+                        Ok(()) => eprintln!(
+                            "flowlab net emulator: link {}: its interfaces went away",
+                            link.name
+                        ),
+                        Err(e) => {
+                            eprintln!("flowlab net emulator: link {}: stopped: {e}", link.name)
+                        }
                     }
                 }
                 Err(e) => {

@@ -10,11 +10,13 @@
 //!   loss), sans-IO; [`forward`]: its AF_PACKET forwarding threads.
 //! - [`netns`]: doing things inside a namespace from this process; [`probe`]: ICMP RTT
 //!   probes from inside one.
+//! - [`locate`]: which topology and node a process runs in, and its paths' bottlenecks.
 
 pub mod build;
 pub mod check;
 pub mod emulator;
 pub mod forward;
+pub mod locate;
 pub mod netns;
 pub mod probe;
 pub mod topology;

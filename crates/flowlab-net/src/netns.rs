@@ -5,9 +5,12 @@
 use std::io;
 use std::os::fd::AsRawFd;
 
+/// Where `ip netns add` keeps named namespaces.
+pub const DIR: &str = "/run/netns";
+
 /// Moves the calling thread into namespace `name` (as made by `ip netns add`).
 pub fn enter(name: &str) -> io::Result<()> {
-    let path = format!("/run/netns/{name}");
+    let path = format!("{DIR}/{name}");
     let f =
         std::fs::File::open(&path).map_err(|e| io::Error::new(e.kind(), format!("{path}: {e}")))?;
     // SAFETY: setns takes a descriptor that stays open for the call.

@@ -30,7 +30,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use flowlab_engine::units::{parse_duration, parse_rate};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// Longest topology name (it prefixes every namespace name, and is typed often).
 pub const MAX_NAME: usize = 6;
@@ -82,7 +82,7 @@ struct RawTopology {
 }
 
 /// What a node is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Kind {
     Host,
     Router,
@@ -90,7 +90,7 @@ pub enum Kind {
 }
 
 /// The properties of one direction of a link; `None` is "not emulated".
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Shape {
     /// Bits per second.
     pub rate_bps: Option<u64>,
@@ -118,7 +118,7 @@ impl Shape {
 }
 
 /// A link between two nodes, with its shape in each direction.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Link {
     pub name: String,
     pub a: String,
@@ -127,8 +127,8 @@ pub struct Link {
     pub b_to_a: Shape,
 }
 
-/// A checked topology.
-#[derive(Debug, Clone, PartialEq)]
+/// A checked topology (serialisable so that `up` can record what it built).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Topology {
     pub name: String,
     /// Every node and its kind, in name order.
@@ -338,6 +338,9 @@ pub struct PathInfo {
     /// The most queueing the path can add in the direction of travel: for every
     /// rate-limited hop, its full queue (Q packets × 1514 bytes, or its bytes) at its rate.
     pub queue_delay: Duration,
+    /// The bottleneck's own full queue at its rate (what decides whether TCP can keep
+    /// the path busy).
+    pub bottleneck_queue_delay: Duration,
     /// Random loss in the direction of travel: 1 − Π (1 − loss of each hop).
     pub loss: f64,
 }
@@ -418,6 +421,15 @@ impl<'a> Plan<'a> {
 
     /// The path from host `from` to host `to`: fewest links, then least delay (ties by
     /// name order, so the same file always gives the same routes).
+    /// The node that holds address `addr`, if any.
+    pub fn node_at(&self, addr: std::net::Ipv4Addr) -> Option<&str> {
+        self.segments
+            .iter()
+            .flat_map(|s| s.members.iter())
+            .find(|(_, a)| std::net::Ipv4Addr::from(*a) == addr)
+            .map(|(n, _)| n.as_str())
+    }
+
     pub fn path(&self, from: &str, to: &str) -> Option<PathInfo> {
         let t = self.topology;
         // Dijkstra on (links, delay); hosts do not forward.
@@ -485,6 +497,16 @@ impl<'a> Plan<'a> {
                 Some(Duration::from_secs_f64(bytes * 8.0 / s.rate_bps? as f64))
             })
             .sum();
+        // The slowest link's own queue (the first of equals), drained at its rate.
+        let bottleneck_queue_delay = hops
+            .iter()
+            .map(|h| self.shape(h))
+            .filter(|s| s.rate_bps.is_some() && s.rate_bps == bottleneck_bps)
+            .find_map(|s| {
+                let bytes = s.queue_limit_bytes() as f64;
+                Some(Duration::from_secs_f64(bytes * 8.0 / s.rate_bps? as f64))
+            })
+            .unwrap_or_default();
         let kept: f64 = hops.iter().map(|h| 1.0 - self.shape(h).loss).product();
         Some(PathInfo {
             nodes,
@@ -492,6 +514,7 @@ impl<'a> Plan<'a> {
             rtt: there + back,
             bottleneck_bps,
             queue_delay,
+            bottleneck_queue_delay,
             loss: 1.0 - kept,
         })
     }

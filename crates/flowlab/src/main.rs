@@ -67,7 +67,12 @@ fn main() -> ExitCode {
             Err(msg) => return usage(&msg),
         },
         Command::Test(a) => match a.to_spec() {
-            Ok(spec) => test(&spec, &a),
+            Ok(mut spec) => {
+                if spec.trace.is_some() {
+                    spec.path_rates = topology_path_rates(&spec.host);
+                }
+                test(&spec, &a)
+            }
             Err(msg) => return usage(&msg),
         },
         Command::Quick(a) => quick(&a),
@@ -219,6 +224,25 @@ fn install_ctrl_c() -> Arc<AtomicBool> {
         f.store(true, Ordering::Release);
     });
     flag
+}
+
+/// The bottleneck each way to `host` when this process runs inside a flowlab topology
+/// (what `--trace` sizes its advice for); nothing elsewhere.
+fn topology_path_rates(host: &str) -> flowlab_engine::diagnose::PathRates {
+    use std::net::{IpAddr, ToSocketAddrs};
+    let peer = (host, 0).to_socket_addrs().ok().and_then(|mut a| {
+        a.find_map(|a| match a.ip() {
+            IpAddr::V4(v4) => Some(v4),
+            IpAddr::V6(_) => None,
+        })
+    });
+    match (
+        peer,
+        flowlab_net::locate::here(&flowlab_net::build::state_dir()),
+    ) {
+        (Some(peer), Some((t, node))) => flowlab_net::locate::path_rates(&t, &node, peer),
+        _ => Default::default(),
+    }
 }
 
 fn test(spec: &TestSpec, a: &cli::TestArgs) -> anyhow::Result<()> {
@@ -470,15 +494,17 @@ fn net(c: cli::NetCommand) -> anyhow::Result<()> {
                 for l in stats {
                     for (way, d) in [("a→b", &l.a_to_b), ("b→a", &l.b_to_a)] {
                         println!(
-                            "  link {} {way}: {} forwarded, {} lost (random), {} line full, {} emulator drops, {} oversize, {} late (worst {} µs)",
+                            "  link {} {way}: {} forwarded, {} lost (random), {} line full, {} emulator drops, {} oversize, mean lateness {:.0} µs, {} late (worst {} µs), written {:.0} µs early for the cost of sending",
                             l.link,
                             d.forwarded,
                             d.lost,
                             d.line_full,
                             d.emulator_drops,
                             d.oversize,
+                            d.mean_late_us(),
                             d.late,
-                            d.max_late_us
+                            d.max_late_us,
+                            d.send_cost_ns as f64 / 1000.0
                         );
                     }
                 }
@@ -502,14 +528,14 @@ fn net(c: cli::NetCommand) -> anyhow::Result<()> {
             if !build::namespaces().contains(&ns) {
                 anyhow::bail!("topology {topo} has no node '{node}' up");
             }
-            let status = std::process::Command::new("ip")
+            // Replaced by `ip netns exec`, which execs the command in turn: a signal sent
+            // to this process reaches the command, and its exit status is ours.
+            use std::os::unix::process::CommandExt;
+            let e = std::process::Command::new("ip")
                 .args(["netns", "exec", &ns])
                 .args(&command)
-                .status()
-                .map_err(|e| anyhow::anyhow!("ip netns exec: {e}"))?;
-            if !status.success() {
-                std::process::exit(status.code().unwrap_or(1));
-            }
+                .exec();
+            anyhow::bail!("ip netns exec: {e}");
         }
     }
     Ok(())

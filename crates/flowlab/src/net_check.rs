@@ -17,7 +17,10 @@ use std::time::Duration;
 
 use flowlab_engine::units::{Rate, UnitFormat};
 use flowlab_net::build::{self, UpOptions, ns_name};
-use flowlab_net::check::{Measured, deviations, jain_index, max_min_shares};
+use flowlab_net::check::{
+    LOSS_TOLERANCE, Measured, RATE_HIGH, RATE_LOW, RTT_TOLERANCE, deviations, jain_index,
+    max_min_shares,
+};
 use flowlab_net::probe::{Pinger, median, percentile};
 use flowlab_net::topology::{Kind, PathInfo, Plan, Topology};
 
@@ -71,8 +74,15 @@ struct Row {
     implied_loss_percent: f64,
     /// UDP datagrams lost of those sent (only where the path has loss).
     measured_loss_percent: Option<f64>,
-    /// What falls outside the tolerances (RTT ±1 ms; rate 0.90–1.02 of the bottleneck
-    /// when alone; loaded RTT ≤ bound + 1 ms; loss ±20 % of the configured).
+    /// The bounds each figure was judged by, tolerances included: idle RTT within
+    /// `rtt_tolerance_ms` of the file's; loaded RTT (p95) at most `queue_bound_ms` +
+    /// `rtt_tolerance_ms`; rate within `rate_bounds_bps` (absent where not judged: no
+    /// rate limit, random loss, or pairs run together); loss within
+    /// `loss_bounds_percent` (absent without configured loss).
+    rtt_tolerance_ms: f64,
+    rate_bounds_bps: Option<[f64; 2]>,
+    loss_bounds_percent: Option<[f64; 2]>,
+    /// What falls outside those bounds.
     deviations: Vec<String>,
 }
 
@@ -206,6 +216,82 @@ pub fn run(
     if load.together && pairs.len() > 1000 {
         anyhow::bail!("--together runs at most 1000 pairs at once (one server port each)");
     }
+    let default_cc = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    // Which congestion control each round of measurements runs. Pairs that share links
+    // are judged under cubic, as the seed's kernels ran them (a loss-based algorithm
+    // shares fairly); where the system's default differs (bbr), a second round shows
+    // what the default does, starvation included, rather than hide it.
+    let rounds: Vec<Option<String>> = match (&load.congestion, load.together) {
+        (Some(cc), _) => vec![Some(cc.clone())],
+        (None, true) if default_cc != FAIRNESS_CC => {
+            vec![Some(FAIRNESS_CC.into()), Some(default_cc.clone())]
+        }
+        (None, true) => vec![Some(FAIRNESS_CC.into())],
+        (None, false) => vec![None],
+    };
+    let mut rows = Vec::new();
+    let mut jain_by_cc = Vec::new();
+    for cc in &rounds {
+        let load = Load {
+            congestion: cc.clone(),
+            ..load.clone()
+        };
+        let (round, jain) = measure_round(&t, &pairs, &paths, &load).map_err(|e| {
+            // A path that stopped carrying traffic: say whether the emulator did.
+            match build::emulator_trouble(&build::state_dir(), &t.name) {
+                Some(why) => anyhow::anyhow!("{e} (the link emulator: {why})"),
+                None => e,
+            }
+        })?;
+        if let (Some(cc), Some(j)) = (cc, jain) {
+            jain_by_cc.push((cc.clone(), j));
+        }
+        rows.extend(round);
+    }
+    let backend = state
+        .as_ref()
+        .and_then(|s| s.backend)
+        .map_or("none needed (tbf only)".to_string(), |b| b.to_string());
+    if json {
+        let doc = serde_json::json!({
+            "topology": t.name,
+            "backend": backend,
+            "together": load.together,
+            "congestion_default": default_cc,
+            "load_seconds": load.seconds,
+            // Under the first round's congestion control (cubic for pairs together
+            // unless -C says otherwise); every round's in jain_index_by_congestion.
+            "jain_index": jain_by_cc.first().map(|(_, j)| *j),
+            "jain_index_by_congestion": jain_by_cc.iter().cloned().collect::<std::collections::BTreeMap<_, _>>(),
+            "paths": rows,
+        });
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+        return Ok(());
+    }
+    let header = Header {
+        topo: &t.name,
+        backend: &backend,
+        load: &load,
+        default_cc: &default_cc,
+        rounds: &rounds,
+    };
+    print!("{}", table(&header, &rows, &jain_by_cc));
+    Ok(())
+}
+
+/// The congestion control that pairs run together are judged under.
+const FAIRNESS_CC: &str = "cubic";
+
+/// Measures every pair (one at a time, or all at once with `--together`) under `load`,
+/// into rows; with `--together`, also Jain's index over the pairs.
+fn measure_round(
+    t: &Topology,
+    pairs: &[Pair],
+    paths: &[(PathInfo, Ipv4Addr)],
+    load: &Load,
+) -> anyhow::Result<(Vec<Row>, Option<f64>)> {
     let groups: Vec<Vec<usize>> = if load.together {
         vec![(0..pairs.len()).collect()]
     } else {
@@ -225,7 +311,7 @@ pub fn run(
                 port: 5201 + k as u16,
             })
             .collect();
-        for (i, m) in group.iter().zip(measure(&jobs, &load)?) {
+        for (i, m) in group.iter().zip(measure(&jobs, load)?) {
             measured[*i] = Some(m);
         }
     }
@@ -279,6 +365,9 @@ pub fn run(
         else {
             continue;
         };
+        let judged_rate = implied
+            .bottleneck_bps
+            .filter(|_| implied.loss == 0.0 && !m.shared);
         rows.push(Row {
             from: p.from.clone(),
             to: p.to.clone(),
@@ -300,6 +389,12 @@ pub fn run(
             fair_share_bps: fair[i],
             implied_loss_percent: implied.loss * 100.0,
             measured_loss_percent: m.loss.map(|l| l * 100.0),
+            rtt_tolerance_ms: ms(RTT_TOLERANCE),
+            rate_bounds_bps: judged_rate.map(|r| [RATE_LOW * r as f64, RATE_HIGH * r as f64]),
+            loss_bounds_percent: (implied.loss > 0.0).then(|| {
+                let l = implied.loss * 100.0;
+                [l * (1.0 - LOSS_TOLERANCE), l * (1.0 + LOSS_TOLERANCE)]
+            }),
             deviations: deviations(implied, &m),
         });
     }
@@ -313,81 +408,150 @@ pub fn run(
     } else {
         None
     };
-    let backend = state
-        .as_ref()
-        .and_then(|s| s.backend)
-        .map_or("none needed (tbf only)".to_string(), |b| b.to_string());
-    if json {
-        let doc = serde_json::json!({
-            "topology": t.name,
-            "backend": backend,
-            "together": load.together,
-            "jain_index": jain,
-            "paths": rows,
-        });
-        println!("{}", serde_json::to_string_pretty(&doc)?);
-        return Ok(());
-    }
-    print!("{}", table(&t.name, &backend, &rows, jain));
-    Ok(())
+    Ok((rows, jain))
 }
 
-fn table(topo: &str, backend: &str, rows: &[Row], jain: Option<f64>) -> String {
+/// What the table's header says: the topology, the backend, and what load ran under
+/// which congestion control.
+struct Header<'a> {
+    topo: &'a str,
+    backend: &'a str,
+    load: &'a Load,
+    default_cc: &'a str,
+    rounds: &'a [Option<String>],
+}
+
+fn table(h: &Header<'_>, rows: &[Row], jain: &[(String, f64)]) -> String {
     use std::fmt::Write;
     let rate = |bps: f64| Rate(bps, UnitFormat::Adaptive).to_string();
     let opt =
         |v: Option<f64>, digits: usize| v.map_or("?".to_string(), |v| format!("{v:.digits$}"));
-    let together = jain.is_some();
+    let together = h.load.together;
     let mut out = String::new();
-    let _ = writeln!(out, "topology {topo}, emulation backend: {backend}");
+    let _ = writeln!(out, "topology {}, emulation backend: {}", h.topo, h.backend);
+    let what = if together {
+        "every pair's TCP test at once"
+    } else {
+        "a TCP test per pair"
+    };
+    let ccs: Vec<String> = h
+        .rounds
+        .iter()
+        .map(|cc| match cc.as_deref() {
+            None => format!("{} (the system's default; -C chooses)", h.default_cc),
+            Some(FAIRNESS_CC) if together && h.load.congestion.is_none() => {
+                format!("{FAIRNESS_CC} (loss-based, as the seed's kernels)")
+            }
+            Some(cc) if cc == h.default_cc => format!("{cc} (the system's default)"),
+            Some(cc) => cc.to_string(),
+        })
+        .collect();
     let _ = writeln!(
         out,
-        "{:<10} {:>9} {:>9} {:>28} {:>14} {:>14} {:>13}  deviations",
-        "path",
-        "RTT file",
-        "measured",
-        "loaded med/p95/max (bound)",
-        if together { "fair share" } else { "rate file" },
-        "measured",
-        "loss file/got",
+        "load: {what}, {} s after a first second left out, under {}",
+        h.load.seconds,
+        ccs.join(", then ")
     );
+    let _ = writeln!(
+        out,
+        "judged: idle RTT (median of 20 echoes) within ±{:.1} ms of the file; loaded RTT (95th \
+         percentile of echoes during the load) at most the queue bound + {:.1} ms; {}{}",
+        ms_of(RTT_TOLERANCE),
+        ms_of(RTT_TOLERANCE),
+        if together {
+            "rates not judged (shared links), shown beside their max-min fair share"
+        } else {
+            "rate within the bounds shown"
+        },
+        if rows.iter().any(|r| r.implied_loss_percent > 0.0) {
+            format!(
+                "; loss within ±{:.0} % of the file's",
+                LOSS_TOLERANCE * 100.0
+            )
+        } else {
+            String::new()
+        }
+    );
+    let _ = writeln!(
+        out,
+        "{:<10} {:<6} {:>22} {:>32} {:>34} {:>18}  deviations",
+        "path",
+        "cc",
+        "idle RTT (file ±tol)",
+        "loaded RTT p95 ≤ bound (med/max)",
+        if together {
+            "rate (fair share)"
+        } else {
+            "rate (judged bounds)"
+        },
+        "loss (file bounds)",
+    );
+    let mut previous_cc: Option<&str> = None;
+    let jain_line = |out: &mut String, cc: Option<&str>| {
+        if let Some((cc, j)) = jain.iter().find(|(c, _)| Some(c.as_str()) == cc) {
+            let _ = writeln!(
+                out,
+                "Jain's fairness index over the pairs under {cc} (rate / fair share): {j:.3}"
+            );
+        }
+    };
     for r in rows {
+        let cc = r.congestion.as_deref().unwrap_or("?");
+        if previous_cc.is_some_and(|p| p != cc) {
+            jain_line(&mut out, previous_cc);
+        }
+        previous_cc = Some(cc);
         let name = if r.connections > 1 {
             format!("{}-{}:{}", r.from, r.to, r.connections)
         } else {
             format!("{}-{}", r.from, r.to)
         };
+        let idle = format!(
+            "{} ms ({:.1}±{:.1})",
+            opt(r.measured_rtt_ms, 1),
+            r.implied_rtt_ms,
+            r.rtt_tolerance_ms
+        );
+        let loaded = match r.implied_bps {
+            Some(_) => format!(
+                "{} ≤ {:.1}+{:.0} ms ({}/{})",
+                opt(r.loaded_rtt_p95_ms, 1),
+                r.queue_bound_ms,
+                r.rtt_tolerance_ms,
+                opt(r.loaded_rtt_median_ms, 1),
+                opt(r.loaded_rtt_ms, 1)
+            ),
+            // No rate limit, so no queue to bound.
+            None => format!(
+                "{} ms, no bound ({}/{})",
+                opt(r.loaded_rtt_p95_ms, 1),
+                opt(r.loaded_rtt_median_ms, 1),
+                opt(r.loaded_rtt_ms, 1)
+            ),
+        };
         let reference = if together {
-            r.fair_share_bps.map_or("-".to_string(), rate)
+            r.fair_share_bps
+                .map_or("(unlimited)".to_string(), |f| format!("({})", rate(f)))
         } else {
-            r.implied_bps
-                .map_or("unlimited".to_string(), |b| rate(b as f64))
+            match (r.rate_bounds_bps, r.implied_bps) {
+                (Some([lo, hi]), _) => format!("({}–{})", rate(lo), rate(hi)),
+                (None, None) => "(unlimited)".to_string(),
+                (None, Some(_)) => "(random loss: not judged)".to_string(),
+            }
+        };
+        let loss = match r.loss_bounds_percent {
+            Some([lo, hi]) => format!("{} % ({lo:.2}–{hi:.2})", opt(r.measured_loss_percent, 2)),
+            None => "-".to_string(),
         };
         let _ = writeln!(
             out,
-            "{:<10} {:>6.1} ms {:>6} ms {:>28} {:>14} {:>14} {:>13}  {}",
+            "{:<10} {:<6} {:>22} {:>32} {:>34} {:>18}  {}",
             name,
-            r.implied_rtt_ms,
-            opt(r.measured_rtt_ms, 1),
-            format!(
-                "{}/{}/{} ({}) ms",
-                opt(r.loaded_rtt_median_ms, 1),
-                opt(r.loaded_rtt_p95_ms, 1),
-                opt(r.loaded_rtt_ms, 1),
-                r.implied_bps
-                    .map_or("-".to_string(), |_| format!("{:.0}", r.queue_bound_ms))
-            ),
-            reference,
-            rate(r.measured_bps),
-            if r.implied_loss_percent > 0.0 {
-                format!(
-                    "{:.2}/{} %",
-                    r.implied_loss_percent,
-                    opt(r.measured_loss_percent, 2)
-                )
-            } else {
-                "-".to_string()
-            },
+            cc,
+            idle,
+            loaded,
+            format!("{} {reference}", rate(r.measured_bps)),
+            loss,
             if r.deviations.is_empty() {
                 "-".to_string()
             } else {
@@ -399,13 +563,12 @@ fn table(topo: &str, backend: &str, rows: &[Row], jain: Option<f64>) -> String {
             let _ = writeln!(out, "{:<10} connections: {}", "", each.join(", "));
         }
     }
-    if let Some(j) = jain {
-        let _ = writeln!(
-            out,
-            "Jain's fairness index over the pairs (rate / fair share): {j:.3}"
-        );
-    }
+    jain_line(&mut out, previous_cc);
     out
+}
+
+fn ms_of(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
 }
 
 /// One pair's measurement, with what it needs.
@@ -435,9 +598,12 @@ fn client(job: &Job<'_>, args: &[String]) -> anyhow::Result<Child> {
         .spawn()?)
 }
 
-/// Waits for a client and reads its result; `None` when the server was not listening
-/// yet (to be retried).
-fn result(job: &Job<'_>, child: &mut Child) -> anyhow::Result<Option<serde_json::Value>> {
+/// Waits for a client and reads its result; `Err(why)` when it could not connect (the
+/// server may not be listening yet: the caller decides whether to retry).
+fn result(
+    job: &Job<'_>,
+    child: &mut Child,
+) -> anyhow::Result<Result<serde_json::Value, String>> {
     use std::io::Read;
     let mut out = Vec::new();
     if let Some(mut stdout) = child.stdout.take() {
@@ -448,11 +614,11 @@ fn result(job: &Job<'_>, child: &mut Child) -> anyhow::Result<Option<serde_json:
         .map_err(|e| anyhow::anyhow!("{} -> {}: no result ({e})", job.pair.from, job.pair.to))?;
     if let Some(e) = v["error"].as_str() {
         if e.contains("cannot connect") {
-            return Ok(None);
+            return Ok(Err(e.to_string()));
         }
         anyhow::bail!("{} -> {}: {e}", job.pair.from, job.pair.to);
     }
-    Ok(Some(v))
+    Ok(Ok(v))
 }
 
 /// Whether a TCP socket listens on `port` in namespace `ns` (read from the namespace's
@@ -474,14 +640,16 @@ fn listening(ns: &str, port: u16) -> bool {
 
 /// Runs a client to completion, retrying while its server is not listening yet (5 s).
 fn run_client(job: &Job<'_>, args: &[String]) -> anyhow::Result<serde_json::Value> {
+    let mut why = String::new();
     for _ in 0..50 {
-        if let Some(v) = result(job, &mut Reaped(client(job, args)?).0)? {
-            return Ok(v);
+        match result(job, &mut Reaped(client(job, args)?).0)? {
+            Ok(v) => return Ok(v),
+            Err(e) => why = e,
         }
         std::thread::sleep(Duration::from_millis(100));
     }
     anyhow::bail!(
-        "{} -> {}: the server did not start",
+        "{} -> {}: the server did not start ({why})",
         job.pair.from,
         job.pair.to
     )
@@ -506,8 +674,23 @@ fn measure(jobs: &[Job<'_>], load: &Load) -> anyhow::Result<Vec<PairResult>> {
     for job in jobs {
         let mut pinger = Pinger::new(&ns_name(job.topo, &job.pair.from))
             .map_err(|e| anyhow::anyhow!("ICMP socket in {}: {e}", job.pair.from))?;
-        // The first echo is not counted (it meets cold caches along the path).
-        let _ = pinger.ping(job.to, probe_timeout)?;
+        // The first echo is not counted (it meets cold caches along the path). A path
+        // that answers none of three carries nothing: said now, not after twenty more.
+        let mut answered = false;
+        for _ in 0..3 {
+            if pinger.ping(job.to, probe_timeout)?.is_some() {
+                answered = true;
+                break;
+            }
+        }
+        if !answered {
+            anyhow::bail!(
+                "{} -> {}: no reply to 3 echoes ({} s each)",
+                job.pair.from,
+                job.pair.to,
+                probe_timeout.as_secs()
+            );
+        }
         let mut rtts = Vec::new();
         for _ in 0..20 {
             rtts.extend(pinger.ping(job.to, probe_timeout)?);
@@ -593,9 +776,8 @@ fn measure(jobs: &[Job<'_>], load: &Load) -> anyhow::Result<Vec<PairResult>> {
         clients
             .into_iter()
             .map(|(mut c, job)| {
-                result(job, &mut c.0)?.ok_or_else(|| {
-                    anyhow::anyhow!("{} -> {}: connection refused", job.pair.from, job.pair.to)
-                })
+                result(job, &mut c.0)?
+                    .map_err(|e| anyhow::anyhow!("{} -> {}: {e}", job.pair.from, job.pair.to))
             })
             .collect()
     })();

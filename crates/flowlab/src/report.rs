@@ -254,13 +254,18 @@ pub fn diagnosis(t: &Trace) -> String {
         let sh = &d.shares;
         let _ = writeln!(
             out,
-            "What limited the sender ({}): {} — receive window {:.0} %, send buffer {:.0} %, network {:.0} %, application {:.0} %",
+            "What limited the sender ({}): {} — receive window {:.0} %, send buffer {:.0} %, network {:.0} %, application {:.0} %{}",
             d.direction.as_str(),
             d.primary.describe(),
             sh.receive_window * 100.0,
             sh.send_buffer * 100.0,
             sh.network * 100.0,
-            sh.application * 100.0
+            sh.application * 100.0,
+            if d.method == "kernel+samples" {
+                " (receive window from the samples at the window: the kernel's own count missed them)"
+            } else {
+                ""
+            }
         );
         let e = &d.evidence;
         let mut ev = Vec::new();
@@ -274,14 +279,24 @@ pub fn diagnosis(t: &Trace) -> String {
             ));
         }
         if e.window_full_samples > 0 {
-            ev.push(format!("window full in {} samples", e.window_full_samples));
+            ev.push(format!(
+                "window full in {} of {} samples",
+                e.window_full_samples, e.window_samples
+            ));
         }
         if let (Some(b), Some(r), Some(rtt)) = (e.bdp_bytes, e.delivery_rate, e.min_rtt_us) {
             ev.push(format!(
-                "BDP {} ({} × min RTT {:.3} ms)",
+                "BDP {} ({} achieved × min RTT {:.3} ms)",
                 Bytes(b, UnitFormat::Adaptive),
                 Rate(r as f64 * 8.0, UnitFormat::Adaptive),
                 rtt as f64 / 1000.0
+            ));
+        }
+        if let (Some(b), Some(r)) = (e.path_bdp_bytes, e.path_rate_bps) {
+            ev.push(format!(
+                "path BDP {} ({} × min RTT)",
+                Bytes(b, UnitFormat::Adaptive),
+                Rate(r as f64, UnitFormat::Adaptive)
             ));
         }
         if let (Some(m), Some(x)) = (e.median_srtt_us, e.rtt_inflation) {

@@ -23,9 +23,7 @@ fn root_and_serial() -> Option<std::sync::MutexGuard<'static, ()>> {
 fn netem_or_skip() -> bool {
     let there = flowlab_net::build::netem_available();
     if !there {
-        eprintln!(
-            "SKIPPED: this kernel has no sch_netem (the userspace backend is tested instead)"
-        );
+        support::skip("this kernel has no sch_netem (the userspace backend is tested instead)");
     }
     there
 }
@@ -41,7 +39,7 @@ fn is_root() -> bool {
         if std::env::var_os("CI").is_some() {
             panic!("the net tests need root, and CI runs as root");
         }
-        eprintln!("SKIPPED: flowlab net needs root (CAP_NET_ADMIN)");
+        support::skip("flowlab net needs root (CAP_NET_ADMIN)");
     }
     root && support::require_tool("ip") && support::require_tool("tc")
 }
@@ -112,30 +110,12 @@ fn a_topology_is_built_routed_shaped_and_removed() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(namespaces_of("tnet1").len(), 6);
-    // h2 is 10.0.3.2 (the plan: switch segment 10.0.1, r1–r2 10.0.2, r2–h2 10.0.3).
-    let mut server = flowlab()
-        .args(["net", "exec", "-t", "tnet1", "h2", "--"])
-        .arg(assert_cmd::cargo::cargo_bin("flowlab"))
-        .args(["serve", "-1", "-p", "5201"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("server in h2");
-    std::thread::sleep(Duration::from_millis(500));
-    let out = flowlab()
-        .args(["net", "exec", "-t", "tnet1", "h1", "--"])
-        .arg(assert_cmd::cargo::cargo_bin("flowlab"))
-        .args(["test", "10.0.3.2", "-t", "3", "-J"])
-        .output()
-        .expect("test from h1");
+    // `net exec` becomes its command: killing it stops the server it runs.
+    let mut server = serve_in("tnet1", "h2", &[]);
     let _ = server.kill();
     let _ = server.wait();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert!(!listening("tnet1", "h2", 5201), "the server outlived net exec");
+    let v = test_h1_to_h2("tnet1", &["-t", "3"]);
     let rate = v["end"]["sums"][0]["receiver"]["bits_per_second"]
         .as_f64()
         .expect("a rate");
@@ -203,6 +183,44 @@ fn down_cleans_up_after_a_killed_builder() {
         !Path::new("/run/flowlab/net/tnet2.list").exists()
             && !Path::new("/run/flowlab/net/tnet2.json").exists(),
         "state files removed"
+    );
+}
+
+/// Regression (issue 11): when a path stopped carrying traffic, `net check` said only
+/// "connection refused", after waiting out forty seconds of echoes. A dead path is now
+/// named after three, with the emulator's own state.
+#[test]
+fn a_path_whose_emulator_stopped_is_named_at_once() {
+    let Some(_serial) = root_and_serial() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tmp");
+    let file = small_with("tnet7", dir.path(), r#"delay = "5ms""#);
+    let _guard = Down("tnet7");
+    let up = flowlab()
+        .args(["net", "up", "--backend", "userspace"])
+        .arg(&file)
+        .output()
+        .expect("up");
+    assert!(up.status.success(), "{}", String::from_utf8_lossy(&up.stderr));
+    let pids = emulators_of("tnet7");
+    assert_eq!(pids.len(), 1);
+    // SAFETY: kill(2) on the emulator this test started.
+    unsafe { libc::kill(pids[0] as libc::pid_t, libc::SIGKILL) };
+    let out = flowlab()
+        .args(["net", "check", "--pairs", "h1-h2", "-t", "1"])
+        .arg(&file)
+        .output()
+        .expect("check");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("h1 -> h2: no reply to 3 echoes (2 s each)")
+            && err.contains(&format!(
+                "the link emulator (pid {}) is not running",
+                pids[0]
+            )),
+        "{err}"
     );
 }
 
@@ -279,8 +297,16 @@ fn check(args: &[&str]) -> (serde_json::Value, String) {
 }
 
 /// Issue 5's fidelity bounds on every path of a `net check` document, and the values the
-/// seed's tables give (from, to, RTT ms, bottleneck bit/s).
-fn assert_seed_paths(doc: &serde_json::Value, seed: &[(&str, &str, f64, f64)]) {
+/// seed's tables give (from, to, RTT ms, bottleneck bit/s), for a load under `cc`.
+///
+/// Every queue of the seed holds less than its path's bandwidth-delay product (0.12 to
+/// 0.51 of it), which a loss-based sender needs to keep the link busy after it backs off.
+/// So under bbr, which paces at the bottleneck's rate whatever the queue, TCP must fill
+/// each path but h1–h9 (0.12 BDP; the seed's own TCP tool got 0.87 of it); under cubic
+/// any path may fall short. A shortfall is allowed only where `check` says it is the
+/// shallow queue's, in so many words, and never below 0.75: a sender that backs off by
+/// 30 % from a window of at least one BDP keeps the link 0.7 busy at its lowest.
+fn assert_seed_paths(doc: &serde_json::Value, seed: &[(&str, &str, f64, f64)], cc: &str) {
     let paths = doc["paths"].as_array().expect("paths");
     assert_eq!(paths.len(), seed.len());
     for (p, &(from, to, rtt, rate)) in paths.iter().zip(seed) {
@@ -293,12 +319,14 @@ fn assert_seed_paths(doc: &serde_json::Value, seed: &[(&str, &str, f64, f64)]) {
         let measured_rtt = p["measured_rtt_ms"].as_f64().expect("RTT");
         assert!(
             (measured_rtt - rtt).abs() <= 1.0,
-            "{from}-{to}: RTT {measured_rtt} ms"
+            "{cc} {from}-{to}: RTT {measured_rtt} ms"
         );
         let bps = p["measured_bps"].as_f64().expect("rate");
+        let shortfall_allowed = cc == "cubic" || (from, to) == ("h1", "h9");
+        let low = if shortfall_allowed { 0.75 } else { 0.90 } * rate;
         assert!(
-            (0.90 * rate..=1.02 * rate).contains(&bps),
-            "{from}-{to}: {bps} bit/s"
+            (low..=1.02 * rate).contains(&bps),
+            "{cc} {from}-{to}: {bps} bit/s"
         );
         // The queue bound holds for the 95th percentile; the highest echo alone can be
         // held up by the host's scheduling (see docs/net.md), so it is only reported.
@@ -306,16 +334,36 @@ fn assert_seed_paths(doc: &serde_json::Value, seed: &[(&str, &str, f64, f64)]) {
         let bound = p["queue_bound_ms"].as_f64().expect("bound");
         assert!(
             loaded <= bound + 1.0,
-            "{from}-{to}: {loaded} ms under load (p95), bound {bound}"
+            "{cc} {from}-{to}: {loaded} ms under load (p95), bound {bound}"
         );
-        assert!(p["loaded_rtt_ms"].as_f64().is_some_and(|max| max >= loaded));
-        // TCP filled the path: the loaded RTT rose above the idle one.
-        assert!(loaded > measured_rtt + 1.0, "{from}-{to}: {loaded} ms");
-        assert_eq!(p["deviations"].as_array().map(Vec::len), Some(0), "{p}");
+        let highest = p["loaded_rtt_ms"].as_f64().expect("highest loaded RTT");
+        assert!(highest >= loaded);
+        // The echoes ran while TCP loaded the path: some met a queue. (Not the 95th
+        // percentile: bbr paces at the bottleneck's rate and queues only while it probes
+        // for more. Not h1–h9: after its first loss cubic's window falls below the BDP
+        // its 0.12-BDP queue adds, and grows back over seconds, so no queue need form.)
+        assert!(
+            (from, to) == ("h1", "h9") || highest > measured_rtt + 1.0,
+            "{cc} {from}-{to}: {highest} ms"
+        );
+        let deviations = p["deviations"].as_array().expect("deviations");
+        let explained = |d: &serde_json::Value| {
+            shortfall_allowed
+                && d.as_str().is_some_and(|d| {
+                    d.ends_with(
+                        "of the path's bandwidth-delay product: a loss-based TCP may not \
+                         fill it)",
+                    )
+                })
+        };
+        assert!(deviations.iter().all(explained), "{cc}: {p}");
     }
 }
 
 const SEED_001: &[(&str, &str, f64, f64)] = &[
+    ("r1", "r2", 20.0, 40e6),
+    ("r2", "r3", 40.0, 30e6),
+    ("r3", "r4", 20.0, 20e6),
     ("h1", "h4", 60.0, 30e6),
     ("h1", "h9", 80.0, 20e6),
     ("h7", "h9", 60.0, 20e6),
@@ -327,20 +375,33 @@ fn portfolio_fidelity(backend: &str) {
         "/../../topologies/portfolio.toml"
     );
     let _guard = Down("port");
-    let (doc, stderr) = check(&[
-        portfolio,
-        "--backend",
-        backend,
-        "--pairs",
-        "h1-h4,h1-h9,h7-h9",
-        "-t",
-        "4",
-    ]);
-    assert_eq!(doc["backend"], backend);
-    assert_seed_paths(&doc, SEED_001);
+    // The seed's kernels ran cubic; machines today default to cubic or bbr.
+    for cc in ["cubic", "bbr"] {
+        let (doc, stderr) = check(&[
+            portfolio,
+            "--backend",
+            backend,
+            "--pairs",
+            "r1-r2,r2-r3,r3-r4,h1-h4,h1-h9,h7-h9",
+            "-t",
+            "3",
+            "-C",
+            cc,
+        ]);
+        assert_eq!(doc["backend"], backend);
+        assert!(
+            doc["paths"]
+                .as_array()
+                .expect("paths")
+                .iter()
+                .all(|p| p["congestion"] == cc),
+            "{stderr}"
+        );
+        assert_seed_paths(&doc, SEED_001, cc);
+    }
     assert!(
         namespaces_of("port").is_empty(),
-        "{:?} {stderr}",
+        "{:?}",
         namespaces_of("port")
     );
     assert!(emulators_of("port").is_empty());
@@ -467,6 +528,60 @@ fn check_measures_paths_beside_what_the_file_implies() {
     assert!(namespaces_of("tnet3").is_empty());
 }
 
+/// A chain h1 – r1 – … – r5 – h2 whose four router links each add `delay` one way (none
+/// when empty), under topology name `name`.
+fn chain(name: &str, dir: &Path, delay: &str) -> std::path::PathBuf {
+    let mut text = format!(
+        "name = \"{name}\"\nhosts = [\"h1\", \"h2\"]\nrouters = [\"r1\", \"r2\", \"r3\", \"r4\", \"r5\"]\n\
+         [[link]]\nends = [\"h1\", \"r1\"]\n[[link]]\nends = [\"r5\", \"h2\"]\n"
+    );
+    for i in 1..5 {
+        text += &format!("[[link]]\nends = [\"r{i}\", \"r{}\"]\n", i + 1);
+        if !delay.is_empty() {
+            text += &format!("delay = \"{delay}\"\n");
+        }
+    }
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, text).expect("write topology");
+    path
+}
+
+/// Regression (issue 11): every crossing of an emulated link added the emulator's late
+/// wake-up (40–120 µs from an idle vCPU) and its cost of sending (10–30 µs), so a path's
+/// idle RTT grew with the number of links on it — 80 ms across seed 001's three links
+/// measured 80.6–81.5. Over four links (eight crossings a round trip) the emulated path
+/// must take the configured delays plus what the same chain takes unemulated, within
+/// 25 µs a crossing, and stay within ±0.3 ms of the configured delays.
+#[test]
+fn the_rtt_through_the_emulator_does_not_grow_with_the_links_crossed() {
+    let Some(_serial) = root_and_serial() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tmp");
+    let idle_rtt = |name: &'static str, delay: &str| -> (f64, f64) {
+        let file = chain(name, dir.path(), delay);
+        let _guard = Down(name);
+        let (doc, _) = check(&[file.to_str().expect("path"), "--pairs", "h1-h2", "-t", "1"]);
+        let p = &doc["paths"][0];
+        (
+            p["implied_rtt_ms"].as_f64().expect("implied"),
+            p["measured_rtt_ms"].as_f64().expect("measured"),
+        )
+    };
+    let (_, plain) = idle_rtt("tchn0", "");
+    let (implied, emulated) = idle_rtt("tchn4", "5ms");
+    assert_eq!(implied, 40.0);
+    let per_crossing_us = (emulated - plain - implied) * 1000.0 / 8.0;
+    assert!(
+        per_crossing_us <= 25.0,
+        "{emulated} ms emulated, {plain} ms unemulated: {per_crossing_us:.1} µs a crossing"
+    );
+    assert!(
+        (emulated - implied).abs() <= 0.3,
+        "{emulated} ms against {implied}"
+    );
+}
+
 #[test]
 fn pairs_run_together_share_the_bottleneck_and_routers_can_be_ends() {
     let Some(_serial) = root_and_serial() else {
@@ -476,35 +591,59 @@ fn pairs_run_together_share_the_bottleneck_and_routers_can_be_ends() {
     let file = small("tnet4", dir.path());
     let _guard = Down("tnet4");
     let path = file.to_str().expect("path");
-    // h1 (two connections) and h3 send to h2 at once over the 50 Mbit/s wan.
+    // h1 (two connections) and h3 send to h2 at once over the 50 Mbit/s wan: judged under
+    // cubic, and again under the system's default where that is another algorithm.
     let (doc, _) = check(&[path, "--together", "--pairs", "h1-h2:2,h3-h2", "-t", "3"]);
     assert_eq!(doc["together"], true);
+    let default = doc["congestion_default"]
+        .as_str()
+        .expect("default")
+        .to_string();
+    let mut rounds = vec!["cubic".to_string()];
+    if default != "cubic" {
+        rounds.push(default);
+    }
     let paths = doc["paths"].as_array().expect("paths");
-    // Max-min: three connections over one 50 Mbit/s link, 16.7 each; h1 has two.
-    let fair: Vec<f64> = paths
-        .iter()
-        .map(|p| p["fair_share_bps"].as_f64().expect("fair share"))
-        .collect();
-    assert!((fair[0] - 50e6 * 2.0 / 3.0).abs() < 1.0, "{fair:?}");
-    assert!((fair[1] - 50e6 / 3.0).abs() < 1.0, "{fair:?}");
-    assert_eq!(paths[0]["connections"], 2);
-    let each = paths[0]["connection_bps"]
-        .as_array()
-        .expect("per connection");
-    assert_eq!(each.len(), 2);
-    let total: f64 = paths
-        .iter()
-        .map(|p| p["measured_bps"].as_f64().expect("rate"))
-        .sum();
-    // Together they fill the one bottleneck, as one flow would.
-    assert!((45e6..=51e6).contains(&total), "{total}");
-    // Over two pairs the index lies in 0.5 … 1; 0.8 means neither got less than about
-    // half its fair share relative to the other.
-    let jain = doc["jain_index"].as_f64().expect("Jain's index");
+    assert_eq!(paths.len(), 2 * rounds.len());
+    for (round, cc) in paths.chunks(2).zip(&rounds) {
+        assert!(
+            round.iter().all(|p| p["congestion"] == cc.as_str()),
+            "{cc}: {round:?}"
+        );
+        // Max-min: three connections over one 50 Mbit/s link, 16.7 each; h1 has two.
+        let fair: Vec<f64> = round
+            .iter()
+            .map(|p| p["fair_share_bps"].as_f64().expect("fair share"))
+            .collect();
+        assert!((fair[0] - 50e6 * 2.0 / 3.0).abs() < 1.0, "{fair:?}");
+        assert!((fair[1] - 50e6 / 3.0).abs() < 1.0, "{fair:?}");
+        assert_eq!(round[0]["connections"], 2);
+        let each = round[0]["connection_bps"]
+            .as_array()
+            .expect("per connection");
+        assert_eq!(each.len(), 2);
+        let total: f64 = round
+            .iter()
+            .map(|p| p["measured_bps"].as_f64().expect("rate"))
+            .sum();
+        // Together they fill the one bottleneck, as one flow would.
+        assert!((45e6..=51e6).contains(&total), "{cc}: {total}");
+        // Rates are not judged when pairs share links.
+        for p in round {
+            assert_eq!(p["deviations"].as_array().map(Vec::len), Some(0), "{p}");
+            assert!(p["rate_bounds_bps"].is_null(), "{p}");
+        }
+    }
+    // Over two pairs the index lies in 0.5 … 1; under cubic 0.8 means neither got less
+    // than about half its fair share relative to the other. (bbr's is shown, not judged:
+    // whether it starves a flow is what a user runs this to find out.)
+    let jain = doc["jain_index_by_congestion"]["cubic"]
+        .as_f64()
+        .expect("Jain's index under cubic");
     assert!((0.8..=1.0).contains(&jain), "{jain}");
-    // Rates are not judged when pairs share links.
-    for p in paths {
-        assert_eq!(p["deviations"].as_array().map(Vec::len), Some(0), "{p}");
+    assert_eq!(doc["jain_index"].as_f64(), Some(jain));
+    for cc in &rounds {
+        assert!(doc["jain_index_by_congestion"][cc].is_f64(), "{cc}: {doc}");
     }
     // A router pair: r1 to r2 across the wan itself, with the congestion control chosen.
     let (doc, _) = check(&[path, "--pairs", "r1-r2", "-t", "2", "-C", "reno"]);
@@ -516,6 +655,219 @@ fn pairs_run_together_share_the_bottleneck_and_routers_can_be_ends() {
     assert!(namespaces_of("tnet4").is_empty());
 }
 
+/// Whether a TCP socket listens on `port` in `node` of `topo` (from the namespace's own
+/// /proc/net/tcp and tcp6; st 0A is LISTEN).
+fn listening(topo: &str, node: &str, port: u16) -> bool {
+    let out = Command::new("ip")
+        .args(["netns", "exec", &format!("fl-{topo}-{node}")])
+        .args(["cat", "/proc/net/tcp", "/proc/net/tcp6"])
+        .output()
+        .expect("ip netns exec cat");
+    let local = format!(":{port:04X}");
+    String::from_utf8_lossy(&out.stdout).lines().any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        f.len() > 3 && f[1].ends_with(&local) && f[3] == "0A"
+    })
+}
+
+/// `flowlab serve -p 5201 ARGS` in `node` of `topo` through `net exec`, once it listens
+/// (a fixed sleep lost the race on a busy machine: "connection refused").
+fn serve_in(topo: &str, node: &str, args: &[&str]) -> std::process::Child {
+    let mut server = flowlab()
+        .args(["net", "exec", "-t", topo, node, "--"])
+        .arg(assert_cmd::cargo::cargo_bin("flowlab"))
+        .args(["serve", "-p", "5201"])
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("server");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !listening(topo, node, 5201) {
+        if let Ok(Some(status)) = server.try_wait() {
+            panic!("the server in {node} exited: {status}");
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server in {node} did not listen within 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    server
+}
+
+/// `flowlab test ARGS -J` from h1 of topology `topo` to a server in h2 (10.0.3.2 in
+/// small.toml's plan), as a JSON document.
+fn test_h1_to_h2(topo: &str, args: &[&str]) -> serde_json::Value {
+    let mut server = serve_in(topo, "h2", &["-1"]);
+    let out = flowlab()
+        .args(["net", "exec", "-t", topo, "h1", "--"])
+        .arg(assert_cmd::cargo::cargo_bin("flowlab"))
+        .args(["test", "10.0.3.2", "-J"])
+        .args(args)
+        .output()
+        .expect("test from h1");
+    let _ = server.kill();
+    let _ = server.wait();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
+/// Regression (issue 11): on a path limited by a small receive buffer, with bbr the
+/// kernel's own count called it "network (congestion window)", and the advice was sized
+/// from the rate the limited transfer achieved (159K where the path needed 312 KB).
+/// Inside a topology the verdict is the receive window under bbr and cubic alike, the
+/// advice is the path's lowest RTT × its bottleneck, and following it fills the path.
+#[test]
+fn a_small_receive_window_is_diagnosed_and_sized_for_the_path_under_bbr_and_cubic() {
+    let Some(_serial) = root_and_serial() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tmp");
+    // 50 Mbit/s with 20 ms each way: 250 kB in flight to fill it.
+    let file = small_with("tnet5", dir.path(), r#"delay = "20ms""#);
+    let _guard = Down("tnet5");
+    let up = flowlab()
+        .args(["net", "up"])
+        .arg(&file)
+        .output()
+        .expect("up");
+    assert!(
+        up.status.success(),
+        "{}",
+        String::from_utf8_lossy(&up.stderr)
+    );
+    let rate = |v: &serde_json::Value| {
+        v["end"]["sums"][0]["receiver"]["bits_per_second"]
+            .as_f64()
+            .expect("a rate")
+    };
+    for cc in ["bbr", "cubic"] {
+        let v = test_h1_to_h2(
+            "tnet5",
+            &["-t", "4", "--trace", "--recv-window", "32K", "-C", cc],
+        );
+        let d = &v["trace"]["diagnosis"][0];
+        assert_eq!(d["primary"], "receive_window", "{cc}: {d}");
+        assert!(
+            d["shares"]["receive_window"].as_f64().expect("share") >= 0.8,
+            "{cc}: {d}"
+        );
+        let rtt_us = d["evidence"]["min_rtt_us"].as_u64().expect("min RTT");
+        assert!((40_000..42_000).contains(&rtt_us), "{cc}: {rtt_us} µs");
+        // The window the path needs, as `--recv-window` takes it (KiB, rounded up).
+        let need = (50_000_000 * rtt_us).div_ceil(8_000_000);
+        assert_eq!(d["evidence"]["path_bdp_bytes"], need, "{cc}: {d}");
+        let size = format!("{}K", need.div_ceil(1024));
+        let advice = d["advice"][0].as_str().expect("advice");
+        assert!(
+            advice.contains("50 Mbit/s (the bottleneck of topology tnet5, h1 → h2)")
+                && advice.contains(&format!("`--recv-window {size}`")),
+            "{cc}: {advice}"
+        );
+        assert!(
+            rate(&v) < 25e6,
+            "{cc}: {} bit/s with a 32K window",
+            rate(&v)
+        );
+        // Following the advice fills the path (0.85 R over 4 s, slow start included).
+        let v = test_h1_to_h2("tnet5", &["-t", "4", "--recv-window", &size, "-C", cc]);
+        assert!(
+            rate(&v) >= 0.85 * 50e6,
+            "{cc}: {} bit/s with {size}",
+            rate(&v)
+        );
+    }
+}
+
+/// Regression (issue 11): `net check`'s table did not say which congestion control a
+/// path ran (the kernel's default unless `-C`, bbr on some machines and cubic on others),
+/// nor the tolerance a bound was judged with. Every row names its algorithm, and the
+/// bounds are printed with their tolerances.
+#[test]
+fn the_table_names_the_congestion_control_and_the_bounds_judged() {
+    let Some(_serial) = root_and_serial() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tmp");
+    let file = small("tnet6", dir.path());
+    let _guard = Down("tnet6");
+    let default = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
+        .expect("the default congestion control")
+        .trim()
+        .to_string();
+    let table = |args: &[&str]| {
+        let out = flowlab()
+            .args(["net", "check"])
+            .arg(&file)
+            .args(["--pairs", "h1-h2", "-t", "1"])
+            .args(args)
+            .output()
+            .expect("check");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let text = table(&[]);
+    assert!(
+        text.contains(&format!(
+            "under {default} (the system's default; -C chooses)"
+        )),
+        "{text}"
+    );
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("h1-h2 "))
+        .unwrap_or_else(|| panic!("no row for h1-h2: {text}"));
+    assert_eq!(
+        row.split_whitespace().nth(1),
+        Some(default.as_str()),
+        "{row}"
+    );
+    // The idle RTT beside the file's with its tolerance, the loaded RTT beside its bound
+    // and tolerance, the rate beside the bounds it was judged by (50 Mbit/s: 45–51).
+    assert!(row.contains("(0.0±1.0)") && row.contains("+1 ms"), "{row}");
+    assert!(row.contains("(45.0 Mbits/sec–51.0 Mbits/sec)"), "{row}");
+    let other = if default == "reno" { "cubic" } else { "reno" };
+    let text = table(&["-C", other]);
+    let row = text.lines().find(|l| l.starts_with("h1-h2 ")).expect("row");
+    assert_eq!(row.split_whitespace().nth(1), Some(other), "{text}");
+}
+
+/// A directory everyone may enter and read, holding a copy of the flowlab binary and of
+/// small.toml: the checkout itself may sit where other users cannot reach (a clone in a
+/// 0700 `mktemp -d`, or a home directory), and the kernel then refuses to run the binary
+/// for them at all.
+fn open_to_all() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::Builder::new()
+        .prefix("flowlab-nobody")
+        .tempdir_in(std::env::temp_dir())
+        .expect("tmp");
+    let open = |p: &Path, mode| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).expect("chmod")
+    };
+    open(dir.path(), 0o755);
+    let binary = dir.path().join("flowlab");
+    std::fs::copy(assert_cmd::cargo::cargo_bin("flowlab"), &binary).expect("copy the binary");
+    open(&binary, 0o755);
+    let small = dir.path().join("small.toml");
+    std::fs::copy(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../../topologies/small.toml"),
+        &small,
+    )
+    .expect("copy small.toml");
+    open(&small, 0o644);
+    (dir, binary, small)
+}
+
 #[test]
 fn without_root_it_says_so_before_doing_anything() {
     let Some(_serial) = root_and_serial() else {
@@ -524,13 +876,15 @@ fn without_root_it_says_so_before_doing_anything() {
     if !support::require_tool("setpriv") {
         return;
     }
-    let small = concat!(env!("CARGO_MANIFEST_DIR"), "/../../topologies/small.toml");
+    let (dir, binary, small) = open_to_all();
+    let small = small.to_str().expect("path");
     // The same binary as an unprivileged user (setpriv from util-linux).
     let as_nobody = |args: &[&str]| {
         Command::new("setpriv")
             .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
-            .arg(assert_cmd::cargo::cargo_bin("flowlab"))
+            .arg(&binary)
             .args(args)
+            .current_dir(dir.path())
             .output()
             .expect("setpriv")
     };
@@ -541,8 +895,8 @@ fn without_root_it_says_so_before_doing_anything() {
         &["net", "exec", "h1", "--", "true"],
     ] {
         let out = as_nobody(args);
-        assert_eq!(out.status.code(), Some(1), "{args:?}");
         let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
         assert!(
             stderr.contains("needs root (CAP_NET_ADMIN)"),
             "{args:?}: {stderr}"

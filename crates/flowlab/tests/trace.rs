@@ -129,19 +129,34 @@ fn a_small_receive_window_is_diagnosed_as_the_limit() {
     );
 }
 
+/// A 4 MiB receive buffer is never the limit on loopback. On a busy machine the
+/// receiving application can fall behind, and its unread data then shrinks the window
+/// it advertises to almost nothing, which the sender does fill (the kernel counts it as
+/// receive-window limited, rightly): then the reader is named, and no larger buffer is
+/// advised.
 #[test]
-fn a_large_receive_window_is_not_blamed() {
+fn a_large_receive_buffer_is_not_blamed() {
     let mut s = traced(Duration::from_millis(10), Amount::Seconds(1));
     s.recv_window = 4 << 20;
     let r = run(&s).expect("test runs");
     let d = &trace(&r).diagnosis[0];
-    assert_ne!(d.primary, Limit::ReceiveWindow, "{d:?}");
-    assert!(d.shares.receive_window < NOTABLE, "{d:?}");
     assert!(
-        d.advice.iter().all(|a| !a.contains("receive-window")),
-        "{:?}",
         d.advice
+            .iter()
+            .all(|a| !a.contains("--recv-window") && !a.contains("tcp_rmem")),
+        "{d:?}"
     );
+    if d.shares.receive_window >= NOTABLE {
+        let blamed = d
+            .advice
+            .iter()
+            .find(|a| a.starts_with("receive-window limited"))
+            .expect("advice for a notable limit");
+        assert!(
+            blamed.contains("so the reader (its CPU, on loopback) is the limit"),
+            "{d:?}"
+        );
+    }
 }
 
 #[test]

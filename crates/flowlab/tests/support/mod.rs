@@ -73,7 +73,9 @@ pub fn require_tool(tool: &str) -> bool {
         if std::env::var_os("CI").is_some() {
             panic!("{tool} is required in CI but is not installed (scripts/test.sh installs it)");
         }
-        eprintln!("SKIPPED: {tool} is not installed; run scripts/test.sh to install it");
+        skip(&format!(
+            "{tool} is not installed; run scripts/test.sh to install it"
+        ));
     }
     found
 }
@@ -86,6 +88,27 @@ pub fn free_port() -> u16 {
         drop(l);
         if std::net::UdpSocket::bind(("127.0.0.1", port)).is_ok() {
             return port;
+        }
+    }
+}
+
+/// Says why the running test skips its work: on stderr, and as a line in the file that
+/// `FLOWLAB_SKIPPED` names, if set (scripts/test.sh counts them there: cargo shows the
+/// output of a passing test only with --nocapture).
+pub fn skip(reason: &str) {
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("a test")
+        .to_string();
+    eprintln!("SKIPPED: {test}: {reason}");
+    if let Some(file) = std::env::var_os("FLOWLAB_SKIPPED") {
+        use std::io::Write;
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(file)
+        {
+            let _ = writeln!(f, "{test}: {reason}");
         }
     }
 }
