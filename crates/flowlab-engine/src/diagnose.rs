@@ -466,7 +466,14 @@ fn receive_window_advice(pct: f64, e: &Evidence, rate: Option<&PathRate>) -> Str
             String::new()
         }
     );
-    let rtt_ms = |us: u64| format!("{:.1} ms", us as f64 / 1000.0);
+    // Milliseconds on a real path; microseconds on loopback, where "0.0 ms" says nothing.
+    let rtt_ms = |us: u64| {
+        if us < 1000 {
+            format!("{us} µs")
+        } else {
+            format!("{:.1} ms", us as f64 / 1000.0)
+        }
+    };
     let queue = || {
         e.median_srtt_us
             .map(|m| format!(" (median {})", rtt_ms(m)))
@@ -773,6 +780,24 @@ mod tests {
                     "for 100 Mbit/s `--recv-window 489K`, for 1 Gbit/s `--recv-window 5M`, \
                      for 10 Gbit/s `--recv-window 48M`"
                 ),
+            "{first}"
+        );
+    }
+
+    #[test]
+    fn loopback_rtts_are_said_in_microseconds() {
+        // 5 µs × even 100 Gbit/s is 62.5 kB, below the window: the RTT under load (35 µs)
+        // filled it, and "0.0 ms" would say nothing.
+        let mut s = window_limited_under_bbr(100, 95);
+        for x in &mut s {
+            x.min_rtt_us = Some(5);
+            x.srtt_us = Some(35);
+        }
+        let d = diagnose_direction(StreamDirection::Up, &[&s], None).unwrap();
+        let first = &d.advice[0];
+        assert!(
+            first.contains("the window already holds the lowest RTT (5 µs)")
+                && first.contains("(median 35 µs)"),
             "{first}"
         );
     }

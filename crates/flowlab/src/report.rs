@@ -306,7 +306,8 @@ pub fn diagnosis(t: &Trace) -> String {
             ));
         }
         if let Some(r) = e.retransmits {
-            ev.push(format!("{r} retransmitted segments"));
+            let s = if r == 1 { "" } else { "s" };
+            ev.push(format!("{r} retransmitted segment{s}"));
         }
         if !ev.is_empty() {
             let _ = writeln!(out, "  evidence: {}", ev.join(", "));
