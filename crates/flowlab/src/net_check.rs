@@ -600,10 +600,7 @@ fn client(job: &Job<'_>, args: &[String]) -> anyhow::Result<Child> {
 
 /// Waits for a client and reads its result; `Err(why)` when it could not connect (the
 /// server may not be listening yet: the caller decides whether to retry).
-fn result(
-    job: &Job<'_>,
-    child: &mut Child,
-) -> anyhow::Result<Result<serde_json::Value, String>> {
+fn result(job: &Job<'_>, child: &mut Child) -> anyhow::Result<Result<serde_json::Value, String>> {
     use std::io::Read;
     let mut out = Vec::new();
     if let Some(mut stdout) = child.stdout.take() {

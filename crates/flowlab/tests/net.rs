@@ -114,7 +114,10 @@ fn a_topology_is_built_routed_shaped_and_removed() {
     let mut server = serve_in("tnet1", "h2", &[]);
     let _ = server.kill();
     let _ = server.wait();
-    assert!(!listening("tnet1", "h2", 5201), "the server outlived net exec");
+    assert!(
+        !listening("tnet1", "h2", 5201),
+        "the server outlived net exec"
+    );
     let v = test_h1_to_h2("tnet1", &["-t", "3"]);
     let rate = v["end"]["sums"][0]["receiver"]["bits_per_second"]
         .as_f64()
@@ -202,7 +205,11 @@ fn a_path_whose_emulator_stopped_is_named_at_once() {
         .arg(&file)
         .output()
         .expect("up");
-    assert!(up.status.success(), "{}", String::from_utf8_lossy(&up.stderr));
+    assert!(
+        up.status.success(),
+        "{}",
+        String::from_utf8_lossy(&up.stderr)
+    );
     let pids = emulators_of("tnet7");
     assert_eq!(pids.len(), 1);
     // SAFETY: kill(2) on the emulator this test started.
