@@ -40,6 +40,14 @@ if [ "$skipped" -gt 0 ]; then
   echo "skipped:"
   sort -u "$FLOWLAB_SKIPPED" | sed 's/^/  /'
 fi
+# Each failed test with the first lines of what it said, next to the summary (a long
+# log's tail shows them too).
+if grep -q '^---- .* stdout ----$' "$log"; then
+  echo "failed:"
+  awk '/^---- .* stdout ----$/ { name = $2; n = 0; inside = 1; print "  " name; next }
+       inside && (/^stack backtrace:/ || /^---- / || /^failures:$/ || n >= 6) { inside = 0 }
+       inside && NF { print "    " $0; n++ }' "$log"
+fi
 awk -v skipped="$skipped" -v status="$status" '
   /^ +Running / { binaries++ }
   /^test result: / {
