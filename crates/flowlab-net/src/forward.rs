@@ -58,9 +58,9 @@ pub struct Counters {
     /// not get a CPU in time), and the latest of them, µs.
     pub late: AtomicU64,
     pub max_late_us: AtomicU64,
-    /// The lateness of every forwarded frame added up, µs (its mean is what an emulated
+    /// The lateness of every forwarded frame added up, ns (its mean is what an emulated
     /// crossing adds to the configured delay).
-    pub late_total_us: AtomicU64,
+    pub late_total_ns: AtomicU64,
     /// The current estimate of what handing a frame on costs, ns ([`SendCost`]): frames
     /// are written that much before they are due.
     pub send_cost_ns: AtomicU64,
@@ -89,7 +89,7 @@ pub struct DirectionStats {
     #[serde(default)]
     pub max_late_us: u64,
     #[serde(default)]
-    pub late_total_us: u64,
+    pub late_total_ns: u64,
     #[serde(default)]
     pub send_cost_ns: u64,
 }
@@ -97,7 +97,7 @@ pub struct DirectionStats {
 impl DirectionStats {
     /// The mean lateness of a forwarded frame, µs.
     pub fn mean_late_us(&self) -> f64 {
-        self.late_total_us as f64 / self.forwarded.max(1) as f64
+        self.late_total_ns as f64 / 1000.0 / self.forwarded.max(1) as f64
     }
 }
 
@@ -111,7 +111,7 @@ impl From<&Counters> for DirectionStats {
             oversize: c.oversize.load(Relaxed),
             late: c.late.load(Relaxed),
             max_late_us: c.max_late_us.load(Relaxed),
-            late_total_us: c.late_total_us.load(Relaxed),
+            late_total_ns: c.late_total_ns.load(Relaxed),
             send_cost_ns: c.send_cost_ns.load(Relaxed),
         }
     }
@@ -271,21 +271,14 @@ impl PacketSocket {
         }
     }
 
-    /// The socket's pending error (SO_ERROR), cleared by reading it.
+    /// The socket's pending error (SO_ERROR, as an errno; 0 for none), cleared by
+    /// reading it.
     fn error(&self) -> i32 {
-        let mut err: libc::c_int = 0;
-        let mut len = size_of::<libc::c_int>() as libc::socklen_t;
-        // SAFETY: the option buffer is a live c_int of the size given.
-        let rc = unsafe {
-            libc::getsockopt(
-                self.fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_ERROR,
-                (&mut err as *mut libc::c_int).cast(),
-                &mut len,
-            )
-        };
-        if rc == 0 { err } else { libc::EBADF }
+        match socket2::SockRef::from(&self.fd).take_error() {
+            Ok(None) => 0,
+            Ok(Some(e)) => e.raw_os_error().unwrap_or(libc::EIO),
+            Err(_) => libc::EBADF,
+        }
     }
 
     /// Frames the kernel dropped for this socket since the last call.
@@ -527,12 +520,12 @@ fn transmit(
     let arrives = now + cost.estimate();
     loop {
         batch.out.clear();
-        let mut late_us = 0;
+        let mut late_ns = 0;
         while batch.out.len() < BATCH {
             match line.pop_due(arrives) {
                 Some((due, f)) => {
                     let late = arrives - due;
-                    late_us += late / 1000;
+                    late_ns += late;
                     if late > LATE {
                         counters.late.fetch_add(1, Relaxed);
                         counters.max_late_us.fetch_max(late / 1000, Relaxed);
@@ -545,7 +538,7 @@ fn transmit(
         if batch.out.is_empty() {
             return Ok(());
         }
-        counters.late_total_us.fetch_add(late_us, Relaxed);
+        counters.late_total_ns.fetch_add(late_ns, Relaxed);
         for (i, f) in batch.out.iter_mut().enumerate() {
             batch.iov[i] = libc::iovec {
                 iov_base: f.buf.as_mut_ptr().cast(),
@@ -771,7 +764,7 @@ fn forward(
             |line, to, cost, counters| transmit(line, now, to, cost, counters, &mut batch, &clock);
         send(&mut ab, &b, &mut cost_ab, &counters.a_to_b)?;
         send(&mut ba, &a, &mut cost_ba, &counters.b_to_a)?;
-        if clock.start.elapsed() >= stats_due {
+        if Duration::from_nanos(now) >= stats_due {
             stats_due += Duration::from_secs(1);
             counters
                 .a_to_b

@@ -86,6 +86,26 @@ fn small_with(name: &str, dir: &Path, wan: &str) -> std::path::PathBuf {
         text.contains(&format!("name = \"{name}\"")),
         "small.toml changed shape"
     );
+    write_topology(dir, name, &text)
+}
+
+/// `flowlab net up FILE ARGS`, which must succeed.
+fn up(file: &Path, args: &[&str]) {
+    let out = flowlab()
+        .args(["net", "up"])
+        .args(args)
+        .arg(file)
+        .output()
+        .expect("up");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Writes topology `name`'s `text` into `dir`, returning its path.
+fn write_topology(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
     let path = dir.join(format!("{name}.toml"));
     std::fs::write(&path, text).expect("write topology");
     path
@@ -99,16 +119,7 @@ fn a_topology_is_built_routed_shaped_and_removed() {
     let dir = tempfile::tempdir().expect("tmp");
     let file = small("tnet1", dir.path());
     let _guard = Down("tnet1");
-    let out = flowlab()
-        .args(["net", "up"])
-        .arg(&file)
-        .output()
-        .expect("up");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    up(&file, &[]);
     assert_eq!(namespaces_of("tnet1").len(), 6);
     // `net exec` becomes its command: killing it stops the server it runs.
     let mut server = serve_in("tnet1", "h2", &[]);
@@ -200,16 +211,7 @@ fn a_path_whose_emulator_stopped_is_named_at_once() {
     let dir = tempfile::tempdir().expect("tmp");
     let file = small_with("tnet7", dir.path(), r#"delay = "5ms""#);
     let _guard = Down("tnet7");
-    let up = flowlab()
-        .args(["net", "up", "--backend", "userspace"])
-        .arg(&file)
-        .output()
-        .expect("up");
-    assert!(
-        up.status.success(),
-        "{}",
-        String::from_utf8_lossy(&up.stderr)
-    );
+    up(&file, &["--backend", "userspace"]);
     let pids = emulators_of("tnet7");
     assert_eq!(pids.len(), 1);
     // SAFETY: kill(2) on the emulator this test started.
@@ -548,9 +550,7 @@ fn chain(name: &str, dir: &Path, delay: &str) -> std::path::PathBuf {
             text += &format!("delay = \"{delay}\"\n");
         }
     }
-    let path = dir.join(format!("{name}.toml"));
-    std::fs::write(&path, text).expect("write topology");
-    path
+    write_topology(dir, name, &text)
 }
 
 /// Regression (issue 11): every crossing of an emulated link added the emulator's late
@@ -738,16 +738,7 @@ fn a_small_receive_window_is_diagnosed_and_sized_for_the_path_under_bbr_and_cubi
     // 50 Mbit/s with 20 ms each way: 250 kB in flight to fill it.
     let file = small_with("tnet5", dir.path(), r#"delay = "20ms""#);
     let _guard = Down("tnet5");
-    let up = flowlab()
-        .args(["net", "up"])
-        .arg(&file)
-        .output()
-        .expect("up");
-    assert!(
-        up.status.success(),
-        "{}",
-        String::from_utf8_lossy(&up.stderr)
-    );
+    up(&file, &[]);
     let rate = |v: &serde_json::Value| {
         v["end"]["sums"][0]["receiver"]["bits_per_second"]
             .as_f64()
