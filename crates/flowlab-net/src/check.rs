@@ -38,6 +38,24 @@ pub struct Measured {
     pub shared: bool,
 }
 
+/// The bottleneck rate a path's TCP throughput is judged against, if any: random loss
+/// caps TCP below the link rate (Mathis et al.), so a lossy path has none, nor has a path
+/// that other pairs shared, nor an unshaped one.
+pub fn judged_rate(implied: &PathInfo, m: &Measured) -> Option<u64> {
+    implied
+        .bottleneck_bps
+        .filter(|_| implied.loss == 0.0 && !m.shared)
+}
+
+/// The loss a path with configured random loss may show, as a fraction: the configured
+/// loss ± [`LOSS_TOLERANCE`] of it; `None` without configured loss.
+pub fn loss_bounds(implied: &PathInfo) -> Option<[f64; 2]> {
+    (implied.loss > 0.0).then_some([
+        implied.loss * (1.0 - LOSS_TOLERANCE),
+        implied.loss * (1.0 + LOSS_TOLERANCE),
+    ])
+}
+
 /// What falls outside the bounds, one phrase each (empty: the path is as the file says).
 /// An unshaped path has no rate to miss, nor has one with random loss (TCP cannot fill
 /// it); what was not measured is not judged; loss is judged only on paths with
@@ -50,9 +68,7 @@ pub fn deviations(implied: &PathInfo, m: &Measured) -> Vec<String> {
             out.push(format!("RTT off by {:.1} ms", off * 1000.0));
         }
     }
-    // Random loss caps TCP below the link rate (Mathis et al.): no rate bound to hold.
-    // Nor is a path that other pairs shared.
-    if let (Some(r), true) = (implied.bottleneck_bps, implied.loss == 0.0 && !m.shared) {
+    if let Some(r) = judged_rate(implied, m) {
         let share = m.bps / r as f64;
         if !(RATE_LOW..=RATE_HIGH).contains(&share) {
             // The bottleneck's queue against the path's bandwidth-delay product, in
@@ -86,8 +102,8 @@ pub fn deviations(implied: &PathInfo, m: &Measured) -> Vec<String> {
             ));
         }
     }
-    if let Some(loss) = m.loss {
-        if implied.loss > 0.0 && (loss - implied.loss).abs() > LOSS_TOLERANCE * implied.loss {
+    if let (Some(loss), Some([low, high])) = (m.loss, loss_bounds(implied)) {
+        if !(low..=high).contains(&loss) {
             out.push(format!(
                 "loss {:.2} % instead of {:.2} %",
                 loss * 100.0,

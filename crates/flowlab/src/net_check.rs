@@ -19,7 +19,7 @@ use flowlab_engine::units::{Rate, UnitFormat};
 use flowlab_net::build::{self, UpOptions, ns_name};
 use flowlab_net::check::{
     LOSS_TOLERANCE, Measured, RATE_HIGH, RATE_LOW, RTT_TOLERANCE, deviations, jain_index,
-    max_min_shares,
+    judged_rate, loss_bounds, max_min_shares,
 };
 use flowlab_net::probe::{Pinger, median, percentile};
 use flowlab_net::topology::{Kind, PathInfo, Plan, Topology};
@@ -365,9 +365,6 @@ fn measure_round(
         else {
             continue;
         };
-        let judged_rate = implied
-            .bottleneck_bps
-            .filter(|_| implied.loss == 0.0 && !m.shared);
         rows.push(Row {
             from: p.from.clone(),
             to: p.to.clone(),
@@ -390,11 +387,9 @@ fn measure_round(
             implied_loss_percent: implied.loss * 100.0,
             measured_loss_percent: m.loss.map(|l| l * 100.0),
             rtt_tolerance_ms: ms(RTT_TOLERANCE),
-            rate_bounds_bps: judged_rate.map(|r| [RATE_LOW * r as f64, RATE_HIGH * r as f64]),
-            loss_bounds_percent: (implied.loss > 0.0).then(|| {
-                let l = implied.loss * 100.0;
-                [l * (1.0 - LOSS_TOLERANCE), l * (1.0 + LOSS_TOLERANCE)]
-            }),
+            rate_bounds_bps: judged_rate(implied, &m)
+                .map(|r| [RATE_LOW * r as f64, RATE_HIGH * r as f64]),
+            loss_bounds_percent: loss_bounds(implied).map(|b| b.map(|l| l * 100.0)),
             deviations: deviations(implied, &m),
         });
     }
