@@ -385,7 +385,10 @@ fn portfolio_fidelity(backend: &str) {
     );
     let _guard = Down("port");
     // The seed's kernels ran cubic; machines today default to cubic or bbr.
-    for cc in ["cubic", "bbr"] {
+    // cubic takes seconds to recover from slow start's overshoot into these shallow
+    // queues: over 3 s it measured that transient (h7–h9 once 0.74 of its rate), over 10 s
+    // the steady state the bounds are about. bbr settles within the second left out.
+    for (cc, seconds) in [("cubic", "10"), ("bbr", "3")] {
         let (doc, stderr) = check(&[
             portfolio,
             "--backend",
@@ -393,7 +396,7 @@ fn portfolio_fidelity(backend: &str) {
             "--pairs",
             "r1-r2,r2-r3,r3-r4,h1-h4,h1-h9,h7-h9",
             "-t",
-            "3",
+            seconds,
             "-C",
             cc,
         ]);
