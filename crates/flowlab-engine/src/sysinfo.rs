@@ -39,6 +39,47 @@ pub fn triple(text: &str) -> Option<[u64; 3]> {
     v.try_into().ok()
 }
 
+/// The CPU time of all CPUs since boot, from the `cpu` line of /proc/stat (in the
+/// kernel's clock ticks): all of it, and what the hypervisor took ("steal": time a
+/// virtual CPU wanted to run and its host ran something else).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CpuTimes {
+    pub total: u64,
+    pub steal: u64,
+}
+
+impl CpuTimes {
+    /// Parses /proc/stat's text (`None` without a `cpu` line of at least eight numbers).
+    pub fn parse(stat: &str) -> Option<CpuTimes> {
+        let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+        let v: Vec<u64> = line
+            .split_whitespace()
+            .skip(1)
+            .map(|x| x.parse().ok())
+            .collect::<Option<_>>()?;
+        // user nice system idle iowait irq softirq steal [guest guest_nice]: guest time
+        // is counted in user time already.
+        let fields = v.get(..8)?;
+        Some(CpuTimes {
+            total: fields.iter().sum(),
+            steal: fields[7],
+        })
+    }
+
+    /// This machine's, now (`None` where /proc/stat cannot be read).
+    pub fn now() -> Option<CpuTimes> {
+        CpuTimes::parse(&fs::read_to_string("/proc/stat").ok()?)
+    }
+
+    /// The share of CPU time stolen between `earlier` and `self`, in percent (`None`
+    /// when no time passed).
+    pub fn steal_percent_since(&self, earlier: &CpuTimes) -> Option<f64> {
+        let total = self.total.checked_sub(earlier.total)?;
+        let steal = self.steal.checked_sub(earlier.steal)?;
+        (total > 0).then(|| steal as f64 * 100.0 / total as f64)
+    }
+}
+
 /// Reads everything this module knows how to read.
 pub fn collect() -> SystemInfo {
     let ipv4 = Path::new("/proc/sys/net/ipv4");
@@ -171,6 +212,27 @@ mod tests {
         );
         assert_eq!(triple("4096 131072"), None);
         assert_eq!(triple("a b c"), None);
+    }
+
+    #[test]
+    fn steal_is_the_eighth_field_of_the_cpu_line() {
+        let a = CpuTimes::parse("cpu  100 0 50 800 10 0 20 20 5 0\ncpu0 1 2 3 4 5 6 7 8\n")
+            .expect("parses");
+        assert_eq!(
+            a,
+            CpuTimes {
+                total: 1000,
+                steal: 20
+            }
+        );
+        let b = CpuTimes::parse("cpu  150 0 60 900 10 0 20 60 9 0").expect("parses");
+        assert_eq!(b.steal_percent_since(&a), Some(20.0));
+        assert_eq!(a.steal_percent_since(&a), None);
+        // Older kernels without steal, and garbage, are not guessed at.
+        assert_eq!(CpuTimes::parse("cpu  1 2 3 4 5 6 7"), None);
+        assert_eq!(CpuTimes::parse("cpu0 1 2 3 4 5 6 7 8"), None);
+        assert_eq!(CpuTimes::parse("cpu  1 2 x 4 5 6 7 8"), None);
+        assert!(CpuTimes::now().is_some());
     }
 
     #[test]

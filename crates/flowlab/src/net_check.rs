@@ -15,11 +15,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use flowlab_engine::sysinfo::CpuTimes;
 use flowlab_engine::units::{Rate, UnitFormat};
 use flowlab_net::build::{self, UpOptions, ns_name};
 use flowlab_net::check::{
     LOSS_TOLERANCE, Measured, RATE_HIGH, RATE_LOW, RTT_TOLERANCE, deviations, jain_index,
-    judged_rate, loss_bounds, max_min_shares,
+    judged_rate, loss_bounds, max_min_shares, queue_bound,
 };
 use flowlab_net::probe::{Pinger, median, percentile};
 use flowlab_net::topology::{Kind, PathInfo, Plan, Topology};
@@ -58,8 +59,12 @@ struct Row {
     implied_rtt_ms: f64,
     /// Median of 20 ICMP echoes on the idle path.
     measured_rtt_ms: Option<f64>,
-    /// RTT plus every full queue on the way there.
+    /// The idle RTT measured (the file's where not measured), plus every full queue on
+    /// the way there, plus `host_delay_p95_ms`.
     queue_bound_ms: f64,
+    /// 95th percentile of echoes to the source's own loopback during the TCP test: the
+    /// busy host's own delay, which the queue bound allows.
+    host_delay_p95_ms: Option<f64>,
     /// Highest and median ICMP echo RTT during the TCP test.
     loaded_rtt_ms: Option<f64>,
     loaded_rtt_median_ms: Option<f64>,
@@ -84,6 +89,10 @@ struct Row {
     loss_bounds_percent: Option<[f64; 2]>,
     /// What falls outside those bounds.
     deviations: Vec<String>,
+    /// Share of the machine's CPU time its hypervisor took ("steal") while the load ran
+    /// (null where /proc/stat cannot be read): on a virtual machine whose host is busy,
+    /// the emulator and the probes wait too, and the figures with them.
+    host_steal_percent: Option<f64>,
 }
 
 fn parse_pairs(list: Option<&str>, t: &Topology) -> anyhow::Result<Vec<Pair>> {
@@ -361,6 +370,7 @@ fn measure_round(
             measured: m,
             connection_bps,
             congestion,
+            host_steal_percent,
         }) = measured[i].take()
         else {
             continue;
@@ -372,7 +382,8 @@ fn measure_round(
             congestion,
             implied_rtt_ms: ms(implied.rtt),
             measured_rtt_ms: m.rtt.map(ms),
-            queue_bound_ms: ms(implied.rtt + implied.queue_delay),
+            queue_bound_ms: ms(queue_bound(implied, &m)),
+            host_delay_p95_ms: m.host_delay_p95.map(ms),
             loaded_rtt_ms: m.loaded_rtt.map(ms),
             loaded_rtt_median_ms: m.loaded_rtt_median.map(ms),
             loaded_rtt_p95_ms: m.loaded_rtt_p95.map(ms),
@@ -384,6 +395,7 @@ fn measure_round(
                 Vec::new()
             },
             fair_share_bps: fair[i],
+            host_steal_percent,
             implied_loss_percent: implied.loss * 100.0,
             measured_loss_percent: m.loss.map(|l| l * 100.0),
             rtt_tolerance_ms: ms(RTT_TOLERANCE),
@@ -559,8 +571,26 @@ fn table(h: &Header<'_>, rows: &[Row], jain: &[(String, f64)]) -> String {
         }
     }
     jain_line(&mut out, previous_cc);
+    let disturbed: Vec<String> = rows
+        .iter()
+        .filter_map(|r| {
+            let steal = r.host_steal_percent.filter(|s| *s >= STEAL_NOTED)?;
+            Some(format!("{}-{} ({steal:.0} %)", r.from, r.to))
+        })
+        .collect();
+    if !disturbed.is_empty() {
+        let _ = writeln!(
+            out,
+            "note: this machine's hypervisor took CPU time from it (steal) while these loads \
+             ran: {}; their figures may be the host's, not the network's",
+            disturbed.join(", ")
+        );
+    }
     out
 }
+
+/// Steal from this share of the CPU time on (percent) is noted under the table.
+const STEAL_NOTED: f64 = 1.0;
 
 fn ms_of(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
@@ -657,6 +687,8 @@ struct PairResult {
     connection_bps: Vec<f64>,
     /// The congestion control the sender used.
     congestion: Option<String>,
+    /// Share of the machine's CPU time the hypervisor took during the load.
+    host_steal_percent: Option<f64>,
 }
 
 fn measure(jobs: &[Job<'_>], load: &Load) -> anyhow::Result<Vec<PairResult>> {
@@ -722,7 +754,8 @@ fn measure(jobs: &[Job<'_>], load: &Load) -> anyhow::Result<Vec<PairResult>> {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
-    // TCP, all at once, with echoes per pair alongside (10 ms after each reply).
+    // TCP, all at once, with echoes per pair alongside (10 ms after each reply), each
+    // followed by one to the source's own loopback: what the busy host alone adds.
     let stop = Arc::new(AtomicBool::new(false));
     let probers: Vec<_> = pingers
         .into_iter()
@@ -731,17 +764,21 @@ fn measure(jobs: &[Job<'_>], load: &Load) -> anyhow::Result<Vec<PairResult>> {
             let stop = stop.clone();
             let to = job.to;
             std::thread::spawn(move || {
-                let mut loaded = Vec::new();
+                let (mut loaded, mut host) = (Vec::new(), Vec::new());
                 while !stop.load(Ordering::Acquire) {
                     if let Ok(Some(rtt)) = pinger.ping(to, probe_timeout) {
                         loaded.push(rtt);
                     }
+                    if let Ok(Some(rtt)) = pinger.ping(Ipv4Addr::LOCALHOST, probe_timeout) {
+                        host.push(rtt);
+                    }
                     std::thread::sleep(Duration::from_millis(10));
                 }
-                loaded
+                (loaded, host)
             })
         })
         .collect();
+    let cpu_before = CpuTimes::now();
     let tcp: anyhow::Result<Vec<serde_json::Value>> = (|| {
         // Reaped: on an early return the other clients are killed, not left running.
         let clients: Vec<(Reaped, &Job<'_>)> = jobs
@@ -774,13 +811,16 @@ fn measure(jobs: &[Job<'_>], load: &Load) -> anyhow::Result<Vec<PairResult>> {
             .collect()
     })();
     stop.store(true, Ordering::Release);
-    let loaded: Vec<Vec<Duration>> = probers
+    let steal = CpuTimes::now()
+        .zip(cpu_before)
+        .and_then(|(after, before)| after.steal_percent_since(&before));
+    let loaded: Vec<(Vec<Duration>, Vec<Duration>)> = probers
         .into_iter()
         .map(|p| p.join().unwrap_or_default())
         .collect();
     let tcp = tcp?;
     let mut out = Vec::new();
-    for (((job, v), loaded), idle) in jobs.iter().zip(&tcp).zip(&loaded).zip(&idle) {
+    for (((job, v), (loaded, host)), idle) in jobs.iter().zip(&tcp).zip(&loaded).zip(&idle) {
         let bps = v["end"]["sums"][0]["receiver"]["bits_per_second"]
             .as_f64()
             .unwrap_or(0.0);
@@ -825,10 +865,12 @@ fn measure(jobs: &[Job<'_>], load: &Load) -> anyhow::Result<Vec<PairResult>> {
                 loaded_rtt: loaded.iter().max().copied(),
                 loaded_rtt_median: median(loaded),
                 loaded_rtt_p95: percentile(loaded, 0.95),
+                host_delay_p95: percentile(host, 0.95),
                 loss,
                 shared: jobs.len() > 1,
             },
             connection_bps: connections,
+            host_steal_percent: steal,
             congestion: v["end"]["congestion_local"].as_str().map(String::from),
         });
     }
