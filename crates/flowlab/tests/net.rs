@@ -28,6 +28,17 @@ fn netem_or_skip() -> bool {
     there
 }
 
+/// The share of the CPU time this machine's hypervisor took since `since`, for failure
+/// messages: a stolen vCPU stalls the kernel's qdiscs and the emulator with it, so a
+/// rate or delay missed while much was stolen says more about the host than the code.
+fn steal_since(since: Option<flowlab_engine::sysinfo::CpuTimes>) -> String {
+    let now = flowlab_engine::sysinfo::CpuTimes::now();
+    match since.zip(now).and_then(|(a, b)| b.steal_percent_since(&a)) {
+        Some(p) => format!("(the hypervisor took {p:.1} % of the CPU time meanwhile)"),
+        None => "(CPU steal unknown)".to_string(),
+    }
+}
+
 fn flowlab() -> Command {
     Command::new(assert_cmd::cargo::cargo_bin("flowlab"))
 }
@@ -129,6 +140,7 @@ fn a_topology_is_built_routed_shaped_and_removed() {
         !listening("tnet1", "h2", 5201),
         "the server outlived net exec"
     );
+    let cpu = flowlab_engine::sysinfo::CpuTimes::now();
     let v = test_h1_to_h2("tnet1", &["-t", "3"]);
     let rate = v["end"]["sums"][0]["receiver"]["bits_per_second"]
         .as_f64()
@@ -136,7 +148,8 @@ fn a_topology_is_built_routed_shaped_and_removed() {
     // Issue 5's fidelity bound for a bottleneck R: 0.90 R … 1.02 R.
     assert!(
         (45e6..=51e6).contains(&rate),
-        "TCP through a 50 Mbit/s bottleneck: {rate}"
+        "TCP through a 50 Mbit/s bottleneck: {rate} {}",
+        steal_since(cpu)
     );
     let out = flowlab()
         .args(["net", "down", "tnet1"])
@@ -338,18 +351,12 @@ fn assert_seed_paths(doc: &serde_json::Value, seed: &[(&str, &str, f64, f64)], c
             (_, "h1", "h9") => 0.75,
             _ => 0.90,
         } * rate;
-        assert!(
-            (low..=1.02 * rate).contains(&bps),
-            "{cc} {from}-{to}: {bps} bit/s"
-        );
+        assert!((low..=1.02 * rate).contains(&bps), "{cc}: {p}");
         // The queue bound holds for the 95th percentile; the highest echo alone can be
         // held up by the host's scheduling (see docs/net.md), so it is only reported.
         let loaded = p["loaded_rtt_p95_ms"].as_f64().expect("loaded RTT");
         let bound = p["queue_bound_ms"].as_f64().expect("bound");
-        assert!(
-            loaded <= bound + 1.0,
-            "{cc} {from}-{to}: {loaded} ms under load (p95), bound {bound}"
-        );
+        assert!(loaded <= bound + 1.0, "{cc}: {p}");
         // The bound took in the host's own delay and the CPU time stolen was read.
         assert!(
             p["host_delay_p95_ms"].as_f64().is_some_and(|d| d >= 0.0),
@@ -538,7 +545,7 @@ fn check_measures_paths_beside_what_the_file_implies() {
     );
     assert_eq!(rows[0]["implied_bps"], 50_000_000);
     let measured = rows[0]["measured_bps"].as_f64().expect("rate");
-    assert!((45e6..=51e6).contains(&measured), "{measured}");
+    assert!((45e6..=51e6).contains(&measured), "{}", rows[0]);
     assert_eq!(
         rows[0]["deviations"].as_array().map(Vec::len),
         Some(0),
@@ -650,7 +657,7 @@ fn pairs_run_together_share_the_bottleneck_and_routers_can_be_ends() {
             .map(|p| p["measured_bps"].as_f64().expect("rate"))
             .sum();
         // Together they fill the one bottleneck, as one flow would.
-        assert!((45e6..=51e6).contains(&total), "{cc}: {total}");
+        assert!((45e6..=51e6).contains(&total), "{cc}: {total}: {round:?}");
         // Rates are not judged when pairs share links.
         for p in round {
             assert_eq!(p["deviations"].as_array().map(Vec::len), Some(0), "{p}");
@@ -674,7 +681,7 @@ fn pairs_run_together_share_the_bottleneck_and_routers_can_be_ends() {
     assert_eq!(p["congestion"], "reno");
     assert_eq!(p["implied_bps"], 50_000_000);
     let bps = p["measured_bps"].as_f64().expect("rate");
-    assert!((45e6..=51e6).contains(&bps), "{bps}");
+    assert!((45e6..=51e6).contains(&bps), "{p}");
     assert!(namespaces_of("tnet4").is_empty());
 }
 
@@ -793,11 +800,13 @@ fn a_small_receive_window_is_diagnosed_and_sized_for_the_path_under_bbr_and_cubi
             rate(&v)
         );
         // Following the advice fills the path (0.85 R over 4 s, slow start included).
+        let cpu = flowlab_engine::sysinfo::CpuTimes::now();
         let v = test_h1_to_h2("tnet5", &["-t", "4", "--recv-window", &size, "-C", cc]);
         assert!(
             rate(&v) >= 0.85 * 50e6,
-            "{cc}: {} bit/s with {size}",
-            rate(&v)
+            "{cc}: {} bit/s with {size} {}",
+            rate(&v),
+            steal_since(cpu)
         );
     }
 }
