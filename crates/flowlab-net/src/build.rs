@@ -483,12 +483,22 @@ fn emulator_log(dir: &Path, topo: &str) -> PathBuf {
 pub fn emulator_trouble(dir: &Path, topo: &str) -> Option<String> {
     let pid = state(dir, topo)?.emulator_pid?;
     let log = std::fs::read_to_string(emulator_log(dir, topo)).unwrap_or_default();
-    let said: Vec<&str> = log.lines().rev().take(3).collect();
-    let mut trouble: Vec<String> = said.into_iter().rev().map(String::from).collect();
+    let mut trouble = last_words(&log);
     if !running(pid) {
         trouble.push(format!("the link emulator (pid {pid}) is not running"));
     }
     (!trouble.is_empty()).then(|| trouble.join("; "))
+}
+
+/// What the emulator's log says went wrong: a panic's place and message (the lines
+/// after it are a backtrace), else its last three lines.
+fn last_words(log: &str) -> Vec<String> {
+    let lines: Vec<&str> = log.lines().collect();
+    let said = match lines.iter().position(|l| l.contains("panicked at")) {
+        Some(i) => &lines[i..(i + 2).min(lines.len())],
+        None => &lines[lines.len().saturating_sub(3)..],
+    };
+    said.iter().map(|l| l.to_string()).collect()
 }
 
 fn write_state(dir: &Path, topo: &str, state: &State) -> Result<(), NetError> {
@@ -895,6 +905,23 @@ pub fn status() -> Vec<(String, Vec<String>)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_emulators_last_words_are_its_panic_not_the_backtrace() {
+        let log = "flowlab net emulator: link l2: stopped: gone\n\
+                   thread '<unnamed>' panicked at crates/flowlab-net/src/x.rs:1:2:\n\
+                   attempt to add with overflow\n\
+                   stack backtrace:\n   0: rust_begin_unwind\n   1: core::panicking\n";
+        assert_eq!(
+            last_words(log),
+            [
+                "thread '<unnamed>' panicked at crates/flowlab-net/src/x.rs:1:2:",
+                "attempt to add with overflow"
+            ]
+        );
+        assert_eq!(last_words("a\nb\nc\nd\n"), ["b", "c", "d"]);
+        assert!(last_words("").is_empty());
+    }
 
     #[test]
     fn tbf_alone_when_only_rate_and_queue_are_asked() {

@@ -472,15 +472,7 @@ fn receive(
             }
             // The delay runs from when the frame arrived, not from when this thread got
             // round to reading it (a sleeping vCPU can take 100 µs to wake).
-            let arrived = arrival_ns(&m.msg_hdr).map_or(now, |wall| {
-                let mono = wall - offset;
-                // A clock step could put it anywhere: trust it only within 10 ms.
-                if mono <= now as i128 && mono >= now as i128 - 10_000_000 {
-                    mono as u64
-                } else {
-                    now
-                }
-            });
+            let arrived = arrival_ns(&m.msg_hdr).map_or(now, |wall| on_clock(wall, offset, now));
             let frame = Frame {
                 buf: std::mem::replace(&mut batch.ready[i], batch.pool.take()),
                 len: m.msg_len as usize,
@@ -503,6 +495,22 @@ fn receive(
         }
     }
     Ok(())
+}
+
+/// When a frame stamped `wall` (wall-clock ns) by the kernel arrived, on the emulator's
+/// clock, read at `now` when the wall clock was `offset` ahead of it. A clock step could
+/// put the stamp anywhere, and a frame that came before the clock started (between the
+/// socket's opening and the first read) has no time on it: such stamps, and any more
+/// than 10 ms old, count as `now`. (A negative time once wrapped to 2^64 − x: that
+/// frame, and every frame behind it, would have left never.)
+fn on_clock(wall: i128, offset: i128, now: u64) -> u64 {
+    let mono = wall - offset;
+    let earliest = (i128::from(now) - 10_000_000).max(0);
+    if (earliest..=i128::from(now)).contains(&mono) {
+        mono as u64
+    } else {
+        now
+    }
 }
 
 /// Writes to `to` every frame of `line` that will be due by the time it reaches the next
@@ -852,4 +860,30 @@ pub fn run(
     }
     report(&snapshot(&all));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::on_clock;
+
+    const MS: i128 = 1_000_000;
+
+    #[test]
+    fn arrival_stamps_are_trusted_only_within_the_last_10_ms_of_the_clock() {
+        let offset = 1_700_000_000_000 * MS;
+        let now = 50_000_000u64;
+        // Stamped 3 ms before the read: kept.
+        assert_eq!(on_clock(offset + 47 * MS, offset, now), 47_000_000);
+        // From the future or older than 10 ms (a clock step): the read's time.
+        assert_eq!(on_clock(offset + 51 * MS, offset, now), now);
+        assert_eq!(on_clock(offset + 39 * MS, offset, now), now);
+    }
+
+    #[test]
+    fn a_frame_from_before_the_clock_started_arrives_now_not_at_the_end_of_time() {
+        let offset = 1_700_000_000_000 * MS;
+        // Read 2 ms after the clock started; the frame came 1 ms before it did.
+        assert_eq!(on_clock(offset - MS, offset, 2_000_000), 2_000_000);
+        assert_eq!(on_clock(offset, offset, 2_000_000), 0);
+    }
 }
