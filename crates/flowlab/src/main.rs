@@ -3,8 +3,6 @@
 mod cli;
 mod net_check;
 mod progress;
-mod report;
-mod trace_csv;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -20,6 +18,7 @@ use flowlab_engine::units::UnitFormat;
 use flowlab_proto::params::Protocol;
 
 use cli::{Cli, Command};
+use flowlab_report::{json, table};
 
 /// Exit code of a usage error (as clap's).
 const USAGE: u8 = 2;
@@ -185,10 +184,10 @@ struct Printer {
 }
 
 impl Printer {
-    fn emit(&self, event: &str, data: &impl serde::Serialize) {
-        let line = serde_json::json!({ "event": event, "data": data });
+    /// Writes `text` at once (a JSON-stream line or table rows as they come).
+    fn write(&self, text: &str) {
         let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "{line}");
+        let _ = out.write_all(text.as_bytes());
         let _ = out.flush();
     }
 }
@@ -196,18 +195,17 @@ impl Printer {
 impl Observer for Printer {
     fn started(&mut self, s: &StartInfo) {
         if self.json_stream {
-            self.emit("start", s);
+            self.write(&(json::event("start", s) + "\n"));
         } else if !self.quiet {
-            print!("{}{}", report::start(s), report::interval_header(self.udp));
+            self.write(&(table::start(s) + &table::interval_header(self.udp)));
         }
     }
 
     fn interval(&mut self, iv: &Interval) {
         if self.json_stream {
-            self.emit("interval", iv);
+            self.write(&(json::event("interval", iv) + "\n"));
         } else if !self.quiet {
-            print!("{}", report::interval(iv, self.format));
-            let _ = std::io::stdout().flush();
+            self.write(&table::interval(iv, self.format));
         }
     }
 }
@@ -258,36 +256,23 @@ fn test(spec: &TestSpec, a: &cli::TestArgs) -> anyhow::Result<()> {
             if let (Some(path), Some(trace)) = (&a.trace_csv, &result.trace) {
                 let file = std::fs::File::create(path)
                     .map_err(|e| anyhow::anyhow!("--trace-csv {}: {e}", path.display()))?;
-                trace_csv::write(trace, std::io::BufWriter::new(file))
+                flowlab_report::csv::write(trace, std::io::BufWriter::new(file))
                     .map_err(|e| anyhow::anyhow!("--trace-csv {}: {e}", path.display()))?;
             }
             if a.json {
-                println!("{}", serde_json::to_string_pretty(&result)?);
+                println!("{}", json::document(&result)?);
             } else if a.json_stream {
-                printer.emit("end", &result.end);
-                if let Some(t) = &result.trace {
-                    printer.emit("trace", t);
-                }
+                printer.write(&json::finish(&result));
             } else {
-                if let Some(e) = &result.end {
-                    print!("{}", report::end(e, a.udp, a.format));
-                }
-                if let Some(t) = &result.trace {
-                    print!("{}", report::diagnosis(t));
-                }
+                print!("{}", table::finish(&result, a.udp, a.format));
             }
             Ok(())
         }
         Err(e) => {
             if a.json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(
-                        &serde_json::json!({ "schema": flowlab_engine::result::SCHEMA, "error": e.to_string() })
-                    )?
-                );
+                println!("{}", json::test_error(&e.to_string())?);
             } else if a.json_stream {
-                printer.emit("error", &serde_json::json!({ "message": e.to_string() }));
+                printer.write(&(json::test_error_event(&e.to_string()) + "\n"));
             }
             Err(e.into())
         }
@@ -365,7 +350,7 @@ fn fetch(spec: &flowlab_fragments::fetch::FetchSpec, json: bool) -> anyhow::Resu
     if json {
         println!("{}", serde_json::to_string_pretty(&result)?);
     } else {
-        print!("{}", report::fetch(&result));
+        print!("{}", table::fetch(&result));
     }
     Ok(())
 }
@@ -404,7 +389,7 @@ fn sweep(
     if a.json {
         println!("{}", serde_json::to_string_pretty(&result)?);
     } else {
-        print!("{}", report::sweep(&result));
+        print!("{}", table::sweep(&result));
     }
     Ok(())
 }
@@ -423,7 +408,7 @@ fn net(c: cli::NetCommand) -> anyhow::Result<()> {
     match c {
         cli::NetCommand::Show { file } => {
             let t = load_topology(&file)?;
-            print!("{}", report::net_plan(&flowlab_net::topology::Plan::of(&t)));
+            print!("{}", table::net_plan(&flowlab_net::topology::Plan::of(&t)));
         }
         cli::NetCommand::Up { file, backend } => {
             let t = load_topology(&file)?;
@@ -594,7 +579,7 @@ fn sysinfo(a: &cli::SysinfoArgs) -> anyhow::Result<()> {
     if a.json {
         println!("{}", serde_json::to_string_pretty(&info)?);
     } else {
-        print!("{}", report::system(&info));
+        print!("{}", table::system(&info));
     }
     Ok(())
 }
@@ -649,7 +634,7 @@ fn quick(a: &cli::QuickArgs) -> anyhow::Result<()> {
                 String::new()
             };
             println!("{name} {way}{rate}");
-            print!("{}", report::whole(&r, UnitFormat::Adaptive));
+            print!("{}", table::whole(&r, UnitFormat::Adaptive));
             println!();
         }
         results.push(r);

@@ -221,11 +221,24 @@ pub fn end(e: &EndInfo, udp: bool, f: UnitFormat) -> String {
     out
 }
 
+/// What the table ends with once a test is over: the totals (when there are any), then
+/// the diagnosis (when traced).
+pub fn finish(r: &TestResult, udp: bool, f: UnitFormat) -> String {
+    let mut out = String::new();
+    if let Some(e) = &r.end {
+        out += &end(e, udp, f);
+    }
+    if let Some(t) = &r.trace {
+        out += &diagnosis(t);
+    }
+    out
+}
+
 /// The whole table of a finished test (used by `quick`).
 pub fn whole(r: &TestResult, f: UnitFormat) -> String {
     let mut out = String::new();
     if let Some(e) = &r.end {
-        out.push_str(&end(e, r.start.spec["protocol"] == "udp", f));
+        out.push_str(&end(e, crate::is_udp(r), f));
     }
     out
 }

@@ -1,0 +1,38 @@
+//! JSON documents (`-J`) and JSON-stream lines (`--json-stream`: one object per line,
+//! `{"event": NAME, "data": …}`). The schema is documented in docs/json-schema.md.
+
+use flowlab_engine::result::TestResult;
+use serde::Serialize;
+
+/// `value` as a pretty-printed JSON document (no final newline).
+pub fn document(value: &impl Serialize) -> serde_json::Result<String> {
+    serde_json::to_string_pretty(value)
+}
+
+/// One JSON-stream line (no final newline): `{"event": name, "data": data}`.
+pub fn event(name: &str, data: &impl Serialize) -> String {
+    serde_json::json!({ "event": name, "data": data }).to_string()
+}
+
+/// The JSON-stream lines that end a finished test: `end` (null when the test produced no
+/// totals), then `trace` when one was taken; each line ends in a newline.
+pub fn finish(r: &TestResult) -> String {
+    let mut out = event("end", &r.end) + "\n";
+    if let Some(t) = &r.trace {
+        out += &(event("trace", t) + "\n");
+    }
+    out
+}
+
+/// The `-J` document of a test that failed: the schema and the error's message.
+pub fn test_error(message: &str) -> serde_json::Result<String> {
+    document(&serde_json::json!({
+        "schema": flowlab_engine::result::SCHEMA,
+        "error": message,
+    }))
+}
+
+/// The JSON-stream line of a test that failed (no final newline).
+pub fn test_error_event(message: &str) -> String {
+    event("error", &serde_json::json!({ "message": message }))
+}

@@ -1,0 +1,262 @@
+//! Every output of every result kind, pinned from fixed results: a change to a table, a
+//! JSON document, a JSON-stream line or the trace CSV shows as a snapshot diff. Review
+//! one with `cargo insta review` (see CONTRIBUTING.md); accept it only when the change
+//! is meant, and say so in the commit.
+//!
+//! The results are recorded runs (tests/fixtures/README.md says how each was made); the
+//! edge cases are made from them here, each edit visible: a stream whose receiver is
+//! unknown, an interrupted test, an omitted interval, an interval with no bytes, UDP with
+//! loss, reordering and duplicates, and a trace with a gap in its samples.
+
+use std::path::PathBuf;
+
+use flowlab_engine::result::TestResult;
+use flowlab_engine::units::UnitFormat;
+use flowlab_fragments::fetch::{FetchResult, ServerStats, SweepResult, SweepRow};
+use flowlab_fragments::manifest::FileEntry;
+use flowlab_report::{TestFormat, csv, json, table, test_output};
+
+/// Snapshots are named by the test alone (not its module), in tests/snapshots/, so that
+/// they survive code moving between modules.
+macro_rules! pin {
+    ($name:expr, $text:expr) => {
+        insta::with_settings!({ prepend_module_to_snapshot => false }, {
+            insta::assert_snapshot!($name, $text);
+        })
+    };
+}
+
+fn fixture_path(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+/// A recorded test result (tests/fixtures/).
+fn result(name: &str) -> TestResult {
+    let path = fixture_path(name);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path:?}: {e}"))
+}
+
+/// Every format `flowlab test` writes, for `r`, pinned as `<tag>-<format>`.
+fn pin_test_formats(r: &TestResult, tag: &str, json_document: bool) {
+    let out = |f| test_output(r, f).expect("serialisable");
+    pin!(
+        format!("{tag}-table"),
+        out(TestFormat::Table(UnitFormat::Adaptive))
+    );
+    pin!(
+        format!("{tag}-table-mbits"),
+        out(TestFormat::Table(UnitFormat::Bits(2)))
+    );
+    pin!(format!("{tag}-json-stream"), out(TestFormat::JsonStream));
+    if json_document {
+        pin!(format!("{tag}-json"), out(TestFormat::Json));
+    }
+}
+
+#[test]
+fn a_traced_tcp_test_limited_by_the_receive_window() {
+    // The JSON document is the JSON-stream's objects, pretty-printed; pinned for the
+    // untraced and UDP results (this one's would be 2 000 lines of samples).
+    let r = result("tcp-traced.json");
+    pin_test_formats(&r, "tcp-traced", false);
+    let mut rows = Vec::new();
+    csv::write(r.trace.as_ref().expect("traced"), &mut rows).expect("CSV");
+    pin!("tcp-traced-csv", String::from_utf8(rows).expect("UTF-8"));
+}
+
+#[test]
+fn two_parallel_tcp_streams_untraced() {
+    pin_test_formats(&result("tcp-p2.json"), "tcp-p2", true);
+}
+
+#[test]
+fn an_interrupted_test_with_an_unknown_receiver_and_an_empty_interval() {
+    // Two streams ended by Ctrl-C: the first interval omitted, stream 3 silent in the
+    // last one, and no results from the server for stream 3.
+    let mut r = result("tcp-p2.json");
+    r.intervals[0].omitted = true;
+    let last = r.intervals.last_mut().expect("intervals");
+    let silent = &mut last.streams[1];
+    last.sums[0].bytes -= silent.bytes;
+    last.sums[0].bits_per_second -= silent.bits_per_second;
+    (silent.bytes, silent.bits_per_second) = (0, 0.0);
+    let end = r.end.as_mut().expect("totals");
+    end.streams[1].receiver = None;
+    end.sums[0].receiver = None;
+    end.interrupted = true;
+    pin_test_formats(&r, "tcp-interrupted", true);
+}
+
+#[test]
+fn udp_with_loss_reordering_and_duplicates() {
+    // A recorded loopback run (it lost nothing), with loss, reordering, duplicates and
+    // receive-buffer drops written into stream 3's counters and the sums.
+    let mut r = result("udp-run.json");
+    let damage = |u: &mut flowlab_engine::result::UdpInterval, lost: u64| {
+        (u.lost, u.out_of_order, u.duplicates) = (lost, lost / 2, lost / 7);
+        u.lost_percent = 100.0 * lost as f64 / u.expected as f64;
+    };
+    for iv in &mut r.intervals {
+        damage(iv.streams[1].udp.as_mut().expect("UDP"), 7);
+        damage(iv.sums[0].udp.as_mut().expect("UDP"), 7);
+    }
+    let end = r.end.as_mut().expect("totals");
+    for side in [&mut end.streams[1].receiver, &mut end.sums[0].receiver] {
+        let u = side
+            .as_mut()
+            .and_then(|t| t.udp.as_mut())
+            .expect("UDP totals");
+        (u.lost, u.out_of_order, u.duplicates) = (14, 6, 2);
+        u.lost_percent = 100.0 * 14.0 / u.expected as f64;
+        u.integrity_percent = Some(100.0 * (u.expected - 14) as f64 / u.expected as f64);
+        u.rcvbuf_drops = Some(5);
+    }
+    pin_test_formats(&r, "udp-loss", true);
+}
+
+#[test]
+fn a_trace_with_a_gap_in_its_samples() {
+    // A tracer that fell behind: the client's samples 6–11 and the server's 8–9 missing.
+    let mut r = result("tcp-traced.json");
+    for s in &mut r.trace.as_mut().expect("traced").streams {
+        let gap = if s.side == flowlab_engine::result::Side::Client {
+            6..12
+        } else {
+            8..10
+        };
+        let mut i = 0;
+        s.trace.samples.retain(|_| {
+            i += 1;
+            !gap.contains(&(i - 1))
+        });
+    }
+    let trace = r.trace.as_ref().expect("traced");
+    pin!("trace-gap-diagnosis", table::diagnosis(trace));
+    let mut rows = Vec::new();
+    csv::write(trace, &mut rows).expect("CSV");
+    pin!("trace-gap-csv", String::from_utf8(rows).expect("UTF-8"));
+}
+
+#[test]
+fn a_failed_test_as_json_and_json_stream() {
+    let message = "connecting to 10.0.0.4:5201: Connection refused (os error 111)";
+    pin!("test-error-json", json::test_error(message).expect("JSON"));
+    pin!("test-error-json-stream", json::test_error_event(message));
+}
+
+#[test]
+fn the_system_a_test_ran_on() {
+    let r = result("tcp-p2.json");
+    pin!("system-table", table::system(&r.start.system));
+    pin!(
+        "system-json",
+        json::document(&r.start.system).expect("JSON")
+    );
+}
+
+#[test]
+fn quick_prints_the_totals_alone() {
+    pin!(
+        "quick-whole",
+        table::whole(&result("tcp-p2.json"), UnitFormat::Adaptive)
+    );
+}
+
+fn file() -> FileEntry {
+    FileEntry {
+        name: "seed.bin".into(),
+        size: 104_857_600,
+        blake3: "a1".repeat(32),
+    }
+}
+
+#[test]
+fn a_fetch_with_a_corrupt_a_refusing_and_a_failed_server() {
+    let server = |address: &str, fragments: usize, seconds: f64| ServerStats {
+        address: address.into(),
+        fragments,
+        bytes: fragments as u64 * 1_048_576,
+        busy_seconds: seconds,
+        bits_per_second: if seconds > 0.0 {
+            fragments as f64 * 1_048_576.0 * 8.0 / seconds
+        } else {
+            0.0
+        },
+        ..ServerStats::default()
+    };
+    let r = FetchResult {
+        schema: "flowlab.fetch/1".into(),
+        file: file(),
+        mode: "1:5".into(),
+        fragments: 100,
+        skipped: 4,
+        bytes: 96 * 1_048_576,
+        seconds: 9.87,
+        bits_per_second: 96.0 * 1_048_576.0 * 8.0 / 9.87,
+        servers: vec![
+            ServerStats {
+                corrupt: 2,
+                duplicates: 1,
+                ..server("10.0.1.2:5201", 16, 9.5)
+            },
+            ServerStats {
+                refused: 3,
+                errors: vec!["fragment seed.bin.017: refused: no such fragment".into()],
+                ..server("10.0.2.2:5201", 80, 9.8)
+            },
+            ServerStats {
+                failed: Some("connection reset by peer".into()),
+                ..server("10.0.3.2:5201", 0, 0.0)
+            },
+        ],
+    };
+    pin!("fetch-table", table::fetch(&r));
+    pin!("fetch-json", json::document(&r).expect("JSON"));
+}
+
+#[test]
+fn a_sweep_of_ratios_repeated() {
+    let row = |mode: &str, seconds: Vec<f64>| SweepRow {
+        mode: mode.into(),
+        mean_seconds: seconds.iter().sum::<f64>() / seconds.len() as f64,
+        seconds,
+    };
+    let r = SweepResult {
+        schema: flowlab_fragments::fetch::SWEEP_SCHEMA.into(),
+        file: file(),
+        servers: vec!["10.0.1.2:5201".into(), "10.0.2.2:5201".into()],
+        repeat: 3,
+        rows: vec![
+            row("1:5", vec![20.1, 20.4, 19.9]),
+            row("1:1", vec![11.0, 10.8, 11.3]),
+            row("adaptive", vec![9.9, 10.2, 10.0]),
+        ],
+    };
+    pin!("sweep-table", table::sweep(&r));
+    pin!("sweep-json", json::document(&r).expect("JSON"));
+}
+
+#[test]
+fn net_show_plans_every_shipped_topology() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../topologies");
+    let mut names: Vec<_> = std::fs::read_dir(&dir)
+        .expect("topologies/")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .collect();
+    names.sort();
+    assert!(names.len() >= 3, "{names:?}");
+    for path in names {
+        let text = std::fs::read_to_string(&path).expect("topology");
+        let t = flowlab_net::topology::Topology::parse(&text)
+            .unwrap_or_else(|e| panic!("{path:?}: {e}"));
+        let stem = path.file_stem().expect("stem").to_string_lossy();
+        pin!(
+            format!("net-show-{stem}"),
+            table::net_plan(&flowlab_net::topology::Plan::of(&t))
+        );
+    }
+}
