@@ -125,17 +125,29 @@ struct Iperf3Server(Option<Child>);
 
 impl Iperf3Server {
     fn start(port: u16) -> Self {
-        let child = Command::new("iperf3")
+        let mut child = Command::new("iperf3")
             .args(["-s", "-1", "-J", "-p", &port.to_string(), "-B", "127.0.0.1"])
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
             .expect("start iperf3 -s");
-        // Wait until it listens, without connecting: a connection would use up the
-        // one-off server's single test. Its port is taken once it listens.
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            assert!(Instant::now() < deadline, "iperf3 -s did not start");
+        // Wait until it listens, without connecting (a connection would use up the
+        // one-off server's single test) and without binding the port to see whether it
+        // is taken: iperf3's own bind failed while such a probe held it, once in a
+        // fresh-clone run ("iperf3 -s did not start").
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !support::listening_here(port) {
+            if let Ok(Some(status)) = child.try_wait() {
+                let out = child.wait_with_output().expect("iperf3 -s output");
+                panic!(
+                    "iperf3 -s on port {port} exited ({status}) before listening: {}",
+                    String::from_utf8_lossy(&out.stdout)
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "iperf3 -s did not listen on port {port} within 10 s"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         Iperf3Server(Some(child))

@@ -693,11 +693,7 @@ fn listening(topo: &str, node: &str, port: u16) -> bool {
         .args(["cat", "/proc/net/tcp", "/proc/net/tcp6"])
         .output()
         .expect("ip netns exec cat");
-    let local = format!(":{port:04X}");
-    String::from_utf8_lossy(&out.stdout).lines().any(|l| {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        f.len() > 3 && f[1].ends_with(&local) && f[3] == "0A"
-    })
+    support::listens_in(&String::from_utf8_lossy(&out.stdout), port)
 }
 
 /// `flowlab serve -p 5201 ARGS` in `node` of `topo` through `net exec`, once it listens

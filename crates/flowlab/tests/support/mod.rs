@@ -80,6 +80,27 @@ pub fn require_tool(tool: &str) -> bool {
     found
 }
 
+/// Whether the kernel's TCP socket tables (the text of /proc/net/tcp and tcp6) hold a
+/// socket listening on `port`. Reading them does not disturb a server that is starting,
+/// as binding the port to see whether it is taken would (the server's own bind fails
+/// while the probe holds it).
+pub fn listens_in(tables: &str, port: u16) -> bool {
+    let local = format!(":{port:04X}");
+    tables.lines().any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        f.len() > 3 && f[1].ends_with(&local) && f[3] == "0A"
+    })
+}
+
+/// Whether a socket listens on TCP `port` in this network namespace.
+pub fn listening_here(port: u16) -> bool {
+    let tables: String = ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|p| std::fs::read_to_string(p).ok())
+        .collect();
+    listens_in(&tables, port)
+}
+
 /// A free TCP and UDP port on loopback (for external servers).
 pub fn free_port() -> u16 {
     loop {
