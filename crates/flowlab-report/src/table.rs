@@ -1,6 +1,7 @@
-//! The human-readable table: one line per stream and interval, sum lines, and the final
-//! sender/receiver summary. Built only from [`TestResult`] parts, so it shows exactly what
-//! `--json` holds.
+//! The human-readable tables. A test's: one line per stream and interval, sum lines, the
+//! final sender/receiver summary and the trace's diagnosis, built only from
+//! [`TestResult`] parts, so it shows exactly what `--json` holds. Then `fetch`'s and the
+//! ratio sweep's, `net show`'s plan and `sysinfo`'s.
 
 use std::fmt::Write as _;
 
