@@ -585,9 +585,9 @@ fn chain(name: &str, dir: &Path, delay: &str) -> std::path::PathBuf {
 /// at most 25 µs more a crossing and never more than 0.3 ms off in all.
 ///
 /// What the emulator adds is its own; what a hypervisor takes meanwhile is not (a run
-/// with 3.4 % of the CPU stolen measured 34 µs a crossing, the next run passed): both chains are
-/// measured three times, alternately, and the lowest median of each is judged — a
-/// systematic cost shows in every run, the host's interference only in some.
+/// with 3.4 % of the CPU stolen measured 34 µs a crossing, the next run passed): both
+/// chains are measured three times, alternately, and the lowest median of each is
+/// judged — a systematic cost shows in every run, the host's interference only in some.
 #[test]
 fn the_rtt_through_the_emulator_does_not_grow_with_the_links_crossed() {
     let Some(_serial) = root_and_serial() else {
