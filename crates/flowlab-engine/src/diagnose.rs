@@ -44,10 +44,15 @@ pub const QUEUE_MIN_US: u64 = 1_000;
 
 /// Whether `flight` bytes fill a window of `window` bytes: within 10 %, or within one
 /// segment where a segment is small next to the window (loopback's 64 KB segments are
-/// not).
+/// not). A closed window (0: the receiver's buffer is full and its application has not
+/// read it yet) is full whatever is in flight — often nothing, all of it acknowledged: a
+/// 4 KiB receive buffer on loopback, sampled 62 times on a busy host, never once caught
+/// bytes in flight, so no sample counted as at the window though the kernel counted the
+/// whole second as receive-window limited.
 pub fn fills(flight: u64, window: u64, mss: u64) -> bool {
-    window > 0
-        && (flight as f64 >= 0.9 * window as f64 || (mss * 8 <= window && flight + mss >= window))
+    window == 0
+        || flight as f64 >= 0.9 * window as f64
+        || (mss * 8 <= window && flight + mss >= window)
 }
 
 /// What held a sender back.
@@ -697,6 +702,30 @@ mod tests {
                 }
             })
             .collect()
+    }
+
+    /// A fresh-clone run: a 4 KiB receive buffer on loopback, every sample taken while
+    /// the receiver's window was closed or everything sent was acknowledged — no bytes
+    /// in flight, so no sample counted as at the window.
+    #[test]
+    fn a_closed_window_is_full_whatever_is_in_flight() {
+        assert!(fills(0, 0, 65_483));
+        assert!(fills(0, 0, 1448));
+        assert!(!fills(0, 4096, 65_483));
+        let closed: Vec<TraceSample> = window_limited_under_bbr(10, 0)
+            .into_iter()
+            .map(|s| TraceSample {
+                unacked: Some(0),
+                snd_wnd: Some(0),
+                ..s
+            })
+            .collect();
+        let d = diagnose_direction(StreamDirection::Up, &[&closed], None).unwrap();
+        assert_eq!(
+            (d.evidence.window_full_samples, d.evidence.window_samples),
+            (10, 10)
+        );
+        assert_eq!(d.primary, Limit::ReceiveWindow, "{d:?}");
     }
 
     /// Regression (issue 11): under bbr the kernel's own clock counted a sender whose
