@@ -99,7 +99,10 @@ fn a_ratio_fetch_gets_exactly_the_assigned_fragments_and_joins_to_the_source() {
 
 /// Two servers at 100 and 300 Mbit/s: the adaptive fetch is as fast as the best ratio
 /// and close to the ideal S / (rA + rB). The rates, not this machine's speed, set the
-/// times, so the comparison is of the scheduling.
+/// times, so the comparison is of the scheduling — as long as the host gives the
+/// servers their CPU: every mode runs three times, interleaved, and each mode's fastest
+/// run is compared (one adaptive run against the best of three ratio runs once lost
+/// 0.631 s to 0.564 in a fresh-clone run whose every run was slower than the ideal).
 #[test]
 fn adaptive_fetch_is_as_fast_as_the_best_ratio_and_near_the_ideal() {
     let tmp = tempfile::tempdir().expect("tmp");
@@ -109,29 +112,36 @@ fn adaptive_fetch_is_as_fast_as_the_best_ratio_and_near_the_ideal() {
     let a = fragment_server(&src, ra);
     let b = fragment_server(&src, rb);
     let ideal = m.file.size as f64 * 8.0 / (ra + rb) as f64;
-    let mut best = f64::INFINITY;
-    for ratio in [[1, 2], [1, 3], [1, 4]] {
-        let out = tmp.path().join(format!("r{}-{}", ratio[0], ratio[1]));
-        best = best.min(run_fetch(&[a, b], Mode::Ratio(ratio.to_vec()), &out).seconds);
+    let (mut best, mut adaptive) = (f64::INFINITY, f64::INFINITY);
+    let mut seen = Vec::new();
+    for round in 0..3 {
+        for ratio in [[1, 2], [1, 3], [1, 4]] {
+            let out = tmp
+                .path()
+                .join(format!("r{}-{}-{round}", ratio[0], ratio[1]));
+            let r = run_fetch(&[a, b], Mode::Ratio(ratio.to_vec()), &out);
+            seen.push((format!("{}:{}", ratio[0], ratio[1]), r.seconds));
+            best = best.min(r.seconds);
+        }
+        let out = tmp.path().join(format!("adaptive-{round}"));
+        let r = run_fetch(&[a, b], Mode::Adaptive, &out);
+        assert_complete(&src, &out);
+        assert!(
+            r.servers[1].fragments > 2 * r.servers[0].fragments,
+            "{:?}",
+            r.servers
+        );
+        seen.push(("adaptive".into(), r.seconds));
+        adaptive = adaptive.min(r.seconds);
     }
-    let out = tmp.path().join("adaptive");
-    let r = run_fetch(&[a, b], Mode::Adaptive, &out);
-    assert_complete(&src, &out);
-    assert!(
-        r.servers[1].fragments > 2 * r.servers[0].fragments,
-        "{:?}",
-        r.servers
-    );
     // 5 % for the granularity of the end game (one fragment is ~1 % of the data).
     assert!(
-        r.seconds <= best * 1.05,
-        "adaptive {:.3} s, best ratio {best:.3} s",
-        r.seconds
+        adaptive <= best * 1.05,
+        "adaptive {adaptive:.3} s, best ratio {best:.3} s: {seen:?}"
     );
     assert!(
-        r.seconds <= ideal * 1.10,
-        "adaptive {:.3} s, ideal {ideal:.3} s",
-        r.seconds
+        adaptive <= ideal * 1.10,
+        "adaptive {adaptive:.3} s, ideal {ideal:.3} s: {seen:?}"
     );
 }
 
