@@ -241,10 +241,11 @@ pub fn shaping(dev: &str, s: &Shape, netem: bool) -> Vec<Vec<String>> {
     let tbf = |parent: &[&str], rate: u64| -> Vec<String> {
         // Burst: tbf sends only when the kernel runs it, and tokens beyond the bucket are
         // lost, so a bucket shorter than the longest time the host leaves it unserved
-        // loses rate and stretches the queue's delay beyond limit/rate. 1 ms lost 1–3 %
-        // of the rate on a VM whose timers were 1–6 ms late (15 ms at times) at 0.3 %
-        // CPU steal; tc-tbf(8)'s rule, rate/HZ, at the coarsest tick (100 Hz) is 10 ms.
-        // At least two full packets.
+        // loses rate and stretches the queue's delay beyond limit/rate. A 1 ms bucket
+        // lost up to 0.7 % of the rate on a VM whose timers were 1–6 ms late (15 ms at
+        // times) at 0.3 % CPU steal, and 1–7 % while 2–12 % was stolen (docs/net.md);
+        // tc-tbf(8)'s rule, rate/HZ, at the coarsest tick (100 Hz) is 10 ms. At least
+        // two full packets.
         let burst = (rate / 8 / TBF_BUCKET_PER_SECOND).max(2 * PACKET_BYTES);
         let mut v: Vec<String> = ["qdisc", "add", "dev", dev]
             .iter()
