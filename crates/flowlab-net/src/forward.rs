@@ -42,7 +42,7 @@ pub struct EmulatedLink {
 }
 
 /// What happened to the frames of one direction.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Counters {
     pub forwarded: AtomicU64,
     /// Dropped by the configured random loss.
@@ -64,6 +64,45 @@ pub struct Counters {
     /// The current estimate of what handing a frame on costs, ns ([`SendCost`]): frames
     /// are written that much before they are due.
     pub send_cost_ns: AtomicU64,
+    /// Forwarded frames by lateness ([`late_bucket`]): its quantiles are what the
+    /// emulator's own waiting for a CPU added to a crossing.
+    pub late_histogram: [AtomicU64; LATE_BUCKETS],
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        Counters {
+            forwarded: AtomicU64::new(0),
+            lost: AtomicU64::new(0),
+            line_full: AtomicU64::new(0),
+            emulator_drops: AtomicU64::new(0),
+            oversize: AtomicU64::new(0),
+            late: AtomicU64::new(0),
+            max_late_us: AtomicU64::new(0),
+            late_total_ns: AtomicU64::new(0),
+            send_cost_ns: AtomicU64::new(0),
+            late_histogram: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+}
+
+/// Buckets of the lateness histogram: under 1 µs, then a quarter octave each from 1 µs
+/// to 2^17 µs (131 ms), the last one holding everything later.
+pub const LATE_BUCKETS: usize = 1 + 4 * 17;
+
+/// The histogram bucket of a frame written `late_ns` after it was due.
+pub fn late_bucket(late_ns: u64) -> usize {
+    let us = late_ns as f64 / 1000.0;
+    if us < 1.0 {
+        0
+    } else {
+        (1 + (4.0 * us.log2()).floor() as usize).min(LATE_BUCKETS - 1)
+    }
+}
+
+/// The upper edge of bucket `i`, µs (bucket 0: 1 µs; the last: unbounded, `None`).
+fn late_bucket_edge_us(i: usize) -> Option<f64> {
+    (i < LATE_BUCKETS - 1).then(|| 2f64.powf(i as f64 / 4.0))
 }
 
 /// A frame written this much after its due time counts as late, ns.
@@ -92,12 +131,30 @@ pub struct DirectionStats {
     pub late_total_ns: u64,
     #[serde(default)]
     pub send_cost_ns: u64,
+    /// Forwarded frames per lateness bucket ([`late_bucket`]), trailing empty buckets
+    /// left out.
+    #[serde(default)]
+    pub late_histogram: Vec<u64>,
 }
 
 impl DirectionStats {
     /// The mean lateness of a forwarded frame, µs.
     pub fn mean_late_us(&self) -> f64 {
         self.late_total_ns as f64 / 1000.0 / self.forwarded.max(1) as f64
+    }
+
+    /// How late the frames forwarded since `earlier` (a snapshot of the same direction)
+    /// were: (lateness, frames) per non-empty bucket, each lateness its bucket's upper
+    /// edge (at most 19 % over; the latest frame's for the last bucket).
+    pub fn late_since(&self, earlier: &DirectionStats) -> Vec<(Duration, u64)> {
+        (0..LATE_BUCKETS)
+            .filter_map(|i| {
+                let at = |h: &[u64]| h.get(i).copied().unwrap_or(0);
+                let n = at(&self.late_histogram).saturating_sub(at(&earlier.late_histogram));
+                let us = late_bucket_edge_us(i).unwrap_or(self.max_late_us as f64);
+                (n > 0).then(|| (Duration::from_secs_f64(us / 1e6), n))
+            })
+            .collect()
     }
 }
 
@@ -113,6 +170,13 @@ impl From<&Counters> for DirectionStats {
             max_late_us: c.max_late_us.load(Relaxed),
             late_total_ns: c.late_total_ns.load(Relaxed),
             send_cost_ns: c.send_cost_ns.load(Relaxed),
+            late_histogram: {
+                let mut h: Vec<u64> = c.late_histogram.iter().map(|b| b.load(Relaxed)).collect();
+                while h.last() == Some(&0) {
+                    h.pop();
+                }
+                h
+            },
         }
     }
 }
@@ -534,6 +598,7 @@ fn transmit(
                 Some((due, f)) => {
                     let late = arrives - due;
                     late_ns += late;
+                    counters.late_histogram[late_bucket(late)].fetch_add(1, Relaxed);
                     if late > LATE {
                         counters.late.fetch_add(1, Relaxed);
                         counters.max_late_us.fetch_max(late / 1000, Relaxed);
@@ -864,7 +929,7 @@ pub fn run(
 
 #[cfg(test)]
 mod tests {
-    use super::on_clock;
+    use super::*;
 
     const MS: i128 = 1_000_000;
 
@@ -885,5 +950,46 @@ mod tests {
         // Read 2 ms after the clock started; the frame came 1 ms before it did.
         assert_eq!(on_clock(offset - MS, offset, 2_000_000), 2_000_000);
         assert_eq!(on_clock(offset, offset, 2_000_000), 0);
+    }
+
+    #[test]
+    fn lateness_buckets_are_quarter_octaves_and_read_as_their_upper_edge() {
+        assert_eq!(late_bucket(0), 0);
+        assert_eq!(late_bucket(999), 0);
+        assert_eq!(late_bucket(1_000), 1);
+        // 2 µs starts the fifth quarter octave above 1 µs; 1 ms is 2^9.97 µs.
+        assert_eq!(late_bucket(2_000), 5);
+        assert_eq!(late_bucket(1_000_000), 1 + 39);
+        assert_eq!(late_bucket(u64::MAX), LATE_BUCKETS - 1);
+        let c = Counters::default();
+        let record = |ns: u64, n: u64| {
+            c.late_histogram[late_bucket(ns)].fetch_add(n, Relaxed);
+        };
+        record(50_000, 90);
+        let earlier = DirectionStats::from(&c);
+        // Since `earlier`: 95 frames 100 µs late, 5 frames 3 ms late.
+        record(100_000, 95);
+        record(3_000_000, 5);
+        c.max_late_us.store(3_000, Relaxed);
+        let now = DirectionStats::from(&c);
+        let us = |d: Duration| d.as_secs_f64() * 1e6;
+        let since: Vec<(f64, u64)> = now
+            .late_since(&earlier)
+            .iter()
+            .map(|&(d, n)| (us(d), n))
+            .collect();
+        assert_eq!(since.len(), 2, "{since:?}");
+        assert!(
+            (100.0..=119.0).contains(&since[0].0) && since[0].1 == 95,
+            "{since:?}"
+        );
+        assert!(
+            (3_000.0..=3_568.0).contains(&since[1].0) && since[1].1 == 5,
+            "{since:?}"
+        );
+        // Nothing forwarded in between: nothing.
+        assert!(now.late_since(&now).is_empty());
+        // The stats file leaves out trailing empty buckets.
+        assert_eq!(now.late_histogram.len(), late_bucket(3_000_000) + 1);
     }
 }

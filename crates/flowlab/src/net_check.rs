@@ -20,8 +20,9 @@ use flowlab_engine::units::{Rate, UnitFormat};
 use flowlab_net::build::{self, UpOptions, ns_name};
 use flowlab_net::check::{
     LOSS_TOLERANCE, Measured, RATE_HIGH, RATE_LOW, RTT_TOLERANCE, deviations, jain_index,
-    judged_rate, loss_bounds, max_min_shares, queue_bound,
+    judged_rate, loss_bounds, max_min_shares, quantile_of_sum, queue_bound,
 };
+use flowlab_net::forward::LinkStats;
 use flowlab_net::probe::{Pinger, median, percentile};
 use flowlab_net::topology::{Kind, PathInfo, Plan, Topology};
 
@@ -60,11 +61,15 @@ struct Row {
     /// Median of 20 ICMP echoes on the idle path.
     measured_rtt_ms: Option<f64>,
     /// The idle RTT measured (the file's where not measured), plus every full queue on
-    /// the way there, plus `host_delay_p95_ms`.
+    /// the way there, plus `host_delay_p95_ms` and `emulator_late_p95_ms`.
     queue_bound_ms: f64,
     /// 95th percentile of echoes to the source's own loopback during the TCP test: the
     /// busy host's own delay, which the queue bound allows.
     host_delay_p95_ms: Option<f64>,
+    /// The user-space emulator's lateness during the TCP test: the 95th percentile of
+    /// its sum over the links an echo crosses, there and back (null without an
+    /// emulator): the time its thread waited for a CPU, which the queue bound allows too.
+    emulator_late_p95_ms: Option<f64>,
     /// Highest and median ICMP echo RTT during the TCP test.
     loaded_rtt_ms: Option<f64>,
     loaded_rtt_median_ms: Option<f64>,
@@ -307,6 +312,23 @@ fn measure_round(
         (0..pairs.len()).map(|i| vec![i]).collect()
     };
     let mut measured: Vec<Option<PairResult>> = (0..pairs.len()).map(|_| None).collect();
+    let plan = Plan::of(t);
+    let crossings: Vec<Vec<(&str, bool)>> = pairs
+        .iter()
+        .zip(paths)
+        .map(|(p, (there, _))| {
+            let back = plan
+                .path(&p.to, &p.from)
+                .map(|b| b.hops)
+                .unwrap_or_default();
+            there
+                .hops
+                .iter()
+                .chain(&back)
+                .map(|h| (t.links[h.link].name.as_str(), h.forward))
+                .collect()
+        })
+        .collect();
     for group in groups {
         let jobs: Vec<Job<'_>> = group
             .iter()
@@ -318,6 +340,7 @@ fn measure_round(
                 to: paths[i].1,
                 // One server port per pair of the group: 5201, 5202, …
                 port: 5201 + k as u16,
+                crossings: crossings[i].clone(),
             })
             .collect();
         for (i, m) in group.iter().zip(measure(&jobs, load)?) {
@@ -384,6 +407,7 @@ fn measure_round(
             measured_rtt_ms: m.rtt.map(ms),
             queue_bound_ms: ms(queue_bound(implied, &m)),
             host_delay_p95_ms: m.host_delay_p95.map(ms),
+            emulator_late_p95_ms: m.emulator_late_p95.map(ms),
             loaded_rtt_ms: m.loaded_rtt.map(ms),
             loaded_rtt_median_ms: m.loaded_rtt_median.map(ms),
             loaded_rtt_p95_ms: m.loaded_rtt_p95.map(ms),
@@ -586,8 +610,29 @@ fn table(h: &Header<'_>, rows: &[Row], jain: &[(String, f64)]) -> String {
             disturbed.join(", ")
         );
     }
+    let late: Vec<String> = rows
+        .iter()
+        .filter_map(|r| {
+            let late = r
+                .emulator_late_p95_ms
+                .filter(|l| *l >= EMULATOR_LATE_NOTED_MS)?;
+            Some(format!("{}-{} ({late:.1} ms)", r.from, r.to))
+        })
+        .collect();
+    if !late.is_empty() {
+        let _ = writeln!(
+            out,
+            "note: the link emulator waited for a CPU while these loads ran, which their queue \
+             bounds allow (95th percentile of its lateness summed over the links crossed, there \
+             and back): {}; delays finer than that are the host's to decide, not the file's",
+            late.join(", ")
+        );
+    }
     out
 }
+
+/// An emulator lateness (added up over a path) from this on (ms) is noted under the table.
+const EMULATOR_LATE_NOTED_MS: f64 = 1.0;
 
 /// Steal from this share of the CPU time on (percent) is noted under the table.
 const STEAL_NOTED: f64 = 1.0;
@@ -603,6 +648,9 @@ struct Job<'a> {
     implied: &'a PathInfo,
     to: Ipv4Addr,
     port: u16,
+    /// The links an echo crosses, there and back, and whether each is crossed from its
+    /// `a` end (for the emulator's counters of that direction).
+    crossings: Vec<(&'a str, bool)>,
 }
 
 /// A `flowlab test` from `job`'s source to its server, started (not waited for).
@@ -677,9 +725,6 @@ fn run_client(job: &Job<'_>, args: &[String]) -> anyhow::Result<serde_json::Valu
     )
 }
 
-/// Measures `jobs` together: idle RTTs one by one, then every TCP test at once with
-/// probes alongside, then the loss of each lossy path one by one. Returns each job's
-/// measurement and its connections' rates.
 /// What [`measure`] found for one pair.
 struct PairResult {
     measured: Measured,
@@ -691,6 +736,9 @@ struct PairResult {
     host_steal_percent: Option<f64>,
 }
 
+/// Measures `jobs` together: idle RTTs one by one, then every TCP test at once with
+/// probes alongside, then the loss of each lossy path one by one. Returns each job's
+/// measurement and its connections' rates.
 fn measure(jobs: &[Job<'_>], load: &Load) -> anyhow::Result<Vec<PairResult>> {
     let probe_timeout = Duration::from_secs(2);
     let mut pingers = Vec::new();
@@ -779,6 +827,9 @@ fn measure(jobs: &[Job<'_>], load: &Load) -> anyhow::Result<Vec<PairResult>> {
         })
         .collect();
     let cpu_before = CpuTimes::now();
+    let topo = jobs.first().map_or("", |j| j.topo);
+    // Any snapshot will do before (the first one once the emulator has written it).
+    let emulator_before = emulator_stats(topo, std::time::SystemTime::UNIX_EPOCH);
     let tcp: anyhow::Result<Vec<serde_json::Value>> = (|| {
         // Reaped: on an early return the other clients are killed, not left running.
         let clients: Vec<(Reaped, &Job<'_>)> = jobs
@@ -811,6 +862,9 @@ fn measure(jobs: &[Job<'_>], load: &Load) -> anyhow::Result<Vec<PairResult>> {
             .collect()
     })();
     stop.store(true, Ordering::Release);
+    let emulator_after = emulator_before
+        .as_ref()
+        .and_then(|_| emulator_stats(topo, std::time::SystemTime::now()));
     let steal = CpuTimes::now()
         .zip(cpu_before)
         .and_then(|(after, before)| after.steal_percent_since(&before));
@@ -866,6 +920,10 @@ fn measure(jobs: &[Job<'_>], load: &Load) -> anyhow::Result<Vec<PairResult>> {
                 loaded_rtt_median: median(loaded),
                 loaded_rtt_p95: percentile(loaded, 0.95),
                 host_delay_p95: percentile(host, 0.95),
+                emulator_late_p95: emulator_before
+                    .as_deref()
+                    .zip(emulator_after.as_deref())
+                    .and_then(|(before, after)| emulator_late_p95(&job.crossings, before, after)),
                 loss,
                 shared: jobs.len() > 1,
             },
@@ -875,6 +933,50 @@ fn measure(jobs: &[Job<'_>], load: &Load) -> anyhow::Result<Vec<PairResult>> {
         });
     }
     Ok(out)
+}
+
+/// The emulator's counters of `topo` (`None` without an emulator), as its stats file
+/// has them, once it has been written after `written_after` (the emulator writes it
+/// about once a second, the first time a second after it started; at most 3 s are
+/// waited).
+fn emulator_stats(topo: &str, written_after: std::time::SystemTime) -> Option<Vec<LinkStats>> {
+    let dir = build::state_dir();
+    build::state(&dir, topo)?.emulator_pid?;
+    let file = build::stats_file(&dir, topo);
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    while std::fs::metadata(&file)
+        .and_then(|m| m.modified())
+        .map_or(true, |m| m <= written_after)
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    serde_json::from_str(&std::fs::read_to_string(file).ok()?).ok()
+}
+
+/// The 95th percentile of the emulator's lateness added up over `crossings`, from each
+/// crossing's frames between the two snapshots ([`quantile_of_sum`]): what its waiting
+/// for a CPU may have added to an echo. A crossing that carried no frame meanwhile adds
+/// nothing.
+fn emulator_late_p95(
+    crossings: &[(&str, bool)],
+    before: &[LinkStats],
+    after: &[LinkStats],
+) -> Option<Duration> {
+    let stages: Vec<Vec<(Duration, u64)>> = crossings
+        .iter()
+        .filter_map(|&(link, from_a)| {
+            let find = |all: &[LinkStats]| all.iter().find(|l| l.link == link).cloned();
+            let (b, a) = (find(before)?, find(after)?);
+            let late = if from_a {
+                a.a_to_b.late_since(&b.a_to_b)
+            } else {
+                a.b_to_a.late_since(&b.b_to_a)
+            };
+            (!late.is_empty()).then_some(late)
+        })
+        .collect();
+    quantile_of_sum(&stages, 0.95)
 }
 
 #[cfg(test)]

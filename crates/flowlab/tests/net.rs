@@ -368,6 +368,12 @@ fn assert_seed_paths(doc: &serde_json::Value, seed: &[(&str, &str, f64, f64)], c
                 .is_some_and(|s| (0.0..=100.0).contains(&s)),
             "{p}"
         );
+        // The emulator's own lateness is measured where there is one, and only there.
+        let late = &p["emulator_late_p95_ms"];
+        match doc["backend"].as_str() {
+            Some("userspace") => assert!(late.as_f64().is_some_and(|l| l >= 0.0), "{p}"),
+            _ => assert!(late.is_null(), "{p}"),
+        }
         let highest = p["loaded_rtt_ms"].as_f64().expect("highest loaded RTT");
         assert!(highest >= loaded);
         // The echoes ran while TCP loaded the path: some met a queue. (Not the 95th
@@ -401,6 +407,22 @@ const SEED_001: &[(&str, &str, f64, f64)] = &[
     ("h7", "h9", 60.0, 20e6),
 ];
 
+/// A check is taken again when a path missed its bounds while the hypervisor took this
+/// share of the CPU (percent) or more …
+const STOLEN: f64 = 10.0;
+/// … up to this many checks in all.
+const STOLEN_ATTEMPTS: u32 = 3;
+
+/// The highest share of the CPU stolen during any path's load of a `net check` document.
+fn most_stolen(doc: &serde_json::Value) -> f64 {
+    doc["paths"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p["host_steal_percent"].as_f64())
+        .fold(0.0, f64::max)
+}
+
 fn portfolio_fidelity(backend: &str) {
     let portfolio = concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -409,27 +431,43 @@ fn portfolio_fidelity(backend: &str) {
     let _guard = Down("port");
     // The seed's kernels ran cubic; machines today default to cubic or bbr.
     for cc in ["cubic", "bbr"] {
-        let (doc, stderr) = check(&[
-            portfolio,
-            "--backend",
-            backend,
-            "--pairs",
-            "r1-r2,r2-r3,r3-r4,h1-h4,h1-h9,h7-h9",
-            "-t",
-            "3",
-            "-C",
-            cc,
-        ]);
-        assert_eq!(doc["backend"], backend);
-        assert!(
-            doc["paths"]
-                .as_array()
-                .expect("paths")
-                .iter()
-                .all(|p| p["congestion"] == cc),
-            "{stderr}"
-        );
-        assert_seed_paths(&doc, SEED_001, cc);
+        // A check during which the hypervisor took much of the CPU measures the host:
+        // a stolen vCPU holds the emulator's frames (a CI run with 34 % stolen: 3 ms
+        // over the queue bound) and bbr's pacing, which does not make up lost time
+        // (86 % of r2–r3's rate with 29 % stolen on the development VM). Such a check is
+        // taken again, at most twice; the last one is judged whatever its steal.
+        for attempt in 1..=STOLEN_ATTEMPTS {
+            let (doc, stderr) = check(&[
+                portfolio,
+                "--backend",
+                backend,
+                "--pairs",
+                "r1-r2,r2-r3,r3-r4,h1-h4,h1-h9,h7-h9",
+                "-t",
+                "3",
+                "-C",
+                cc,
+            ]);
+            assert_eq!(doc["backend"], backend);
+            assert!(
+                doc["paths"]
+                    .as_array()
+                    .expect("paths")
+                    .iter()
+                    .all(|p| p["congestion"] == cc),
+                "{stderr}"
+            );
+            let judged = std::panic::catch_unwind(|| assert_seed_paths(&doc, SEED_001, cc));
+            let stolen = most_stolen(&doc);
+            match judged {
+                Ok(()) => break,
+                Err(_) if attempt < STOLEN_ATTEMPTS && stolen >= STOLEN => eprintln!(
+                    "{cc}: a path missed its bounds while the hypervisor took up to \
+                     {stolen:.0} % of the CPU: checked again"
+                ),
+                Err(e) => std::panic::resume_unwind(e),
+            }
+        }
     }
     assert!(
         namespaces_of("port").is_empty(),
