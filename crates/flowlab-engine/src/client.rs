@@ -17,14 +17,14 @@ use flowlab_proto::{Cookie, State};
 use socket2::{Domain, Protocol as SockProtocol, SockRef, Socket, Type};
 
 use crate::control::{self, ControlError, Wake};
-use crate::result::{
+use crate::session::{DataSession, Snapshot};
+use crate::sock::{self, SockError};
+use crate::stream::{Budget, DataConfig, Role, StreamPlan, TestControl, Transport};
+use flowlab_report::result::{
     self, Interval, IntervalStream, IntervalSum, PeerInfo, SCHEMA, StartInfo, StreamDirection,
     StreamInfo, TcpInterval, TestResult, Trace, UdpInterval,
 };
-use crate::session::{DataSession, Snapshot};
-use crate::sock::{self, SockError};
-use crate::spec::{Amount, Direction, TestSpec};
-use crate::stream::{Budget, DataConfig, Role, StreamPlan, TestControl, Transport};
+use flowlab_report::spec::{Amount, Direction, TestSpec};
 
 /// Why a test could not run.
 #[derive(Debug, thiserror::Error)]
@@ -436,7 +436,7 @@ fn build_interval(
         });
         let udp = y
             .udp
-            .map(|u| UdpInterval::from_counts(&u.since(&x.udp.unwrap_or_default())));
+            .map(|u| u.since(&x.udp.unwrap_or_default()).interval());
         streams.push(IntervalStream {
             id: s.id,
             direction,

@@ -31,9 +31,9 @@ use socket2::{Domain, Protocol as SockProtocol, SockRef, Socket, Type};
 use crate::control::{self, ControlError};
 use crate::session::DataSession;
 use crate::sock;
-use crate::spec::MAX_UDP_LEN;
 use crate::stream::{Budget, DataConfig, Role, StreamPlan, TestControl, Transport};
 use crate::trace;
+use flowlab_report::spec::MAX_UDP_LEN;
 
 /// How the server runs.
 #[derive(Debug, Clone)]
@@ -442,8 +442,8 @@ enum TestError {
 /// Bytes per write or datagram of a test: as asked, or the protocol's default.
 fn block_len(p: &TestParams, proto: Protocol) -> usize {
     match (p.len, proto) {
-        (0, Protocol::Tcp) => crate::spec::DEFAULT_TCP_LEN,
-        (0, Protocol::Udp) => crate::spec::DEFAULT_UDP_LEN,
+        (0, Protocol::Tcp) => flowlab_report::spec::DEFAULT_TCP_LEN,
+        (0, Protocol::Udp) => flowlab_report::spec::DEFAULT_UDP_LEN,
         (l, _) => l as usize,
     }
 }

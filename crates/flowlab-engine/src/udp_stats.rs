@@ -111,6 +111,17 @@ pub struct UdpCounts {
 }
 
 impl UdpCounts {
+    /// These counts as a result's interval.
+    pub fn interval(&self) -> flowlab_report::result::UdpInterval {
+        flowlab_report::result::UdpInterval::from_receiver(
+            self.packets,
+            self.lost,
+            self.out_of_order,
+            self.duplicates,
+            self.jitter_us,
+        )
+    }
+
     /// Counts between an earlier snapshot and this one (jitter is the current value).
     pub fn since(&self, earlier: &UdpCounts) -> UdpCounts {
         UdpCounts {

@@ -18,13 +18,12 @@ use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use flowlab_proto::fragment::{Decoder, MAGIC, MAX_MANIFEST_LEN, Reply, Request, VERSION};
-use serde::Serialize;
+use flowlab_report::fetch::{
+    FetchResult, SCHEMA, SWEEP_SCHEMA, ServerStats, SweepResult, SweepRow,
+};
 
-use crate::manifest::{FileEntry, Manifest, ManifestError, verify_fragment};
+use crate::manifest::{Manifest, ManifestError, verify_fragment};
 use crate::schedule::{Mode, Outcome, Scheduler};
-
-/// Schema tag of a fetch result.
-pub const SCHEMA: &str = "flowlab.fetch/1";
 
 /// What to fetch, from where, how.
 #[derive(Debug, Clone)]
@@ -70,47 +69,6 @@ pub enum FetchError {
     Io(PathBuf, std::io::Error),
     #[error("{left} fragment(s) could not be fetched: {why}")]
     Incomplete { left: usize, why: String },
-}
-
-/// One server's share of a fetch.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct ServerStats {
-    pub address: String,
-    /// Fragments it delivered that were kept.
-    pub fragments: usize,
-    /// Bytes of those fragments.
-    pub bytes: u64,
-    /// From its first request to its last byte received, seconds.
-    pub busy_seconds: f64,
-    /// `bytes × 8 / busy_seconds`.
-    pub bits_per_second: f64,
-    /// Fragments that failed verification (fetched again).
-    pub corrupt: usize,
-    /// Copies that lost the end-game race (or were cancelled before they started).
-    pub duplicates: usize,
-    /// Fragments it refused (with its message in `errors`).
-    pub refused: usize,
-    /// Why it stopped early, if it did.
-    pub failed: Option<String>,
-    /// What went wrong with single fragments (the first 20).
-    pub errors: Vec<String>,
-}
-
-/// The outcome of a fetch, as `--json` prints it.
-#[derive(Debug, Clone, Serialize)]
-pub struct FetchResult {
-    pub schema: String,
-    pub file: FileEntry,
-    /// `adaptive` or the ratio, e.g. `1:5`.
-    pub mode: String,
-    pub fragments: usize,
-    /// Already on disk and verified when the fetch started (resumed).
-    pub skipped: usize,
-    /// Bytes fetched now (not counting skipped fragments).
-    pub bytes: u64,
-    pub seconds: f64,
-    pub bits_per_second: f64,
-    pub servers: Vec<ServerStats>,
 }
 
 /// What a caller is told while a fetch runs (progress bars).
@@ -606,29 +564,6 @@ fn receive_body(
         .map_err(|e| format!("{}: {e}", part.display()))?;
     Ok(*hasher.finalize().as_bytes() == ctx.hashes[frag])
 }
-
-/// One mode's runs in a sweep.
-#[derive(Debug, Clone, Serialize)]
-pub struct SweepRow {
-    /// `1:5`, …, or `adaptive`.
-    pub mode: String,
-    /// Total transfer time of each run, seconds.
-    pub seconds: Vec<f64>,
-    pub mean_seconds: f64,
-}
-
-/// `--sweep-ratios`: seed 000's Table 2 in one command.
-#[derive(Debug, Clone, Serialize)]
-pub struct SweepResult {
-    pub schema: String,
-    pub file: FileEntry,
-    pub servers: Vec<String>,
-    pub repeat: usize,
-    pub rows: Vec<SweepRow>,
-}
-
-/// Schema tag of a sweep result.
-pub const SWEEP_SCHEMA: &str = "flowlab.fetch-sweep/1";
 
 /// Fetches the whole set once per ratio (and adaptively) and `repeat` times each, into a
 /// scratch directory under `spec.out` that is emptied before every run; a run that fails

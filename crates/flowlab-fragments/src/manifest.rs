@@ -10,6 +10,7 @@ use std::io::{self, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
 use flowlab_proto::fragment::check_name;
+use flowlab_report::fetch::FileEntry;
 use serde::{Deserialize, Serialize};
 
 /// The manifest's file name inside a fragment directory.
@@ -39,15 +40,6 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> ManifestError + '_ {
         path: path.to_path_buf(),
         source,
     }
-}
-
-/// The whole file a set makes.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FileEntry {
-    pub name: String,
-    pub size: u64,
-    /// BLAKE3, lower-case hex.
-    pub blake3: String,
 }
 
 /// One fragment.

@@ -27,9 +27,11 @@
 //! the file implies.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::Ipv4Addr;
 use std::time::Duration;
 
-use flowlab_engine::units::{parse_duration, parse_rate};
+use flowlab_report::net::{PathSummary, PlanSummary, ShapedDirection, Subnet};
+use flowlab_report::units::{parse_duration, parse_rate};
 use serde::{Deserialize, Serialize};
 
 /// Longest topology name (it prefixes every namespace name, and is typed often).
@@ -371,6 +373,71 @@ pub struct Segment {
 }
 
 impl<'a> Plan<'a> {
+    /// What `flowlab net show` prints: nodes, subnets, shaped links, and every host
+    /// pair's path.
+    pub fn summary(&self) -> PlanSummary {
+        let t = self.topology;
+        let count = |k: Kind| t.nodes.values().filter(|x| **x == k).count();
+        let direction = |l: &Link, from: &str, to: &str, s: &Shape| ShapedDirection {
+            link: l.name.clone(),
+            from: from.to_string(),
+            to: to.to_string(),
+            rate_bps: s.rate_bps,
+            delay: s.delay,
+            jitter: s.jitter,
+            queue_packets: s.queue_packets,
+            queue_bytes: s.queue_bytes,
+            loss: s.loss,
+        };
+        let mut shaped = Vec::new();
+        for l in t
+            .links
+            .iter()
+            .filter(|l| !l.a_to_b.is_plain() || !l.b_to_a.is_plain())
+        {
+            shaped.push(direction(l, &l.a, &l.b, &l.a_to_b));
+            if l.b_to_a != l.a_to_b {
+                shaped.push(direction(l, &l.b, &l.a, &l.b_to_a));
+            }
+        }
+        let hosts: Vec<&String> = t.hosts().collect();
+        let mut paths = Vec::new();
+        for (i, a) in hosts.iter().enumerate() {
+            for b in &hosts[i + 1..] {
+                if let Some(path) = self.path(a, b) {
+                    paths.push(PathSummary {
+                        from: a.to_string(),
+                        to: b.to_string(),
+                        rtt: path.rtt,
+                        bottleneck_bps: path.bottleneck_bps,
+                        nodes: path.nodes,
+                    });
+                }
+            }
+        }
+        PlanSummary {
+            name: t.name.clone(),
+            hosts: count(Kind::Host),
+            routers: count(Kind::Router),
+            switches: count(Kind::Switch),
+            links: t.links.len(),
+            subnets: self
+                .segments
+                .iter()
+                .map(|s| Subnet {
+                    prefix: s.subnet,
+                    members: s
+                        .members
+                        .iter()
+                        .map(|(n, a)| (n.clone(), Ipv4Addr::from(*a)))
+                        .collect(),
+                })
+                .collect(),
+            shaped,
+            paths,
+        }
+    }
+
     pub fn of(t: &'a Topology) -> Plan<'a> {
         let mut adjacency: HashMap<&str, Vec<(usize, &str)>> = HashMap::new();
         for (i, l) in t.links.iter().enumerate() {

@@ -21,7 +21,7 @@ mod series;
 pub use draw::{render_file, render_svg};
 pub use series::{Band, Panel, Series, category_panel, labels, panels};
 
-use flowlab_engine::result::TestResult;
+use flowlab_report::result::TestResult;
 
 /// Which graph to draw.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

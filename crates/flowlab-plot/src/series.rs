@@ -1,8 +1,8 @@
 //! From results to numbers to draw (no drawing here).
 
-use flowlab_engine::diagnose::fills;
-use flowlab_engine::result::{StreamDirection, TracedStream};
 use flowlab_proto::trace::TraceSample;
+use flowlab_report::diagnose::fills;
+use flowlab_report::result::{StreamDirection, TracedStream};
 
 use crate::{Graph, Input, PlotError};
 

@@ -6,7 +6,7 @@
 
 use std::io::Write;
 
-use flowlab_engine::result::{Side, Trace};
+use crate::result::{Side, Trace};
 use flowlab_proto::trace::TraceSample;
 
 /// The sample fields, in the order serde writes them (one source of truth: the struct).
@@ -83,7 +83,7 @@ pub fn write(trace: &Trace, mut out: impl Write) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flowlab_engine::result::{StreamDirection, TracedStream};
+    use crate::result::{StreamDirection, TracedStream};
     use flowlab_proto::trace::StreamTrace;
 
     #[test]

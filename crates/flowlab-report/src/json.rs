@@ -1,7 +1,7 @@
 //! JSON documents (`-J`) and JSON-stream lines (`--json-stream`: one object per line,
 //! `{"event": NAME, "data": …}`). The schema is documented in docs/json-schema.md.
 
-use flowlab_engine::result::TestResult;
+use crate::result::TestResult;
 use serde::Serialize;
 
 /// `value` as a pretty-printed JSON document (no final newline).
@@ -27,7 +27,7 @@ pub fn finish(r: &TestResult) -> String {
 /// The `-J` document of a test that failed: the schema and the error's message.
 pub fn test_error(message: &str) -> serde_json::Result<String> {
     document(&serde_json::json!({
-        "schema": flowlab_engine::result::SCHEMA,
+        "schema": crate::result::SCHEMA,
         "error": message,
     }))
 }

@@ -1,19 +1,36 @@
-//! How flowlab shows what it measured: the human tables, JSON documents, JSON-stream
-//! lines and CSV. Every function here takes results and returns text (or writes to a
-//! writer it is given); none reads a clock, a socket or a file, so every output can be
-//! pinned by a snapshot from a fixed result (`tests/snapshots.rs`).
+//! What flowlab measures and how it is shown: the result types, their judgement (the
+//! diagnosis), units, and every output format — the human tables, JSON documents,
+//! JSON-stream lines and CSV. Nothing here reads a clock, a socket or a file: the
+//! engine, the fragment fetcher and the emulator fill the results in, and every output
+//! can be pinned by a snapshot from a fixed result (`tests/snapshots.rs`).
 //!
+//! What a measurement is:
+//! - [`spec`]: what a test is asked to measure ([`spec::TestSpec`]).
+//! - [`result`]: what a test produced ([`result::TestResult`]), the one result type every
+//!   output of a test is made from.
+//! - [`diagnose`]: what limited a traced transfer, with evidence and advice.
+//! - [`fetch`]: what a fragment fetch or a ratio sweep produced.
+//! - [`net`]: what an emulated topology implies (`net show`).
+//! - [`units`]: sizes, rates and durations, parsed and printed.
+//!
+//! How it is shown:
 //! - [`table`]: the human-readable tables of every command.
 //! - [`json`]: JSON documents and JSON-stream lines.
 //! - [`csv`]: `--trace-csv`, the trace samples as one flat table.
 //! - [`test_output`]: a finished test whole, in the format `flowlab test` was asked for.
 
 pub mod csv;
+pub mod diagnose;
+pub mod fetch;
 pub mod json;
+pub mod net;
+pub mod result;
+pub mod spec;
 pub mod table;
+pub mod units;
 
-use flowlab_engine::result::TestResult;
-use flowlab_engine::units::UnitFormat;
+use crate::result::TestResult;
+use crate::units::UnitFormat;
 
 /// The formats `flowlab test` writes to standard output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

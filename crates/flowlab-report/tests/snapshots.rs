@@ -10,10 +10,10 @@
 
 use std::path::PathBuf;
 
-use flowlab_engine::result::TestResult;
-use flowlab_engine::units::UnitFormat;
-use flowlab_fragments::fetch::{FetchResult, ServerStats, SweepResult, SweepRow};
-use flowlab_fragments::manifest::FileEntry;
+use flowlab_report::fetch::{FetchResult, FileEntry, ServerStats, SweepResult, SweepRow};
+use flowlab_report::net::NetCheck;
+use flowlab_report::result::TestResult;
+use flowlab_report::units::UnitFormat;
 use flowlab_report::{TestFormat, csv, json, table, test_output};
 
 /// Snapshots are named by the test alone (not its module), in tests/snapshots/, so that
@@ -95,7 +95,7 @@ fn udp_with_loss_reordering_and_duplicates() {
     // A recorded loopback run (it lost nothing), with loss, reordering, duplicates and
     // receive-buffer drops written into stream 3's counters and the sums.
     let mut r = result("udp-run.json");
-    let damage = |u: &mut flowlab_engine::result::UdpInterval, lost: u64| {
+    let damage = |u: &mut flowlab_report::result::UdpInterval, lost: u64| {
         (u.lost, u.out_of_order, u.duplicates) = (lost, lost / 2, lost / 7);
         u.lost_percent = 100.0 * lost as f64 / u.expected as f64;
     };
@@ -122,7 +122,7 @@ fn a_trace_with_a_gap_in_its_samples() {
     // A tracer that fell behind: the client's samples 6–11 and the server's 8–9 missing.
     let mut r = result("tcp-traced.json");
     for s in &mut r.trace.as_mut().expect("traced").streams {
-        let gap = if s.side == flowlab_engine::result::Side::Client {
+        let gap = if s.side == flowlab_report::result::Side::Client {
             6..12
         } else {
             8..10
@@ -225,7 +225,7 @@ fn a_sweep_of_ratios_repeated() {
         seconds,
     };
     let r = SweepResult {
-        schema: flowlab_fragments::fetch::SWEEP_SCHEMA.into(),
+        schema: flowlab_report::fetch::SWEEP_SCHEMA.into(),
         file: file(),
         servers: vec!["10.0.1.2:5201".into(), "10.0.2.2:5201".into()],
         repeat: 3,
@@ -256,7 +256,68 @@ fn net_show_plans_every_shipped_topology() {
         let stem = path.file_stem().expect("stem").to_string_lossy();
         pin!(
             format!("net-show-{stem}"),
-            table::net_plan(&flowlab_net::topology::Plan::of(&t))
+            table::net_plan(&flowlab_net::topology::Plan::of(&t).summary())
         );
     }
+}
+
+/// A recorded `net check -J` (tests/fixtures/), its text and what it holds, with what the
+/// table needs beside the document: the rounds' congestion control (`None`: the
+/// system's, not chosen) and the tolerances `net check` judges by.
+fn net_check(name: &str, rounds: &[Option<&str>]) -> (String, NetCheck) {
+    let path = fixture_path(name);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+    let mut c: NetCheck = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+    c.rounds = rounds.iter().map(|r| r.map(String::from)).collect();
+    c.congestion_chosen = false;
+    c.rtt_tolerance_ms = 1.0;
+    c.loss_tolerance_percent = 20.0;
+    (text, c)
+}
+
+#[test]
+fn net_check_one_pair_at_a_time_under_the_default() {
+    let (text, c) = net_check("net-check.json", &[None]);
+    // The document is the result as recorded, byte for byte.
+    assert_eq!(json::document(&c).expect("serialisable"), text.trim_end());
+    pin!("net-check-table", table::net_check(&c));
+}
+
+#[test]
+fn net_check_pairs_together_under_cubic_then_the_default() {
+    let (text, c) = net_check("net-check-together.json", &[Some("cubic"), Some("bbr")]);
+    assert_eq!(json::document(&c).expect("serialisable"), text.trim_end());
+    pin!("net-check-together-table", table::net_check(&c));
+}
+
+#[test]
+fn net_check_with_deviations_loss_an_unlimited_path_and_a_quiet_host() {
+    let (_, mut c) = net_check("net-check.json", &[Some("cubic")]);
+    c.congestion_chosen = true;
+    let p = &mut c.paths;
+    // r1–r2 missed its rate and its queue bound; its idle RTT went unmeasured.
+    p[0].measured_rtt_ms = None;
+    p[0].measured_bps = 30e6;
+    p[0].loaded_rtt_p95_ms = Some(40.0);
+    p[0].loaded_rtt_ms = Some(44.1);
+    p[0].deviations = vec![
+        "throughput 75 % of the bottleneck".into(),
+        "RTT under load (95th percentile) 40.0 ms, above the queue bound 33.3 ms".into(),
+    ];
+    // h1–h4 with configured loss: its rate is not judged, its loss is.
+    p[1].implied_loss_percent = 1.0;
+    p[1].measured_loss_percent = Some(1.37);
+    p[1].loss_bounds_percent = Some([0.8, 1.2]);
+    p[1].rate_bounds_bps = None;
+    p[1].deviations = vec!["loss 1.37 % instead of 1.00 %".into()];
+    // h1–h9 without a rate limit: no bound.
+    p[2].implied_bps = None;
+    p[2].rate_bounds_bps = None;
+    // Under -C cubic; nothing stolen, the emulator on time: no notes.
+    for p in p.iter_mut() {
+        p.congestion = Some("cubic".into());
+        p.host_steal_percent = Some(0.0);
+        p.emulator_late_p95_ms = Some(0.2);
+    }
+    pin!("net-check-edges-table", table::net_check(&c));
 }

@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use flowlab_engine::server::ServerConfig;
-use flowlab_engine::spec::{self, Amount, Direction, TestSpec};
 use flowlab_engine::trace;
-use flowlab_engine::units::{self, UnitFormat};
 use flowlab_proto::params::{Mode, Protocol};
+use flowlab_report::spec::{self, Amount, Direction, TestSpec};
+use flowlab_report::units::{self, UnitFormat};
 
 #[derive(Debug, Parser)]
 #[command(

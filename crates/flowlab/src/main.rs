@@ -11,11 +11,11 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use clap::Parser;
 use flowlab_engine::client::{self, Observer};
-use flowlab_engine::result::{Interval, StartInfo, TestResult};
 use flowlab_engine::server::{Server, ServerConfig, ServerEvent, ServerLog};
-use flowlab_engine::spec::{Amount, Direction, TestSpec};
-use flowlab_engine::units::UnitFormat;
 use flowlab_proto::params::Protocol;
+use flowlab_report::result::{Interval, StartInfo, TestResult};
+use flowlab_report::spec::{Amount, Direction, TestSpec};
+use flowlab_report::units::UnitFormat;
 
 use cli::{Cli, Command};
 use flowlab_report::{json, table};
@@ -161,7 +161,7 @@ fn serve(mut cfg: ServerConfig, a: &cli::ServeArgs) -> anyhow::Result<()> {
                 a.rate
                     .map(|r| format!(
                         ", each connection paced to {}",
-                        flowlab_engine::units::Rate(r as f64, UnitFormat::Adaptive)
+                        flowlab_report::units::Rate(r as f64, UnitFormat::Adaptive)
                     ))
                     .unwrap_or_default()
             );
@@ -226,7 +226,7 @@ fn install_ctrl_c() -> Arc<AtomicBool> {
 
 /// The bottleneck each way to `host` when this process runs inside a flowlab topology
 /// (what `--trace` sizes its advice for); nothing elsewhere.
-fn topology_path_rates(host: &str) -> flowlab_engine::diagnose::PathRates {
+fn topology_path_rates(host: &str) -> flowlab_report::diagnose::PathRates {
     use std::net::{IpAddr, ToSocketAddrs};
     let peer = (host, 0).to_socket_addrs().ok().and_then(|mut a| {
         a.find_map(|a| match a.ip() {
@@ -288,12 +288,12 @@ fn plot(a: &cli::PlotArgs) -> anyhow::Result<()> {
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         let value: serde_json::Value = serde_json::from_str(&text)
             .map_err(|e| anyhow::anyhow!("{}: not JSON: {e}", path.display()))?;
-        if value["schema"] != flowlab_engine::result::SCHEMA {
+        if value["schema"] != flowlab_report::result::SCHEMA {
             anyhow::bail!(
                 "{}: not a flowlab test result (schema {}, expected {})",
                 path.display(),
                 value["schema"],
-                flowlab_engine::result::SCHEMA
+                flowlab_report::result::SCHEMA
             );
         }
         if let Some(e) = value["error"].as_str() {
@@ -333,7 +333,7 @@ fn fragments(c: &cli::FragmentsCommand) -> anyhow::Result<()> {
         "{}: {} fragments, {} ({} bytes), blake3 {}; {what}",
         m.file.name,
         m.fragments.len(),
-        flowlab_engine::units::Bytes(m.file.size, UnitFormat::Adaptive),
+        flowlab_report::units::Bytes(m.file.size, UnitFormat::Adaptive),
         m.file.size,
         m.file.blake3
     );
@@ -408,7 +408,10 @@ fn net(c: cli::NetCommand) -> anyhow::Result<()> {
     match c {
         cli::NetCommand::Show { file } => {
             let t = load_topology(&file)?;
-            print!("{}", table::net_plan(&flowlab_net::topology::Plan::of(&t)));
+            print!(
+                "{}",
+                table::net_plan(&flowlab_net::topology::Plan::of(&t).summary())
+            );
         }
         cli::NetCommand::Up { file, backend } => {
             let t = load_topology(&file)?;
@@ -615,7 +618,7 @@ fn quick(a: &cli::QuickArgs) -> anyhow::Result<()> {
         spec.amount = Amount::Seconds(a.time);
         spec.interval = None;
         if proto == Protocol::Udp {
-            spec.len = flowlab_engine::spec::DEFAULT_UDP_LEN;
+            spec.len = flowlab_report::spec::DEFAULT_UDP_LEN;
             spec.bitrate = a.bitrate;
         }
         let r = client::run(&spec, &mut client::Quiet, &interrupt)?;
@@ -628,7 +631,7 @@ fn quick(a: &cli::QuickArgs) -> anyhow::Result<()> {
             let rate = if proto == Protocol::Udp && a.bitrate > 0 {
                 format!(
                     ", target {}",
-                    flowlab_engine::units::Rate(a.bitrate as f64, UnitFormat::Adaptive)
+                    flowlab_report::units::Rate(a.bitrate as f64, UnitFormat::Adaptive)
                 )
             } else {
                 String::new()

@@ -15,8 +15,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use anyhow::Context;
 use flowlab_engine::sysinfo::CpuTimes;
-use flowlab_engine::units::{Rate, UnitFormat};
 use flowlab_net::build::{self, UpOptions, ns_name};
 use flowlab_net::check::{
     LOSS_TOLERANCE, Measured, RATE_HIGH, RATE_LOW, RTT_TOLERANCE, deviations, jain_index,
@@ -25,6 +25,9 @@ use flowlab_net::check::{
 use flowlab_net::forward::LinkStats;
 use flowlab_net::probe::{Pinger, median, percentile};
 use flowlab_net::topology::{Kind, PathInfo, Plan, Topology};
+use flowlab_report::net::{CheckedPath, FAIRNESS_CC, NetCheck};
+use flowlab_report::result::{SideTotals, TestResult};
+use flowlab_report::{json, table};
 
 /// What `net check` sends over each path.
 #[derive(Debug, Clone)]
@@ -47,57 +50,6 @@ struct Pair {
     from: String,
     to: String,
     connections: u32,
-}
-
-/// One measured path.
-#[derive(Debug, serde::Serialize)]
-struct Row {
-    from: String,
-    to: String,
-    connections: u32,
-    /// TCP congestion control of the load (the client's, which sends).
-    congestion: Option<String>,
-    implied_rtt_ms: f64,
-    /// Median of 20 ICMP echoes on the idle path.
-    measured_rtt_ms: Option<f64>,
-    /// The idle RTT measured (the file's where not measured), plus every full queue on
-    /// the way there, plus `host_delay_p95_ms` and `emulator_late_p95_ms`.
-    queue_bound_ms: f64,
-    /// 95th percentile of echoes to the source's own loopback during the TCP test: the
-    /// busy host's own delay, which the queue bound allows.
-    host_delay_p95_ms: Option<f64>,
-    /// The user-space emulator's lateness during the TCP test: the 95th percentile of
-    /// its sum over the links an echo crosses, there and back (null without an
-    /// emulator): the time its thread waited for a CPU, which the queue bound allows too.
-    emulator_late_p95_ms: Option<f64>,
-    /// Highest and median ICMP echo RTT during the TCP test.
-    loaded_rtt_ms: Option<f64>,
-    loaded_rtt_median_ms: Option<f64>,
-    /// 95th percentile of the same (what the queue bound is judged on).
-    loaded_rtt_p95_ms: Option<f64>,
-    implied_bps: Option<u64>,
-    measured_bps: f64,
-    /// Each connection's throughput (receiver), when there are several.
-    connection_bps: Vec<f64>,
-    /// With --together: the pair's max-min fair share of the links it shares.
-    fair_share_bps: Option<f64>,
-    implied_loss_percent: f64,
-    /// UDP datagrams lost of those sent (only where the path has loss).
-    measured_loss_percent: Option<f64>,
-    /// The bounds each figure was judged by, tolerances included: idle RTT within
-    /// `rtt_tolerance_ms` of the file's; loaded RTT (p95) at most `queue_bound_ms` +
-    /// `rtt_tolerance_ms`; rate within `rate_bounds_bps` (absent where not judged: no
-    /// rate limit, random loss, or pairs run together); loss within
-    /// `loss_bounds_percent` (absent without configured loss).
-    rtt_tolerance_ms: f64,
-    rate_bounds_bps: Option<[f64; 2]>,
-    loss_bounds_percent: Option<[f64; 2]>,
-    /// What falls outside those bounds.
-    deviations: Vec<String>,
-    /// Share of the machine's CPU time its hypervisor took ("steal") while the load ran
-    /// (null where /proc/stat cannot be read): on a virtual machine whose host is busy,
-    /// the emulator and the probes wait too, and the figures with them.
-    host_steal_percent: Option<f64>,
 }
 
 fn parse_pairs(list: Option<&str>, t: &Topology) -> anyhow::Result<Vec<Pair>> {
@@ -268,35 +220,29 @@ pub fn run(
         .as_ref()
         .and_then(|s| s.backend)
         .map_or("none needed (tbf only)".to_string(), |b| b.to_string());
-    if json {
-        let doc = serde_json::json!({
-            "topology": t.name,
-            "backend": backend,
-            "together": load.together,
-            "congestion_default": default_cc,
-            "load_seconds": load.seconds,
-            // Under the first round's congestion control (cubic for pairs together
-            // unless -C says otherwise); every round's in jain_index_by_congestion.
-            "jain_index": jain_by_cc.first().map(|(_, j)| *j),
-            "jain_index_by_congestion": jain_by_cc.iter().cloned().collect::<std::collections::BTreeMap<_, _>>(),
-            "paths": rows,
-        });
-        println!("{}", serde_json::to_string_pretty(&doc)?);
-        return Ok(());
-    }
-    let header = Header {
-        topo: &t.name,
-        backend: &backend,
-        load: &load,
-        default_cc: &default_cc,
-        rounds: &rounds,
+    let check = NetCheck {
+        topology: t.name.clone(),
+        backend,
+        together: load.together,
+        congestion_default: default_cc,
+        load_seconds: load.seconds,
+        // Under the first round's congestion control (cubic for pairs together unless
+        // -C says otherwise); every round's in jain_index_by_congestion.
+        jain_index: jain_by_cc.first().map(|(_, j)| *j),
+        jain_index_by_congestion: jain_by_cc.into_iter().collect(),
+        paths: rows,
+        rounds,
+        congestion_chosen: load.congestion.is_some(),
+        rtt_tolerance_ms: RTT_TOLERANCE.as_secs_f64() * 1000.0,
+        loss_tolerance_percent: LOSS_TOLERANCE * 100.0,
     };
-    print!("{}", table(&header, &rows, &jain_by_cc));
+    if json {
+        println!("{}", json::document(&check)?);
+    } else {
+        print!("{}", table::net_check(&check));
+    }
     Ok(())
 }
-
-/// The congestion control that pairs run together are judged under.
-const FAIRNESS_CC: &str = "cubic";
 
 /// Measures every pair (one at a time, or all at once with `--together`) under `load`,
 /// into rows; with `--together`, also Jain's index over the pairs.
@@ -305,7 +251,7 @@ fn measure_round(
     pairs: &[Pair],
     paths: &[(PathInfo, Ipv4Addr)],
     load: &Load,
-) -> anyhow::Result<(Vec<Row>, Option<f64>)> {
+) -> anyhow::Result<(Vec<CheckedPath>, Option<f64>)> {
     let groups: Vec<Vec<usize>> = if load.together {
         vec![(0..pairs.len()).collect()]
     } else {
@@ -398,7 +344,7 @@ fn measure_round(
         else {
             continue;
         };
-        rows.push(Row {
+        rows.push(CheckedPath {
             from: p.from.clone(),
             to: p.to.clone(),
             connections: p.connections,
@@ -442,205 +388,6 @@ fn measure_round(
     Ok((rows, jain))
 }
 
-/// What the table's header says: the topology, the backend, and what load ran under
-/// which congestion control.
-struct Header<'a> {
-    topo: &'a str,
-    backend: &'a str,
-    load: &'a Load,
-    default_cc: &'a str,
-    rounds: &'a [Option<String>],
-}
-
-fn table(h: &Header<'_>, rows: &[Row], jain: &[(String, f64)]) -> String {
-    use std::fmt::Write;
-    let rate = |bps: f64| Rate(bps, UnitFormat::Adaptive).to_string();
-    let opt =
-        |v: Option<f64>, digits: usize| v.map_or("?".to_string(), |v| format!("{v:.digits$}"));
-    let together = h.load.together;
-    let mut out = String::new();
-    let _ = writeln!(out, "topology {}, emulation backend: {}", h.topo, h.backend);
-    let what = if together {
-        "every pair's TCP test at once"
-    } else {
-        "a TCP test per pair"
-    };
-    let ccs: Vec<String> = h
-        .rounds
-        .iter()
-        .map(|cc| match cc.as_deref() {
-            None => format!("{} (the system's default; -C chooses)", h.default_cc),
-            Some(FAIRNESS_CC) if together && h.load.congestion.is_none() => {
-                format!("{FAIRNESS_CC} (loss-based, as the seed's kernels)")
-            }
-            Some(cc) if cc == h.default_cc => format!("{cc} (the system's default)"),
-            Some(cc) => cc.to_string(),
-        })
-        .collect();
-    let _ = writeln!(
-        out,
-        "load: {what}, {} s after a first second left out, under {}",
-        h.load.seconds,
-        ccs.join(", then ")
-    );
-    let _ = writeln!(
-        out,
-        "judged: idle RTT (median of 20 echoes) within ±{:.1} ms of the file; loaded RTT (95th \
-         percentile of echoes during the load) at most the queue bound + {:.1} ms; {}{}",
-        ms_of(RTT_TOLERANCE),
-        ms_of(RTT_TOLERANCE),
-        if together {
-            "rates not judged (shared links), shown beside their max-min fair share"
-        } else {
-            "rate within the bounds shown"
-        },
-        if rows.iter().any(|r| r.implied_loss_percent > 0.0) {
-            format!(
-                "; loss within ±{:.0} % of the file's",
-                LOSS_TOLERANCE * 100.0
-            )
-        } else {
-            String::new()
-        }
-    );
-    let _ = writeln!(
-        out,
-        "{:<10} {:<6} {:>22} {:>32} {:>34} {:>18}  deviations",
-        "path",
-        "cc",
-        "idle RTT (file ±tol)",
-        "loaded RTT p95 ≤ bound (med/max)",
-        if together {
-            "rate (fair share)"
-        } else {
-            "rate (judged bounds)"
-        },
-        "loss (file bounds)",
-    );
-    let mut previous_cc: Option<&str> = None;
-    let jain_line = |out: &mut String, cc: Option<&str>| {
-        if let Some((cc, j)) = jain.iter().find(|(c, _)| Some(c.as_str()) == cc) {
-            let _ = writeln!(
-                out,
-                "Jain's fairness index over the pairs under {cc} (rate / fair share): {j:.3}"
-            );
-        }
-    };
-    for r in rows {
-        let cc = r.congestion.as_deref().unwrap_or("?");
-        if previous_cc.is_some_and(|p| p != cc) {
-            jain_line(&mut out, previous_cc);
-        }
-        previous_cc = Some(cc);
-        let name = if r.connections > 1 {
-            format!("{}-{}:{}", r.from, r.to, r.connections)
-        } else {
-            format!("{}-{}", r.from, r.to)
-        };
-        let idle = format!(
-            "{} ms ({:.1}±{:.1})",
-            opt(r.measured_rtt_ms, 1),
-            r.implied_rtt_ms,
-            r.rtt_tolerance_ms
-        );
-        let loaded = match r.implied_bps {
-            Some(_) => format!(
-                "{} ≤ {:.1}+{:.0} ms ({}/{})",
-                opt(r.loaded_rtt_p95_ms, 1),
-                r.queue_bound_ms,
-                r.rtt_tolerance_ms,
-                opt(r.loaded_rtt_median_ms, 1),
-                opt(r.loaded_rtt_ms, 1)
-            ),
-            // No rate limit, so no queue to bound.
-            None => format!(
-                "{} ms, no bound ({}/{})",
-                opt(r.loaded_rtt_p95_ms, 1),
-                opt(r.loaded_rtt_median_ms, 1),
-                opt(r.loaded_rtt_ms, 1)
-            ),
-        };
-        let reference = if together {
-            r.fair_share_bps
-                .map_or("(unlimited)".to_string(), |f| format!("({})", rate(f)))
-        } else {
-            match (r.rate_bounds_bps, r.implied_bps) {
-                (Some([lo, hi]), _) => format!("({}–{})", rate(lo), rate(hi)),
-                (None, None) => "(unlimited)".to_string(),
-                (None, Some(_)) => "(random loss: not judged)".to_string(),
-            }
-        };
-        let loss = match r.loss_bounds_percent {
-            Some([lo, hi]) => format!("{} % ({lo:.2}–{hi:.2})", opt(r.measured_loss_percent, 2)),
-            None => "-".to_string(),
-        };
-        let _ = writeln!(
-            out,
-            "{:<10} {:<6} {:>22} {:>32} {:>34} {:>18}  {}",
-            name,
-            cc,
-            idle,
-            loaded,
-            format!("{} {reference}", rate(r.measured_bps)),
-            loss,
-            if r.deviations.is_empty() {
-                "-".to_string()
-            } else {
-                r.deviations.join("; ")
-            }
-        );
-        if !r.connection_bps.is_empty() {
-            let each: Vec<String> = r.connection_bps.iter().map(|b| rate(*b)).collect();
-            let _ = writeln!(out, "{:<10} connections: {}", "", each.join(", "));
-        }
-    }
-    jain_line(&mut out, previous_cc);
-    let disturbed: Vec<String> = rows
-        .iter()
-        .filter_map(|r| {
-            let steal = r.host_steal_percent.filter(|s| *s >= STEAL_NOTED)?;
-            Some(format!("{}-{} ({steal:.0} %)", r.from, r.to))
-        })
-        .collect();
-    if !disturbed.is_empty() {
-        let _ = writeln!(
-            out,
-            "note: this machine's hypervisor took CPU time from it (steal) while these loads \
-             ran: {}; their figures may be the host's, not the network's",
-            disturbed.join(", ")
-        );
-    }
-    let late: Vec<String> = rows
-        .iter()
-        .filter_map(|r| {
-            let late = r
-                .emulator_late_p95_ms
-                .filter(|l| *l >= EMULATOR_LATE_NOTED_MS)?;
-            Some(format!("{}-{} ({late:.1} ms)", r.from, r.to))
-        })
-        .collect();
-    if !late.is_empty() {
-        let _ = writeln!(
-            out,
-            "note: the link emulator waited for a CPU while these loads ran, which their queue \
-             bounds allow (95th percentile of its lateness summed over the links crossed, there \
-             and back): {}; delays finer than that are the host's to decide, not the file's",
-            late.join(", ")
-        );
-    }
-    out
-}
-
-/// An emulator lateness (added up over a path) from this on (ms) is noted under the table.
-const EMULATOR_LATE_NOTED_MS: f64 = 1.0;
-
-/// Steal from this share of the CPU time on (percent) is noted under the table.
-const STEAL_NOTED: f64 = 1.0;
-
-fn ms_of(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
-
 /// One pair's measurement, with what it needs.
 struct Job<'a> {
     topo: &'a str,
@@ -673,22 +420,47 @@ fn client(job: &Job<'_>, args: &[String]) -> anyhow::Result<Child> {
 
 /// Waits for a client and reads its result; `Err(why)` when it could not connect (the
 /// server may not be listening yet: the caller decides whether to retry).
-fn result(job: &Job<'_>, child: &mut Child) -> anyhow::Result<Result<serde_json::Value, String>> {
+///
+/// The clients (and servers) run as child processes in their namespaces, not as threads
+/// of this one: a client that hangs on a path that stopped is killed on an early return
+/// ([`Reaped`]), which a thread cannot be. What they exchange is the result itself: the
+/// `-J` document is read back into the [`TestResult`] it was written from.
+fn result(job: &Job<'_>, child: &mut Child) -> anyhow::Result<Result<TestResult, String>> {
     use std::io::Read;
     let mut out = Vec::new();
     if let Some(mut stdout) = child.stdout.take() {
         stdout.read_to_end(&mut out)?;
     }
     child.wait()?;
-    let v: serde_json::Value = serde_json::from_slice(&out)
-        .map_err(|e| anyhow::anyhow!("{} -> {}: no result ({e})", job.pair.from, job.pair.to))?;
-    if let Some(e) = v["error"].as_str() {
-        if e.contains("cannot connect") {
-            return Ok(Err(e.to_string()));
+    let pair = || format!("{} -> {}", job.pair.from, job.pair.to);
+    if let Ok(TestError { error }) = serde_json::from_slice::<TestError>(&out) {
+        if error.contains("cannot connect") {
+            return Ok(Err(error));
         }
-        anyhow::bail!("{} -> {}: {e}", job.pair.from, job.pair.to);
+        anyhow::bail!("{}: {error}", pair());
     }
-    Ok(Ok(v))
+    let r: TestResult = serde_json::from_slice(&out)
+        .with_context(|| format!("{}: reading the test's result", pair()))?;
+    Ok(Ok(r))
+}
+
+/// The `-J` document of a test that failed.
+#[derive(serde::Deserialize)]
+struct TestError {
+    error: String,
+}
+
+/// The receiver's totals of a test's first direction: all its streams together, and
+/// each stream (`None`: the test produced no totals).
+fn received(r: &TestResult) -> Option<(&SideTotals, Vec<&SideTotals>)> {
+    let end = r.end.as_ref()?;
+    let sum = end.sums.first()?.receiver.as_ref()?;
+    let streams = end
+        .streams
+        .iter()
+        .filter_map(|s| s.receiver.as_ref())
+        .collect();
+    Some((sum, streams))
 }
 
 /// Whether a TCP socket listens on `port` in namespace `ns` (read from the namespace's
@@ -709,7 +481,7 @@ fn listening(ns: &str, port: u16) -> bool {
 }
 
 /// Runs a client to completion, retrying while its server is not listening yet (5 s).
-fn run_client(job: &Job<'_>, args: &[String]) -> anyhow::Result<serde_json::Value> {
+fn run_client(job: &Job<'_>, args: &[String]) -> anyhow::Result<TestResult> {
     let mut why = String::new();
     for _ in 0..50 {
         match result(job, &mut Reaped(client(job, args)?).0)? {
@@ -830,7 +602,7 @@ fn measure(jobs: &[Job<'_>], load: &Load) -> anyhow::Result<Vec<PairResult>> {
     let topo = jobs.first().map_or("", |j| j.topo);
     // Any snapshot will do before (the first one once the emulator has written it).
     let emulator_before = emulator_stats(topo, std::time::SystemTime::UNIX_EPOCH);
-    let tcp: anyhow::Result<Vec<serde_json::Value>> = (|| {
+    let tcp: anyhow::Result<Vec<TestResult>> = (|| {
         // Reaped: on an early return the other clients are killed, not left running.
         let clients: Vec<(Reaped, &Job<'_>)> = jobs
             .iter()
@@ -875,17 +647,16 @@ fn measure(jobs: &[Job<'_>], load: &Load) -> anyhow::Result<Vec<PairResult>> {
     let tcp = tcp?;
     let mut out = Vec::new();
     for (((job, v), (loaded, host)), idle) in jobs.iter().zip(&tcp).zip(&loaded).zip(&idle) {
-        let bps = v["end"]["sums"][0]["receiver"]["bits_per_second"]
-            .as_f64()
-            .unwrap_or(0.0);
-        let connections: Vec<f64> = v["end"]["streams"]
-            .as_array()
-            .map(|s| {
-                s.iter()
-                    .filter_map(|s| s["receiver"]["bits_per_second"].as_f64())
-                    .collect()
-            })
-            .unwrap_or_default();
+        let no_totals = || {
+            anyhow::anyhow!(
+                "{} -> {}: the TCP test produced no totals",
+                job.pair.from,
+                job.pair.to
+            )
+        };
+        let (sum, streams) = received(v).ok_or_else(no_totals)?;
+        let bps = sum.bits_per_second;
+        let connections: Vec<f64> = streams.iter().map(|s| s.bits_per_second).collect();
         // Loss: small datagrams at half the bottleneck, so the queues stay empty and
         // every loss is the configured one.
         let loss = if job.implied.loss > 0.0 {
@@ -903,12 +674,18 @@ fn measure(jobs: &[Job<'_>], load: &Load) -> anyhow::Result<Vec<PairResult>> {
             .map(|s| s.to_string())
             .collect();
             let udp = run_client(job, &args)?;
-            let sum = &udp["end"]["sums"][0];
-            let sent = sum["sender"]["packets"].as_f64().unwrap_or(0.0);
-            let u = &sum["receiver"]["udp"];
-            let received =
-                u["expected"].as_f64().unwrap_or(0.0) - u["lost"].as_f64().unwrap_or(0.0);
-            (sent > 0.0).then(|| (sent - received).max(0.0) / sent)
+            let sum = udp.end.as_ref().and_then(|e| e.sums.first());
+            let sent = sum.and_then(|s| s.sender.as_ref()?.packets);
+            let counted = sum.and_then(|s| s.receiver.as_ref()?.udp);
+            let (Some(sent), Some(counted)) = (sent, counted) else {
+                anyhow::bail!(
+                    "{} -> {}: the UDP test produced no totals",
+                    job.pair.from,
+                    job.pair.to
+                );
+            };
+            let received = counted.expected.saturating_sub(counted.lost);
+            (sent > 0).then(|| sent.saturating_sub(received) as f64 / sent as f64)
         } else {
             None
         };
@@ -929,7 +706,7 @@ fn measure(jobs: &[Job<'_>], load: &Load) -> anyhow::Result<Vec<PairResult>> {
             },
             connection_bps: connections,
             host_steal_percent: steal,
-            congestion: v["end"]["congestion_local"].as_str().map(String::from),
+            congestion: v.end.as_ref().and_then(|e| e.congestion_local.clone()),
         });
     }
     Ok(out)

@@ -7,11 +7,11 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use flowlab_engine::client::ClientError;
-use flowlab_engine::result::StreamDirection;
 use flowlab_engine::server::ServerConfig;
-use flowlab_engine::spec::Amount;
 use flowlab_proto::params::TestParams;
 use flowlab_proto::{Cookie, State, frame};
+use flowlab_report::result::StreamDirection;
+use flowlab_report::spec::Amount;
 use support::*;
 
 fn server() -> u16 {

@@ -12,11 +12,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flowlab_engine::server::ServerConfig;
-use flowlab_fragments::fetch::{FetchResult, FetchSpec, Silent, fetch};
+use flowlab_fragments::fetch::{FetchSpec, Silent, fetch};
 use flowlab_fragments::manifest::{self, Manifest};
 use flowlab_fragments::schedule::{Mode, assign_ratio};
 use flowlab_fragments::serve::FragmentService;
 use flowlab_proto::fragment::{Decoder, MAGIC, Reply, Request, VERSION};
+use flowlab_report::fetch::FetchResult;
 
 /// An in-process server on a free loopback port serving `dir` at `rate_bps` (0: no limit).
 fn fragment_server(dir: &Path, rate_bps: u64) -> u16 {

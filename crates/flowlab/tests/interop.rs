@@ -8,9 +8,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use flowlab_engine::client::ClientError;
-use flowlab_engine::result::StreamDirection;
-use flowlab_engine::spec::{Amount, Direction};
 use flowlab_proto::params::{Mode, Protocol};
+use flowlab_report::result::StreamDirection;
+use flowlab_report::spec::{Amount, Direction};
 use serde_json::Value;
 use support::*;
 
@@ -174,7 +174,7 @@ fn flowlab_client_against_iperf3_server() {
     if !require_tool("iperf3") {
         return;
     }
-    type Setup = fn(&mut flowlab_engine::spec::TestSpec);
+    type Setup = fn(&mut flowlab_report::spec::TestSpec);
     let cases: &[(&str, Setup)] = &[
         ("tcp", |_| {}),
         ("tcp -R", |s| s.direction = Direction::Reverse),
@@ -212,7 +212,7 @@ fn flowlab_client_against_iperf3_server() {
     }
 }
 
-fn check_against(name: &str, r: &flowlab_engine::result::TestResult, server: Value) {
+fn check_against(name: &str, r: &flowlab_report::result::TestResult, server: Value) {
     assert_eq!(r.start.peer.kind, "iperf3", "{name}");
     for sum in &end(r).sums {
         let snd = sum.sender.as_ref().expect("sender totals");

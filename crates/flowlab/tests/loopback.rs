@@ -3,9 +3,9 @@
 
 mod support;
 
-use flowlab_engine::result::StreamDirection;
-use flowlab_engine::spec::{Amount, Direction};
 use flowlab_proto::params::{Mode, Protocol};
+use flowlab_report::result::StreamDirection;
+use flowlab_report::spec::{Amount, Direction};
 use support::*;
 
 fn check(proto: Protocol, mode: Mode, direction: Direction, amount: Amount) {

@@ -4,13 +4,13 @@ mod support;
 
 use std::time::Duration;
 
-use flowlab_engine::diagnose::{Limit, NOTABLE};
-use flowlab_engine::result::{Side, StreamDirection, TestResult, Trace, TracedStream};
-use flowlab_engine::spec::{Amount, Direction};
 use flowlab_proto::cookie::COOKIE_LEN;
+use flowlab_report::diagnose::{Limit, NOTABLE};
+use flowlab_report::result::{Side, StreamDirection, TestResult, Trace, TracedStream};
+use flowlab_report::spec::{Amount, Direction};
 use support::*;
 
-fn traced(period: Duration, amount: Amount) -> flowlab_engine::spec::TestSpec {
+fn traced(period: Duration, amount: Amount) -> flowlab_report::spec::TestSpec {
     let mut s = spec(default_server());
     s.trace = Some(period);
     s.amount = amount;

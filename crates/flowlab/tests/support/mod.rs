@@ -8,9 +8,9 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use flowlab_engine::client::{self, ClientError, Quiet};
-use flowlab_engine::result::{EndInfo, SideTotals, StreamDirection, TestResult};
 use flowlab_engine::server::{NoLog, Server, ServerConfig};
-use flowlab_engine::spec::TestSpec;
+use flowlab_report::result::{EndInfo, SideTotals, StreamDirection, TestResult};
+use flowlab_report::spec::TestSpec;
 
 /// Starts a flowlab server on 127.0.0.1 with a free port; returns the port.
 pub fn start_server(cfg: ServerConfig) -> u16 {

@@ -300,17 +300,24 @@ fn mean(values: impl ExactSizeIterator<Item = f64>) -> f64 {
 }
 
 impl UdpInterval {
-    /// A stream's interval from the difference of two receiver snapshots.
-    pub fn from_counts(d: &crate::udp_stats::UdpCounts) -> Self {
-        let expected = d.packets - d.duplicates + d.lost;
+    /// A stream's interval from what its receiver counted in it: datagrams received
+    /// (duplicates included), lost, out of order and duplicated, and the jitter, µs.
+    pub fn from_receiver(
+        packets: u64,
+        lost: u64,
+        out_of_order: u64,
+        duplicates: u64,
+        jitter_us: f64,
+    ) -> Self {
+        let expected = packets - duplicates + lost;
         UdpInterval {
-            packets: d.packets,
+            packets,
             expected,
-            lost: d.lost,
-            lost_percent: percent(d.lost, expected),
-            out_of_order: d.out_of_order,
-            duplicates: d.duplicates,
-            jitter_ms: d.jitter_us / 1000.0,
+            lost,
+            lost_percent: percent(lost, expected),
+            out_of_order,
+            duplicates,
+            jitter_ms: jitter_us / 1000.0,
         }
     }
 
@@ -580,13 +587,7 @@ mod tests {
 
     #[test]
     fn udp_interval_sums_add_counts_and_average_jitter() {
-        let a = UdpInterval::from_counts(&crate::udp_stats::UdpCounts {
-            packets: 10,
-            lost: 2,
-            duplicates: 1,
-            jitter_us: 1000.0,
-            ..Default::default()
-        });
+        let a = UdpInterval::from_receiver(10, 2, 0, 1, 1000.0);
         assert_eq!(a.expected, 11);
         let b = UdpInterval {
             packets: 9,

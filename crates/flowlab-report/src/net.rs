@@ -1,0 +1,156 @@
+//! Emulated topologies: what one implies, as `flowlab net show` prints it
+//! ([`PlanSummary`], filled in by `flowlab_net`'s plan), and what `flowlab net check`
+//! measured beside it ([`NetCheck`]).
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// A topology's nodes, subnets, shaped links and host-to-host paths.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PlanSummary {
+    pub name: String,
+    pub hosts: usize,
+    pub routers: usize,
+    pub switches: usize,
+    pub links: usize,
+    /// Each /24 and its members' addresses.
+    pub subnets: Vec<Subnet>,
+    /// Each direction of a link that is shaped (a link's second direction only where it
+    /// differs from its first).
+    pub shaped: Vec<ShapedDirection>,
+    /// Every pair of hosts that has a path, in the file's host order.
+    pub paths: Vec<PathSummary>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Subnet {
+    /// The first three octets of the /24.
+    pub prefix: [u8; 3],
+    pub members: Vec<(String, Ipv4Addr)>,
+}
+
+/// One direction of a shaped link.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ShapedDirection {
+    pub link: String,
+    pub from: String,
+    pub to: String,
+    /// Bits per second (`None`: not limited).
+    pub rate_bps: Option<u64>,
+    pub delay: Duration,
+    pub jitter: Duration,
+    pub queue_packets: Option<u64>,
+    pub queue_bytes: Option<u64>,
+    /// Random loss, 0 … 1.
+    pub loss: f64,
+}
+
+/// What a path between two hosts implies.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PathSummary {
+    pub from: String,
+    pub to: String,
+    /// One-way delays there and back.
+    pub rtt: Duration,
+    /// The slowest link in the direction of travel (`None`: none is limited).
+    pub bottleneck_bps: Option<u64>,
+    /// Nodes from `from` to `to`, switches included.
+    pub nodes: Vec<String>,
+}
+
+/// The congestion control that pairs run together are judged under (loss-based, as
+/// seed 001's kernels ran them).
+pub const FAIRNESS_CC: &str = "cubic";
+
+/// What `flowlab net check` measured: its `-J` document, and what its table is made of.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NetCheck {
+    pub topology: String,
+    /// The emulation backend, or "none needed (tbf only)".
+    pub backend: String,
+    /// Every pair's TCP test ran at once.
+    pub together: bool,
+    /// The system's default congestion control.
+    pub congestion_default: String,
+    /// Seconds of TCP per pair (after one left out).
+    pub load_seconds: u64,
+    /// Jain's index under the first round's congestion control (null unless together).
+    pub jain_index: Option<f64>,
+    /// Jain's index under each round's congestion control.
+    pub jain_index_by_congestion: BTreeMap<String, f64>,
+    /// Every round's rows, in order.
+    pub paths: Vec<CheckedPath>,
+    /// Each round's congestion control (`None`: the system's, not chosen) — for the
+    /// table's header, not in the document.
+    #[serde(skip)]
+    pub rounds: Vec<Option<String>>,
+    /// The user chose the congestion control (`-C`).
+    #[serde(skip)]
+    pub congestion_chosen: bool,
+    /// The idle RTT's tolerance, and the loss's (relative, percent): for the header.
+    #[serde(skip)]
+    pub rtt_tolerance_ms: f64,
+    #[serde(skip)]
+    pub loss_tolerance_percent: f64,
+}
+
+/// One measured path of a [`NetCheck`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckedPath {
+    pub from: String,
+    pub to: String,
+    pub connections: u32,
+    /// TCP congestion control of the load (the client's, which sends).
+    pub congestion: Option<String>,
+    pub implied_rtt_ms: f64,
+    /// Median of 20 ICMP echoes on the idle path.
+    pub measured_rtt_ms: Option<f64>,
+    /// The idle RTT measured (the file's where not measured), plus every full queue on
+    /// the way there, plus `host_delay_p95_ms` and `emulator_late_p95_ms`.
+    pub queue_bound_ms: f64,
+    /// 95th percentile of echoes to the source's own loopback during the TCP test: the
+    /// busy host's own delay, which the queue bound allows.
+    pub host_delay_p95_ms: Option<f64>,
+    /// The user-space emulator's lateness during the TCP test: the 95th percentile of
+    /// its sum over the links an echo crosses, there and back (null without an
+    /// emulator): the time its thread waited for a CPU, which the queue bound allows too.
+    pub emulator_late_p95_ms: Option<f64>,
+    /// Highest and median ICMP echo RTT during the TCP test.
+    pub loaded_rtt_ms: Option<f64>,
+    pub loaded_rtt_median_ms: Option<f64>,
+    /// 95th percentile of the same (what the queue bound is judged on).
+    pub loaded_rtt_p95_ms: Option<f64>,
+    pub implied_bps: Option<u64>,
+    pub measured_bps: f64,
+    /// Each connection's throughput (receiver), when there are several.
+    pub connection_bps: Vec<f64>,
+    /// With --together: the pair's max-min fair share of the links it shares.
+    pub fair_share_bps: Option<f64>,
+    pub implied_loss_percent: f64,
+    /// UDP datagrams lost of those sent (only where the path has loss).
+    pub measured_loss_percent: Option<f64>,
+    /// The bounds each figure was judged by, tolerances included: idle RTT within
+    /// `rtt_tolerance_ms` of the file's; loaded RTT (p95) at most `queue_bound_ms` +
+    /// `rtt_tolerance_ms`; rate within `rate_bounds_bps` (absent where not judged: no
+    /// rate limit, random loss, or pairs run together); loss within
+    /// `loss_bounds_percent` (absent without configured loss).
+    pub rtt_tolerance_ms: f64,
+    pub rate_bounds_bps: Option<[f64; 2]>,
+    pub loss_bounds_percent: Option<[f64; 2]>,
+    /// What falls outside those bounds.
+    pub deviations: Vec<String>,
+    /// Share of the machine's CPU time its hypervisor took ("steal") while the load ran
+    /// (null where /proc/stat cannot be read): on a virtual machine whose host is busy,
+    /// the emulator and the probes wait too, and the figures with them.
+    pub host_steal_percent: Option<f64>,
+}
+
+/// An emulator lateness (added up over a path) from this on (ms) is noted under the
+/// check's table.
+pub const EMULATOR_LATE_NOTED_MS: f64 = 1.0;
+
+/// Steal from this share of the CPU time on (percent) is noted under the check's table.
+pub const STEAL_NOTED: f64 = 1.0;
