@@ -19,7 +19,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::topology::{Kind, Plan, Shape, Topology};
+use crate::topology::{Kind, Plan, Topology};
+use flowlab_report::net::Shape;
 
 /// Bytes a queued packet is counted as when a queue is given in packets.
 pub const PACKET_BYTES: u64 = 1514;
@@ -237,7 +238,7 @@ fn record(dir: &Path, topo: &str, ns: &str) -> Result<(), NetError> {
 /// its child. Without `netem`, delay, jitter and loss are left to the user-space emulator.
 pub fn shaping(dev: &str, s: &Shape, netem: bool) -> Vec<Vec<String>> {
     let mut cmds = Vec::new();
-    let limit_bytes = s.queue_limit_bytes();
+    let limit_bytes = crate::topology::queue_limit_bytes(s);
     let tbf = |parent: &[&str], rate: u64| -> Vec<String> {
         // Burst: tbf sends only when the kernel runs it, and tokens beyond the bucket are
         // lost, so a bucket shorter than the longest time the host leaves it unserved

@@ -9,7 +9,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use crate::topology::Shape;
+use flowlab_report::net::Shape;
 
 /// The delay line holds at most this many packets (netem's `limit` is set to the same
 /// number, see [`line_limit`]), whatever the link's rate.
@@ -22,7 +22,7 @@ pub fn line_limit(s: &Shape) -> u64 {
     let rate = s.rate_bps.unwrap_or(10_000_000_000) as f64;
     let longest = (s.delay + s.jitter).as_secs_f64();
     let in_flight = (rate * longest / 8.0 / crate::build::PACKET_BYTES as f64).ceil() as u64;
-    let queue = s.queue_limit_bytes() / crate::build::PACKET_BYTES;
+    let queue = crate::topology::queue_limit_bytes(s) / crate::build::PACKET_BYTES;
     (2 * in_flight + queue).clamp(1000, MAX_LINE)
 }
 

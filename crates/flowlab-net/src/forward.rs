@@ -90,14 +90,21 @@ impl Default for Counters {
 /// to 2^17 µs (131 ms), the last one holding everything later.
 pub const LATE_BUCKETS: usize = 1 + 4 * 17;
 
-/// The histogram bucket of a frame written `late_ns` after it was due.
+/// The histogram bucket of a frame written `late_ns` after it was due:
+/// 1 + ⌊4 · log2(late_ns / 1000)⌋ from 1 µs on, without floating point (it runs for
+/// every frame). With o = ⌊log2 late_ns⌋ and m = late_ns / 2^o in [1, 2), that is
+/// 1 + 4o − 40 + j, where j counts the thresholds 2^((j − 40 + 4·log2 1000) / 4) that m
+/// reaches (log2 1000 = 9.966: 4·log2 1000 is 0.137 short of 40), here in 16-bit fixed
+/// point.
 pub fn late_bucket(late_ns: u64) -> usize {
-    let us = late_ns as f64 / 1000.0;
-    if us < 1.0 {
-        0
-    } else {
-        (1 + (4.0 * us.log2()).floor() as usize).min(LATE_BUCKETS - 1)
+    const THRESHOLDS: [u64; 4] = [76_110, 90_510, 107_635, 128_000];
+    if late_ns < 1000 {
+        return 0;
     }
+    let octave = 63 - late_ns.leading_zeros() as usize;
+    let mantissa = ((u128::from(late_ns) << 16) >> octave) as u64;
+    let j = THRESHOLDS.iter().filter(|&&t| mantissa >= t).count();
+    (1 + 4 * octave + j - 40).min(LATE_BUCKETS - 1)
 }
 
 /// The upper edge of bucket `i`, µs (bucket 0: 1 µs; the last: unbounded, `None`).
@@ -961,6 +968,14 @@ mod tests {
         assert_eq!(late_bucket(2_000), 5);
         assert_eq!(late_bucket(1_000_000), 1 + 39);
         assert_eq!(late_bucket(u64::MAX), LATE_BUCKETS - 1);
+        // The same as 1 + ⌊4 · log2 µs⌋ in floating point, across the whole range.
+        let mut ns = 1_000u64;
+        while ns < 200_000_000 {
+            let float =
+                (1 + (4.0 * (ns as f64 / 1000.0).log2()).floor() as usize).min(LATE_BUCKETS - 1);
+            assert_eq!(late_bucket(ns), float, "{ns} ns");
+            ns += 1 + ns / 97;
+        }
         let c = Counters::default();
         let record = |ns: u64, n: u64| {
             c.late_histogram[late_bucket(ns)].fetch_add(n, Relaxed);

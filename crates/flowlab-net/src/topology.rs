@@ -30,7 +30,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
-use flowlab_report::net::{PathSummary, PlanSummary, ShapedDirection, Subnet};
+use flowlab_report::net::{PathSummary, PlanSummary, Shape, ShapedDirection, Subnet};
 use flowlab_report::units::{parse_duration, parse_rate};
 use serde::{Deserialize, Serialize};
 
@@ -91,32 +91,13 @@ pub enum Kind {
     Switch,
 }
 
-/// The properties of one direction of a link; `None` is "not emulated".
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct Shape {
-    /// Bits per second.
-    pub rate_bps: Option<u64>,
-    pub delay: Duration,
-    pub jitter: Duration,
-    /// Queue limit in packets or bytes (at most one is set).
-    pub queue_packets: Option<u64>,
-    pub queue_bytes: Option<u64>,
-    /// Random loss, 0 … 1.
-    pub loss: f64,
-}
-
-impl Shape {
-    pub fn is_plain(&self) -> bool {
-        *self == Shape::default()
-    }
-
-    /// The queue limit in bytes: `queue_bytes`, else `queue` packets of 1514 bytes, else
-    /// 1000 such packets (what tbf is given, and what bounds the queueing delay).
-    pub fn queue_limit_bytes(&self) -> u64 {
-        self.queue_bytes.unwrap_or(
-            self.queue_packets.unwrap_or(crate::build::DEFAULT_QUEUE) * crate::build::PACKET_BYTES,
-        )
-    }
+/// The queue limit of a link direction in bytes: `queue_bytes`, else `queue` packets of
+/// 1514 bytes, else 1000 such packets (what tbf is given, and what bounds the queueing
+/// delay).
+pub fn queue_limit_bytes(s: &Shape) -> u64 {
+    s.queue_bytes.unwrap_or(
+        s.queue_packets.unwrap_or(crate::build::DEFAULT_QUEUE) * crate::build::PACKET_BYTES,
+    )
 }
 
 /// A link between two nodes, with its shape in each direction.
@@ -378,16 +359,11 @@ impl<'a> Plan<'a> {
     pub fn summary(&self) -> PlanSummary {
         let t = self.topology;
         let count = |k: Kind| t.nodes.values().filter(|x| **x == k).count();
-        let direction = |l: &Link, from: &str, to: &str, s: &Shape| ShapedDirection {
+        let direction = |l: &Link, from: &str, to: &str, shape: Shape| ShapedDirection {
             link: l.name.clone(),
             from: from.to_string(),
             to: to.to_string(),
-            rate_bps: s.rate_bps,
-            delay: s.delay,
-            jitter: s.jitter,
-            queue_packets: s.queue_packets,
-            queue_bytes: s.queue_bytes,
-            loss: s.loss,
+            shape,
         };
         let mut shaped = Vec::new();
         for l in t
@@ -395,9 +371,9 @@ impl<'a> Plan<'a> {
             .iter()
             .filter(|l| !l.a_to_b.is_plain() || !l.b_to_a.is_plain())
         {
-            shaped.push(direction(l, &l.a, &l.b, &l.a_to_b));
+            shaped.push(direction(l, &l.a, &l.b, l.a_to_b));
             if l.b_to_a != l.a_to_b {
-                shaped.push(direction(l, &l.b, &l.a, &l.b_to_a));
+                shaped.push(direction(l, &l.b, &l.a, l.b_to_a));
             }
         }
         let hosts: Vec<&String> = t.hosts().collect();
@@ -560,7 +536,7 @@ impl<'a> Plan<'a> {
             .iter()
             .map(|h| self.shape(h))
             .filter_map(|s| {
-                let bytes = s.queue_limit_bytes() as f64;
+                let bytes = queue_limit_bytes(&s) as f64;
                 Some(Duration::from_secs_f64(bytes * 8.0 / s.rate_bps? as f64))
             })
             .sum();
@@ -570,7 +546,7 @@ impl<'a> Plan<'a> {
             .map(|h| self.shape(h))
             .filter(|s| s.rate_bps.is_some() && s.rate_bps == bottleneck_bps)
             .find_map(|s| {
-                let bytes = s.queue_limit_bytes() as f64;
+                let bytes = queue_limit_bytes(&s) as f64;
                 Some(Duration::from_secs_f64(bytes * 8.0 / s.rate_bps? as f64))
             })
             .unwrap_or_default();

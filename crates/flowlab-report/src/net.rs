@@ -32,20 +32,35 @@ pub struct Subnet {
     pub members: Vec<(String, Ipv4Addr)>,
 }
 
+/// The properties of one direction of a link, as a topology file gives them; `None` is
+/// "not emulated".
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Shape {
+    /// Bits per second.
+    pub rate_bps: Option<u64>,
+    pub delay: Duration,
+    pub jitter: Duration,
+    /// Queue limit in packets or bytes (at most one is set).
+    pub queue_packets: Option<u64>,
+    pub queue_bytes: Option<u64>,
+    /// Random loss, 0 … 1.
+    pub loss: f64,
+}
+
+impl Shape {
+    /// Nothing about this direction is emulated.
+    pub fn is_plain(&self) -> bool {
+        *self == Shape::default()
+    }
+}
+
 /// One direction of a shaped link.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ShapedDirection {
     pub link: String,
     pub from: String,
     pub to: String,
-    /// Bits per second (`None`: not limited).
-    pub rate_bps: Option<u64>,
-    pub delay: Duration,
-    pub jitter: Duration,
-    pub queue_packets: Option<u64>,
-    pub queue_bytes: Option<u64>,
-    /// Random loss, 0 … 1.
-    pub loss: f64,
+    pub shape: Shape,
 }
 
 /// What a path between two hosts implies.

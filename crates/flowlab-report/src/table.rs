@@ -507,7 +507,8 @@ pub fn net_plan(p: &crate::net::PlanSummary) -> String {
             members.join(", ")
         );
     }
-    for s in &p.shaped {
+    for d in &p.shaped {
+        let s = &d.shape;
         let mut v = Vec::new();
         if let Some(r) = s.rate_bps {
             v.push(Rate(r as f64, UnitFormat::Adaptive).to_string());
@@ -534,9 +535,9 @@ pub fn net_plan(p: &crate::net::PlanSummary) -> String {
         let _ = writeln!(
             out,
             "  link {} {} -> {}: {}",
-            s.link,
-            s.from,
-            s.to,
+            d.link,
+            d.from,
+            d.to,
             v.join(", ")
         );
     }
