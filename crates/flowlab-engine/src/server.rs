@@ -25,7 +25,6 @@ use flowlab_proto::results::PeerResults;
 use flowlab_proto::state::{encode_server_error, error_code};
 use flowlab_proto::udp::handshake_reply;
 use flowlab_proto::{Cookie, State};
-use serde::Serialize;
 use socket2::{Domain, Protocol as SockProtocol, SockRef, Socket, Type};
 
 use crate::control::{self, ControlError};
@@ -33,6 +32,7 @@ use crate::session::DataSession;
 use crate::sock;
 use crate::stream::{Budget, DataConfig, Role, StreamPlan, TestControl, Transport};
 use crate::trace;
+use flowlab_report::server::ServerEvent;
 use flowlab_report::spec::MAX_UDP_LEN;
 
 /// How the server runs.
@@ -82,41 +82,6 @@ impl Default for ServerConfig {
             extra: None,
         }
     }
-}
-
-/// Something the server did, for its log.
-#[derive(Debug, Clone, Serialize)]
-#[serde(tag = "event", rename_all = "snake_case")]
-pub enum ServerEvent {
-    Listening {
-        address: String,
-    },
-    TestStarted {
-        test: u64,
-        peer: String,
-        protocol: String,
-        streams: u64,
-        reverse: bool,
-        bidir: bool,
-        client: Option<String>,
-    },
-    TestFinished {
-        test: u64,
-        peer: String,
-        bytes_received: u64,
-        bytes_sent: u64,
-        seconds: f64,
-    },
-    /// A test or connection that ended badly; the server carries on.
-    TestFailed {
-        test: Option<u64>,
-        peer: String,
-        error: String,
-    },
-    Refused {
-        peer: String,
-        reason: String,
-    },
 }
 
 /// Where server events go.
@@ -425,7 +390,7 @@ enum TestError {
     #[error(transparent)]
     Control(#[from] ControlError),
     #[error("refused: {0}")]
-    Refused(String),
+    Refused(Refusal),
     #[error("waiting for data streams: {0}")]
     Streams(String),
     #[error("the client ended the test (CLIENT_TERMINATE)")]
@@ -438,7 +403,27 @@ enum TestError {
     Io(#[from] std::io::Error),
 }
 
-/// Checks a client's parameters against what the server can and may do.
+/// Why a test is refused: told to a flowlab client in its hello, logged by the server.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum Refusal {
+    #[error("only TCP and UDP tests are served")]
+    Protocol,
+    #[error("{0} parallel streams asked for; 1 to 128 are served")]
+    Parallel(u64),
+    #[error("block length {asked} is above the largest served ({max})")]
+    BlockLength { asked: u64, max: u64 },
+    #[error("stop-and-wait needs a message length")]
+    NoMessageLength,
+    #[error("tests are limited to {max} s here (--max-duration); asked for {asked} s")]
+    Duration { max: u64, asked: u64 },
+    #[error("tests are limited to {max} bit/s here (--max-bitrate); ask for less with -b")]
+    Bitrate { max: u64 },
+    #[error("tests are limited to {max} bytes here (--max-bytes); asked for {asked}")]
+    Bytes { max: u64, asked: u64 },
+    #[error("this server lacks the extension '{0}'")]
+    Extension(String),
+}
+
 /// Bytes per write or datagram of a test: as asked, or the protocol's default.
 fn block_len(p: &TestParams, proto: Protocol) -> usize {
     match (p.len, proto) {
@@ -448,13 +433,11 @@ fn block_len(p: &TestParams, proto: Protocol) -> usize {
     }
 }
 
-fn validate(p: &TestParams, cfg: &ServerConfig) -> Result<Protocol, String> {
-    let proto = p.protocol().ok_or("only TCP and UDP tests are served")?;
+/// Checks a client's parameters against what the server can and may do.
+fn validate(p: &TestParams, cfg: &ServerConfig) -> Result<Protocol, Refusal> {
+    let proto = p.protocol().ok_or(Refusal::Protocol)?;
     if !(1..=128).contains(&p.parallel) {
-        return Err(format!(
-            "{} parallel streams asked for; 1 to 128 are served",
-            p.parallel
-        ));
+        return Err(Refusal::Parallel(p.parallel));
     }
     let max_len = if proto == Protocol::Udp {
         MAX_UDP_LEN as u64
@@ -462,33 +445,31 @@ fn validate(p: &TestParams, cfg: &ServerConfig) -> Result<Protocol, String> {
         16 << 20
     };
     if p.len > max_len {
-        return Err(format!(
-            "block length {} is above the largest served ({max_len})",
-            p.len
-        ));
+        return Err(Refusal::BlockLength {
+            asked: p.len,
+            max: max_len,
+        });
     }
     if p.flowlab
         .as_ref()
         .is_some_and(|f| f.mode == Mode::StopAndWait)
         && p.len == 0
     {
-        return Err("stop-and-wait needs a message length".into());
+        return Err(Refusal::NoMessageLength);
     }
     let seconds = p.time + p.omit;
     if let Some(max) = cfg.max_duration {
         if p.time == 0 && p.num == 0 && p.blockcount == 0 || seconds > max.as_secs() {
-            return Err(format!(
-                "tests are limited to {} s here (--max-duration); asked for {seconds} s",
-                max.as_secs()
-            ));
+            return Err(Refusal::Duration {
+                max: max.as_secs(),
+                asked: seconds,
+            });
         }
     }
     if let Some(max) = cfg.max_bitrate {
         let asked = p.bandwidth.saturating_mul(p.stream_count());
         if p.bandwidth == 0 || asked > max {
-            return Err(format!(
-                "tests are limited to {max} bit/s here (--max-bitrate); ask for less with -b"
-            ));
+            return Err(Refusal::Bitrate { max });
         }
     }
     if let Some(max) = cfg.max_bytes {
@@ -499,9 +480,7 @@ fn validate(p: &TestParams, cfg: &ServerConfig) -> Result<Protocol, String> {
             .max(p.blockcount.saturating_mul(block_len(p, proto) as u64));
         let asked = per_direction.saturating_mul(if p.bidirectional { 2 } else { 1 });
         if asked > max {
-            return Err(format!(
-                "tests are limited to {max} bytes here (--max-bytes); asked for {asked}"
-            ));
+            return Err(Refusal::Bytes { max, asked });
         }
     }
     Ok(proto)
@@ -530,7 +509,7 @@ fn run_test(
     let mut verdict = validate(&params, cfg);
     if let (Ok(_), Some(f)) = (&verdict, &params.flowlab) {
         if let Some(missing) = f.require.iter().find(|r| !features.contains(&r.as_str())) {
-            verdict = Err(format!("this server lacks the extension '{missing}'"));
+            verdict = Err(Refusal::Extension(missing.clone()));
         }
     }
     if is_flowlab {
@@ -538,7 +517,7 @@ fn run_test(
             version: FLOWLAB_EXT_VERSION,
             server_version: env!("CARGO_PKG_VERSION").into(),
             features: features.iter().map(|f| f.to_string()).collect(),
-            error: verdict.as_ref().err().cloned(),
+            error: verdict.as_ref().err().map(Refusal::to_string),
             system: verdict.is_ok().then(crate::sysinfo::collect),
         };
         control::write_state(ctrl, State::FlowlabHello)?;
@@ -922,7 +901,14 @@ mod tests {
         };
         assert!(validate(&p(600_000, 0, false), &cfg).is_ok());
         let e = validate(&p(600_000, 0, true), &cfg).unwrap_err();
-        assert!(e.contains("asked for 1200000"), "{e}");
+        assert_eq!(
+            e,
+            Refusal::Bytes {
+                max: 1_000_000,
+                asked: 1_200_000
+            }
+        );
+        assert!(e.to_string().contains("asked for 1200000"), "{e}");
         // -k with UDP's default 1460-byte datagrams: 700 × 1460 = 1 022 000.
         assert!(validate(&p(0, 600, false), &cfg).is_ok());
         assert!(validate(&p(0, 700, false), &cfg).is_err());

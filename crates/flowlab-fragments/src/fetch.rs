@@ -71,6 +71,56 @@ pub enum FetchError {
     Incomplete { left: usize, why: String },
 }
 
+/// Why a connection to a server could not be used, or ended before the fetch did: the
+/// server's `failed` in the result, and what its progress bar says.
+#[derive(Debug, thiserror::Error)]
+enum ConnectionError {
+    #[error("cannot resolve {server}: {source}")]
+    Resolve {
+        server: String,
+        source: std::io::Error,
+    },
+    #[error("{0}: no address")]
+    NoAddress(String),
+    #[error("cannot connect to {server}: {source}")]
+    Connect {
+        server: String,
+        source: std::io::Error,
+    },
+    #[error(
+        "{server}: not a flowlab fragment server ({source}); start it with `flowlab serve --fragments DIR`"
+    )]
+    NotAFragmentServer {
+        server: String,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Manifest(#[from] ManifestError),
+    #[error("the server closed the connection")]
+    Closed,
+    #[error("the server closed the connection mid-fragment")]
+    ClosedMidFragment,
+    #[error("stalled: nothing received within the stall timeout")]
+    Stalled,
+    #[error("stalled mid-fragment")]
+    StalledMidFragment,
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("{0}")]
+    Protocol(#[from] flowlab_proto::ProtoError),
+    #[error("a reply nobody asked for")]
+    UnaskedReply,
+    #[error("protocol error: got {got} ({size} bytes) where {due} was due")]
+    WrongFragment { got: String, size: u64, due: String },
+    #[error("{}: {source}", path.display())]
+    File {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("lock poisoned")]
+    Poisoned,
+}
+
 /// What a caller is told while a fetch runs (progress bars).
 pub trait Progress: Sync {
     /// Once, before data flows: fragments and bytes still to fetch.
@@ -124,12 +174,15 @@ pub fn with_port(server: &str) -> String {
 }
 
 /// Opens a fragment connection and reads the manifest.
-fn connect(server: &str, timeout: Duration) -> Result<(TcpStream, Manifest), String> {
+fn connect(server: &str, timeout: Duration) -> Result<(TcpStream, Manifest), ConnectionError> {
     let with_port = with_port(server);
     let addrs = with_port
         .to_socket_addrs()
-        .map_err(|e| format!("cannot resolve {server}: {e}"))?;
-    let mut last = format!("{server}: no address");
+        .map_err(|source| ConnectionError::Resolve {
+            server: server.into(),
+            source,
+        })?;
+    let mut last = ConnectionError::NoAddress(server.into());
     for a in addrs {
         match TcpStream::connect_timeout(&a, timeout) {
             Ok(mut s) => {
@@ -148,14 +201,20 @@ fn connect(server: &str, timeout: Duration) -> Result<(TcpStream, Manifest), Str
                     s.read_exact(&mut body)?;
                     Ok(body)
                 };
-                let body = hello().map_err(|e| {
-                    format!("{server}: not a flowlab fragment server ({e}); start it with `flowlab serve --fragments DIR`")
+                let body = hello().map_err(|source| ConnectionError::NotAFragmentServer {
+                    server: server.into(),
+                    source,
                 })?;
-                let m = Manifest::parse(&body, Path::new(server)).map_err(|e| e.to_string())?;
+                let m = Manifest::parse(&body, Path::new(server))?;
                 let _ = s.set_nodelay(true);
                 return Ok((s, m));
             }
-            Err(e) => last = format!("cannot connect to {server}: {e}"),
+            Err(source) => {
+                last = ConnectionError::Connect {
+                    server: server.into(),
+                    source,
+                }
+            }
         }
     }
     Err(last)
@@ -217,7 +276,7 @@ pub fn fetch(spec: &FetchSpec, progress: &dyn Progress) -> Result<FetchResult, F
                     conns.push((server, s));
                 }
                 Err(e) => {
-                    stats[server].failed = Some(e);
+                    stats[server].failed = Some(e.to_string());
                     break;
                 }
             }
@@ -302,6 +361,7 @@ pub fn fetch(spec: &FetchSpec, progress: &dyn Progress) -> Result<FetchResult, F
                     result
                 };
                 if let Err(why) = result {
+                    let why = why.to_string();
                     sh.sched.failed(worker);
                     if sh.stats[server].failed.is_none() {
                         sh.stats[server].failed = Some(why.clone());
@@ -378,9 +438,9 @@ fn note(stats: &mut ServerStats, message: String) {
 }
 
 /// Reads from the connection into the decoder.
-fn fill(conn: &mut TcpStream, d: &mut Decoder, buf: &mut [u8]) -> Result<(), String> {
+fn fill(conn: &mut TcpStream, d: &mut Decoder, buf: &mut [u8]) -> Result<(), ConnectionError> {
     match conn.read(buf) {
-        Ok(0) => Err("the server closed the connection".into()),
+        Ok(0) => Err(ConnectionError::Closed),
         Ok(n) => {
             d.push(&buf[..n]);
             Ok(())
@@ -391,9 +451,9 @@ fn fill(conn: &mut TcpStream, d: &mut Decoder, buf: &mut [u8]) -> Result<(), Str
                 std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
             ) =>
         {
-            Err("stalled: nothing received within the stall timeout".into())
+            Err(ConnectionError::Stalled)
         }
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -403,17 +463,16 @@ fn run_worker(
     worker: usize,
     server: usize,
     mut conn: TcpStream,
-) -> Result<(), String> {
+) -> Result<(), ConnectionError> {
     let names = &ctx.manifest.fragments;
-    conn.set_read_timeout(Some(ctx.spec.stall_timeout))
-        .map_err(|e| e.to_string())?;
+    conn.set_read_timeout(Some(ctx.spec.stall_timeout))?;
     let mut outstanding: VecDeque<usize> = VecDeque::new();
     let mut d = Decoder::default();
     let mut buf = vec![0u8; 256 * 1024];
     loop {
         // Ask for more, send cancels, or wait for work to come back.
         {
-            let mut sh = ctx.shared.lock().map_err(|_| "lock poisoned")?;
+            let mut sh = ctx.shared.lock().map_err(|_| ConnectionError::Poisoned)?;
             let cancels = std::mem::take(&mut sh.cancel[worker]);
             let mut wire = Vec::new();
             for f in cancels.into_iter().filter(|f| outstanding.contains(f)) {
@@ -437,36 +496,43 @@ fn run_worker(
             }
             drop(sh);
             if !wire.is_empty() {
-                conn.write_all(&wire).map_err(|e| e.to_string())?;
+                conn.write_all(&wire)?;
             }
         }
         // The next reply; the server answers in request order.
         let reply = loop {
-            match d.next_reply().map_err(|e| e.to_string())? {
+            match d.next_reply()? {
                 Some(r) => break r,
                 None => fill(&mut conn, &mut d, &mut buf)?,
             }
         };
-        let expected = outstanding.pop_front().ok_or("a reply nobody asked for")?;
+        let expected = outstanding
+            .pop_front()
+            .ok_or(ConnectionError::UnaskedReply)?;
         let entry = &names[expected];
         match reply {
             Reply::Fragment { name, size, hash } => {
                 if name != entry.name || size != entry.size {
-                    return Err(format!(
-                        "protocol error: got {name} ({size} bytes) where {} was due",
-                        entry.name
-                    ));
+                    return Err(ConnectionError::WrongFragment {
+                        got: name,
+                        size,
+                        due: entry.name.clone(),
+                    });
                 }
                 let verified = receive_body(
                     ctx, server, worker, &mut conn, &mut d, &mut buf, expected, size,
                 )? && hash == ctx.hashes[expected];
-                let mut sh = ctx.shared.lock().map_err(|_| "lock poisoned")?;
+                let mut sh = ctx.shared.lock().map_err(|_| ConnectionError::Poisoned)?;
                 sh.last_byte[server] = Some(Instant::now());
                 let part = ctx.spec.out.join(part_name(&entry.name, worker));
                 match sh.sched.delivered(worker, expected, verified) {
                     Outcome::Accepted { cancel } => {
-                        fs::rename(&part, ctx.spec.out.join(&entry.name))
-                            .map_err(|e| format!("{}: {e}", entry.name))?;
+                        fs::rename(&part, ctx.spec.out.join(&entry.name)).map_err(|source| {
+                            ConnectionError::File {
+                                path: entry.name.clone().into(),
+                                source,
+                            }
+                        })?;
                         sh.stats[server].fragments += 1;
                         sh.stats[server].bytes += size;
                         for w in cancel {
@@ -497,12 +563,12 @@ fn run_worker(
                 ctx.wake.notify_all();
             }
             Reply::Cancelled(_) => {
-                let mut sh = ctx.shared.lock().map_err(|_| "lock poisoned")?;
+                let mut sh = ctx.shared.lock().map_err(|_| ConnectionError::Poisoned)?;
                 sh.sched.dropped(worker, expected, false);
                 sh.stats[server].duplicates += 1;
             }
             Reply::Refused { name, message } => {
-                let mut sh = ctx.shared.lock().map_err(|_| "lock poisoned")?;
+                let mut sh = ctx.shared.lock().map_err(|_| ConnectionError::Poisoned)?;
                 sh.sched.dropped(worker, expected, true);
                 sh.stats[server].refused += 1;
                 note(&mut sh.stats[server], format!("{name}: {message}"));
@@ -524,20 +590,26 @@ fn receive_body(
     buf: &mut [u8],
     frag: usize,
     size: u64,
-) -> Result<bool, String> {
+) -> Result<bool, ConnectionError> {
     let entry = &ctx.manifest.fragments[frag];
     let part = ctx.spec.out.join(part_name(&entry.name, worker));
     let mut file = BufWriter::with_capacity(
         1 << 20,
-        File::create(&part).map_err(|e| format!("{}: {e}", part.display()))?,
+        File::create(&part).map_err(|source| ConnectionError::File {
+            path: part.clone(),
+            source,
+        })?,
     );
     let mut hasher = blake3::Hasher::new();
     let mut left = size;
-    let mut store = |bytes: &[u8], hasher: &mut blake3::Hasher| -> Result<(), String> {
+    let file_error = |source| ConnectionError::File {
+        path: part.clone(),
+        source,
+    };
+    let mut store = |bytes: &[u8], hasher: &mut blake3::Hasher| -> Result<(), ConnectionError> {
         hasher.update(bytes);
         ctx.progress.bytes(server, bytes.len() as u64);
-        file.write_all(bytes)
-            .map_err(|e| format!("{}: {e}", part.display()))
+        file.write_all(bytes).map_err(file_error)
     };
     let early = d.take(left as usize);
     left -= early.len() as u64;
@@ -545,7 +617,7 @@ fn receive_body(
     while left > 0 {
         let want = (left as usize).min(buf.len());
         let n = match conn.read(&mut buf[..want]) {
-            Ok(0) => return Err("the server closed the connection mid-fragment".into()),
+            Ok(0) => return Err(ConnectionError::ClosedMidFragment),
             Ok(n) => n,
             Err(e)
                 if matches!(
@@ -553,15 +625,14 @@ fn receive_body(
                     std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
                 ) =>
             {
-                return Err("stalled mid-fragment".into());
+                return Err(ConnectionError::StalledMidFragment);
             }
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(e.into()),
         };
         store(&buf[..n], &mut hasher)?;
         left -= n as u64;
     }
-    file.flush()
-        .map_err(|e| format!("{}: {e}", part.display()))?;
+    file.flush().map_err(file_error)?;
     Ok(*hasher.finalize().as_bytes() == ctx.hashes[frag])
 }
 

@@ -34,6 +34,21 @@ const SILENT_CLIENT: Duration = Duration::from_secs(300);
 /// Bytes per `sendfile` call when the connection is rate-limited (pacing granularity).
 const PACED_CHUNK: usize = 64 * 1024;
 
+/// Why a requested fragment is not sent: the refusal's message to the client.
+#[derive(Debug, thiserror::Error)]
+enum Refusal {
+    #[error("refused: {0}")]
+    BadName(&'static str),
+    #[error("no such fragment in this set")]
+    NotInSet,
+    #[error("cannot open: {0}")]
+    Open(nix::Error),
+    #[error("{0}")]
+    Stat(#[from] std::io::Error),
+    #[error("changed on disk since the server started")]
+    Changed,
+}
+
 /// A fragment set being served.
 #[derive(Debug)]
 pub struct FragmentService {
@@ -108,12 +123,9 @@ impl FragmentService {
     }
 
     /// Opens a requested fragment, or says why not.
-    fn open_fragment(&self, name: &str) -> Result<(File, u64, [u8; 32]), String> {
-        check_name(name).map_err(|p| format!("refused: {p}"))?;
-        let &(size, hash) = self
-            .entries
-            .get(name)
-            .ok_or("no such fragment in this set")?;
+    fn open_fragment(&self, name: &str) -> Result<(File, u64, [u8; 32]), Refusal> {
+        check_name(name).map_err(Refusal::BadName)?;
+        let &(size, hash) = self.entries.get(name).ok_or(Refusal::NotInSet)?;
         let fd = nix::fcntl::openat(
             self.dir_fd.as_fd(),
             name,
@@ -122,11 +134,11 @@ impl FragmentService {
                 | nix::fcntl::OFlag::O_CLOEXEC,
             nix::sys::stat::Mode::empty(),
         )
-        .map_err(|e| format!("cannot open: {e}"))?;
+        .map_err(Refusal::Open)?;
         let file = File::from(fd);
-        let meta = file.metadata().map_err(|e| e.to_string())?;
+        let meta = file.metadata()?;
         if !meta.is_file() || meta.len() != size {
-            return Err("changed on disk since the server started".into());
+            return Err(Refusal::Changed);
         }
         Ok((file, size, hash))
     }
@@ -213,7 +225,10 @@ impl FragmentService {
                     conn.write_all(&Reply::Fragment { name, size, hash }.encode())?;
                     self.send_body(conn, &file, size)?;
                 }
-                Err(message) => conn.write_all(&Reply::Refused { name, message }.encode())?,
+                Err(why) => {
+                    let message = why.to_string();
+                    conn.write_all(&Reply::Refused { name, message }.encode())?
+                }
             }
         }
         Ok(())

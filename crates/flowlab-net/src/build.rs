@@ -87,14 +87,19 @@ pub enum Backend {
     Userspace,
 }
 
+/// A `--backend` that is none of flowlab's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("'{0}': choose auto, netem or userspace")]
+pub struct UnknownBackend(pub String);
+
 impl std::str::FromStr for Backend {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownBackend;
+    fn from_str(s: &str) -> Result<Self, UnknownBackend> {
         match s {
             "auto" => Ok(Backend::Auto),
             "netem" => Ok(Backend::Netem),
             "userspace" => Ok(Backend::Userspace),
-            _ => Err(format!("'{s}': choose auto, netem or userspace")),
+            _ => Err(UnknownBackend(s.into())),
         }
     }
 }
@@ -980,6 +985,7 @@ mod tests {
         assert!(
             "tc".parse::<Backend>()
                 .unwrap_err()
+                .to_string()
                 .contains("auto, netem or userspace")
         );
         let name = link_ns_name("port", 11);

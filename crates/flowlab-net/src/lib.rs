@@ -11,6 +11,7 @@
 //! - [`netns`]: doing things inside a namespace from this process; [`probe`]: ICMP RTT
 //!   probes from inside one.
 //! - [`locate`]: which topology and node a process runs in, and its paths' bottlenecks.
+//! - [`status`]: the topologies that are up, how they were built, what their emulator did.
 
 pub mod build;
 pub mod check;
@@ -19,4 +20,5 @@ pub mod forward;
 pub mod locate;
 pub mod netns;
 pub mod probe;
+pub mod status;
 pub mod topology;

@@ -14,12 +14,23 @@ pub fn event(name: &str, data: &impl Serialize) -> String {
     serde_json::json!({ "event": name, "data": data }).to_string()
 }
 
+/// One JSON-stream line with its newline: `{"event": name, "data": data}`.
+pub fn event_line(name: &str, data: &impl Serialize) -> String {
+    event(name, data) + "\n"
+}
+
+/// `value` as one compact JSON line with its newline (a log line of `serve -J`); an empty
+/// line if it cannot be serialised (a map with non-string keys; none of flowlab's).
+pub fn line(value: &impl Serialize) -> String {
+    serde_json::to_string(value).unwrap_or_default() + "\n"
+}
+
 /// The JSON-stream lines that end a finished test: `end` (null when the test produced no
 /// totals), then `trace` when one was taken; each line ends in a newline.
 pub fn finish(r: &TestResult) -> String {
-    let mut out = event("end", &r.end) + "\n";
+    let mut out = event_line("end", &r.end);
     if let Some(t) = &r.trace {
-        out += &(event("trace", t) + "\n");
+        out += &event_line("trace", t);
     }
     out
 }

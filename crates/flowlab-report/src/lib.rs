@@ -10,7 +10,9 @@
 //!   output of a test is made from.
 //! - [`diagnose`]: what limited a traced transfer, with evidence and advice.
 //! - [`fetch`]: what a fragment fetch or a ratio sweep produced.
-//! - [`net`]: what an emulated topology implies (`net show`).
+//! - [`net`]: what an emulated topology implies (`net show`), what `net check` measured,
+//!   how the topologies that are up were built (`net up`, `net status`).
+//! - [`server`]: what a server did, for its log (`serve`).
 //! - [`units`]: sizes, rates and durations, parsed and printed.
 //!
 //! How it is shown:
@@ -25,6 +27,7 @@ pub mod fetch;
 pub mod json;
 pub mod net;
 pub mod result;
+pub mod server;
 pub mod spec;
 pub mod table;
 pub mod units;
@@ -63,9 +66,9 @@ pub fn test_output(r: &TestResult, format: TestFormat) -> serde_json::Result<Str
         }
         TestFormat::Json => json::document(r)? + "\n",
         TestFormat::JsonStream => {
-            let mut out = json::event("start", &r.start) + "\n";
+            let mut out = json::event_line("start", &r.start);
             for iv in &r.intervals {
-                out += &(json::event("interval", iv) + "\n");
+                out += &json::event_line("interval", iv);
             }
             out += &json::finish(r);
             out

@@ -1,6 +1,7 @@
 //! Emulated topologies: what one implies, as `flowlab net show` prints it
-//! ([`PlanSummary`], filled in by `flowlab_net`'s plan), and what `flowlab net check`
-//! measured beside it ([`NetCheck`]).
+//! ([`PlanSummary`], filled in by `flowlab_net`'s plan), what `flowlab net check`
+//! measured beside it ([`NetCheck`]), and how the topologies that are up were built and
+//! what their emulator did ([`TopologyStatus`], for `net up` and `net status`).
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -169,3 +170,54 @@ pub const EMULATOR_LATE_NOTED_MS: f64 = 1.0;
 
 /// Steal from this share of the CPU time on (percent) is noted under the check's table.
 pub const STEAL_NOTED: f64 = 1.0;
+
+/// How a topology that is up was built.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Built {
+    /// No state recorded: its `up` is still building, or failed before the end.
+    Unknown,
+    /// Rate and queue by tbf only: no link has delay, jitter or loss.
+    TbfOnly,
+    /// Delay, jitter and loss emulated by `backend` (`netem` or `userspace`), on `links`
+    /// by the emulator process `emulator_pid` (user-space backend only).
+    Emulated {
+        backend: String,
+        emulator_pid: Option<u32>,
+        links: Vec<String>,
+    },
+}
+
+/// A topology that is up (`net status`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TopologyStatus {
+    pub name: String,
+    pub built: Built,
+    pub namespaces: Vec<String>,
+    /// The user-space emulator's counters, two per link it forwards (empty without one).
+    pub emulated: Vec<EmulatedDirection>,
+}
+
+/// What the user-space emulator did in one direction of one link, since it started.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EmulatedDirection {
+    pub link: String,
+    /// `a→b` or `b→a`, the link's ends as the topology file names them.
+    pub way: String,
+    pub forwarded: u64,
+    /// Dropped by the link's random loss.
+    pub lost: u64,
+    /// Dropped because the line's queue was full.
+    pub line_full: u64,
+    /// Dropped by the emulator itself (its socket or its own buffers overflowed).
+    pub emulator_drops: u64,
+    /// Frames too long to forward.
+    pub oversize: u64,
+    /// Mean lateness of a forwarded frame against its due time, µs.
+    pub mean_late_us: f64,
+    /// Frames sent late by more than the emulator's tolerance.
+    pub late: u64,
+    pub max_late_us: u64,
+    /// How early frames are written to make up for the cost of sending them, µs.
+    pub send_cost_us: f64,
+}

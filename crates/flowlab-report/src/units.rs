@@ -53,9 +53,14 @@ pub fn parse_rate(text: &str) -> Result<u64, BadQuantity> {
     Ok(bits.round() as u64)
 }
 
+/// A duration that did not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("'{0}' is not a duration like 10ms, 0.5s or 250us")]
+pub struct BadDuration(pub String);
+
 /// Parses a duration: a number with `us`, `ms` or `s` (`10ms`, `0.5s`, `250us`); a bare
 /// number is milliseconds.
-pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+pub fn parse_duration(text: &str) -> Result<std::time::Duration, BadDuration> {
     let t = text.trim();
     let (digits, scale) = if let Some(d) = t.strip_suffix("us") {
         (d, 1e-6)
@@ -66,7 +71,7 @@ pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
     } else {
         (t, 1e-3)
     };
-    let bad = || format!("'{text}' is not a duration like 10ms, 0.5s or 250us");
+    let bad = || BadDuration(text.into());
     let v: f64 = digits.trim().parse().map_err(|_| bad())?;
     if !v.is_finite() || v < 0.0 || v * scale > 1e9 {
         return Err(bad());
@@ -84,6 +89,18 @@ pub enum UnitFormat {
     Bits(u32),
     /// Fixed bytes: K, M, G, T.
     Bytes(u32),
+}
+
+/// A `-f` argument that is not a unit.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("'{0}' is not one of k m g t (bits), K M G T (bytes), a (adaptive)")]
+pub struct BadUnitFormat(pub String);
+
+impl std::str::FromStr for UnitFormat {
+    type Err = BadUnitFormat;
+    fn from_str(text: &str) -> Result<Self, BadUnitFormat> {
+        UnitFormat::parse(text).ok_or_else(|| BadUnitFormat(text.into()))
+    }
 }
 
 impl UnitFormat {

@@ -11,8 +11,9 @@
 use std::path::PathBuf;
 
 use flowlab_report::fetch::{FetchResult, FileEntry, ServerStats, SweepResult, SweepRow};
-use flowlab_report::net::NetCheck;
+use flowlab_report::net::{Built, EmulatedDirection, NetCheck, TopologyStatus};
 use flowlab_report::result::TestResult;
+use flowlab_report::server::ServerEvent;
 use flowlab_report::units::UnitFormat;
 use flowlab_report::{TestFormat, csv, json, table, test_output};
 
@@ -163,6 +164,137 @@ fn quick_prints_the_totals_alone() {
         "quick-whole",
         table::whole(&result("tcp-p2.json"), UnitFormat::Adaptive)
     );
+}
+
+#[test]
+fn quick_headings_name_each_test_and_its_target() {
+    let text = table::quick_heading(2, 40123)
+        + &table::quick_case("TCP", false, None)
+        + &table::quick_case("TCP", true, None)
+        + &table::quick_case("UDP", false, Some(1_000_000_000))
+        + &table::quick_case("UDP", true, Some(2_500_000));
+    pin!("quick-headings", text);
+}
+
+#[test]
+fn every_server_event_as_text_and_as_json() {
+    let events = [
+        ServerEvent::Listening {
+            address: "[::]:5201".into(),
+        },
+        ServerEvent::TestStarted {
+            test: 1,
+            peer: "10.0.0.1:40000".into(),
+            protocol: "TCP".into(),
+            streams: 2,
+            reverse: true,
+            bidir: false,
+            client: Some("iperf 3.12".into()),
+        },
+        ServerEvent::TestStarted {
+            test: 2,
+            peer: "[::1]:40002".into(),
+            protocol: "UDP".into(),
+            streams: 1,
+            reverse: false,
+            bidir: true,
+            client: None,
+        },
+        ServerEvent::TestFinished {
+            test: 1,
+            peer: "10.0.0.1:40000".into(),
+            bytes_received: 0,
+            bytes_sent: 1_250_000_000,
+            seconds: 10.004,
+        },
+        ServerEvent::TestFailed {
+            test: Some(2),
+            peer: "[::1]:40002".into(),
+            error: "control connection: connection reset by peer".into(),
+        },
+        ServerEvent::TestFailed {
+            test: None,
+            peer: "10.0.0.9:1".into(),
+            error: "invalid cookie".into(),
+        },
+        ServerEvent::Refused {
+            peer: "10.0.0.7:5555".into(),
+            reason: "busy: 16 tests running".into(),
+        },
+    ];
+    let text: String = events
+        .iter()
+        .map(|e| table::server_event(e) + "\n")
+        .collect();
+    pin!("serve-log-table", text);
+    let lines: String = events.iter().map(json::line).collect();
+    pin!("serve-log-json", lines);
+}
+
+#[test]
+fn fragment_sets_made_and_served() {
+    let dir = std::path::Path::new("sets/seed");
+    let text = table::fragment_set(&file(), 160, "wrote to sets/seed")
+        + &table::fragment_set(
+            &FileEntry {
+                name: "empty".into(),
+                size: 0,
+                blake3: "af".repeat(32),
+            },
+            1,
+            "verified and joined into out/empty",
+        )
+        + &table::serving_fragments(160, dir, None)
+        + &table::serving_fragments(160, dir, Some(100_000_000));
+    pin!("fragments-lines", text);
+}
+
+#[test]
+fn net_up_down_and_status_of_each_kind_of_topology() {
+    let emulated = Built::Emulated {
+        backend: "userspace".into(),
+        emulator_pid: Some(4242),
+        links: vec!["L1".into(), "L2".into()],
+    };
+    let netem = Built::Emulated {
+        backend: "netem".into(),
+        emulator_pid: None,
+        links: Vec::new(),
+    };
+    let mut text = String::new();
+    for built in [&Built::TbfOnly, &emulated, &netem] {
+        text += &table::net_up("port", 14, built);
+    }
+    text += &table::net_down("port", 14);
+    text += &table::net_status(&[]);
+    let direction = |way: &str, forwarded| EmulatedDirection {
+        link: "L1".into(),
+        way: way.into(),
+        forwarded,
+        lost: forwarded / 100,
+        line_full: 3,
+        emulator_drops: 0,
+        oversize: 1,
+        mean_late_us: 12.4,
+        late: 2,
+        max_late_us: 1350,
+        send_cost_us: 2.25,
+    };
+    text += &table::net_status(&[
+        TopologyStatus {
+            name: "port".into(),
+            built: emulated,
+            namespaces: vec!["fl-port-h1".into(), "fl-port-link.0".into()],
+            emulated: vec![direction("a→b", 120_000), direction("b→a", 0)],
+        },
+        TopologyStatus {
+            name: "half".into(),
+            built: Built::Unknown,
+            namespaces: vec!["fl-half-h1".into()],
+            emulated: Vec::new(),
+        },
+    ]);
+    pin!("net-up-down-status", text);
 }
 
 fn file() -> FileEntry {

@@ -1,0 +1,59 @@
+//! The topologies that are up, as `flowlab net up` and `flowlab net status` report them:
+//! read from the namespaces, each topology's state file and its emulator's stats file.
+
+use std::path::Path;
+
+use flowlab_report::net::{Built, EmulatedDirection, TopologyStatus};
+
+use crate::build::{self, State};
+use crate::forward::LinkStats;
+
+/// How the topology of `state` was built.
+pub fn built(state: &State) -> Built {
+    match state.backend {
+        None => Built::TbfOnly,
+        Some(b) => Built::Emulated {
+            backend: b.to_string(),
+            emulator_pid: state.emulator_pid,
+            links: state.emulated_links.clone(),
+        },
+    }
+}
+
+/// Every topology that is up, with the state `up` recorded under `dir` and the counters
+/// its emulator last wrote there (none when it has no emulator or they cannot be read).
+pub fn topologies(dir: &Path) -> Vec<TopologyStatus> {
+    build::status()
+        .into_iter()
+        .map(|(name, namespaces)| {
+            let built = build::state(dir, &name).map_or(Built::Unknown, |s| built(&s));
+            let stats: Vec<LinkStats> = std::fs::read_to_string(build::stats_file(dir, &name))
+                .ok()
+                .and_then(|t| serde_json::from_str(&t).ok())
+                .unwrap_or_default();
+            TopologyStatus {
+                name,
+                built,
+                namespaces,
+                emulated: stats.iter().flat_map(directions).collect(),
+            }
+        })
+        .collect()
+}
+
+/// A link's counters, a→b then b→a.
+fn directions(l: &LinkStats) -> [EmulatedDirection; 2] {
+    [("a→b", &l.a_to_b), ("b→a", &l.b_to_a)].map(|(way, d)| EmulatedDirection {
+        link: l.link.clone(),
+        way: way.to_string(),
+        forwarded: d.forwarded,
+        lost: d.lost,
+        line_full: d.line_full,
+        emulator_drops: d.emulator_drops,
+        oversize: d.oversize,
+        mean_late_us: d.mean_late_us(),
+        late: d.late,
+        max_late_us: d.max_late_us,
+        send_cost_us: d.send_cost_ns as f64 / 1000.0,
+    })
+}

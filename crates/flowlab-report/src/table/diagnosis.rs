@@ -1,0 +1,98 @@
+//! `--trace`'s diagnosis under a test's table.
+
+use std::fmt::Write as _;
+
+use crate::result::{Side, Trace};
+use crate::units::{Bytes, Rate, UnitFormat};
+
+/// `--trace`: how much was sampled, and what limited each direction's senders.
+pub fn diagnosis(t: &Trace) -> String {
+    let mut out = String::new();
+    let count = |side: Side| -> usize {
+        t.streams
+            .iter()
+            .filter(|s| s.side == side)
+            .map(|s| s.trace.samples.len())
+            .sum()
+    };
+    let _ = writeln!(
+        out,
+        "Trace: every {} ms, {} samples on the client, {} on the server",
+        t.period_us as f64 / 1000.0,
+        count(Side::Client),
+        count(Side::Server)
+    );
+    if t.streams.iter().any(|s| s.trace.truncated) {
+        out.push_str("  (some streams had more samples than kept: traces truncated)\n");
+    }
+    for d in &t.diagnosis {
+        let sh = &d.shares;
+        let _ = writeln!(
+            out,
+            "What limited the sender ({}): {} — receive window {:.0} %, send buffer {:.0} %, network {:.0} %, application {:.0} %{}",
+            d.direction.as_str(),
+            d.primary.describe(),
+            sh.receive_window * 100.0,
+            sh.send_buffer * 100.0,
+            sh.network * 100.0,
+            sh.application * 100.0,
+            if d.method == "kernel+samples" {
+                " (receive window from the samples at the window: the kernel's own count missed them)"
+            } else {
+                ""
+            }
+        );
+        let e = &d.evidence;
+        let mut ev = Vec::new();
+        if let Some(p) = e.peak_in_flight {
+            ev.push(format!("peak in flight {}", Bytes(p, UnitFormat::Adaptive)));
+        }
+        if let Some(w) = e.max_receive_window {
+            ev.push(format!(
+                "receive window up to {}",
+                Bytes(w, UnitFormat::Adaptive)
+            ));
+        }
+        if e.window_full_samples > 0 {
+            ev.push(format!(
+                "window full in {} of {} samples",
+                e.window_full_samples, e.window_samples
+            ));
+        }
+        if let (Some(b), Some(r), Some(rtt)) = (e.bdp_bytes, e.delivery_rate, e.min_rtt_us) {
+            ev.push(format!(
+                "BDP {} ({} achieved × min RTT {:.3} ms)",
+                Bytes(b, UnitFormat::Adaptive),
+                Rate(r as f64 * 8.0, UnitFormat::Adaptive),
+                rtt as f64 / 1000.0
+            ));
+        }
+        if let (Some(b), Some(r)) = (e.path_bdp_bytes, e.path_rate_bps) {
+            ev.push(format!(
+                "path BDP {} ({} × min RTT)",
+                Bytes(b, UnitFormat::Adaptive),
+                Rate(r as f64, UnitFormat::Adaptive)
+            ));
+        }
+        if let (Some(m), Some(x)) = (e.median_srtt_us, e.rtt_inflation) {
+            ev.push(format!(
+                "median RTT {:.3} ms ({x:.1}× min)",
+                m as f64 / 1000.0
+            ));
+        }
+        if let Some(r) = e.retransmits {
+            let s = if r == 1 { "" } else { "s" };
+            ev.push(format!("{r} retransmitted segment{s}"));
+        }
+        if !ev.is_empty() {
+            let _ = writeln!(out, "  evidence: {}", ev.join(", "));
+        }
+        for a in &d.advice {
+            let _ = writeln!(out, "  - {a}");
+        }
+    }
+    if t.diagnosis.is_empty() {
+        out.push_str("No sender was traced (the sending end is not flowlab): no diagnosis.\n");
+    }
+    out
+}

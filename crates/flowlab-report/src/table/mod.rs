@@ -1,0 +1,21 @@
+//! The human-readable tables and lines, one module per command, every one a function
+//! from a result to the text printed (no I/O): a test's table and its diagnosis
+//! ([`test`], [`diagnosis`]), `fetch`'s and the sweep's ([`fetch`]), `net`'s
+//! ([`net`], [`net_check`]), `serve`'s log lines ([`server`]) and `sysinfo`'s
+//! ([`system`]). Each is re-exported here: `table::finish`, `table::net_check`, ….
+
+pub mod diagnosis;
+pub mod fetch;
+pub mod net;
+pub mod net_check;
+pub mod server;
+pub mod system;
+pub mod test;
+
+pub use diagnosis::diagnosis;
+pub use fetch::{fetch, fragment_set, serving_fragments, sweep};
+pub use net::{net_down, net_plan, net_status, net_up};
+pub use net_check::net_check;
+pub use server::server_event;
+pub use system::system;
+pub use test::{end, finish, interval, interval_header, quick_case, quick_heading, start, whole};

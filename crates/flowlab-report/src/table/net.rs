@@ -1,0 +1,165 @@
+//! `flowlab net`'s tables: the plan (`show`), what is up (`up`, `down`, `status`).
+
+use std::fmt::Write as _;
+
+use crate::net::{Built, TopologyStatus};
+use crate::units::{Rate, UnitFormat};
+
+/// `flowlab net show`: subnets and addresses, then what each host pair's path implies.
+pub fn net_plan(p: &crate::net::PlanSummary) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "topology {}: {} hosts, {} routers, {} switches, {} links",
+        p.name, p.hosts, p.routers, p.switches, p.links
+    );
+    for s in &p.subnets {
+        let members: Vec<String> = s.members.iter().map(|(n, a)| format!("{n} {a}")).collect();
+        let _ = writeln!(
+            out,
+            "  {}.{}.{}.0/24  {}",
+            s.prefix[0],
+            s.prefix[1],
+            s.prefix[2],
+            members.join(", ")
+        );
+    }
+    for d in &p.shaped {
+        let s = &d.shape;
+        let mut v = Vec::new();
+        if let Some(r) = s.rate_bps {
+            v.push(Rate(r as f64, UnitFormat::Adaptive).to_string());
+        }
+        v.push(format!(
+            "delay {} ms",
+            short(s.delay.as_secs_f64() * 1000.0, 3)
+        ));
+        if !s.jitter.is_zero() {
+            v.push(format!(
+                "jitter {} ms",
+                short(s.jitter.as_secs_f64() * 1000.0, 3)
+            ));
+        }
+        if let Some(q) = s.queue_packets {
+            v.push(format!("queue {q} packets"));
+        }
+        if let Some(q) = s.queue_bytes {
+            v.push(format!("queue {q} bytes"));
+        }
+        if s.loss > 0.0 {
+            v.push(format!("loss {} %", short(s.loss * 100.0, 4)));
+        }
+        let _ = writeln!(
+            out,
+            "  link {} {} -> {}: {}",
+            d.link,
+            d.from,
+            d.to,
+            v.join(", ")
+        );
+    }
+    let _ = writeln!(
+        out,
+        "paths (RTT = one-way delays there and back, rate = slowest link):"
+    );
+    for path in &p.paths {
+        let rate = path.bottleneck_bps.map_or("unlimited".to_string(), |r| {
+            Rate(r as f64, UnitFormat::Adaptive).to_string()
+        });
+        let _ = writeln!(
+            out,
+            "  {:>6} - {:<6} RTT {:>6.1} ms  {rate:>16}  via {}",
+            path.from,
+            path.to,
+            path.rtt.as_secs_f64() * 1000.0,
+            path.nodes.join(" ")
+        );
+    }
+    out
+}
+
+/// `x` with at most `digits` decimals and no trailing zeros ("10", "0.25", "7"): what a
+/// topology file said, without the float's rounding noise (0.07 × 100 = 7.000000000000001).
+fn short(x: f64, digits: usize) -> String {
+    let s = format!("{x:.digits$}");
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    }
+}
+
+/// How a topology was built, in a few words.
+fn built(b: &Built) -> String {
+    match b {
+        Built::Unknown => "still building, or its up failed".to_string(),
+        Built::TbfOnly => "rate and queue by tbf, no delay or loss to emulate".to_string(),
+        Built::Emulated {
+            backend,
+            emulator_pid: Some(pid),
+            links,
+        } => format!(
+            "{backend} backend (emulator pid {pid}, links {})",
+            links.join(", ")
+        ),
+        Built::Emulated { backend, .. } => format!("{backend} backend"),
+    }
+}
+
+/// `flowlab net up`: what is up and how to use it.
+pub fn net_up(name: &str, nodes: usize, how: &Built) -> String {
+    format!(
+        "topology {name} is up: {nodes} nodes, {} (flowlab net exec NODE -- CMD; flowlab net down {name})\n",
+        built(how)
+    )
+}
+
+/// `flowlab net down`.
+pub fn net_down(name: &str, namespaces_removed: usize) -> String {
+    format!("topology {name}: removed {namespaces_removed} namespaces\n")
+}
+
+/// `flowlab net status`: each topology that is up, how it was built, its namespaces, and
+/// what its user-space emulator did per link and direction.
+pub fn net_status(up: &[TopologyStatus]) -> String {
+    let mut out = String::new();
+    if up.is_empty() {
+        out += "no topology is up\n";
+    }
+    for t in up {
+        let _ = writeln!(out, "{}: {}", t.name, built(&t.built));
+        let _ = writeln!(out, "  namespaces: {}", t.namespaces.join(" "));
+        for d in &t.emulated {
+            let _ = writeln!(
+                out,
+                "  link {} {}: {} forwarded, {} lost (random), {} line full, {} emulator drops, {} oversize, mean lateness {:.0} µs, {} late (worst {} µs), written {:.0} µs early for the cost of sending",
+                d.link,
+                d.way,
+                d.forwarded,
+                d.lost,
+                d.line_full,
+                d.emulator_drops,
+                d.oversize,
+                d.mean_late_us,
+                d.late,
+                d.max_late_us,
+                d.send_cost_us
+            );
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topology_values_print_as_written() {
+        assert_eq!(short(0.07 * 100.0, 4), "7");
+        assert_eq!(short(0.29 * 100.0, 4), "29");
+        assert_eq!(short(0.0125 * 100.0, 4), "1.25");
+        assert_eq!(short(10.0, 3), "10");
+        assert_eq!(short(0.5, 3), "0.5");
+    }
+}

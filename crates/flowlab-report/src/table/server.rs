@@ -1,0 +1,40 @@
+//! `flowlab serve`'s log lines.
+
+use crate::server::ServerEvent;
+
+/// `flowlab serve`'s log line for `event` (no newline).
+pub fn server_event(event: &ServerEvent) -> String {
+    match event {
+        ServerEvent::Listening { address } => {
+            format!("flowlab server listening on {address} (TCP and UDP)")
+        }
+        ServerEvent::TestStarted {
+            test,
+            peer,
+            protocol,
+            streams,
+            reverse,
+            bidir,
+            client,
+        } => format!(
+            "test {test}: {protocol} from {peer}, {streams} stream(s){}{} [{}]",
+            if *reverse { ", reverse" } else { "" },
+            if *bidir { ", bidirectional" } else { "" },
+            client.as_deref().unwrap_or("unknown client")
+        ),
+        ServerEvent::TestFinished {
+            test,
+            peer,
+            bytes_received,
+            bytes_sent,
+            seconds,
+        } => format!(
+            "test {test}: done with {peer} after {seconds:.2} s: received {bytes_received} B, sent {bytes_sent} B"
+        ),
+        ServerEvent::TestFailed { test, peer, error } => match test {
+            Some(t) => format!("test {t}: {peer}: {error}"),
+            None => format!("{peer}: {error}"),
+        },
+        ServerEvent::Refused { peer, reason } => format!("refused {peer}: {reason}"),
+    }
+}

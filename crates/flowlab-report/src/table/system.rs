@@ -1,0 +1,62 @@
+//! `flowlab sysinfo`'s table.
+
+use std::fmt::Write as _;
+
+/// `flowlab sysinfo`: the machine state, one setting per line (`?`: could not be read).
+pub fn system(s: &flowlab_proto::system::SystemInfo) -> String {
+    let mut out = String::new();
+    // One column of names, then at least two spaces: a name as long as the column (e.g.
+    // net.ipv4.tcp_slow_start_after_idle) is never glued to its value.
+    let mut line = |k: &str, v: String| {
+        let _ = writeln!(out, "{k:<34}  {v}");
+    };
+    let unknown = || "?".to_string();
+    let or_unknown = |v: &Option<String>| v.clone().unwrap_or_else(unknown);
+    let triple = |t: Option<[u64; 3]>| {
+        t.map_or_else(unknown, |[a, b, c]| {
+            format!("{a} {b} {c}  (min default max, bytes)")
+        })
+    };
+    let n = |v: Option<u64>| v.map_or_else(unknown, |v| v.to_string());
+    line("kernel", or_unknown(&s.kernel));
+    line("cpus", n(s.cpus));
+    line(
+        "congestion control",
+        format!(
+            "{} (available: {})",
+            or_unknown(&s.congestion_default),
+            s.congestion_available.join(" ")
+        ),
+    );
+    line("net.ipv4.tcp_rmem", triple(s.tcp_rmem));
+    line("net.ipv4.tcp_wmem", triple(s.tcp_wmem));
+    line("net.core.rmem_max", n(s.rmem_max));
+    line("net.core.wmem_max", n(s.wmem_max));
+    line("net.core.rmem_default", n(s.rmem_default));
+    line("net.core.wmem_default", n(s.wmem_default));
+    for (k, v) in &s.tcp {
+        line(&format!("net.ipv4.{k}"), v.to_string());
+    }
+    line("net.core.default_qdisc", or_unknown(&s.default_qdisc));
+    for i in &s.interfaces {
+        let offloads: Vec<String> = i
+            .offloads
+            .iter()
+            .map(|(k, on)| format!("{k} {}", if *on { "on" } else { "off" }))
+            .collect();
+        line(
+            &format!("interface {}", i.name),
+            format!(
+                "mtu {}  qdisc {}  offloads: {}",
+                n(i.mtu),
+                or_unknown(&i.qdisc),
+                if offloads.is_empty() {
+                    "?".to_string()
+                } else {
+                    offloads.join(", ")
+                }
+            ),
+        );
+    }
+    out
+}

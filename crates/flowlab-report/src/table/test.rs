@@ -1,0 +1,297 @@
+//! A test's table: one line per stream and interval, sum lines, the final
+//! sender/receiver summary, built only from [`TestResult`] parts, so it shows exactly
+//! what `--json` holds; and `quick`'s headings.
+
+use std::fmt::Write as _;
+
+use crate::result::{
+    EndInfo, Interval, SideTotals, StartInfo, StreamDirection, TestResult, UdpInterval,
+};
+use crate::units::{Bytes, Rate, UnitFormat};
+
+use super::diagnosis;
+
+/// Prints start information.
+pub fn start(s: &StartInfo) -> String {
+    let mut out = String::new();
+    let peer = match &s.peer.version {
+        Some(v) => format!("{} {v}", s.peer.kind),
+        None => s.peer.kind.clone(),
+    };
+    let _ = writeln!(out, "Connected to {} ({peer}) from {}", s.remote, s.local);
+    for st in &s.streams {
+        let _ = writeln!(
+            out,
+            "[{:>3}] {:<4} {} -> {}  sndbuf {} rcvbuf {}{}",
+            st.id,
+            st.direction.as_str(),
+            st.local,
+            st.remote,
+            st.sndbuf,
+            st.rcvbuf,
+            st.congestion
+                .as_ref()
+                .map(|c| format!("  cc {c}"))
+                .unwrap_or_default()
+        );
+    }
+    out
+}
+
+/// The header line above interval rows.
+pub fn interval_header(udp: bool) -> String {
+    if udp {
+        "[ ID] Dir  Interval           Transfer     Bitrate          Jitter     Lost/Total       OOO  Dup\n".into()
+    } else {
+        "[ ID] Dir  Interval           Transfer     Bitrate          Retr  Cwnd         RTT\n"
+            .into()
+    }
+}
+
+fn span(a: f64, b: f64) -> String {
+    format!("{a:>6.2}-{b:<6.2} sec")
+}
+
+/// The columns every row starts with: id, direction, time span, transfer, bit rate.
+fn row_head(
+    id: &str,
+    d: StreamDirection,
+    from: f64,
+    to: f64,
+    bytes: u64,
+    bps: f64,
+    f: UnitFormat,
+) -> String {
+    format!(
+        "[{id:>3}] {:<4} {}  {:>11}  {:>15}",
+        d.as_str(),
+        span(from, to),
+        Bytes(bytes, f).to_string(),
+        Rate(bps, f).to_string()
+    )
+}
+
+fn udp_columns(u: &UdpInterval) -> String {
+    format!(
+        "  {:>7.3} ms  {:>6}/{:<6} ({:.2}%)  {:>3}  {:>3}",
+        u.jitter_ms, u.lost, u.expected, u.lost_percent, u.out_of_order, u.duplicates
+    )
+}
+
+/// Rows of one interval.
+pub fn interval(iv: &Interval, f: UnitFormat) -> String {
+    let mut out = String::new();
+    let tag = if iv.omitted { "  (omitted)" } else { "" };
+    for s in &iv.streams {
+        out += &row_head(
+            &s.id.to_string(),
+            s.direction,
+            iv.start,
+            iv.end,
+            s.bytes,
+            s.bits_per_second,
+            f,
+        );
+        if let Some(t) = s.tcp {
+            let _ = write!(
+                out,
+                "  {:>4}  {:>11}  {:>6} us",
+                t.retransmits,
+                Bytes(t.cwnd_bytes, UnitFormat::Adaptive).to_string(),
+                t.rtt_us
+            );
+        }
+        if let Some(u) = &s.udp {
+            out += &udp_columns(u);
+        }
+        let _ = writeln!(out, "{tag}");
+    }
+    if iv.streams.len() > 1 {
+        for sum in &iv.sums {
+            out += &row_head(
+                "SUM",
+                sum.direction,
+                iv.start,
+                iv.end,
+                sum.bytes,
+                sum.bits_per_second,
+                f,
+            );
+            if let Some(r) = sum.retransmits {
+                let _ = write!(out, "  {r:>4}");
+            }
+            if let Some(u) = &sum.udp {
+                out += &udp_columns(u);
+            }
+            let _ = writeln!(out, "{tag}");
+        }
+    }
+    out
+}
+
+fn side_row(
+    out: &mut String,
+    id: &str,
+    d: StreamDirection,
+    t: &SideTotals,
+    who: &str,
+    udp: bool,
+    f: UnitFormat,
+) {
+    *out += &row_head(id, d, 0.0, t.seconds, t.bytes, t.bits_per_second, f);
+    if let Some(r) = t.retransmits {
+        let _ = write!(out, "  retr {r}");
+    }
+    if let Some(sw) = t.sw_retransmits {
+        let _ = write!(out, "  resent {sw}");
+    }
+    if let Some(n) = t.backoff_cuts.filter(|&n| n > 0) {
+        let _ = write!(out, "  slowed {n}x for the receiver");
+    }
+    if let Some(u) = t.udp {
+        let _ = write!(
+            out,
+            "  jitter {:.3} ms  lost {}/{} ({:.2}%)  ooo {}  dup {}",
+            u.jitter_ms, u.lost, u.expected, u.lost_percent, u.out_of_order, u.duplicates
+        );
+        if let Some(d) = u.rcvbuf_drops.filter(|&d| d > 0) {
+            let _ = write!(out, "  rcvbuf drops {d}");
+        }
+        if let Some(i) = u.integrity_percent {
+            let _ = write!(out, "  integrity {i:.2}%");
+        }
+    } else if who == "sender" && udp {
+        // A UDP sender's count is of datagrams (a TCP sender's is of writes: not shown).
+        if let Some(p) = t.packets {
+            let _ = write!(out, "  {p} datagrams");
+        }
+    }
+    let _ = writeln!(out, "  {who}");
+}
+
+/// The final summary of a TCP or (`udp`) UDP test.
+pub fn end(e: &EndInfo, udp: bool, f: UnitFormat) -> String {
+    let mut out = String::from("- - - - - - - - - - - - - - - - - - - - - - - - -\n");
+    out.push_str("[ ID] Dir  Interval           Transfer     Bitrate\n");
+    let many = e.streams.len() > 1;
+    for s in &e.streams {
+        let id = s.id.to_string();
+        match &s.sender {
+            Some(t) => side_row(&mut out, &id, s.direction, t, "sender", udp, f),
+            None => {
+                let _ = writeln!(out, "[{id:>3}] {:<4} sender: unknown", s.direction.as_str());
+            }
+        }
+        match &s.receiver {
+            Some(t) => side_row(&mut out, &id, s.direction, t, "receiver", udp, f),
+            None => {
+                let _ = writeln!(
+                    out,
+                    "[{id:>3}] {:<4} receiver: unknown (no results from the server)",
+                    s.direction.as_str()
+                );
+            }
+        }
+    }
+    if many {
+        for sum in &e.sums {
+            if let Some(t) = &sum.sender {
+                side_row(&mut out, "SUM", sum.direction, t, "sender", udp, f);
+            }
+            if let Some(t) = &sum.receiver {
+                side_row(&mut out, "SUM", sum.direction, t, "receiver", udp, f);
+            }
+        }
+    }
+    let c = &e.cpu;
+    let _ = writeln!(
+        out,
+        "CPU: local {:.1}% (user {:.1}%, system {:.1}%), remote {:.1}% (user {:.1}%, system {:.1}%)",
+        c.local_total, c.local_user, c.local_system, c.remote_total, c.remote_user, c.remote_system
+    );
+    if e.congestion_local.is_some() || e.congestion_remote.is_some() {
+        let _ = writeln!(
+            out,
+            "TCP congestion control: local {}, remote {}",
+            e.congestion_local.as_deref().unwrap_or("?"),
+            e.congestion_remote.as_deref().unwrap_or("?")
+        );
+    }
+    if e.interrupted {
+        out.push_str("(interrupted: totals cover the part that ran)\n");
+    }
+    out
+}
+
+/// What the table ends with once a test is over: the totals (when there are any), then
+/// the diagnosis (when traced).
+pub fn finish(r: &TestResult, udp: bool, f: UnitFormat) -> String {
+    let mut out = String::new();
+    if let Some(e) = &r.end {
+        out += &end(e, udp, f);
+    }
+    if let Some(t) = &r.trace {
+        out += &diagnosis(t);
+    }
+    out
+}
+
+/// The whole table of a finished test (used by `quick`).
+pub fn whole(r: &TestResult, f: UnitFormat) -> String {
+    let mut out = String::new();
+    if let Some(e) = &r.end {
+        out.push_str(&end(e, crate::is_udp(r), f));
+    }
+    out
+}
+
+/// `flowlab quick`'s first lines.
+pub fn quick_heading(seconds: u64, port: u16) -> String {
+    format!("flowlab quick: {seconds} s per test on loopback (server on 127.0.0.1:{port})\n\n")
+}
+
+/// The heading of one of `flowlab quick`'s tests: `TCP client → server`, and a UDP
+/// test's target rate (bits/s) when it has one.
+pub fn quick_case(protocol: &str, reverse: bool, target: Option<u64>) -> String {
+    let way = if reverse {
+        "server → client"
+    } else {
+        "client → server"
+    };
+    let rate = target
+        .map(|r| format!(", target {}", Rate(r as f64, UnitFormat::Adaptive)))
+        .unwrap_or_default();
+    format!("{protocol} {way}{rate}\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_udp_sender_counts_datagrams() {
+        // An iperf3 TCP sender reports no retransmissions (-1) but a count of writes.
+        let t = SideTotals {
+            bytes: 1_000_000,
+            seconds: 1.0,
+            bits_per_second: 8e6,
+            packets: Some(8),
+            ..SideTotals::default()
+        };
+        let row = |udp| {
+            let mut out = String::new();
+            side_row(
+                &mut out,
+                "1",
+                StreamDirection::Up,
+                &t,
+                "sender",
+                udp,
+                UnitFormat::Adaptive,
+            );
+            out
+        };
+        assert!(!row(false).contains("datagrams"), "{}", row(false));
+        assert!(row(true).contains("  8 datagrams  sender"), "{}", row(true));
+    }
+}

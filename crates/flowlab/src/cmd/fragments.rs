@@ -1,0 +1,54 @@
+//! `flowlab fragments`: make, split and join fragment sets.
+
+use clap::Subcommand;
+use flowlab_fragments::manifest;
+use flowlab_report::{table, units};
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Cut FILE into fragments with a manifest of their BLAKE3 hashes.
+    Split {
+        file: std::path::PathBuf,
+        /// Number of fragments.
+        #[arg(long, default_value_t = 160, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+        count: u64,
+        #[arg(long, value_name = "DIR")]
+        out: std::path::PathBuf,
+    },
+    /// Check every fragment in DIR and reassemble the file.
+    Join {
+        dir: std::path::PathBuf,
+        #[arg(long, value_name = "FILE")]
+        out: std::path::PathBuf,
+    },
+    /// Write a fragment set of deterministic test data, without an input file.
+    Make {
+        /// Total size, e.g. 1G (binary: 1G = 1073741824 bytes).
+        #[arg(long, value_parser = units::parse_size)]
+        size: u64,
+        /// Number of fragments.
+        #[arg(long, default_value_t = 160, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+        count: u64,
+        #[arg(long, value_name = "DIR")]
+        out: std::path::PathBuf,
+    },
+}
+
+pub fn run(c: &Command) -> anyhow::Result<()> {
+    let (m, done) = match c {
+        Command::Split { file, count, out } => (
+            manifest::split(file, *count as usize, out)?,
+            format!("wrote to {}", out.display()),
+        ),
+        Command::Make { size, count, out } => (
+            manifest::make(*size, *count as usize, out)?,
+            format!("wrote to {}", out.display()),
+        ),
+        Command::Join { dir, out } => (
+            manifest::join(dir, out)?,
+            format!("verified and joined into {}", out.display()),
+        ),
+    };
+    print!("{}", table::fragment_set(&m.file, m.fragments.len(), &done));
+    Ok(())
+}

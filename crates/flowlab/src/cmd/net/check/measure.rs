@@ -1,0 +1,334 @@
+//! What a check measures over a group of pairs at once: the idle RTT, the TCP load with
+//! echoes alongside it (the RTT under load), the random loss of paced UDP, and what the
+//! host and its emulator added meanwhile.
+
+use std::net::Ipv4Addr;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::Context;
+use flowlab_engine::sysinfo::CpuTimes;
+use flowlab_net::build::{self, ns_name};
+use flowlab_net::check::{Measured, quantile_of_sum};
+use flowlab_net::forward::LinkStats;
+use flowlab_net::probe::{Pinger, median, percentile};
+use flowlab_report::result::TestResult;
+
+use super::Load;
+use super::clients::{Job, Reaped, client, listening, received, result, run_client};
+
+/// How long an echo is waited for.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What [`measure`] found for one pair.
+pub struct PairResult {
+    pub measured: Measured,
+    /// Each connection's throughput (receiver).
+    pub connection_bps: Vec<f64>,
+    /// The congestion control the sender used.
+    pub congestion: Option<String>,
+    /// Share of the machine's CPU time the hypervisor took during the load.
+    pub host_steal_percent: Option<f64>,
+}
+
+/// Measures `jobs` together: idle RTTs one by one, then every TCP test at once with
+/// probes alongside, then the loss of each lossy path one by one. Returns each job's
+/// measurement and its connections' rates.
+pub fn measure(jobs: &[Job<'_>], load: &Load) -> anyhow::Result<Vec<PairResult>> {
+    let (pingers, idle) = idle_rtts(jobs)?;
+    let _servers = start_servers(jobs)?;
+    let loaded = under_load(jobs, load, pingers)?;
+    let mut out = Vec::new();
+    for ((job, loaded), idle) in jobs.iter().zip(loaded).zip(idle) {
+        let v = &loaded.result;
+        let (sum, streams) = received(v).ok_or_else(|| {
+            anyhow::anyhow!(
+                "{} -> {}: the TCP test produced no totals",
+                job.pair.from,
+                job.pair.to
+            )
+        })?;
+        let loss = if job.implied.loss > 0.0 {
+            Some(random_loss(job, load)?)
+        } else {
+            None
+        };
+        out.push(PairResult {
+            measured: Measured {
+                rtt: idle,
+                bps: sum.bits_per_second,
+                loaded_rtt: loaded.echoes.iter().max().copied(),
+                loaded_rtt_median: median(&loaded.echoes),
+                loaded_rtt_p95: percentile(&loaded.echoes, 0.95),
+                host_delay_p95: percentile(&loaded.host_echoes, 0.95),
+                emulator_late_p95: loaded.emulator_late_p95,
+                loss: loss.flatten(),
+                shared: jobs.len() > 1,
+            },
+            connection_bps: streams.iter().map(|s| s.bits_per_second).collect(),
+            host_steal_percent: loaded.steal,
+            congestion: v.end.as_ref().and_then(|e| e.congestion_local.clone()),
+        });
+    }
+    Ok(out)
+}
+
+/// A pinger in each job's source namespace, and the median of 20 echoes to its
+/// destination, the path idle.
+fn idle_rtts(jobs: &[Job<'_>]) -> anyhow::Result<(Vec<Pinger>, Vec<Option<Duration>>)> {
+    let mut pingers = Vec::new();
+    let mut idle = Vec::new();
+    for job in jobs {
+        let mut pinger = Pinger::new(&ns_name(job.topo, &job.pair.from))
+            .with_context(|| format!("ICMP socket in {}", job.pair.from))?;
+        // The first echo is not counted (it meets cold caches along the path). A path
+        // that answers none of three carries nothing: said now, not after twenty more.
+        let mut answered = false;
+        for _ in 0..3 {
+            if pinger.ping(job.to, PROBE_TIMEOUT)?.is_some() {
+                answered = true;
+                break;
+            }
+        }
+        if !answered {
+            anyhow::bail!(
+                "{} -> {}: no reply to 3 echoes ({} s each)",
+                job.pair.from,
+                job.pair.to,
+                PROBE_TIMEOUT.as_secs()
+            );
+        }
+        let mut rtts = Vec::new();
+        for _ in 0..20 {
+            rtts.extend(pinger.ping(job.to, PROBE_TIMEOUT)?);
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        idle.push(median(&rtts));
+        pingers.push(pinger);
+    }
+    Ok((pingers, idle))
+}
+
+/// A `flowlab serve` in each job's destination namespace on the job's port, listening
+/// when this returns (up to 5 s are waited); killed when the result is dropped.
+fn start_servers(jobs: &[Job<'_>]) -> anyhow::Result<Vec<Reaped>> {
+    let me = std::env::current_exe()?;
+    let servers = jobs
+        .iter()
+        .map(|job| {
+            Ok(Reaped(
+                Command::new("ip")
+                    .args(["netns", "exec", &ns_name(job.topo, &job.pair.to)])
+                    .arg(&me)
+                    .args(["serve", "-p", &job.port.to_string()])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()?,
+            ))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    for job in jobs {
+        let ns = ns_name(job.topo, &job.pair.to);
+        let mut tries = 0;
+        while !listening(&ns, job.port) {
+            tries += 1;
+            if tries == 100 {
+                anyhow::bail!(
+                    "{} -> {}: the server did not start",
+                    job.pair.from,
+                    job.pair.to
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    Ok(servers)
+}
+
+/// One pair's TCP test and what was seen beside it.
+struct Loaded {
+    result: TestResult,
+    /// Echoes to the destination during the load.
+    echoes: Vec<Duration>,
+    /// Echoes to the source's own loopback, each right after one of `echoes`: what the
+    /// busy host alone adds.
+    host_echoes: Vec<Duration>,
+    /// Share of the CPU the hypervisor took during the load (the same for every pair).
+    steal: Option<f64>,
+    /// The emulator's lateness over the echo's crossings, 95th percentile.
+    emulator_late_p95: Option<Duration>,
+}
+
+/// Every job's TCP test at once, with echoes per pair alongside (10 ms after each
+/// reply), the hypervisor's steal and the emulator's lateness over the same time.
+fn under_load(jobs: &[Job<'_>], load: &Load, pingers: Vec<Pinger>) -> anyhow::Result<Vec<Loaded>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let probers: Vec<_> = pingers
+        .into_iter()
+        .zip(jobs)
+        .map(|(pinger, job)| echo_until(pinger, job.to, stop.clone()))
+        .collect();
+    let cpu_before = CpuTimes::now();
+    let topo = jobs.first().map_or("", |j| j.topo);
+    // Any snapshot will do before (the first one once the emulator has written it).
+    let emulator_before = emulator_stats(topo, SystemTime::UNIX_EPOCH);
+    let tcp = tcp_tests(jobs, load);
+    stop.store(true, Ordering::Release);
+    let emulator_after = emulator_before
+        .as_ref()
+        .and_then(|_| emulator_stats(topo, SystemTime::now()));
+    let steal = CpuTimes::now()
+        .zip(cpu_before)
+        .and_then(|(after, before)| after.steal_percent_since(&before));
+    let echoes: Vec<(Vec<Duration>, Vec<Duration>)> = probers
+        .into_iter()
+        .map(|p| p.join().unwrap_or_default())
+        .collect();
+    Ok(jobs
+        .iter()
+        .zip(tcp?)
+        .zip(echoes)
+        .map(|((job, result), (echoes, host_echoes))| Loaded {
+            result,
+            echoes,
+            host_echoes,
+            steal,
+            emulator_late_p95: emulator_before
+                .as_deref()
+                .zip(emulator_after.as_deref())
+                .and_then(|(before, after)| emulator_late_p95(&job.crossings, before, after)),
+        })
+        .collect())
+}
+
+/// Echoes to `to` and to loopback, 10 ms after each reply, until `stop`: (to `to`, to
+/// loopback).
+fn echo_until(
+    mut pinger: Pinger,
+    to: Ipv4Addr,
+    stop: Arc<AtomicBool>,
+) -> JoinHandle<(Vec<Duration>, Vec<Duration>)> {
+    std::thread::spawn(move || {
+        let (mut loaded, mut host) = (Vec::new(), Vec::new());
+        while !stop.load(Ordering::Acquire) {
+            if let Ok(Some(rtt)) = pinger.ping(to, PROBE_TIMEOUT) {
+                loaded.push(rtt);
+            }
+            if let Ok(Some(rtt)) = pinger.ping(Ipv4Addr::LOCALHOST, PROBE_TIMEOUT) {
+                host.push(rtt);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        (loaded, host)
+    })
+}
+
+/// Every job's TCP test, all started before any is waited for.
+fn tcp_tests(jobs: &[Job<'_>], load: &Load) -> anyhow::Result<Vec<TestResult>> {
+    // Reaped: on an early return the other clients are killed, not left running.
+    let clients: Vec<(Reaped, &Job<'_>)> = jobs
+        .iter()
+        .map(|job| {
+            // The first second (slow start, BBR's startup) is left out.
+            let mut args = vec![
+                "-t".to_string(),
+                (load.seconds + 1).to_string(),
+                "-O".into(),
+                "1".into(),
+                "-P".into(),
+                job.pair.connections.to_string(),
+            ];
+            if let Some(b) = load.bitrate {
+                args.extend(["-b".into(), b.to_string()]);
+            }
+            if let Some(cc) = &load.congestion {
+                args.extend(["-C".into(), cc.clone()]);
+            }
+            Ok((Reaped(client(job, &args)?), job))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    clients
+        .into_iter()
+        .map(|(mut c, job)| {
+            result(job, &mut c.0)?.with_context(|| format!("{} -> {}", job.pair.from, job.pair.to))
+        })
+        .collect()
+}
+
+/// The random loss of `job`'s path (`None` when nothing was sent): small datagrams at
+/// half the bottleneck, so the queues stay empty and every loss is the configured one.
+fn random_loss(job: &Job<'_>, load: &Load) -> anyhow::Result<Option<f64>> {
+    let rate = job.implied.bottleneck_bps.map_or(20_000_000, |r| r / 2);
+    let args: Vec<String> = [
+        "-u",
+        "-b",
+        &rate.to_string(),
+        "-l",
+        "200",
+        "-k",
+        &load.loss_packets.to_string(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let udp = run_client(job, &args)?;
+    let sum = udp.end.as_ref().and_then(|e| e.sums.first());
+    let sent = sum.and_then(|s| s.sender.as_ref()?.packets);
+    let counted = sum.and_then(|s| s.receiver.as_ref()?.udp);
+    let (Some(sent), Some(counted)) = (sent, counted) else {
+        anyhow::bail!(
+            "{} -> {}: the UDP test produced no totals",
+            job.pair.from,
+            job.pair.to
+        );
+    };
+    let received = counted.expected.saturating_sub(counted.lost);
+    Ok((sent > 0).then(|| sent.saturating_sub(received) as f64 / sent as f64))
+}
+
+/// The emulator's counters of `topo` (`None` without an emulator), as its stats file
+/// has them, once it has been written after `written_after` (the emulator writes it
+/// about once a second, the first time a second after it started; at most 3 s are
+/// waited).
+fn emulator_stats(topo: &str, written_after: SystemTime) -> Option<Vec<LinkStats>> {
+    let dir = build::state_dir();
+    build::state(&dir, topo)?.emulator_pid?;
+    let file = build::stats_file(&dir, topo);
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while std::fs::metadata(&file)
+        .and_then(|m| m.modified())
+        .map_or(true, |m| m <= written_after)
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    serde_json::from_str(&std::fs::read_to_string(file).ok()?).ok()
+}
+
+/// The 95th percentile of the emulator's lateness added up over `crossings`, from each
+/// crossing's frames between the two snapshots ([`quantile_of_sum`]): what its waiting
+/// for a CPU may have added to an echo. A crossing that carried no frame meanwhile adds
+/// nothing.
+fn emulator_late_p95(
+    crossings: &[(&str, bool)],
+    before: &[LinkStats],
+    after: &[LinkStats],
+) -> Option<Duration> {
+    let stages: Vec<Vec<(Duration, u64)>> = crossings
+        .iter()
+        .filter_map(|&(link, from_a)| {
+            let find = |all: &[LinkStats]| all.iter().find(|l| l.link == link).cloned();
+            let (b, a) = (find(before)?, find(after)?);
+            let late = if from_a {
+                a.a_to_b.late_since(&b.a_to_b)
+            } else {
+                a.b_to_a.late_since(&b.b_to_a)
+            };
+            (!late.is_empty()).then_some(late)
+        })
+        .collect();
+    quantile_of_sum(&stages, 0.95)
+}

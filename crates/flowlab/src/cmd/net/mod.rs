@@ -1,0 +1,220 @@
+//! `flowlab net`: emulated networks from a topology file: show its plan, bring it up and
+//! down, list what is up, run commands in its nodes, check it against its file.
+
+mod check;
+
+use std::path::Path;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use flowlab_net::build;
+use flowlab_net::topology::{Plan, Topology};
+use flowlab_report::{table, units};
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Check a topology file and show its plan: subnets, addresses, and for every pair of
+    /// hosts the path, RTT and bottleneck rate the file implies (no root needed).
+    Show { file: std::path::PathBuf },
+    /// Build the topology in network namespaces (root): nodes, links, addresses, routes,
+    /// rate and queue limits (tbf), delay, jitter and loss (netem or the user-space
+    /// emulator).
+    Up {
+        file: std::path::PathBuf,
+        #[command(flatten)]
+        backend: BackendArg,
+    },
+    /// Remove everything a topology's `up` created (also after a crash).
+    Down {
+        /// The topology's name (or its file).
+        name: String,
+    },
+    /// List the topologies that are up and their namespaces.
+    Status,
+    /// Measure each host pair's RTT and bottleneck throughput and print them beside what
+    /// the file implies, flagging deviations (builds the topology if it is not up).
+    Check {
+        file: std::path::PathBuf,
+        /// Only these pairs, e.g. h1-h4,h1-h9 (default: every pair of hosts). Routers may
+        /// be ends too; `A-B:N` runs N parallel connections.
+        #[arg(long, value_name = "A-B[:N],...")]
+        pairs: Option<String>,
+        /// Seconds of TCP per pair.
+        #[arg(short, long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=60))]
+        time: u64,
+        /// Pace the TCP load at this rate (e.g. 1G) instead of as fast as it goes.
+        #[arg(short, long, value_parser = units::parse_rate)]
+        bitrate: Option<u64>,
+        /// TCP congestion control of the load, both ends (e.g. cubic; default: the
+        /// system's, see `flowlab sysinfo`).
+        #[arg(short = 'C', long, value_name = "ALGO")]
+        congestion: Option<String>,
+        /// Run the pairs' TCP tests at the same time (sharing links), and show each
+        /// pair's max-min fair share and Jain's fairness index instead of judging rates.
+        #[arg(long)]
+        together: bool,
+        /// Random-loss measurement: UDP datagrams per pair whose path has loss.
+        #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..=1_000_000))]
+        loss_packets: u64,
+        #[command(flatten)]
+        backend: BackendArg,
+        /// Print one JSON document.
+        #[arg(short = 'J', long)]
+        json: bool,
+    },
+    /// The user-space link emulator (started by `up`; reads its links as JSON on stdin).
+    #[command(name = "_emulate", hide = true)]
+    Emulate {
+        /// Where its counters go (the `up`'s state directory).
+        #[arg(long)]
+        state_dir: std::path::PathBuf,
+        topology: String,
+    },
+    /// Run a command inside a node: `flowlab net exec h1 -- flowlab test 10.0.5.1`.
+    Exec {
+        /// Topology name (needed when more than one is up).
+        #[arg(short, long)]
+        topology: Option<String>,
+        node: String,
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct BackendArg {
+    /// Where delay, jitter and loss are emulated: the kernel's netem, flowlab's user-space
+    /// emulator, or auto (netem when the kernel has it). Rate and queue are always tbf.
+    #[arg(long, default_value = "auto", value_name = "auto|netem|userspace")]
+    pub backend: build::Backend,
+}
+
+pub fn run(c: Command) -> anyhow::Result<()> {
+    match c {
+        Command::Show { file } => {
+            let t = load_topology(&file)?;
+            print!("{}", table::net_plan(&Plan::of(&t).summary()));
+        }
+        Command::Up { file, backend } => {
+            let t = load_topology(&file)?;
+            let state = build::up(&t, &build::state_dir(), &up_options(backend.backend)?)?;
+            let built = flowlab_net::status::built(&state);
+            print!("{}", table::net_up(&t.name, t.nodes.len(), &built));
+        }
+        Command::Down { name } => {
+            // A file names its topology.
+            let name = if Path::new(&name).is_file() {
+                load_topology(Path::new(&name))?.name
+            } else {
+                name
+            };
+            let removed = build::down(&name, &build::state_dir())?;
+            print!("{}", table::net_down(&name, removed.len()));
+        }
+        Command::Status => {
+            let up = flowlab_net::status::topologies(&build::state_dir());
+            print!("{}", table::net_status(&up));
+        }
+        Command::Exec {
+            topology,
+            node,
+            command,
+        } => exec(topology, &node, &command)?,
+        Command::Check {
+            file,
+            pairs,
+            time,
+            bitrate,
+            congestion,
+            together,
+            loss_packets,
+            backend,
+            json,
+        } => check::run(
+            &file,
+            pairs.as_deref(),
+            check::Load {
+                seconds: time,
+                bitrate,
+                congestion,
+                loss_packets,
+                together,
+            },
+            up_options(backend.backend)?,
+            json,
+        )?,
+        Command::Emulate {
+            state_dir,
+            topology,
+        } => emulate(&state_dir, &topology)?,
+    }
+    Ok(())
+}
+
+/// The topology in `file`; an error names the file.
+fn load_topology(file: &Path) -> anyhow::Result<Topology> {
+    let text = std::fs::read_to_string(file).with_context(|| file.display().to_string())?;
+    Topology::parse(&text).with_context(|| file.display().to_string())
+}
+
+/// How `up` builds: on `backend`, with this binary as the user-space emulator.
+fn up_options(backend: build::Backend) -> anyhow::Result<build::UpOptions> {
+    Ok(build::UpOptions {
+        backend,
+        emulator: std::env::current_exe().context("finding flowlab's own binary")?,
+    })
+}
+
+/// `net exec`: this process becomes `command` inside `node`'s namespace.
+fn exec(topology: Option<String>, node: &str, command: &[String]) -> anyhow::Result<()> {
+    build::preflight()?;
+    let topo = match topology {
+        Some(t) => t,
+        None => match build::status().as_slice() {
+            [(t, _)] => t.clone(),
+            [] => anyhow::bail!("no topology is up (flowlab net up FILE)"),
+            _ => anyhow::bail!("several topologies are up: name one with -t"),
+        },
+    };
+    let ns = build::ns_name(&topo, node);
+    if !build::namespaces().contains(&ns) {
+        anyhow::bail!("topology {topo} has no node '{node}' up");
+    }
+    // Replaced by `ip netns exec`, which execs the command in turn: a signal sent to this
+    // process reaches the command, and its exit status is ours.
+    use std::os::unix::process::CommandExt;
+    let e = std::process::Command::new("ip")
+        .args(["netns", "exec", &ns])
+        .args(command)
+        .exec();
+    Err(e).context("ip netns exec")
+}
+
+/// The user-space link emulator: reads its links from stdin, says `ready` on stdout once
+/// it forwards, and writes its counters to the stats file until the links go away.
+fn emulate(state_dir: &Path, topology: &str) -> anyhow::Result<()> {
+    use std::io::{Read, Write};
+    let mut input = String::new();
+    std::io::stdin().read_to_string(&mut input)?;
+    let links: Vec<flowlab_net::forward::EmulatedLink> =
+        serde_json::from_str(&input).context("the emulator's links on stdin")?;
+    let stats = build::stats_file(state_dir, topology);
+    let tmp = stats.with_extension("json.tmp");
+    flowlab_net::forward::run(
+        links,
+        || {
+            let mut out = std::io::stdout();
+            let _ = writeln!(out, "ready");
+            let _ = out.flush();
+            // Nothing more is written to stdout: the `up` that reads it is gone soon.
+        },
+        |s| {
+            if let Ok(text) = serde_json::to_string_pretty(s) {
+                if std::fs::write(&tmp, text).is_ok() {
+                    let _ = std::fs::rename(&tmp, &stats);
+                }
+            }
+        },
+    )?;
+    Ok(())
+}

@@ -1,0 +1,55 @@
+//! `flowlab plot`: graphs drawn from `flowlab test --json` results.
+
+use anyhow::Context;
+use clap::Args as ClapArgs;
+use flowlab_report::result::{SCHEMA, TestResult};
+
+#[derive(Debug, ClapArgs)]
+pub struct Args {
+    /// Result files written by `flowlab test --json` (several are overlaid).
+    #[arg(required = true, value_name = "RESULT.json")]
+    pub results: Vec<std::path::PathBuf>,
+    /// Output file; .svg or .png.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: std::path::PathBuf,
+    /// Which graph: throughput, window, rtt, tseq, io, or all (stacked).
+    #[arg(short, long, default_value = "throughput", value_parser = clap::builder::PossibleValuesParser::new(flowlab_plot::Graph::NAMES))]
+    pub graph: String,
+}
+
+pub fn run(a: &Args) -> anyhow::Result<()> {
+    let graph = flowlab_plot::Graph::parse(&a.graph)
+        .ok_or_else(|| anyhow::anyhow!("unknown graph '{}'", a.graph))?;
+    let inputs = a
+        .results
+        .iter()
+        .map(|path| {
+            let name = path.file_stem().map_or_else(
+                || path.display().to_string(),
+                |s| s.to_string_lossy().into(),
+            );
+            let result = read_result(path).with_context(|| path.display().to_string())?;
+            Ok(flowlab_plot::Input { name, result })
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let panels = flowlab_plot::panels(graph, &inputs)?;
+    flowlab_plot::render_file(&panels, &a.output)?;
+    eprintln!("wrote {}", a.output.display());
+    Ok(())
+}
+
+/// A finished test's result from a `flowlab test --json` file.
+fn read_result(path: &std::path::Path) -> anyhow::Result<TestResult> {
+    let text = std::fs::read_to_string(path)?;
+    let value: serde_json::Value = serde_json::from_str(&text).context("not JSON")?;
+    if value["schema"] != SCHEMA {
+        anyhow::bail!(
+            "not a flowlab test result (schema {}, expected {SCHEMA})",
+            value["schema"]
+        );
+    }
+    if let Some(e) = value["error"].as_str() {
+        anyhow::bail!("the test failed ({e}): nothing to draw");
+    }
+    Ok(serde_json::from_value(value)?)
+}

@@ -1,0 +1,81 @@
+//! `flowlab quick`: this machine's loopback with no setup: an in-process server, then a
+//! short TCP and UDP test in each direction.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use clap::Args as ClapArgs;
+use flowlab_engine::client;
+use flowlab_engine::server::{NoLog, Server, ServerConfig};
+use flowlab_proto::params::Protocol;
+use flowlab_report::result::TestResult;
+use flowlab_report::spec::{Amount, DEFAULT_UDP_LEN, Direction, TestSpec};
+use flowlab_report::units::{self, UnitFormat};
+use flowlab_report::{json, table};
+
+use super::emit;
+
+#[derive(Debug, ClapArgs)]
+pub struct Args {
+    /// Seconds per test.
+    #[arg(short, long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub time: u64,
+    /// UDP rate per test (e.g. 1G); 0 = unlimited.
+    #[arg(short = 'b', long = "bitrate", value_parser = units::parse_rate, default_value = "1G")]
+    pub bitrate: u64,
+    /// Print one JSON document with every result.
+    #[arg(short = 'J', long)]
+    pub json: bool,
+}
+
+pub fn run(a: &Args) -> anyhow::Result<()> {
+    let cfg = ServerConfig {
+        bind: Some([127, 0, 0, 1].into()),
+        port: 0,
+        ..ServerConfig::default()
+    };
+    let server = Server::bind(cfg, Arc::new(NoLog))?;
+    let port = server.local_addr().port();
+    server.spawn()?;
+    let interrupt = super::install_ctrl_c();
+    let cases = [
+        ("TCP", Protocol::Tcp, Direction::Forward),
+        ("TCP", Protocol::Tcp, Direction::Reverse),
+        ("UDP", Protocol::Udp, Direction::Forward),
+        ("UDP", Protocol::Udp, Direction::Reverse),
+    ];
+    let mut results: Vec<TestResult> = Vec::new();
+    if !a.json {
+        emit(&table::quick_heading(a.time, port));
+    }
+    for (name, protocol, direction) in cases {
+        let mut spec = TestSpec::new("127.0.0.1");
+        spec.port = port;
+        spec.protocol = protocol;
+        spec.direction = direction;
+        spec.amount = Amount::Seconds(a.time);
+        spec.interval = None;
+        if protocol == Protocol::Udp {
+            spec.len = DEFAULT_UDP_LEN;
+            spec.bitrate = a.bitrate;
+        }
+        let r = client::run(&spec, &mut client::Quiet, &interrupt)?;
+        if !a.json {
+            let target = (protocol == Protocol::Udp && a.bitrate > 0).then_some(a.bitrate);
+            emit(&table::quick_case(
+                name,
+                direction == Direction::Reverse,
+                target,
+            ));
+            emit(&(table::whole(&r, UnitFormat::Adaptive) + "\n"));
+        }
+        results.push(r);
+        if interrupt.load(Ordering::Acquire) {
+            break;
+        }
+    }
+    if a.json {
+        println!("{}", json::document(&results)?);
+    }
+    Ok(())
+}

@@ -1,0 +1,248 @@
+//! `flowlab test`'s arguments and their validation into a [`TestSpec`].
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use clap::Args as ClapArgs;
+use flowlab_engine::trace;
+use flowlab_proto::params::{Mode, Protocol};
+use flowlab_report::spec::{self, Amount, Direction, TestSpec};
+use flowlab_report::units::{self, UnitFormat};
+
+use crate::cli::Usage;
+
+#[derive(Debug, ClapArgs)]
+pub struct Args {
+    /// Server to test against (name, IPv4 or IPv6 address).
+    pub host: String,
+    /// Server port.
+    #[arg(short, long, default_value_t = flowlab_proto::DEFAULT_PORT)]
+    pub port: u16,
+    /// UDP instead of TCP.
+    #[arg(short, long)]
+    pub udp: bool,
+    /// Each message waits for the receiver's acknowledgement before the next.
+    #[arg(long)]
+    pub stop_and_wait: bool,
+    /// Stop-and-wait over UDP: retransmission timeout, milliseconds [default: 1000].
+    #[arg(long, value_name = "MS")]
+    pub rto: Option<u64>,
+    /// UDP at unlimited rate: do not slow down when the receiving socket overflows
+    /// (send blindly, as iperf3 does). Only a flowlab server reports overflows.
+    #[arg(long)]
+    pub no_backoff: bool,
+    /// Bytes per write (TCP, default 128K) or per datagram (UDP, default 1460).
+    #[arg(short = 'l', long = "length", value_parser = units::parse_size, value_name = "SIZE")]
+    pub length: Option<u64>,
+    /// Seconds to send (default 10).
+    #[arg(short, long, value_name = "SECONDS", group = "amount")]
+    pub time: Option<u64>,
+    /// Bytes to send in total per direction, exactly (e.g. 100M).
+    #[arg(short = 'n', long = "bytes", value_parser = units::parse_size, value_name = "SIZE", group = "amount")]
+    pub bytes: Option<u64>,
+    /// Writes or datagrams to send in total per direction.
+    #[arg(
+        short = 'k',
+        long = "blockcount",
+        value_name = "COUNT",
+        group = "amount"
+    )]
+    pub blocks: Option<u64>,
+    /// Seconds between interval reports; 0 for none.
+    #[arg(short, long, default_value_t = 1.0, value_name = "SECONDS")]
+    pub interval: f64,
+    /// Parallel streams.
+    #[arg(short = 'P', long, default_value_t = 1, value_name = "N")]
+    pub parallel: u32,
+    /// The server sends, the client receives.
+    #[arg(short = 'R', long, conflicts_with = "bidir")]
+    pub reverse: bool,
+    /// Both directions at once.
+    #[arg(long)]
+    pub bidir: bool,
+    /// Target rate per stream, bits/s (e.g. 100M); 0 = unlimited. UDP default: unlimited.
+    #[arg(short = 'b', long = "bitrate", value_parser = units::parse_rate, value_name = "RATE")]
+    pub bitrate: Option<u64>,
+    /// Seconds at the start not counted (TCP slow start).
+    #[arg(short = 'O', long, default_value_t = 0, value_name = "SECONDS")]
+    pub omit: u64,
+    /// Units: k m g t (bits), K M G T (bytes), a (adaptive).
+    #[arg(short = 'f', long = "format", value_parser = units::UnitFormat::from_str, default_value = "a")]
+    pub format: UnitFormat,
+    /// Milliseconds to wait for the server to accept a connection.
+    #[arg(long, default_value_t = 5000, value_name = "MS")]
+    pub connect_timeout: u64,
+    /// TCP congestion control algorithm (sender and receiver sockets).
+    #[arg(short = 'C', long = "congestion", value_name = "ALGO")]
+    pub congestion: Option<String>,
+    /// Socket buffer size on both ends (e.g. 4M).
+    #[arg(short = 'w', long = "window", value_parser = units::parse_size, value_name = "SIZE")]
+    pub window: Option<u64>,
+    /// TCP maximum segment size.
+    #[arg(short = 'M', long = "set-mss", value_name = "BYTES")]
+    pub mss: Option<u32>,
+    /// TCP_NODELAY: no Nagle.
+    #[arg(short = 'N', long)]
+    pub no_delay: bool,
+    /// Send with sendfile(2) (zero copy).
+    #[arg(short = 'Z', long)]
+    pub zerocopy: bool,
+    /// A title recorded with the result.
+    #[arg(short = 'T', long)]
+    pub title: Option<String>,
+    /// Sample TCP_INFO of every stream on both ends this often (1ms…1s; default 10ms)
+    /// and explain what limited the transfer.
+    #[arg(long, value_name = "PERIOD", num_args = 0..=1, default_missing_value = "10ms", require_equals = true)]
+    pub trace: Option<String>,
+    /// Write the trace samples to FILE as CSV (implies --trace).
+    #[arg(long, value_name = "FILE")]
+    pub trace_csv: Option<std::path::PathBuf>,
+    /// Socket buffer of each stream's receiving end (replaces -w there), e.g. 8M.
+    #[arg(long, value_parser = units::parse_size, value_name = "SIZE")]
+    pub recv_window: Option<u64>,
+    /// TCP congestion control of each stream's receiving end (replaces -C there).
+    #[arg(long, value_name = "ALGO")]
+    pub recv_congestion: Option<String>,
+    /// Print one JSON document at the end.
+    #[arg(short = 'J', long, conflicts_with = "json_stream")]
+    pub json: bool,
+    /// Print one JSON line per event as it happens.
+    #[arg(long)]
+    pub json_stream: bool,
+}
+
+impl Args {
+    /// Validates the combination and builds the engine's spec.
+    pub fn to_spec(&self) -> Result<TestSpec, Usage> {
+        let protocol = if self.udp {
+            Protocol::Udp
+        } else {
+            Protocol::Tcp
+        };
+        let mut s = TestSpec::new(self.host.clone());
+        s.port = self.port;
+        s.protocol = protocol;
+        s.mode = if self.stop_and_wait {
+            Mode::StopAndWait
+        } else {
+            Mode::Streaming
+        };
+        s.len = match (self.length, protocol) {
+            (Some(l), Protocol::Udp) if !(16..=spec::MAX_UDP_LEN as u64).contains(&l) => {
+                return Err(Usage(format!(
+                    "-l/--length {l} is outside 16..={} for UDP",
+                    spec::MAX_UDP_LEN
+                )));
+            }
+            (Some(l), Protocol::Tcp) if !(1..=16 << 20).contains(&l) => {
+                return Err(Usage(format!("-l/--length {l} is outside 1..=16M for TCP")));
+            }
+            (Some(l), _) => l as usize,
+            (None, Protocol::Tcp) => spec::DEFAULT_TCP_LEN,
+            (None, Protocol::Udp) => spec::DEFAULT_UDP_LEN,
+        };
+        s.amount = match (self.time, self.bytes, self.blocks) {
+            (Some(0), _, _) => return Err("-t/--time must be at least 1 second".into()),
+            (Some(t), _, _) => Amount::Seconds(t),
+            (_, Some(0), _) => return Err("-n/--bytes must be more than 0".into()),
+            (_, Some(n), _) => Amount::Bytes(n),
+            (_, _, Some(0)) => return Err("-k/--blockcount must be more than 0".into()),
+            (_, _, Some(k)) => Amount::Blocks(k),
+            _ => Amount::Seconds(10),
+        };
+        if !(self.interval == 0.0 || (0.1..=3600.0).contains(&self.interval)) {
+            return Err(Usage(format!(
+                "-i/--interval {} must be 0 (none) or between 0.1 and 3600 seconds",
+                self.interval
+            )));
+        }
+        s.interval = (self.interval > 0.0).then(|| Duration::from_secs_f64(self.interval));
+        if !(1..=128).contains(&self.parallel) {
+            return Err(Usage(format!(
+                "-P/--parallel {} must be between 1 and 128",
+                self.parallel
+            )));
+        }
+        s.parallel = self.parallel;
+        s.direction = match (self.reverse, self.bidir) {
+            (true, _) => Direction::Reverse,
+            (_, true) => Direction::Bidir,
+            _ => Direction::Forward,
+        };
+        s.bitrate = self.bitrate.unwrap_or(0);
+        if self.omit > 600 {
+            return Err("-O/--omit is limited to 600 seconds".into());
+        }
+        s.omit = self.omit;
+        if self.connect_timeout == 0 {
+            return Err("--connect-timeout must be at least 1 ms".into());
+        }
+        s.connect_timeout = Duration::from_millis(self.connect_timeout);
+        if let Some(rto) = self.rto {
+            if rto == 0 {
+                return Err("--rto must be at least 1 ms".into());
+            }
+            if !(self.stop_and_wait && self.udp) {
+                return Err("--rto applies only to UDP stop-and-wait (-u --stop-and-wait)".into());
+            }
+            s.rto = Duration::from_millis(rto);
+        }
+        if self.no_backoff && !(self.udp && !self.stop_and_wait && s.bitrate == 0) {
+            return Err(
+                "--no-backoff applies only to UDP at unlimited rate (-u, no -b or -b 0)".into(),
+            );
+        }
+        s.udp_backoff = !self.no_backoff;
+        let trace = match (&self.trace, &self.trace_csv) {
+            (Some(p), _) => Some(p.as_str()),
+            (None, Some(_)) => Some("10ms"),
+            (None, None) => None,
+        };
+        if let Some(p) = trace {
+            let period = units::parse_duration(p).map_err(|e| Usage(format!("--trace: {e}")))?;
+            if !(trace::MIN_PERIOD..=trace::MAX_PERIOD).contains(&period) {
+                return Err(Usage(format!(
+                    "--trace period {p} must be between 1ms and 1s"
+                )));
+            }
+            s.trace = Some(period);
+        }
+        if let Some(w) = self.recv_window {
+            if w == 0 {
+                return Err("--recv-window must be more than 0".into());
+            }
+            s.recv_window = w;
+        }
+        s.recv_congestion = self.recv_congestion.clone();
+        let tcp_only = [
+            (self.congestion.is_some(), "-C/--congestion"),
+            (self.mss.is_some(), "-M/--set-mss"),
+            (self.no_delay, "-N/--no-delay"),
+            (self.zerocopy, "-Z/--zerocopy"),
+            (self.trace.is_some(), "--trace"),
+            (self.trace_csv.is_some(), "--trace-csv"),
+            (self.recv_window.is_some(), "--recv-window"),
+            (self.recv_congestion.is_some(), "--recv-congestion"),
+        ];
+        if let Some((_, flag)) = tcp_only.iter().find(|(set, _)| *set && self.udp) {
+            return Err(Usage(format!("{flag} applies to TCP only; drop it or -u")));
+        }
+        if self.zerocopy && self.stop_and_wait {
+            return Err("-Z/--zerocopy cannot be combined with --stop-and-wait".into());
+        }
+        if let Some(m) = self.mss {
+            if !(88..=65_535).contains(&m) {
+                return Err(Usage(format!(
+                    "-M/--set-mss {m} must be between 88 and 65535"
+                )));
+            }
+            s.mss = m;
+        }
+        s.congestion = self.congestion.clone();
+        s.window = self.window.unwrap_or(0);
+        s.nodelay = self.no_delay;
+        s.zerocopy = self.zerocopy;
+        s.title = self.title.clone();
+        Ok(s)
+    }
+}

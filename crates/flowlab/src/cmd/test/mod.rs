@@ -1,0 +1,100 @@
+//! `flowlab test`: one throughput test against a flowlab or iperf3 server, printed as it
+//! runs (table or JSON-stream lines) or as one JSON document at the end.
+
+mod args;
+
+pub use args::Args;
+
+use anyhow::Context;
+use flowlab_engine::client::{self, Observer};
+use flowlab_report::diagnose::PathRates;
+use flowlab_report::result::{Interval, StartInfo};
+use flowlab_report::units::UnitFormat;
+use flowlab_report::{json, table};
+
+use super::emit;
+
+pub fn run(a: &Args) -> anyhow::Result<()> {
+    let mut spec = a.to_spec()?;
+    if spec.trace.is_some() {
+        spec.path_rates = topology_path_rates(&spec.host);
+    }
+    let interrupt = super::install_ctrl_c();
+    let mut printer = Printer {
+        format: a.format,
+        udp: a.udp,
+        json_stream: a.json_stream,
+        quiet: a.json,
+    };
+    let result = match client::run(&spec, &mut printer, &interrupt) {
+        Ok(result) => result,
+        Err(e) => {
+            if a.json {
+                println!("{}", json::test_error(&e.to_string())?);
+            } else if a.json_stream {
+                emit(&(json::test_error_event(&e.to_string()) + "\n"));
+            }
+            return Err(e.into());
+        }
+    };
+    if let (Some(path), Some(trace)) = (&a.trace_csv, &result.trace) {
+        let write = || -> std::io::Result<()> {
+            let file = std::fs::File::create(path)?;
+            flowlab_report::csv::write(trace, std::io::BufWriter::new(file))
+        };
+        write().with_context(|| format!("--trace-csv {}", path.display()))?;
+    }
+    if a.json {
+        println!("{}", json::document(&result)?);
+    } else if a.json_stream {
+        emit(&json::finish(&result));
+    } else {
+        emit(&table::finish(&result, a.udp, a.format));
+    }
+    Ok(())
+}
+
+/// Prints as the test runs, in the format asked for.
+struct Printer {
+    format: UnitFormat,
+    udp: bool,
+    json_stream: bool,
+    quiet: bool,
+}
+
+impl Observer for Printer {
+    fn started(&mut self, s: &StartInfo) {
+        if self.json_stream {
+            emit(&json::event_line("start", s));
+        } else if !self.quiet {
+            emit(&(table::start(s) + &table::interval_header(self.udp)));
+        }
+    }
+
+    fn interval(&mut self, iv: &Interval) {
+        if self.json_stream {
+            emit(&json::event_line("interval", iv));
+        } else if !self.quiet {
+            emit(&table::interval(iv, self.format));
+        }
+    }
+}
+
+/// The bottleneck each way to `host` when this process runs inside a flowlab topology
+/// (what `--trace` sizes its advice for); nothing elsewhere.
+fn topology_path_rates(host: &str) -> PathRates {
+    use std::net::{IpAddr, ToSocketAddrs};
+    let peer = (host, 0).to_socket_addrs().ok().and_then(|mut a| {
+        a.find_map(|a| match a.ip() {
+            IpAddr::V4(v4) => Some(v4),
+            IpAddr::V6(_) => None,
+        })
+    });
+    match (
+        peer,
+        flowlab_net::locate::here(&flowlab_net::build::state_dir()),
+    ) {
+        (Some(peer), Some((t, node))) => flowlab_net::locate::path_rates(&t, &node, peer),
+        _ => Default::default(),
+    }
+}
