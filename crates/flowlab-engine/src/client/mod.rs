@@ -1,0 +1,410 @@
+//! The client session: connects to a server (flowlab or a stock iperf3), negotiates the
+//! test, runs the streams, reports intervals as they end and returns the [`TestResult`].
+
+mod data_phase;
+mod streams;
+
+use std::io::Write;
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime};
+
+use flowlab_proto::frame::{MAX_RESULTS_LEN, MAX_TRACED_RESULTS_LEN};
+use flowlab_proto::hello::{ServerHello, feature};
+use flowlab_proto::params::{Protocol, TestParams};
+use flowlab_proto::results::PeerResults;
+use flowlab_proto::state::decode_server_error;
+use flowlab_proto::system::SystemInfo;
+use flowlab_proto::{Cookie, State};
+use flowlab_report::result::{
+    self, Interval, PeerInfo, SCHEMA, StartInfo, StreamDirection, StreamInfo, TestResult, Trace,
+};
+use flowlab_report::spec::{Amount, Direction, TestSpec};
+
+use crate::control::{self, ControlError};
+use crate::session::DataSession;
+use crate::sock::SockError;
+use crate::stream::{Budget, DataConfig, StreamPlan, TestControl};
+use data_phase::{PhaseEnd, run_data_phase};
+use streams::{connect_any, create_streams, random36};
+
+/// Why a test could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("cannot resolve '{host}': {source}")]
+    Resolve {
+        host: String,
+        source: std::io::Error,
+    },
+    #[error("cannot connect to {addr}: {source}")]
+    Connect {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("the server is busy running its maximum number of tests; try again later")]
+    Busy,
+    #[error("the server refused the test: {0}")]
+    Refused(String),
+    #[error("the server reported error {code} (errno {errno}): {}", iperf3_error_text(*code))]
+    ServerError { code: i32, errno: i32 },
+    #[error("the server terminated the test")]
+    ServerTerminated,
+    #[error(
+        "the server does not support {0} (it is not flowlab, or an older version); \
+         no data was sent"
+    )]
+    Unsupported(String),
+    #[error("unexpected control message {0:?} from the server")]
+    Unexpected(State),
+    #[error("opening data stream {id}: {source}")]
+    Stream { id: i64, source: std::io::Error },
+    #[error(transparent)]
+    Sock(#[from] SockError),
+    #[error(transparent)]
+    Control(#[from] ControlError),
+}
+
+/// The messages of the iperf3 error codes a server is likely to send.
+fn iperf3_error_text(code: i32) -> &'static str {
+    match code {
+        1 => "the server has terminated",
+        4 => "the server is busy running a test",
+        114 => "parameter exchange failed",
+        117 => {
+            "unable to set TCP_CONGESTION: supplied congestion control algorithm not supported on this host"
+        }
+        141 => "socket buffer size not set correctly",
+        _ => "see iperf3's iperf_api.h for this code",
+    }
+}
+
+/// Receives start information and intervals as the test runs.
+pub trait Observer {
+    fn started(&mut self, _start: &StartInfo) {}
+    fn interval(&mut self, _interval: &Interval) {}
+}
+
+/// An observer that ignores everything.
+#[derive(Debug, Default)]
+pub struct Quiet;
+impl Observer for Quiet {}
+
+/// How long the client waits for each control message outside the data phase.
+const CONTROL_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often the data phase counts received bytes when that is how it learns the end.
+const TICK: Duration = Duration::from_millis(10);
+/// Longest the controller sleeps with nothing due (bounds how late Ctrl-C is noticed).
+const IDLE_WAKE: Duration = Duration::from_millis(100);
+/// A UDP receiver of a byte- or block-bounded test that has seen nothing for this long is
+/// done (the tail was lost).
+const UDP_IDLE_END: Duration = Duration::from_secs(2);
+
+/// Runs one test. `interrupt` (Ctrl-C) ends it early; what was measured is still returned.
+pub fn run(
+    spec: &TestSpec,
+    obs: &mut dyn Observer,
+    interrupt: &AtomicBool,
+) -> Result<TestResult, ClientError> {
+    let (mut ctrl, server, cookie) = connect(spec)?;
+    let params = spec.to_params();
+    let Negotiated {
+        hello,
+        plans,
+        infos,
+    } = negotiate(&mut ctrl, spec, &params, server, &cookie)?;
+    let directions: Vec<(i64, StreamDirection)> =
+        infos.iter().map(|i| (i.id, i.direction)).collect();
+    let features = hello
+        .as_ref()
+        .map(|h| h.features.clone())
+        .unwrap_or_default();
+    let cfg = data_config(spec, &params, &features);
+    // The machine state is read (a `tc` process, ioctls per interface) before any data
+    // flows, not during the first measured interval.
+    let system = crate::sysinfo::collect();
+    let ctl = TestControl::new(budget(spec));
+    let omit = Duration::from_secs(spec.omit);
+    let mut session = DataSession::start(plans, cfg, ctl, omit)
+        .map_err(|source| ClientError::Stream { id: 0, source })?;
+    let start = start_info(spec, &ctrl, server, hello.as_ref(), &cookie, infos, system);
+    obs.started(&start);
+
+    let mut intervals: Vec<Interval> = Vec::new();
+    let outcome = run_data_phase(
+        spec,
+        &mut session,
+        &mut ctrl,
+        &directions,
+        obs,
+        &mut intervals,
+        interrupt,
+    );
+    let mut interrupted = interrupt.load(Ordering::Acquire);
+
+    // End: stop our senders, tell the server, let our receivers drain, exchange results.
+    session.stop_senders();
+    let ended = match outcome {
+        Ok(PhaseEnd::Normal) => end_test(&mut ctrl, spec, &mut session)?,
+        Ok(PhaseEnd::ServerTerminated) => Ended::terminated(),
+        Err(e) => {
+            session.abort();
+            return Err(e);
+        }
+    };
+    interrupted |= ended.terminated;
+    session.abort();
+    let local = ended.local.unwrap_or_else(|| {
+        let snap = session.snapshot();
+        session.peer_results(&snap, session.ctl.epoch.elapsed())
+    });
+    let mut remote = ended.remote;
+    let trace = spec.trace.map(|period| {
+        let remote_traces = remote
+            .as_mut()
+            .map(|r| {
+                r.streams
+                    .iter_mut()
+                    .filter_map(|s| s.trace.take())
+                    .collect()
+            })
+            .unwrap_or_default();
+        Trace::assemble(
+            period.as_micros() as u64,
+            &directions,
+            session.take_traces(),
+            remote_traces,
+            &spec.window_rates(),
+        )
+    });
+    let udp = spec.protocol == Protocol::Udp;
+    let end = result::summarize(&directions, udp, &local, remote.as_ref(), interrupted);
+    Ok(TestResult {
+        schema: SCHEMA.into(),
+        start,
+        intervals,
+        end: Some(end),
+        trace,
+    })
+}
+
+/// The control connection to the spec's server, its address, and the test's cookie
+/// (sent).
+fn connect(spec: &TestSpec) -> Result<(TcpStream, SocketAddr, Cookie), ClientError> {
+    let addrs: Vec<SocketAddr> = (spec.host.as_str(), spec.port)
+        .to_socket_addrs()
+        .map_err(|source| ClientError::Resolve {
+            host: spec.host.clone(),
+            source,
+        })?
+        .collect();
+    let mut ctrl = connect_any(&addrs, spec.connect_timeout)?;
+    let server = ctrl.peer_addr().map_err(ControlError::Io)?;
+    ctrl.set_nodelay(true).map_err(ControlError::Io)?;
+    ctrl.set_read_timeout(Some(CONTROL_TIMEOUT))
+        .map_err(ControlError::Io)?;
+    let cookie = Cookie::from_random(random36());
+    ctrl.write_all(&cookie.encode()).map_err(ControlError::Io)?;
+    Ok((ctrl, server, cookie))
+}
+
+/// What the negotiation settled: the server's hello (a flowlab server's), the data
+/// streams opened, each one's plan and description.
+struct Negotiated {
+    hello: Option<ServerHello>,
+    plans: Vec<StreamPlan>,
+    infos: Vec<StreamInfo>,
+}
+
+/// From the parameters to TEST_RUNNING.
+fn negotiate(
+    ctrl: &mut TcpStream,
+    spec: &TestSpec,
+    params: &TestParams,
+    server: SocketAddr,
+    cookie: &Cookie,
+) -> Result<Negotiated, ClientError> {
+    let mut hello: Option<ServerHello> = None;
+    let mut plans = Vec::new();
+    let mut infos = Vec::new();
+    loop {
+        match control::read_state(ctrl)? {
+            State::ParamExchange => control::write_frame(ctrl, params)?,
+            State::FlowlabHello => {
+                let h: ServerHello = control::read_frame(ctrl, MAX_RESULTS_LEN)?;
+                if let Some(e) = h.error {
+                    return Err(ClientError::Refused(e));
+                }
+                hello = Some(h);
+            }
+            State::CreateStreams => {
+                let offered = hello
+                    .as_ref()
+                    .map(|h| h.features.clone())
+                    .unwrap_or_default();
+                if let Some(missing) = spec
+                    .required_features()
+                    .into_iter()
+                    .find(|f| !offered.contains(f))
+                {
+                    return Err(ClientError::Unsupported(missing));
+                }
+                (plans, infos) = create_streams(spec, server, cookie)?;
+            }
+            State::TestStart => {}
+            State::TestRunning => {
+                return Ok(Negotiated {
+                    hello,
+                    plans,
+                    infos,
+                });
+            }
+            other => return Err(refusal(ctrl, other)),
+        }
+    }
+}
+
+/// How much the client's senders send: `-n` bytes or `-k` blocks when it sends, else
+/// until the test's time.
+fn budget(spec: &TestSpec) -> Budget {
+    let sends = spec.direction != Direction::Reverse;
+    match spec.amount {
+        Amount::Bytes(n) if sends => Budget::Bytes(n.into()),
+        Amount::Blocks(k) if sends => Budget::Blocks(k.into()),
+        _ => Budget::Unbounded,
+    }
+}
+
+/// How the data streams run: as the spec asks, with what the server's `features` allow.
+fn data_config(spec: &TestSpec, params: &TestParams, features: &[String]) -> DataConfig {
+    let has = |feature: &str| features.iter().any(|f| f == feature);
+    DataConfig {
+        mode: spec.mode,
+        len: spec.len,
+        rate_bps: spec.bitrate,
+        counters_64bit: params.udp_counters_64bit,
+        rto: spec.rto,
+        zerocopy: spec.zerocopy,
+        close_when_done: has(feature::CLEAN_CLOSE),
+        drain_to_eof: has(feature::CLEAN_CLOSE),
+        backoff: spec.wants_backoff() && has(feature::UDP_BACKOFF),
+        trace: spec.trace.filter(|_| spec.protocol == Protocol::Tcp),
+    }
+}
+
+/// What the result says of the test's start: when, what was asked, between which ends,
+/// on which machines.
+fn start_info(
+    spec: &TestSpec,
+    ctrl: &TcpStream,
+    server: SocketAddr,
+    hello: Option<&ServerHello>,
+    cookie: &Cookie,
+    streams: Vec<StreamInfo>,
+    system: SystemInfo,
+) -> StartInfo {
+    StartInfo {
+        timestamp: SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        flowlab_version: env!("CARGO_PKG_VERSION").into(),
+        spec: result::spec_json(spec),
+        local: ctrl.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+        remote: server.to_string(),
+        peer: match hello {
+            Some(h) => PeerInfo {
+                kind: "flowlab".into(),
+                version: Some(h.server_version.clone()),
+                features: h.features.clone(),
+                system: h.system.clone(),
+            },
+            None => PeerInfo {
+                kind: "iperf3".into(),
+                version: None,
+                features: Vec::new(),
+                system: None,
+            },
+        },
+        cookie: cookie.to_string(),
+        streams,
+        system,
+    }
+}
+
+/// How a test's end went: both ends' results when they were exchanged, and whether the
+/// server terminated the test instead.
+struct Ended {
+    local: Option<PeerResults>,
+    remote: Option<PeerResults>,
+    terminated: bool,
+}
+
+impl Ended {
+    fn terminated() -> Ended {
+        Ended {
+            local: None,
+            remote: None,
+            terminated: true,
+        }
+    }
+}
+
+/// Ends a test that ran its course: TEST_END, our receivers drained, results exchanged,
+/// IPERF_DONE.
+fn end_test(
+    ctrl: &mut TcpStream,
+    spec: &TestSpec,
+    session: &mut DataSession,
+) -> Result<Ended, ClientError> {
+    control::write_state(ctrl, State::TestEnd)?;
+    session.ctl.stop_recv.store(true, Ordering::Release);
+    let mut ended = Ended {
+        local: None,
+        remote: None,
+        terminated: false,
+    };
+    loop {
+        match control::read_state(ctrl)? {
+            State::ExchangeResults => {
+                session.stop_receivers();
+                let snap = session.snapshot();
+                let mine = session.peer_results(&snap, session.ctl.epoch.elapsed());
+                control::write_frame(ctrl, &mine)?;
+                ended.local = Some(mine);
+                let max = if spec.trace.is_some() {
+                    MAX_TRACED_RESULTS_LEN
+                } else {
+                    MAX_RESULTS_LEN
+                };
+                ended.remote = Some(control::read_frame(ctrl, max)?);
+            }
+            State::DisplayResults => {
+                let _ = control::write_state(ctrl, State::IperfDone);
+                return Ok(ended);
+            }
+            State::ServerTerminate => {
+                ended.terminated = true;
+                return Ok(ended);
+            }
+            other => return Err(refusal(ctrl, other)),
+        }
+    }
+}
+
+/// Turns a control message that ends the negotiation into an error.
+fn refusal(ctrl: &mut TcpStream, state: State) -> ClientError {
+    match state {
+        State::AccessDenied => ClientError::Busy,
+        State::ServerError => {
+            let mut body = [0u8; 8];
+            match control::read_exact(ctrl, &mut body) {
+                Ok(()) => {
+                    let (code, errno) = decode_server_error(&body);
+                    ClientError::ServerError { code, errno }
+                }
+                Err(e) => e.into(),
+            }
+        }
+        State::ServerTerminate => ClientError::ServerTerminated,
+        other => ClientError::Unexpected(other),
+    }
+}

@@ -1,0 +1,229 @@
+//! The client's connections: the control connection, and the data streams opened with
+//! the options the test asked for.
+
+use std::io::Write;
+use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use flowlab_proto::Cookie;
+use flowlab_proto::params::Protocol;
+use flowlab_proto::udp::{CONNECT_MSG, is_handshake_reply};
+use flowlab_report::result::{StreamDirection, StreamInfo};
+use flowlab_report::spec::{Direction, TestSpec};
+use socket2::{Domain, Protocol as SockProtocol, SockRef, Socket, Type};
+
+use super::ClientError;
+use crate::sock::{self, SockError};
+use crate::stream::{Role, StreamPlan, Transport};
+
+/// The control connection: the first of `addrs` that accepts.
+pub(super) fn connect_any(
+    addrs: &[SocketAddr],
+    timeout: Duration,
+) -> Result<TcpStream, ClientError> {
+    let mut last = None;
+    for a in addrs {
+        match TcpStream::connect_timeout(a, timeout) {
+            Ok(s) => return Ok(s),
+            Err(e) => last = Some((a, e)),
+        }
+    }
+    let (addr, source) = match last {
+        Some((a, e)) => (a.to_string(), e),
+        None => (
+            "(no address)".into(),
+            std::io::Error::other("the name resolved to no address"),
+        ),
+    };
+    Err(ClientError::Connect { addr, source })
+}
+
+/// 36 random bytes for the test's cookie.
+pub(super) fn random36() -> [u8; 36] {
+    let mut b = [0u8; 36];
+    if getrandom::fill(&mut b).is_err() {
+        // No entropy source: the cookie only has to be unique per server, so the clock will do.
+        let t = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        for (i, x) in b.iter_mut().enumerate() {
+            *x = (t >> (i % 16 * 8)) as u8 ^ i as u8;
+        }
+    }
+    b
+}
+
+/// Opens the test's data streams as the server asked (CREATE_STREAMS): each one's plan
+/// for the session and its description for the result.
+pub(super) fn create_streams(
+    spec: &TestSpec,
+    server: SocketAddr,
+    cookie: &Cookie,
+) -> Result<(Vec<StreamPlan>, Vec<StreamInfo>), ClientError> {
+    let p = spec.parallel as usize;
+    let roles: Vec<Role> = match spec.direction {
+        Direction::Forward => vec![Role::Send; p],
+        Direction::Reverse => vec![Role::Receive; p],
+        // Client-send streams first, as iperf3 orders them.
+        Direction::Bidir => [vec![Role::Send; p], vec![Role::Receive; p]].concat(),
+    };
+    let mut plans = Vec::new();
+    let mut infos = Vec::new();
+    for (i, role) in roles.into_iter().enumerate() {
+        let id = crate::stream::stream_id(i);
+        let serr = |source| ClientError::Stream { id, source };
+        let (transport, early) = match spec.protocol {
+            Protocol::Tcp => (
+                Transport::Tcp(Arc::new(open_tcp(spec, server, cookie, role).map_err(
+                    |e| match e {
+                        OpenError::Io(e) => serr(e),
+                        OpenError::Sock(e) => ClientError::Sock(e),
+                    },
+                )?)),
+                Vec::new(),
+            ),
+            Protocol::Udp => {
+                let (s, early) = open_udp(spec, server).map_err(serr)?;
+                (Transport::Udp(Arc::new(s)), early)
+            }
+        };
+        let (local, remote, bufs, congestion, mss) = match &transport {
+            Transport::Tcp(t) => (
+                t.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+                t.peer_addr().map(|a| a.to_string()).unwrap_or_default(),
+                sock::buffers(&SockRef::from(t.as_ref())),
+                sock::congestion(t.as_ref()),
+                sock::tcp_info(t.as_ref()).map(|i| i.snd_mss),
+            ),
+            Transport::Udp(u) => (
+                u.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+                u.peer_addr().map(|a| a.to_string()).unwrap_or_default(),
+                sock::buffers(&SockRef::from(u.as_ref())),
+                None,
+                None,
+            ),
+        };
+        let direction = if role == Role::Send {
+            StreamDirection::Up
+        } else {
+            StreamDirection::Down
+        };
+        infos.push(StreamInfo {
+            id,
+            direction,
+            local,
+            remote,
+            sndbuf: bufs.sndbuf,
+            rcvbuf: bufs.rcvbuf,
+            congestion,
+            mss,
+        });
+        plans.push(StreamPlan {
+            id,
+            role,
+            transport,
+            early,
+        });
+    }
+    Ok((plans, infos))
+}
+
+enum OpenError {
+    Io(std::io::Error),
+    Sock(SockError),
+}
+
+fn open_tcp(
+    spec: &TestSpec,
+    server: SocketAddr,
+    cookie: &Cookie,
+    role: Role,
+) -> Result<TcpStream, OpenError> {
+    // `--recv-window` / `--recv-congestion` replace `-w` / `-C` on receiving sockets.
+    let receiving = role == Role::Receive;
+    let window = if receiving && spec.recv_window > 0 {
+        spec.recv_window
+    } else {
+        spec.window
+    };
+    let congestion = match &spec.recv_congestion {
+        Some(cc) if receiving => Some(cc),
+        _ => spec.congestion.as_ref(),
+    };
+    let s = Socket::new(
+        Domain::for_address(server),
+        Type::STREAM,
+        Some(SockProtocol::TCP),
+    )
+    .map_err(OpenError::Io)?;
+    sock::set_buffers(&SockRef::from(&s), window).map_err(OpenError::Sock)?;
+    if spec.mss > 0 {
+        sock::set_mss(&s, spec.mss).map_err(OpenError::Sock)?;
+    }
+    s.connect_timeout(&server.into(), spec.connect_timeout)
+        .map_err(OpenError::Io)?;
+    let mut t: TcpStream = s.into();
+    if spec.nodelay {
+        t.set_nodelay(true).map_err(OpenError::Io)?;
+    }
+    if let Some(cc) = congestion {
+        sock::set_congestion(&t, cc).map_err(OpenError::Sock)?;
+    }
+    t.write_all(&cookie.encode()).map_err(OpenError::Io)?;
+    Ok(t)
+}
+
+fn open_udp(spec: &TestSpec, server: SocketAddr) -> std::io::Result<(UdpSocket, Vec<Vec<u8>>)> {
+    let s = Socket::new(
+        Domain::for_address(server),
+        Type::DGRAM,
+        Some(SockProtocol::UDP),
+    )?;
+    let want = if spec.window > 0 {
+        spec.window
+    } else {
+        crate::stream::UDP_DEFAULT_BUFFER
+    };
+    sock::set_buffers(&SockRef::from(&s), want).map_err(std::io::Error::other)?;
+    s.connect(&server.into())?;
+    let u: UdpSocket = s.into();
+    let deadline = Instant::now() + spec.connect_timeout.max(Duration::from_secs(1));
+    let mut early = Vec::new();
+    let mut buf = vec![0u8; 65_536];
+    // The handshake datagram may be lost like any other: send it again every 500 ms.
+    'resend: loop {
+        u.send(&CONNECT_MSG)?;
+        let resend_at = Instant::now() + Duration::from_millis(500);
+        loop {
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "no answer to the UDP stream handshake",
+                ));
+            }
+            if now >= resend_at {
+                continue 'resend;
+            }
+            u.set_read_timeout(Some((resend_at - now).max(Duration::from_millis(1))))?;
+            match u.recv(&mut buf) {
+                Ok(n) if is_handshake_reply(&buf[..n]) => break 'resend,
+                // Reverse mode: data from the server beat its reply, or the reply was
+                // lost. The server sends data only once every stream is open, so this
+                // stream is open too.
+                Ok(n) => {
+                    early.push(buf[..n].to_vec());
+                    break 'resend;
+                }
+                Err(e) if crate::stream::is_timeout(&e) => {}
+                Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    u.set_read_timeout(None)?;
+    Ok((u, early))
+}

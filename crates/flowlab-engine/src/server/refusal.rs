@@ -1,0 +1,124 @@
+//! Whether a test is served: a client's parameters checked against what the server can
+//! and may do (`--max-duration`, `--max-bitrate`, `--max-bytes`).
+
+use flowlab_proto::params::{Mode, Protocol, TestParams};
+use flowlab_report::spec::MAX_UDP_LEN;
+
+use super::ServerConfig;
+
+/// Why a test is refused: told to a flowlab client in its hello, logged by the server.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(super) enum Refusal {
+    #[error("only TCP and UDP tests are served")]
+    Protocol,
+    #[error("{0} parallel streams asked for; 1 to 128 are served")]
+    Parallel(u64),
+    #[error("block length {asked} is above the largest served ({max})")]
+    BlockLength { asked: u64, max: u64 },
+    #[error("stop-and-wait needs a message length")]
+    NoMessageLength,
+    #[error("tests are limited to {max} s here (--max-duration); asked for {asked} s")]
+    Duration { max: u64, asked: u64 },
+    #[error("tests are limited to {max} bit/s here (--max-bitrate); ask for less with -b")]
+    Bitrate { max: u64 },
+    #[error("tests are limited to {max} bytes here (--max-bytes); asked for {asked}")]
+    Bytes { max: u64, asked: u64 },
+    #[error("this server lacks the extension '{0}'")]
+    Extension(String),
+}
+
+/// Bytes per write or datagram of a test: as asked, or the protocol's default.
+pub(super) fn block_len(p: &TestParams, proto: Protocol) -> usize {
+    match (p.len, proto) {
+        (0, Protocol::Tcp) => flowlab_report::spec::DEFAULT_TCP_LEN,
+        (0, Protocol::Udp) => flowlab_report::spec::DEFAULT_UDP_LEN,
+        (l, _) => l as usize,
+    }
+}
+
+/// Checks a client's parameters against what the server can and may do.
+pub(super) fn validate(p: &TestParams, cfg: &ServerConfig) -> Result<Protocol, Refusal> {
+    let proto = p.protocol().ok_or(Refusal::Protocol)?;
+    if !(1..=128).contains(&p.parallel) {
+        return Err(Refusal::Parallel(p.parallel));
+    }
+    let max_len = if proto == Protocol::Udp {
+        MAX_UDP_LEN as u64
+    } else {
+        16 << 20
+    };
+    if p.len > max_len {
+        return Err(Refusal::BlockLength {
+            asked: p.len,
+            max: max_len,
+        });
+    }
+    if p.flowlab
+        .as_ref()
+        .is_some_and(|f| f.mode == Mode::StopAndWait)
+        && p.len == 0
+    {
+        return Err(Refusal::NoMessageLength);
+    }
+    let seconds = p.time + p.omit;
+    if let Some(max) = cfg.max_duration {
+        if p.time == 0 && p.num == 0 && p.blockcount == 0 || seconds > max.as_secs() {
+            return Err(Refusal::Duration {
+                max: max.as_secs(),
+                asked: seconds,
+            });
+        }
+    }
+    if let Some(max) = cfg.max_bitrate {
+        let asked = p.bandwidth.saturating_mul(p.stream_count());
+        if p.bandwidth == 0 || asked > max {
+            return Err(Refusal::Bitrate { max });
+        }
+    }
+    if let Some(max) = cfg.max_bytes {
+        // -n and -k count per direction; the limit, like its enforcement in
+        // `wait_for_end`, counts both directions of a --bidir test.
+        let per_direction = p
+            .num
+            .max(p.blockcount.saturating_mul(block_len(p, proto) as u64));
+        let asked = per_direction.saturating_mul(if p.bidirectional { 2 } else { 1 });
+        if asked > max {
+            return Err(Refusal::Bytes { max, asked });
+        }
+    }
+    Ok(proto)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn max_bytes_counts_both_directions_of_a_bidir_test_and_the_default_length() {
+        let cfg = ServerConfig {
+            max_bytes: Some(1_000_000),
+            ..ServerConfig::default()
+        };
+        let p = |num, blockcount, bidirectional| TestParams {
+            udp: Some(true),
+            num,
+            blockcount,
+            bidirectional,
+            parallel: 1,
+            ..TestParams::default()
+        };
+        assert!(validate(&p(600_000, 0, false), &cfg).is_ok());
+        let e = validate(&p(600_000, 0, true), &cfg).unwrap_err();
+        assert_eq!(
+            e,
+            Refusal::Bytes {
+                max: 1_000_000,
+                asked: 1_200_000
+            }
+        );
+        assert!(e.to_string().contains("asked for 1200000"), "{e}");
+        // -k with UDP's default 1460-byte datagrams: 700 × 1460 = 1 022 000.
+        assert!(validate(&p(0, 600, false), &cfg).is_ok());
+        assert!(validate(&p(0, 700, false), &cfg).is_err());
+    }
+}

@@ -1,0 +1,147 @@
+//! A test's data streams: collected as the client opens them, and set up as it asked.
+
+use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::sync::Arc;
+use std::sync::mpsc::{self, Receiver};
+use std::time::{Duration, Instant};
+
+use flowlab_proto::params::{Protocol, TestParams};
+use flowlab_proto::udp::handshake_reply;
+use flowlab_proto::{Cookie, State};
+use socket2::SockRef;
+
+use super::test::TestError;
+use super::{Shared, UdpPending};
+use crate::control;
+use crate::sock;
+use crate::stream::{Role, Transport};
+
+/// The test's `n` data streams, in the client's order: TCP connections handed over by
+/// their cookie, or UDP sockets opened by their handshake, within the idle timeout.
+pub(super) fn collect_streams(
+    ctrl: &mut TcpStream,
+    peer: SocketAddr,
+    cookie: Cookie,
+    proto: Protocol,
+    n: usize,
+    shared: &Arc<Shared>,
+) -> Result<Vec<Transport>, TestError> {
+    let deadline = Instant::now() + shared.cfg.idle_timeout;
+    let mut out = Vec::with_capacity(n);
+    match proto {
+        Protocol::Tcp => {
+            let (tx, rx) = mpsc::channel();
+            shared
+                .tcp_streams
+                .lock()
+                .map_err(|_| TestError::Streams("lock poisoned".into()))?
+                .insert(cookie, tx);
+            control::write_state(ctrl, State::CreateStreams)?;
+            let mut conns = Vec::with_capacity(n);
+            while conns.len() < n {
+                conns.push(recv_until(&rx, deadline, n - conns.len())?);
+            }
+            if let Ok(mut m) = shared.tcp_streams.lock() {
+                m.remove(&cookie);
+            }
+            conns.sort_by_key(|(order, _)| *order);
+            out.extend(conns.into_iter().map(|(_, s)| Transport::Tcp(Arc::new(s))));
+        }
+        Protocol::Udp => {
+            // One test at a time creates UDP streams (they carry no cookie).
+            let _turn = shared
+                .udp_setup
+                .lock()
+                .map_err(|_| TestError::Streams("lock poisoned".into()))?;
+            let (tx, rx) = mpsc::channel();
+            *shared
+                .udp_waiting
+                .lock()
+                .map_err(|_| TestError::Streams("lock poisoned".into()))? = Some(UdpPending {
+                client: peer.ip(),
+                tx,
+                seen: Vec::new(),
+            });
+            let result = (|| -> Result<(), TestError> {
+                control::write_state(ctrl, State::CreateStreams)?;
+                let mut opened: Vec<UdpSocket> = Vec::with_capacity(n);
+                while opened.len() < n {
+                    // A stream socket, once connected, receives the client's repeated
+                    // handshakes (the kernel prefers it to the listener): answer them
+                    // while waiting, or a client that missed a reply waits forever.
+                    let slice = deadline.min(Instant::now() + Duration::from_millis(20));
+                    match recv_until(&rx, slice, n - opened.len()) {
+                        Ok(s) => opened.push(s),
+                        Err(e) if Instant::now() >= deadline => return Err(e),
+                        Err(_) => opened.iter().for_each(answer_repeated_handshakes),
+                    }
+                }
+                opened.iter().for_each(answer_repeated_handshakes);
+                out.extend(opened.into_iter().map(|s| Transport::Udp(Arc::new(s))));
+                Ok(())
+            })();
+            if let Ok(mut w) = shared.udp_waiting.lock() {
+                *w = None;
+            }
+            result?;
+        }
+    }
+    Ok(out)
+}
+
+/// Answers, without blocking, the handshakes waiting on a connected UDP stream socket.
+fn answer_repeated_handshakes(s: &UdpSocket) {
+    let mut buf = [0u8; 64];
+    while let Ok(n) = nix::sys::socket::recv(
+        std::os::fd::AsRawFd::as_raw_fd(s),
+        &mut buf,
+        nix::sys::socket::MsgFlags::MSG_DONTWAIT,
+    ) {
+        if let Some(reply) = handshake_reply(&buf[..n]) {
+            let _ = s.send(&reply);
+        }
+    }
+}
+
+/// The next stream from `rx`, or an error saying how many never came by `deadline`.
+fn recv_until<T>(rx: &Receiver<T>, deadline: Instant, missing: usize) -> Result<T, TestError> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    rx.recv_timeout(left)
+        .map_err(|_| TestError::Streams(format!("{missing} data stream(s) never arrived")))
+}
+
+/// The socket options the client asked for, on a stream the server plays `role` on.
+pub(super) fn apply_options(t: &Transport, p: &TestParams, role: Role) {
+    let tuning = p.flowlab.as_ref().filter(|_| role == Role::Receive);
+    let recv_window = tuning.and_then(|f| f.recv_window);
+    let recv_congestion = tuning.and_then(|f| f.recv_congestion.as_ref());
+    let window = if let (Some(w), Transport::Tcp(_)) = (recv_window, t) {
+        w
+    } else if p.window > 0 {
+        p.window
+    } else if matches!(t, Transport::Udp(_)) {
+        crate::stream::UDP_DEFAULT_BUFFER
+    } else {
+        0
+    };
+    match t {
+        Transport::Tcp(s) => {
+            let _ = sock::set_buffers(&SockRef::from(s.as_ref()), window);
+            if p.nodelay {
+                let _ = s.set_nodelay(true);
+            }
+            if p.mss > 0 && role == Role::Send {
+                let _ = sock::set_mss(s.as_ref(), p.mss as u32);
+            }
+            if let Some(cc) = recv_congestion.or(p.congestion.as_ref()) {
+                // As iperf3: an algorithm this kernel lacks is a warning on the server.
+                if let Err(e) = sock::set_congestion(s.as_ref(), cc) {
+                    tracing::warn!("{e}");
+                }
+            }
+        }
+        Transport::Udp(u) => {
+            let _ = sock::set_buffers(&SockRef::from(u.as_ref()), window);
+        }
+    }
+}

@@ -1,0 +1,375 @@
+//! One test on its control connection, in the protocol's phases: the parameters and the
+//! server's answer, the data streams, the data until TEST_END (the server's limits
+//! enforced meanwhile), the results exchange.
+
+use std::io::Write;
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use flowlab_proto::frame::{MAX_PARAMS_LEN, MAX_RESULTS_LEN};
+use flowlab_proto::hello::{ServerHello, feature};
+use flowlab_proto::params::{FLOWLAB_EXT_VERSION, Mode, Protocol, TestParams};
+use flowlab_proto::results::PeerResults;
+use flowlab_proto::state::{encode_server_error, error_code};
+use flowlab_proto::{Cookie, State};
+use flowlab_report::server::ServerEvent;
+
+use super::refusal::{Refusal, block_len, validate};
+use super::streams::{apply_options, collect_streams};
+use super::{ServerConfig, Shared};
+use crate::control::{self, ControlError};
+use crate::session::DataSession;
+use crate::stream::{Budget, DataConfig, Role, StreamPlan, TestControl, Transport};
+use crate::trace;
+
+/// Why a test ended early.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum TestError {
+    #[error(transparent)]
+    Control(#[from] ControlError),
+    #[error("refused: {0}")]
+    Refused(Refusal),
+    #[error("waiting for data streams: {0}")]
+    Streams(String),
+    #[error("the client ended the test (CLIENT_TERMINATE)")]
+    ClientTerminated,
+    #[error("{0}; test terminated")]
+    Limit(String),
+    #[error("unexpected control message {0:?}")]
+    Unexpected(State),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// The flowlab extensions this server has (told to flowlab clients in its hello).
+const FEATURES: [&str; 6] = [
+    feature::STOP_AND_WAIT,
+    feature::EXACT_BYTES,
+    feature::CLEAN_CLOSE,
+    feature::UDP_BACKOFF,
+    feature::TRACE,
+    feature::RECEIVER_TUNING,
+];
+
+/// Runs one test on its control connection `ctrl`, from the parameters to the results
+/// exchange; the server's log hears when it starts and when it ends well.
+pub(super) fn run_test(
+    ctrl: &mut TcpStream,
+    peer: SocketAddr,
+    cookie: Cookie,
+    id: u64,
+    shared: &Arc<Shared>,
+) -> Result<(), TestError> {
+    let cfg = &shared.cfg;
+    ctrl.set_nodelay(true)?;
+    let (params, proto) = negotiate(ctrl, cfg)?;
+    shared.log.event(started(id, peer, &params, proto));
+    let n = params.stream_count() as usize;
+    let transports = collect_streams(ctrl, peer, cookie, proto, n, shared)?;
+    let data = data_config(&params, proto);
+    let idle_limit = idle_allowance(params.bandwidth, data.len, cfg.idle_timeout);
+    // Receivers read before the client is told to send (an unread UDP socket overflows
+    // at once); senders start a control round trip early, which the peer's socket
+    // buffers absorb.
+    let ctl = TestControl::new(budget(&params));
+    let plans = stream_plans(transports, &params);
+    let mut session = DataSession::start(plans, data, ctl, Duration::from_secs(params.omit))?;
+    control::write_state(ctrl, State::TestStart)?;
+    control::write_state(ctrl, State::TestRunning)?;
+    if let Err(e) = wait_for_end(ctrl, &mut session, &params, cfg, idle_limit) {
+        session.abort();
+        if matches!(e, TestError::Limit(_)) {
+            let _ = control::write_state(ctrl, State::ServerTerminate);
+        }
+        return Err(e);
+    }
+    let (mine, wall) = own_results(&mut session);
+    exchange_results(ctrl, cfg, &mine)?;
+    shared.log.event(finished(id, peer, &mine, &session, wall));
+    Ok(())
+}
+
+/// Whether the client speaks flowlab's extensions.
+fn is_flowlab(params: &TestParams) -> bool {
+    params.flowlab.as_ref().is_some_and(|f| f.version >= 1)
+}
+
+/// Reads the client's parameters and answers them: a flowlab client gets the server's
+/// hello (its features, its machine, or why the test is refused); an iperf3 client that
+/// is refused gets iperf3's own error message.
+fn negotiate(
+    ctrl: &mut TcpStream,
+    cfg: &ServerConfig,
+) -> Result<(TestParams, Protocol), TestError> {
+    control::write_state(ctrl, State::ParamExchange)?;
+    let params: TestParams = control::read_frame(ctrl, MAX_PARAMS_LEN)?;
+    let missing = params
+        .flowlab
+        .as_ref()
+        .and_then(|f| f.require.iter().find(|r| !FEATURES.contains(&r.as_str())));
+    let verdict = validate(&params, cfg).and_then(|proto| match missing {
+        Some(m) => Err(Refusal::Extension(m.clone())),
+        None => Ok(proto),
+    });
+    if is_flowlab(&params) {
+        let hello = ServerHello {
+            version: FLOWLAB_EXT_VERSION,
+            server_version: env!("CARGO_PKG_VERSION").into(),
+            features: FEATURES.iter().map(|f| f.to_string()).collect(),
+            error: verdict.as_ref().err().map(Refusal::to_string),
+            system: verdict.is_ok().then(crate::sysinfo::collect),
+        };
+        control::write_state(ctrl, State::FlowlabHello)?;
+        control::write_frame(ctrl, &hello)?;
+    }
+    match verdict {
+        Ok(proto) => Ok((params, proto)),
+        Err(reason) => {
+            if !is_flowlab(&params) {
+                ctrl.write_all(&[State::ServerError.to_byte()])?;
+                ctrl.write_all(&encode_server_error(error_code::RECV_PARAMS, libc::EINVAL))?;
+            }
+            Err(TestError::Refused(reason))
+        }
+    }
+}
+
+/// The log's event for a test that starts.
+fn started(id: u64, peer: SocketAddr, params: &TestParams, proto: Protocol) -> ServerEvent {
+    ServerEvent::TestStarted {
+        test: id,
+        peer: peer.to_string(),
+        protocol: if proto == Protocol::Udp {
+            "udp".into()
+        } else {
+            "tcp".into()
+        },
+        streams: params.stream_count(),
+        reverse: params.reverse,
+        bidir: params.bidirectional,
+        client: params.client_version.clone(),
+    }
+}
+
+/// Each stream's role, set up as the client asked. Client-send streams come first, so
+/// the server receives on the first `parallel` streams of a bidirectional test.
+fn stream_plans(transports: Vec<Transport>, params: &TestParams) -> Vec<StreamPlan> {
+    let p = params.parallel as usize;
+    transports
+        .into_iter()
+        .enumerate()
+        .map(|(i, transport)| {
+            let role = if params.reverse || (params.bidirectional && i >= p) {
+                Role::Send
+            } else {
+                Role::Receive
+            };
+            apply_options(&transport, params, role);
+            StreamPlan {
+                id: crate::stream::stream_id(i),
+                role,
+                transport,
+                early: Vec::new(),
+            }
+        })
+        .collect()
+}
+
+/// How much the server's senders send: `-n` bytes or `-k` blocks when it sends, else
+/// until the client ends the test.
+fn budget(params: &TestParams) -> Budget {
+    let sends = params.reverse || params.bidirectional;
+    match (params.num, params.blockcount) {
+        (n, _) if n > 0 && sends => Budget::Bytes(n.into()),
+        (_, k) if k > 0 && sends => Budget::Blocks(k.into()),
+        _ => Budget::Unbounded,
+    }
+}
+
+/// How the data streams run, from the client's parameters.
+fn data_config(params: &TestParams, proto: Protocol) -> DataConfig {
+    let mode = params.flowlab.as_ref().map_or(Mode::Streaming, |f| f.mode);
+    DataConfig {
+        mode,
+        len: block_len(params, proto),
+        rate_bps: params.bandwidth,
+        counters_64bit: params.udp_counters_64bit,
+        rto: params
+            .flowlab
+            .as_ref()
+            .and_then(|f| f.rto_ms)
+            .map_or(Duration::from_secs(1), Duration::from_millis),
+        zerocopy: params.zerocopy,
+        close_when_done: true,
+        drain_to_eof: is_flowlab(params),
+        backoff: params.flowlab.as_ref().is_some_and(|f| f.udp_backoff)
+            && mode == Mode::Streaming
+            && params.bandwidth == 0,
+        trace: params
+            .flowlab
+            .as_ref()
+            .and_then(|f| f.trace_us)
+            .map(|us| Duration::from_micros(us).clamp(trace::MIN_PERIOD, trace::MAX_PERIOD)),
+    }
+}
+
+/// Stops the streams and returns the server's results (with each stream's trace) and
+/// the test's wall time.
+fn own_results(session: &mut DataSession) -> (PeerResults, Duration) {
+    session.stop_senders();
+    session.stop_receivers();
+    let snap = session.snapshot();
+    let wall = session.ctl.epoch.elapsed();
+    let mut mine = session.peer_results(&snap, wall);
+    for trace in session.take_traces() {
+        if let Some(s) = mine.streams.iter_mut().find(|s| s.id == trace.id) {
+            s.trace = Some(trace);
+        }
+    }
+    (mine, wall)
+}
+
+/// Exchanges results with the client, then waits for its IPERF_DONE.
+fn exchange_results(
+    ctrl: &mut TcpStream,
+    cfg: &ServerConfig,
+    mine: &PeerResults,
+) -> Result<(), TestError> {
+    ctrl.set_read_timeout(Some(cfg.idle_timeout))?;
+    control::write_state(ctrl, State::ExchangeResults)?;
+    let _theirs: PeerResults = control::read_frame(ctrl, MAX_RESULTS_LEN)?;
+    control::write_frame(ctrl, mine)?;
+    control::write_state(ctrl, State::DisplayResults)?;
+    // IPERF_DONE, or the client just closing, both end the test well.
+    match control::read_state(ctrl) {
+        Ok(State::IperfDone) | Err(ControlError::Closed) => {}
+        Ok(other) => tracing::debug!("expected IPERF_DONE, got {other:?}"),
+        Err(e) => tracing::debug!("waiting for IPERF_DONE: {e}"),
+    }
+    Ok(())
+}
+
+/// The log's event for a test that ended well: bytes received and sent by the server.
+fn finished(
+    id: u64,
+    peer: SocketAddr,
+    mine: &PeerResults,
+    session: &DataSession,
+    wall: Duration,
+) -> ServerEvent {
+    let bytes = |role| {
+        mine.streams
+            .iter()
+            .zip(&session.streams)
+            .filter(|(_, s)| s.role == role)
+            .map(|(r, _)| r.bytes)
+            .sum()
+    };
+    ServerEvent::TestFinished {
+        test: id,
+        peer: peer.to_string(),
+        bytes_received: bytes(Role::Receive),
+        bytes_sent: bytes(Role::Send),
+        seconds: wall.as_secs_f64(),
+    }
+}
+
+/// Waits for TEST_END while enforcing the server's limits and noticing a vanished client.
+fn wait_for_end(
+    ctrl: &mut TcpStream,
+    session: &mut DataSession,
+    params: &TestParams,
+    cfg: &ServerConfig,
+    idle_limit: Duration,
+) -> Result<(), TestError> {
+    let started = Instant::now();
+    // iperf3's safety margin: a timed test that has not ended 40 s after it should have.
+    let safety = (params.time > 0).then(|| Duration::from_secs(params.time + params.omit + 40));
+    let mut last_total = 0u64;
+    let mut last_progress = Instant::now();
+    loop {
+        // Poll finely until the omitted seconds end, so the baseline is taken on time;
+        // after that, rarely: TEST_END or a closed connection wakes the read at once, and
+        // every wake-up of this thread is time taken from the data streams' CPUs.
+        let poll = if !session.omitting() {
+            Duration::from_millis(500)
+        } else {
+            Duration::from_millis(5)
+        };
+        ctrl.set_read_timeout(Some(poll))?;
+        match control::read_state(ctrl) {
+            Ok(State::TestEnd) => return Ok(()),
+            Ok(State::ClientTerminate) => return Err(TestError::ClientTerminated),
+            Ok(other) => return Err(TestError::Unexpected(other)),
+            Err(ControlError::Timeout(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+        session.end_omit_if_due();
+        let elapsed = started.elapsed();
+        let total = session.total_bytes(Role::Send) + session.total_bytes(Role::Receive);
+        if total > last_total {
+            last_total = total;
+            last_progress = Instant::now();
+        } else if last_progress.elapsed() > idle_limit {
+            return Err(TestError::Limit(format!(
+                "no data moved for {} s",
+                idle_limit.as_secs()
+            )));
+        }
+        if let Some(max) = cfg.max_duration {
+            if elapsed > max + Duration::from_secs(2) {
+                return Err(TestError::Limit(format!(
+                    "test ran past --max-duration {} s",
+                    max.as_secs()
+                )));
+            }
+        }
+        if let Some(max) = cfg.max_bytes {
+            if total > max {
+                return Err(TestError::Limit(format!(
+                    "test moved more than --max-bytes {max}"
+                )));
+            }
+        }
+        if let Some(max) = cfg.max_bitrate {
+            let secs = elapsed.as_secs_f64();
+            // Judge the average after a second, with 10 % grace for pacing granularity.
+            if secs > 1.0 && total as f64 * 8.0 / secs > max as f64 * 1.1 {
+                return Err(TestError::Limit(format!(
+                    "average rate above --max-bitrate {max} bit/s"
+                )));
+            }
+        }
+        if safety.is_some_and(|s| elapsed > s) {
+            return Err(TestError::Limit("the client never ended the test".into()));
+        }
+    }
+}
+
+/// How long a running test may move no data: `--idle-timeout`, or three write intervals
+/// of a test paced (`bandwidth` bit/s, `len`-byte writes) so slowly that its writes are
+/// further apart than that.
+fn idle_allowance(bandwidth: u64, len: usize, idle_timeout: Duration) -> Duration {
+    if bandwidth == 0 {
+        return idle_timeout;
+    }
+    let gap = Duration::from_secs_f64(len as f64 * 8.0 / bandwidth as f64);
+    idle_timeout.max(gap.saturating_mul(3))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idle_allowance_grows_for_slowly_paced_tests() {
+        let ten = Duration::from_secs(10);
+        // Unpaced, or paced faster than a write per idle timeout: the timeout.
+        assert_eq!(idle_allowance(0, 1460, ten), ten);
+        assert_eq!(idle_allowance(1_000_000, 1460, ten), ten);
+        // -u -b 1K: a datagram every 11.68 s; three of those may pass.
+        let got = idle_allowance(1_000, 1460, ten).as_secs_f64();
+        assert!((got - 35.04).abs() < 1e-6, "{got}");
+    }
+}
