@@ -1,0 +1,187 @@
+//! Addresses, routes and neighbour entries of a topology's nodes, from its plan.
+
+use std::process::Command;
+
+use crate::topology::{Kind, Plan, Topology};
+
+use super::{NetError, ns_name, run};
+
+/// Every node interface with an address: (node, address, device).
+pub fn interfaces(plan: &Plan<'_>) -> Vec<(String, [u8; 4], String)> {
+    segment_interfaces(plan).into_iter().flatten().collect()
+}
+
+/// [`interfaces`], per segment (in the plan's order).
+pub fn segment_interfaces(plan: &Plan<'_>) -> Vec<Vec<(String, [u8; 4], String)>> {
+    let t = plan.topology;
+    let mut all = Vec::new();
+    for seg in &plan.segments {
+        let mut out = Vec::new();
+        for (node, addr) in &seg.members {
+            // A link segment is its own link; on a switch, the member's link to it.
+            let link = seg.link.or_else(|| {
+                let sw = seg.switch.as_ref()?;
+                t.links
+                    .iter()
+                    .position(|l| (&l.a == node && &l.b == sw) || (&l.b == node && &l.a == sw))
+            });
+            if let Some(i) = link {
+                out.push((node.clone(), *addr, format!("l{i}")));
+            }
+        }
+        all.push(out);
+    }
+    all
+}
+
+/// The MAC address of `dev` in namespace `ns`.
+pub(super) fn mac(ns: &str, dev: &str) -> Result<String, NetError> {
+    let out = run("ip", &["-n", ns, "-j", "link", "show", "dev", dev])?;
+    let v: serde_json::Value = serde_json::from_str(&out).map_err(|e| NetError::Command {
+        command: format!("ip -n {ns} -j link show dev {dev}"),
+        message: e.to_string(),
+    })?;
+    v[0]["address"]
+        .as_str()
+        .map(String::from)
+        .ok_or_else(|| NetError::Command {
+            command: format!("ip -n {ns} -j link show dev {dev}"),
+            message: "no address in its answer".into(),
+        })
+}
+
+/// Permanent neighbour entries between all the interfaces of every segment, so no ARP
+/// crosses an emulated link: an ARP probe lost in a full queue would otherwise stall a
+/// path until it is resolved again (Mininet's `--arp` does the same).
+pub(super) fn static_neighbours(t: &Topology, plan: &Plan<'_>) -> Result<(), NetError> {
+    use std::io::Write;
+    let mut batches: std::collections::BTreeMap<String, String> = Default::default();
+    for seg in segment_interfaces(plan) {
+        let macs: Vec<String> = seg
+            .iter()
+            .map(|(node, _, dev)| mac(&ns_name(&t.name, node), dev))
+            .collect::<Result<_, _>>()?;
+        for (node, _, dev) in &seg {
+            for ((other, addr, _), m) in seg.iter().zip(&macs) {
+                if other != node {
+                    let line = format!(
+                        "neigh replace {} lladdr {m} dev {dev} nud permanent\n",
+                        std::net::Ipv4Addr::from(*addr)
+                    );
+                    batches
+                        .entry(ns_name(&t.name, node))
+                        .or_default()
+                        .push_str(&line);
+                }
+            }
+        }
+    }
+    for (ns, batch) in batches {
+        let command = format!("ip -n {ns} -batch -");
+        let fail = |message: String| NetError::Command {
+            command: command.clone(),
+            message,
+        };
+        let mut child = Command::new("ip")
+            .args(["-n", &ns, "-batch", "-"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .map_err(|e| fail(e.to_string()))?;
+        if let Some(mut stdin) = child.stdin.take() {
+            stdin
+                .write_all(batch.as_bytes())
+                .map_err(|e| fail(e.to_string()))?;
+        }
+        let out = child.wait_with_output().map_err(|e| fail(e.to_string()))?;
+        if !out.status.success() {
+            return Err(fail(
+                String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Routes to add: (node, "10.x.y.0/24", next-hop address), for every non-switch node and
+/// every subnet it is not on, via the first node of its shortest path there.
+pub fn routes(plan: &Plan<'_>) -> Vec<(String, String, String)> {
+    let t = plan.topology;
+    let mut out = Vec::new();
+    for (node, kind) in &t.nodes {
+        if *kind == Kind::Switch {
+            continue;
+        }
+        for seg in &plan.segments {
+            if seg.members.iter().any(|(n, _)| n == node) {
+                continue;
+            }
+            let best = seg
+                .members
+                .iter()
+                .filter_map(|(m, _)| plan.path(node, m))
+                .min_by_key(|p| (p.hops.len(), p.rtt));
+            let Some(path) = best else { continue };
+            let Some(next) = path
+                .nodes
+                .iter()
+                .skip(1)
+                .find(|n| t.nodes[*n] != Kind::Switch)
+            else {
+                continue;
+            };
+            // The next hop's address on the segment it shares with `node`.
+            let via = plan.segments.iter().find_map(|s| {
+                let mine = s.members.iter().any(|(n, _)| n == node);
+                let theirs = s.members.iter().find(|(n, _)| n == next);
+                if mine {
+                    theirs.map(|(_, a)| std::net::Ipv4Addr::from(*a).to_string())
+                } else {
+                    None
+                }
+            });
+            if let Some(via) = via {
+                let subnet = format!("{}.{}.{}.0/24", seg.subnet[0], seg.subnet[1], seg.subnet[2]);
+                out.push((node.clone(), subnet, via));
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_node_gets_addresses_and_routes_to_every_subnet() {
+        let text = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../topologies/portfolio.toml"),
+        )
+        .unwrap();
+        let t = Topology::parse(&text).unwrap();
+        let plan = Plan::of(&t);
+        let ifs = interfaces(&plan);
+        // Every member of every segment has exactly one interface there.
+        let members: usize = plan.segments.iter().map(|s| s.members.len()).sum();
+        assert_eq!(ifs.len(), members);
+        let h1 = ifs.iter().find(|(n, _, _)| n == "h1").unwrap();
+        assert_eq!((h1.1, h1.2.as_str()), ([10, 0, 1, 1], "l0"));
+        let r = routes(&plan);
+        // h1 reaches h9's subnet through r1 (10.0.1.4, its switch segment).
+        assert!(
+            r.contains(&("h1".into(), "10.0.5.0/24".into(), "10.0.1.4".into())),
+            "{r:?}"
+        );
+        // r1 reaches it through r2 on L1.
+        assert!(
+            r.contains(&("r1".into(), "10.0.5.0/24".into(), "10.0.6.2".into())),
+            "{r:?}"
+        );
+        // 8 segments: each of the 13 non-switch nodes routes to those it is not on.
+        let on: usize = members;
+        assert_eq!(r.len(), 13 * 8 - on);
+    }
+}

@@ -1,0 +1,100 @@
+//! What `up` records under the state directory, for `status`, `down` and `check`: the
+//! namespaces it created (appended before each is made), the state it built, the
+//! emulator's stats and log.
+
+use std::path::{Path, PathBuf};
+
+use super::processes::running;
+use super::{NetError, State};
+
+/// Where `up` records what it created.
+pub fn state_dir() -> PathBuf {
+    PathBuf::from("/run/flowlab/net")
+}
+
+pub(super) fn state_file(dir: &Path, topo: &str) -> PathBuf {
+    dir.join(format!("{topo}.list"))
+}
+
+pub(super) fn record(dir: &Path, topo: &str, ns: &str) -> Result<(), NetError> {
+    use std::io::Write;
+    std::fs::create_dir_all(dir).map_err(|e| NetError::Io(dir.to_path_buf(), e))?;
+    let path = state_file(dir, topo);
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .map_err(|e| NetError::Io(path.clone(), e))?;
+    writeln!(f, "{ns}").map_err(|e| NetError::Io(path, e))
+}
+
+pub(super) fn state_json(dir: &Path, topo: &str) -> PathBuf {
+    dir.join(format!("{topo}.json"))
+}
+
+/// Where the emulator of `topo` writes its counters (about once a second).
+pub fn stats_file(dir: &Path, topo: &str) -> PathBuf {
+    dir.join(format!("{topo}.stats.json"))
+}
+
+pub(super) fn emulator_log(dir: &Path, topo: &str) -> PathBuf {
+    dir.join(format!("{topo}.emulator.log"))
+}
+
+/// What is wrong with the emulator of `topo`, if anything: the lines it wrote (it writes
+/// only when a link stops or fails), or that it no longer runs. `None` when all is well
+/// or the topology has no emulator.
+pub fn emulator_trouble(dir: &Path, topo: &str) -> Option<String> {
+    let pid = state(dir, topo)?.emulator_pid?;
+    let log = std::fs::read_to_string(emulator_log(dir, topo)).unwrap_or_default();
+    let mut trouble = last_words(&log);
+    if !running(pid) {
+        trouble.push(format!("the link emulator (pid {pid}) is not running"));
+    }
+    (!trouble.is_empty()).then(|| trouble.join("; "))
+}
+
+/// What the emulator's log says went wrong: a panic's place and message (the lines
+/// after it are a backtrace), else its last three lines.
+pub(super) fn last_words(log: &str) -> Vec<String> {
+    let lines: Vec<&str> = log.lines().collect();
+    let said = match lines.iter().position(|l| l.contains("panicked at")) {
+        Some(i) => &lines[i..(i + 2).min(lines.len())],
+        None => &lines[lines.len().saturating_sub(3)..],
+    };
+    said.iter().map(|l| l.to_string()).collect()
+}
+
+pub(super) fn write_state(dir: &Path, topo: &str, state: &State) -> Result<(), NetError> {
+    let path = state_json(dir, topo);
+    let text = serde_json::to_string_pretty(state).unwrap_or_default();
+    std::fs::write(&path, text).map_err(|e| NetError::Io(path, e))
+}
+
+/// What `up` recorded about `topo`, if it finished.
+pub fn state(dir: &Path, topo: &str) -> Option<State> {
+    let text = std::fs::read_to_string(state_json(dir, topo)).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_emulators_last_words_are_its_panic_not_the_backtrace() {
+        let log = "flowlab net emulator: link l2: stopped: gone\n\
+                   thread '<unnamed>' panicked at crates/flowlab-net/src/x.rs:1:2:\n\
+                   attempt to add with overflow\n\
+                   stack backtrace:\n   0: rust_begin_unwind\n   1: core::panicking\n";
+        assert_eq!(
+            last_words(log),
+            [
+                "thread '<unnamed>' panicked at crates/flowlab-net/src/x.rs:1:2:",
+                "attempt to add with overflow"
+            ]
+        );
+        assert_eq!(last_words("a\nb\nc\nd\n"), ["b", "c", "d"]);
+        assert!(last_words("").is_empty());
+    }
+}

@@ -1,0 +1,158 @@
+//! The user-space emulator's process: started by `up` once its links exist, found and
+//! stopped by `down`.
+
+use std::path::Path;
+
+use super::files::{emulator_log, record};
+use super::{NetError, UpOptions};
+
+/// Starts the emulator process and waits until it forwards. Its pid is recorded first,
+/// so `down` finds it even if this process dies now.
+pub(super) fn start_emulator(
+    topo: &str,
+    dir: &Path,
+    links: &[crate::forward::EmulatedLink],
+    opts: &UpOptions,
+) -> Result<u32, NetError> {
+    use std::io::{BufRead, Write};
+    use std::os::unix::process::CommandExt;
+    let log_path = emulator_log(dir, topo);
+    let log = std::fs::File::create(&log_path).map_err(|e| NetError::Io(log_path.clone(), e))?;
+    let mut child = std::process::Command::new(&opts.emulator)
+        .args(["net", "_emulate", "--state-dir"])
+        .arg(dir)
+        .arg(topo)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(log)
+        // Its own process group: a Ctrl-C meant for the caller does not stop the links.
+        .process_group(0)
+        .spawn()
+        .map_err(|e| NetError::Emulator(format!("{}: {e}", opts.emulator.display())))?;
+    let pid = child.id();
+    record(dir, topo, &format!("pid {pid}"))?;
+    let json = serde_json::to_string(links).unwrap_or_default();
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(json.as_bytes())
+            .map_err(|e| NetError::Emulator(e.to_string()))?;
+    }
+    // Its answer, or none within 10 s (a thread reads it: a read has no timeout).
+    let (tx, rx) = std::sync::mpsc::channel();
+    if let Some(out) = child.stdout.take() {
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = std::io::BufReader::new(out).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+    }
+    let line = rx
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .unwrap_or_default();
+    if line.trim() != "ready" {
+        let _ = child.kill();
+        let _ = child.wait();
+        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+        return Err(NetError::Emulator(
+            log.lines()
+                .last()
+                .unwrap_or("it exited without a word")
+                .to_string(),
+        ));
+    }
+    // The child lives on; it is not waited for (down stops it).
+    std::mem::forget(child);
+    Ok(pid)
+}
+
+/// Whether process `pid` is the emulator of topology `topo` (its command line ends in
+/// `net _emulate --state-dir DIR <topo>`).
+pub(super) fn is_emulator(pid: u32, topo: &str) -> bool {
+    let Ok(raw) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+        return false;
+    };
+    let args: Vec<&[u8]> = raw.split(|&b| b == 0).filter(|a| !a.is_empty()).collect();
+    let n = args.len();
+    n >= 5
+        && args[n - 5..n - 2] == [b"net".as_slice(), b"_emulate", b"--state-dir"]
+        && args[n - 1] == topo.as_bytes()
+}
+
+/// Emulator processes of `topo` running now: the recorded ones and any other found in
+/// /proc (one started by an `up` that died before recording it).
+pub fn emulators(recorded: &[u32], topo: &str) -> Vec<u32> {
+    let mut pids: Vec<u32> = recorded.to_vec();
+    if let Ok(dir) = std::fs::read_dir("/proc") {
+        pids.extend(dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok()));
+    }
+    pids.sort_unstable();
+    pids.dedup();
+    pids.retain(|&p| is_emulator(p, topo));
+    pids
+}
+
+/// Whether `pid` still runs: it exists and is not a zombie (a zombie child of this
+/// process — the emulator when `up` ran in this process — is reaped here).
+pub(super) fn running(pid: u32) -> bool {
+    // SAFETY: waitpid with WNOHANG on a pid; fails harmlessly if it is not our child.
+    unsafe { libc::waitpid(pid as libc::pid_t, std::ptr::null_mut(), libc::WNOHANG) };
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesised command name.
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// Sends SIGTERM, then SIGKILL to what still runs after a second; waits until gone. The
+/// signals go through pidfds opened first, so a pid reused meanwhile is never hit.
+pub(super) fn stop(pids: &[u32]) {
+    let handles: Vec<(u32, Option<std::os::fd::OwnedFd>)> = pids
+        .iter()
+        .map(|&p| {
+            // SAFETY: pidfd_open(2) with a pid and no flags; the descriptor is owned at
+            // once.
+            let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, p as libc::pid_t, 0) };
+            let fd = (fd >= 0).then(|| {
+                // SAFETY: a fresh descriptor owned by nothing else.
+                unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) }
+            });
+            (p, fd)
+        })
+        .collect();
+    let signal = |sig: libc::c_int| {
+        for (p, fd) in &handles {
+            match fd {
+                Some(fd) => {
+                    use std::os::fd::AsRawFd;
+                    // SAFETY: pidfd_send_signal(2) on a live pidfd, no info, no flags.
+                    unsafe {
+                        libc::syscall(
+                            libc::SYS_pidfd_send_signal,
+                            fd.as_raw_fd(),
+                            sig,
+                            std::ptr::null::<libc::siginfo_t>(),
+                            0,
+                        )
+                    };
+                }
+                // Kernels before 5.3 have no pidfds; the pid was just checked.
+                // SAFETY: kill(2) with a pid and a signal number.
+                None => unsafe {
+                    libc::kill(*p as libc::pid_t, sig);
+                },
+            }
+        }
+    };
+    signal(libc::SIGTERM);
+    for round in 0..40 {
+        if !pids.iter().any(|&p| running(p)) {
+            return;
+        }
+        if round == 10 {
+            signal(libc::SIGKILL);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}

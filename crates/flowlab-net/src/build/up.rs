@@ -1,0 +1,235 @@
+//! `up`: a topology built in namespaces step by step (nodes, links, shaping, addresses
+//! and routes, the emulator); on failure, everything created so far is removed again.
+
+use std::path::Path;
+
+use flowlab_report::net::Shape;
+
+use super::addresses::{interfaces, routes, static_neighbours};
+use super::files::{record, write_state};
+use super::processes::start_emulator;
+use super::shaping::{needs_emulation, shaping};
+use super::{
+    Backend, NetError, State, UpOptions, down, link_ns_name, namespaces, netem_available, ns_name,
+    prefix, preflight, run,
+};
+use crate::forward::{EmulatedLink, LineSpec};
+use crate::topology::{Kind, Link, Plan, Topology};
+
+/// Builds `t`. On failure everything created so far is removed again. Returns what was
+/// built.
+pub fn up(t: &Topology, dir: &Path, opts: &UpOptions) -> Result<State, NetError> {
+    preflight()?;
+    if namespaces().iter().any(|n| n.starts_with(&prefix(&t.name))) {
+        return Err(NetError::Exists(t.name.clone()));
+    }
+    let emulated: Vec<usize> = t
+        .links
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| needs_emulation(&l.a_to_b) || needs_emulation(&l.b_to_a))
+        .map(|(i, _)| i)
+        .collect();
+    let backend = if emulated.is_empty() {
+        None
+    } else {
+        Some(match opts.backend {
+            Backend::Auto if netem_available() => Backend::Netem,
+            Backend::Auto | Backend::Userspace => Backend::Userspace,
+            Backend::Netem if netem_available() => Backend::Netem,
+            Backend::Netem => {
+                return Err(NetError::Unsupported(format!(
+                    "link {} needs delay, jitter or loss, and this kernel has no netem (sch_netem); use --backend userspace (or auto)",
+                    t.links[emulated[0]].name
+                )));
+            }
+        })
+    };
+    let result = build(t, dir, backend, &emulated, opts);
+    if result.is_err() {
+        let _ = down(&t.name, dir);
+    }
+    result
+}
+
+/// Builds `t` with delay, jitter and loss on `backend`; `emulated`: the links that need
+/// them.
+fn build(
+    t: &Topology,
+    dir: &Path,
+    backend: Option<Backend>,
+    emulated: &[usize],
+    opts: &UpOptions,
+) -> Result<State, NetError> {
+    add_nodes(t, dir)?;
+    let mut links = Vec::new();
+    for (i, l) in t.links.iter().enumerate() {
+        if backend == Some(Backend::Userspace) && emulated.contains(&i) {
+            links.push(add_emulated_link(t, dir, i, l)?);
+        } else {
+            add_veth(t, i, l)?;
+        }
+        attach_and_shape(t, i, l, backend == Some(Backend::Netem))?;
+    }
+    address_and_route(t)?;
+    let mut state = State {
+        backend,
+        emulator_pid: None,
+        emulated_links: links.iter().map(|l| l.name.clone()).collect(),
+        topology: Some(t.clone()),
+    };
+    if !links.is_empty() {
+        state.emulator_pid = Some(start_emulator(&t.name, dir, &links, opts)?);
+    }
+    write_state(dir, &t.name, &state)?;
+    Ok(state)
+}
+
+/// A namespace per node (recorded before it is made), loopback up; a bridge in each
+/// switch; forwarding on in each router.
+fn add_nodes(t: &Topology, dir: &Path) -> Result<(), NetError> {
+    let ns = |n: &str| ns_name(&t.name, n);
+    for n in t.nodes.keys() {
+        record(dir, &t.name, &ns(n))?;
+        run("ip", &["netns", "add", &ns(n)])?;
+        run("ip", &["-n", &ns(n), "link", "set", "lo", "up"])?;
+    }
+    for (n, k) in &t.nodes {
+        if *k == Kind::Switch {
+            run(
+                "ip",
+                &["-n", &ns(n), "link", "add", "br0", "type", "bridge"],
+            )?;
+            run("ip", &["-n", &ns(n), "link", "set", "br0", "up"])?;
+        }
+        if *k == Kind::Router {
+            sysctl(&ns(n), "net.ipv4.ip_forward=1")?;
+        }
+    }
+    Ok(())
+}
+
+/// Link `i` as one veth pair, `l<i>` at both ends.
+fn add_veth(t: &Topology, i: usize, l: &Link) -> Result<(), NetError> {
+    let dev = format!("l{i}");
+    let (na, nb) = (ns_name(&t.name, &l.a), ns_name(&t.name, &l.b));
+    run(
+        "ip",
+        &[
+            "link", "add", "name", &dev, "netns", &na, "type", "veth", "peer", "name", &dev,
+            "netns", &nb,
+        ],
+    )?;
+    Ok(())
+}
+
+/// Link `i` through a middle namespace for the user-space emulator: a's `l<i>` ⇄ `a` in
+/// the middle ⇄ emulator ⇄ `b` in the middle ⇄ b's `l<i>`. Returns what the emulator is
+/// to forward.
+fn add_emulated_link(
+    t: &Topology,
+    dir: &Path,
+    i: usize,
+    l: &Link,
+) -> Result<EmulatedLink, NetError> {
+    let dev = format!("l{i}");
+    let (na, nb) = (ns_name(&t.name, &l.a), ns_name(&t.name, &l.b));
+    let mid = link_ns_name(&t.name, i);
+    record(dir, &t.name, &mid)?;
+    run("ip", &["netns", "add", &mid])?;
+    // Its kernel must not talk on the link: no IPv6 (IPv4 has no address).
+    sysctl(&mid, "net.ipv6.conf.all.disable_ipv6=1")?;
+    sysctl(&mid, "net.ipv6.conf.default.disable_ipv6=1")?;
+    run(
+        "ip",
+        &[
+            "link", "add", "name", &dev, "netns", &na, "type", "veth", "peer", "name", "a",
+            "netns", &mid,
+        ],
+    )?;
+    run(
+        "ip",
+        &[
+            "link", "add", "name", "b", "netns", &mid, "type", "veth", "peer", "name", &dev,
+            "netns", &nb,
+        ],
+    )?;
+    for end in ["a", "b"] {
+        let _ = crate::netns::run_in(&mid, move || crate::netns::no_gro(end));
+        run("ip", &["-n", &mid, "link", "set", "dev", end, "up"])?;
+    }
+    for n in [&na, &nb] {
+        let d = dev.clone();
+        crate::netns::run_in(n, move || crate::netns::complete_frames(&d)).map_err(|e| {
+            NetError::Command {
+                command: format!("ethtool -K {dev} tx off (in {n})"),
+                message: e.to_string(),
+            }
+        })?;
+    }
+    let spec = |s: &Shape| LineSpec {
+        delay_us: s.delay.as_micros() as u64,
+        jitter_us: s.jitter.as_micros() as u64,
+        loss: s.loss,
+        limit: crate::emulator::line_limit(s),
+    };
+    Ok(EmulatedLink {
+        name: l.name.clone(),
+        namespace: mid,
+        a: "a".into(),
+        b: "b".into(),
+        a_to_b: spec(&l.a_to_b),
+        b_to_a: spec(&l.b_to_a),
+    })
+}
+
+/// Link `i`'s ends up (on their switch's bridge where an end is a switch), each
+/// direction shaped on its sending end (with netem too when `netem`).
+fn attach_and_shape(t: &Topology, i: usize, l: &Link, netem: bool) -> Result<(), NetError> {
+    let dev = format!("l{i}");
+    let (na, nb) = (ns_name(&t.name, &l.a), ns_name(&t.name, &l.b));
+    for (node, n) in [(&l.a, &na), (&l.b, &nb)] {
+        if t.nodes[node] == Kind::Switch {
+            run(
+                "ip",
+                &["-n", n, "link", "set", "dev", &dev, "master", "br0"],
+            )?;
+        }
+        run("ip", &["-n", n, "link", "set", "dev", &dev, "up"])?;
+    }
+    for (s, n) in [(&l.a_to_b, &na), (&l.b_to_a, &nb)] {
+        for cmd in shaping(&dev, s, netem) {
+            let mut args = vec!["-n", n.as_str()];
+            args.extend(cmd.iter().map(String::as_str));
+            run("tc", &args)?;
+        }
+    }
+    Ok(())
+}
+
+/// Every interface's address, every node's routes, and static neighbour entries.
+fn address_and_route(t: &Topology) -> Result<(), NetError> {
+    let ns = |n: &str| ns_name(&t.name, n);
+    let plan = Plan::of(t);
+    for (node, addr, dev) in interfaces(&plan) {
+        let a = format!("{}/24", std::net::Ipv4Addr::from(addr));
+        run("ip", &["-n", &ns(&node), "addr", "add", &a, "dev", &dev])?;
+    }
+    for (node, subnet, via) in routes(&plan) {
+        run(
+            "ip",
+            &["-n", &ns(&node), "route", "add", &subnet, "via", &via],
+        )?;
+    }
+    static_neighbours(t, &plan)
+}
+
+fn sysctl(ns: &str, setting: &str) -> Result<(), NetError> {
+    let (key, value) = setting.split_once('=').unwrap_or((setting, "1"));
+    let path = format!("/proc/sys/{}", key.replace('.', "/"));
+    let value = value.to_string();
+    crate::netns::run_in(ns, move || std::fs::write(&path, value)).map_err(|e| NetError::Command {
+        command: format!("sysctl {setting} (in {ns})"),
+        message: e.to_string(),
+    })
+}
