@@ -61,7 +61,8 @@ impl CpuTimes {
         // is counted in user time already.
         let fields = v.get(..8)?;
         Some(CpuTimes {
-            total: fields.iter().sum(),
+            // Saturating: a counter near 2^64 (none has been seen) must not wrap the total.
+            total: fields.iter().fold(0u64, |sum, &v| sum.saturating_add(v)),
             steal: fields[7],
         })
     }

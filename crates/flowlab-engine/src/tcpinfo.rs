@@ -152,4 +152,51 @@ mod tests {
             }
         );
     }
+
+    /// The offsets typed above are those of the C struct: each against `offset_of!` on
+    /// glibc's `struct tcp_info` (which mirrors the kernel's uapi header), so a slip in
+    /// the table cannot read a neighbouring field.
+    #[cfg(target_env = "gnu")]
+    #[test]
+    fn offsets_are_the_c_structs() {
+        use std::mem::offset_of;
+        type T = libc::tcp_info;
+        let table = [
+            (off::STATE, offset_of!(T, tcpi_state)),
+            (off::CA_STATE, offset_of!(T, tcpi_ca_state)),
+            (off::SND_MSS, offset_of!(T, tcpi_snd_mss)),
+            (off::UNACKED, offset_of!(T, tcpi_unacked)),
+            (off::SACKED, offset_of!(T, tcpi_sacked)),
+            (off::LOST, offset_of!(T, tcpi_lost)),
+            (off::RETRANS, offset_of!(T, tcpi_retrans)),
+            (off::RTT, offset_of!(T, tcpi_rtt)),
+            (off::RTTVAR, offset_of!(T, tcpi_rttvar)),
+            (off::SND_SSTHRESH, offset_of!(T, tcpi_snd_ssthresh)),
+            (off::SND_CWND, offset_of!(T, tcpi_snd_cwnd)),
+            (off::RCV_SPACE, offset_of!(T, tcpi_rcv_space)),
+            (off::TOTAL_RETRANS, offset_of!(T, tcpi_total_retrans)),
+            (off::PACING_RATE, offset_of!(T, tcpi_pacing_rate)),
+            (off::BYTES_ACKED, offset_of!(T, tcpi_bytes_acked)),
+            (off::BYTES_RECEIVED, offset_of!(T, tcpi_bytes_received)),
+            (off::SEGS_OUT, offset_of!(T, tcpi_segs_out)),
+            (off::SEGS_IN, offset_of!(T, tcpi_segs_in)),
+            (off::NOTSENT_BYTES, offset_of!(T, tcpi_notsent_bytes)),
+            (off::MIN_RTT, offset_of!(T, tcpi_min_rtt)),
+            (off::DATA_SEGS_IN, offset_of!(T, tcpi_data_segs_in)),
+            (off::DATA_SEGS_OUT, offset_of!(T, tcpi_data_segs_out)),
+            (off::DELIVERY_RATE, offset_of!(T, tcpi_delivery_rate)),
+            (off::BUSY_TIME, offset_of!(T, tcpi_busy_time)),
+            (off::RWND_LIMITED, offset_of!(T, tcpi_rwnd_limited)),
+            (off::SNDBUF_LIMITED, offset_of!(T, tcpi_sndbuf_limited)),
+            (off::BYTES_SENT, offset_of!(T, tcpi_bytes_sent)),
+            (off::BYTES_RETRANS, offset_of!(T, tcpi_bytes_retrans)),
+            (off::SND_WND, offset_of!(T, tcpi_snd_wnd)),
+            (off::RCV_WND, offset_of!(T, tcpi_rcv_wnd)),
+        ];
+        for (i, (typed, c)) in table.iter().enumerate() {
+            assert_eq!(typed, c, "field {i} of the table");
+        }
+        // The largest struct read ends after tcpi_rehash.
+        assert_eq!(TCP_INFO_MAX, offset_of!(T, tcpi_rehash) + 4);
+    }
 }

@@ -90,12 +90,20 @@ impl Manifest {
         if names.windows(2).any(|w| w[0] == w[1]) {
             return Err(bad("a fragment name appears twice".into()));
         }
-        let total: u64 = m.fragments.iter().map(|f| f.size).sum();
-        if total != m.file.size {
-            return Err(bad(format!(
-                "fragments add up to {total} bytes, the file has {}",
-                m.file.size
-            )));
+        // Added without wrapping: a hostile server's sizes could sum to the file's
+        // modulo 2^64.
+        let total = m
+            .fragments
+            .iter()
+            .try_fold(0u64, |sum, f| sum.checked_add(f.size));
+        if total != Some(m.file.size) {
+            return Err(bad(match total {
+                Some(total) => format!(
+                    "fragments add up to {total} bytes, the file has {}",
+                    m.file.size
+                ),
+                None => "fragment sizes add up to more than 2^64 bytes".into(),
+            }));
         }
         Ok(m)
     }

@@ -27,14 +27,17 @@ pub enum Mode {
     Adaptive,
 }
 
+/// A ratio that did not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("'{0}' is not a ratio like 1:5 (two or more whole numbers, 1 to 1000)")]
+pub struct BadRatio(pub String);
+
 /// Parses `a:b[:c…]`: positive integers, one per server.
-pub fn parse_ratio(text: &str) -> Result<Vec<u32>, String> {
+pub fn parse_ratio(text: &str) -> Result<Vec<u32>, BadRatio> {
     let parts: Result<Vec<u32>, _> = text.split(':').map(|p| p.trim().parse::<u32>()).collect();
     match parts {
         Ok(v) if v.len() >= 2 && v.iter().all(|&x| (1..=1000).contains(&x)) => Ok(v),
-        _ => Err(format!(
-            "'{text}' is not a ratio like 1:5 (two or more whole numbers, 1 to 1000)"
-        )),
+        _ => Err(BadRatio(text.into())),
     }
 }
 

@@ -38,6 +38,8 @@ use serde::{Deserialize, Serialize};
 pub const MAX_NAME: usize = 6;
 /// Longest node name, for the same reason.
 pub const MAX_NODE: usize = 6;
+/// The largest queue a link may have, bytes: tc's queue limits are 32-bit byte counts.
+pub const MAX_QUEUE_BYTES: u64 = u32::MAX as u64;
 
 /// Why a topology file was refused: one line, naming the part at fault.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -145,9 +147,16 @@ fn shape(p: &RawProps, base: Option<&Shape>, at: &str) -> Result<Shape, Topology
             "{at}: give queue (packets) or queue_bytes, not both"
         ));
     }
+    let max_packets = MAX_QUEUE_BYTES / crate::build::PACKET_BYTES;
     if let Some(q) = p.queue {
         if q <= 0 {
             return err(format!("{at}: queue must be at least 1 packet, got {q}"));
+        }
+        if q as u64 > max_packets {
+            return err(format!(
+                "{at}: queue {q} is more than tc can hold ({max_packets} packets of {} bytes)",
+                crate::build::PACKET_BYTES
+            ));
         }
         (s.queue_packets, s.queue_bytes) = (Some(q as u64), None);
     }
@@ -155,6 +164,11 @@ fn shape(p: &RawProps, base: Option<&Shape>, at: &str) -> Result<Shape, Topology
         if q < 1500 {
             return err(format!(
                 "{at}: queue_bytes must hold a packet (≥ 1500), got {q}"
+            ));
+        }
+        if q as u64 > MAX_QUEUE_BYTES {
+            return err(format!(
+                "{at}: queue_bytes {q} is more than tc can hold ({MAX_QUEUE_BYTES})"
             ));
         }
         (s.queue_packets, s.queue_bytes) = (None, Some(q as u64));

@@ -1,8 +1,9 @@
 //! The human-readable tables and lines, one module per command, every one a function
 //! from a result to the text printed (no I/O): a test's table and its diagnosis
-//! ([`test`], [`diagnosis`]), `fetch`'s and the sweep's ([`fetch`]), `net`'s
-//! ([`net`], [`net_check`]), `serve`'s log lines ([`server`]) and `sysinfo`'s
-//! ([`system`]). Each is re-exported here: `table::finish`, `table::net_check`, ….
+//! ([`mod@test`], [`mod@diagnosis`]), `fetch`'s and the sweep's ([`mod@fetch`]),
+//! `net`'s ([`mod@net`], [`mod@net_check`]), `serve`'s log lines ([`mod@server`]) and
+//! `sysinfo`'s ([`mod@system`]). Each is re-exported here: `table::finish`,
+//! `table::net_check`, ….
 
 pub mod diagnosis;
 pub mod fetch;
