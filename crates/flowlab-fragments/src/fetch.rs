@@ -309,7 +309,8 @@ pub fn fetch(spec: &FetchSpec, progress: &dyn Progress) -> Result<FetchResult, F
         }
         Mode::Adaptive => Mode::Adaptive,
     };
-    let sched = Scheduler::new(mode, manifest.fragments.len(), workers, &done);
+    let owners: Vec<usize> = conns.iter().map(|(server, _)| *server).collect();
+    let sched = Scheduler::new(mode, manifest.fragments.len(), &owners, &done);
     let hashes: Vec<[u8; 32]> = manifest
         .fragments
         .iter()
@@ -363,10 +364,14 @@ pub fn fetch(spec: &FetchSpec, progress: &dyn Progress) -> Result<FetchResult, F
                 if let Err(why) = result {
                     let why = why.to_string();
                     sh.sched.failed(worker);
-                    if sh.stats[server].failed.is_none() {
+                    // A server fails with its last connection; until then its other
+                    // connections carry on, and the error is noted.
+                    if sh.sched.server_alive(server) {
+                        note(&mut sh.stats[server], format!("a connection ended: {why}"));
+                    } else if sh.stats[server].failed.is_none() {
                         sh.stats[server].failed = Some(why.clone());
+                        ctx.progress.failed(server, &why);
                     }
-                    ctx.progress.failed(server, &why);
                 }
                 ctx.wake.notify_all();
             });

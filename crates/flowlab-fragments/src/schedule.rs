@@ -12,12 +12,19 @@
 //! and a fragment that fails verification is fetched again, from another server when
 //! there is one (the same server is asked again only when no other can, and at most
 //! [`MAX_TRIES`] times). A server that refuses a fragment is not asked for it again.
+//!
+//! The scheduler hands out work to *workers*, one per connection (`--connections N`
+//! gives a server N), and judges *servers*: a refusal, a corrupt copy or an end-game
+//! copy is a server's, whichever of its connections it came through; a connection that
+//! fails takes only itself out.
 
 /// Most times one server is asked for a fragment whose copies failed verification.
 pub const MAX_TRIES: usize = 3;
 
-/// Index of a server (in `--from` order) and of a fragment (in manifest order).
+/// Index of a server (in `--from` order), of a worker (a connection to a server, in the
+/// order the fetch opened them) and of a fragment (in manifest order).
 pub type ServerId = usize;
+pub type WorkerId = usize;
 pub type FragmentId = usize;
 
 /// How the work is split.
@@ -64,15 +71,15 @@ pub fn assign_ratio(n: usize, ratio: &[u32]) -> Vec<ServerId> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum State {
     Pending,
-    InFlight(Vec<ServerId>),
+    InFlight(Vec<WorkerId>),
     Done,
 }
 
 /// What happened to a fragment a server delivered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
-    /// Verified and kept; these other servers still have it in flight: cancel it there.
-    Accepted { cancel: Vec<ServerId> },
+    /// Verified and kept; these other workers still have it in flight: cancel it there.
+    Accepted { cancel: Vec<WorkerId> },
     /// Another copy already won; this one is dropped.
     Duplicate,
     /// Failed verification; it will be fetched again.
@@ -84,8 +91,11 @@ pub enum Outcome {
 pub struct Scheduler {
     mode: Mode,
     states: Vec<State>,
-    /// Ratio mode: each server's share, in order.
+    /// Ratio mode: each worker's share, in order.
     shares: Vec<Vec<FragmentId>>,
+    /// Each worker's server.
+    owner: Vec<ServerId>,
+    /// Per worker: not failed.
     alive: Vec<bool>,
     /// Per fragment: servers whose copy failed verification, once per failure.
     corrupt_from: Vec<Vec<ServerId>>,
@@ -94,9 +104,11 @@ pub struct Scheduler {
 }
 
 impl Scheduler {
-    /// A schedule for `fragments` fragments over `servers` servers; `done` marks those
-    /// already verified on disk (a resumed fetch).
-    pub fn new(mode: Mode, fragments: usize, servers: usize, done: &[bool]) -> Scheduler {
+    /// A schedule for `fragments` fragments over one worker per entry of `owner` (the
+    /// worker's server); in ratio mode the ratio has one part per worker. `done` marks
+    /// the fragments already verified on disk (a resumed fetch).
+    pub fn new(mode: Mode, fragments: usize, owner: &[ServerId], done: &[bool]) -> Scheduler {
+        let workers = owner.len();
         let states: Vec<State> = (0..fragments)
             .map(|i| {
                 if done.get(i).copied().unwrap_or(false) {
@@ -106,11 +118,11 @@ impl Scheduler {
                 }
             })
             .collect();
-        let mut shares = vec![Vec::new(); servers];
+        let mut shares = vec![Vec::new(); workers];
         if let Mode::Ratio(r) = &mode {
-            for (frag, server) in assign_ratio(fragments, r).into_iter().enumerate() {
-                if server < servers {
-                    shares[server].push(frag);
+            for (frag, worker) in assign_ratio(fragments, r).into_iter().enumerate() {
+                if worker < workers {
+                    shares[worker].push(frag);
                 }
             }
         }
@@ -118,15 +130,17 @@ impl Scheduler {
             mode,
             states,
             shares,
-            alive: vec![true; servers],
+            owner: owner.to_vec(),
+            alive: vec![true; workers],
             corrupt_from: vec![Vec::new(); fragments],
             refused_by: vec![Vec::new(); fragments],
         }
     }
 
-    /// Whether `server` may be asked for `frag` (whatever its state).
-    fn eligible(&self, server: ServerId, frag: FragmentId) -> bool {
-        if !self.alive[server] || self.refused_by[frag].contains(&server) {
+    /// Whether `worker` may be asked for `frag` (whatever its state).
+    fn eligible(&self, worker: WorkerId, frag: FragmentId) -> bool {
+        let server = self.owner[worker];
+        if !self.alive[worker] || self.refused_by[frag].contains(&server) {
             return false;
         }
         let failures = self.corrupt_from[frag]
@@ -138,33 +152,43 @@ impl Scheduler {
         }
         // Again from a server that sent a bad copy: only when no other one can, a few times.
         failures < MAX_TRIES
-            && !(0..self.alive.len()).any(|o| {
+            && !(0..self.alive.len()).any(|w| {
+                let o = self.owner[w];
                 o != server
-                    && self.alive[o]
+                    && self.alive[w]
                     && !self.refused_by[frag].contains(&o)
                     && !self.corrupt_from[frag].contains(&o)
             })
     }
 
-    fn claim(&mut self, server: ServerId, frag: FragmentId) -> FragmentId {
+    fn claim(&mut self, worker: WorkerId, frag: FragmentId) -> FragmentId {
         match &mut self.states[frag] {
-            State::InFlight(holders) => holders.push(server),
-            s => *s = State::InFlight(vec![server]),
+            State::InFlight(holders) => holders.push(worker),
+            s => *s = State::InFlight(vec![worker]),
         }
         frag
     }
 
-    /// The fragment `server` should request next, if any.
-    pub fn next(&mut self, server: ServerId) -> Option<FragmentId> {
-        if !self.alive.get(server).copied().unwrap_or(false) {
+    /// Whether any of `server`'s workers still runs.
+    pub fn server_alive(&self, server: ServerId) -> bool {
+        self.owner
+            .iter()
+            .zip(&self.alive)
+            .any(|(&o, &alive)| o == server && alive)
+    }
+
+    /// The fragment `worker` should request next, if any.
+    pub fn next(&mut self, worker: WorkerId) -> Option<FragmentId> {
+        if !self.alive.get(worker).copied().unwrap_or(false) {
             return None;
         }
+        let server = self.owner[worker];
         let pending =
-            |s: &Scheduler, f: FragmentId| s.states[f] == State::Pending && s.eligible(server, f);
+            |s: &Scheduler, f: FragmentId| s.states[f] == State::Pending && s.eligible(worker, f);
         // Its own share first (ratio mode), then anything pending (work put back by a
         // failed server, or everything in adaptive mode).
-        if let Some(&f) = self.shares[server].iter().find(|&&f| pending(self, f)) {
-            return Some(self.claim(server, f));
+        if let Some(&f) = self.shares[worker].iter().find(|&&f| pending(self, f)) {
+            return Some(self.claim(worker, f));
         }
         let from_queue = match self.mode {
             Mode::Adaptive => true,
@@ -175,71 +199,76 @@ impl Scheduler {
             !s.shares
                 .iter()
                 .enumerate()
-                .any(|(o, share)| o != server && share.contains(&f) && s.eligible(o, f))
+                .any(|(w, share)| w != worker && share.contains(&f) && s.eligible(w, f))
         };
         if let Some(f) =
             (0..self.states.len()).find(|&f| pending(self, f) && (from_queue || orphaned(self, f)))
         {
-            return Some(self.claim(server, f));
+            return Some(self.claim(worker, f));
         }
         // End game (adaptive): a second copy of something in flight on another server —
-        // the one handed out last (fragments go out in order), which will finish last.
+        // the one handed out last (fragments go out in order), which will finish last. Not
+        // from another connection to the same server: that copy would race the first on
+        // the same path.
         if self.mode == Mode::Adaptive {
             let candidate = (0..self.states.len())
                 .rev()
                 .find(|&f| match &self.states[f] {
                     State::InFlight(h) => {
-                        h.len() == 1 && !h.contains(&server) && self.eligible(server, f)
+                        h.len() == 1
+                            && !h.iter().any(|&w| self.owner[w] == server)
+                            && self.eligible(worker, f)
                     }
                     _ => false,
                 });
             if let Some(f) = candidate {
-                return Some(self.claim(server, f));
+                return Some(self.claim(worker, f));
             }
         }
         None
     }
 
-    fn release(&mut self, server: ServerId, frag: FragmentId) {
+    fn release(&mut self, worker: WorkerId, frag: FragmentId) {
         if let State::InFlight(holders) = &mut self.states[frag] {
-            holders.retain(|&s| s != server);
+            holders.retain(|&w| w != worker);
             if holders.is_empty() {
                 self.states[frag] = State::Pending;
             }
         }
     }
 
-    /// `server` delivered `frag`; `verified` says whether its hash matched.
-    pub fn delivered(&mut self, server: ServerId, frag: FragmentId, verified: bool) -> Outcome {
+    /// `worker` delivered `frag`; `verified` says whether its hash matched.
+    pub fn delivered(&mut self, worker: WorkerId, frag: FragmentId, verified: bool) -> Outcome {
         if self.states[frag] == State::Done {
             return Outcome::Duplicate;
         }
         if !verified {
-            self.corrupt_from[frag].push(server);
-            self.release(server, frag);
+            self.corrupt_from[frag].push(self.owner[worker]);
+            self.release(worker, frag);
             return Outcome::Corrupt;
         }
         let cancel = match &self.states[frag] {
-            State::InFlight(h) => h.iter().copied().filter(|&s| s != server).collect(),
+            State::InFlight(h) => h.iter().copied().filter(|&w| w != worker).collect(),
             _ => Vec::new(),
         };
         self.states[frag] = State::Done;
         Outcome::Accepted { cancel }
     }
 
-    /// `server` will not deliver `frag` (cancelled, or refused by the server).
-    pub fn dropped(&mut self, server: ServerId, frag: FragmentId, refused: bool) {
+    /// `worker` will not deliver `frag` (cancelled, or refused by its server).
+    pub fn dropped(&mut self, worker: WorkerId, frag: FragmentId, refused: bool) {
         if refused {
-            self.refused_by[frag].push(server);
+            self.refused_by[frag].push(self.owner[worker]);
         }
-        self.release(server, frag);
+        self.release(worker, frag);
     }
 
-    /// `server` failed or stalled: everything it held goes back to the others.
-    pub fn failed(&mut self, server: ServerId) {
-        self.alive[server] = false;
+    /// `worker`'s connection failed or stalled: everything it held goes back to the
+    /// others (its server's other connections included).
+    pub fn failed(&mut self, worker: WorkerId) {
+        self.alive[worker] = false;
         for f in 0..self.states.len() {
-            self.release(server, f);
+            self.release(worker, f);
         }
     }
 
@@ -254,7 +283,7 @@ impl Scheduler {
             && self.states.iter().enumerate().all(|(f, s)| match s {
                 State::Done => true,
                 State::InFlight(_) => false,
-                State::Pending => (0..self.alive.len()).all(|srv| !self.eligible(srv, f)),
+                State::Pending => (0..self.alive.len()).all(|w| !self.eligible(w, f)),
             })
     }
 
@@ -287,7 +316,7 @@ mod tests {
 
     #[test]
     fn ratio_mode_gives_each_server_its_share_in_order() {
-        let mut s = Scheduler::new(Mode::Ratio(vec![1, 2]), 6, 2, &[]);
+        let mut s = Scheduler::new(Mode::Ratio(vec![1, 2]), 6, &[0, 1], &[]);
         assert_eq!(s.next(0), Some(0));
         assert_eq!(s.next(0), Some(3));
         assert_eq!(s.next(0), None, "server A's share is 0 and 3");
@@ -308,7 +337,7 @@ mod tests {
 
     #[test]
     fn adaptive_lets_the_faster_server_take_more() {
-        let mut s = Scheduler::new(Mode::Adaptive, 10, 2, &[]);
+        let mut s = Scheduler::new(Mode::Adaptive, 10, &[0, 1], &[]);
         // Server 1 completes three fragments in the time server 0 completes one.
         let mut got = [0usize; 2];
         let mut in_flight = [s.next(0), s.next(1)];
@@ -333,7 +362,7 @@ mod tests {
 
     #[test]
     fn end_game_doubles_the_last_fragment_and_cancels_the_loser() {
-        let mut s = Scheduler::new(Mode::Adaptive, 2, 2, &[]);
+        let mut s = Scheduler::new(Mode::Adaptive, 2, &[0, 1], &[]);
         assert_eq!(s.next(0), Some(0));
         assert_eq!(s.next(1), Some(1));
         assert!(matches!(s.delivered(1, 1, true), Outcome::Accepted { .. }));
@@ -351,7 +380,7 @@ mod tests {
     #[test]
     fn a_failed_server_gives_its_work_to_the_others() {
         for mode in [Mode::Adaptive, Mode::Ratio(vec![1, 1])] {
-            let mut s = Scheduler::new(mode.clone(), 4, 2, &[]);
+            let mut s = Scheduler::new(mode.clone(), 4, &[0, 1], &[]);
             let a = s.next(0).unwrap();
             s.failed(0);
             assert_eq!(s.next(0), None, "{mode:?}: a dead server gets nothing");
@@ -367,14 +396,14 @@ mod tests {
 
     #[test]
     fn a_corrupt_fragment_is_fetched_again_elsewhere() {
-        let mut s = Scheduler::new(Mode::Adaptive, 1, 2, &[]);
+        let mut s = Scheduler::new(Mode::Adaptive, 1, &[0, 1], &[]);
         assert_eq!(s.next(0), Some(0));
         assert_eq!(s.delivered(0, 0, false), Outcome::Corrupt);
         assert_eq!(s.next(0), None, "not from the server that corrupted it");
         assert_eq!(s.next(1), Some(0));
         assert!(matches!(s.delivered(1, 0, true), Outcome::Accepted { .. }));
         // With one server only, it is asked again — a few times, then given up.
-        let mut s = Scheduler::new(Mode::Adaptive, 1, 1, &[]);
+        let mut s = Scheduler::new(Mode::Adaptive, 1, &[0], &[]);
         for _ in 0..MAX_TRIES {
             assert_eq!(s.next(0), Some(0));
             assert_eq!(s.delivered(0, 0, false), Outcome::Corrupt);
@@ -385,7 +414,7 @@ mod tests {
 
     #[test]
     fn a_refusing_server_is_not_asked_again() {
-        let mut s = Scheduler::new(Mode::Adaptive, 1, 1, &[]);
+        let mut s = Scheduler::new(Mode::Adaptive, 1, &[0], &[]);
         assert_eq!(s.next(0), Some(0));
         s.dropped(0, 0, true);
         assert_eq!(s.next(0), None);
@@ -394,12 +423,78 @@ mod tests {
 
     #[test]
     fn resumed_fetches_skip_what_is_done_and_stuck_is_detected() {
-        let mut s = Scheduler::new(Mode::Adaptive, 3, 1, &[true, false, true]);
+        let mut s = Scheduler::new(Mode::Adaptive, 3, &[0], &[true, false, true]);
         assert_eq!(s.remaining(), 1);
         assert_eq!(s.next(0), Some(1));
         assert_eq!(s.next(0), None);
         s.dropped(0, 1, true);
         s.failed(0);
         assert!(s.is_stuck());
+    }
+
+    // Two servers, two connections each: workers 0 and 1 are server 0's, 2 and 3
+    // server 1's.
+    const TWO_EACH: [ServerId; 4] = [0, 0, 1, 1];
+
+    #[test]
+    fn a_refusal_is_the_servers_not_the_connections() {
+        let mut s = Scheduler::new(Mode::Adaptive, 1, &TWO_EACH, &[]);
+        assert_eq!(s.next(0), Some(0));
+        s.dropped(0, 0, true);
+        assert_eq!(s.next(1), None, "server 0's other connection is not asked");
+        assert_eq!(s.next(2), Some(0));
+    }
+
+    #[test]
+    fn a_corrupt_copy_sends_the_fragment_to_another_server_not_another_connection() {
+        let mut s = Scheduler::new(Mode::Adaptive, 1, &TWO_EACH, &[]);
+        assert_eq!(s.next(1), Some(0));
+        assert_eq!(s.delivered(1, 0, false), Outcome::Corrupt);
+        assert_eq!(s.next(0), None, "not from the server that corrupted it");
+        assert_eq!(s.next(3), Some(0));
+    }
+
+    #[test]
+    fn the_end_game_copy_comes_from_another_server() {
+        let mut s = Scheduler::new(Mode::Adaptive, 2, &TWO_EACH, &[]);
+        assert_eq!(s.next(0), Some(0));
+        assert_eq!(s.next(2), Some(1));
+        assert!(matches!(s.delivered(2, 1, true), Outcome::Accepted { .. }));
+        // Fragment 0 is in flight on server 0: its other connection does not double it.
+        assert_eq!(s.next(1), None);
+        assert_eq!(s.next(3), Some(0));
+        assert_eq!(
+            s.delivered(3, 0, true),
+            Outcome::Accepted { cancel: vec![0] }
+        );
+    }
+
+    #[test]
+    fn a_failed_connection_leaves_its_server_working() {
+        for mode in [Mode::Adaptive, Mode::Ratio(vec![1, 1, 1, 1])] {
+            let mut s = Scheduler::new(mode.clone(), 8, &TWO_EACH, &[]);
+            let held = s.next(0).expect("work");
+            s.failed(0);
+            assert!(s.server_alive(0), "{mode:?}");
+            assert_eq!(
+                s.next(0),
+                None,
+                "{mode:?}: the failed connection gets nothing"
+            );
+            // Server 0's other connection takes work, the failed one's included.
+            let mut taken = Vec::new();
+            for w in [1, 2, 3].into_iter().cycle().take(40) {
+                if let Some(f) = s.next(w) {
+                    taken.push((w, f));
+                    s.delivered(w, f, true);
+                }
+            }
+            assert!(taken.iter().any(|&(w, _)| w == 1), "{mode:?}: {taken:?}");
+            assert!(taken.iter().any(|&(_, f)| f == held), "{mode:?}: {taken:?}");
+            assert!(s.is_done(), "{mode:?}");
+            s.failed(1);
+            assert!(!s.server_alive(0), "{mode:?}");
+            assert!(s.server_alive(1), "{mode:?}");
+        }
     }
 }
