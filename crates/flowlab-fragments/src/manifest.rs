@@ -264,38 +264,47 @@ pub fn hash_file(path: &Path) -> io::Result<[u8; 32]> {
     Ok(*h.finalize().as_bytes())
 }
 
+/// What is wrong with fragment `f`.
+fn fragment_problem(f: &FragmentEntry, problem: impl Into<String>) -> ManifestError {
+    ManifestError::Fragment {
+        name: f.name.clone(),
+        problem: problem.into(),
+    }
+}
+
+/// Whether fragment `f`'s file at `path` is a regular file (not a link to one) of its
+/// size.
+fn check_file(path: &Path, f: &FragmentEntry) -> Result<(), ManifestError> {
+    let meta = fs::symlink_metadata(path).map_err(|e| fragment_problem(f, e.to_string()))?;
+    if !meta.is_file() {
+        return Err(fragment_problem(f, "not a regular file"));
+    }
+    if meta.len() != f.size {
+        return Err(fragment_problem(
+            f,
+            format!("{} bytes, expected {}", meta.len(), f.size),
+        ));
+    }
+    Ok(())
+}
+
 /// Checks one fragment file against its entry.
 pub fn verify_fragment(dir: &Path, f: &FragmentEntry) -> Result<(), ManifestError> {
     let path = dir.join(&f.name);
-    let problem = |p: String| ManifestError::Fragment {
-        name: f.name.clone(),
-        problem: p,
-    };
-    let meta = fs::symlink_metadata(&path).map_err(|e| problem(e.to_string()))?;
-    if !meta.is_file() {
-        return Err(problem("not a regular file".into()));
-    }
-    if meta.len() != f.size {
-        return Err(problem(format!(
-            "{} bytes, expected {}",
-            meta.len(),
-            f.size
-        )));
-    }
-    let got = hash_file(&path).map_err(|e| problem(e.to_string()))?;
+    check_file(&path, f)?;
+    let got = hash_file(&path).map_err(|e| fragment_problem(f, e.to_string()))?;
     if Some(got) != hex32(&f.blake3) {
-        return Err(problem("content does not match its hash".into()));
+        return Err(fragment_problem(f, "content does not match its hash"));
     }
     Ok(())
 }
 
 /// `flowlab fragments join DIR --out FILE`: checks every fragment, concatenates them, and
-/// checks the whole. On any mismatch nothing is left at `out`.
+/// checks the whole, reading each fragment once (its own hash and the whole file's are
+/// taken from the same bytes as they are written). On any mismatch nothing is left at
+/// `out`.
 pub fn join(dir: &Path, out: &Path) -> Result<Manifest, ManifestError> {
     let m = Manifest::load(dir)?;
-    for f in &m.fragments {
-        verify_fragment(dir, f)?;
-    }
     // A hidden name beside the output, so neither it nor a neighbour is overwritten.
     let tmp = out.with_file_name(format!(
         ".{}.partial",
@@ -307,15 +316,27 @@ pub fn join(dir: &Path, out: &Path) -> Result<Manifest, ManifestError> {
         let mut whole = blake3::Hasher::new();
         let mut buf = vec![0u8; 1 << 20];
         for f in &m.fragments {
+            let problem = |p: String| fragment_problem(f, p);
             let path = dir.join(&f.name);
-            let mut r = File::open(&path).map_err(io_err(&path))?;
+            check_file(&path, f)?;
+            let mut r = File::open(&path).map_err(|e| problem(e.to_string()))?;
+            let mut own = blake3::Hasher::new();
+            let mut read = 0u64;
             loop {
-                let n = r.read(&mut buf).map_err(io_err(&path))?;
+                let n = r.read(&mut buf).map_err(|e| problem(e.to_string()))?;
                 if n == 0 {
                     break;
                 }
+                read += n as u64;
+                own.update(&buf[..n]);
                 whole.update(&buf[..n]);
                 w.write_all(&buf[..n]).map_err(io_err(&tmp))?;
+            }
+            if read != f.size {
+                return Err(problem(format!("{read} bytes, expected {}", f.size)));
+            }
+            if Some(*own.finalize().as_bytes()) != hex32(&f.blake3) {
+                return Err(problem("content does not match its hash".into()));
             }
         }
         w.flush().map_err(io_err(&tmp))?;

@@ -3,6 +3,7 @@
 use flowlab_proto::trace::TraceSample;
 use flowlab_report::diagnose::fills;
 use flowlab_report::result::{StreamDirection, TracedStream};
+use flowlab_report::units::unit_name;
 
 use crate::{Graph, Input, PlotError};
 
@@ -122,15 +123,17 @@ fn dir(d: StreamDirection) -> &'static str {
 }
 
 /// A unit that keeps the largest value readable: (divisor, name).
-fn scale(max: f64, base: f64, names: [&'static str; 4]) -> (f64, &'static str) {
+/// The divisor (a power of `base`, at most the third) that brings `max` below `base`, and
+/// the name `name(power)` gives that power.
+fn scale(max: f64, base: f64, name: impl Fn(usize) -> String) -> (f64, String) {
     let mut div = 1.0;
-    for (i, n) in names.iter().enumerate() {
-        if i == 3 || max < div * base {
-            return (div, n);
+    for power in 0..3 {
+        if max < div * base {
+            return (div, name(power));
         }
         div *= base;
     }
-    (div, names[3])
+    (div, name(3))
 }
 
 fn rescale(series: &mut [Series], div: f64) {
@@ -143,8 +146,9 @@ fn rescale(series: &mut [Series], div: f64) {
 
 /// Puts lines and markers counted in bytes into a binary unit that suits them; returns
 /// the unit's name.
-fn byte_axis(series: &mut [Series], markers: &mut [Series]) -> &'static str {
-    let (div, unit) = scale(max_y(series), 1024.0, ["bytes", "KiB", "MiB", "GiB"]);
+fn byte_axis(series: &mut [Series], markers: &mut [Series]) -> String {
+    // Binary, as the tables print transfers and windows ("KBytes" = 1024 bytes).
+    let (div, unit) = scale(max_y(series), 1024.0, |p| unit_name(p, "Bytes"));
     rescale(series, div);
     rescale(markers, div);
     unit
@@ -231,11 +235,8 @@ fn throughput(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
             }
         }
     }
-    let (div, unit) = scale(
-        max_y(&series),
-        1000.0,
-        ["bit/s", "kbit/s", "Mbit/s", "Gbit/s"],
-    );
+    // Decimal, as the tables print rates ("Mbits/sec" = 10^6 bits/s).
+    let (div, unit) = scale(max_y(&series), 1000.0, |p| unit_name(p, "bits/sec"));
     rescale(&mut series, div);
     Ok(Panel {
         title: "Throughput (receiver-side bytes per interval)".into(),
@@ -318,7 +319,7 @@ fn window(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
     Ok(Panel {
         title: "Sender windows: congestion window, bytes in flight, receiver's window".into(),
         x_label: "time (s)".into(),
-        y_label: unit.into(),
+        y_label: unit,
         series,
         bands: Vec::new(),
         markers,
@@ -445,7 +446,7 @@ fn io(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
             });
         }
     }
-    let (div, unit) = scale(max_y(&series), 1000.0, ["", "k", "M", "G"]);
+    let (div, unit) = scale(max_y(&series), 1000.0, |p| unit_name(p, ""));
     rescale(&mut series, div);
     Ok(Panel {
         title: "I/O: data segments per second".into(),

@@ -51,7 +51,7 @@ fn throughput_has_a_line_per_direction_in_readable_units() {
     let p = panels(Graph::Throughput, &[load("small-window")]).expect("panels");
     assert_eq!(p.len(), 1);
     let t = &p[0];
-    assert_eq!(t.y_label, "throughput (Gbit/s)");
+    assert_eq!(t.y_label, "throughput (Gbits/sec)", "the tables' unit");
     assert_eq!(t.series.len(), 1);
     assert_eq!(t.series[0].name, "up");
     assert_eq!(t.series[0].points.len(), 4, "four 0.25 s intervals");

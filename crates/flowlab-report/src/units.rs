@@ -121,6 +121,12 @@ impl UnitFormat {
 
 const PREFIX: [&str; 5] = ["", "K", "M", "G", "T"];
 
+/// A unit as flowlab prints it everywhere (tables and graphs): `unit` ("bits/sec",
+/// "Bytes") with the prefix of 1000^`power` or 1024^`power` ("Gbits/sec", "MBytes").
+pub fn unit_name(power: usize, unit: &str) -> String {
+    format!("{}{unit}", PREFIX[power.min(4)])
+}
+
 /// Three significant digits, as iperf3 prints them: "9.41", "94.1", "941".
 fn write_scaled(f: &mut fmt::Formatter<'_>, scaled: f64, power: usize, unit: &str) -> fmt::Result {
     let prec = if scaled < 9.995 {
@@ -130,7 +136,7 @@ fn write_scaled(f: &mut fmt::Formatter<'_>, scaled: f64, power: usize, unit: &st
     } else {
         0
     };
-    write!(f, "{scaled:.prec$} {}{unit}", PREFIX[power.min(4)])
+    write!(f, "{scaled:.prec$} {}", unit_name(power, unit))
 }
 
 /// A byte count, printed as iperf3 prints a transfer ("1.25 GBytes").
