@@ -272,24 +272,29 @@ fn stream_results(
         rcvbuf_drops: udp.map(|_| end.rcvbuf_drops.saturating_sub(base.rcvbuf_drops)),
         backoff_cuts: (backoff && s.role == Role::Send && matches!(s.transport, Transport::Udp(_)))
             .then(|| end.backoff_cuts.saturating_sub(base.backoff_cuts)),
-        socket: Some(match &s.transport {
-            Transport::Tcp(t) => {
-                let b = sock::buffers(&socket2::SockRef::from(t.as_ref()));
-                SocketSettings {
-                    sndbuf: b.sndbuf,
-                    rcvbuf: b.rcvbuf,
-                    congestion: sock::congestion(t.as_ref()),
-                }
-            }
-            Transport::Udp(u) => {
-                let b = sock::buffers(&socket2::SockRef::from(u.as_ref()));
-                SocketSettings {
-                    sndbuf: b.sndbuf,
-                    rcvbuf: b.rcvbuf,
-                    congestion: None,
-                }
-            }
-        }),
+        socket: None,
         trace: None,
+    }
+}
+
+/// What the kernel granted a stream's socket: its buffers and congestion control.
+pub fn socket_settings(s: &RunningStream) -> SocketSettings {
+    match &s.transport {
+        Transport::Tcp(t) => {
+            let b = sock::buffers(&socket2::SockRef::from(t.as_ref()));
+            SocketSettings {
+                sndbuf: b.sndbuf,
+                rcvbuf: b.rcvbuf,
+                congestion: sock::congestion(t.as_ref()),
+            }
+        }
+        Transport::Udp(u) => {
+            let b = sock::buffers(&socket2::SockRef::from(u.as_ref()));
+            SocketSettings {
+                sndbuf: b.sndbuf,
+                rcvbuf: b.rcvbuf,
+                congestion: None,
+            }
+        }
     }
 }

@@ -161,7 +161,8 @@ pub struct StreamCounters {
     pub rcvbuf_drops: AtomicU64,
     /// UDP senders with backoff: how often they slowed down on an overflow report.
     pub backoff_cuts: AtomicU64,
-    /// `--trace` samples of a TCP stream's socket, oldest first.
+    /// `--trace` samples of a TCP stream's socket, oldest first: handed over by its
+    /// thread's tracer when the thread stops.
     pub trace: Mutex<Vec<flowlab_proto::trace::TraceSample>>,
     /// More samples were due than [`crate::trace::MAX_SAMPLES`].
     pub trace_truncated: AtomicBool,

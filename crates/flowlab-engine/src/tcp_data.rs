@@ -30,7 +30,7 @@ pub(crate) fn send(
     ctl: &TestControl,
     c: &StreamCounters,
 ) -> io::Result<()> {
-    let (mut tracer, poll) = Tracer::for_stream(cfg);
+    let (mut tracer, poll) = Tracer::for_stream(cfg, c);
     sock.set_write_timeout(Some(poll))?;
     sock.set_read_timeout(Some(poll))?;
     if cfg.rate_bps > 0 {
@@ -61,7 +61,7 @@ pub(crate) fn send(
             break Ok(());
         }
         if let Some(t) = tracer.as_mut() {
-            t.tick(sock, ctl, c);
+            t.tick(sock, ctl);
         }
         if let Some(p) = pacer.as_mut() {
             let wait = p.wait(ctl.epoch.elapsed());
@@ -74,12 +74,12 @@ pub(crate) fn send(
             break Ok(());
         };
         let sent = match &file {
-            Some(f) => f.send(sock, n, ctl, tracer.as_mut(), c),
+            Some(f) => f.send(sock, n, ctl, tracer.as_mut()),
             None => {
                 if framed {
                     buf[..head].copy_from_slice(&(n as u32).to_be_bytes());
                 }
-                write_fully(sock, &buf[..head + n], ctl, tracer.as_mut(), c).saturating_sub(head)
+                write_fully(sock, &buf[..head + n], ctl, tracer.as_mut()).saturating_sub(head)
             }
         };
         c.bytes.fetch_add(sent as u64, Ordering::Relaxed);
@@ -102,7 +102,7 @@ pub(crate) fn send(
     };
     c.end_us.store(ctl.elapsed_us().max(1), Ordering::Release);
     if let Some(t) = tracer.as_mut() {
-        t.finish(sock, ctl, c);
+        t.finish(sock, ctl);
     }
     if cfg.close_when_done {
         let _ = sock.shutdown(Shutdown::Write);
@@ -115,12 +115,9 @@ fn write_fully(
     mut sock: &TcpStream,
     buf: &[u8],
     ctl: &TestControl,
-    tracer: Option<&mut Tracer>,
-    c: &StreamCounters,
+    tracer: Option<&mut Tracer<'_>>,
 ) -> usize {
-    send_all(sock, buf.len(), ctl, tracer, c, |off| {
-        sock.write(&buf[off..])
-    })
+    send_all(sock, buf.len(), ctl, tracer, |off| sock.write(&buf[off..]))
 }
 
 /// Sends `n` bytes with `send(bytes sent so far)` until done, the peer is gone, or the
@@ -131,8 +128,7 @@ fn send_all(
     sock: &TcpStream,
     n: usize,
     ctl: &TestControl,
-    mut tracer: Option<&mut Tracer>,
-    c: &StreamCounters,
+    mut tracer: Option<&mut Tracer<'_>>,
     mut send: impl FnMut(usize) -> io::Result<usize>,
 ) -> usize {
     let mut off = 0;
@@ -145,7 +141,7 @@ fn send_all(
                 off += k;
                 if off < n {
                     if let Some(t) = tracer.as_deref_mut() {
-                        t.tick(sock, ctl, c);
+                        t.tick(sock, ctl);
                     }
                 }
             }
@@ -154,7 +150,7 @@ fn send_all(
                     break;
                 }
                 if let Some(t) = tracer.as_deref_mut() {
-                    t.tick(sock, ctl, c);
+                    t.tick(sock, ctl);
                 }
             }
             Err(_) => break,
@@ -195,7 +191,7 @@ pub(crate) fn receive(
     ctl: &TestControl,
     c: &StreamCounters,
 ) -> io::Result<()> {
-    let (mut tracer, poll) = Tracer::for_stream(cfg);
+    let (mut tracer, poll) = Tracer::for_stream(cfg, c);
     sock.set_read_timeout(Some(poll))?;
     let stop_and_wait = cfg.mode == Mode::StopAndWait;
     if stop_and_wait {
@@ -212,7 +208,7 @@ pub(crate) fn receive(
     let mut seq = 0u64;
     loop {
         if let Some(t) = tracer.as_mut() {
-            t.tick(sock, ctl, c);
+            t.tick(sock, ctl);
         }
         if stop_and_wait && message.is_none() {
             match sock.read(&mut prefix[prefix_got..]) {
@@ -274,7 +270,7 @@ pub(crate) fn receive(
         }
     }
     if let Some(t) = tracer.as_mut() {
-        t.finish(sock, ctl, c);
+        t.finish(sock, ctl);
     }
     Ok(())
 }
@@ -304,10 +300,9 @@ impl ZeroCopySource {
         sock: &TcpStream,
         n: usize,
         ctl: &TestControl,
-        tracer: Option<&mut Tracer>,
-        c: &StreamCounters,
+        tracer: Option<&mut Tracer<'_>>,
     ) -> usize {
-        send_all(sock, n, ctl, tracer, c, |off| {
+        send_all(sock, n, ctl, tracer, |off| {
             let mut at = off as libc::off_t;
             nix::sys::sendfile::sendfile(sock.as_fd(), self.file.as_fd(), Some(&mut at), n - off)
                 .map_err(io::Error::from)

@@ -2,14 +2,19 @@
 //! server (bytes, rate, fragments). Nothing is drawn when stderr is not a terminal.
 
 use flowlab_fragments::fetch::Progress;
+use std::sync::RwLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 #[derive(Debug)]
 pub struct Bars {
     multi: MultiProgress,
     total: ProgressBar,
-    /// Per server: its line and how many fragments it delivered.
-    servers: std::sync::Mutex<Vec<(ProgressBar, u64)>>,
+    /// Per server: its line and how many fragments it delivered. Written once per fetch
+    /// (`start`); read for every chunk received, by every connection at once, hence a
+    /// read-write lock: readers do not wait for each other.
+    servers: RwLock<Vec<(ProgressBar, AtomicU64)>>,
 }
 
 impl Bars {
@@ -27,7 +32,7 @@ impl Bars {
         Bars {
             multi,
             total,
-            servers: std::sync::Mutex::new(Vec::new()),
+            servers: RwLock::new(Vec::new()),
         }
     }
 }
@@ -41,7 +46,7 @@ impl Progress for Bars {
         let style =
             ProgressStyle::with_template("{prefix:<22} {bytes:>10} {bytes_per_sec:>12}  {msg}")
                 .unwrap_or_else(|_| ProgressStyle::default_spinner());
-        if let Ok(mut v) = self.servers.lock() {
+        if let Ok(mut v) = self.servers.write() {
             for (b, _) in v.drain(..) {
                 b.finish_and_clear();
                 self.multi.remove(&b);
@@ -51,50 +56,79 @@ impl Progress for Bars {
                 b.set_style(style.clone());
                 b.set_prefix(s.clone());
                 b.set_message("0 fragments");
-                v.push((b, 0));
+                v.push((b, AtomicU64::new(0)));
             }
         }
     }
 
     fn bytes(&self, server: usize, n: u64) {
         self.total.inc(n);
-        if let Some((b, _)) = self
-            .servers
-            .lock()
-            .ok()
-            .and_then(|v| v.get(server).cloned())
-        {
-            b.inc(n);
+        if let Ok(v) = self.servers.read() {
+            if let Some((b, _)) = v.get(server) {
+                b.inc(n);
+            }
         }
     }
 
     fn fragment(&self, server: usize) {
-        if let Ok(mut v) = self.servers.lock() {
-            if let Some((b, n)) = v.get_mut(server) {
-                *n += 1;
+        if let Ok(v) = self.servers.read() {
+            if let Some((b, n)) = v.get(server) {
+                let n = n.fetch_add(1, Ordering::Relaxed) + 1;
                 b.set_message(format!("{n} fragments"));
             }
         }
     }
 
     fn failed(&self, server: usize, why: &str) {
-        if let Some((b, _)) = self
-            .servers
-            .lock()
-            .ok()
-            .and_then(|v| v.get(server).cloned())
-        {
-            b.set_message(format!("FAILED: {why}"));
+        if let Ok(v) = self.servers.read() {
+            if let Some((b, _)) = v.get(server) {
+                b.set_message(format!("FAILED: {why}"));
+            }
         }
     }
 
     fn finish(&self) {
         self.total.finish_and_clear();
-        if let Ok(v) = self.servers.lock() {
+        if let Ok(v) = self.servers.read() {
             for (b, _) in v.iter() {
                 b.finish_and_clear();
             }
         }
         let _ = self.multi.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_connection_counts_into_its_servers_line_and_the_total() {
+        let bars = Bars::new();
+        bars.start(&["a:5201".into(), "b:5201".into()], 8, 8 << 20);
+        std::thread::scope(|s| {
+            for server in [0, 0, 1, 1] {
+                let bars = &bars;
+                s.spawn(move || {
+                    for _ in 0..1000 {
+                        bars.bytes(server, 1024);
+                    }
+                    bars.fragment(server);
+                });
+            }
+        });
+        bars.failed(1, "stalled");
+        let v = bars.servers.read().expect("lock");
+        for (b, n) in v.iter() {
+            assert_eq!(b.position(), 2 * 1000 * 1024);
+            assert_eq!(n.load(Ordering::Relaxed), 2);
+        }
+        assert_eq!(v[1].0.message(), "FAILED: stalled");
+        assert_eq!(bars.total.position(), 4 * 1000 * 1024);
+        drop(v);
+        // A second run (a sweep) replaces the lines.
+        bars.start(&["c:5201".into()], 1, 1);
+        assert_eq!(bars.servers.read().expect("lock").len(), 1);
+        bars.finish();
     }
 }

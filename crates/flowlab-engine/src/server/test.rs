@@ -214,14 +214,19 @@ fn data_config(params: &TestParams, proto: Protocol) -> DataConfig {
     }
 }
 
-/// Stops the streams and returns the server's results (with each stream's trace) and
-/// the test's wall time.
+/// Stops the streams and returns the server's results (with each stream's socket
+/// settings and trace) and the test's wall time.
 fn own_results(session: &mut DataSession) -> (PeerResults, Duration) {
     session.stop_senders();
     session.stop_receivers();
     let snap = session.snapshot();
     let wall = session.ctl.epoch.elapsed();
     let mut mine = session.peer_results(&snap, wall);
+    // What the kernel granted each socket, for the client's result (a client's own
+    // results carry none: the server would only throw them away).
+    for (r, s) in mine.streams.iter_mut().zip(&session.streams) {
+        r.socket = Some(crate::session::socket_settings(s));
+    }
     for trace in session.take_traces() {
         if let Some(s) = mine.streams.iter_mut().find(|s| s.id == trace.id) {
             s.trace = Some(trace);
