@@ -153,9 +153,12 @@ impl FragmentService {
             return Ok(());
         }
         conn.write_all(&self.manifest_frame)?;
-        if self.rate_bps > 0 {
-            let _ = flowlab_engine::sock::set_max_pacing_rate(&conn, self.rate_bps / 8);
-        }
+        // `--rate`: the kernel paces the connection (SO_MAX_PACING_RATE: TCP's own pacing,
+        // or fq's), segment by segment, across fragments. Only where it refuses the cap
+        // does this thread pace its writes itself.
+        let paced_by_kernel = self.rate_bps > 0
+            && flowlab_engine::sock::set_max_pacing_rate(&conn, self.rate_bps / 8).is_ok();
+        let pace_here = self.rate_bps > 0 && !paced_by_kernel;
         let cancelled: Arc<Mutex<HashSet<String>>> = Arc::default();
         let (tx, rx) = mpsc::sync_channel::<String>(QUEUE);
         let reader = {
@@ -197,7 +200,7 @@ impl FragmentService {
                     }
                 })?
         };
-        let result = self.answer(&mut conn, &rx, &cancelled);
+        let result = self.answer(&mut conn, &rx, &cancelled, pace_here);
         let _ = conn.shutdown(std::net::Shutdown::Both);
         let _ = reader.join();
         result
@@ -208,6 +211,7 @@ impl FragmentService {
         conn: &mut TcpStream,
         rx: &Receiver<String>,
         cancelled: &Mutex<HashSet<String>>,
+        pace: bool,
     ) -> std::io::Result<()> {
         // A client that stops reading cannot hold this thread longer than the timeout.
         conn.set_write_timeout(Some(self.idle_timeout))?;
@@ -223,7 +227,7 @@ impl FragmentService {
             match self.open_fragment(&name) {
                 Ok((file, size, hash)) => {
                     conn.write_all(&Reply::Fragment { name, size, hash }.encode())?;
-                    self.send_body(conn, &file, size)?;
+                    self.send_body(conn, &file, size, pace)?;
                 }
                 Err(why) => {
                     let message = why.to_string();
@@ -234,9 +238,16 @@ impl FragmentService {
         Ok(())
     }
 
-    /// Sends `size` bytes of `file` with sendfile(2), paced to the rate limit if any.
-    fn send_body(&self, conn: &TcpStream, file: &File, size: u64) -> std::io::Result<()> {
-        let mut pacer = (self.rate_bps > 0).then(|| Pacer::new(self.rate_bps, Duration::ZERO));
+    /// Sends `size` bytes of `file` with sendfile(2); with `pace`, paced here to the rate
+    /// limit (where the kernel would not pace the connection).
+    fn send_body(
+        &self,
+        conn: &TcpStream,
+        file: &File,
+        size: u64,
+        pace: bool,
+    ) -> std::io::Result<()> {
+        let mut pacer = pace.then(|| Pacer::new(self.rate_bps, Duration::ZERO));
         let start = std::time::Instant::now();
         let mut off: libc::off_t = 0;
         while (off as u64) < size {
