@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""bench/ab.py — one A/B case: two commands run alternately (A B A B …), RUNS times each,
+one figure read from each run, then min / median / max of each side, the ratio of the
+medians (A/B) and the median of the per-pair ratios (pairing keeps the ratio meaningful
+when the machine drifts), and a flag on any side whose runs spread (max − min) by more
+than 25 % of its median: its figures are noise, not a result.
+
+Usage: ab.py CASE METRIC 'COMMAND A' 'COMMAND B' [--runs N] [--label-a A] [--label-b B]
+
+METRIC says what each run's figure is:
+  gbps       a `flowlab test -J` document (or iperf3 -J) on stdout: the receivers'
+             bits/s summed over the result's sums, in Gbit/s;
+  fetch-s    a `flowlab fetch -J` document: its `seconds`;
+  fetch-mbps a `flowlab fetch -J` document: its `bits_per_second`, in Mbit/s;
+  wall-ms    the command's own wall time, in milliseconds.
+Commands run in a shell; a run that fails or prints no figure stops the case with its
+output.
+"""
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+SPREAD_FLAG = 0.25
+
+
+def figure(metric, out):
+    doc = json.loads(out) if metric != "wall-ms" else None
+    if metric == "gbps":
+        end = doc["end"]
+        if "sums" in end:  # flowlab
+            return sum(s["receiver"]["bits_per_second"] for s in end["sums"]) / 1e9
+        return end["sum_received"]["bits_per_second"] / 1e9  # iperf3
+    if metric == "fetch-s":
+        return doc["seconds"]
+    if metric == "fetch-mbps":
+        return doc["bits_per_second"] / 1e6
+    raise SystemExit(f"ab.py: unknown metric {metric}")
+
+
+def run(metric, command):
+    start = time.monotonic()
+    p = subprocess.run(command, shell=True, capture_output=True, text=True)
+    wall = (time.monotonic() - start) * 1000
+    if p.returncode != 0:
+        sys.exit(f"ab.py: `{command}` failed ({p.returncode}):\n{p.stdout}{p.stderr}")
+    if metric == "wall-ms":
+        return wall
+    try:
+        return figure(metric, p.stdout)
+    except (ValueError, KeyError, TypeError) as e:
+        sys.exit(f"ab.py: `{command}` printed no {metric} figure ({e}):\n{p.stdout[:2000]}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("case")
+    ap.add_argument("metric", choices=["gbps", "fetch-s", "fetch-mbps", "wall-ms"])
+    ap.add_argument("a")
+    ap.add_argument("b")
+    ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--label-a", default="A")
+    ap.add_argument("--label-b", default="B")
+    args = ap.parse_args()
+    if args.runs < 7:
+        sys.exit("ab.py: at least 7 runs each")
+    a, b = [], []
+    for i in range(args.runs):
+        a.append(run(args.metric, args.a))
+        b.append(run(args.metric, args.b))
+        print(f"  {args.case:<14} run {i + 1}  {args.label_a} {a[-1]:10.3f}  {args.label_b} {b[-1]:10.3f}  {args.metric}", flush=True)
+    pair = statistics.median(x / y for x, y in zip(a, b) if y)
+    flags = []
+    for label, xs in ((args.label_a, a), (args.label_b, b)):
+        m = statistics.median(xs)
+        if m and (max(xs) - min(xs)) / m > SPREAD_FLAG:
+            flags.append(f"{label} spread {100 * (max(xs) - min(xs)) / m:.0f} %")
+    fmt = lambda xs: f"{min(xs):.3f} / {statistics.median(xs):.3f} / {max(xs):.3f}"
+    print(
+        f"| {args.case} | {args.metric} | {args.label_a}: {fmt(a)} | {args.label_b}: {fmt(b)} "
+        f"| {statistics.median(a) / statistics.median(b):.3f} | {pair:.3f} | {'; '.join(flags) or 'ok'} |",
+        flush=True,
+    )
+
+
+if __name__ == "__main__":
+    main()
