@@ -251,7 +251,9 @@ pub fn fetch(spec: &FetchSpec, progress: &dyn Progress) -> Result<FetchResult, F
     if spec.servers.is_empty() {
         return Err(FetchError::NoServer("no --from given".into()));
     }
-    // Connect every worker; a server none of whose connections work is reported failed.
+    // Connect every worker. A server none of whose connections could be opened is
+    // reported failed; one that opened some works with those (the others' errors are
+    // noted), and stops trying after its first refusal.
     let mut conns: Vec<(usize, TcpStream)> = Vec::new();
     let mut manifest: Option<(Manifest, String)> = None;
     let mut stats: Vec<ServerStats> = spec
@@ -276,7 +278,14 @@ pub fn fetch(spec: &FetchSpec, progress: &dyn Progress) -> Result<FetchResult, F
                     conns.push((server, s));
                 }
                 Err(e) => {
-                    stats[server].failed = Some(e.to_string());
+                    if conns.iter().any(|(s, _)| *s == server) {
+                        note(
+                            &mut stats[server],
+                            format!("a connection could not open: {e}"),
+                        );
+                    } else {
+                        stats[server].failed = Some(e.to_string());
+                    }
                     break;
                 }
             }
@@ -297,20 +306,11 @@ pub fn fetch(spec: &FetchSpec, progress: &dyn Progress) -> Result<FetchResult, F
         .map(|f| out.join(&f.name).exists() && verify_fragment(out, f).is_ok())
         .collect();
     let skipped = done.iter().filter(|&&d| d).count();
-    // Workers: each connection is one, and a ratio counts per server.
+    // Workers: each connection is one. A ratio is the servers' (the scheduler deals each
+    // server's share among its connections).
     let workers = conns.len();
-    let mode = match &spec.mode {
-        Mode::Ratio(r) => {
-            let per_worker: Vec<u32> = conns
-                .iter()
-                .map(|(s, _)| r.get(*s).copied().unwrap_or(0))
-                .collect();
-            Mode::Ratio(per_worker)
-        }
-        Mode::Adaptive => Mode::Adaptive,
-    };
     let owners: Vec<usize> = conns.iter().map(|(server, _)| *server).collect();
-    let sched = Scheduler::new(mode, manifest.fragments.len(), &owners, &done);
+    let sched = Scheduler::new(spec.mode.clone(), manifest.fragments.len(), &owners, &done);
     let hashes: Vec<[u8; 32]> = manifest
         .fragments
         .iter()

@@ -305,6 +305,11 @@ pub fn verify_fragment(dir: &Path, f: &FragmentEntry) -> Result<(), ManifestErro
 /// `out`.
 pub fn join(dir: &Path, out: &Path) -> Result<Manifest, ManifestError> {
     let m = Manifest::load(dir)?;
+    // Every fragment is there, a regular file of its size, before anything is written
+    // (its content is checked as it is copied).
+    for f in &m.fragments {
+        check_file(&dir.join(&f.name), f)?;
+    }
     // A hidden name beside the output, so neither it nor a neighbour is overwritten.
     let tmp = out.with_file_name(format!(
         ".{}.partial",
@@ -318,7 +323,6 @@ pub fn join(dir: &Path, out: &Path) -> Result<Manifest, ManifestError> {
         for f in &m.fragments {
             let problem = |p: String| fragment_problem(f, p);
             let path = dir.join(&f.name);
-            check_file(&path, f)?;
             let mut r = File::open(&path).map_err(|e| problem(e.to_string()))?;
             let mut own = blake3::Hasher::new();
             let mut read = 0u64;

@@ -105,8 +105,10 @@ pub struct Scheduler {
 
 impl Scheduler {
     /// A schedule for `fragments` fragments over one worker per entry of `owner` (the
-    /// worker's server); in ratio mode the ratio has one part per worker. `done` marks
-    /// the fragments already verified on disk (a resumed fetch).
+    /// worker's server). In ratio mode the ratio has one part per server; each server's
+    /// share is dealt among its workers in turn (a server with no worker leaves its share
+    /// to the others). `done` marks the fragments already verified on disk (a resumed
+    /// fetch).
     pub fn new(mode: Mode, fragments: usize, owner: &[ServerId], done: &[bool]) -> Scheduler {
         let workers = owner.len();
         let states: Vec<State> = (0..fragments)
@@ -120,10 +122,14 @@ impl Scheduler {
             .collect();
         let mut shares = vec![Vec::new(); workers];
         if let Mode::Ratio(r) = &mode {
-            for (frag, worker) in assign_ratio(fragments, r).into_iter().enumerate() {
-                if worker < workers {
-                    shares[worker].push(frag);
+            let mut next_of = vec![0usize; r.len()];
+            for (frag, server) in assign_ratio(fragments, r).into_iter().enumerate() {
+                let own: Vec<WorkerId> = (0..workers).filter(|&w| owner[w] == server).collect();
+                if own.is_empty() {
+                    continue;
                 }
+                shares[own[next_of[server] % own.len()]].push(frag);
+                next_of[server] += 1;
             }
         }
         Scheduler {
@@ -471,7 +477,7 @@ mod tests {
 
     #[test]
     fn a_failed_connection_leaves_its_server_working() {
-        for mode in [Mode::Adaptive, Mode::Ratio(vec![1, 1, 1, 1])] {
+        for mode in [Mode::Adaptive, Mode::Ratio(vec![1, 1])] {
             let mut s = Scheduler::new(mode.clone(), 8, &TWO_EACH, &[]);
             let held = s.next(0).expect("work");
             s.failed(0);
@@ -496,5 +502,26 @@ mod tests {
             assert!(!s.server_alive(0), "{mode:?}");
             assert!(s.server_alive(1), "{mode:?}");
         }
+    }
+
+    #[test]
+    fn a_ratio_is_the_servers_whatever_their_connections() {
+        // 1:2 over server 0 with two connections and server 1 with one: server 0 gets a
+        // third, dealt between its connections in turn.
+        let mut s = Scheduler::new(Mode::Ratio(vec![1, 2]), 9, &[0, 0, 1], &[]);
+        let mut got = [Vec::new(), Vec::new(), Vec::new()];
+        for (w, got) in got.iter_mut().enumerate() {
+            while let Some(f) = s.next(w) {
+                got.push(f);
+            }
+        }
+        assert_eq!(got, [vec![0, 6], vec![3], vec![1, 2, 4, 5, 7, 8]]);
+        // A server with no connection leaves its share to the others.
+        let mut s = Scheduler::new(Mode::Ratio(vec![1, 2]), 3, &[1], &[]);
+        let mut taken = Vec::new();
+        while let Some(f) = s.next(0) {
+            taken.push(f);
+        }
+        assert_eq!(taken, [1, 2, 0]);
     }
 }

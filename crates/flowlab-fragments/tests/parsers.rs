@@ -109,7 +109,8 @@ proptest! {
             blake3: "0".repeat(64),
         });
         m.file.size = others;
-        prop_assert!(parse(&wire(&m)).is_err());
+        let e = parse(&wire(&m)).expect_err("refused");
+        prop_assert!(e.to_string().contains("more than 2^64 bytes"), "{e}");
     }
 
     #[test]

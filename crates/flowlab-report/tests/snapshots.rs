@@ -185,7 +185,7 @@ fn every_server_event_as_text_and_as_json() {
         ServerEvent::TestStarted {
             test: 1,
             peer: "10.0.0.1:40000".into(),
-            protocol: "TCP".into(),
+            protocol: "tcp".into(),
             streams: 2,
             reverse: true,
             bidir: false,
@@ -194,7 +194,7 @@ fn every_server_event_as_text_and_as_json() {
         ServerEvent::TestStarted {
             test: 2,
             peer: "[::1]:40002".into(),
-            protocol: "UDP".into(),
+            protocol: "udp".into(),
             streams: 1,
             reverse: false,
             bidir: true,

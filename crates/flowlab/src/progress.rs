@@ -2,8 +2,7 @@
 //! server (bytes, rate, fragments). Nothing is drawn when stderr is not a terminal.
 
 use flowlab_fragments::fetch::Progress;
-use std::sync::RwLock;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, RwLock};
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
@@ -14,7 +13,7 @@ pub struct Bars {
     /// Per server: its line and how many fragments it delivered. Written once per fetch
     /// (`start`); read for every chunk received, by every connection at once, hence a
     /// read-write lock: readers do not wait for each other.
-    servers: RwLock<Vec<(ProgressBar, AtomicU64)>>,
+    servers: RwLock<Vec<(ProgressBar, Mutex<u64>)>>,
 }
 
 impl Bars {
@@ -56,7 +55,7 @@ impl Progress for Bars {
                 b.set_style(style.clone());
                 b.set_prefix(s.clone());
                 b.set_message("0 fragments");
-                v.push((b, AtomicU64::new(0)));
+                v.push((b, Mutex::new(0)));
             }
         }
     }
@@ -72,8 +71,10 @@ impl Progress for Bars {
 
     fn fragment(&self, server: usize) {
         if let Ok(v) = self.servers.read() {
-            if let Some((b, n)) = v.get(server) {
-                let n = n.fetch_add(1, Ordering::Relaxed) + 1;
+            // Counted and shown under the server's own lock, so that two of its
+            // connections cannot leave the lower count on screen.
+            if let Some((b, Ok(mut n))) = v.get(server).map(|(b, n)| (b, n.lock())) {
+                *n += 1;
                 b.set_message(format!("{n} fragments"));
             }
         }
@@ -117,12 +118,16 @@ mod tests {
                 });
             }
         });
+        {
+            let v = bars.servers.read().expect("lock");
+            for (b, n) in v.iter() {
+                assert_eq!(b.position(), 2 * 1000 * 1024);
+                assert_eq!(*n.lock().expect("lock"), 2);
+                assert_eq!(b.message(), "2 fragments");
+            }
+        }
         bars.failed(1, "stalled");
         let v = bars.servers.read().expect("lock");
-        for (b, n) in v.iter() {
-            assert_eq!(b.position(), 2 * 1000 * 1024);
-            assert_eq!(n.load(Ordering::Relaxed), 2);
-        }
         assert_eq!(v[1].0.message(), "FAILED: stalled");
         assert_eq!(bars.total.position(), 4 * 1000 * 1024);
         drop(v);

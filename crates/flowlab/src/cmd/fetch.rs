@@ -31,7 +31,8 @@ pub struct Args {
     /// Requests kept outstanding per connection.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=64))]
     pub depth: u64,
-    /// Seconds without data after which a server counts as failed.
+    /// Seconds without data after which a connection counts as failed (a server fails
+    /// with its last connection).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub stall_timeout: u64,
     /// Run the whole study: fetch once per ratio (e.g. 1:5,1:4,1:3,1:2,1:1,2:1,3:1,4:1,5:1)

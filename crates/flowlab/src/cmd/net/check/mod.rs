@@ -117,7 +117,7 @@ pub fn run(
         let (round, jain) = round::measure(&t, &pairs, &paths, &load).map_err(|e| {
             // A path that stopped carrying traffic: say whether the emulator did.
             match build::emulator_trouble(&build::state_dir(), &t.name) {
-                Some(why) => anyhow::anyhow!("{e} (the link emulator: {why})"),
+                Some(why) => anyhow::anyhow!("{e:#} (the link emulator: {why})"),
                 None => e,
             }
         })?;
