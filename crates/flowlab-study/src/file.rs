@@ -1,0 +1,459 @@
+//! The study file (TOML): what a study sweeps, how often, and what each trial runs.
+//! Sans-IO: text in, a checked [`Study`] or a [`StudyError`] naming the line and column
+//! out.
+//!
+//! ```toml
+//! name = "seed-003"
+//! description = "stream against stop-and-wait, by message size"
+//! repeat = 5                  # trials per cell
+//! order = "random"            # or "sequential"; random by default, its seed recorded
+//! seed = 7                    # optional: the shuffle's seed
+//! pause = "500ms"             # between trials
+//!
+//! [params]
+//! length = [1000, 10000, 32500, 65000]          # a value is its own label and text
+//! [params.method]                               # or labels and the text each stands for
+//! tcp-stream = ""
+//! tcp-stop-and-wait = "--stop-and-wait"
+//!
+//! [[exclude]]                 # cells that make no sense: every key matches
+//! method = "tcp-stop-and-wait"
+//! length = 65000
+//!
+//! [[step]]
+//! kind = "test"               # a `flowlab test`; its arguments with {param} templating
+//! args = "127.0.0.1 -n 10M -l {length} {method}"
+//! ```
+
+use std::ops::Range;
+use std::time::Duration;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+/// A study file that was refused: where, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("line {line}, column {column}: {message}")]
+pub struct StudyError {
+    pub line: usize,
+    pub column: usize,
+    pub message: String,
+}
+
+/// Longest study name (it names the study's rows in a results database).
+pub const MAX_NAME: usize = 64;
+
+/// A checked study.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Study {
+    pub name: String,
+    pub description: String,
+    /// Trials per cell.
+    pub repeat: u32,
+    pub order: Order,
+    /// The random order's seed, when the file fixes it.
+    pub seed: Option<u64>,
+    /// Trials run first and not recorded (a cold cache, slow start of a fresh path).
+    pub warmup: u32,
+    /// Between two trials.
+    pub pause: Duration,
+    /// A topology file to bring up for the study (relative to the study file).
+    pub topology: Option<String>,
+    pub on_error: OnError,
+    /// What is swept, in the file's order.
+    pub params: Vec<Param>,
+    /// Cells left out: each a list of (parameter, value) that must all match.
+    pub excludes: Vec<Vec<(usize, usize)>>,
+    /// What one trial runs, in order.
+    pub steps: Vec<Step>,
+}
+
+/// A swept parameter and its values, in the file's order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Param {
+    pub name: String,
+    pub values: Vec<ParamValue>,
+}
+
+/// One value of a parameter: how results name it, and the text `{param}` becomes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParamValue {
+    pub label: String,
+    pub text: String,
+}
+
+/// The order trials run in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    /// Every trial of the study shuffled (repetitions included), so that drift over time
+    /// does not masquerade as an effect of a parameter.
+    Random,
+    /// Cell by cell, the last parameter varying fastest, each cell's repetitions together.
+    Sequential,
+}
+
+/// What a failed trial does to the study.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnError {
+    /// It is recorded as failed and the study goes on.
+    Continue,
+    /// The study stops (every finished trial kept).
+    Stop,
+}
+
+/// One measurement of a trial.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step {
+    pub name: String,
+    pub kind: StepKind,
+    /// The command's arguments, `{param}` standing for the cell's value.
+    pub args: Template,
+    /// Where each end runs in the study's topology (a node name), if it has one.
+    pub from: Option<String>,
+    pub to: Option<String>,
+}
+
+/// The measurement a step makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepKind {
+    /// A `flowlab test` (every one of its options).
+    Test,
+    /// A `flowlab fetch` of a fragment set.
+    Fetch,
+}
+
+/// Text with `{param}` holes (`{{` and `}}` are braces).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Template(Vec<Piece>);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Piece {
+    Text(String),
+    Param(usize),
+}
+
+impl Template {
+    /// The text with each hole filled by `value(param)`.
+    pub fn render(&self, value: impl Fn(usize) -> String) -> String {
+        self.0
+            .iter()
+            .map(|p| match p {
+                Piece::Text(t) => t.clone(),
+                Piece::Param(i) => value(*i),
+            })
+            .collect()
+    }
+
+    /// The parameters the template uses.
+    pub fn params(&self) -> impl Iterator<Item = usize> + '_ {
+        self.0.iter().filter_map(|p| match p {
+            Piece::Param(i) => Some(*i),
+            Piece::Text(_) => None,
+        })
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStudy {
+    name: Spanned<String>,
+    #[serde(default)]
+    description: String,
+    repeat: Option<Spanned<i64>>,
+    order: Option<Spanned<String>>,
+    seed: Option<Spanned<i64>>,
+    warmup: Option<Spanned<i64>>,
+    pause: Option<Spanned<String>>,
+    topology: Option<String>,
+    on_error: Option<Spanned<String>>,
+    params: Option<Spanned<toml::Table>>,
+    #[serde(default, rename = "exclude")]
+    excludes: Vec<Spanned<toml::Table>>,
+    #[serde(default, rename = "step")]
+    steps: Vec<Spanned<RawStep>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStep {
+    name: Option<String>,
+    kind: Spanned<String>,
+    args: Spanned<String>,
+    from: Option<String>,
+    to: Option<String>,
+}
+
+/// Where byte `at` of `text` is: line and column, from 1.
+fn line_column(text: &str, at: usize) -> (usize, usize) {
+    let before = &text[..at.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
+}
+
+/// Checks a study file.
+pub fn parse(text: &str) -> Result<Study, StudyError> {
+    let at = |span: Range<usize>, message: String| {
+        let (line, column) = line_column(text, span.start);
+        StudyError {
+            line,
+            column,
+            message,
+        }
+    };
+    let raw: RawStudy = toml::from_str(text).map_err(|e| {
+        let span = e.span().unwrap_or(0..0);
+        at(span, e.message().to_string())
+    })?;
+    let name = raw.name.get_ref();
+    let name_ok = !name.is_empty()
+        && name.len() <= MAX_NAME
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_');
+    if !name_ok {
+        return Err(at(
+            raw.name.span(),
+            format!("name '{name}': use 1 to {MAX_NAME} lower-case letters, digits, '-' and '_'"),
+        ));
+    }
+    let count = |v: &Option<Spanned<i64>>, key: &str, min: i64, default: i64| match v {
+        None => Ok(default),
+        Some(n) if (min..=1_000_000).contains(n.get_ref()) => Ok(*n.get_ref()),
+        Some(n) => Err(at(
+            n.span(),
+            format!("{key} {}: give {min} to 1000000", n.get_ref()),
+        )),
+    };
+    let repeat = count(&raw.repeat, "repeat", 1, 1)? as u32;
+    let warmup = count(&raw.warmup, "warmup", 0, 0)? as u32;
+    let seed = match &raw.seed {
+        None => None,
+        Some(s) if *s.get_ref() >= 0 => Some(*s.get_ref() as u64),
+        Some(s) => {
+            return Err(at(
+                s.span(),
+                format!("seed {}: give 0 or more", s.get_ref()),
+            ));
+        }
+    };
+    let order = match raw.order.as_ref().map(|o| (o.get_ref().as_str(), o.span())) {
+        None | Some(("random", _)) => Order::Random,
+        Some(("sequential", _)) => Order::Sequential,
+        Some((o, span)) => {
+            return Err(at(
+                span,
+                format!("order '{o}': choose random or sequential"),
+            ));
+        }
+    };
+    let on_error = match raw
+        .on_error
+        .as_ref()
+        .map(|o| (o.get_ref().as_str(), o.span()))
+    {
+        None | Some(("continue", _)) => OnError::Continue,
+        Some(("stop", _)) => OnError::Stop,
+        Some((o, span)) => {
+            return Err(at(span, format!("on_error '{o}': choose continue or stop")));
+        }
+    };
+    let pause = match &raw.pause {
+        None => Duration::ZERO,
+        Some(p) => flowlab_report::units::parse_duration(p.get_ref())
+            .map_err(|e| at(p.span(), format!("pause: {e}")))?,
+    };
+    let params = match &raw.params {
+        None => Vec::new(),
+        Some(t) => params(t.get_ref()).map_err(|m| at(t.span(), m))?,
+    };
+    let excludes = raw
+        .excludes
+        .iter()
+        .map(|e| exclusion(e.get_ref(), &params).map_err(|m| at(e.span(), m)))
+        .collect::<Result<Vec<_>, _>>()?;
+    if raw.steps.is_empty() {
+        return Err(at(0..0, "a study needs at least one [[step]]".into()));
+    }
+    let mut steps = Vec::new();
+    for (i, s) in raw.steps.iter().enumerate() {
+        let r = s.get_ref();
+        let kind = match r.kind.get_ref().as_str() {
+            "test" => StepKind::Test,
+            "fetch" => StepKind::Fetch,
+            k => {
+                return Err(at(
+                    r.kind.span(),
+                    format!("step kind '{k}': choose test or fetch"),
+                ));
+            }
+        };
+        let args = template(r.args.get_ref(), &params).map_err(|m| at(r.args.span(), m))?;
+        let name = r.name.clone().unwrap_or_else(|| format!("step {}", i + 1));
+        if steps.iter().any(|s: &Step| s.name == name) {
+            return Err(at(s.span(), format!("step name '{name}' is given twice")));
+        }
+        steps.push(Step {
+            name,
+            kind,
+            args,
+            from: r.from.clone(),
+            to: r.to.clone(),
+        });
+    }
+    Ok(Study {
+        name: name.clone(),
+        description: raw.description,
+        repeat,
+        order,
+        seed,
+        warmup,
+        pause,
+        topology: raw.topology,
+        on_error,
+        params,
+        excludes,
+        steps,
+    })
+}
+
+/// A parameter name: what `{name}` is written with.
+fn param_name_ok(name: &str) -> bool {
+    name.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
+/// A value as a label and a template's text: strings as written, numbers and booleans as
+/// TOML writes them.
+fn scalar(v: &toml::Value) -> Option<String> {
+    match v {
+        toml::Value::String(s) => Some(s.clone()),
+        toml::Value::Integer(i) => Some(i.to_string()),
+        toml::Value::Float(f) => Some(f.to_string()),
+        toml::Value::Boolean(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+fn params(table: &toml::Table) -> Result<Vec<Param>, String> {
+    let mut out = Vec::new();
+    for (name, v) in table {
+        if !param_name_ok(name) {
+            return Err(format!(
+                "parameter '{name}': use lower-case letters, digits and '_', starting with a letter or '_'"
+            ));
+        }
+        let values: Vec<ParamValue> = match v {
+            toml::Value::Array(list) => list
+                .iter()
+                .map(|v| {
+                    scalar(v)
+                        .map(|s| ParamValue {
+                            label: s.clone(),
+                            text: s,
+                        })
+                        .ok_or_else(|| {
+                            format!("parameter '{name}': values are strings, numbers or booleans")
+                        })
+                })
+                .collect::<Result<_, _>>()?,
+            toml::Value::Table(labels) => labels
+                .iter()
+                .map(|(label, text)| {
+                    scalar(text)
+                        .map(|text| ParamValue {
+                            label: label.clone(),
+                            text,
+                        })
+                        .ok_or_else(|| {
+                            format!("parameter '{name}': value '{label}' stands for a string, number or boolean")
+                        })
+                })
+                .collect::<Result<_, _>>()?,
+            _ => {
+                return Err(format!(
+                    "parameter '{name}': give a list of values, or a table of labels and the text each stands for"
+                ));
+            }
+        };
+        if values.is_empty() {
+            return Err(format!("parameter '{name}' has no values"));
+        }
+        for (i, v) in values.iter().enumerate() {
+            if values[..i].iter().any(|w| w.label == v.label) {
+                return Err(format!("parameter '{name}': '{}' is given twice", v.label));
+            }
+        }
+        out.push(Param {
+            name: name.clone(),
+            values,
+        });
+    }
+    Ok(out)
+}
+
+fn exclusion(table: &toml::Table, params: &[Param]) -> Result<Vec<(usize, usize)>, String> {
+    if table.is_empty() {
+        return Err("an [[exclude]] needs at least one parameter".into());
+    }
+    table
+        .iter()
+        .map(|(name, v)| {
+            let p = params
+                .iter()
+                .position(|p| &p.name == name)
+                .ok_or_else(|| format!("[[exclude]]: '{name}' is not a parameter"))?;
+            let label = scalar(v)
+                .ok_or_else(|| format!("[[exclude]]: '{name}' must be one of its values"))?;
+            let value = params[p]
+                .values
+                .iter()
+                .position(|v| v.label == label)
+                .ok_or_else(|| format!("[[exclude]]: '{label}' is not a value of '{name}'"))?;
+            Ok((p, value))
+        })
+        .collect()
+}
+
+fn template(text: &str, params: &[Param]) -> Result<Template, String> {
+    let mut pieces = Vec::new();
+    let mut plain = String::new();
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '{' if chars.peek() == Some(&'{') => {
+                chars.next();
+                plain.push('{');
+            }
+            '}' if chars.peek() == Some(&'}') => {
+                chars.next();
+                plain.push('}');
+            }
+            '{' => {
+                let mut name = String::new();
+                loop {
+                    match chars.next() {
+                        Some('}') => break,
+                        Some(c) => name.push(c),
+                        None => return Err(format!("args: '{{{name}' is not closed")),
+                    }
+                }
+                let p = params.iter().position(|p| p.name == name).ok_or_else(|| {
+                    format!("args: '{{{name}}}' is not a parameter (write {{{{ for a brace)")
+                })?;
+                if !plain.is_empty() {
+                    pieces.push(Piece::Text(std::mem::take(&mut plain)));
+                }
+                pieces.push(Piece::Param(p));
+            }
+            '}' => return Err("args: a lone '}' (write }} for a brace)".into()),
+            c => plain.push(c),
+        }
+    }
+    if !plain.is_empty() {
+        pieces.push(Piece::Text(plain));
+    }
+    Ok(Template(pieces))
+}

@@ -1,0 +1,89 @@
+//! A study expanded: its cells (one value of every parameter, less the exclusions) and
+//! its trials (each cell `repeat` times), in the order they run.
+
+use crate::file::{Order, Study};
+
+/// One combination of parameter values: a value index per parameter, in the study's
+/// order of parameters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cell(pub Vec<usize>);
+
+/// One run of a cell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Trial {
+    /// Index into [`Plan::cells`].
+    pub cell: usize,
+    /// From 1.
+    pub repetition: u32,
+}
+
+/// What a study runs, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    pub cells: Vec<Cell>,
+    pub trials: Vec<Trial>,
+    /// The seed the random order was drawn with (recorded, so it can be drawn again).
+    pub seed: u64,
+}
+
+impl Study {
+    /// Every cell, the last parameter varying fastest, excluded ones left out. A study
+    /// without parameters has one cell.
+    pub fn cells(&self) -> Vec<Cell> {
+        let mut cells = vec![Cell(Vec::new())];
+        for p in &self.params {
+            cells = cells
+                .into_iter()
+                .flat_map(|c| {
+                    (0..p.values.len()).map(move |v| {
+                        let mut next = c.0.clone();
+                        next.push(v);
+                        Cell(next)
+                    })
+                })
+                .collect();
+        }
+        cells.retain(|c| {
+            !self
+                .excludes
+                .iter()
+                .any(|ex| ex.iter().all(|&(p, v)| c.0[p] == v))
+        });
+        cells
+    }
+
+    /// The trials in the order they run: cell by cell for a sequential study, shuffled
+    /// with `seed` (the file's, when it gives one) for a random one.
+    pub fn plan(&self, seed: u64) -> Plan {
+        let cells = self.cells();
+        let seed = self.seed.unwrap_or(seed);
+        let mut trials: Vec<Trial> = (0..cells.len())
+            .flat_map(|cell| (1..=self.repeat).map(move |repetition| Trial { cell, repetition }))
+            .collect();
+        if self.order == Order::Random {
+            fastrand::Rng::with_seed(seed).shuffle(&mut trials);
+        }
+        Plan {
+            cells,
+            trials,
+            seed,
+        }
+    }
+
+    /// How results name a cell: `length=1000 method=tcp-stream`.
+    pub fn cell_label(&self, cell: &Cell) -> String {
+        self.params
+            .iter()
+            .zip(&cell.0)
+            .map(|(p, &v)| format!("{}={}", p.name, p.values[v].label))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// Step `step`'s arguments for `cell`.
+    pub fn args(&self, step: usize, cell: &Cell) -> String {
+        self.steps[step]
+            .args
+            .render(|p| self.params[p].values[cell.0[p]].text.clone())
+    }
+}

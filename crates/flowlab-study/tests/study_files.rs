@@ -1,0 +1,235 @@
+//! Study files: what a valid one expands to, and every refusal's message and place.
+
+use std::time::Duration;
+
+use flowlab_study::file::{OnError, Order, StepKind};
+use flowlab_study::{Cell, Trial, parse};
+use proptest::prelude::*;
+
+const SEED_003: &str = r#"
+name = "seed-003"
+description = "stream against stop-and-wait, by message size"
+repeat = 3
+pause = "500ms"
+
+[params]
+length = [1000, 10000, 32500, 65000]
+
+[params.method]
+tcp-stream = ""
+tcp-stop-and-wait = "--stop-and-wait"
+udp-stop-and-wait = "-u --stop-and-wait"
+
+[[exclude]]
+method = "udp-stop-and-wait"
+length = 65000
+
+[[step]]
+name = "transfer"
+kind = "test"
+args = "127.0.0.1 -n 10M -l {length} {method} -T {{x}}"
+"#;
+
+#[test]
+fn a_study_expands_into_its_cells_and_trials() {
+    let s = parse(SEED_003).expect("valid");
+    assert_eq!(s.name, "seed-003");
+    assert_eq!(s.repeat, 3);
+    assert_eq!(s.pause, Duration::from_millis(500));
+    assert_eq!((s.order, s.on_error), (Order::Random, OnError::Continue));
+    assert_eq!(s.steps[0].kind, StepKind::Test);
+    let cells = s.cells();
+    // 4 lengths × 3 methods, less one.
+    assert_eq!(cells.len(), 11);
+    assert_eq!(s.cell_label(&cells[0]), "length=1000 method=tcp-stream");
+    assert_eq!(
+        s.cell_label(&cells[10]),
+        "length=65000 method=tcp-stop-and-wait"
+    );
+    assert_eq!(
+        s.args(0, &Cell(vec![2, 2])),
+        "127.0.0.1 -n 10M -l 32500 -u --stop-and-wait -T {x}"
+    );
+    let plan = s.plan(42);
+    assert_eq!(plan.trials.len(), 33);
+    assert_eq!(plan.seed, 42);
+    // The same seed draws the same order; another seed, another.
+    assert_eq!(s.plan(42), plan);
+    assert_ne!(s.plan(43).trials, plan.trials);
+    let mut sorted = plan.trials.clone();
+    sorted.sort_by_key(|t| (t.cell, t.repetition));
+    let every: Vec<Trial> = (0..11)
+        .flat_map(|cell| (1..=3).map(move |repetition| Trial { cell, repetition }))
+        .collect();
+    assert_eq!(sorted, every, "every trial exactly once");
+}
+
+#[test]
+fn a_sequential_study_runs_cell_by_cell_and_a_file_seed_wins() {
+    let s = parse(&SEED_003.replace("repeat = 3", "repeat = 2\norder = \"sequential\""))
+        .expect("valid");
+    let plan = s.plan(1);
+    assert_eq!(
+        &plan.trials[..3],
+        [
+            Trial {
+                cell: 0,
+                repetition: 1
+            },
+            Trial {
+                cell: 0,
+                repetition: 2
+            },
+            Trial {
+                cell: 1,
+                repetition: 1
+            },
+        ]
+    );
+    let s = parse(&SEED_003.replace("repeat = 3", "repeat = 3\nseed = 9")).expect("valid");
+    assert_eq!(s.plan(1), s.plan(2));
+    assert_eq!(s.plan(1).seed, 9);
+}
+
+#[test]
+fn a_study_without_parameters_is_one_cell() {
+    let s = parse("name = \"once\"\n[[step]]\nkind = \"fetch\"\nargs = \"--from a --out d\"\n")
+        .expect("valid");
+    assert_eq!(s.cells(), [Cell(Vec::new())]);
+    assert_eq!(s.plan(0).trials.len(), 1);
+    assert_eq!(s.args(0, &s.cells()[0]), "--from a --out d");
+}
+
+/// Each refusal: what is wrong, and where (line, column).
+#[test]
+fn every_refusal_names_its_place_and_its_reason() {
+    let step = "[[step]]\nkind = \"test\"\nargs = \"h\"\n";
+    let cases: &[(String, &str, usize)] = &[
+        (
+            format!("name = \"x\"\nrepet = 3\n{step}"),
+            "unknown field `repet`",
+            2,
+        ),
+        (
+            format!("name = \"x\"\nrepeat = \"3\"\n{step}"),
+            "invalid type",
+            2,
+        ),
+        (
+            format!("name = \"x\"\nrepeat = 0\n{step}"),
+            "repeat 0: give 1 to 1000000",
+            2,
+        ),
+        (
+            format!("name = \"X y\"\n{step}"),
+            "name 'X y': use 1 to 64",
+            1,
+        ),
+        (
+            format!("name = \"x\"\norder = \"shuffled\"\n{step}"),
+            "order 'shuffled': choose random or sequential",
+            2,
+        ),
+        (
+            format!("name = \"x\"\non_error = \"ignore\"\n{step}"),
+            "on_error 'ignore': choose continue or stop",
+            2,
+        ),
+        (
+            format!("name = \"x\"\npause = \"soon\"\n{step}"),
+            "pause: 'soon' is not a duration",
+            2,
+        ),
+        (
+            format!("name = \"x\"\nseed = -1\n{step}"),
+            "seed -1: give 0 or more",
+            2,
+        ),
+        ("name = \"x\"\n".into(), "at least one [[step]]", 1),
+        (
+            format!("name = \"x\"\n[params]\nlength = []\n{step}"),
+            "parameter 'length' has no values",
+            2,
+        ),
+        (
+            format!("name = \"x\"\n[params]\nlength = [1, 1]\n{step}"),
+            "parameter 'length': '1' is given twice",
+            2,
+        ),
+        (
+            format!("name = \"x\"\n[params]\nLength = [1]\n{step}"),
+            "parameter 'Length': use lower-case",
+            2,
+        ),
+        (
+            format!("name = \"x\"\n[params]\nlength = [[1]]\n{step}"),
+            "values are strings, numbers or booleans",
+            2,
+        ),
+        (
+            format!("name = \"x\"\n[params]\nlength = [1]\n[[exclude]]\nsize = 1\n{step}"),
+            "[[exclude]]: 'size' is not a parameter",
+            4,
+        ),
+        (
+            format!("name = \"x\"\n[params]\nlength = [1]\n[[exclude]]\nlength = 2\n{step}"),
+            "[[exclude]]: '2' is not a value of 'length'",
+            4,
+        ),
+        (
+            "name = \"x\"\n[[step]]\nkind = \"ping\"\nargs = \"h\"\n".into(),
+            "step kind 'ping': choose test or fetch",
+            3,
+        ),
+        (
+            "name = \"x\"\n[[step]]\nkind = \"test\"\nargs = \"-l {size}\"\n".into(),
+            "'{size}' is not a parameter",
+            4,
+        ),
+        (
+            "name = \"x\"\n[[step]]\nkind = \"test\"\nargs = \"a } b\"\n".into(),
+            "a lone '}'",
+            4,
+        ),
+        (
+            "name = \"x\"\n[params]\nl = [1]\n[[step]]\nkind = \"test\"\nargs = \"-l {l\"\n".into(),
+            "'{l' is not closed",
+            6,
+        ),
+        (
+                "name = \"x\"\n[[step]]\nname = \"a\"\nkind = \"test\"\nargs = \"h\"\n[[step]]\nname = \"a\"\nkind = \"test\"\nargs = \"h\"\n".into(),
+            "step name 'a' is given twice",
+            6,
+        ),
+    ];
+    for (text, says, line) in cases {
+        let e = parse(text).expect_err(says);
+        assert!(e.message.contains(says), "{says}: {e}");
+        assert_eq!(e.line, *line, "{says}: {e}\n{text}");
+        assert!(
+            e.to_string().starts_with(&format!("line {line}, column ")),
+            "{e}"
+        );
+    }
+}
+
+proptest! {
+    #[test]
+    fn any_text_is_a_study_or_an_error_with_its_place(text in "(name = \"x\"\n)?(\\[\\[step\\]\\]\n|kind = \"test\"\n|args = \"[{}a-z ]{0,8}\"\n|\\[params\\]\n|[a-z]{1,4} = \\[[0-9, ]{0,8}\\]\n|.{0,12}\n){0,8}") {
+        match parse(&text) {
+            Ok(s) => {
+                let plan = s.plan(0);
+                prop_assert_eq!(plan.trials.len(), plan.cells.len() * s.repeat as usize);
+                for c in &plan.cells {
+                    for i in 0..s.steps.len() {
+                        let _ = s.args(i, c);
+                    }
+                }
+            }
+            Err(e) => {
+                prop_assert!(e.line >= 1 && e.line <= text.lines().count().max(1) + 1, "{e}");
+                prop_assert!(e.column >= 1, "{e}");
+            }
+        }
+    }
+}
