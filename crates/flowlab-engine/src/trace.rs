@@ -31,6 +31,8 @@ pub(crate) struct Tracer<'a> {
     period_us: u64,
     next_us: u64,
     samples: Vec<TraceSample>,
+    /// Most samples kept ([`MAX_SAMPLES`]).
+    limit: usize,
     counters: &'a StreamCounters,
 }
 
@@ -40,6 +42,7 @@ impl<'a> Tracer<'a> {
             period_us: (period.as_micros() as u64).max(1),
             next_us: 0,
             samples: Vec::new(),
+            limit: MAX_SAMPLES,
             counters,
         }
     }
@@ -72,7 +75,7 @@ impl<'a> Tracer<'a> {
         let Some(sample) = sock::trace_sample(sock, now) else {
             return;
         };
-        if self.samples.len() < MAX_SAMPLES {
+        if self.samples.len() < self.limit {
             self.samples.push(sample);
         } else {
             self.counters.trace_truncated.store(true, Ordering::Relaxed);
@@ -85,5 +88,55 @@ impl Drop for Tracer<'_> {
         if let Ok(mut t) = self.counters.trace.lock() {
             t.append(&mut self.samples);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stream::{Budget, TestControl};
+
+    fn connected_pair() -> (TcpStream, TcpStream) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let a = TcpStream::connect(l.local_addr().expect("addr")).expect("connect");
+        let (b, _) = l.accept().expect("accept");
+        (a, b)
+    }
+
+    #[test]
+    fn samples_reach_the_counters_when_the_tracer_goes_however_it_goes() {
+        let (sock, _peer) = connected_pair();
+        let ctl = TestControl::new(Budget::Unbounded);
+        let c = StreamCounters::default();
+        {
+            let mut t = Tracer::new(Duration::from_millis(1), &c);
+            t.tick(&sock, &ctl);
+            t.finish(&sock, &ctl);
+            // Held by the tracer, not yet in the counters.
+            assert!(c.trace.lock().expect("lock").is_empty());
+        }
+        assert_eq!(c.trace.lock().expect("lock").len(), 2);
+        assert!(!c.trace_truncated.load(Ordering::Relaxed));
+    }
+
+    #[test]
+    fn samples_beyond_the_limit_are_dropped_and_the_trace_marked_truncated() {
+        let (sock, _peer) = connected_pair();
+        let c = StreamCounters::default();
+        let mut t = Tracer::new(Duration::from_millis(1), &c);
+        t.limit = 3;
+        for at in 0..5 {
+            t.take(&sock, at);
+        }
+        drop(t);
+        let kept: Vec<u64> = c
+            .trace
+            .lock()
+            .expect("lock")
+            .iter()
+            .map(|s| s.t_us)
+            .collect();
+        assert_eq!(kept, [0, 1, 2], "the first samples are kept");
+        assert!(c.trace_truncated.load(Ordering::Relaxed));
     }
 }
