@@ -12,6 +12,9 @@ METRIC says what each run's figure is:
              bits/s summed over the result's sums, in Gbit/s;
   fetch-s    a `flowlab fetch -J` document: its `seconds`;
   fetch-mbps a `flowlab fetch -J` document: its `bits_per_second`, in Mbit/s;
+  check-gbps a `flowlab net check -J` document: its first path's measured throughput,
+             in Gbit/s;
+  check-p95  the same: its first path's RTT under load, 95th percentile, in ms;
   wall-ms    the command's own wall time, in milliseconds.
 Commands run in a shell; a run that fails or prints no figure stops the case with its
 output.
@@ -38,6 +41,10 @@ def figure(metric, out):
         return doc["seconds"]
     if metric == "fetch-mbps":
         return doc["bits_per_second"] / 1e6
+    if metric == "check-gbps":
+        return doc["paths"][0]["measured_bps"] / 1e9
+    if metric == "check-p95":
+        return doc["paths"][0]["loaded_rtt_p95_ms"]
     raise SystemExit(f"ab.py: unknown metric {metric}")
 
 
@@ -58,7 +65,9 @@ def run(metric, command):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("case")
-    ap.add_argument("metric", choices=["gbps", "fetch-s", "fetch-mbps", "wall-ms"])
+    ap.add_argument(
+        "metric", choices=["gbps", "fetch-s", "fetch-mbps", "check-gbps", "check-p95", "wall-ms"]
+    )
     ap.add_argument("a")
     ap.add_argument("b")
     ap.add_argument("--runs", type=int, default=7)
