@@ -13,15 +13,15 @@
 #   ratio-mode       fetch --ratio 1:3  vs  adaptive, from servers at 100M and 300M
 #                    (seconds; 1:3 is their rates' ratio, so both should take the same)
 #
-# Env: BENCH_SECONDS (test length, default 3), BENCH_RUNS (default 7), BENCH_RATE (default
-#      200M), BENCH_PORT (first of four ports, default 5411).
+# Env: BENCH_SECONDS (test length, default 3), BENCH_RUNS (default 7), BENCH_RATE_MBIT
+#      (RATE in Mbit/s, default 200), BENCH_PORT (first of four ports, default 5411).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 FLOWLAB="$ROOT/target/release/flowlab"
 T="${BENCH_SECONDS:-3}"
 RUNS="${BENCH_RUNS:-7}"
-RATE="${BENCH_RATE:-200M}"
+RATE_MBIT="${BENCH_RATE_MBIT:-200}"
 PORT="${BENCH_PORT:-5411}"
 AB="python3 $ROOT/bench/ab.py"
 
@@ -29,10 +29,10 @@ die() { echo "feature_cost.sh: error: $*" >&2; exit 2; }
 command -v python3 >/dev/null || die "python3 not found"
 [[ "$T" =~ ^[0-9]+$ && "$T" -ge 1 ]] || die "BENCH_SECONDS must be a positive integer"
 [[ "$RUNS" =~ ^[0-9]+$ && "$RUNS" -ge 7 ]] || die "BENCH_RUNS must be 7 or more"
+[[ "$RATE_MBIT" =~ ^[0-9]+$ && "$RATE_MBIT" -ge 1 ]] || die "BENCH_RATE_MBIT must be a positive integer"
 if [[ ! -x "$FLOWLAB" ]]; then
     (cd "$ROOT" && cargo build --release) || die "cargo build --release failed"
 fi
-RATE_BPS=$(python3 -c "import sys; v=sys.argv[1]; m={'K':1e3,'M':1e6,'G':1e9}.get(v[-1].upper(),1); print(int(float(v.rstrip('kKmMgG'))*m))" "$RATE")
 
 WORK="$(mktemp -d)"
 PIDS=()
@@ -44,13 +44,13 @@ trap cleanup EXIT
 
 "$FLOWLAB" fragments make --size 64M --count 64 --out "$WORK/frags" >/dev/null
 "$FLOWLAB" serve -B 127.0.0.1 -p "$PORT" >/dev/null 2>&1 & PIDS+=($!)
-"$FLOWLAB" serve -B 127.0.0.1 -p $((PORT + 1)) --fragments "$WORK/frags" --rate "$RATE" >/dev/null 2>&1 & PIDS+=($!)
+"$FLOWLAB" serve -B 127.0.0.1 -p $((PORT + 1)) --fragments "$WORK/frags" --rate "${RATE_MBIT}M" >/dev/null 2>&1 & PIDS+=($!)
 "$FLOWLAB" serve -B 127.0.0.1 -p $((PORT + 2)) --fragments "$WORK/frags" --rate 100M >/dev/null 2>&1 & PIDS+=($!)
 "$FLOWLAB" serve -B 127.0.0.1 -p $((PORT + 3)) --fragments "$WORK/frags" --rate 300M >/dev/null 2>&1 & PIDS+=($!)
 sleep 0.5
 for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null || die "a flowlab serve did not start (ports $PORT-$((PORT + 3)))"; done
 
-echo "# command:  $0  (BENCH_SECONDS=$T BENCH_RUNS=$RUNS BENCH_RATE=$RATE)"
+echo "# command:  $0  (BENCH_SECONDS=$T BENCH_RUNS=$RUNS BENCH_RATE_MBIT=$RATE_MBIT)"
 echo "# date:     $(date -u '+%Y-%m-%dT%H:%M:%SZ')"
 echo "# machine:  nproc=$(nproc)  kernel=$(uname -r)"
 echo "# tcp cc:   system default $(cat /proc/sys/net/ipv4/tcp_congestion_control); the test cases name theirs (-C)"
@@ -70,7 +70,7 @@ done
 rows+=("$($AB sysinfo wall-ms "$FLOWLAB sysinfo -J" "$FLOWLAB --version" \
     --runs "$RUNS" --label-a sysinfo --label-b start | tee /dev/stderr | tail -1)")
 rows+=("$($AB rate-serving fetch-mbps "$(fetch_cmd --from 127.0.0.1:$((PORT + 1)))" \
-    "printf '{\"bits_per_second\": $RATE_BPS}'" \
+    "printf '{\"bits_per_second\": ${RATE_MBIT}000000}'" \
     --runs "$RUNS" --label-a served --label-b asked | tee /dev/stderr | tail -1)")
 rows+=("$($AB ratio-mode fetch-s "$(fetch_cmd --from 127.0.0.1:$((PORT + 2)) --from 127.0.0.1:$((PORT + 3)) --ratio 1:3)" \
     "$(fetch_cmd --from 127.0.0.1:$((PORT + 2)) --from 127.0.0.1:$((PORT + 3)))" \

@@ -11,6 +11,11 @@
 # Needs: nightly Rust (rustup toolchain install nightly), cargo-fuzz (installed here on
 # first use with `cargo install cargo-fuzz --locked`), a C++ compiler (libFuzzer).
 #
+# Figures: executions and coverage (edges) are libFuzzer's own final counts
+# (stat::number_of_executed_units, the last "cov:"); executions/s is executions divided by
+# the target's wall time, which includes starting it and loading its corpus (the build
+# is done before any clock starts).
+#
 # Env: FUZZ_RUNS (executions per target, default 200000), FUZZ_TARGETS (space-separated,
 #      default every target), FUZZ_MAX_LEN (longest input, default 4096 bytes).
 # Exit status: 0 when no target found anything, 1 when one did, 2 on a setup error.

@@ -43,7 +43,7 @@ pub fn test_error(message: &str) -> serde_json::Result<String> {
     }))
 }
 
-/// The JSON-stream line of a test that failed (no final newline).
+/// The JSON-stream line of a test that failed, with its newline.
 pub fn test_error_event(message: &str) -> String {
-    event("error", &serde_json::json!({ "message": message }))
+    event_line("error", &serde_json::json!({ "message": message }))
 }

@@ -143,14 +143,6 @@ impl Template {
             })
             .collect()
     }
-
-    /// The parameters the template uses.
-    pub fn params(&self) -> impl Iterator<Item = usize> + '_ {
-        self.0.iter().filter_map(|p| match p {
-            Piece::Param(i) => Some(*i),
-            Piece::Text(_) => None,
-        })
-    }
 }
 
 #[derive(Debug, Deserialize)]

@@ -32,7 +32,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
             if a.json {
                 println!("{}", json::test_error(&e.to_string())?);
             } else if a.json_stream {
-                emit(&(json::test_error_event(&e.to_string()) + "\n"));
+                emit(&json::test_error_event(&e.to_string()));
             }
             return Err(e.into());
         }
