@@ -19,7 +19,7 @@ pub struct FileEntry {
 }
 
 /// One server's share of a fetch.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct ServerStats {
     pub address: String,
     /// Fragments it delivered that were kept.
@@ -43,7 +43,7 @@ pub struct ServerStats {
 }
 
 /// The outcome of a fetch, as `--json` prints it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct FetchResult {
     pub schema: String,
     pub file: FileEntry,

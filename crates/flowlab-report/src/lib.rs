@@ -13,7 +13,10 @@
 //! - [`net`]: what an emulated topology implies (`net show`), what `net check` measured,
 //!   how the topologies that are up were built (`net up`, `net status`).
 //! - [`server`]: what a server did, for its log (`serve`).
+//! - [`study`]: what `flowlab run` shows of a study: its plan, its trials, its outcome.
 //! - [`units`]: sizes, rates and durations, parsed and printed.
+//! - [`metrics`]: the few numbers of a result a study compares (throughput, transfer
+//!   time, loss, RTT, …).
 //!
 //! How it is shown:
 //! - [`table`]: the human-readable tables of every command.
@@ -25,10 +28,12 @@ pub mod csv;
 pub mod diagnose;
 pub mod fetch;
 pub mod json;
+pub mod metrics;
 pub mod net;
 pub mod result;
 pub mod server;
 pub mod spec;
+pub mod study;
 pub mod table;
 pub mod units;
 

@@ -1,10 +1,10 @@
 //! What a server did, for its log: the events `flowlab serve` prints, one per line, as
 //! text ([`crate::table::server_event`]) or as JSON objects (`serve -J`).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Something the server did, for its log.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum ServerEvent {
     Listening {

@@ -453,3 +453,19 @@ fn net_check_with_deviations_loss_an_unlimited_path_and_a_quiet_host() {
     }
     pin!("net-check-edges-table", table::net_check(&c));
 }
+
+/// A study's flat metrics of each recorded result: names, values and units.
+#[test]
+fn metrics_of_each_result() {
+    use flowlab_report::metrics;
+    for name in ["tcp-p2", "udp-run", "tcp-traced"] {
+        let r = result(&format!("{name}.json"));
+        let text: String = metrics::of_test(&r)
+            .iter()
+            .map(|m| format!("{} = {} {}\n", m.name, m.value, metrics::unit(&m.name)))
+            .collect();
+        pin!(format!("metrics-{name}"), text);
+    }
+    // A failed step's document (its error) has none.
+    assert!(metrics::of_document("test", r#"{"error":"refused"}"#).is_empty());
+}

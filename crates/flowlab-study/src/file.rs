@@ -60,12 +60,25 @@ pub struct Study {
     /// A topology file to bring up for the study (relative to the study file).
     pub topology: Option<String>,
     pub on_error: OnError,
+    /// Servers the runner starts before the first trial and stops after the last.
+    pub servers: Vec<Server>,
     /// What is swept, in the file's order.
     pub params: Vec<Param>,
     /// Cells left out: each a list of (parameter, value) that must all match.
     pub excludes: Vec<Vec<(usize, usize)>>,
     /// What one trial runs, in order.
     pub steps: Vec<Step>,
+}
+
+/// A `flowlab serve` the runner starts for the study: steps reach it as `{NAME.host}`,
+/// `{NAME.port}`, or `{NAME}` (`host:port`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Server {
+    pub name: String,
+    /// The topology node it runs on; this machine's loopback when `None`.
+    pub node: Option<String>,
+    /// More `flowlab serve` options (`--fragments DIR`, `--max-tests 4`, …).
+    pub args: String,
 }
 
 /// A swept parameter and its values, in the file's order.
@@ -108,9 +121,11 @@ pub struct Step {
     pub kind: StepKind,
     /// The command's arguments, `{param}` standing for the cell's value.
     pub args: Template,
-    /// Where each end runs in the study's topology (a node name), if it has one.
+    /// The topology node the step's client runs on; this machine when `None`.
     pub from: Option<String>,
-    pub to: Option<String>,
+    /// Steps with the same group run at the same time (the group starts where its first
+    /// step is).
+    pub group: Option<String>,
 }
 
 /// The measurement a step makes.
@@ -130,18 +145,47 @@ pub struct Template(Vec<Piece>);
 enum Piece {
     Text(String),
     Param(usize),
+    Server(usize, ServerPart),
+}
+
+/// What a `{server…}` hole stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerPart {
+    /// `{a}`: `host:port`.
+    Address,
+    /// `{a.host}`.
+    Host,
+    /// `{a.port}`.
+    Port,
+}
+
+/// What fills a template's holes.
+pub trait Fill {
+    /// The value of parameter `param`.
+    fn param(&self, param: usize) -> String;
+    /// Part of server `server`'s address.
+    fn server(&self, server: usize, part: ServerPart) -> String;
 }
 
 impl Template {
-    /// The text with each hole filled by `value(param)`.
-    pub fn render(&self, value: impl Fn(usize) -> String) -> String {
+    /// The text with each hole filled.
+    pub fn render(&self, fill: &dyn Fill) -> String {
         self.0
             .iter()
             .map(|p| match p {
                 Piece::Text(t) => t.clone(),
-                Piece::Param(i) => value(*i),
+                Piece::Param(i) => fill.param(*i),
+                Piece::Server(i, part) => fill.server(*i, *part),
             })
             .collect()
+    }
+
+    /// The servers it refers to.
+    pub fn servers(&self) -> impl Iterator<Item = usize> + '_ {
+        self.0.iter().filter_map(|p| match p {
+            Piece::Server(i, _) => Some(*i),
+            _ => None,
+        })
     }
 }
 
@@ -159,6 +203,8 @@ struct RawStudy {
     topology: Option<String>,
     on_error: Option<Spanned<String>>,
     params: Option<Spanned<toml::Table>>,
+    #[serde(default, rename = "server")]
+    servers: Vec<Spanned<RawServer>>,
     #[serde(default, rename = "exclude")]
     excludes: Vec<Spanned<toml::Table>>,
     #[serde(default, rename = "step")]
@@ -172,7 +218,16 @@ struct RawStep {
     kind: Spanned<String>,
     args: Spanned<String>,
     from: Option<String>,
-    to: Option<String>,
+    group: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawServer {
+    name: Spanned<String>,
+    node: Option<String>,
+    #[serde(default)]
+    args: String,
 }
 
 /// Where byte `at` of `text` is: line and column, from 1.
@@ -259,6 +314,36 @@ pub fn parse(text: &str) -> Result<Study, StudyError> {
         None => Vec::new(),
         Some(t) => params(t.get_ref()).map_err(|m| at(t.span(), m))?,
     };
+    let mut servers: Vec<Server> = Vec::new();
+    for sv in &raw.servers {
+        let r = sv.get_ref();
+        let name = r.name.get_ref();
+        if !param_name_ok(name) {
+            return Err(at(
+                r.name.span(),
+                format!(
+                    "server '{name}': use lower-case letters, digits and '_', starting with a letter or '_'"
+                ),
+            ));
+        }
+        if params.iter().any(|p| &p.name == name) || servers.iter().any(|s| &s.name == name) {
+            return Err(at(
+                r.name.span(),
+                format!("server '{name}': the name is already a parameter's or a server's"),
+            ));
+        }
+        if r.node.is_some() && raw.topology.is_none() {
+            return Err(at(
+                sv.span(),
+                format!("server '{name}' runs on a node, but the study has no topology"),
+            ));
+        }
+        servers.push(Server {
+            name: name.clone(),
+            node: r.node.clone(),
+            args: r.args.clone(),
+        });
+    }
     let excludes = raw
         .excludes
         .iter()
@@ -280,7 +365,14 @@ pub fn parse(text: &str) -> Result<Study, StudyError> {
                 ));
             }
         };
-        let args = template(r.args.get_ref(), &params).map_err(|m| at(r.args.span(), m))?;
+        let args =
+            template(r.args.get_ref(), &params, &servers).map_err(|m| at(r.args.span(), m))?;
+        if r.from.is_some() && raw.topology.is_none() {
+            return Err(at(
+                s.span(),
+                "a step runs 'from' a node, but the study has no topology".into(),
+            ));
+        }
         let name = r.name.clone().unwrap_or_else(|| format!("step {}", i + 1));
         if steps.iter().any(|s: &Step| s.name == name) {
             return Err(at(s.span(), format!("step name '{name}' is given twice")));
@@ -290,7 +382,7 @@ pub fn parse(text: &str) -> Result<Study, StudyError> {
             kind,
             args,
             from: r.from.clone(),
-            to: r.to.clone(),
+            group: r.group.clone(),
         });
     }
     Ok(Study {
@@ -303,6 +395,7 @@ pub fn parse(text: &str) -> Result<Study, StudyError> {
         pause,
         topology: raw.topology,
         on_error,
+        servers,
         params,
         excludes,
         steps,
@@ -409,7 +502,7 @@ fn exclusion(table: &toml::Table, params: &[Param]) -> Result<Vec<(usize, usize)
         .collect()
 }
 
-fn template(text: &str, params: &[Param]) -> Result<Template, String> {
+fn template(text: &str, params: &[Param], servers: &[Server]) -> Result<Template, String> {
     let mut pieces = Vec::new();
     let mut plain = String::new();
     let mut chars = text.chars().peekable();
@@ -432,13 +525,34 @@ fn template(text: &str, params: &[Param]) -> Result<Template, String> {
                         None => return Err(format!("args: '{{{name}' is not closed")),
                     }
                 }
-                let p = params.iter().position(|p| p.name == name).ok_or_else(|| {
-                    format!("args: '{{{name}}}' is not a parameter (write {{{{ for a brace)")
-                })?;
+                let (base, part) = match name.split_once('.') {
+                    None => (name.as_str(), None),
+                    Some((b, "host")) => (b, Some(ServerPart::Host)),
+                    Some((b, "port")) => (b, Some(ServerPart::Port)),
+                    Some(_) => {
+                        return Err(format!(
+                            "args: '{{{name}}}': a server has .host and .port (write {{{{ for a brace)"
+                        ));
+                    }
+                };
+                let piece = if let Some(p) = params.iter().position(|p| p.name == base) {
+                    if part.is_some() {
+                        return Err(format!(
+                            "args: '{{{name}}}': '{base}' is a parameter, not a server"
+                        ));
+                    }
+                    Piece::Param(p)
+                } else if let Some(s) = servers.iter().position(|s| s.name == base) {
+                    Piece::Server(s, part.unwrap_or(ServerPart::Address))
+                } else {
+                    return Err(format!(
+                        "args: '{{{name}}}' is neither a parameter nor a server (write {{{{ for a brace)"
+                    ));
+                };
                 if !plain.is_empty() {
                     pieces.push(Piece::Text(std::mem::take(&mut plain)));
                 }
-                pieces.push(Piece::Param(p));
+                pieces.push(piece);
             }
             '}' => return Err("args: a lone '}' (write }} for a brace)".into()),
             c => plain.push(c),

@@ -1,7 +1,7 @@
 //! A study expanded: its cells (one value of every parameter, less the exclusions) and
 //! its trials (each cell `repeat` times), in the order they run.
 
-use crate::file::{Order, Study};
+use crate::file::{Fill, Order, ServerPart, Study};
 
 /// One combination of parameter values: a value index per parameter, in the study's
 /// order of parameters.
@@ -80,10 +80,58 @@ impl Study {
             .join(" ")
     }
 
-    /// Step `step`'s arguments for `cell`.
-    pub fn args(&self, step: usize, cell: &Cell) -> String {
-        self.steps[step]
-            .args
-            .render(|p| self.params[p].values[cell.0[p]].text.clone())
+    /// Step `step`'s arguments for `cell`, servers' addresses from `address` (index
+    /// into [`Study::servers`] → host and port).
+    pub fn args(
+        &self,
+        step: usize,
+        cell: &Cell,
+        address: &dyn Fn(usize) -> (String, String),
+    ) -> String {
+        struct Filler<'a> {
+            study: &'a Study,
+            cell: &'a Cell,
+            address: &'a dyn Fn(usize) -> (String, String),
+        }
+        impl Fill for Filler<'_> {
+            fn param(&self, p: usize) -> String {
+                self.study.params[p].values[self.cell.0[p]].text.clone()
+            }
+            fn server(&self, s: usize, part: ServerPart) -> String {
+                let (host, port) = (self.address)(s);
+                match part {
+                    ServerPart::Host => host,
+                    ServerPart::Port => port,
+                    // An IPv6 address in brackets, as `host:port` is read everywhere.
+                    ServerPart::Address if host.contains(':') => format!("[{host}]:{port}"),
+                    ServerPart::Address => format!("{host}:{port}"),
+                }
+            }
+        }
+        self.steps[step].args.render(&Filler {
+            study: self,
+            cell,
+            address,
+        })
+    }
+
+    /// The steps in the order they start: each a list of steps that run at the same
+    /// time (one step, or a group where its first step is).
+    pub fn stages(&self) -> Vec<Vec<usize>> {
+        let mut stages: Vec<Vec<usize>> = Vec::new();
+        let mut group_at: Vec<(&str, usize)> = Vec::new();
+        for (i, step) in self.steps.iter().enumerate() {
+            match &step.group {
+                Some(g) => match group_at.iter().find(|(name, _)| name == g) {
+                    Some(&(_, stage)) => stages[stage].push(i),
+                    None => {
+                        group_at.push((g, stages.len()));
+                        stages.push(vec![i]);
+                    }
+                },
+                None => stages.push(vec![i]),
+            }
+        }
+        stages
     }
 }

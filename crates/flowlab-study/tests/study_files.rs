@@ -30,6 +30,10 @@ kind = "test"
 args = "127.0.0.1 -n 10M -l {length} {method} -T {{x}}"
 "#;
 
+fn no_servers(_: usize) -> (String, String) {
+    unreachable!("the study has no servers")
+}
+
 #[test]
 fn a_study_expands_into_its_cells_and_trials() {
     let s = parse(SEED_003).expect("valid");
@@ -47,7 +51,7 @@ fn a_study_expands_into_its_cells_and_trials() {
         "length=65000 method=tcp-stop-and-wait"
     );
     assert_eq!(
-        s.args(0, &Cell(vec![2, 2])),
+        s.args(0, &Cell(vec![2, 2]), &no_servers),
         "127.0.0.1 -n 10M -l 32500 -u --stop-and-wait -T {x}"
     );
     let plan = s.plan(42);
@@ -97,7 +101,61 @@ fn a_study_without_parameters_is_one_cell() {
         .expect("valid");
     assert_eq!(s.cells(), [Cell(Vec::new())]);
     assert_eq!(s.plan(0).trials.len(), 1);
-    assert_eq!(s.args(0, &s.cells()[0]), "--from a --out d");
+    assert_eq!(s.args(0, &s.cells()[0], &no_servers), "--from a --out d");
+}
+
+#[test]
+fn servers_are_reached_by_name_and_groups_run_together() {
+    let s = parse(
+        r#"
+name = "two"
+[params]
+ratio = ["1:1", "1:2"]
+[[server]]
+name = "a"
+[[server]]
+name = "b"
+args = "--fragments set"
+[[step]]
+name = "idle"
+kind = "test"
+args = "{a.host} -p {a.port} -t 1"
+[[step]]
+name = "left"
+kind = "test"
+group = "load"
+args = "{a.host} -p {a.port}"
+[[step]]
+name = "fetch"
+kind = "fetch"
+args = "--from {a} --from {b} --ratio {ratio} --out d"
+[[step]]
+name = "right"
+kind = "test"
+group = "load"
+args = "{b.host} -p {b.port}"
+"#,
+    )
+    .expect("valid");
+    assert_eq!(s.servers.len(), 2);
+    assert_eq!(s.servers[1].args, "--fragments set");
+    assert_eq!(s.servers[0].node, None);
+    let address = |i: usize| {
+        if i == 0 {
+            ("127.0.0.1".to_string(), "4000".to_string())
+        } else {
+            ("::1".to_string(), "4001".to_string())
+        }
+    };
+    let cell = &s.cells()[1];
+    assert_eq!(s.args(0, cell, &address), "127.0.0.1 -p 4000 -t 1");
+    assert_eq!(
+        s.args(2, cell, &address),
+        "--from 127.0.0.1:4000 --from [::1]:4001 --ratio 1:2 --out d"
+    );
+    assert_eq!(s.steps[0].args.servers().collect::<Vec<_>>(), [0, 0]);
+    // A group starts where its first step is, and holds every step that names it.
+    assert_eq!(s.stages(), [vec![0], vec![1, 3], vec![2]]);
 }
 
 /// Each refusal: what is wrong, and where (line, column).
@@ -183,8 +241,33 @@ fn every_refusal_names_its_place_and_its_reason() {
         ),
         (
             "name = \"x\"\n[[step]]\nkind = \"test\"\nargs = \"-l {size}\"\n".into(),
-            "'{size}' is not a parameter",
+            "'{size}' is neither a parameter nor a server",
             4,
+        ),
+        (
+            "name = \"x\"\n[[server]]\nname = \"a\"\n[[step]]\nkind = \"test\"\nargs = \"{a.addr}\"\n".into(),
+            "'{a.addr}': a server has .host and .port",
+            6,
+        ),
+        (
+            "name = \"x\"\n[params]\nl = [1]\n[[step]]\nkind = \"test\"\nargs = \"{l.host}\"\n".into(),
+            "'l' is a parameter, not a server",
+            6,
+        ),
+        (
+            "name = \"x\"\n[params]\na = [1]\n[[server]]\nname = \"a\"\n".into(),
+            "server 'a': the name is already a parameter's or a server's",
+            5,
+        ),
+        (
+            "name = \"x\"\n[[server]]\nname = \"a\"\nnode = \"h1\"\n".into(),
+            "server 'a' runs on a node, but the study has no topology",
+            2,
+        ),
+        (
+            "name = \"x\"\n[[step]]\nkind = \"test\"\nfrom = \"h1\"\nargs = \"h\"\n".into(),
+            "a step runs 'from' a node, but the study has no topology",
+            2,
         ),
         (
             "name = \"x\"\n[[step]]\nkind = \"test\"\nargs = \"a } b\"\n".into(),
@@ -222,7 +305,7 @@ proptest! {
                 prop_assert_eq!(plan.trials.len(), plan.cells.len() * s.repeat as usize);
                 for c in &plan.cells {
                     for i in 0..s.steps.len() {
-                        let _ = s.args(i, c);
+                        let _ = s.args(i, c, &no_servers);
                     }
                 }
             }

@@ -44,6 +44,20 @@ pub enum Command {
     /// Emulated networks from a topology file.
     #[command(subcommand)]
     Net(cmd::net::Command),
+    /// Run a study: every trial a study file declares (parameters swept, repetitions),
+    /// each recorded in a results database the moment it ends.
+    Run(cmd::run::Args),
+}
+
+/// A clap refusal as one line that names the flag, not clap's whole usage block.
+pub fn one_line(e: &clap::Error) -> String {
+    let text = e.to_string();
+    let message: Vec<&str> = text
+        .lines()
+        .take_while(|l| !l.trim().is_empty() && !l.starts_with("Usage:"))
+        .map(str::trim)
+        .collect();
+    message.join(" ")
 }
 
 /// Arguments that parse but do not go together, or a value out of range: the message

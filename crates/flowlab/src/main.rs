@@ -19,14 +19,7 @@ fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) if e.use_stderr() => {
-            // One line that names the flag, not clap's whole usage block.
-            let text = e.to_string();
-            let message: Vec<&str> = text
-                .lines()
-                .take_while(|l| !l.trim().is_empty() && !l.starts_with("Usage:"))
-                .map(str::trim)
-                .collect();
-            eprintln!("{}", message.join(" "));
+            eprintln!("{}", cli::one_line(&e));
             return ExitCode::from(USAGE);
         }
         Err(e) => {
@@ -54,6 +47,7 @@ fn main() -> ExitCode {
         Command::Fragments(c) => cmd::fragments::run(&c),
         Command::Fetch(a) => cmd::fetch::run(&a),
         Command::Net(c) => cmd::net::run(c),
+        Command::Run(a) => cmd::run::run(&a),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

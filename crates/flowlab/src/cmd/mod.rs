@@ -6,6 +6,7 @@ pub mod fragments;
 pub mod net;
 pub mod plot;
 pub mod quick;
+pub mod run;
 pub mod serve;
 pub mod sysinfo;
 pub mod test;
@@ -34,4 +35,40 @@ pub fn emit(text: &str) {
     let mut out = std::io::stdout().lock();
     let _ = out.write_all(text.as_bytes());
     let _ = out.flush();
+}
+
+/// A child process killed and reaped when dropped (servers, and clients on an early
+/// return).
+#[derive(Debug)]
+pub struct Reaped(pub std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A command that runs this flowlab binary again (in network namespace `ns` when
+/// given, through `ip netns exec`), killed by the kernel if this process dies first: a
+/// runner killed outright leaves no server or client behind.
+pub fn flowlab_child(ns: Option<&str>) -> std::io::Result<std::process::Command> {
+    use std::os::unix::process::CommandExt;
+    let exe = std::env::current_exe()?;
+    let mut cmd = match ns {
+        Some(ns) => {
+            let mut c = std::process::Command::new("ip");
+            c.args(["netns", "exec", ns]).arg(exe);
+            c
+        }
+        None => std::process::Command::new(exe),
+    };
+    // SAFETY: between fork and exec only prctl(2) runs, which is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                .map_err(std::io::Error::from)
+        });
+    }
+    Ok(cmd)
 }

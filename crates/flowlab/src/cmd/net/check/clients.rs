@@ -16,16 +16,7 @@ use flowlab_net::topology::PathInfo;
 use flowlab_report::result::{SideTotals, TestResult};
 
 use super::pairs::Pair;
-
-/// A process killed and reaped when dropped (servers, and clients on an early return).
-pub struct Reaped(pub Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+pub use crate::cmd::Reaped;
 
 /// One pair's measurement, with what it needs.
 pub struct Job<'a> {

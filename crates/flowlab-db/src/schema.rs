@@ -1,0 +1,118 @@
+//! The schema, one migration per version. A database records its version in
+//! `PRAGMA user_version`; opening it applies the migrations it lacks, in one transaction
+//! each. docs/results-db.md describes every table and column.
+
+use rusqlite::Transaction;
+
+/// One version's change: its SQL, then what must be computed for rows already there.
+#[derive(Debug)]
+pub struct Migration {
+    pub sql: &'static str,
+    pub fill: Option<fn(&Transaction<'_>) -> rusqlite::Result<()>>,
+}
+
+/// The migrations, oldest first: entry `i` takes a database from version `i` to `i + 1`.
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        sql: V1,
+        fill: None,
+    },
+    Migration {
+        sql: V2,
+        fill: Some(fill_metrics),
+    },
+];
+
+/// The SQL of version 1, as it was (a test builds a version-1 database with it).
+pub const V1: &str =
+    // 1: studies, the runners that ran them, trials and their steps.
+    r#"
+    CREATE TABLE study (
+        id       INTEGER PRIMARY KEY,
+        name     TEXT NOT NULL UNIQUE,
+        hash     TEXT NOT NULL,
+        file     TEXT NOT NULL,
+        seed     INTEGER NOT NULL,
+        created  REAL NOT NULL
+    );
+    CREATE TABLE runner (
+        id               INTEGER PRIMARY KEY,
+        host             TEXT NOT NULL,
+        pid              INTEGER NOT NULL,
+        pid_start        INTEGER NOT NULL,
+        started          REAL NOT NULL,
+        flowlab_version  TEXT NOT NULL,
+        system           TEXT NOT NULL
+    );
+    CREATE TABLE trial (
+        id          INTEGER PRIMARY KEY,
+        study_id    INTEGER NOT NULL REFERENCES study(id),
+        cell        TEXT NOT NULL,
+        params      TEXT NOT NULL,
+        repetition  INTEGER NOT NULL,
+        status      TEXT NOT NULL CHECK (status IN ('running', 'ok', 'failed')),
+        runner_id   INTEGER NOT NULL REFERENCES runner(id),
+        started     REAL NOT NULL,
+        ended       REAL,
+        error       TEXT,
+        UNIQUE (study_id, cell, repetition)
+    );
+    CREATE TABLE step (
+        trial_id  INTEGER NOT NULL REFERENCES trial(id) ON DELETE CASCADE,
+        idx       INTEGER NOT NULL,
+        name      TEXT NOT NULL,
+        kind      TEXT NOT NULL,
+        args      TEXT NOT NULL,
+        started   REAL NOT NULL,
+        ended     REAL NOT NULL,
+        error     TEXT,
+        result    TEXT,
+        PRIMARY KEY (trial_id, idx)
+    );
+    "#;
+
+/// Version 2: each step's metrics as rows (`metric`), and two views that join them to
+/// their study and cell: `trial_metric` (long: one row per metric) and `trial_summary`
+/// (wide: one row per step, the common metrics as columns).
+const V2: &str = r#"
+    CREATE TABLE metric (
+        trial_id  INTEGER NOT NULL REFERENCES trial(id) ON DELETE CASCADE,
+        step      TEXT NOT NULL,
+        name      TEXT NOT NULL,
+        value     REAL NOT NULL,
+        PRIMARY KEY (trial_id, step, name)
+    );
+    CREATE VIEW trial_metric AS
+        SELECT s.name AS study, t.id AS trial_id, t.cell, t.params, t.repetition,
+               t.status, m.step, m.name AS metric, m.value
+        FROM metric m JOIN trial t ON t.id = m.trial_id JOIN study s ON s.id = t.study_id;
+    CREATE VIEW trial_summary AS
+        SELECT s.name AS study, t.id AS trial_id, t.cell, t.params, t.repetition,
+               t.status, st.name AS step, st.kind, st.ended - st.started AS step_s,
+               max(CASE WHEN m.name = 'throughput_bps' THEN m.value END) AS throughput_bps,
+               max(CASE WHEN m.name = 'transfer_s' THEN m.value END) AS transfer_s,
+               max(CASE WHEN m.name = 'retransmits' THEN m.value END) AS retransmits,
+               max(CASE WHEN m.name = 'loss_percent' THEN m.value END) AS loss_percent,
+               max(CASE WHEN m.name = 'jitter_ms' THEN m.value END) AS jitter_ms,
+               max(CASE WHEN m.name = 'rtt_ms' THEN m.value END) AS rtt_ms,
+               st.error
+        FROM trial t JOIN study s ON s.id = t.study_id
+             JOIN step st ON st.trial_id = t.id
+             LEFT JOIN metric m ON m.trial_id = t.id AND m.step = st.name
+        GROUP BY t.id, st.idx;
+"#;
+
+/// Computes the metrics of every step already recorded (a version-1 database).
+fn fill_metrics(tx: &Transaction<'_>) -> rusqlite::Result<()> {
+    let steps: Vec<(i64, String, String, String)> = tx
+        .prepare("SELECT trial_id, name, kind, result FROM step WHERE result IS NOT NULL")?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
+        .collect::<Result<_, _>>()?;
+    for (trial, step, kind, result) in steps {
+        crate::trials::insert_metrics(tx, trial, &step, &kind, &result)?;
+    }
+    Ok(())
+}
+
+/// The version this build writes: the number of migrations.
+pub const VERSION: i64 = MIGRATIONS.len() as i64;

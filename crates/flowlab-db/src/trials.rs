@@ -1,0 +1,333 @@
+//! Runners, their claims on trials, and the trials' outcomes.
+
+use rusqlite::OptionalExtension;
+
+use crate::{Db, DbError, now};
+
+/// One step of a finished trial.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepRecord {
+    pub name: String,
+    /// `test` or `fetch`.
+    pub kind: String,
+    /// The arguments it ran with, rendered.
+    pub args: String,
+    /// Unix seconds.
+    pub started: f64,
+    pub ended: f64,
+    /// Why it failed, when it did.
+    pub error: Option<String>,
+    /// Its `-J` document, when it wrote one (a failed test writes its error as one too).
+    pub result: Option<String>,
+}
+
+/// What a claim on a trial got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    /// The trial is this runner's to run: its row id.
+    Mine(i64),
+    /// It has run already (ok or failed).
+    Done,
+    /// Another runner, alive or on another host, is running it.
+    Busy,
+    /// A runner on this host that is gone had claimed it; taken over only when asked.
+    Abandoned,
+}
+
+/// How many of a study's trials are recorded, by state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Recorded {
+    pub ok: u64,
+    pub failed: u64,
+    /// Claimed by a runner that is still running (or on another host).
+    pub running: u64,
+    /// Claimed by a runner on this host that is gone.
+    pub abandoned: u64,
+}
+
+impl Recorded {
+    pub fn total(&self) -> u64 {
+        self.ok + self.failed + self.running + self.abandoned
+    }
+}
+
+/// A recorded trial and its steps.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrialRow {
+    pub id: i64,
+    pub cell: String,
+    /// The cell's parameters: a JSON object of labels.
+    pub params: String,
+    pub repetition: u32,
+    /// `running`, `ok` or `failed`.
+    pub status: String,
+    pub started: f64,
+    pub ended: Option<f64>,
+    pub error: Option<String>,
+    pub steps: Vec<StepRecord>,
+}
+
+/// Records the metrics of a step's document ([`flowlab_report::metrics`]).
+pub(crate) fn insert_metrics(
+    tx: &rusqlite::Transaction<'_>,
+    trial: i64,
+    step: &str,
+    kind: &str,
+    document: &str,
+) -> rusqlite::Result<()> {
+    let mut q = tx.prepare_cached(
+        "INSERT OR REPLACE INTO metric (trial_id, step, name, value) VALUES (?1, ?2, ?3, ?4)",
+    )?;
+    for m in flowlab_report::metrics::of_document(kind, document) {
+        q.execute(rusqlite::params![trial, step, m.name, m.value])?;
+    }
+    Ok(())
+}
+
+/// This host's name (runners on other hosts are never judged gone).
+fn host() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// When process `pid` started (clock ticks after boot): with its pid, it names one
+/// process across pid reuse.
+fn process_start(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command's closing parenthesis start at field 3; starttime is 22.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+impl Db {
+    /// Records this process as a runner (its version and its machine's state, as
+    /// `flowlab sysinfo --json` prints it); returns its id.
+    pub fn register_runner(&self, flowlab_version: &str, system: &str) -> Result<i64, DbError> {
+        let pid = std::process::id();
+        self.conn
+            .execute(
+                "INSERT INTO runner (host, pid, pid_start, started, flowlab_version, system)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                rusqlite::params![
+                    host(),
+                    pid,
+                    process_start(pid).unwrap_or(0) as i64,
+                    now(),
+                    flowlab_version,
+                    system
+                ],
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(self.conn.last_insert_rowid())
+    }
+
+    /// Whether runner `id` may still be running: it is on another host, or its process
+    /// is the one that registered.
+    fn runner_alive(&self, id: i64) -> Result<bool, DbError> {
+        let (h, pid, start): (String, u32, i64) = self
+            .conn
+            .query_row(
+                "SELECT host, pid, pid_start FROM runner WHERE id = ?1",
+                [id],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(h != host() || process_start(pid) == Some(start as u64))
+    }
+
+    /// Claims repetition `repetition` of `cell` for `runner`; a claim of a runner that
+    /// is gone is taken over when `take_over`.
+    pub fn claim(
+        &mut self,
+        study: i64,
+        runner: i64,
+        (cell, params): (&str, &str),
+        repetition: u32,
+        take_over: bool,
+    ) -> Result<Claim, DbError> {
+        let path = self.path.clone();
+        let sql = |source| DbError::Sqlite {
+            path: path.clone(),
+            source,
+        };
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(sql)?;
+        let existing: Option<(i64, String, i64)> = tx
+            .query_row(
+                "SELECT id, status, runner_id FROM trial
+                 WHERE study_id = ?1 AND cell = ?2 AND repetition = ?3",
+                rusqlite::params![study, cell, repetition],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .optional()
+            .map_err(sql)?;
+        let claim = match existing {
+            None => {
+                tx.execute(
+                    "INSERT INTO trial (study_id, cell, params, repetition, status, runner_id, started)
+                     VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?6)",
+                    rusqlite::params![study, cell, params, repetition, runner, now()],
+                )
+                .map_err(sql)?;
+                Claim::Mine(tx.last_insert_rowid())
+            }
+            Some((_, status, _)) if status != "running" => Claim::Done,
+            Some((id, _, owner)) if owner == runner => Claim::Mine(id),
+            Some((id, _, owner)) => {
+                // Judged outside the transaction's statements: /proc only.
+                drop(tx);
+                if self.runner_alive(owner)? {
+                    return Ok(Claim::Busy);
+                }
+                if !take_over {
+                    return Ok(Claim::Abandoned);
+                }
+                let tx = self
+                    .conn
+                    .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                    .map_err(sql)?;
+                // Only if nobody took it over meanwhile.
+                let n = tx
+                    .execute(
+                        "UPDATE trial SET runner_id = ?1, started = ?2
+                         WHERE id = ?3 AND runner_id = ?4 AND status = 'running'",
+                        rusqlite::params![runner, now(), id, owner],
+                    )
+                    .map_err(sql)?;
+                tx.commit().map_err(sql)?;
+                return Ok(if n == 1 { Claim::Mine(id) } else { Claim::Busy });
+            }
+        };
+        tx.commit().map_err(sql)?;
+        Ok(claim)
+    }
+
+    /// Records trial `trial`'s steps and its outcome, in one transaction: `ok` unless
+    /// `error` says why it failed.
+    pub fn finish(
+        &mut self,
+        trial: i64,
+        error: Option<&str>,
+        steps: &[StepRecord],
+    ) -> Result<(), DbError> {
+        let path = self.path.clone();
+        let sql = |source| DbError::Sqlite {
+            path: path.clone(),
+            source,
+        };
+        let tx = self.conn.transaction().map_err(sql)?;
+        for (i, s) in steps.iter().enumerate() {
+            tx.execute(
+                "INSERT OR REPLACE INTO step (trial_id, idx, name, kind, args, started, ended, error, result)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                rusqlite::params![
+                    trial, i as i64, s.name, s.kind, s.args, s.started, s.ended, s.error, s.result
+                ],
+            )
+            .map_err(sql)?;
+            if let Some(result) = &s.result {
+                insert_metrics(&tx, trial, &s.name, &s.kind, result).map_err(sql)?;
+            }
+        }
+        tx.execute(
+            "UPDATE trial SET status = ?1, ended = ?2, error = ?3 WHERE id = ?4",
+            rusqlite::params![
+                if error.is_some() { "failed" } else { "ok" },
+                now(),
+                error,
+                trial
+            ],
+        )
+        .map_err(sql)?;
+        tx.commit().map_err(sql)
+    }
+
+    /// Gives a claimed trial back (it was interrupted: it runs again on a resume).
+    pub fn release(&self, trial: i64) -> Result<(), DbError> {
+        self.conn
+            .execute(
+                "DELETE FROM trial WHERE id = ?1 AND status = 'running'",
+                [trial],
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// How many of `study`'s trials are recorded, by state.
+    pub fn recorded(&self, study: i64) -> Result<Recorded, DbError> {
+        let mut q = self
+            .conn
+            .prepare("SELECT status, runner_id FROM trial WHERE study_id = ?1")
+            .map_err(|e| self.err(e))?;
+        let rows = q
+            .query_map([study], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
+            })
+            .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| self.err(e))?;
+        let mut out = Recorded::default();
+        for (status, runner) in rows {
+            match status.as_str() {
+                "ok" => out.ok += 1,
+                "failed" => out.failed += 1,
+                _ if self.runner_alive(runner)? => out.running += 1,
+                _ => out.abandoned += 1,
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every trial of `study` with its steps, in the order they were claimed.
+    pub fn trials(&self, study: i64) -> Result<Vec<TrialRow>, DbError> {
+        let mut q = self
+            .conn
+            .prepare(
+                "SELECT id, cell, params, repetition, status, started, ended, error
+                 FROM trial WHERE study_id = ?1 ORDER BY id",
+            )
+            .map_err(|e| self.err(e))?;
+        let mut trials = q
+            .query_map([study], |r| {
+                Ok(TrialRow {
+                    id: r.get(0)?,
+                    cell: r.get(1)?,
+                    params: r.get(2)?,
+                    repetition: r.get(3)?,
+                    status: r.get(4)?,
+                    started: r.get(5)?,
+                    ended: r.get(6)?,
+                    error: r.get(7)?,
+                    steps: Vec::new(),
+                })
+            })
+            .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| self.err(e))?;
+        let mut q = self
+            .conn
+            .prepare(
+                "SELECT name, kind, args, started, ended, error, result
+                 FROM step WHERE trial_id = ?1 ORDER BY idx",
+            )
+            .map_err(|e| self.err(e))?;
+        for t in &mut trials {
+            t.steps = q
+                .query_map([t.id], |r| {
+                    Ok(StepRecord {
+                        name: r.get(0)?,
+                        kind: r.get(1)?,
+                        args: r.get(2)?,
+                        started: r.get(3)?,
+                        ended: r.get(4)?,
+                        error: r.get(5)?,
+                        result: r.get(6)?,
+                    })
+                })
+                .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+                .map_err(|e| self.err(e))?;
+        }
+        Ok(trials)
+    }
+}

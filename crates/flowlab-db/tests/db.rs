@@ -1,0 +1,271 @@
+//! The results database: claims that never let two runners run one trial, a gone
+//! runner's claim taken over only when asked, outcomes kept, and every file that is not
+//! a database of this flowlab's refused untouched.
+
+use flowlab_db::{Claim, Db, DbError, Recorded, StepRecord, schema};
+
+fn step(name: &str, result: Option<&str>, error: Option<&str>) -> StepRecord {
+    StepRecord {
+        name: name.into(),
+        kind: "test".into(),
+        args: "127.0.0.1 -t 1".into(),
+        started: 10.0,
+        ended: 11.5,
+        error: error.map(str::to_string),
+        result: result.map(str::to_string),
+    }
+}
+
+const CELL: (&str, &str) = ("length=1000", r#"{"length":"1000"}"#);
+
+#[test]
+fn a_trial_is_claimed_once_and_its_outcome_kept() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("results.db");
+    let mut a = Db::open(&path).expect("create");
+    let mut b = Db::open(&path).expect("second connection");
+    assert_eq!(a.version().expect("version"), schema::VERSION);
+    let study = a.study("s", "name = \"s\"", 7).expect("study");
+    assert_eq!(b.study("s", "name = \"s\"", 99).expect("same").seed, 7);
+    let ra = a.register_runner("0.1.0", "{}").expect("runner a");
+    let rb = b.register_runner("0.1.0", "{}").expect("runner b");
+
+    let Claim::Mine(t1) = a.claim(study.id, ra, CELL, 1, false).expect("claim") else {
+        panic!("a fresh trial is the first runner's")
+    };
+    // Both runners alive (this process): the second is told it is taken.
+    assert_eq!(
+        b.claim(study.id, rb, CELL, 1, true).expect("claim"),
+        Claim::Busy
+    );
+    assert_eq!(
+        a.claim(study.id, ra, CELL, 1, false).expect("again"),
+        Claim::Mine(t1)
+    );
+    let Claim::Mine(t2) = b.claim(study.id, rb, CELL, 2, false).expect("claim") else {
+        panic!("another repetition is free")
+    };
+    a.finish(t1, None, &[step("up", Some("{\"x\":1}"), None)])
+        .expect("finish");
+    b.finish(
+        t2,
+        Some("server gone"),
+        &[step("up", None, Some("refused"))],
+    )
+    .expect("finish");
+    assert_eq!(
+        a.claim(study.id, ra, CELL, 1, true).expect("claim"),
+        Claim::Done
+    );
+    assert_eq!(
+        a.recorded(study.id).expect("recorded"),
+        Recorded {
+            ok: 1,
+            failed: 1,
+            running: 0,
+            abandoned: 0
+        }
+    );
+    let trials = b.trials(study.id).expect("trials");
+    assert_eq!(trials.len(), 2);
+    assert_eq!((trials[0].status.as_str(), trials[0].repetition), ("ok", 1));
+    assert_eq!(trials[0].steps[0].result.as_deref(), Some("{\"x\":1}"));
+    assert_eq!(trials[1].status, "failed");
+    assert_eq!(trials[1].error.as_deref(), Some("server gone"));
+    assert_eq!(trials[1].steps[0].error.as_deref(), Some("refused"));
+    assert_eq!(trials[1].params, CELL.1);
+}
+
+#[test]
+fn a_released_trial_runs_again() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut db = Db::open(&dir.path().join("r.db")).expect("create");
+    let study = db.study("s", "x", 1).expect("study");
+    let r = db.register_runner("0.1.0", "{}").expect("runner");
+    let Claim::Mine(t) = db.claim(study.id, r, CELL, 1, false).expect("claim") else {
+        panic!("free")
+    };
+    db.release(t).expect("release");
+    assert_eq!(db.recorded(study.id).expect("recorded").total(), 0);
+    assert!(matches!(
+        db.claim(study.id, r, CELL, 1, false).expect("claim"),
+        Claim::Mine(_)
+    ));
+}
+
+/// A runner that died holding a claim: its pid names no process of its start time.
+#[test]
+fn a_gone_runners_claim_is_taken_over_only_on_resume() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("r.db");
+    let mut db = Db::open(&path).expect("create");
+    let study = db.study("s", "x", 1).expect("study");
+    let gone = db.register_runner("0.1.0", "{}").expect("runner");
+    let Claim::Mine(t) = db.claim(study.id, gone, CELL, 1, false).expect("claim") else {
+        panic!("free")
+    };
+    // The same pid, another start time: the process that claimed it is gone.
+    let raw = rusqlite::Connection::open(&path).expect("raw");
+    raw.execute(
+        "UPDATE runner SET pid_start = pid_start + 1 WHERE id = ?1",
+        [gone],
+    )
+    .expect("age the runner");
+    let me = db.register_runner("0.1.0", "{}").expect("runner");
+    assert_eq!(db.recorded(study.id).expect("recorded").abandoned, 1);
+    assert_eq!(
+        db.claim(study.id, me, CELL, 1, false).expect("claim"),
+        Claim::Abandoned
+    );
+    assert_eq!(
+        db.claim(study.id, me, CELL, 1, true).expect("take over"),
+        Claim::Mine(t)
+    );
+    db.finish(t, None, &[]).expect("finish");
+    assert_eq!(db.recorded(study.id).expect("recorded").ok, 1);
+}
+
+#[test]
+fn a_study_file_that_changed_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = Db::open(&dir.path().join("r.db")).expect("create");
+    db.study("s", "repeat = 3", 1).expect("study");
+    let e = db.study("s", "repeat = 4", 1).expect_err("changed");
+    assert!(matches!(e, DbError::StudyChanged { .. }), "{e}");
+    assert!(e.to_string().contains("r.db: study 's'"), "{e}");
+}
+
+#[test]
+fn files_that_are_not_ours_are_refused_untouched() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Not SQLite at all.
+    let junk = dir.path().join("junk.db");
+    let text = "this is not a database, but it is long enough to look like a header ".repeat(20);
+    std::fs::write(&junk, &text).expect("write");
+    let e = Db::open(&junk).expect_err("junk");
+    assert!(matches!(e, DbError::Foreign { .. }), "{e}");
+    assert!(
+        e.to_string().starts_with(&format!(
+            "{}: not a flowlab results database",
+            junk.display()
+        )),
+        "{e}"
+    );
+    assert_eq!(std::fs::read_to_string(&junk).expect("read"), text);
+
+    // SQLite, someone else's.
+    let theirs = dir.path().join("theirs.db");
+    rusqlite::Connection::open(&theirs)
+        .expect("open")
+        .execute_batch("CREATE TABLE notes (x TEXT); INSERT INTO notes VALUES ('keep');")
+        .expect("theirs");
+    let e = Db::open(&theirs).expect_err("foreign");
+    assert!(
+        e.to_string()
+            .contains("holds 1 tables but no flowlab schema version"),
+        "{e}"
+    );
+
+    // Ours, from a newer flowlab.
+    let newer = dir.path().join("newer.db");
+    drop(Db::open(&newer).expect("create"));
+    rusqlite::Connection::open(&newer)
+        .expect("open")
+        .pragma_update(None, "user_version", schema::VERSION + 1)
+        .expect("bump");
+    let e = Db::open(&newer).expect_err("newer");
+    assert!(
+        e.to_string().contains(&format!(
+            "newer flowlab (schema version {}; this flowlab knows up to {})",
+            schema::VERSION + 1,
+            schema::VERSION
+        )),
+        "{e}"
+    );
+    let v: i64 = rusqlite::Connection::open(&newer)
+        .expect("open")
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .expect("version");
+    assert_eq!(v, schema::VERSION + 1, "left as it was");
+
+    let e = Db::open_existing(&dir.path().join("none.db")).expect_err("missing");
+    assert!(
+        e.to_string().ends_with("none.db: no such results database"),
+        "{e}"
+    );
+}
+
+/// A recorded `flowlab test -J` document (flowlab-report's fixtures).
+const TCP_P2: &str = include_str!("../../flowlab-report/tests/fixtures/tcp-p2.json");
+
+#[test]
+fn a_version_1_database_is_migrated_with_its_metrics_computed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("v1.db");
+    {
+        let raw = rusqlite::Connection::open(&path).expect("create");
+        raw.execute_batch(schema::V1).expect("version 1 schema");
+        raw.pragma_update(None, "user_version", 1).expect("version");
+        raw.execute_batch(
+            "INSERT INTO study VALUES (1, 's', 'h', 'name = \"s\"', 3, 0);
+             INSERT INTO runner VALUES (1, 'host', 1, 1, 0, '0.1.0', '{}');
+             INSERT INTO trial VALUES (1, 1, 'l=1', '{\"l\":\"1\"}', 1, 'ok', 1, 0, 1, NULL);",
+        )
+        .expect("rows");
+        raw.execute(
+            "INSERT INTO step VALUES (1, 0, 'up', 'test', 'h -P 2', 0, 1, NULL, ?1)",
+            [TCP_P2],
+        )
+        .expect("step");
+    }
+    let db = Db::open(&path).expect("migrated");
+    assert_eq!(db.version().expect("version"), schema::VERSION);
+    assert_eq!(
+        db.trials(1).expect("trials")[0].steps[0].result.as_deref(),
+        Some(TCP_P2)
+    );
+    let raw = rusqlite::Connection::open(&path).expect("raw");
+    let (bps, transfer, study): (f64, f64, String) = raw
+        .query_row(
+            "SELECT throughput_bps, transfer_s, study FROM trial_summary WHERE trial_id = 1",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .expect("summary row");
+    let doc: serde_json::Value = serde_json::from_str(TCP_P2).expect("fixture");
+    let receiver = &doc["end"]["sums"][0]["receiver"];
+    assert_eq!(bps, receiver["bits_per_second"].as_f64().expect("bps"));
+    assert_eq!(transfer, receiver["seconds"].as_f64().expect("seconds"));
+    assert_eq!(study, "s");
+}
+
+#[test]
+fn a_finished_trial_has_its_metrics_beside_its_document() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("m.db");
+    let mut db = Db::open(&path).expect("create");
+    let study = db.study("s", "x", 1).expect("study");
+    let r = db.register_runner("0.1.0", "{}").expect("runner");
+    let Claim::Mine(t) = db.claim(study.id, r, CELL, 1, false).expect("claim") else {
+        panic!("free")
+    };
+    db.finish(t, None, &[step("up", Some(TCP_P2), None)])
+        .expect("finish");
+    let raw = rusqlite::Connection::open(&path).expect("raw");
+    let names: Vec<String> = raw
+        .prepare("SELECT metric FROM trial_metric WHERE trial_id = ?1 ORDER BY metric")
+        .expect("query")
+        .query_map([t], |r| r.get(0))
+        .expect("rows")
+        .collect::<Result<_, _>>()
+        .expect("names");
+    for want in [
+        "throughput_bps",
+        "transfer_s",
+        "retransmits",
+        "rtt_ms",
+        "received_bytes",
+    ] {
+        assert!(names.iter().any(|n| n == want), "{want} in {names:?}");
+    }
+}

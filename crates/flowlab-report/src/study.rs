@@ -1,0 +1,77 @@
+//! What `flowlab run` shows of a study: the plan it expanded to (`--dry-run`), each
+//! trial as it ends, and the run's outcome.
+
+use serde::Serialize;
+
+/// A study's plan, as `--dry-run` prints it.
+#[derive(Debug, Clone, Serialize)]
+pub struct PlanSummary {
+    pub study: String,
+    pub description: String,
+    /// `random` or `sequential`.
+    pub order: String,
+    /// The random order's seed.
+    pub seed: u64,
+    pub repeat: u32,
+    /// Trials run first and not recorded.
+    pub warmup: u32,
+    /// Durations and sizes multiplied by this (`--scale`).
+    pub scale: f64,
+    /// Servers the runner starts: name and where.
+    pub servers: Vec<(String, String)>,
+    pub cells: Vec<CellPlan>,
+    /// Trials to run (after `--only`).
+    pub trials: usize,
+    /// The first trials in the order they run: cell label and repetition.
+    pub first: Vec<(String, u32)>,
+    /// A lower bound of the time the trials take (timed steps and pauses; a step that
+    /// moves a given amount counts as no time).
+    pub estimated_seconds: f64,
+    /// Whether some step's time is unknown before it runs (so the estimate is a floor).
+    pub estimate_is_floor: bool,
+}
+
+/// One cell's steps, as they will run.
+#[derive(Debug, Clone, Serialize)]
+pub struct CellPlan {
+    pub label: String,
+    /// Each step's command line (server addresses as placeholders).
+    pub steps: Vec<String>,
+}
+
+/// A trial that ended (or was skipped), as `flowlab run` reports it.
+#[derive(Debug, Clone, Serialize)]
+pub struct TrialEvent {
+    /// From 1, of `of`.
+    pub index: usize,
+    pub of: usize,
+    pub cell: String,
+    pub repetition: u32,
+    /// `ok`, `failed`, `done` (recorded before), `busy` (another runner has it),
+    /// `abandoned` (claimed by a runner that is gone; `--resume` takes it over) or
+    /// `warmup`.
+    pub status: String,
+    pub seconds: f64,
+    pub error: Option<String>,
+    /// Time left, from the mean of the trials run so far.
+    pub eta_seconds: Option<f64>,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RunSummary {
+    pub study: String,
+    pub db: String,
+    pub ok: usize,
+    pub failed: usize,
+    /// Recorded before this run.
+    pub done_before: usize,
+    /// Left to other runners, or to a `--resume`.
+    pub busy: usize,
+    pub abandoned: usize,
+    /// Not run: Ctrl-C, or `on_error = "stop"` after a failure.
+    pub not_run: usize,
+    pub interrupted: bool,
+    pub stopped_on_error: bool,
+    pub seconds: f64,
+}

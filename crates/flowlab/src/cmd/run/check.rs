@@ -1,0 +1,270 @@
+//! A study's steps made into command lines and checked before anything runs: each
+//! step's arguments, for every cell, parsed by the same parser as the command's own
+//! (`flowlab test`, `flowlab fetch`), scaled by `--scale`, refused with the step, the
+//! cell and the flag.
+
+use std::time::Duration;
+
+use clap::Parser;
+use flowlab_report::spec::Amount;
+use flowlab_study::file::StepKind;
+use flowlab_study::{Cell, Study};
+
+use crate::cli::one_line;
+use crate::cmd;
+
+#[derive(Debug, Parser)]
+#[command(name = "flowlab test", no_binary_name = true)]
+struct TestLine {
+    #[command(flatten)]
+    args: cmd::test::Args,
+}
+
+#[derive(Debug, Parser)]
+#[command(name = "flowlab fetch", no_binary_name = true)]
+struct FetchLine {
+    #[command(flatten)]
+    args: cmd::fetch::Args,
+}
+
+#[derive(Debug, Parser)]
+#[command(name = "flowlab serve", no_binary_name = true)]
+struct ServeLine {
+    #[command(flatten)]
+    args: cmd::serve::Args,
+}
+
+/// One step of one trial, ready to start.
+#[derive(Debug, Clone)]
+pub struct StepLine {
+    /// The subcommand and its arguments (the runner adds `-J`).
+    pub argv: Vec<String>,
+    /// The time it takes when that is known before it runs (a timed test).
+    pub expected: Option<Duration>,
+}
+
+impl StepLine {
+    /// How long it may run before it is judged hung and killed: twice its time and half
+    /// a minute for a timed test; its own stall timeouts bound the rest.
+    pub fn deadline(&self) -> Option<Duration> {
+        self.expected.map(|d| d * 2 + Duration::from_secs(30))
+    }
+}
+
+/// Splits `text` as a shell would (quotes, backslashes), or says why it cannot.
+fn split(text: &str) -> Result<Vec<String>, String> {
+    shlex::split(text).ok_or_else(|| format!("'{text}': an unbalanced quote"))
+}
+
+/// Step `step` of `cell` as a command line, servers at `address`, durations and sizes
+/// multiplied by `scale`; or why it is refused.
+pub fn step_line(
+    study: &Study,
+    step: usize,
+    cell: &Cell,
+    address: &dyn Fn(usize) -> (String, String),
+    scale: f64,
+) -> Result<StepLine, String> {
+    let text = study.args(step, cell, address);
+    let mut argv = split(&text)?;
+    match study.steps[step].kind {
+        StepKind::Test => {
+            let parsed = TestLine::try_parse_from(&argv).map_err(|e| one_line(&e))?;
+            let a = parsed.args;
+            if a.json || a.json_stream {
+                return Err("the runner records each test's -J document itself: leave out -J and --json-stream".into());
+            }
+            let spec = a.to_spec().map_err(|e| e.to_string())?;
+            let mut amount = spec.amount;
+            if scale != 1.0 {
+                amount = scaled(amount, scale);
+                rewrite(&mut argv, amount);
+                let again = TestLine::try_parse_from(&argv)
+                    .ok()
+                    .and_then(|l| l.args.to_spec().ok());
+                if again.is_none_or(|s| s.amount != amount) {
+                    return Err(format!(
+                        "--scale: cannot find the amount in '{text}': give it as -t N, -n SIZE or -k COUNT, on its own"
+                    ));
+                }
+            }
+            let expected = match amount {
+                Amount::Seconds(s) => Some(Duration::from_secs(s + spec.omit)),
+                Amount::Bytes(_) | Amount::Blocks(_) => None,
+            };
+            argv.insert(0, "test".into());
+            Ok(StepLine { argv, expected })
+        }
+        StepKind::Fetch => {
+            let parsed = FetchLine::try_parse_from(&argv).map_err(|e| one_line(&e))?;
+            let a = parsed.args;
+            if a.json || a.sweep_ratios.is_some() {
+                return Err("a study's fetch is one fetch, recorded as its -J document: leave out -J and --sweep-ratios (sweep a ratio parameter instead)".into());
+            }
+            a.to_spec().map_err(|e| e.to_string())?;
+            argv.insert(0, "fetch".into());
+            Ok(StepLine {
+                argv,
+                expected: None,
+            })
+        }
+    }
+}
+
+/// `amount` times `scale`, never below one second, byte or block.
+fn scaled(amount: Amount, scale: f64) -> Amount {
+    let times = |n: u64| ((n as f64 * scale).round() as u64).max(1);
+    match amount {
+        Amount::Seconds(s) => Amount::Seconds(times(s)),
+        Amount::Bytes(b) => Amount::Bytes(times(b)),
+        Amount::Blocks(k) => Amount::Blocks(times(k)),
+    }
+}
+
+/// Puts `amount` in place of the amount `argv` gives (`-t 5`, `-t5`, `--time 5`,
+/// `--time=5`, the same for `-n`/`--bytes` and `-k`/`--blockcount`); appends it when
+/// none is given (the default ten seconds).
+fn rewrite(argv: &mut Vec<String>, amount: Amount) {
+    let (short, long, value) = match amount {
+        Amount::Seconds(s) => ("-t", "--time", s),
+        Amount::Bytes(b) => ("-n", "--bytes", b),
+        Amount::Blocks(k) => ("-k", "--blockcount", k),
+    };
+    let value = value.to_string();
+    let mut i = 0;
+    while i < argv.len() {
+        let a = argv[i].as_str();
+        if a == "--" {
+            break;
+        }
+        if a == short || a == long {
+            if let Some(v) = argv.get_mut(i + 1) {
+                *v = value;
+            }
+            return;
+        }
+        if let Some(rest) = a.strip_prefix(long) {
+            if rest.starts_with('=') {
+                argv[i] = format!("{long}={value}");
+                return;
+            }
+        }
+        if a.len() > 2 && a.starts_with(short) {
+            argv[i] = format!("{short}{value}");
+            return;
+        }
+        i += 1;
+    }
+    argv.push(short.into());
+    argv.push(value);
+}
+
+/// A server's `flowlab serve` command line: `-J`, port 0 (the kernel picks one) and the
+/// address (loopback unless it runs on a node), then the study's options for it.
+pub fn serve_line(args: &str, loopback: bool) -> Result<Vec<String>, String> {
+    let mut argv: Vec<String> = ["-J", "-p", "0"].map(String::from).to_vec();
+    if loopback {
+        argv.extend(["-B".to_string(), "127.0.0.1".to_string()]);
+    }
+    argv.extend(split(args)?);
+    let parsed = ServeLine::try_parse_from(&argv).map_err(|e| one_line(&e))?;
+    if parsed.args.one_off {
+        return Err("--one-off: a study's server serves every trial".into());
+    }
+    parsed.args.to_config().map_err(|e| e.to_string())?;
+    argv.insert(0, "serve".into());
+    Ok(argv)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn study(args: &str) -> Study {
+        flowlab_study::parse(&format!(
+            "name = \"s\"\n[params]\nl = [\"1K\", \"9\"]\n[[step]]\nkind = \"test\"\nargs = \"{args}\"\n"
+        ))
+        .expect("valid")
+    }
+
+    fn line(args: &str, cell: usize, scale: f64) -> Result<StepLine, String> {
+        let s = study(args);
+        step_line(
+            &s,
+            0,
+            &s.cells()[cell],
+            &|_| ("h".into(), "1".into()),
+            scale,
+        )
+    }
+
+    #[test]
+    fn a_step_line_is_the_commands_own_arguments() {
+        let l = line("127.0.0.1 -l {l} -t 4 -O 1", 0, 1.0).expect("valid");
+        assert_eq!(
+            l.argv,
+            ["test", "127.0.0.1", "-l", "1K", "-t", "4", "-O", "1"]
+        );
+        assert_eq!(l.expected, Some(Duration::from_secs(5)));
+        assert_eq!(l.deadline(), Some(Duration::from_secs(40)));
+        let l = line("127.0.0.1 -n 10M", 0, 1.0).expect("valid");
+        assert_eq!((l.expected, l.deadline()), (None, None));
+    }
+
+    #[test]
+    fn scale_shrinks_every_form_of_the_amount() {
+        let cases = [
+            ("h -t 10", vec!["test", "h", "-t", "1"]),
+            ("h -t10", vec!["test", "h", "-t1"]),
+            ("h --time=20", vec!["test", "h", "--time=2"]),
+            ("h --bytes 10M", vec!["test", "h", "--bytes", "1048576"]),
+            ("h -k 3", vec!["test", "h", "-k", "1"]),
+            // The default ten seconds, made explicit.
+            ("h -u", vec!["test", "h", "-u", "-t", "1"]),
+        ];
+        for (args, want) in cases {
+            assert_eq!(line(args, 0, 0.1).expect(args).argv, want, "{args}");
+        }
+        // A cluster hides the amount: refused, not run at full length.
+        let e = line("h -ut10", 0, 0.1).expect_err("cluster");
+        assert!(e.contains("--scale: cannot find the amount"), "{e}");
+    }
+
+    #[test]
+    fn a_bad_step_names_the_flag() {
+        let e = line("h -l {l} --bogus", 0, 1.0).expect_err("unknown flag");
+        assert!(e.contains("unexpected argument '--bogus'"), "{e}");
+        let e = line("h -l {l}", 1, 1.0);
+        assert!(e.is_ok(), "{e:?}");
+        let e = line("h -t 1 -n 1M", 0, 1.0).expect_err("two amounts");
+        assert!(e.contains("cannot be used with"), "{e}");
+        let e = line("h -J", 0, 1.0).expect_err("json");
+        assert!(e.contains("leave out -J"), "{e}");
+        let e = line("h -T 'x", 0, 1.0).expect_err("quote");
+        assert!(e.contains("unbalanced quote"), "{e}");
+    }
+
+    #[test]
+    fn a_server_line_is_checked_too() {
+        assert_eq!(
+            serve_line("--max-tests 4", true).expect("valid"),
+            [
+                "serve",
+                "-J",
+                "-p",
+                "0",
+                "-B",
+                "127.0.0.1",
+                "--max-tests",
+                "4"
+            ]
+        );
+        let e = serve_line("-p 5201", true).expect_err("port");
+        assert!(
+            e.contains("'--port <PORT>' cannot be used multiple times"),
+            "{e}"
+        );
+        let e = serve_line("-1", true).expect_err("one-off");
+        assert!(e.contains("--one-off"), "{e}");
+    }
+}

@@ -1,0 +1,476 @@
+//! `flowlab run` end to end on loopback: a small study into a temporary database, its
+//! rows checked against the plan; refusals before anything starts; a failing trial
+//! recorded while the rest complete; a runner killed mid-study and resumed (no trial
+//! lost or run twice); Ctrl-C keeping every finished trial; two runners sharing one
+//! database.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use flowlab_db::Db;
+
+fn flowlab() -> assert_cmd::Command {
+    assert_cmd::Command::cargo_bin("flowlab").expect("the flowlab binary")
+}
+
+/// 2 parameters × 2 values × 3 repetitions, against a server the runner starts.
+const SMALL: &str = r#"
+name = "small"
+description = "two lengths, two directions"
+repeat = 3
+
+[params]
+length = ["8K", "64K"]
+[params.direction]
+up = ""
+down = "-R"
+
+[[server]]
+name = "a"
+
+[[step]]
+name = "transfer"
+kind = "test"
+args = "{a.host} -p {a.port} -n 2M -l {length} {direction}"
+"#;
+
+fn write_study(dir: &Path, text: &str) -> PathBuf {
+    let path = dir.join("study.toml");
+    std::fs::write(&path, text).expect("write the study");
+    path
+}
+
+fn run(dir: &Path, args: &[&str]) -> Output {
+    flowlab()
+        .current_dir(dir)
+        .arg("run")
+        .args(args)
+        .timeout(Duration::from_secs(120))
+        .output()
+        .expect("run flowlab run")
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Each recorded trial as (cell, repetition, status).
+fn rows(db: &Path, study: &str) -> Vec<(String, u32, String)> {
+    let db = Db::open_existing(db).expect("open the results");
+    let s = db
+        .find_study(study)
+        .expect("query")
+        .expect("the study is recorded");
+    let mut rows: Vec<_> = db
+        .trials(s.id)
+        .expect("trials")
+        .into_iter()
+        .map(|t| (t.cell, t.repetition, t.status))
+        .collect();
+    rows.sort();
+    rows
+}
+
+#[test]
+fn a_small_study_is_recorded_trial_by_trial() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let study = write_study(dir.path(), SMALL);
+    let out = run(dir.path(), &[study.to_str().expect("utf-8")]);
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("[12/12] "), "{stdout}");
+    assert!(stdout.contains("study small: 12 ok, 0 failed"), "{stdout}");
+
+    let db_path = dir.path().join("results.db");
+    let rows = rows(&db_path, "small");
+    let mut want = Vec::new();
+    for length in ["8K", "64K"] {
+        for direction in ["down", "up"] {
+            for rep in 1..=3 {
+                want.push((
+                    format!("length={length} direction={direction}"),
+                    rep,
+                    "ok".to_string(),
+                ));
+            }
+        }
+    }
+    want.sort();
+    assert_eq!(rows, want);
+
+    // Each step's document is a test result of what the cell asked for, and its metrics
+    // are the document's own numbers.
+    let db = Db::open_existing(&db_path).expect("open");
+    let s = db.find_study("small").expect("query").expect("recorded");
+    assert_eq!(s.file, SMALL);
+    for t in db.trials(s.id).expect("trials") {
+        let step = &t.steps[0];
+        assert!(step.args.contains("-n 2M"), "{}", step.args);
+        assert_eq!(
+            step.args.contains("-R"),
+            t.cell.contains("down"),
+            "{}",
+            step.args
+        );
+        let doc: serde_json::Value =
+            serde_json::from_str(step.result.as_deref().expect("a document")).expect("json");
+        let received = doc["end"]["sums"][0]["receiver"]["bytes"]
+            .as_u64()
+            .expect("bytes");
+        assert_eq!(received, 2 * 1024 * 1024, "{}: exactly -n 2M", t.cell);
+        let len = doc["start"]["spec"]["len"].as_u64().expect("len");
+        assert_eq!(len, if t.cell.contains("8K") { 8192 } else { 65536 });
+    }
+    let raw = rusqlite::Connection::open(&db_path).expect("raw");
+    let (n, bytes): (i64, f64) = raw
+        .query_row(
+            "SELECT count(*), min(value) FROM trial_metric WHERE metric = 'received_bytes'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .expect("metrics");
+    assert_eq!((n, bytes), (12, 2.0 * 1024.0 * 1024.0));
+
+    // Run again: every trial is recorded, none runs twice.
+    let out = run(dir.path(), &[study.to_str().expect("utf-8")]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("0 ok, 0 failed") && text(&out).contains("12 recorded before"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(self::rows(&db_path, "small").len(), 12);
+}
+
+#[test]
+fn a_dry_run_prints_the_plan_and_touches_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let study = write_study(
+        dir.path(),
+        &SMALL.replace("repeat = 3", "repeat = 3\nseed = 5"),
+    );
+    let out = run(
+        dir.path(),
+        &[
+            "--dry-run",
+            "--scale",
+            "0.5",
+            study.to_str().expect("utf-8"),
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("4 cells x 3 repetitions = 12 trials, order random (seed 5)"),
+        "{stdout}"
+    );
+    // --scale halves the amount, written out in bytes.
+    assert!(
+        stdout.contains("transfer: flowlab test <a.host> -p 5201 -n 1048576 -l 64K -R"),
+        "{stdout}"
+    );
+    assert!(
+        !dir.path().join("results.db").exists(),
+        "a dry run opens no database"
+    );
+
+    let out = run(
+        dir.path(),
+        &[
+            "--dry-run",
+            "--only",
+            "length=8K,direction=up",
+            study.to_str().expect("utf-8"),
+        ],
+    );
+    assert!(text(&out).contains("= 3 trials"), "{}", text(&out));
+    let out = run(
+        dir.path(),
+        &[
+            "--dry-run",
+            "--only",
+            "length=9K",
+            study.to_str().expect("utf-8"),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out).contains("--only length=9K: '9K' is not a value of 'length' (it has: 8K, 64K)"),
+        "{}",
+        text(&out)
+    );
+}
+
+/// Refused before anything starts, naming the file and line, or the step, the cell and
+/// the flag; no database is created.
+#[test]
+fn a_bad_study_is_refused_before_anything_runs() {
+    let cases = [
+        (
+            SMALL.replace("{length}", "{lenght}"),
+            "study.toml: line 18, column 8: args: '{lenght}' is neither a parameter nor a server",
+        ),
+        (
+            SMALL.replace("-n 2M", "-n 2M --bogus"),
+            "study.toml: step 'transfer', cell length=8K direction=up: error: unexpected argument '--bogus' found",
+        ),
+        (
+            SMALL.replace("\"-R\"", "\"-R --bidir\""),
+            "step 'transfer', cell length=8K direction=down: error: the argument '--reverse' cannot be used with '--bidir'",
+        ),
+        (
+            SMALL.replace("name = \"a\"\n", "name = \"a\"\nargs = \"--max-tests 0\"\n"),
+            "study.toml: server a: --max-tests must be at least 1",
+        ),
+    ];
+    for (study_text, says) in cases {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let study = write_study(dir.path(), &study_text);
+        let out = run(dir.path(), &[study.to_str().expect("utf-8")]);
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+        assert!(text(&out).contains(says), "want {says}\ngot {}", text(&out));
+        assert!(
+            !dir.path().join("results.db").exists(),
+            "{says}: nothing started"
+        );
+    }
+}
+
+/// A step against a port nobody listens on fails; its trial is recorded as failed with
+/// the error, and the others still run. `on_error = "stop"` ends the study there.
+#[test]
+fn a_failed_trial_is_recorded_and_the_rest_complete() {
+    let open = support::default_server();
+    let closed = support::free_port();
+    let faulty = |on_error: &str| {
+        format!(
+            r#"
+name = "faulty"
+repeat = 2
+order = "sequential"
+on_error = "{on_error}"
+[params.port]
+closed = "{closed}"
+open = "{open}"
+[[step]]
+kind = "test"
+args = "127.0.0.1 -p {{port}} -n 1M --connect-timeout 500"
+"#
+        )
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let study = write_study(dir.path(), &faulty("continue"));
+    let out = run(dir.path(), &[study.to_str().expect("utf-8")]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("2 ok, 2 failed"), "{}", text(&out));
+    assert!(
+        text(&out).contains("2 trials failed (recorded in results.db"),
+        "{}",
+        text(&out)
+    );
+    let db = Db::open_existing(&dir.path().join("results.db")).expect("open");
+    let s = db.find_study("faulty").expect("q").expect("recorded");
+    for t in db.trials(s.id).expect("trials") {
+        if t.cell == "port=closed" {
+            assert_eq!(t.status, "failed");
+            let e = t.error.expect("an error");
+            assert!(
+                e.starts_with("step 'step 1': ") && e.contains(&closed.to_string()),
+                "{e}"
+            );
+        } else {
+            assert_eq!(t.status, "ok", "{:?}", t.error);
+        }
+    }
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let study = write_study(dir.path(), &faulty("stop"));
+    let out = run(dir.path(), &[study.to_str().expect("utf-8")]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out)
+            .contains("stopped at the first failure (on_error = \"stop\") (3 trials not run)"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(rows(&dir.path().join("results.db"), "faulty").len(), 1);
+}
+
+/// Timed trials, long enough to be interrupted in the middle of one.
+const TIMED: &str = r#"
+name = "timed"
+repeat = 4
+order = "sequential"
+[[server]]
+name = "a"
+[[step]]
+kind = "test"
+args = "{a.host} -p {a.port} -t 1 -i 0"
+"#;
+
+fn wait_for_trials(db: &Path, at_least: usize, within: Duration) {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if db.exists() {
+            if let Ok(d) = Db::open_existing(db) {
+                if let Ok(Some(s)) = d.find_study("timed") {
+                    let r = d.recorded(s.id).expect("recorded");
+                    if r.ok as usize >= at_least && r.running == 1 {
+                        return;
+                    }
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("{at_least} trials did not finish within {within:?}");
+}
+
+/// Waits (up to 5 s) until no process works in `dir`: the runner's servers and
+/// clients run there, so none may be left behind.
+fn assert_no_process_in(dir: &Path) {
+    let dir = dir.canonicalize().expect("canonical");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left: Vec<String> = std::fs::read_dir("/proc")
+            .expect("/proc")
+            .flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .bytes()
+                    .all(|b| b.is_ascii_digit())
+            })
+            .filter(|e| std::fs::read_link(e.path().join("cwd")).is_ok_and(|c| c.starts_with(&dir)))
+            .map(|e| {
+                std::fs::read_to_string(e.path().join("cmdline"))
+                    .unwrap_or_default()
+                    .replace('\0', " ")
+            })
+            .collect();
+        if left.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "left behind: {left:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn spawn_runner(dir: &Path, study: &Path, resume: bool) -> std::process::Child {
+    let mut cmd = Command::new(assert_cmd::cargo::cargo_bin("flowlab"));
+    cmd.current_dir(dir).arg("run").arg(study);
+    if resume {
+        cmd.arg("--resume");
+    }
+    cmd.stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn")
+}
+
+#[test]
+fn a_killed_runner_is_resumed_without_losing_or_repeating_a_trial() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let study = write_study(dir.path(), TIMED);
+    let db = dir.path().join("results.db");
+    let mut runner = spawn_runner(dir.path(), &study, false);
+    // One trial recorded and the next one running: killed outright.
+    wait_for_trials(&db, 1, Duration::from_secs(60));
+    runner.kill().expect("kill");
+    runner.wait().expect("reap");
+    // Its server and client died with it.
+    assert_no_process_in(dir.path());
+    let before = {
+        let d = Db::open_existing(&db).expect("open");
+        let s = d.find_study("timed").expect("q").expect("recorded");
+        d.recorded(s.id).expect("recorded")
+    };
+    assert_eq!(before.abandoned, 1, "{before:?}");
+
+    // Without --resume the gone runner's trial is left, and said so.
+    let out = run(dir.path(), &[study.to_str().expect("utf-8")]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("1 trials were claimed by a runner that is gone: --resume runs them"),
+        "{}",
+        text(&out)
+    );
+    // With it, the study completes.
+    let out = run(dir.path(), &["--resume", study.to_str().expect("utf-8")]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("study timed: 1 ok, 0 failed"),
+        "{}",
+        text(&out)
+    );
+    let rows = rows(&db, "timed");
+    assert_eq!(rows.len(), 4);
+    assert!(rows.iter().all(|r| r.2 == "ok"), "{rows:?}");
+}
+
+#[test]
+fn ctrl_c_keeps_every_finished_trial_and_gives_back_the_running_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let study = write_study(dir.path(), TIMED);
+    let db = dir.path().join("results.db");
+    let runner = spawn_runner(dir.path(), &study, false);
+    wait_for_trials(&db, 1, Duration::from_secs(60));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(runner.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .expect("SIGINT");
+    let out = runner.wait_with_output().expect("wait");
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("interrupted ("), "{}", text(&out));
+    let d = Db::open_existing(&db).expect("open");
+    let s = d.find_study("timed").expect("q").expect("recorded");
+    let r = d.recorded(s.id).expect("recorded");
+    assert!(r.ok >= 1 && r.running == 0 && r.abandoned == 0, "{r:?}");
+    assert_no_process_in(dir.path());
+    let out = run(dir.path(), &[study.to_str().expect("utf-8")]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(rows(&db, "timed").len(), 4);
+}
+
+#[test]
+fn two_runners_share_a_database_and_never_run_a_trial_twice() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let study = write_study(dir.path(), &SMALL.replace("repeat = 3", "repeat = 4"));
+    let a = spawn_runner(dir.path(), &study, true);
+    let b = spawn_runner(dir.path(), &study, true);
+    let (a, b) = (
+        a.wait_with_output().expect("a"),
+        b.wait_with_output().expect("b"),
+    );
+    assert!(
+        a.status.success() && b.status.success(),
+        "{}\n{}",
+        text(&a),
+        text(&b)
+    );
+    let ran = |o: &Output| -> usize {
+        let t = text(o);
+        let line = t
+            .lines()
+            .find(|l| l.starts_with("study small: "))
+            .expect("summary");
+        line["study small: ".len()..]
+            .split(' ')
+            .next()
+            .expect("n")
+            .parse()
+            .expect("count")
+    };
+    assert_eq!(ran(&a) + ran(&b), 16, "{}\n{}", text(&a), text(&b));
+    let rows = rows(&dir.path().join("results.db"), "small");
+    assert_eq!(rows.len(), 16);
+    assert!(rows.iter().all(|r| r.2 == "ok"), "{rows:?}");
+}
