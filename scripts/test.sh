@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs flowlab's whole test suite. Installs what the tests need when it is missing, from
 # Debian packages: iperf3 (interoperability tests), iproute2 (`ip`, `tc`: the
-# `flowlab net` tests, which also need root) and util-linux (`setpriv`: the net tests run
-# flowlab as an unprivileged user too).
+# `flowlab net` tests, which also need root), util-linux (`setpriv`: the net tests run
+# flowlab as an unprivileged user too) and chromium (the HTML report opened in a real
+# headless browser).
 #
 # Every test binary runs (--no-fail-fast), so one failure cannot hide others, and the
 # last line sums up: test binaries and tests passed, failed and skipped (a test skips,
@@ -14,6 +15,7 @@ missing=()
 command -v iperf3 >/dev/null 2>&1 || missing+=(iperf3)
 { command -v ip >/dev/null 2>&1 && command -v tc >/dev/null 2>&1; } || missing+=(iproute2)
 command -v setpriv >/dev/null 2>&1 || missing+=(util-linux)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "test.sh: installing ${missing[*]} (Debian packages) for the tests"
   sudo=""

@@ -330,4 +330,35 @@ impl Db {
         }
         Ok(trials)
     }
+
+    /// Every metric of `study`'s trials: (trial id, step, name, value).
+    pub fn metrics(&self, study: i64) -> Result<Vec<(i64, String, String, f64)>, DbError> {
+        let mut q = self
+            .conn
+            .prepare(
+                "SELECT m.trial_id, m.step, m.name, m.value FROM metric m
+                 JOIN trial t ON t.id = m.trial_id WHERE t.study_id = ?1
+                 ORDER BY m.trial_id, m.rowid",
+            )
+            .map_err(|e| self.err(e))?;
+        q.query_map([study], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+        })
+        .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| self.err(e))
+    }
+
+    /// The runners that ran trials of `study`: (host, flowlab version, system document).
+    pub fn runners(&self, study: i64) -> Result<Vec<(String, String, String)>, DbError> {
+        let mut q = self
+            .conn
+            .prepare(
+                "SELECT host, flowlab_version, system FROM runner WHERE id IN
+                 (SELECT DISTINCT runner_id FROM trial WHERE study_id = ?1) ORDER BY id",
+            )
+            .map_err(|e| self.err(e))?;
+        q.query_map([study], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| self.err(e))
+    }
 }

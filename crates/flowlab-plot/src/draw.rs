@@ -94,6 +94,7 @@ fn points(panel: &Panel) -> impl Iterator<Item = (f64, f64)> + '_ {
         panel
             .bands
             .iter()
+            .chain(&panel.error_bars)
             .flat_map(|b| b.points.iter().map(|p| (p.0, p.2))),
     )
 }
@@ -112,7 +113,14 @@ fn bounds(panel: &Panel) -> (f64, f64, f64) {
     if x1 <= x0 {
         x1 = x0 + 1.0;
     }
-    (x0, x1, if y1 > 0.0 { y1 * 1.08 } else { 1.0 })
+    // Room above the data for the legend (upper right), one line per entry, where
+    // error bars are drawn (a study's charts, with a line per series).
+    let headroom = if panel.error_bars.is_empty() {
+        1.08
+    } else {
+        1.12 + 0.07 * panel.series.len() as f64
+    };
+    (x0, x1, if y1 > 0.0 { y1 * headroom } else { 1.0 })
 }
 
 fn draw_panel<DB: DrawingBackend>(
@@ -150,8 +158,8 @@ fn draw_panel<DB: DrawingBackend>(
     }
     mesh.draw().map_err(err)?;
     if !ticks.is_empty() {
-        for s in &panel.series {
-            let c = colour(0);
+        for (i, s) in panel.series.iter().enumerate() {
+            let c = colour(i);
             chart
                 .draw_series(s.points.iter().map(|&p| Circle::new(p, 4, c.filled())))
                 .map_err(err)?;
@@ -168,6 +176,24 @@ fn draw_panel<DB: DrawingBackend>(
             .legend(move |(x, y)| {
                 Rectangle::new([(x, y - 5), (x + 16, y + 5)], c.mix(0.18).filled())
             });
+    }
+    for (i, bars) in panel.error_bars.iter().enumerate() {
+        let c = colour(i);
+        // Caps a tenth of a category wide (or of the x range on a numeric axis).
+        let cap = if ticks.is_empty() {
+            (x1 - x0) / 100.0
+        } else {
+            0.05
+        };
+        chart
+            .draw_series(bars.points.iter().flat_map(|&(x, lo, hi)| {
+                [
+                    PathElement::new(vec![(x, lo), (x, hi)], c.stroke_width(2)),
+                    PathElement::new(vec![(x - cap, lo), (x + cap, lo)], c.stroke_width(2)),
+                    PathElement::new(vec![(x - cap, hi), (x + cap, hi)], c.stroke_width(2)),
+                ]
+            }))
+            .map_err(err)?;
     }
     for (i, s) in panel.series.iter().enumerate() {
         let c = colour(i);

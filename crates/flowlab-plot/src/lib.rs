@@ -17,9 +17,11 @@
 
 mod draw;
 mod series;
+mod study;
 
 pub use draw::{render_file, render_svg};
 pub use series::{Band, Panel, Series, category_panel, labels, panels};
+pub use study::metric_panel;
 
 use flowlab_report::result::TestResult;
 

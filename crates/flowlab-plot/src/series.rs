@@ -31,6 +31,9 @@ pub struct Panel {
     pub bands: Vec<Band>,
     /// Points drawn as dots, e.g. "window full".
     pub markers: Vec<Series>,
+    /// Vertical bars from `lo` to `hi` at each x (a confidence interval), the i-th in
+    /// the colour of the i-th series.
+    pub error_bars: Vec<Band>,
     /// Names of the x positions 0, 1, 2, … when the x axis is categorical (a sweep's
     /// ratios); empty for a numeric axis.
     pub x_ticks: Vec<String>,
@@ -60,6 +63,7 @@ pub fn category_panel(
             points: points.clone(),
         }],
         bands: Vec::new(),
+        error_bars: Vec::new(),
         markers: Vec::new(),
         x_ticks: categories.to_vec(),
     }
@@ -244,6 +248,7 @@ fn throughput(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
         y_label: format!("throughput ({unit})"),
         series,
         bands: Vec::new(),
+        error_bars: Vec::new(),
         markers: Vec::new(),
         x_ticks: Vec::new(),
     })
@@ -322,6 +327,7 @@ fn window(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
         y_label: unit,
         series,
         bands: Vec::new(),
+        error_bars: Vec::new(),
         markers,
         x_ticks: Vec::new(),
     })
@@ -363,6 +369,7 @@ fn rtt(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
         y_label: "RTT (ms)".into(),
         series,
         bands,
+        error_bars: Vec::new(),
         markers: Vec::new(),
         x_ticks: Vec::new(),
     })
@@ -407,6 +414,7 @@ fn time_seq(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
         y_label: format!("sequence ({unit})"),
         series,
         bands: Vec::new(),
+        error_bars: Vec::new(),
         markers,
         x_ticks: Vec::new(),
     })
@@ -454,6 +462,7 @@ fn io(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
         y_label: format!("{unit}segments/s"),
         series,
         bands: Vec::new(),
+        error_bars: Vec::new(),
         markers: Vec::new(),
         x_ticks: Vec::new(),
     })

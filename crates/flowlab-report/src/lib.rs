@@ -15,25 +15,33 @@
 //! - [`server`]: what a server did, for its log (`serve`).
 //! - [`study`]: what `flowlab run` shows of a study: its plan, its trials, its outcome.
 //! - [`units`]: sizes, rates and durations, parsed and printed.
+//! - [`stats`]: repeated trials summarised (mean, median, sd, 95 % CI) and compared
+//!   (Welch's t-test).
+//! - [`study_report`]: a study's report (metrics per cell, failures, comparisons) and its
+//!   markdown and CSV.
 //! - [`metrics`]: the few numbers of a result a study compares (throughput, transfer
 //!   time, loss, RTT, …).
 //!
 //! How it is shown:
 //! - [`table`]: the human-readable tables of every command.
 //! - [`json`]: JSON documents and JSON-stream lines.
+//! - [`html`]: a study's report as one self-contained page.
 //! - [`csv`]: `--trace-csv`, the trace samples as one flat table.
 //! - [`test_output`]: a finished test whole, in the format `flowlab test` was asked for.
 
 pub mod csv;
 pub mod diagnose;
 pub mod fetch;
+pub mod html;
 pub mod json;
 pub mod metrics;
 pub mod net;
 pub mod result;
 pub mod server;
 pub mod spec;
+pub mod stats;
 pub mod study;
+pub mod study_report;
 pub mod table;
 pub mod units;
 

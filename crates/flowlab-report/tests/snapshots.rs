@@ -469,3 +469,114 @@ fn metrics_of_each_result() {
     // A failed step's document (its error) has none.
     assert!(metrics::of_document("test", r#"{"error":"refused"}"#).is_empty());
 }
+
+/// A small study's report from fixed trials: two lengths × two methods, three
+/// repetitions each, one trial failed (listed, not averaged).
+fn study_input() -> flowlab_report::study_report::ReportInput {
+    use flowlab_report::metrics::Metric;
+    use flowlab_report::study_report::{Axis, ReportInput, TrialData};
+    let params = vec![
+        Axis {
+            name: "length".into(),
+            labels: vec!["1000".into(), "65000".into()],
+        },
+        Axis {
+            name: "method".into(),
+            labels: vec!["stream".into(), "stop-and-wait".into()],
+        },
+    ];
+    let mut cells = Vec::new();
+    let mut trials = Vec::new();
+    // Transfer times (s) per cell, repetitions 1..3: worked in the assertions below.
+    let times = [
+        ("1000", "stream", [0.010, 0.012, 0.011]),
+        ("1000", "stop-and-wait", [0.071, 0.080, 0.062]),
+        ("65000", "stream", [0.006, 0.007, 0.005]),
+        ("65000", "stop-and-wait", [0.007, 0.009, 0.008]),
+    ];
+    for (length, method, values) in times {
+        let cell = format!("length={length} method={method}");
+        cells.push(cell.clone());
+        for (i, v) in values.iter().enumerate() {
+            let failed = length == "65000" && method == "stream" && i == 2;
+            trials.push(TrialData {
+                cell: cell.clone(),
+                labels: vec![length.into(), method.into()],
+                repetition: i as u32 + 1,
+                status: if failed { "failed" } else { "ok" }.into(),
+                error: failed.then(|| "step 'transfer': connection refused".into()),
+                metrics: if failed {
+                    Vec::new()
+                } else {
+                    vec![
+                        (
+                            "transfer".into(),
+                            Metric {
+                                name: "transfer_s".into(),
+                                value: *v,
+                            },
+                        ),
+                        (
+                            "transfer".into(),
+                            Metric {
+                                name: "throughput_bps".into(),
+                                value: 8e6 / v,
+                            },
+                        ),
+                        (
+                            "transfer".into(),
+                            Metric {
+                                name: "retransmits".into(),
+                                value: 0.0,
+                            },
+                        ),
+                    ]
+                },
+            });
+        }
+    }
+    ReportInput {
+        study: "seed-003".into(),
+        description: "stream against stop-and-wait, by message size".into(),
+        order: "random".into(),
+        seed: 7,
+        repeat: 3,
+        params,
+        cells,
+        trials,
+        machines: vec![
+            "vm: kernel 6.18, 2 CPUs, default congestion control bbr, flowlab 0.1.0".into(),
+        ],
+    }
+}
+
+#[test]
+fn a_study_report_in_every_format() {
+    use flowlab_report::study_report::{build, compare, comparison_markdown, csv, markdown};
+    let r = build(&study_input());
+    // By hand: 0.071, 0.080, 0.062: mean 0.071, sd 0.009, CI ± 4.3027 · 0.009 / √3.
+    let row = &r.metrics[0].rows[1];
+    assert_eq!(r.metrics[0].metric, "transfer_s");
+    assert!((row.summary.mean - 0.071).abs() < 1e-12);
+    assert!((row.summary.sd - 0.009).abs() < 1e-12);
+    let half = 4.302_652_7 * 0.009 / 3f64.sqrt();
+    let ci = row.summary.ci.expect("n = 3");
+    assert!((ci.1 - 0.071 - half).abs() < 1e-7, "{ci:?}");
+    // The failed trial is listed, and its cell averages the two that ran.
+    assert_eq!(r.metrics[0].rows[2].summary.n, 2);
+    assert_eq!((r.ok, r.failed, r.planned), (11, 1, 12));
+    // Retransmits were zero throughout: no table.
+    assert!(r.metrics.iter().all(|m| m.metric != "retransmits"));
+    pin!("study-report-markdown", markdown(&r));
+    pin!("study-report-csv", csv(&r).expect("csv"));
+    pin!(
+        "study-report-json",
+        flowlab_report::json::document(&r).expect("json")
+    );
+    let c = compare(
+        &r,
+        "length=1000 method=stream",
+        "length=1000 method=stop-and-wait",
+    );
+    pin!("study-report-compare", comparison_markdown(&c));
+}

@@ -47,6 +47,10 @@ pub enum Command {
     /// Run a study: every trial a study file declares (parameters swept, repetitions),
     /// each recorded in a results database the moment it ends.
     Run(cmd::run::Args),
+    /// Report a study from its results database: per cell and metric the mean, median,
+    /// standard deviation and 95 % confidence interval, with charts (HTML), or two cells
+    /// compared.
+    Report(cmd::report::Args),
 }
 
 /// A clap refusal as one line that names the flag, not clap's whole usage block.

@@ -48,6 +48,7 @@ fn main() -> ExitCode {
         Command::Fetch(a) => cmd::fetch::run(&a),
         Command::Net(c) => cmd::net::run(c),
         Command::Run(a) => cmd::run::run(&a),
+        Command::Report(a) => cmd::report::run(&a),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

@@ -6,6 +6,7 @@ pub mod fragments;
 pub mod net;
 pub mod plot;
 pub mod quick;
+pub mod report;
 pub mod run;
 pub mod serve;
 pub mod sysinfo;

@@ -1,0 +1,154 @@
+//! A study's report as one self-contained HTML page: inline CSS and inline SVG charts,
+//! no script, nothing fetched, so it opens offline and on a phone.
+
+use std::fmt::Write as _;
+
+use crate::study_report::{StudyReport, display_unit, number, title};
+
+/// `text` safe inside HTML text and attribute values.
+fn esc(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+const STYLE: &str = "
+body { font-family: system-ui, sans-serif; margin: 0 auto; max-width: 1040px; padding: 1em; color: #222; }
+h1 { font-size: 1.6em; } h2 { font-size: 1.2em; margin-top: 2em; border-bottom: 1px solid #ddd; }
+table { border-collapse: collapse; margin: .5em 0 1em; font-size: .92em; display: block; overflow-x: auto; }
+th, td { padding: .25em .6em; border-bottom: 1px solid #eee; text-align: right; white-space: nowrap; }
+th:first-child, td:first-child { text-align: left; }
+.chart svg { width: 100%; height: auto; }
+.note { color: #555; font-size: .92em; }
+.failed { color: #a00; }
+";
+
+/// The page: the study and its plan, the machines, per metric a chart (`charts[i]`, an
+/// SVG document, for `report.metrics[i]`; `None` draws none) and its table, then the
+/// failed trials.
+pub fn page(r: &StudyReport, charts: &[Option<String>]) -> String {
+    let mut out = String::new();
+    let _ = write!(
+        out,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <title>Study {}</title><style>{STYLE}</style></head><body>\n",
+        esc(&r.study)
+    );
+    let _ = writeln!(out, "<h1>Study {}</h1>", esc(&r.study));
+    if !r.description.is_empty() {
+        let _ = writeln!(out, "<p>{}</p>", esc(&r.description));
+    }
+    let params: Vec<String> = r
+        .params
+        .iter()
+        .map(|p| format!("{} ∈ {{{}}}", p.name, p.labels.join(", ")))
+        .collect();
+    let _ = writeln!(
+        out,
+        "<p>{} of {} trials ok, <span class=\"{}\">{} failed</span>{}. {} repetitions per cell, \
+         order {} (seed {}). Parameters: {}.</p>",
+        r.ok,
+        r.planned,
+        if r.failed > 0 { "failed" } else { "" },
+        r.failed,
+        if r.running > 0 {
+            format!(", {} not finished", r.running)
+        } else {
+            String::new()
+        },
+        r.repeat,
+        esc(&r.order),
+        r.seed,
+        if params.is_empty() {
+            "none".to_string()
+        } else {
+            esc(&params.join("; "))
+        }
+    );
+    let _ = writeln!(
+        out,
+        "<p class=\"note\">Each table gives, per cell, the trials that ended ok (n), their mean, \
+         median and standard deviation, and the {}% confidence interval of the mean (Student's t); \
+         the charts draw the mean with that interval as error bars. Failed trials are listed at \
+         the end, never averaged in.</p>",
+        r.confidence_percent
+    );
+    if !r.machines.is_empty() {
+        let _ = writeln!(out, "<ul class=\"note\">");
+        for m in &r.machines {
+            let _ = writeln!(out, "<li>{}</li>", esc(m));
+        }
+        let _ = writeln!(out, "</ul>");
+    }
+    for (i, m) in r.metrics.iter().enumerate() {
+        let big = m
+            .rows
+            .iter()
+            .flat_map(|r| [r.summary.mean, r.summary.ci.map_or(0.0, |c| c.1)])
+            .fold(0.0, |a: f64, v| a.max(v.abs()));
+        let (div, unit) = display_unit(&m.unit, big);
+        let _ = writeln!(
+            out,
+            "<section class=\"metric\"><h2>{}</h2>",
+            esc(&title(m, &unit))
+        );
+        if let Some(Some(svg)) = charts.get(i) {
+            let _ = writeln!(out, "<div class=\"chart\">{svg}</div>");
+        }
+        let _ = writeln!(
+            out,
+            "<table><tr><th>cell</th><th>n</th><th>mean</th><th>median</th><th>sd</th>\
+             <th>{}% CI of the mean</th></tr>",
+            r.confidence_percent
+        );
+        for row in &m.rows {
+            let s = &row.summary;
+            let ci = s.ci.map_or("–".to_string(), |(lo, hi)| {
+                format!("{} – {}", number(lo / div), number(hi / div))
+            });
+            let _ = writeln!(
+                out,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                esc(if row.cell.is_empty() {
+                    "(one cell)"
+                } else {
+                    &row.cell
+                }),
+                s.n,
+                number(s.mean / div),
+                number(s.median / div),
+                number(s.sd / div),
+                esc(&ci)
+            );
+        }
+        let _ = writeln!(out, "</table></section>");
+    }
+    if !r.failures.is_empty() {
+        let _ = writeln!(
+            out,
+            "<h2 class=\"failed\">Failed trials (not in the statistics)</h2><ul>"
+        );
+        for f in &r.failures {
+            let _ = writeln!(
+                out,
+                "<li>{} #{}: {}</li>",
+                esc(&f.cell),
+                f.repetition,
+                esc(&f.error)
+            );
+        }
+        let _ = writeln!(out, "</ul>");
+    }
+    let _ = writeln!(out, "</body></html>");
+    out
+}

@@ -1,0 +1,438 @@
+//! A study's report: every metric of every step summarised per cell over the trials'
+//! repetitions ([`crate::stats`]), the failed trials listed (never averaged in), and two
+//! cells compared. Built from what the results database holds, handed in as plain data;
+//! shown as markdown, CSV, JSON ([`markdown`], [`csv()`], JSON through serde) or HTML
+//! ([`crate::html`]).
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::metrics::{self, Metric};
+use crate::stats::{self, Difference, Summary};
+
+/// A swept parameter: its name and its values' labels, in the study's order.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Axis {
+    pub name: String,
+    pub labels: Vec<String>,
+}
+
+/// One recorded trial, as the report needs it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrialData {
+    pub cell: String,
+    /// The label of each parameter's value, in the study's order of parameters.
+    pub labels: Vec<String>,
+    pub repetition: u32,
+    /// `ok`, `failed` or `running`.
+    pub status: String,
+    pub error: Option<String>,
+    /// Each step's metrics: (step name, metric).
+    pub metrics: Vec<(String, Metric)>,
+}
+
+/// What a report is made from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReportInput {
+    pub study: String,
+    pub description: String,
+    pub order: String,
+    pub seed: u64,
+    pub repeat: u32,
+    pub params: Vec<Axis>,
+    /// The study's cells, in the plan's order (labels).
+    pub cells: Vec<String>,
+    pub trials: Vec<TrialData>,
+    /// The machines the runs were made on, one line each (kernel, cores, congestion
+    /// control, flowlab version).
+    pub machines: Vec<String>,
+}
+
+/// A metric of a step, per cell.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MetricTable {
+    pub step: String,
+    pub metric: String,
+    pub unit: String,
+    pub rows: Vec<CellRow>,
+}
+
+/// One cell's summary of a metric.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CellRow {
+    pub cell: String,
+    pub labels: Vec<String>,
+    pub summary: Summary,
+}
+
+/// A trial that failed, with why.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Failure {
+    pub cell: String,
+    pub repetition: u32,
+    pub error: String,
+}
+
+/// A study's report.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StudyReport {
+    pub schema: String,
+    pub study: String,
+    pub description: String,
+    pub order: String,
+    pub seed: u64,
+    pub repeat: u32,
+    pub params: Vec<Axis>,
+    /// Cells × repeat.
+    pub planned: usize,
+    pub ok: usize,
+    pub failed: usize,
+    /// Claimed and not finished (running now, or a runner that is gone).
+    pub running: usize,
+    pub machines: Vec<String>,
+    /// Confidence of every interval, percent.
+    pub confidence_percent: f64,
+    pub metrics: Vec<MetricTable>,
+    pub failures: Vec<Failure>,
+}
+
+/// Whether a metric is reported: all but the bytes received (what a test was asked to
+/// move) and metrics that are zero in every trial.
+fn reported(name: &str, values: &[f64]) -> bool {
+    !name.starts_with("received") && values.iter().any(|&v| v != 0.0)
+}
+
+/// Summarises `input`: per step and metric (in the order they first appear), per cell
+/// (in the plan's order), over the trials that ended ok.
+pub fn build(input: &ReportInput) -> StudyReport {
+    let ok: Vec<&TrialData> = input.trials.iter().filter(|t| t.status == "ok").collect();
+    let mut keys: Vec<(String, String)> = Vec::new();
+    for t in &ok {
+        for (step, m) in &t.metrics {
+            if !keys.iter().any(|(s, n)| s == step && n == &m.name) {
+                keys.push((step.clone(), m.name.clone()));
+            }
+        }
+    }
+    let mut tables = Vec::new();
+    for (step, name) in keys {
+        let mut rows = Vec::new();
+        let mut all = Vec::new();
+        for cell in &input.cells {
+            let trials: Vec<&&TrialData> = ok.iter().filter(|t| &t.cell == cell).collect();
+            let values: Vec<f64> = trials
+                .iter()
+                .flat_map(|t| &t.metrics)
+                .filter(|(s, m)| s == &step && m.name == name)
+                .map(|(_, m)| m.value)
+                .collect();
+            all.extend(&values);
+            if let (Some(summary), Some(t)) = (stats::summary(&values), trials.first()) {
+                rows.push(CellRow {
+                    cell: cell.clone(),
+                    labels: t.labels.clone(),
+                    summary,
+                });
+            }
+        }
+        if reported(&name, &all) {
+            tables.push(MetricTable {
+                unit: metrics::unit(&name).into(),
+                step,
+                metric: name,
+                rows,
+            });
+        }
+    }
+    let count = |s: &str| input.trials.iter().filter(|t| t.status == s).count();
+    StudyReport {
+        schema: "flowlab.report/1".into(),
+        study: input.study.clone(),
+        description: input.description.clone(),
+        order: input.order.clone(),
+        seed: input.seed,
+        repeat: input.repeat,
+        params: input.params.clone(),
+        planned: input.cells.len() * input.repeat as usize,
+        ok: count("ok"),
+        failed: count("failed"),
+        running: count("running"),
+        machines: input.machines.clone(),
+        confidence_percent: stats::CONFIDENCE * 100.0,
+        metrics: tables,
+        failures: input
+            .trials
+            .iter()
+            .filter(|t| t.status == "failed")
+            .map(|t| Failure {
+                cell: t.cell.clone(),
+                repetition: t.repetition,
+                error: t.error.clone().unwrap_or_default(),
+            })
+            .collect(),
+    }
+}
+
+/// Two cells compared on every metric they share.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Comparison {
+    pub a: String,
+    pub b: String,
+    pub rows: Vec<ComparisonRow>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ComparisonRow {
+    pub step: String,
+    pub metric: String,
+    pub unit: String,
+    pub a: Summary,
+    pub b: Summary,
+    /// `None` when either cell has fewer than two trials.
+    pub difference: Option<Difference>,
+}
+
+/// Cell `b` against cell `a` (labels as the report writes them).
+pub fn compare(report: &StudyReport, a: &str, b: &str) -> Comparison {
+    let rows = report
+        .metrics
+        .iter()
+        .filter_map(|m| {
+            let find = |c: &str| {
+                m.rows
+                    .iter()
+                    .find(|r| r.cell == c)
+                    .map(|r| r.summary.clone())
+            };
+            let (sa, sb) = (find(a)?, find(b)?);
+            Some(ComparisonRow {
+                step: m.step.clone(),
+                metric: m.metric.clone(),
+                unit: m.unit.clone(),
+                difference: stats::welch(&sa, &sb),
+                a: sa,
+                b: sb,
+            })
+        })
+        .collect();
+    Comparison {
+        a: a.into(),
+        b: b.into(),
+        rows,
+    }
+}
+
+/// How a metric's values are shown: divided by `divisor`, in `unit` (bit/s as Mbit/s
+/// or Gbit/s, seconds as ms when under one, bytes in MB…), from the largest value.
+pub fn display_unit(unit: &str, largest: f64) -> (f64, String) {
+    let steps: &[(f64, &str)] = match unit {
+        "bit/s" => &[
+            (1e9, "Gbit/s"),
+            (1e6, "Mbit/s"),
+            (1e3, "kbit/s"),
+            (1.0, "bit/s"),
+        ],
+        "B" => &[(1e9, "GB"), (1e6, "MB"), (1e3, "kB"), (1.0, "B")],
+        "s" => &[(1.0, "s"), (1e-3, "ms"), (1e-6, "µs")],
+        _ => return (1.0, unit.to_string()),
+    };
+    let largest = largest.abs();
+    steps
+        .iter()
+        .find(|(d, _)| largest >= *d)
+        .or(steps.last())
+        .map_or((1.0, unit.to_string()), |(d, u)| (*d, u.to_string()))
+}
+
+/// A number with four significant digits (no exponent for everyday sizes).
+pub fn number(v: f64) -> String {
+    if v == 0.0 || !v.is_finite() {
+        return format!("{v}");
+    }
+    // The magnitude after rounding to four digits (0.99999 is shown as 1.000).
+    let magnitude = |x: f64| x.abs().log10().floor() as i32;
+    let scale = 10f64.powi(magnitude(v) - 3);
+    let digits = (3 - magnitude((v / scale).round() * scale)).clamp(0, 6) as usize;
+    format!("{v:.digits$}")
+}
+
+/// The largest magnitude a table shows (means and interval ends).
+fn largest(m: &MetricTable) -> f64 {
+    m.rows
+        .iter()
+        .flat_map(|r| [r.summary.mean, r.summary.ci.map_or(0.0, |c| c.1)])
+        .fold(0.0, |a, v| a.max(v.abs()))
+}
+
+/// A metric's heading: `transfer_s of step "transfer" (ms)`.
+pub fn title(m: &MetricTable, unit: &str) -> String {
+    let unit = if unit.is_empty() {
+        String::new()
+    } else {
+        format!(" ({unit})")
+    };
+    format!("{} — step {}{unit}", m.metric, m.step)
+}
+
+/// The report as markdown: the study, then a table per metric, then the failures.
+pub fn markdown(r: &StudyReport) -> String {
+    let mut out = format!("# Study {}\n\n", r.study);
+    if !r.description.is_empty() {
+        let _ = writeln!(out, "{}\n", r.description);
+    }
+    let _ = writeln!(
+        out,
+        "{} of {} trials ok, {} failed{}; {} repetitions per cell, order {} (seed {}). Intervals: {}% confidence of the mean (Student's t).\n",
+        r.ok,
+        r.planned,
+        r.failed,
+        if r.running > 0 {
+            format!(", {} not finished", r.running)
+        } else {
+            String::new()
+        },
+        r.repeat,
+        r.order,
+        r.seed,
+        r.confidence_percent
+    );
+    for m in &r.machines {
+        let _ = writeln!(out, "- {m}");
+    }
+    if !r.machines.is_empty() {
+        out.push('\n');
+    }
+    for m in &r.metrics {
+        let (div, unit) = display_unit(&m.unit, largest(m));
+        let _ = writeln!(out, "## {}\n", title(m, &unit));
+        let _ = writeln!(out, "| cell | n | mean | median | sd | 95% CI |");
+        let _ = writeln!(out, "|---|---:|---:|---:|---:|---|");
+        for row in &m.rows {
+            let s = &row.summary;
+            let ci = s.ci.map_or("–".to_string(), |(lo, hi)| {
+                format!("{} – {}", number(lo / div), number(hi / div))
+            });
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} | {ci} |",
+                if row.cell.is_empty() {
+                    "(one cell)"
+                } else {
+                    &row.cell
+                },
+                s.n,
+                number(s.mean / div),
+                number(s.median / div),
+                number(s.sd / div)
+            );
+        }
+        out.push('\n');
+    }
+    if !r.failures.is_empty() {
+        let _ = writeln!(out, "## Failed trials (not in the statistics)\n");
+        for f in &r.failures {
+            let _ = writeln!(out, "- {} #{}: {}", f.cell, f.repetition, f.error);
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// A comparison as markdown: per metric both cells, the difference with its interval,
+/// and whether it is larger than the noise.
+pub fn comparison_markdown(c: &Comparison) -> String {
+    let mut out = format!("# {} against {}\n\n", c.b, c.a);
+    let _ = writeln!(
+        out,
+        "| metric | A: {} | B: {} | B − A | 95% CI of B − A | p (Welch) | verdict |",
+        c.a, c.b
+    );
+    let _ = writeln!(out, "|---|---:|---:|---:|---|---:|---|");
+    for row in &c.rows {
+        let largest = row.a.mean.abs().max(row.b.mean.abs());
+        let (div, unit) = display_unit(&row.unit, largest);
+        let mean = |s: &Summary| format!("{} (n={})", number(s.mean / div), s.n);
+        let (diff, ci, p, verdict) = match &row.difference {
+            Some(d) => (
+                format!(
+                    "{}{}",
+                    number(d.diff / div),
+                    d.relative_percent
+                        .map(|p| format!(" ({p:+.1}%)"))
+                        .unwrap_or_default()
+                ),
+                format!("{} – {}", number(d.ci.0 / div), number(d.ci.1 / div)),
+                format!("{:.3}", d.p),
+                if d.significant {
+                    "larger than the noise"
+                } else {
+                    "within the noise"
+                },
+            ),
+            None => (
+                number((row.b.mean - row.a.mean) / div),
+                "–".into(),
+                "–".into(),
+                "too few trials to tell",
+            ),
+        };
+        let unit = if unit.is_empty() {
+            String::new()
+        } else {
+            format!(" ({unit})")
+        };
+        let _ = writeln!(
+            out,
+            "| {} {}{unit} | {} | {} | {diff} | {ci} | {p} | {verdict} |",
+            row.step,
+            row.metric,
+            mean(&row.a),
+            mean(&row.b)
+        );
+    }
+    out
+}
+
+/// The report as CSV: one row per metric and cell, a column per parameter.
+pub fn csv(r: &StudyReport) -> Result<String, ::csv::Error> {
+    let mut w = ::csv::Writer::from_writer(Vec::new());
+    let mut header: Vec<String> = ["study", "step", "metric", "unit", "cell"]
+        .map(String::from)
+        .to_vec();
+    header.extend(r.params.iter().map(|p| p.name.clone()));
+    header.extend(
+        [
+            "n", "mean", "median", "sd", "min", "max", "ci_low", "ci_high",
+        ]
+        .map(String::from),
+    );
+    w.write_record(&header)?;
+    for m in &r.metrics {
+        for row in &m.rows {
+            let s = &row.summary;
+            let mut rec = vec![
+                r.study.clone(),
+                m.step.clone(),
+                m.metric.clone(),
+                m.unit.clone(),
+                row.cell.clone(),
+            ];
+            rec.extend(row.labels.iter().cloned());
+            let opt = |v: Option<f64>| v.map(|v| v.to_string()).unwrap_or_default();
+            rec.extend([
+                s.n.to_string(),
+                s.mean.to_string(),
+                s.median.to_string(),
+                s.sd.to_string(),
+                s.min.to_string(),
+                s.max.to_string(),
+                opt(s.ci.map(|c| c.0)),
+                opt(s.ci.map(|c| c.1)),
+            ]);
+            w.write_record(&rec)?;
+        }
+    }
+    let bytes = w.into_inner().map_err(|e| e.into_error())?;
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}

@@ -1,0 +1,228 @@
+//! `flowlab report DB`: a study's results summarised per cell with confidence intervals,
+//! as markdown, CSV, JSON or one self-contained HTML page; or two cells compared.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Args as ClapArgs, ValueEnum};
+use flowlab_db::Db;
+use flowlab_proto::system::SystemInfo;
+use flowlab_report::metrics::Metric;
+use flowlab_report::study_report::{self, Axis, ReportInput, TrialData};
+use flowlab_report::{html, json};
+
+use crate::cli::Usage;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Markdown,
+    Csv,
+    Json,
+    Html,
+}
+
+#[derive(Debug, ClapArgs)]
+pub struct Args {
+    /// The results database `flowlab run` wrote.
+    pub db: PathBuf,
+    /// The study to report (needed when the database holds several).
+    #[arg(long, value_name = "NAME")]
+    pub study: Option<String>,
+    /// Write to FILE; its extension (.html, .md, .csv, .json) gives the format unless
+    /// --format does.
+    #[arg(short = 'o', long = "out", value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// The format [default: by --out's extension, else markdown].
+    #[arg(long, value_enum)]
+    pub format: Option<Format>,
+    /// Compare two cells (labels as the report writes them, e.g. "cc=cubic"): each
+    /// metric's difference, its 95 % confidence interval and Welch's p-value.
+    #[arg(long, num_args = 2, value_names = ["CELL_A", "CELL_B"])]
+    pub compare: Option<Vec<String>>,
+}
+
+impl Args {
+    fn format(&self) -> Result<Format, Usage> {
+        if let Some(f) = self.format {
+            return Ok(f);
+        }
+        let Some(out) = &self.out else {
+            return Ok(Format::Markdown);
+        };
+        match out.extension().and_then(|e| e.to_str()) {
+            Some("html" | "htm") => Ok(Format::Html),
+            Some("md" | "markdown") => Ok(Format::Markdown),
+            Some("csv") => Ok(Format::Csv),
+            Some("json") => Ok(Format::Json),
+            _ => Err(Usage(format!(
+                "--out {}: give a name ending in .html, .md, .csv or .json, or say --format",
+                out.display()
+            ))),
+        }
+    }
+}
+
+pub fn run(a: &Args) -> anyhow::Result<()> {
+    let format = a.format()?;
+    let db = Db::open_existing(&a.db)?;
+    let input = input(&db, a.study.as_deref())?;
+    let report = study_report::build(&input);
+    let text = match &a.compare {
+        Some(cells) => {
+            for c in cells {
+                if !input.cells.contains(c) {
+                    return Err(Usage(format!(
+                        "--compare: '{c}' is not a cell of study {} (its cells: {})",
+                        input.study,
+                        input.cells.join("; ")
+                    ))
+                    .into());
+                }
+            }
+            let c = study_report::compare(&report, &cells[0], &cells[1]);
+            match format {
+                Format::Json => json::document(&c)? + "\n",
+                Format::Markdown => study_report::comparison_markdown(&c),
+                Format::Csv | Format::Html => {
+                    return Err(
+                        Usage("--compare writes markdown or JSON (--format json)".into()).into(),
+                    );
+                }
+            }
+        }
+        None => match format {
+            Format::Markdown => study_report::markdown(&report),
+            Format::Csv => study_report::csv(&report)?,
+            Format::Json => json::document(&report)? + "\n",
+            Format::Html => {
+                let charts = report
+                    .metrics
+                    .iter()
+                    .map(|m| {
+                        flowlab_plot::render_svg(&[flowlab_plot::metric_panel(&report, m)]).ok()
+                    })
+                    .collect::<Vec<_>>();
+                html::page(&report, &charts)
+            }
+        },
+    };
+    match &a.out {
+        Some(path) => std::fs::write(path, text)
+            .with_context(|| format!("cannot write {}", path.display()))?,
+        None => super::emit(&text),
+    }
+    Ok(())
+}
+
+/// The study's trials, cells and machines, read from `db`.
+fn input(db: &Db, name: Option<&str>) -> anyhow::Result<ReportInput> {
+    let path = db.path().display().to_string();
+    let studies = db.studies()?;
+    let row = match name {
+        Some(n) => studies.iter().find(|s| s.name == n).ok_or_else(|| {
+            Usage(format!(
+                "--study {n}: {path} holds no such study (it holds: {})",
+                names(&studies)
+            ))
+        })?,
+        None => match studies.as_slice() {
+            [one] => one,
+            [] => anyhow::bail!("{path}: no study recorded yet"),
+            _ => {
+                return Err(Usage(format!(
+                    "{path} holds several studies ({}): say which with --study",
+                    names(&studies)
+                ))
+                .into());
+            }
+        },
+    };
+    let study = flowlab_study::parse(&row.file)
+        .map_err(|e| anyhow::anyhow!("{path}: study {}'s recorded file: {e}", row.name))?;
+    let cells: Vec<String> = study.cells().iter().map(|c| study.cell_label(c)).collect();
+    let metrics = db.metrics(row.id)?;
+    let trials = db
+        .trials(row.id)?
+        .into_iter()
+        .map(|t| {
+            let params: serde_json::Value = serde_json::from_str(&t.params).unwrap_or_default();
+            TrialData {
+                labels: study
+                    .params
+                    .iter()
+                    .map(|p| params[&p.name].as_str().unwrap_or_default().to_string())
+                    .collect(),
+                metrics: metrics
+                    .iter()
+                    .filter(|m| m.0 == t.id)
+                    .map(|(_, step, name, value)| {
+                        (
+                            step.clone(),
+                            Metric {
+                                name: name.clone(),
+                                value: *value,
+                            },
+                        )
+                    })
+                    .collect(),
+                cell: t.cell,
+                repetition: t.repetition,
+                status: t.status,
+                error: t.error,
+            }
+        })
+        .collect();
+    let machines = db
+        .runners(row.id)?
+        .into_iter()
+        .map(|(host, version, system)| machine(&host, &version, &system))
+        .collect::<Vec<_>>();
+    let mut unique = Vec::new();
+    for m in machines {
+        if !unique.contains(&m) {
+            unique.push(m);
+        }
+    }
+    Ok(ReportInput {
+        study: row.name.clone(),
+        description: study.description.clone(),
+        order: match study.order {
+            flowlab_study::file::Order::Random => "random",
+            flowlab_study::file::Order::Sequential => "sequential",
+        }
+        .into(),
+        seed: row.seed,
+        repeat: study.repeat,
+        params: study
+            .params
+            .iter()
+            .map(|p| Axis {
+                name: p.name.clone(),
+                labels: p.values.iter().map(|v| v.label.clone()).collect(),
+            })
+            .collect(),
+        cells,
+        trials,
+        machines: unique,
+    })
+}
+
+fn names(studies: &[flowlab_db::StudyRow]) -> String {
+    studies
+        .iter()
+        .map(|s| s.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// One line about the machine a runner ran on.
+fn machine(host: &str, version: &str, system: &str) -> String {
+    let s: SystemInfo = serde_json::from_str(system).unwrap_or_default();
+    let or = |v: Option<String>| v.unwrap_or_else(|| "?".into());
+    format!(
+        "{host}: kernel {}, {} CPUs, default congestion control {}, flowlab {version}",
+        or(s.kernel),
+        or(s.cpus.map(|c| c.to_string())),
+        or(s.congestion_default)
+    )
+}
