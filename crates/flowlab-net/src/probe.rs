@@ -55,9 +55,17 @@ pub fn echo_reply(packet: &[u8]) -> Option<(u16, u16)> {
 impl Pinger {
     /// Opens the raw socket inside namespace `ns` (root).
     pub fn new(ns: &str) -> io::Result<Pinger> {
-        let socket = crate::netns::run_in(ns, || {
-            Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::ICMPV4))
-        })?;
+        Pinger::open(Some(ns))
+    }
+
+    /// Opens the raw socket inside namespace `ns`, or in this thread's own when `None`
+    /// (root).
+    pub fn open(ns: Option<&str>) -> io::Result<Pinger> {
+        let raw = || Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::ICMPV4));
+        let socket = match ns {
+            Some(ns) => crate::netns::run_in(ns, raw)?,
+            None => raw()?,
+        };
         // Replies carry the kernel's arrival time, so a late-scheduled prober does not
         // add to the RTT it reports.
         crate::forward::set_int(&socket, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1)?;

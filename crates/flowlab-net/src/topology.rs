@@ -478,6 +478,18 @@ impl<'a> Plan<'a> {
 
     /// The path from host `from` to host `to`: fewest links, then least delay (ties by
     /// name order, so the same file always gives the same routes).
+    /// The last node of `path` at its address on the segment the path arrives by (a
+    /// router has several).
+    pub fn address_towards(&self, path: &PathInfo) -> Option<std::net::Ipv4Addr> {
+        let to = path.nodes.last()?;
+        let prev = path.nodes.get(path.nodes.len().checked_sub(2)?)?;
+        self.segments.iter().find_map(|s| {
+            let here = s.members.iter().find(|(n, _)| n == to)?;
+            let joins = s.members.iter().any(|(n, _)| n == prev) || s.switch.as_ref() == Some(prev);
+            joins.then(|| std::net::Ipv4Addr::from(here.1))
+        })
+    }
+
     /// The node that holds address `addr`, if any.
     pub fn node_at(&self, addr: std::net::Ipv4Addr) -> Option<&str> {
         self.segments

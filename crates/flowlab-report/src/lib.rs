@@ -8,6 +8,7 @@
 //! - [`spec`]: what a test is asked to measure ([`spec::TestSpec`]).
 //! - [`result`]: what a test produced ([`result::TestResult`]), the one result type every
 //!   output of a test is made from.
+//! - [`rtt`]: what a study's RTT step measured (ICMP echoes from one node).
 //! - [`diagnose`]: what limited a traced transfer, with evidence and advice.
 //! - [`fetch`]: what a fragment fetch or a ratio sweep produced.
 //! - [`net`]: what an emulated topology implies (`net show`), what `net check` measured,
@@ -37,6 +38,7 @@ pub mod json;
 pub mod metrics;
 pub mod net;
 pub mod result;
+pub mod rtt;
 pub mod server;
 pub mod spec;
 pub mod stats;

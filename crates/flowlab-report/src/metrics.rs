@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use crate::fetch::FetchResult;
 use crate::result::TestResult;
+use crate::rtt::RttResult;
 
 /// One number of a step's result.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -125,7 +126,18 @@ pub fn of_fetch(r: &FetchResult) -> Vec<Metric> {
     out
 }
 
-/// The metrics of a step of `kind` (`test` or `fetch`) from its `-J` document; none
+/// An RTT step's metrics: its echoes' median, 95th percentile and largest RTT, and the
+/// share lost.
+pub fn of_rtt(r: &RttResult) -> Vec<Metric> {
+    let mut out = Vec::new();
+    push(&mut out, "rtt_median_ms".into(), r.median_ms);
+    push(&mut out, "rtt_p95_ms".into(), r.p95_ms);
+    push(&mut out, "rtt_max_ms".into(), r.max_ms);
+    push(&mut out, "echo_loss_percent".into(), Some(r.lost_percent));
+    out
+}
+
+/// The metrics of a step of `kind` (`test`, `fetch` or `rtt`) from its `-J` document; none
 /// when the document is not that kind's result (a failed step's error).
 pub fn of_document(kind: &str, document: &str) -> Vec<Metric> {
     match kind {
@@ -134,6 +146,9 @@ pub fn of_document(kind: &str, document: &str) -> Vec<Metric> {
             .unwrap_or_default(),
         "fetch" => serde_json::from_str::<FetchResult>(document)
             .map(|r| of_fetch(&r))
+            .unwrap_or_default(),
+        "rtt" => serde_json::from_str::<RttResult>(document)
+            .map(|r| of_rtt(&r))
             .unwrap_or_default(),
         _ => Vec::new(),
     }

@@ -135,6 +135,9 @@ pub enum StepKind {
     Test,
     /// A `flowlab fetch` of a fragment set.
     Fetch,
+    /// ICMP echoes from the step's node to a host: the RTT (idle, or under load beside
+    /// other steps of its group).
+    Rtt,
 }
 
 /// Text with `{param}` holes (`{{` and `}}` are braces).
@@ -358,10 +361,11 @@ pub fn parse(text: &str) -> Result<Study, StudyError> {
         let kind = match r.kind.get_ref().as_str() {
             "test" => StepKind::Test,
             "fetch" => StepKind::Fetch,
+            "rtt" => StepKind::Rtt,
             k => {
                 return Err(at(
                     r.kind.span(),
-                    format!("step kind '{k}': choose test or fetch"),
+                    format!("step kind '{k}': choose test, fetch or rtt"),
                 ));
             }
         };

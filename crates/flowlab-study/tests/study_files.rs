@@ -236,7 +236,7 @@ fn every_refusal_names_its_place_and_its_reason() {
         ),
         (
             "name = \"x\"\n[[step]]\nkind = \"ping\"\nargs = \"h\"\n".into(),
-            "step kind 'ping': choose test or fetch",
+            "step kind 'ping': choose test, fetch or rtt",
             3,
         ),
         (

@@ -474,3 +474,53 @@ fn two_runners_share_a_database_and_never_run_a_trial_twice() {
     assert_eq!(rows.len(), 16);
     assert!(rows.iter().all(|r| r.2 == "ok"), "{rows:?}");
 }
+
+/// A study on a topology is checked against it before anything is built (no root
+/// needed to be refused).
+#[test]
+fn nodes_and_paths_are_checked_before_anything_is_built() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let topo = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../topologies/small.toml"),
+    )
+    .expect("small.toml");
+    std::fs::write(dir.path().join("net.toml"), topo).expect("write");
+    let study = |server_node: &str, from: &str| {
+        format!(
+            "name = \"t\"\ntopology = \"net.toml\"\n[[server]]\nname = \"b\"\n{server_node}\n[[step]]\nkind = \"test\"\n{from}\nargs = \"{{b.host}} -p {{b.port}} -t 1\"\n"
+        )
+    };
+    let cases = [
+        (
+            study("node = \"h9\"", "from = \"h1\""),
+            "net.toml; it has: h1, h2, h3, r1, r2)",
+        ),
+        (
+            study("node = \"s1\"", "from = \"h1\""),
+            "server b: 's1' is a switch; name a host or a router",
+        ),
+        (
+            study("node = \"h2\"", ""),
+            "step 'step 1' runs on this machine but server b on h2: give both a node of the topology (`from` and `node`), or neither",
+        ),
+        (
+            study("", "from = \"h1\""),
+            "step 'step 1' runs on h1 but server b on this machine",
+        ),
+    ];
+    for (study_text, says) in cases {
+        let path = write_study(dir.path(), &study_text);
+        let out = run(dir.path(), &["--dry-run", path.to_str().expect("utf-8")]);
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+        assert!(text(&out).contains(says), "want {says}\ngot {}", text(&out));
+    }
+    // A valid one shows the path's real address in its plan.
+    let path = write_study(dir.path(), &study("node = \"h2\"", "from = \"h1\""));
+    let out = run(dir.path(), &["--dry-run", path.to_str().expect("utf-8")]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("step 1: flowlab test 10.0."),
+        "{}",
+        text(&out)
+    );
+}

@@ -1,5 +1,8 @@
 //! The studies shipped in studies/: each one checks, runs at a small scale, and its
-//! report builds with a table per metric.
+//! report builds with a table per metric. And a study on a topology: brought up, its
+//! group's steps started together, taken down.
+
+mod support;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -63,4 +66,131 @@ fn every_shipped_study_runs_small_and_reports() {
             "{name}: tables per metric"
         );
     }
+}
+
+/// Root (the topology tests build namespaces): in CI it must be there; elsewhere the
+/// test says why it skips.
+fn root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        if std::env::var_os("CI").is_some() {
+            panic!("topology studies need root, and CI runs as root");
+        }
+        support::skip("a study on a topology needs root (CAP_NET_ADMIN)");
+    }
+    root && support::require_tool("ip") && support::require_tool("tc")
+}
+
+fn namespaces_of(topo: &str) -> Vec<String> {
+    let out = std::process::Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .expect("ip netns list");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with(&format!("fl-{topo}-")))
+        .map(str::to_string)
+        .collect()
+}
+
+/// A small topology (no delays: any kernel) with a server on h2, and a trial of an idle
+/// RTT, then a TCP test from h1 with echoes from h3 at the same time.
+const TOPOLOGY_STUDY: &str = r#"
+name = "on-a-topology"
+repeat = 2
+order = "sequential"
+topology = "stsml.toml"
+[params]
+cc = ["cubic", "bbr"]
+[[server]]
+name = "b"
+node = "h2"
+[[step]]
+name = "idle"
+kind = "rtt"
+from = "h1"
+args = "{b.host} -c 5 -i 20ms"
+[[step]]
+name = "load"
+kind = "test"
+group = "g"
+from = "h1"
+args = "{b.host} -p {b.port} -t 1 -C {cc}"
+[[step]]
+name = "loaded"
+kind = "rtt"
+group = "g"
+from = "h3"
+args = "{b.host} -c 10 -i 100ms"
+"#;
+
+#[test]
+fn a_study_brings_its_topology_up_runs_groups_together_and_takes_it_down() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let topo = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../topologies/small.toml"),
+    )
+    .expect("small.toml")
+    .replace("name = \"small\"", "name = \"stsml\"");
+    std::fs::write(dir.path().join("stsml.toml"), topo).expect("write");
+    std::fs::write(dir.path().join("study.toml"), TOPOLOGY_STUDY).expect("write");
+    let out = flowlab()
+        .current_dir(dir.path())
+        .args(["run", "study.toml"])
+        .timeout(Duration::from_secs(120))
+        .output()
+        .expect("run");
+    let said =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.contains("study on-a-topology: 4 ok, 0 failed"),
+        "{said}"
+    );
+    assert!(
+        namespaces_of("stsml").is_empty(),
+        "taken down: {:?}",
+        namespaces_of("stsml")
+    );
+
+    let raw = rusqlite::Connection::open(dir.path().join("results.db")).expect("db");
+    // The group's steps started together: within 10 ms, every trial.
+    let spread: f64 = raw
+        .query_row(
+            "SELECT max(spread) FROM (SELECT max(started) - min(started) AS spread FROM step
+             WHERE name IN ('load', 'loaded') GROUP BY trial_id)",
+            [],
+            |r| r.get(0),
+        )
+        .expect("spread");
+    assert!(spread < 0.010, "group started {spread} s apart");
+    // The echoes reached h2 from both nodes; the test ran from h1 to h2's address.
+    let n: i64 = raw
+        .query_row(
+            "SELECT count(*) FROM trial_metric WHERE metric = 'rtt_median_ms' AND value > 0",
+            [],
+            |r| r.get(0),
+        )
+        .expect("rtt");
+    assert_eq!(n, 8, "an idle and a loaded median per trial");
+    let args: String = raw
+        .query_row(
+            "SELECT args FROM step WHERE name = 'load' LIMIT 1",
+            [],
+            |r| r.get(0),
+        )
+        .expect("args");
+    assert!(args.starts_with("10.0."), "{args}");
+    let out = flowlab()
+        .current_dir(dir.path())
+        .args(["report", "results.db"])
+        .output()
+        .expect("report");
+    let md = String::from_utf8_lossy(&out.stdout);
+    assert!(md.contains("## rtt_median_ms — step loaded (ms)"), "{md}");
 }

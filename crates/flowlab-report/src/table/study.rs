@@ -17,7 +17,11 @@ pub fn wait(seconds: f64) -> String {
 /// The plan of a study, whole.
 pub fn study_plan(p: &PlanSummary) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "study {}: {}", p.study, p.description);
+    if p.description.is_empty() {
+        let _ = writeln!(out, "study {}", p.study);
+    } else {
+        let _ = writeln!(out, "study {}: {}", p.study, p.description);
+    }
     let _ = writeln!(
         out,
         "{} cells x {} repetitions = {} trials, order {} (seed {}){}{}",
@@ -43,7 +47,7 @@ pub fn study_plan(p: &PlanSummary) -> String {
     if !p.servers.is_empty() {
         let _ = writeln!(
             out,
-            "(a server's address is known once it listens: shown as <NAME.host> and port 5201)"
+            "(a server's port is known once it listens: shown as 5201)"
         );
     }
     for c in &p.cells {

@@ -34,12 +34,40 @@ struct ServeLine {
     args: cmd::serve::Args,
 }
 
+#[derive(Debug, Parser)]
+#[command(name = "rtt", no_binary_name = true)]
+struct RttLine {
+    /// The host echoed (an IPv4 address: a server's `{NAME.host}`).
+    host: std::net::Ipv4Addr,
+    /// Echoes to send.
+    #[arg(short = 'c', long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    count: u64,
+    /// Between two echoes.
+    #[arg(short = 'i', long, default_value = "100ms", value_parser = flowlab_report::units::parse_duration)]
+    interval: Duration,
+    /// How long a reply is waited for.
+    #[arg(long, default_value = "1s", value_parser = flowlab_report::units::parse_duration)]
+    timeout: Duration,
+}
+
+/// ICMP echoes, one at a time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Echoes {
+    pub to: std::net::Ipv4Addr,
+    pub count: u64,
+    pub interval: Duration,
+    pub timeout: Duration,
+}
+
 /// One step of one trial, ready to start.
 #[derive(Debug, Clone)]
 pub struct StepLine {
-    /// The subcommand and its arguments (the runner adds `-J`).
+    /// The subcommand and its arguments (the runner adds `-J`); for an RTT step, its own
+    /// arguments.
     pub argv: Vec<String>,
-    /// The time it takes when that is known before it runs (a timed test).
+    /// An RTT step's echoes (run by the runner itself, not a child).
+    pub echoes: Option<Echoes>,
+    /// The time it takes when that is known before it runs (a timed test, the echoes).
     pub expected: Option<Duration>,
 }
 
@@ -93,7 +121,11 @@ pub fn step_line(
                 Amount::Bytes(_) | Amount::Blocks(_) => None,
             };
             argv.insert(0, "test".into());
-            Ok(StepLine { argv, expected })
+            Ok(StepLine {
+                argv,
+                echoes: None,
+                expected,
+            })
         }
         StepKind::Fetch => {
             let parsed = FetchLine::try_parse_from(&argv).map_err(|e| one_line(&e))?;
@@ -105,9 +137,52 @@ pub fn step_line(
             argv.insert(0, "fetch".into());
             Ok(StepLine {
                 argv,
+                echoes: None,
                 expected: None,
             })
         }
+        StepKind::Rtt => {
+            let a = RttLine::try_parse_from(&argv).map_err(|e| one_line(&e))?;
+            if a.interval.is_zero() || a.timeout.is_zero() {
+                return Err("-i and --timeout must be above 0".into());
+            }
+            // --scale: fewer echoes, never below three.
+            let count = if scale == 1.0 {
+                a.count
+            } else {
+                ((a.count as f64 * scale).round() as u64).max(3)
+            };
+            let mut argv = vec![
+                "rtt".to_string(),
+                a.host.to_string(),
+                "-c".into(),
+                count.to_string(),
+                "-i".into(),
+                duration_text(a.interval),
+            ];
+            if a.timeout != Duration::from_secs(1) {
+                argv.extend(["--timeout".into(), duration_text(a.timeout)]);
+            }
+            Ok(StepLine {
+                argv,
+                expected: Some(a.interval * count as u32),
+                echoes: Some(Echoes {
+                    to: a.host,
+                    count,
+                    interval: a.interval,
+                    timeout: a.timeout,
+                }),
+            })
+        }
+    }
+}
+
+/// A duration as flowlab's options read it: whole milliseconds, else microseconds.
+fn duration_text(d: Duration) -> String {
+    if d.as_micros() % 1000 == 0 {
+        format!("{}ms", d.as_millis())
+    } else {
+        format!("{}us", d.as_micros())
     }
 }
 

@@ -11,6 +11,7 @@
 
 mod check;
 mod servers;
+mod topology;
 mod trial;
 
 use std::path::{Path, PathBuf};
@@ -73,15 +74,27 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    if study.topology.is_some() {
-        return Err(Usage(format!(
-            "{}: topology: running a study on a topology is not built yet; bring it up with `flowlab net up` and name its addresses in the steps",
-            a.study.display()
-        ))
-        .into());
-    }
+    let net = match &study.topology {
+        Some(file) => Some(
+            topology::Net::load(&dir.join(file))
+                .map_err(|e| Usage(format!("{}: topology: {e:#}", a.study.display())))?,
+        ),
+        None => None,
+    };
+    topology::check(&study, net.as_ref())
+        .map_err(|e| Usage(format!("{}: {e}", a.study.display())))?;
     let only = only(&study, &a.only)?;
-    let placeholder = |s: usize| (format!("<{}.host>", study.servers[s].name), "5201".into());
+    // Where step `i` reaches server `s`: its node's address on the path from the step's
+    // node, or loopback (checked above: every pair is one or the other).
+    let host = |i: usize, s: usize| -> String {
+        match (&study.steps[i].from, &study.servers[s].node, &net) {
+            (Some(from), Some(node), Some(net)) => net
+                .address(from, node)
+                .map(|a| a.to_string())
+                .unwrap_or_default(),
+            _ => "127.0.0.1".into(),
+        }
+    };
     let serve_lines = study
         .servers
         .iter()
@@ -96,6 +109,8 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     for cell in &cells {
         let mut steps = Vec::new();
         for (i, step) in study.steps.iter().enumerate() {
+            // The port is known once the server listens: 5201 stands for it here.
+            let placeholder = |s: usize| (host(i, s), "5201".to_string());
             let line = check::step_line(&study, i, cell, &placeholder, a.scale).map_err(|e| {
                 Usage(format!(
                     "{}: step '{}', cell {}: {e}",
@@ -132,17 +147,24 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     let system = serde_json::to_string(&flowlab_engine::sysinfo::collect())?;
     let runner = db.register_runner(env!("CARGO_PKG_VERSION"), &system)?;
     let interrupt = super::install_ctrl_c();
+    // Declared before the servers, so dropped after them.
+    let up = net.as_ref().map(topology::up).transpose()?;
+    if let (Some(up), Some(net)) = (&up, &net) {
+        if !up.ours() {
+            eprintln!(
+                "note: topology {} is up already: the study uses it as it is and leaves it up",
+                net.topo.name
+            );
+        }
+    }
     let mut running = Vec::new();
     for (s, argv) in study.servers.iter().zip(&serve_lines) {
-        running.push(servers::start(
-            &s.name,
-            argv,
-            None,
-            "127.0.0.1".into(),
-            &dir,
-        )?);
+        let ns = match (&s.node, &net) {
+            (Some(node), Some(net)) => Some(net.ns(node)),
+            _ => None,
+        };
+        running.push(servers::start(&s.name, argv, ns.as_deref(), &dir)?);
     }
-    let address = |s: usize| (running[s].host.clone(), running[s].port.to_string());
     let ready = |cell: &Cell| -> anyhow::Result<Vec<Vec<Ready>>> {
         study
             .stages()
@@ -151,13 +173,17 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
                 stage
                     .iter()
                     .map(|&i| {
+                        let address = |s: usize| (host(i, s), running[s].port.to_string());
                         let line = check::step_line(&study, i, cell, &address, a.scale)
                             .map_err(|e| anyhow::anyhow!("step '{}': {e}", study.steps[i].name))?;
                         Ok(Ready {
                             name: study.steps[i].name.clone(),
                             kind: kind_name(study.steps[i].kind),
                             line,
-                            ns: None,
+                            ns: match (&study.steps[i].from, &net) {
+                                (Some(from), Some(net)) => Some(net.ns(from)),
+                                _ => None,
+                            },
                         })
                     })
                     .collect()
@@ -279,6 +305,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     summary.interrupted |= interrupt.load(Ordering::Acquire);
     summary.seconds = begun.elapsed().as_secs_f64();
     drop(running);
+    drop(up);
     if a.json {
         emit(&json::event_line("summary", &summary));
     } else {
@@ -326,6 +353,7 @@ fn kind_name(kind: StepKind) -> &'static str {
     match kind {
         StepKind::Test => "test",
         StepKind::Fetch => "fetch",
+        StepKind::Rtt => "rtt",
     }
 }
 
@@ -499,13 +527,17 @@ fn plan_summary(
                     .zip(&lines[c])
                     .map(|(s, l)| {
                         format!(
-                            "{}{}: flowlab {}",
+                            "{}{}: {}",
                             s.name,
                             s.group
                                 .as_deref()
                                 .map(|g| format!(" (group {g})"))
                                 .unwrap_or_default(),
-                            l.argv.join(" ")
+                            if l.echoes.is_some() {
+                                format!("ICMP echoes to {}", l.argv[1..].join(" "))
+                            } else {
+                                format!("flowlab {}", l.argv.join(" "))
+                            }
                         )
                     })
                     .collect(),

@@ -16,24 +16,16 @@ use crate::cmd::Reaped;
 /// How long a server is given to say it listens.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A running server and where it listens.
+/// A running server and the port it listens on.
 #[derive(Debug)]
 pub struct Running {
-    pub host: String,
     pub port: u16,
     _child: Reaped,
 }
 
 /// Starts `flowlab serve` with `argv` (from [`super::check::serve_line`]) in `dir`,
-/// inside network namespace `ns` when given, and waits for its `listening` line; `host`
-/// is the address clients reach it at.
-pub fn start(
-    name: &str,
-    argv: &[String],
-    ns: Option<&str>,
-    host: String,
-    dir: &Path,
-) -> anyhow::Result<Running> {
+/// inside network namespace `ns` when given, and waits for its `listening` line.
+pub fn start(name: &str, argv: &[String], ns: Option<&str>, dir: &Path) -> anyhow::Result<Running> {
     let mut cmd = crate::cmd::flowlab_child(ns)?;
     let mut child = Reaped(
         cmd.args(argv)
@@ -98,7 +90,6 @@ pub fn start(
         }
     };
     Ok(Running {
-        host,
         port,
         _child: child,
     })

@@ -1,9 +1,10 @@
 //! One trial: its stages in order, the steps of a stage (one step, or a group) started
-//! together, each a `flowlab test`/`fetch -J` child whose document is the step's result.
+//! together, each a `flowlab test`/`fetch -J` child whose document is the step's result;
+//! an RTT step's echoes are sent by a thread of the runner (in its node's namespace).
 //!
-//! Children, not threads: a step that hangs is killed at its deadline or on Ctrl-C, and
-//! a step in a topology runs in its node's namespace (`ip netns exec`), as `net check`'s
-//! clients do.
+//! Children, not threads, for measurements: a step that hangs is killed at its deadline
+//! or on Ctrl-C, and a step in a topology runs in its node's namespace (`ip netns
+//! exec`), as `net check`'s clients do. Echoes cannot hang: each waits its timeout.
 
 use std::io::Read;
 use std::path::Path;
@@ -15,7 +16,9 @@ use std::time::{Duration, Instant};
 
 use flowlab_db::StepRecord;
 
-use super::check::StepLine;
+use flowlab_report::rtt::RttResult;
+
+use super::check::{Echoes, StepLine};
 use crate::cmd::Reaped;
 
 /// How often running steps are looked at.
@@ -47,6 +50,50 @@ struct Started {
     begun: Instant,
     status: Option<std::process::ExitStatus>,
     ended: f64,
+}
+
+/// An RTT step's thread: its document, or why it failed.
+type Echoing = JoinHandle<Result<String, String>>;
+
+/// Sends `e`'s echoes from namespace `ns` (this machine's when `None`), one at a time,
+/// until done or interrupted; the step's document.
+fn echo(e: Echoes, ns: Option<String>, interrupt: Arc<AtomicBool>) -> Echoing {
+    std::thread::spawn(move || {
+        if let Some(ns) = &ns {
+            flowlab_net::netns::enter(ns).map_err(|err| format!("entering {ns}: {err}"))?;
+        }
+        let mut pinger = flowlab_net::probe::Pinger::open(None)
+            .map_err(|err| format!("cannot open an ICMP socket (root needed): {err}"))?;
+        let started = flowlab_db::now();
+        let t0 = Instant::now();
+        let mut samples = Vec::new();
+        let mut sent = 0;
+        for i in 0..e.count {
+            if interrupt.load(Ordering::Acquire) {
+                break;
+            }
+            // Echoes on a fixed schedule: a late reply does not shift the next.
+            let due = e.interval * i as u32;
+            std::thread::sleep(due.saturating_sub(t0.elapsed()));
+            sent += 1;
+            match pinger.ping(e.to, e.timeout) {
+                Ok(Some(rtt)) => samples.push(rtt.as_secs_f64() * 1000.0),
+                Ok(None) => {}
+                Err(err) => return Err(format!("echo to {}: {err}", e.to)),
+            }
+        }
+        let r = RttResult::new(
+            &e.to.to_string(),
+            sent,
+            (
+                e.interval.as_secs_f64() * 1000.0,
+                e.timeout.as_secs_f64() * 1000.0,
+            ),
+            samples,
+            started,
+        );
+        serde_json::to_string(&r).map_err(|err| err.to_string())
+    })
 }
 
 fn drain(mut r: impl Read + Send + 'static) -> JoinHandle<Vec<u8>> {
@@ -96,7 +143,19 @@ fn spawn(step: &Ready, dir: &Path) -> std::io::Result<Started> {
 pub fn run_stage(steps: &[Ready], dir: &Path, interrupt: &Arc<AtomicBool>) -> Stage {
     let mut started = Vec::new();
     let mut records: Vec<Option<StepRecord>> = Vec::new();
+    let mut echoes = Vec::new();
     for step in steps {
+        if let Some(e) = &step.line.echoes {
+            let at = flowlab_db::now();
+            echoes.push(Some((
+                echo(e.clone(), step.ns.clone(), Arc::clone(interrupt)),
+                at,
+            )));
+            started.push(None);
+            records.push(None);
+            continue;
+        }
+        echoes.push(None);
         match spawn(step, dir) {
             Ok(s) => {
                 started.push(Some(s));
@@ -143,6 +202,15 @@ pub fn run_stage(steps: &[Ready], dir: &Path, interrupt: &Arc<AtomicBool>) -> St
             break;
         }
         std::thread::sleep(POLL);
+    }
+    // The echoes end on their own schedule (they were sized to the load beside them).
+    for ((step, e), rec) in steps.iter().zip(echoes).zip(records.iter_mut()) {
+        let Some((handle, at)) = e else { continue };
+        let outcome = handle
+            .join()
+            .unwrap_or_else(|_| Err("the echo thread panicked".into()))
+            .map_err(|why| (why, None));
+        *rec = Some(record(step, (at, flowlab_db::now()), outcome));
     }
     if interrupt.load(Ordering::Acquire) {
         return Stage::Interrupted;

@@ -67,7 +67,8 @@ pub fn run(
         let path = plan
             .path(&p.from, &p.to)
             .ok_or_else(|| anyhow::anyhow!("no path from {} to {}", p.from, p.to))?;
-        let to = pairs::address_towards(&plan, &path)
+        let to = plan
+            .address_towards(&path)
             .ok_or_else(|| anyhow::anyhow!("{} has no address", p.to))?;
         paths.push((path, to));
     }

@@ -1,8 +1,6 @@
 //! Which pairs a check measures, and the address each is measured at.
 
-use std::net::Ipv4Addr;
-
-use flowlab_net::topology::{Kind, PathInfo, Plan, Topology};
+use flowlab_net::topology::{Kind, Topology};
 
 /// One pair to measure: from, to, parallel connections.
 #[derive(Debug, Clone, PartialEq)]
@@ -66,20 +64,11 @@ pub fn parse(list: Option<&str>, t: &Topology) -> anyhow::Result<Vec<Pair>> {
         .collect()
 }
 
-/// `to`'s address on the segment the path arrives by (a router has several).
-pub fn address_towards(plan: &Plan<'_>, path: &PathInfo) -> Option<Ipv4Addr> {
-    let to = path.nodes.last()?;
-    let prev = path.nodes.get(path.nodes.len().checked_sub(2)?)?;
-    plan.segments.iter().find_map(|s| {
-        let here = s.members.iter().find(|(n, _)| n == to)?;
-        let joins = s.members.iter().any(|(n, _)| n == prev) || s.switch.as_ref() == Some(prev);
-        joins.then(|| Ipv4Addr::from(here.1))
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use flowlab_net::topology::Plan;
+    use std::net::Ipv4Addr;
 
     fn portfolio() -> Topology {
         let text = include_str!("../../../../../../topologies/portfolio.toml");
@@ -124,7 +113,7 @@ mod tests {
     fn a_router_is_reached_at_its_address_on_the_arriving_link() {
         let t = portfolio();
         let plan = Plan::of(&t);
-        let at = |a: &str, b: &str| address_towards(&plan, &plan.path(a, b).expect("path"));
+        let at = |a: &str, b: &str| plan.address_towards(&plan.path(a, b).expect("path"));
         // r1 → r2 arrives over L1 (10.0.6.0/24, r1 .1, r2 .2); r3 → r2 over L2.
         assert_eq!(at("r1", "r2"), Some(Ipv4Addr::new(10, 0, 6, 2)));
         assert_eq!(at("r3", "r2"), Some(Ipv4Addr::new(10, 0, 7, 1)));

@@ -1,0 +1,155 @@
+//! A study's topology: read and checked against the study (every node it names exists,
+//! every step reaches the servers it names), brought up before the first trial and down
+//! after the last — also on Ctrl-C or an error — unless it was up already.
+
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use flowlab_net::build::{self, UpOptions};
+use flowlab_net::topology::{Kind, Plan, Topology};
+use flowlab_study::Study;
+
+/// The topology a study runs on.
+#[derive(Debug)]
+pub struct Net {
+    pub topo: Topology,
+    pub file: PathBuf,
+}
+
+/// Where a server is reached from a step: this machine's loopback, or a node.
+fn place(node: Option<&str>) -> &str {
+    node.unwrap_or("this machine")
+}
+
+impl Net {
+    /// Reads `file`; its errors name it.
+    pub fn load(file: &Path) -> anyhow::Result<Net> {
+        let text = std::fs::read_to_string(file)
+            .with_context(|| format!("cannot read {}", file.display()))?;
+        let topo =
+            Topology::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+        Ok(Net {
+            topo,
+            file: file.into(),
+        })
+    }
+
+    /// The namespace of `node`.
+    pub fn ns(&self, node: &str) -> String {
+        build::ns_name(&self.topo.name, node)
+    }
+
+    /// Refuses a node that is not a host or router of the topology.
+    fn node(&self, node: &str, what: &str) -> Result<(), String> {
+        match self.topo.nodes.get(node) {
+            Some(Kind::Switch) => Err(format!(
+                "{what}: '{node}' is a switch; name a host or a router"
+            )),
+            Some(_) => Ok(()),
+            None => Err(format!(
+                "{what}: '{node}' is not a node of topology {} ({}; it has: {})",
+                self.topo.name,
+                self.file.display(),
+                self.topo
+                    .nodes
+                    .iter()
+                    .filter(|(_, k)| **k != Kind::Switch)
+                    .map(|(n, _)| n.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+        }
+    }
+
+    /// The address of `to` as reached from `from`, or why there is none.
+    pub fn address(&self, from: &str, to: &str) -> Result<Ipv4Addr, String> {
+        let plan = Plan::of(&self.topo);
+        plan.path(from, to)
+            .and_then(|p| plan.address_towards(&p))
+            .ok_or_else(|| format!("no path from {from} to {to} in topology {}", self.topo.name))
+    }
+}
+
+/// Checks the nodes `study` names and that every step reaches its servers: a step on a
+/// node reaches servers on nodes; a step on this machine, servers on its loopback.
+pub fn check(study: &Study, net: Option<&Net>) -> Result<(), String> {
+    if let Some(net) = net {
+        for s in &study.servers {
+            if let Some(node) = &s.node {
+                net.node(node, &format!("server {}", s.name))?;
+            }
+        }
+        for step in &study.steps {
+            if let Some(from) = &step.from {
+                net.node(from, &format!("step '{}'", step.name))?;
+            }
+        }
+    }
+    for step in &study.steps {
+        for s in step.args.servers() {
+            let server = &study.servers[s];
+            match (&step.from, &server.node, net) {
+                (Some(from), Some(node), Some(net)) => {
+                    net.address(from, node).map_err(|e| {
+                        format!(
+                            "step '{}' cannot reach server {}: {e}",
+                            step.name, server.name
+                        )
+                    })?;
+                }
+                (None, None, _) => {}
+                (from, node, _) => {
+                    return Err(format!(
+                        "step '{}' runs on {} but server {} on {}: give both a node of the topology (`from` and `node`), or neither",
+                        step.name,
+                        place(from.as_deref()),
+                        server.name,
+                        place(node.as_deref())
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A topology brought up for a study: taken down when dropped, unless it was up before.
+#[derive(Debug)]
+pub struct Up {
+    name: String,
+    ours: bool,
+}
+
+impl Up {
+    /// Whether the study brought it up (else it was up already and stays up).
+    pub fn ours(&self) -> bool {
+        self.ours
+    }
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        if self.ours {
+            if let Err(e) = build::down(&self.name, &build::state_dir()) {
+                eprintln!("warning: taking topology {} down: {e}", self.name);
+            }
+        }
+    }
+}
+
+/// Brings `net` up, or uses it as it is when it is up already.
+pub fn up(net: &Net) -> anyhow::Result<Up> {
+    let name = net.topo.name.clone();
+    let dir = build::state_dir();
+    if build::state(&dir, &name).is_some() {
+        return Ok(Up { name, ours: false });
+    }
+    let opts = UpOptions {
+        backend: build::Backend::Auto,
+        emulator: std::env::current_exe().context("finding flowlab's own binary")?,
+    };
+    build::up(&net.topo, &dir, &opts)
+        .with_context(|| format!("bringing up topology {} ({})", name, net.file.display()))?;
+    Ok(Up { name, ours: true })
+}
