@@ -6,6 +6,11 @@ when the machine drifts), and a flag on any side whose runs spread (max − min)
 than 25 % of its median: its figures are noise, not a result.
 
 Usage: ab.py CASE METRIC 'COMMAND A' 'COMMAND B' [--runs N] [--label-a A] [--label-b B]
+             [--per N]
+
+--per N also prints A − B per unit when each command does N units of work (e.g. the
+runner's overhead per trial: a study of N trials against the same N commands run bare):
+the difference of the medians and the median of the paired differences, divided by N.
 
 METRIC says what each run's figure is:
   gbps       a `flowlab test -J` document (or iperf3 -J) on stdout: the receivers'
@@ -73,6 +78,7 @@ def main():
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--label-a", default="A")
     ap.add_argument("--label-b", default="B")
+    ap.add_argument("--per", type=int, default=0)
     args = ap.parse_args()
     if args.runs < 7:
         sys.exit("ab.py: at least 7 runs each")
@@ -93,6 +99,14 @@ def main():
         f"| {statistics.median(a) / statistics.median(b):.3f} | {pair:.3f} | {'; '.join(flags) or 'ok'} |",
         flush=True,
     )
+    if args.per > 0:
+        diff = (statistics.median(a) - statistics.median(b)) / args.per
+        paired = statistics.median(x - y for x, y in zip(a, b)) / args.per
+        print(
+            f"  {args.case}: A − B per unit (of {args.per}): {diff:.3f} {args.metric} "
+            f"(paired: {paired:.3f})",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

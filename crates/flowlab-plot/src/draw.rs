@@ -90,13 +90,16 @@ fn colour(i: usize) -> RGBColor {
 /// Every point drawn: lines and markers as they are, bands by their upper edge.
 fn points(panel: &Panel) -> impl Iterator<Item = (f64, f64)> + '_ {
     let lines = panel.series.iter().chain(&panel.markers);
-    lines.flat_map(|s| s.points.iter().copied()).chain(
-        panel
-            .bands
-            .iter()
-            .chain(&panel.error_bars)
-            .flat_map(|b| b.points.iter().map(|p| (p.0, p.2))),
-    )
+    lines
+        .chain(&panel.dots)
+        .flat_map(|s| s.points.iter().copied())
+        .chain(
+            panel
+                .bands
+                .iter()
+                .chain(&panel.error_bars)
+                .flat_map(|b| b.points.iter().map(|p| (p.0, p.2))),
+        )
 }
 
 /// The x range of the data and the top of the y axis (y starts at 0).
@@ -115,7 +118,7 @@ fn bounds(panel: &Panel) -> (f64, f64, f64) {
     }
     // Room above the data for the legend (upper right), one line per entry, where
     // error bars are drawn (a study's charts, with a line per series).
-    let headroom = if panel.error_bars.is_empty() {
+    let headroom = if panel.error_bars.is_empty() && panel.dots.is_empty() {
         1.08
     } else {
         1.12 + 0.07 * panel.series.len() as f64
@@ -193,6 +196,16 @@ fn draw_panel<DB: DrawingBackend>(
                     PathElement::new(vec![(x - cap, hi), (x + cap, hi)], c.stroke_width(2)),
                 ]
             }))
+            .map_err(err)?;
+    }
+    for (i, d) in panel.dots.iter().enumerate() {
+        let c = colour(i);
+        chart
+            .draw_series(
+                d.points
+                    .iter()
+                    .map(|&p| Circle::new(p, 3, c.mix(0.6).filled())),
+            )
             .map_err(err)?;
     }
     for (i, s) in panel.series.iter().enumerate() {

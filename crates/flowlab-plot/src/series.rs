@@ -34,6 +34,9 @@ pub struct Panel {
     /// Vertical bars from `lo` to `hi` at each x (a confidence interval), the i-th in
     /// the colour of the i-th series.
     pub error_bars: Vec<Band>,
+    /// Points drawn as dots, the i-th set in the colour of the i-th series (a scatter's
+    /// trials).
+    pub dots: Vec<Series>,
     /// Names of the x positions 0, 1, 2, … when the x axis is categorical (a sweep's
     /// ratios); empty for a numeric axis.
     pub x_ticks: Vec<String>,
@@ -64,6 +67,7 @@ pub fn category_panel(
         }],
         bands: Vec::new(),
         error_bars: Vec::new(),
+        dots: Vec::new(),
         markers: Vec::new(),
         x_ticks: categories.to_vec(),
     }
@@ -249,6 +253,7 @@ fn throughput(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
         series,
         bands: Vec::new(),
         error_bars: Vec::new(),
+        dots: Vec::new(),
         markers: Vec::new(),
         x_ticks: Vec::new(),
     })
@@ -328,6 +333,7 @@ fn window(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
         series,
         bands: Vec::new(),
         error_bars: Vec::new(),
+        dots: Vec::new(),
         markers,
         x_ticks: Vec::new(),
     })
@@ -370,6 +376,7 @@ fn rtt(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
         series,
         bands,
         error_bars: Vec::new(),
+        dots: Vec::new(),
         markers: Vec::new(),
         x_ticks: Vec::new(),
     })
@@ -415,6 +422,7 @@ fn time_seq(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
         series,
         bands: Vec::new(),
         error_bars: Vec::new(),
+        dots: Vec::new(),
         markers,
         x_ticks: Vec::new(),
     })
@@ -463,6 +471,7 @@ fn io(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
         series,
         bands: Vec::new(),
         error_bars: Vec::new(),
+        dots: Vec::new(),
         markers: Vec::new(),
         x_ticks: Vec::new(),
     })

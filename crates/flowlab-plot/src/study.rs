@@ -88,6 +88,94 @@ pub fn metric_panel(r: &StudyReport, m: &MetricTable) -> Panel {
         bands: Vec::new(),
         markers: Vec::new(),
         error_bars: bars,
+        dots: Vec::new(),
         x_ticks: ticks,
+    }
+}
+
+/// The one-standard-deviation ellipse of `points` (their 2-D Gaussian's contour), as a
+/// closed outline; empty for fewer than two points.
+pub fn spread_ellipse(points: &[(f64, f64)]) -> Vec<(f64, f64)> {
+    let n = points.len() as f64;
+    if points.len() < 2 {
+        return Vec::new();
+    }
+    let (mx, my) = points
+        .iter()
+        .fold((0.0, 0.0), |(x, y), p| (x + p.0 / n, y + p.1 / n));
+    let (mut a, mut b, mut c) = (0.0, 0.0, 0.0);
+    for &(x, y) in points {
+        a += (x - mx).powi(2) / (n - 1.0);
+        b += (x - mx) * (y - my) / (n - 1.0);
+        c += (y - my).powi(2) / (n - 1.0);
+    }
+    // Eigenvalues and the major axis' angle of [[a, b], [b, c]].
+    let half = (a + c) / 2.0;
+    let root = (((a - c) / 2.0).powi(2) + b * b).sqrt();
+    let (l1, l2) = ((half + root).max(0.0).sqrt(), (half - root).max(0.0).sqrt());
+    let theta = 0.5 * (2.0 * b).atan2(a - c);
+    let (sin, cos) = theta.sin_cos();
+    (0..=64)
+        .map(|i| {
+            let t = i as f64 / 64.0 * std::f64::consts::TAU;
+            let (u, v) = (l1 * t.cos(), l2 * t.sin());
+            (mx + u * cos - v * sin, my + u * sin + v * cos)
+        })
+        .collect()
+}
+
+/// Throughput against delay: each cell's trials as dots in its colour, its spread as
+/// an ellipse.
+pub fn scatter_panel(sc: &flowlab_report::study_report::Scatter) -> Panel {
+    let mbit = |p: &(f64, f64)| (p.0, p.1 / 1e6);
+    Panel {
+        title: "Throughput against delay (one dot per trial, ellipse: 1 sd)".into(),
+        x_label: format!("{} of step {} (ms)", sc.delay.0, sc.delay.1),
+        y_label: format!("throughput of step {} (Mbit/s)", sc.throughput.1),
+        series: sc
+            .cells
+            .iter()
+            .map(|c| Series {
+                name: c.cell.clone(),
+                points: spread_ellipse(&c.points.iter().map(mbit).collect::<Vec<_>>()),
+            })
+            .collect(),
+        bands: Vec::new(),
+        markers: Vec::new(),
+        error_bars: Vec::new(),
+        dots: sc
+            .cells
+            .iter()
+            .map(|c| Series {
+                name: c.cell.clone(),
+                points: c.points.iter().map(mbit).collect(),
+            })
+            .collect(),
+        x_ticks: Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::spread_ellipse;
+
+    /// Points spread 2 along x and 1 along y around (10, 5): the ellipse reaches
+    /// x = 10 ± sd_x and y = 5 ± sd_y, and is centred on the mean.
+    #[test]
+    fn the_ellipse_spans_one_standard_deviation() {
+        let pts = [(8.0, 5.0), (12.0, 5.0), (10.0, 4.0), (10.0, 6.0)];
+        let e = spread_ellipse(&pts);
+        let max_x = e.iter().map(|p| p.0).fold(f64::MIN, f64::max);
+        let min_y = e.iter().map(|p| p.1).fold(f64::MAX, f64::min);
+        // sd_x = √(8/3), sd_y = √(2/3).
+        assert!(
+            (max_x - (10.0 + (8.0f64 / 3.0).sqrt())).abs() < 1e-9,
+            "{max_x}"
+        );
+        assert!(
+            (min_y - (5.0 - (2.0f64 / 3.0).sqrt())).abs() < 1e-2,
+            "{min_y}"
+        );
+        assert!(spread_ellipse(&pts[..1]).is_empty());
     }
 }

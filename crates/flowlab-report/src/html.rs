@@ -33,8 +33,9 @@ th:first-child, td:first-child { text-align: left; }
 ";
 
 /// The page: the study and its plan, the machines, per metric a chart (`charts[i]`, an
-/// SVG document, for `report.metrics[i]`; `None` draws none) and its table, then the
-/// failed trials.
+/// SVG document, for `report.metrics[i]`; `None` draws none) and its table, the
+/// throughput-against-delay chart (`charts[metrics.len()]`) when the report has one,
+/// then the failed trials.
 pub fn page(r: &StudyReport, charts: &[Option<String>]) -> String {
     let mut out = String::new();
     let _ = write!(
@@ -132,6 +133,19 @@ pub fn page(r: &StudyReport, charts: &[Option<String>]) -> String {
             );
         }
         let _ = writeln!(out, "</table></section>");
+    }
+    if let (Some(sc), Some(Some(svg))) = (&r.scatter, charts.get(r.metrics.len())) {
+        let _ = writeln!(
+            out,
+            "<section class=\"scatter\"><h2>Throughput against delay</h2>\
+             <p class=\"note\">Each dot is a trial: {} of step {} against {} of step {}; \
+             each ellipse, a cell's trials' one-standard-deviation spread around their \
+             mean. Higher and further left is better.</p><div class=\"chart\">{svg}</div></section>",
+            esc(&sc.throughput.0),
+            esc(&sc.throughput.1),
+            esc(&sc.delay.0),
+            esc(&sc.delay.1)
+        );
     }
     if !r.failures.is_empty() {
         let _ = writeln!(

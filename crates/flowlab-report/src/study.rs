@@ -20,7 +20,9 @@ pub struct PlanSummary {
     /// Servers the runner starts: name and where.
     pub servers: Vec<(String, String)>,
     pub cells: Vec<CellPlan>,
-    /// Trials to run (after `--only`).
+    /// Cells × repetitions.
+    pub planned: usize,
+    /// Trials to run (after `--only` and `--repeat`).
     pub trials: usize,
     /// The first trials in the order they run: cell label and repetition.
     pub first: Vec<(String, u32)>,

@@ -47,6 +47,8 @@ pub struct ReportInput {
     /// The machines the runs were made on, one line each (kernel, cores, congestion
     /// control, flowlab version).
     pub machines: Vec<String>,
+    /// Each step's name and group (steps of a group run at the same time).
+    pub groups: Vec<(String, Option<String>)>,
 }
 
 /// A metric of a step, per cell.
@@ -94,7 +96,98 @@ pub struct StudyReport {
     /// Confidence of every interval, percent.
     pub confidence_percent: f64,
     pub metrics: Vec<MetricTable>,
+    /// Throughput against delay per cell, when the trials measured both.
+    pub scatter: Option<Scatter>,
     pub failures: Vec<Failure>,
+}
+
+/// Each cell's trials as (delay, throughput) points: the chart Pantheon and flent use to
+/// compare congestion controls or link profiles (higher and further left is better).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Scatter {
+    /// The metric and step the throughput is from (`throughput_bps`, its test step).
+    pub throughput: (String, String),
+    /// The metric and step the delay is from: the `rtt_p95_ms` of an RTT step in the
+    /// test's group (the RTT under its load), else the test's own `rtt_ms` (the median
+    /// of its smoothed RTT).
+    pub delay: (String, String),
+    pub cells: Vec<ScatterCell>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ScatterCell {
+    pub cell: String,
+    /// (delay in ms, throughput in bit/s), one per trial that has both.
+    pub points: Vec<(f64, f64)>,
+}
+
+/// The first step with metric `name` in `trials`.
+fn first_step_with(trials: &[&TrialData], name: &str) -> Option<String> {
+    trials
+        .iter()
+        .flat_map(|t| &t.metrics)
+        .find(|(_, m)| m.name == name)
+        .map(|(s, _)| s.clone())
+}
+
+fn value(t: &TrialData, (name, step): (&str, &str)) -> Option<f64> {
+    t.metrics
+        .iter()
+        .find(|(s, m)| s == step && m.name == name)
+        .map(|(_, m)| m.value)
+}
+
+/// The throughput-against-delay points of `ok` trials, per cell of `cells`; `None` when
+/// fewer than two cells have any.
+fn scatter(
+    cells: &[String],
+    ok: &[&TrialData],
+    groups: &[(String, Option<String>)],
+) -> Option<Scatter> {
+    let tput_step = first_step_with(ok, "throughput_bps")?;
+    let group_of = |step: &str| {
+        groups
+            .iter()
+            .find(|(s, _)| s == step)
+            .and_then(|(_, g)| g.clone())
+    };
+    let beside = group_of(&tput_step).and_then(|g| {
+        groups
+            .iter()
+            .filter(|(_, sg)| sg.as_ref() == Some(&g))
+            .map(|(s, _)| s.clone())
+            .find(|s| {
+                ok.iter()
+                    .flat_map(|t| &t.metrics)
+                    .any(|(st, m)| st == s && m.name == "rtt_p95_ms")
+            })
+    });
+    let delay = match beside {
+        Some(step) => ("rtt_p95_ms".to_string(), step),
+        None => ("rtt_ms".to_string(), tput_step.clone()),
+    };
+    let cells: Vec<ScatterCell> = cells
+        .iter()
+        .map(|cell| ScatterCell {
+            cell: cell.clone(),
+            points: ok
+                .iter()
+                .filter(|t| &t.cell == cell)
+                .filter_map(|t| {
+                    Some((
+                        value(t, (&delay.0, &delay.1))?,
+                        value(t, ("throughput_bps", &tput_step))?,
+                    ))
+                })
+                .collect(),
+        })
+        .filter(|c| !c.points.is_empty())
+        .collect();
+    (cells.len() >= 2).then(|| Scatter {
+        throughput: ("throughput_bps".into(), tput_step),
+        delay,
+        cells,
+    })
 }
 
 /// Whether a metric is reported: all but the bytes received (what a test was asked to
@@ -161,6 +254,7 @@ pub fn build(input: &ReportInput) -> StudyReport {
         machines: input.machines.clone(),
         confidence_percent: stats::CONFIDENCE * 100.0,
         metrics: tables,
+        scatter: scatter(&input.cells, &ok, &input.groups),
         failures: input
             .trials
             .iter()
@@ -325,6 +419,31 @@ pub fn markdown(r: &StudyReport) -> String {
                 number(s.mean / div),
                 number(s.median / div),
                 number(s.sd / div)
+            );
+        }
+        out.push('\n');
+    }
+    if let Some(sc) = &r.scatter {
+        let _ = writeln!(
+            out,
+            "## Throughput against delay\n\n{} of step {} against {} of step {}, means over each cell's trials.\n",
+            sc.throughput.0, sc.throughput.1, sc.delay.0, sc.delay.1
+        );
+        let _ = writeln!(out, "| cell | n | delay (ms) | throughput (Mbit/s) |");
+        let _ = writeln!(out, "|---|---:|---:|---:|");
+        for c in &sc.cells {
+            let n = c.points.len() as f64;
+            let (d, t) = c
+                .points
+                .iter()
+                .fold((0.0, 0.0), |(d, t), p| (d + p.0 / n, t + p.1 / n));
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} |",
+                c.cell,
+                c.points.len(),
+                number(d),
+                number(t / 1e6)
             );
         }
         out.push('\n');

@@ -530,6 +530,13 @@ fn study_input() -> flowlab_report::study_report::ReportInput {
                                 value: 0.0,
                             },
                         ),
+                        (
+                            "transfer".into(),
+                            Metric {
+                                name: "rtt_ms".into(),
+                                value: v * 10.0,
+                            },
+                        ),
                     ]
                 },
             });
@@ -547,6 +554,7 @@ fn study_input() -> flowlab_report::study_report::ReportInput {
         machines: vec![
             "vm: kernel 6.18, 2 CPUs, default congestion control bbr, flowlab 0.1.0".into(),
         ],
+        groups: vec![("transfer".into(), None)],
     }
 }
 

@@ -173,7 +173,7 @@ fn a_dry_run_prints_the_plan_and_touches_nothing() {
     );
     // --scale halves the amount, written out in bytes.
     assert!(
-        stdout.contains("transfer: flowlab test <a.host> -p 5201 -n 1048576 -l 64K -R"),
+        stdout.contains("transfer: flowlab test 127.0.0.1 -p 5201 -n 1048576 -l 64K -R"),
         "{stdout}"
     );
     assert!(
@@ -190,7 +190,20 @@ fn a_dry_run_prints_the_plan_and_touches_nothing() {
             study.to_str().expect("utf-8"),
         ],
     );
-    assert!(text(&out).contains("= 3 trials"), "{}", text(&out));
+    assert!(
+        text(&out).contains("= 12 trials (3 of them run: --only, --repeat)"),
+        "{}",
+        text(&out)
+    );
+    let out = run(
+        dir.path(),
+        &["--dry-run", "--repeat", "1", study.to_str().expect("utf-8")],
+    );
+    assert!(
+        text(&out).contains("= 12 trials (4 of them run: --only, --repeat)"),
+        "{}",
+        text(&out)
+    );
     let out = run(
         dir.path(),
         &[

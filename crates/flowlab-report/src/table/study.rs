@@ -24,10 +24,15 @@ pub fn study_plan(p: &PlanSummary) -> String {
     }
     let _ = writeln!(
         out,
-        "{} cells x {} repetitions = {} trials, order {} (seed {}){}{}",
+        "{} cells x {} repetitions = {} trials{}, order {} (seed {}){}{}",
         p.cells.len(),
         p.repeat,
-        p.trials,
+        p.planned,
+        if p.trials < p.planned {
+            format!(" ({} of them run: --only, --repeat)", p.trials)
+        } else {
+            String::new()
+        },
         p.order,
         p.seed,
         if p.warmup > 0 {
@@ -68,7 +73,12 @@ pub fn study_plan(p: &PlanSummary) -> String {
         let first: Vec<String> = p
             .first
             .iter()
-            .map(|(cell, rep)| format!("{cell} #{rep}"))
+            .map(|(cell, rep)| {
+                format!(
+                    "{} #{rep}",
+                    if cell.is_empty() { "(one cell)" } else { cell }
+                )
+            })
             .collect();
         let _ = writeln!(
             out,

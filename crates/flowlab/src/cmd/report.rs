@@ -95,13 +95,16 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
             Format::Csv => study_report::csv(&report)?,
             Format::Json => json::document(&report)? + "\n",
             Format::Html => {
-                let charts = report
+                let mut charts = report
                     .metrics
                     .iter()
                     .map(|m| {
                         flowlab_plot::render_svg(&[flowlab_plot::metric_panel(&report, m)]).ok()
                     })
                     .collect::<Vec<_>>();
+                if let Some(sc) = &report.scatter {
+                    charts.push(flowlab_plot::render_svg(&[flowlab_plot::scatter_panel(sc)]).ok());
+                }
                 html::page(&report, &charts)
             }
         },
@@ -204,6 +207,11 @@ fn input(db: &Db, name: Option<&str>) -> anyhow::Result<ReportInput> {
         cells,
         trials,
         machines: unique,
+        groups: study
+            .steps
+            .iter()
+            .map(|s| (s.name.clone(), s.group.clone()))
+            .collect(),
     })
 }
 

@@ -1,0 +1,208 @@
+//! Running a prepared study: the database and the runner's record in it, the topology
+//! and the servers, then each trial claimed, run and recorded in the plan's order.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use flowlab_db::{Claim, Db, StepRecord};
+use flowlab_report::study::{RunSummary, TrialEvent};
+use flowlab_report::{json, table};
+use flowlab_study::{Cell, Study};
+
+use super::Args;
+use super::prepare::Prepared;
+use super::servers;
+use super::topology;
+use super::trial::{self, Ready, Stage};
+use crate::cmd::emit;
+
+/// Runs `p`'s trials not recorded yet into `a.db`; what happened, for the summary.
+pub fn execute(p: &Prepared, a: &Args) -> anyhow::Result<RunSummary> {
+    let (study, dir, net, trials, pause) = (&p.study, &p.dir, &p.net, &p.trials, p.pause);
+    let plan = &p.plan;
+    let mut db = Db::open(&a.db)?;
+    let row = db.study(&study.name, &p.text, p.plan.seed)?;
+    let system = serde_json::to_string(&flowlab_engine::sysinfo::collect())?;
+    let runner = db.register_runner(env!("CARGO_PKG_VERSION"), &system)?;
+    let interrupt = crate::cmd::install_ctrl_c();
+    // Declared before the servers, so dropped after them.
+    let up = net.as_ref().map(topology::up).transpose()?;
+    if let (Some(up), Some(net)) = (&up, &net) {
+        if !up.ours() {
+            eprintln!(
+                "note: topology {} is up already: the study uses it as it is and leaves it up",
+                net.topo.name
+            );
+        }
+    }
+    let mut running = Vec::new();
+    for (s, argv) in study.servers.iter().zip(&p.serve_lines) {
+        let ns = match (&s.node, &net) {
+            (Some(node), Some(net)) => Some(net.ns(node)),
+            _ => None,
+        };
+        running.push(servers::start(&s.name, argv, ns.as_deref(), dir)?);
+    }
+    let ports: Vec<u16> = running.iter().map(|r| r.port).collect();
+    let ready = |cell: &Cell| p.ready(cell, &ports, a.scale);
+    let out = |e: &TrialEvent| {
+        if a.json {
+            emit(&json::event_line("trial", e));
+        } else {
+            emit(&table::study_trial(e));
+        }
+    };
+    let begun = Instant::now();
+    let mut summary = RunSummary {
+        study: study.name.clone(),
+        db: a.db.display().to_string(),
+        ..RunSummary::default()
+    };
+    let mut took = Duration::ZERO;
+    let mut ran = 0u32;
+    let mut warmed = false;
+    for (i, t) in trials.iter().enumerate() {
+        if interrupt.load(Ordering::Acquire) || summary.stopped_on_error {
+            summary.not_run += 1;
+            continue;
+        }
+        let cell = &plan.cells[t.cell];
+        let cell_label = study.cell_label(cell);
+        let params = params_json(study, cell);
+        let mut event = TrialEvent {
+            index: i + 1,
+            of: trials.len(),
+            cell: cell_label.clone(),
+            repetition: t.repetition,
+            status: String::new(),
+            seconds: 0.0,
+            error: None,
+            eta_seconds: None,
+        };
+        let id = match db.claim(
+            row.id,
+            runner,
+            (&cell_label, &params),
+            t.repetition,
+            a.resume,
+        )? {
+            Claim::Mine(id) => id,
+            other => {
+                let (status, count) = match other {
+                    Claim::Done => ("done", &mut summary.done_before),
+                    Claim::Busy => ("busy", &mut summary.busy),
+                    _ => ("abandoned", &mut summary.abandoned),
+                };
+                *count += 1;
+                // Trials recorded before are counted, not listed one by one.
+                if status != "done" {
+                    event.status = status.into();
+                    out(&event);
+                }
+                continue;
+            }
+        };
+        // Warm-up trials, not recorded: the cell of the first trial this runner runs,
+        // before it.
+        if !warmed {
+            warmed = true;
+            for w in 1..=study.warmup {
+                if interrupt.load(Ordering::Acquire) {
+                    break;
+                }
+                let t0 = Instant::now();
+                let (error, _) = match ready(cell) {
+                    Ok(stages) => run_trial(&stages, dir, &interrupt),
+                    Err(e) => (Some(format!("{e:#}")), None),
+                };
+                out(&TrialEvent {
+                    index: w as usize,
+                    of: study.warmup as usize,
+                    cell: cell_label.clone(),
+                    repetition: 0,
+                    status: "warmup".into(),
+                    seconds: t0.elapsed().as_secs_f64(),
+                    error,
+                    eta_seconds: None,
+                });
+                std::thread::sleep(pause);
+            }
+        }
+        if ran > 0 {
+            std::thread::sleep(pause);
+        }
+        let t0 = Instant::now();
+        let (error, records) = match ready(cell) {
+            Ok(stages) => run_trial(&stages, dir, &interrupt),
+            Err(e) => (Some(format!("{e:#}")), Some(Vec::new())),
+        };
+        let Some(records) = records else {
+            // Interrupted: given back, it runs on the next run.
+            db.release(id)?;
+            summary.interrupted = true;
+            summary.not_run += 1;
+            continue;
+        };
+        db.finish(id, error.as_deref(), &records)?;
+        took += t0.elapsed();
+        ran += 1;
+        if error.is_some() {
+            summary.failed += 1;
+            if study.on_error == flowlab_study::file::OnError::Stop {
+                summary.stopped_on_error = true;
+            }
+        } else {
+            summary.ok += 1;
+        }
+        let left = trials.len() - i - 1;
+        event.status = if error.is_some() { "failed" } else { "ok" }.into();
+        event.seconds = t0.elapsed().as_secs_f64();
+        event.error = error;
+        event.eta_seconds =
+            Some((took / ran).as_secs_f64() * left as f64 + pause.as_secs_f64() * left as f64);
+        out(&event);
+    }
+    summary.interrupted |= interrupt.load(Ordering::Acquire);
+    summary.seconds = begun.elapsed().as_secs_f64();
+    drop(running);
+    drop(up);
+    Ok(summary)
+}
+
+/// Runs a trial's stages in order: the first failure ends the trial. Returns why it
+/// failed and its steps' records (`None`: interrupted).
+fn run_trial(
+    stages: &[Vec<Ready>],
+    dir: &Path,
+    interrupt: &Arc<AtomicBool>,
+) -> (Option<String>, Option<Vec<StepRecord>>) {
+    let mut records = Vec::new();
+    for stage in stages {
+        match trial::run_stage(stage, dir, interrupt) {
+            Stage::Interrupted => return (None, None),
+            Stage::Ran(r) => {
+                let failed = r
+                    .iter()
+                    .find_map(|s| s.error.as_ref().map(|e| format!("step '{}': {e}", s.name)));
+                records.extend(r);
+                if failed.is_some() {
+                    return (failed, Some(records));
+                }
+            }
+        }
+    }
+    (None, Some(records))
+}
+
+/// A cell's parameters as a JSON object of labels.
+fn params_json(study: &Study, cell: &Cell) -> String {
+    let map: serde_json::Map<String, serde_json::Value> = study
+        .params
+        .iter()
+        .zip(&cell.0)
+        .map(|(p, &v)| (p.name.clone(), p.values[v].label.clone().into()))
+        .collect();
+    serde_json::Value::Object(map).to_string()
+}

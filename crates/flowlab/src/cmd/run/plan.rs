@@ -1,0 +1,115 @@
+//! The plan `--dry-run` prints: the cells with each step's command, the trials in their
+//! order, and an estimate of the time.
+
+use std::time::Duration;
+
+use flowlab_report::study::{CellPlan, PlanSummary};
+use flowlab_study::file::Order;
+
+use super::prepare::Prepared;
+
+/// `p`'s plan, with durations and sizes scaled by `scale`.
+pub fn summary(p: &Prepared, scale: f64) -> PlanSummary {
+    let (study, plan, lines, trials, pause) = (&p.study, &p.plan, &p.lines, &p.trials, p.pause);
+    let serve_lines = &p.serve_lines;
+    let stages = study.stages();
+    // A trial takes its stages one after another, a stage as long as its longest step.
+    let trial_time = |cell: usize| -> (Duration, bool) {
+        let mut floor = false;
+        let total = stages
+            .iter()
+            .map(|stage| {
+                stage
+                    .iter()
+                    .map(|&i| {
+                        let e = lines[cell][i].expected;
+                        floor |= e.is_none();
+                        e.unwrap_or_default()
+                    })
+                    .max()
+                    .unwrap_or_default()
+            })
+            .sum();
+        (total, floor)
+    };
+    let mut estimate = Duration::ZERO;
+    let mut floor = false;
+    for t in trials.iter().chain(std::iter::repeat_n(
+        &trials[0],
+        if trials.is_empty() {
+            0
+        } else {
+            study.warmup as usize
+        },
+    )) {
+        let (d, f) = trial_time(t.cell);
+        estimate += d;
+        floor |= f;
+    }
+    estimate += pause * trials.len().saturating_sub(1) as u32;
+    PlanSummary {
+        study: study.name.clone(),
+        description: study.description.clone(),
+        order: match study.order {
+            Order::Random => "random",
+            Order::Sequential => "sequential",
+        }
+        .into(),
+        seed: plan.seed,
+        repeat: study.repeat,
+        warmup: study.warmup,
+        scale,
+        servers: study
+            .servers
+            .iter()
+            .zip(serve_lines)
+            .map(|(s, argv)| {
+                (
+                    s.name.clone(),
+                    format!(
+                        "{} on {}",
+                        argv[1..].join(" "),
+                        s.node.as_deref().unwrap_or("this machine's loopback")
+                    ),
+                )
+            })
+            .collect(),
+        cells: plan
+            .cells
+            .iter()
+            .enumerate()
+            .map(|(c, cell)| CellPlan {
+                label: study.cell_label(cell),
+                steps: study
+                    .steps
+                    .iter()
+                    .zip(&lines[c])
+                    .map(|(s, l)| {
+                        format!(
+                            "{}{}: {}",
+                            s.name,
+                            s.group
+                                .as_deref()
+                                .map(|g| format!(" (group {g})"))
+                                .unwrap_or_default(),
+                            if l.echoes.is_some() {
+                                format!("ICMP echoes to {}", l.argv[1..].join(" "))
+                            } else {
+                                format!("flowlab {}", l.argv.join(" "))
+                            }
+                        )
+                    })
+                    .collect(),
+            })
+            .collect(),
+        planned: plan.trials.len(),
+        trials: trials.len(),
+        first: trials
+            .iter()
+            .take(5)
+            .map(|t| (study.cell_label(&plan.cells[t.cell]), t.repetition))
+            .collect(),
+        estimated_seconds: estimate.as_secs_f64(),
+        estimate_is_floor: floor,
+    }
+}

@@ -1,0 +1,236 @@
+//! A study read and checked whole before anything starts: the file, its topology, every
+//! server's options and every step of every cell (as the command's own parser reads
+//! them), expanded into the trials to run.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use flowlab_study::file::StepKind;
+use flowlab_study::{Cell, Plan, Study, Trial};
+
+use super::Args;
+use super::check::{self, StepLine};
+use super::topology::{self, Net};
+use super::trial::Ready;
+use crate::cli::Usage;
+
+/// A study ready to run.
+#[derive(Debug)]
+pub struct Prepared {
+    /// The study file's text (recorded with its results).
+    pub text: String,
+    pub study: Study,
+    /// The study file's directory: servers and steps run there.
+    pub dir: PathBuf,
+    pub net: Option<Net>,
+    /// Each server's `flowlab serve` command line.
+    pub serve_lines: Vec<Vec<String>>,
+    /// Each cell's steps, checked (servers' ports as 5201).
+    pub lines: Vec<Vec<StepLine>>,
+    pub plan: Plan,
+    /// The trials to run, in order (after `--only`).
+    pub trials: Vec<Trial>,
+    /// Between two trials (scaled).
+    pub pause: Duration,
+}
+
+/// Reads and checks `a.study`; refusals name the file, and the step, cell and flag.
+pub fn prepare(a: &Args) -> anyhow::Result<Prepared> {
+    let text = std::fs::read_to_string(&a.study)
+        .with_context(|| format!("cannot read {}", a.study.display()))?;
+    let file = a.study.display();
+    let study = flowlab_study::parse(&text).map_err(|e| Usage(format!("{file}: {e}")))?;
+    let dir = match a.study.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let net = match &study.topology {
+        Some(t) => {
+            Some(Net::load(&dir.join(t)).map_err(|e| Usage(format!("{file}: topology: {e:#}")))?)
+        }
+        None => None,
+    };
+    topology::check(&study, net.as_ref()).map_err(|e| Usage(format!("{file}: {e}")))?;
+    let only = only(&study, &a.only)?;
+    let serve_lines = study
+        .servers
+        .iter()
+        .map(|s| {
+            check::serve_line(&s.args, s.node.is_none())
+                .map_err(|e| Usage(format!("{file}: server {}: {e}", s.name)))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut p = Prepared {
+        text,
+        study,
+        dir,
+        net,
+        serve_lines,
+        lines: Vec::new(),
+        plan: Plan {
+            cells: Vec::new(),
+            trials: Vec::new(),
+            seed: 0,
+        },
+        trials: Vec::new(),
+        pause: Duration::ZERO,
+    };
+    let cells = p.study.cells();
+    for cell in &cells {
+        let mut steps = Vec::new();
+        for (i, step) in p.study.steps.iter().enumerate() {
+            // The port is known once the server listens: 5201 stands for it here.
+            let placeholder = |s: usize| (p.host(i, s), "5201".to_string());
+            let line = check::step_line(&p.study, i, cell, &placeholder, a.scale).map_err(|e| {
+                Usage(format!(
+                    "{file}: step '{}', cell {}: {e}",
+                    step.name,
+                    p.study.cell_label(cell)
+                ))
+            })?;
+            steps.push(line);
+        }
+        p.lines.push(steps);
+    }
+    // The order's seed, unless the file gives one: drawn from the file's text, so that
+    // a dry run shows the order the run will take, and a re-run resumes it.
+    p.plan = p.study.plan(default_seed(&p.text));
+    p.trials = p
+        .plan
+        .trials
+        .iter()
+        .filter(|t| only.as_ref().is_none_or(|o| o.contains(&t.cell)))
+        .filter(|t| a.repeat.is_none_or(|n| t.repetition <= n))
+        .copied()
+        .collect();
+    p.pause = p.study.pause.mul_f64(a.scale);
+    Ok(p)
+}
+
+impl Prepared {
+    /// Where step `i` reaches server `s`: the server's node's address on the path from
+    /// the step's node, or loopback (checked: every pair is one or the other).
+    pub fn host(&self, i: usize, s: usize) -> String {
+        match (
+            &self.study.steps[i].from,
+            &self.study.servers[s].node,
+            &self.net,
+        ) {
+            (Some(from), Some(node), Some(net)) => net
+                .address(from, node)
+                .map(|a| a.to_string())
+                .unwrap_or_default(),
+            _ => "127.0.0.1".into(),
+        }
+    }
+
+    /// `cell`'s stages ready to run, the servers listening on `ports`, durations and
+    /// sizes scaled by `scale`.
+    pub fn ready(&self, cell: &Cell, ports: &[u16], scale: f64) -> anyhow::Result<Vec<Vec<Ready>>> {
+        let study = &self.study;
+        study
+            .stages()
+            .iter()
+            .map(|stage| {
+                stage
+                    .iter()
+                    .map(|&i| {
+                        let address = |s: usize| (self.host(i, s), ports[s].to_string());
+                        let step = &study.steps[i];
+                        let line = check::step_line(study, i, cell, &address, scale)
+                            .map_err(|e| anyhow::anyhow!("step '{}': {e}", step.name))?;
+                        Ok(Ready {
+                            name: step.name.clone(),
+                            kind: kind_name(step.kind),
+                            line,
+                            ns: match (&step.from, &self.net) {
+                                (Some(from), Some(net)) => Some(net.ns(from)),
+                                _ => None,
+                            },
+                        })
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+}
+
+fn kind_name(kind: StepKind) -> &'static str {
+    match kind {
+        StepKind::Test => "test",
+        StepKind::Fetch => "fetch",
+        StepKind::Rtt => "rtt",
+    }
+}
+
+/// A seed from the study file's text (BLAKE3's first eight bytes, kept below 2^63 so
+/// that SQLite's signed integers hold it).
+fn default_seed(text: &str) -> u64 {
+    let hash = flowlab_db::study_hash(text);
+    u64::from_str_radix(&hash[..16], 16).unwrap_or(0) >> 1
+}
+
+/// The cells `--only` keeps (`None`: every cell), or which filter names nothing.
+fn only(study: &Study, filters: &[String]) -> Result<Option<Vec<usize>>, Usage> {
+    if filters.is_empty() {
+        return Ok(None);
+    }
+    let mut wanted: Vec<Vec<(usize, usize)>> = Vec::new();
+    for f in filters {
+        let mut all = Vec::new();
+        for pair in f.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (name, value) = pair
+                .split_once('=')
+                .ok_or_else(|| Usage(format!("--only {f}: write PARAM=VALUE, e.g. length=1000")))?;
+            let p = study
+                .params
+                .iter()
+                .position(|p| p.name == name)
+                .ok_or_else(|| {
+                    Usage(format!(
+                        "--only {f}: '{name}' is not a parameter of study {} (it has: {})",
+                        study.name,
+                        study
+                            .params
+                            .iter()
+                            .map(|p| p.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ))
+                })?;
+            let v = study.params[p]
+                .values
+                .iter()
+                .position(|v| v.label == value)
+                .ok_or_else(|| {
+                    Usage(format!(
+                        "--only {f}: '{value}' is not a value of '{name}' (it has: {})",
+                        study.params[p]
+                            .values
+                            .iter()
+                            .map(|v| v.label.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ))
+                })?;
+            all.push((p, v));
+        }
+        wanted.push(all);
+    }
+    let cells: Vec<usize> = study
+        .cells()
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| wanted.iter().any(|w| w.iter().all(|&(p, v)| c.0[p] == v)))
+        .map(|(i, _)| i)
+        .collect();
+    if cells.is_empty() {
+        return Err(Usage(format!(
+            "--only {}: no cell of study {} matches",
+            filters.join(" --only "),
+            study.name
+        )));
+    }
+    Ok(Some(cells))
+}
