@@ -116,13 +116,16 @@ fn bounds(panel: &Panel) -> (f64, f64, f64) {
     if x1 <= x0 {
         x1 = x0 + 1.0;
     }
-    // Room above the data for the legend (upper right), one line per entry, where
-    // error bars are drawn (a study's charts, with a line per series).
-    let headroom = if panel.error_bars.is_empty() && panel.dots.is_empty() {
-        1.08
-    } else {
-        1.12 + 0.07 * panel.series.len() as f64
-    };
+    // Room above the data for the legend (upper right): a line per entry takes about
+    // 6 % of the plot's height, so the data stays below the legend.
+    let entries = panel.series.len()
+        + panel.bands.len()
+        + panel
+            .markers
+            .iter()
+            .filter(|m| !m.points.is_empty())
+            .count();
+    let headroom = 1.0 / (1.0 - (0.04 + 0.06 * entries as f64).min(0.75));
     (x0, x1, if y1 > 0.0 { y1 * headroom } else { 1.0 })
 }
 
@@ -216,13 +219,18 @@ fn draw_panel<DB: DrawingBackend>(
             .label(s.name.as_str())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], c.stroke_width(2)));
     }
+    // Marks as rings, so the lines they sit on stay visible.
     for m in panel.markers.iter().filter(|m| !m.points.is_empty()) {
         let c = RGBColor(214, 39, 40);
         chart
-            .draw_series(m.points.iter().map(|&p| Circle::new(p, 3, c.filled())))
+            .draw_series(
+                m.points
+                    .iter()
+                    .map(|&p| Circle::new(p, 4, c.stroke_width(1))),
+            )
             .map_err(err)?
             .label(m.name.as_str())
-            .legend(move |(x, y)| Circle::new((x + 8, y), 3, c.filled()));
+            .legend(move |(x, y)| Circle::new((x + 8, y), 4, c.stroke_width(1)));
     }
     chart
         .configure_series_labels()

@@ -20,7 +20,7 @@ mod series;
 mod study;
 
 pub use draw::{render_file, render_svg};
-pub use series::{Band, Panel, Series, category_panel, labels, panels};
+pub use series::{Band, Panel, Series, labels, panels};
 pub use study::{metric_panel, scatter_panel, spread_ellipse};
 
 use flowlab_report::result::TestResult;

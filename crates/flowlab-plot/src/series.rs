@@ -42,39 +42,9 @@ pub struct Panel {
     pub x_ticks: Vec<String>,
 }
 
-/// A chart of one value per category (e.g. transfer time per load-distribution ratio),
-/// the categories in the order given; each value is also marked with a dot.
-pub fn category_panel(
-    title: &str,
-    x_label: &str,
-    y_label: &str,
-    categories: &[String],
-    name: &str,
-    values: &[f64],
-) -> Panel {
-    let points: Vec<(f64, f64)> = values
-        .iter()
-        .enumerate()
-        .map(|(i, &v)| (i as f64, v))
-        .collect();
-    Panel {
-        title: title.into(),
-        x_label: x_label.into(),
-        y_label: y_label.into(),
-        series: vec![Series {
-            name: name.into(),
-            points: points.clone(),
-        }],
-        bands: Vec::new(),
-        error_bars: Vec::new(),
-        dots: Vec::new(),
-        markers: Vec::new(),
-        x_ticks: categories.to_vec(),
-    }
-}
-
-/// Labels telling the inputs apart: the test options in which they differ (`C=cubic`,
-/// `recv_window=8388608`), else their names. A single input gets an empty label.
+/// Labels telling the inputs apart: their titles (`--title`) when each has its own,
+/// else the test options in which they differ (`C=cubic`, `recv_window=8388608`; plain
+/// values only), else their names. A single input gets an empty label.
 pub fn labels(inputs: &[Input]) -> Vec<String> {
     if inputs.len() < 2 {
         return vec![String::new(); inputs.len()];
@@ -83,13 +53,32 @@ pub fn labels(inputs: &[Input]) -> Vec<String> {
         .iter()
         .map(|i| i.result.start.spec.as_object().cloned().unwrap_or_default())
         .collect();
+    let titles: Vec<String> = specs
+        .iter()
+        .filter_map(|s| s.get("title").and_then(|t| t.as_str()).map(str::to_string))
+        .collect();
+    let mut unique = titles.clone();
+    unique.sort();
+    unique.dedup();
+    if titles.len() == inputs.len() && unique.len() == titles.len() {
+        return titles;
+    }
     let mut keys: Vec<&String> = specs.iter().flat_map(|s| s.keys()).collect();
     keys.sort();
     keys.dedup();
     let differing: Vec<&String> = keys
         .into_iter()
         .filter(|k| specs.iter().any(|s| s.get(*k) != specs[0].get(*k)))
-        .filter(|k| k.as_str() != "port" && k.as_str() != "host")
+        .filter(|k| !matches!(k.as_str(), "port" | "host" | "title"))
+        // Objects and lists would show as raw JSON in a legend.
+        .filter(|k| {
+            specs.iter().all(|s| {
+                !matches!(
+                    s.get(*k),
+                    Some(serde_json::Value::Object(_) | serde_json::Value::Array(_))
+                )
+            })
+        })
         .collect();
     let out: Vec<String> = specs
         .iter()
@@ -122,7 +111,7 @@ fn prefixed(label: &str, name: &str) -> String {
     if label.is_empty() {
         name.to_string()
     } else {
-        format!("{label}: {name}")
+        format!("{label}, {name}")
     }
 }
 
@@ -197,6 +186,12 @@ pub fn panels(graph: Graph, inputs: &[Input]) -> Result<Vec<Panel>, PlotError> {
     }
 }
 
+/// An interval's rate drawn over the whole interval (a step, from its start to its end),
+/// so the line starts at the test's start, not at the end of its first interval.
+fn span(start: f64, end: f64, rate: f64) -> [(f64, f64); 2] {
+    [(start, rate), (end, rate)]
+}
+
 fn throughput(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
     let mut series = Vec::new();
     for (input, label) in inputs.iter().zip(labels) {
@@ -216,8 +211,9 @@ fn throughput(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
                         .iter()
                         .filter_map(|iv| {
                             let s = iv.streams.iter().find(|s| s.id == id)?;
-                            Some((iv.end, s.bits_per_second))
+                            Some(span(iv.start, iv.end, s.bits_per_second))
                         })
+                        .flatten()
                         .collect(),
                 });
             }
@@ -227,8 +223,9 @@ fn throughput(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
                 .iter()
                 .filter_map(|iv| {
                     let s = iv.sums.iter().find(|s| s.direction == d)?;
-                    Some((iv.end, s.bits_per_second))
+                    Some(span(iv.start, iv.end, s.bits_per_second))
                 })
+                .flatten()
                 .collect();
             if !points.is_empty() {
                 let name = if ids.len() > 1 {

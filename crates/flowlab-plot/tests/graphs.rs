@@ -54,7 +54,10 @@ fn throughput_has_a_line_per_direction_in_readable_units() {
     assert_eq!(t.y_label, "throughput (Gbits/sec)", "the tables' unit");
     assert_eq!(t.series.len(), 1);
     assert_eq!(t.series[0].name, "up");
-    assert_eq!(t.series[0].points.len(), 4, "four 0.25 s intervals");
+    // Four 0.25 s intervals, each drawn over its span: the line starts at 0.
+    assert_eq!(t.series[0].points.len(), 8);
+    assert_eq!(t.series[0].points[0].0, 0.0);
+    assert_eq!(t.series[0].points[0].1, t.series[0].points[1].1);
     // Two streams: a line each and their sum.
     let p = panels(Graph::Throughput, &[load("untraced-p2")]).expect("panels");
     let names: Vec<&str> = p[0].series.iter().map(|s| s.name.as_str()).collect();
@@ -95,18 +98,28 @@ fn graphs_of_an_untraced_result_say_how_to_get_them() {
 }
 
 #[test]
-fn overlays_are_labelled_by_the_option_that_differs() {
+fn overlays_are_labelled_by_their_titles_else_the_option_that_differs() {
     let inputs = [load("small-window"), load("large-window")];
     assert_eq!(
         flowlab_plot::labels(&inputs),
-        [
-            "recv_window=65536 title=small receive window",
-            "recv_window=4194304 title=large receive window"
-        ]
+        ["small receive window", "large receive window"]
     );
     let p = panels(Graph::Rtt, &inputs).expect("panels");
     assert_eq!(p[0].bands.len(), 2);
-    assert!(p[0].series[0].name.starts_with("recv_window=65536"));
+    assert!(p[0].series[0].name.starts_with("small receive window, "));
+    // Without titles: the option in which they differ.
+    let untitled: Vec<_> = inputs
+        .iter()
+        .map(|i| {
+            let mut i = i.clone();
+            i.result.start.spec["title"] = serde_json::Value::Null;
+            i
+        })
+        .collect();
+    assert_eq!(
+        flowlab_plot::labels(&untitled),
+        ["recv_window=65536", "recv_window=4194304"]
+    );
 }
 
 #[test]

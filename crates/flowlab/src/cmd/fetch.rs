@@ -122,24 +122,77 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A sweep's mean transfer time per ratio, drawn into `path`.
+/// A sweep's mean transfer time per ratio, drawn into `path`: the fixed ratios joined
+/// by a line, adaptive apart at the right (it is not a ratio), each mean with its 95 %
+/// confidence interval as an error bar when the sweep repeated.
 fn chart(
     result: &flowlab_report::fetch::SweepResult,
     path: &std::path::Path,
 ) -> anyhow::Result<()> {
+    use flowlab_plot::{Band, Panel, Series};
     let modes: Vec<String> = result.rows.iter().map(|r| r.mode.clone()).collect();
-    let means: Vec<f64> = result.rows.iter().map(|r| r.mean_seconds).collect();
-    let panel = flowlab_plot::category_panel(
-        &format!(
-            "Total transfer time per load-distribution ratio ({} runs each)",
-            result.repeat
-        ),
-        "load-distribution ratio (server A : server B)",
-        "transfer time (s)",
-        &modes,
-        "mean transfer time",
-        &means,
-    );
+    let mut line = Vec::new();
+    let mut apart = Vec::new();
+    let mut bars = (Vec::new(), Vec::new());
+    for (i, row) in result.rows.iter().enumerate() {
+        let x = i as f64;
+        let adaptive = row.mode == "adaptive";
+        if adaptive {
+            apart.push((x, row.mean_seconds));
+        } else {
+            line.push((x, row.mean_seconds));
+        }
+        if let Some((lo, hi)) = flowlab_report::stats::summary(&row.seconds).and_then(|s| s.ci) {
+            if adaptive {
+                bars.1.push((x, lo, hi));
+            } else {
+                bars.0.push((x, lo, hi));
+            }
+        }
+    }
+    let runs = if result.repeat == 1 {
+        "1 run each".to_string()
+    } else {
+        format!("{} runs each, 95 % CI", result.repeat)
+    };
+    let panel = Panel {
+        title: format!("Total transfer time per load-distribution ratio ({runs})"),
+        x_label: "load-distribution ratio (server A : server B)".into(),
+        y_label: "transfer time (s)".into(),
+        series: vec![
+            Series {
+                name: "mean transfer time, fixed ratio".into(),
+                points: line,
+            },
+            Series {
+                name: "adaptive".into(),
+                points: Vec::new(),
+            },
+        ],
+        bands: Vec::new(),
+        markers: Vec::new(),
+        error_bars: vec![
+            Band {
+                name: "95 % CI".into(),
+                points: bars.0,
+            },
+            Band {
+                name: "95 % CI".into(),
+                points: bars.1,
+            },
+        ],
+        dots: vec![
+            Series {
+                name: String::new(),
+                points: Vec::new(),
+            },
+            Series {
+                name: "adaptive".into(),
+                points: apart,
+            },
+        ],
+        x_ticks: modes,
+    };
     flowlab_plot::render_file(&[panel], path)?;
     Ok(())
 }
