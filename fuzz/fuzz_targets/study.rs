@@ -17,7 +17,7 @@ fuzz_target!(|data: &[u8]| {
                 assert_eq!(plan.trials.len(), plan.cells.len() * s.repeat as usize);
                 for c in &plan.cells {
                     for step in 0..s.steps.len() {
-                        let _ = s.args(step, c, &|i| (format!("s{i}"), "5201".into()));
+                        let _ = s.args(step, c, &|i| (format!("s{i}"), "5201".into()), "scratch");
                     }
                 }
             }

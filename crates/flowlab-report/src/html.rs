@@ -35,8 +35,9 @@ th:first-child, td:first-child { text-align: left; }
 /// The page: the study and its plan, the machines, per metric a chart (`charts[i]`, an
 /// SVG document, for `report.metrics[i]`; `None` draws none) and its table, the
 /// throughput-against-delay chart (`charts[metrics.len()]`) when the report has one,
-/// then the failed trials.
-pub fn page(r: &StudyReport, charts: &[Option<String>]) -> String {
+/// the traced trials' graphs (`traces`: a heading and an SVG document each), then the
+/// failed trials.
+pub fn page(r: &StudyReport, charts: &[Option<String>], traces: &[(String, String)]) -> String {
     let mut out = String::new();
     let _ = write!(
         out,
@@ -146,6 +147,23 @@ pub fn page(r: &StudyReport, charts: &[Option<String>]) -> String {
             esc(&sc.delay.0),
             esc(&sc.delay.1)
         );
+    }
+    if !traces.is_empty() {
+        let _ = writeln!(
+            out,
+            "<section class=\"traces\"><h2>Traced trials</h2><p class=\"note\">Each cell's \
+             first traced trial, as <code>flowlab plot -g window</code> and <code>-g rtt</code> \
+             draw it: the sender's congestion window, bytes in flight and the receiver's \
+             window (rings where the window was full), and its RTT.</p>"
+        );
+        for (heading, svg) in traces {
+            let _ = writeln!(
+                out,
+                "<h3>{}</h3><div class=\"chart\">{svg}</div>",
+                esc(heading)
+            );
+        }
+        let _ = writeln!(out, "</section>");
     }
     if !r.failures.is_empty() {
         let _ = writeln!(

@@ -17,6 +17,8 @@ pub struct PlanSummary {
     pub warmup: u32,
     /// Durations and sizes multiplied by this (`--scale`).
     pub scale: f64,
+    /// Commands run once before the servers start.
+    pub setup: Vec<String>,
     /// Servers the runner starts: name and where.
     pub servers: Vec<(String, String)>,
     pub cells: Vec<CellPlan>,

@@ -60,6 +60,8 @@ pub struct Study {
     /// A topology file to bring up for the study (relative to the study file).
     pub topology: Option<String>,
     pub on_error: OnError,
+    /// flowlab commands run once before the servers start (`fragments make …`).
+    pub setup: Vec<String>,
     /// Servers the runner starts before the first trial and stops after the last.
     pub servers: Vec<Server>,
     /// What is swept, in the file's order.
@@ -149,6 +151,8 @@ enum Piece {
     Text(String),
     Param(usize),
     Server(usize, ServerPart),
+    /// `{scratch}`: an empty directory of the trial's own.
+    Scratch,
 }
 
 /// What a `{server…}` hole stands for.
@@ -168,6 +172,8 @@ pub trait Fill {
     fn param(&self, param: usize) -> String;
     /// Part of server `server`'s address.
     fn server(&self, server: usize, part: ServerPart) -> String;
+    /// The trial's scratch directory.
+    fn scratch(&self) -> String;
 }
 
 impl Template {
@@ -179,6 +185,7 @@ impl Template {
                 Piece::Text(t) => t.clone(),
                 Piece::Param(i) => fill.param(*i),
                 Piece::Server(i, part) => fill.server(*i, *part),
+                Piece::Scratch => fill.scratch(),
             })
             .collect()
     }
@@ -206,6 +213,8 @@ struct RawStudy {
     topology: Option<String>,
     on_error: Option<Spanned<String>>,
     params: Option<Spanned<toml::Table>>,
+    #[serde(default)]
+    setup: Vec<String>,
     #[serde(default, rename = "server")]
     servers: Vec<Spanned<RawServer>>,
     #[serde(default, rename = "exclude")]
@@ -329,7 +338,10 @@ pub fn parse(text: &str) -> Result<Study, StudyError> {
                 ),
             ));
         }
-        if params.iter().any(|p| &p.name == name) || servers.iter().any(|s| &s.name == name) {
+        if name == SCRATCH
+            || params.iter().any(|p| &p.name == name)
+            || servers.iter().any(|s| &s.name == name)
+        {
             return Err(at(
                 r.name.span(),
                 format!("server '{name}': the name is already a parameter's or a server's"),
@@ -399,12 +411,18 @@ pub fn parse(text: &str) -> Result<Study, StudyError> {
         pause,
         topology: raw.topology,
         on_error,
+        setup: raw.setup,
         servers,
         params,
         excludes,
         steps,
     })
 }
+
+/// `{scratch}`: an empty directory the runner makes for each trial and removes after it
+/// (a fetch's `--out`), so no trial sees another's files. Not a parameter's or a
+/// server's name.
+pub const SCRATCH: &str = "scratch";
 
 /// A parameter name: what `{name}` is written with.
 fn param_name_ok(name: &str) -> bool {
@@ -469,6 +487,11 @@ fn params(table: &toml::Table) -> Result<Vec<Param>, String> {
         };
         if values.is_empty() {
             return Err(format!("parameter '{name}' has no values"));
+        }
+        if name == SCRATCH {
+            return Err(format!(
+                "parameter '{name}': the name is {{{SCRATCH}}}'s, the trial's directory"
+            ));
         }
         for (i, v) in values.iter().enumerate() {
             if values[..i].iter().any(|w| w.label == v.label) {
@@ -539,7 +562,9 @@ fn template(text: &str, params: &[Param], servers: &[Server]) -> Result<Template
                         ));
                     }
                 };
-                let piece = if let Some(p) = params.iter().position(|p| p.name == base) {
+                let piece = if name == SCRATCH {
+                    Piece::Scratch
+                } else if let Some(p) = params.iter().position(|p| p.name == base) {
                     if part.is_some() {
                         return Err(format!(
                             "args: '{{{name}}}': '{base}' is a parameter, not a server"

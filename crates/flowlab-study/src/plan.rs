@@ -81,17 +81,19 @@ impl Study {
     }
 
     /// Step `step`'s arguments for `cell`, servers' addresses from `address` (index
-    /// into [`Study::servers`] → host and port).
+    /// into [`Study::servers`] → host and port), `{scratch}` as `scratch`.
     pub fn args(
         &self,
         step: usize,
         cell: &Cell,
         address: &dyn Fn(usize) -> (String, String),
+        scratch: &str,
     ) -> String {
         struct Filler<'a> {
             study: &'a Study,
             cell: &'a Cell,
             address: &'a dyn Fn(usize) -> (String, String),
+            scratch: &'a str,
         }
         impl Fill for Filler<'_> {
             fn param(&self, p: usize) -> String {
@@ -107,11 +109,15 @@ impl Study {
                     ServerPart::Address => format!("{host}:{port}"),
                 }
             }
+            fn scratch(&self) -> String {
+                self.scratch.to_string()
+            }
         }
         self.steps[step].args.render(&Filler {
             study: self,
             cell,
             address,
+            scratch,
         })
     }
 

@@ -51,7 +51,7 @@ fn a_study_expands_into_its_cells_and_trials() {
         "length=65000 method=tcp-stop-and-wait"
     );
     assert_eq!(
-        s.args(0, &Cell(vec![2, 2]), &no_servers),
+        s.args(0, &Cell(vec![2, 2]), &no_servers, "s"),
         "127.0.0.1 -n 10M -l 32500 -u --stop-and-wait -T {x}"
     );
     let plan = s.plan(42);
@@ -101,7 +101,10 @@ fn a_study_without_parameters_is_one_cell() {
         .expect("valid");
     assert_eq!(s.cells(), [Cell(Vec::new())]);
     assert_eq!(s.plan(0).trials.len(), 1);
-    assert_eq!(s.args(0, &s.cells()[0], &no_servers), "--from a --out d");
+    assert_eq!(
+        s.args(0, &s.cells()[0], &no_servers, "s"),
+        "--from a --out d"
+    );
 }
 
 #[test]
@@ -148,14 +151,30 @@ args = "{b.host} -p {b.port}"
         }
     };
     let cell = &s.cells()[1];
-    assert_eq!(s.args(0, cell, &address), "127.0.0.1 -p 4000 -t 1");
+    assert_eq!(s.args(0, cell, &address, "s"), "127.0.0.1 -p 4000 -t 1");
     assert_eq!(
-        s.args(2, cell, &address),
+        s.args(2, cell, &address, "s"),
         "--from 127.0.0.1:4000 --from [::1]:4001 --ratio 1:2 --out d"
     );
     assert_eq!(s.steps[0].args.servers().collect::<Vec<_>>(), [0, 0]);
     // A group starts where its first step is, and holds every step that names it.
     assert_eq!(s.stages(), [vec![0], vec![1, 3], vec![2]]);
+}
+
+#[test]
+fn scratch_is_the_trials_directory_and_no_ones_name() {
+    let s = parse(
+        "name = \"x\"\n[[step]]\nkind = \"fetch\"\nargs = \"--from h --out {scratch}/got\"\n",
+    )
+    .expect("valid");
+    assert_eq!(
+        s.args(0, &s.cells()[0], &no_servers, "/tmp/t7"),
+        "--from h --out /tmp/t7/got"
+    );
+    let e =
+        parse("name = \"x\"\n[params]\nscratch = [1]\n[[step]]\nkind = \"test\"\nargs = \"h\"\n")
+            .expect_err("reserved");
+    assert!(e.message.contains("the name is {scratch}'s"), "{e}");
 }
 
 /// Each refusal: what is wrong, and where (line, column).
@@ -305,7 +324,7 @@ proptest! {
                 prop_assert_eq!(plan.trials.len(), plan.cells.len() * s.repeat as usize);
                 for c in &plan.cells {
                     for i in 0..s.steps.len() {
-                        let _ = s.args(i, c, &no_servers);
+                        let _ = s.args(i, c, &no_servers, "s");
                     }
                 }
             }

@@ -314,3 +314,44 @@ fn the_html_report_renders_in_a_real_browser() {
     assert!(inked * 50 > total, "{inked} of {total} pixels drawn: blank");
     assert!(blue > 200, "{blue} pixels of the charts' blue");
 }
+
+/// A traced test's graphs (window, RTT) come out of the same report, one per cell.
+#[test]
+fn traced_trials_are_drawn_in_the_html_report() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let study = r#"
+name = "traced"
+repeat = 1
+[params]
+cc = ["cubic", "bbr"]
+[[server]]
+name = "a"
+[[step]]
+name = "up"
+kind = "test"
+args = "{a.host} -p {a.port} -t 1 -i 0.25 --trace=50ms -C {cc}"
+"#;
+    std::fs::write(dir.path().join("study.toml"), study).expect("write");
+    let out = flowlab()
+        .current_dir(dir.path())
+        .args(["run", "study.toml"])
+        .timeout(Duration::from_secs(120))
+        .output()
+        .expect("run");
+    assert!(out.status.success(), "{}", text(&out));
+    let out = report(dir.path(), &["results.db", "-o", "r.html"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let html = std::fs::read_to_string(dir.path().join("r.html")).expect("r.html");
+    let traces = &html[html
+        .find("<section class=\"traces\">")
+        .expect("a traces section")..];
+    let traces = &traces[..traces.find("</section>").expect("closed")];
+    for cell in [
+        "cc=cubic, step up, repetition 1",
+        "cc=bbr, step up, repetition 1",
+    ] {
+        assert!(traces.contains(&format!("<h3>{cell}</h3>")), "{cell}");
+    }
+    assert_eq!(traces.matches("<svg").count(), 2);
+    assert!(traces.contains("congestion window"), "the window graph");
+}

@@ -415,8 +415,19 @@ fn a_killed_runner_is_resumed_without_losing_or_repeating_a_trial() {
         "{}",
         text(&out)
     );
-    // With it, the study completes.
+    // With it, the study completes; the gone runner's directories are swept.
+    let gone = runner.id();
     let out = run(dir.path(), &["--resume", study.to_str().expect("utf-8")]);
+    let left: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+        .expect("temp dir")
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(&format!("flowlab-{gone}-"))
+        })
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
     assert!(out.status.success(), "{}", text(&out));
     assert!(
         text(&out).contains("study timed: 1 ok, 0 failed"),

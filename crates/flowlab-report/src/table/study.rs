@@ -46,6 +46,9 @@ pub fn study_plan(p: &PlanSummary) -> String {
             String::new()
         }
     );
+    for s in &p.setup {
+        let _ = writeln!(out, "setup: flowlab {s}");
+    }
     for (name, place) in &p.servers {
         let _ = writeln!(out, "server {name}: flowlab serve {place}");
     }

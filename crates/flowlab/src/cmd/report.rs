@@ -105,7 +105,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
                 if let Some(sc) = &report.scatter {
                     charts.push(flowlab_plot::render_svg(&[flowlab_plot::scatter_panel(sc)]).ok());
                 }
-                html::page(&report, &charts)
+                html::page(&report, &charts, &traces(&db, &input)?)
             }
         },
     };
@@ -213,6 +213,48 @@ fn input(db: &Db, name: Option<&str>) -> anyhow::Result<ReportInput> {
             .map(|s| (s.name.clone(), s.group.clone()))
             .collect(),
     })
+}
+
+/// Each cell's first traced trial (a test step run with `--trace`), drawn as its window
+/// and RTT graphs: (heading, SVG document).
+fn traces(db: &Db, input: &ReportInput) -> anyhow::Result<Vec<(String, String)>> {
+    use flowlab_plot::{Graph, Input};
+    let Some(study) = db.find_study(&input.study)? else {
+        return Ok(Vec::new());
+    };
+    let trials = db.trials(study.id)?;
+    let mut out = Vec::new();
+    for cell in &input.cells {
+        let traced = trials
+            .iter()
+            .filter(|t| &t.cell == cell && t.status == "ok")
+            .flat_map(|t| t.steps.iter().map(move |s| (t, s)))
+            .filter(|(_, s)| s.kind == "test")
+            .find_map(|(t, s)| {
+                let r: flowlab_report::result::TestResult =
+                    serde_json::from_str(s.result.as_deref()?).ok()?;
+                r.trace.is_some().then_some((t, s, r))
+            });
+        let Some((t, step, result)) = traced else {
+            continue;
+        };
+        let inputs = [Input {
+            name: step.name.clone(),
+            result,
+        }];
+        let mut panels = Vec::new();
+        for g in [Graph::Window, Graph::Rtt] {
+            panels.extend(flowlab_plot::panels(g, &inputs)?);
+        }
+        let heading = format!(
+            "{}, step {}, repetition {}",
+            if cell.is_empty() { "(one cell)" } else { cell },
+            step.name,
+            t.repetition
+        );
+        out.push((heading, flowlab_plot::render_svg(&panels)?));
+    }
+    Ok(out)
 }
 
 fn names(studies: &[flowlab_db::StudyRow]) -> String {

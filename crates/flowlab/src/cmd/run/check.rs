@@ -91,9 +91,10 @@ pub fn step_line(
     step: usize,
     cell: &Cell,
     address: &dyn Fn(usize) -> (String, String),
+    scratch: &str,
     scale: f64,
 ) -> Result<StepLine, String> {
-    let text = study.args(step, cell, address);
+    let text = study.args(step, cell, address, scratch);
     let mut argv = split(&text)?;
     match study.steps[step].kind {
         StepKind::Test => {
@@ -234,6 +235,42 @@ fn rewrite(argv: &mut Vec<String>, amount: Amount) {
     argv.push(value);
 }
 
+/// A setup command (`fragments make …`, run once before the servers start) as the
+/// arguments of this binary: only `fragments` commands, which make what servers serve;
+/// `--scale` shrinks `fragments make --size` (never below a byte per fragment).
+pub fn setup_line(text: &str, scale: f64) -> Result<Vec<String>, String> {
+    use crate::cli::{Cli, Command};
+    let mut argv = split(text)?;
+    let checked = with_run_dir(&argv, "run");
+    let cli =
+        Cli::try_parse_from(std::iter::once("flowlab").chain(checked.iter().map(String::as_str)))
+            .map_err(|e| one_line(&e))?;
+    let Command::Fragments(ref f) = cli.command else {
+        return Err(format!(
+            "'{text}': a setup command is a `fragments` command (make, split), which makes what servers serve"
+        ));
+    };
+    if let (cmd::fragments::Command::Make { size, count, .. }, true) = (f, scale != 1.0) {
+        let scaled = ((*size as f64 * scale).round() as u64).max(*count);
+        let at = argv.iter().position(|a| a == "--size").ok_or_else(|| {
+            format!("--scale: cannot find --size in '{text}': give it as --size SIZE")
+        })?;
+        if let Some(v) = argv.get_mut(at + 1) {
+            *v = scaled.to_string();
+        }
+    }
+    Ok(argv)
+}
+
+/// `{run}` in setup commands and servers' options: a directory of the run's own (made
+/// before the setup, removed at the end), e.g. for the fragment set they make and serve.
+pub const RUN: &str = "{run}";
+
+/// `argv` with `{run}` made `dir`.
+pub fn with_run_dir(argv: &[String], dir: &str) -> Vec<String> {
+    argv.iter().map(|a| a.replace(RUN, dir)).collect()
+}
+
 /// A server's `flowlab serve` command line: `-J`, port 0 (the kernel picks one) and the
 /// address (loopback unless it runs on a node), then the study's options for it.
 pub fn serve_line(args: &str, loopback: bool) -> Result<Vec<String>, String> {
@@ -242,7 +279,7 @@ pub fn serve_line(args: &str, loopback: bool) -> Result<Vec<String>, String> {
         argv.extend(["-B".to_string(), "127.0.0.1".to_string()]);
     }
     argv.extend(split(args)?);
-    let parsed = ServeLine::try_parse_from(&argv).map_err(|e| one_line(&e))?;
+    let parsed = ServeLine::try_parse_from(with_run_dir(&argv, "run")).map_err(|e| one_line(&e))?;
     if parsed.args.one_off {
         return Err("--one-off: a study's server serves every trial".into());
     }
@@ -269,6 +306,7 @@ mod tests {
             0,
             &s.cells()[cell],
             &|_| ("h".into(), "1".into()),
+            "s",
             scale,
         )
     }
@@ -317,6 +355,34 @@ mod tests {
         assert!(e.contains("leave out -J"), "{e}");
         let e = line("h -T 'x", 0, 1.0).expect_err("quote");
         assert!(e.contains("unbalanced quote"), "{e}");
+    }
+
+    #[test]
+    fn a_setup_line_is_a_fragments_command_and_scales_its_size() {
+        assert_eq!(
+            setup_line("fragments make --size 1M --count 16 --out {run}/set", 0.5).expect("valid"),
+            [
+                "fragments",
+                "make",
+                "--size",
+                "524288",
+                "--count",
+                "16",
+                "--out",
+                "{run}/set"
+            ]
+        );
+        let e = setup_line("test 127.0.0.1", 1.0).expect_err("not fragments");
+        assert!(
+            e.contains("a setup command is a `fragments` command"),
+            "{e}"
+        );
+        let e = setup_line("fragments make --out d", 1.0).expect_err("no size");
+        assert!(e.contains("--size <SIZE>"), "{e}");
+        assert_eq!(
+            with_run_dir(&["--out".into(), "{run}/set".into()], "/tmp/r"),
+            ["--out", "/tmp/r/set"]
+        );
     }
 
     #[test]

@@ -13,9 +13,9 @@ use flowlab_study::{Cell, Study};
 
 use super::Args;
 use super::prepare::Prepared;
-use super::servers;
 use super::topology;
 use super::trial::{self, Ready, Stage};
+use super::{check, servers};
 use crate::cmd::emit;
 
 /// Runs `p`'s trials not recorded yet into `a.db`; what happened, for the summary.
@@ -37,16 +37,23 @@ pub fn execute(p: &Prepared, a: &Args) -> anyhow::Result<RunSummary> {
             );
         }
     }
+    Scratch::sweep();
+    // `{run}`: the run's own directory, removed at the end.
+    let run_dir = Scratch::new("run")?;
+    for (text, argv) in study.setup.iter().zip(&p.setup_lines) {
+        setup(text, &check::with_run_dir(argv, &run_dir.path()), dir)?;
+    }
     let mut running = Vec::new();
     for (s, argv) in study.servers.iter().zip(&p.serve_lines) {
         let ns = match (&s.node, &net) {
             (Some(node), Some(net)) => Some(net.ns(node)),
             _ => None,
         };
-        running.push(servers::start(&s.name, argv, ns.as_deref(), dir)?);
+        let argv = check::with_run_dir(argv, &run_dir.path());
+        running.push(servers::start(&s.name, &argv, ns.as_deref(), dir)?);
     }
     let ports: Vec<u16> = running.iter().map(|r| r.port).collect();
-    let ready = |cell: &Cell| p.ready(cell, &ports, a.scale);
+    let ready = |cell: &Cell, scratch: &Scratch| p.ready(cell, &ports, &scratch.path(), a.scale);
     let out = |e: &TrialEvent| {
         if a.json {
             emit(&json::event_line("trial", e));
@@ -113,7 +120,8 @@ pub fn execute(p: &Prepared, a: &Args) -> anyhow::Result<RunSummary> {
                     break;
                 }
                 let t0 = Instant::now();
-                let (error, _) = match ready(cell) {
+                let scratch = Scratch::new("warm-up")?;
+                let (error, _) = match ready(cell, &scratch) {
                     Ok(stages) => run_trial(&stages, dir, &interrupt),
                     Err(e) => (Some(format!("{e:#}")), None),
                 };
@@ -134,7 +142,8 @@ pub fn execute(p: &Prepared, a: &Args) -> anyhow::Result<RunSummary> {
             std::thread::sleep(pause);
         }
         let t0 = Instant::now();
-        let (error, records) = match ready(cell) {
+        let scratch = Scratch::new(&format!("trial-{id}"))?;
+        let (error, records) = match ready(cell, &scratch) {
             Ok(stages) => run_trial(&stages, dir, &interrupt),
             Err(e) => (Some(format!("{e:#}")), Some(Vec::new())),
         };
@@ -168,6 +177,7 @@ pub fn execute(p: &Prepared, a: &Args) -> anyhow::Result<RunSummary> {
     summary.seconds = begun.elapsed().as_secs_f64();
     drop(running);
     drop(up);
+    drop(run_dir);
     Ok(summary)
 }
 
@@ -205,4 +215,68 @@ fn params_json(study: &Study, cell: &Cell) -> String {
         .map(|(p, &v)| (p.name.clone(), p.values[v].label.clone().into()))
         .collect();
     serde_json::Value::Object(map).to_string()
+}
+
+/// Runs setup command `argv` (this binary's arguments) in `dir`; its error names it.
+fn setup(text: &str, argv: &[String], dir: &Path) -> anyhow::Result<()> {
+    let out = crate::cmd::flowlab_child(None)?
+        .args(argv)
+        .current_dir(dir)
+        .stdin(std::process::Stdio::null())
+        .output()?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let why = err
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("");
+        anyhow::bail!(
+            "setup '{text}' failed: {}",
+            why.trim_start_matches("error: ")
+        );
+    }
+    Ok(())
+}
+
+/// An empty directory of a trial's own (`{scratch}`) or of the run's (`{run}`), removed
+/// when dropped.
+struct Scratch(std::path::PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> std::io::Result<Scratch> {
+        let path = std::env::temp_dir().join(format!("flowlab-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path)?;
+        Ok(Scratch(path))
+    }
+
+    fn path(&self) -> String {
+        self.0.display().to_string()
+    }
+
+    /// Removes the directories of runners that are gone (killed before they could).
+    fn sweep() {
+        let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            let pid = name
+                .strip_prefix("flowlab-")
+                .and_then(|rest| rest.split('-').next())
+                .and_then(|p| p.parse::<u32>().ok());
+            if let Some(pid) = pid {
+                if !Path::new(&format!("/proc/{pid}")).exists() {
+                    let _ = std::fs::remove_dir_all(e.path());
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }

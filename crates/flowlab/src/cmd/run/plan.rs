@@ -59,6 +59,7 @@ pub fn summary(p: &Prepared, scale: f64) -> PlanSummary {
         repeat: study.repeat,
         warmup: study.warmup,
         scale,
+        setup: p.setup_lines.iter().map(|a| a.join(" ")).collect(),
         servers: study
             .servers
             .iter()

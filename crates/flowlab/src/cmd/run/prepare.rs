@@ -24,6 +24,8 @@ pub struct Prepared {
     /// The study file's directory: servers and steps run there.
     pub dir: PathBuf,
     pub net: Option<Net>,
+    /// The setup commands' arguments (scaled).
+    pub setup_lines: Vec<Vec<String>>,
     /// Each server's `flowlab serve` command line.
     pub serve_lines: Vec<Vec<String>>,
     /// Each cell's steps, checked (servers' ports as 5201).
@@ -61,11 +63,17 @@ pub fn prepare(a: &Args) -> anyhow::Result<Prepared> {
                 .map_err(|e| Usage(format!("{file}: server {}: {e}", s.name)))
         })
         .collect::<Result<Vec<_>, _>>()?;
+    let setup_lines = study
+        .setup
+        .iter()
+        .map(|t| check::setup_line(t, a.scale).map_err(|e| Usage(format!("{file}: setup: {e}"))))
+        .collect::<Result<Vec<_>, _>>()?;
     let mut p = Prepared {
         text,
         study,
         dir,
         net,
+        setup_lines,
         serve_lines,
         lines: Vec::new(),
         plan: Plan {
@@ -82,13 +90,14 @@ pub fn prepare(a: &Args) -> anyhow::Result<Prepared> {
         for (i, step) in p.study.steps.iter().enumerate() {
             // The port is known once the server listens: 5201 stands for it here.
             let placeholder = |s: usize| (p.host(i, s), "5201".to_string());
-            let line = check::step_line(&p.study, i, cell, &placeholder, a.scale).map_err(|e| {
-                Usage(format!(
-                    "{file}: step '{}', cell {}: {e}",
-                    step.name,
-                    p.study.cell_label(cell)
-                ))
-            })?;
+            let line = check::step_line(&p.study, i, cell, &placeholder, "<scratch>", a.scale)
+                .map_err(|e| {
+                    Usage(format!(
+                        "{file}: step '{}', cell {}: {e}",
+                        step.name,
+                        p.study.cell_label(cell)
+                    ))
+                })?;
             steps.push(line);
         }
         p.lines.push(steps);
@@ -125,9 +134,15 @@ impl Prepared {
         }
     }
 
-    /// `cell`'s stages ready to run, the servers listening on `ports`, durations and
-    /// sizes scaled by `scale`.
-    pub fn ready(&self, cell: &Cell, ports: &[u16], scale: f64) -> anyhow::Result<Vec<Vec<Ready>>> {
+    /// `cell`'s stages ready to run, the servers listening on `ports`, `{scratch}` as
+    /// `scratch`, durations and sizes scaled by `scale`.
+    pub fn ready(
+        &self,
+        cell: &Cell,
+        ports: &[u16],
+        scratch: &str,
+        scale: f64,
+    ) -> anyhow::Result<Vec<Vec<Ready>>> {
         let study = &self.study;
         study
             .stages()
@@ -138,7 +153,7 @@ impl Prepared {
                     .map(|&i| {
                         let address = |s: usize| (self.host(i, s), ports[s].to_string());
                         let step = &study.steps[i];
-                        let line = check::step_line(study, i, cell, &address, scale)
+                        let line = check::step_line(study, i, cell, &address, scratch, scale)
                             .map_err(|e| anyhow::anyhow!("step '{}': {e}", step.name))?;
                         Ok(Ready {
                             name: step.name.clone(),
