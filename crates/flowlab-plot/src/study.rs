@@ -2,7 +2,7 @@
 //! one line per combination of the other parameters, each mean with its confidence
 //! interval as an error bar.
 
-use flowlab_report::study_report::{MetricTable, StudyReport, display_unit, title};
+use flowlab_report::study_report::{MetricTable, StudyReport, metric_unit, title};
 
 use crate::{Band, Panel, Series};
 
@@ -33,12 +33,7 @@ pub fn metric_panel(r: &StudyReport, m: &MetricTable) -> Panel {
             names.push(name);
         }
     }
-    let largest = m
-        .rows
-        .iter()
-        .flat_map(|r| [r.summary.mean, r.summary.ci.map_or(0.0, |c| c.1)])
-        .fold(0.0, |a: f64, v| a.max(v.abs()));
-    let (div, unit) = display_unit(&m.unit, largest);
+    let (div, unit) = metric_unit(m);
     // Series side by side within a category, so that their bars do not overlap.
     let step = if names.len() > 1 {
         (0.5 / (names.len() - 1) as f64).min(0.12)

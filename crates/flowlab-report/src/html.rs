@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use crate::study_report::{StudyReport, display_unit, number, title};
+use crate::study_report::{StudyReport, metric_unit, row_texts, title};
 
 /// `text` safe inside HTML text and attribute values.
 fn esc(text: &str) -> String {
@@ -93,12 +93,7 @@ pub fn page(r: &StudyReport, charts: &[Option<String>], traces: &[(String, Strin
         let _ = writeln!(out, "</ul>");
     }
     for (i, m) in r.metrics.iter().enumerate() {
-        let big = m
-            .rows
-            .iter()
-            .flat_map(|r| [r.summary.mean, r.summary.ci.map_or(0.0, |c| c.1)])
-            .fold(0.0, |a: f64, v| a.max(v.abs()));
-        let (div, unit) = display_unit(&m.unit, big);
+        let (div, unit) = metric_unit(m);
         let _ = writeln!(
             out,
             "<section class=\"metric\"><h2>{}</h2>",
@@ -114,24 +109,11 @@ pub fn page(r: &StudyReport, charts: &[Option<String>], traces: &[(String, Strin
             r.confidence_percent
         );
         for row in &m.rows {
-            let s = &row.summary;
-            let ci = s.ci.map_or("–".to_string(), |(lo, hi)| {
-                format!("{} – {}", number(lo / div), number(hi / div))
-            });
-            let _ = writeln!(
-                out,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                esc(if row.cell.is_empty() {
-                    "(one cell)"
-                } else {
-                    &row.cell
-                }),
-                s.n,
-                number(s.mean / div),
-                number(s.median / div),
-                number(s.sd / div),
-                esc(&ci)
-            );
+            let cells: Vec<String> = row_texts(row, div)
+                .iter()
+                .map(|t| format!("<td>{}</td>", esc(t)))
+                .collect();
+            let _ = writeln!(out, "<tr>{}</tr>", cells.concat());
         }
         let _ = writeln!(out, "</table></section>");
     }

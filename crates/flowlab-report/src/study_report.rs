@@ -351,12 +351,34 @@ pub fn number(v: f64) -> String {
     format!("{v:.digits$}")
 }
 
-/// The largest magnitude a table shows (means and interval ends).
-fn largest(m: &MetricTable) -> f64 {
-    m.rows
+/// How metric `m`'s values are shown: (divisor, unit), from the largest magnitude its
+/// table shows (means and interval ends).
+pub fn metric_unit(m: &MetricTable) -> (f64, String) {
+    let largest = m
+        .rows
         .iter()
         .flat_map(|r| [r.summary.mean, r.summary.ci.map_or(0.0, |c| c.1)])
-        .fold(0.0, |a, v| a.max(v.abs()))
+        .fold(0.0, |a: f64, v| a.max(v.abs()));
+    display_unit(&m.unit, largest)
+}
+
+/// A row of a metric's table in units of `div`: cell, n, mean, median, sd, interval.
+pub fn row_texts(row: &CellRow, div: f64) -> [String; 6] {
+    let s = &row.summary;
+    [
+        if row.cell.is_empty() {
+            "(one cell)".to_string()
+        } else {
+            row.cell.clone()
+        },
+        s.n.to_string(),
+        number(s.mean / div),
+        number(s.median / div),
+        number(s.sd / div),
+        s.ci.map_or("–".to_string(), |(lo, hi)| {
+            format!("{} – {}", number(lo / div), number(hi / div))
+        }),
+    ]
 }
 
 /// A metric's heading: `transfer_s of step "transfer" (ms)`.
@@ -398,28 +420,12 @@ pub fn markdown(r: &StudyReport) -> String {
         out.push('\n');
     }
     for m in &r.metrics {
-        let (div, unit) = display_unit(&m.unit, largest(m));
+        let (div, unit) = metric_unit(m);
         let _ = writeln!(out, "## {}\n", title(m, &unit));
         let _ = writeln!(out, "| cell | n | mean | median | sd | 95% CI |");
         let _ = writeln!(out, "|---|---:|---:|---:|---:|---|");
         for row in &m.rows {
-            let s = &row.summary;
-            let ci = s.ci.map_or("–".to_string(), |(lo, hi)| {
-                format!("{} – {}", number(lo / div), number(hi / div))
-            });
-            let _ = writeln!(
-                out,
-                "| {} | {} | {} | {} | {} | {ci} |",
-                if row.cell.is_empty() {
-                    "(one cell)"
-                } else {
-                    &row.cell
-                },
-                s.n,
-                number(s.mean / div),
-                number(s.median / div),
-                number(s.sd / div)
-            );
+            let _ = writeln!(out, "| {} |", row_texts(row, div).join(" | "));
         }
         out.push('\n');
     }

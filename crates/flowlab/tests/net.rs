@@ -44,29 +44,10 @@ fn flowlab() -> Command {
 }
 
 fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    if !root {
-        if std::env::var_os("CI").is_some() {
-            panic!("the net tests need root, and CI runs as root");
-        }
-        support::skip("flowlab net needs root (CAP_NET_ADMIN)");
-    }
-    root && support::require_tool("ip") && support::require_tool("tc")
+    support::is_root_with_ip("the net tests")
 }
 
-fn namespaces_of(topo: &str) -> Vec<String> {
-    let out = Command::new("ip")
-        .args(["netns", "list"])
-        .output()
-        .expect("ip netns list");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split_whitespace().next())
-        .filter(|n| n.starts_with(&format!("fl-{topo}-")))
-        .map(String::from)
-        .collect()
-}
+use support::namespaces_of;
 
 /// Runs `flowlab net down NAME` when dropped.
 struct Down(&'static str);

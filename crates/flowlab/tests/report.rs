@@ -35,11 +35,7 @@ args = "{a.host} -p {a.port} -n 4M -l {length} {direction}"
 "#;
 
 fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
+    support::said(out)
 }
 
 /// Runs the study into `dir`/results.db.

@@ -54,11 +54,7 @@ fn run(dir: &Path, args: &[&str]) -> Output {
 }
 
 fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
+    support::said(out)
 }
 
 /// Each recorded trial as (cell, repetition, status).

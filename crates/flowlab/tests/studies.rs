@@ -74,32 +74,11 @@ fn every_shipped_study_runs_small_and_reports() {
     }
 }
 
-/// Root (the topology tests build namespaces): in CI it must be there; elsewhere the
-/// test says why it skips.
 fn root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    if !root {
-        if std::env::var_os("CI").is_some() {
-            panic!("topology studies need root, and CI runs as root");
-        }
-        support::skip("a study on a topology needs root (CAP_NET_ADMIN)");
-    }
-    root && support::require_tool("ip") && support::require_tool("tc")
+    support::is_root_with_ip("studies on a topology")
 }
 
-fn namespaces_of(topo: &str) -> Vec<String> {
-    let out = std::process::Command::new("ip")
-        .args(["netns", "list"])
-        .output()
-        .expect("ip netns list");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split_whitespace().next())
-        .filter(|n| n.starts_with(&format!("fl-{topo}-")))
-        .map(str::to_string)
-        .collect()
-}
+use support::namespaces_of;
 
 /// A small topology (no delays: any kernel) with a server on h2, and a trial of an idle
 /// RTT, then a TCP test from h1 with echoes from h3 at the same time.

@@ -133,3 +133,40 @@ pub fn skip(reason: &str) {
         }
     }
 }
+
+/// Whether this runs as root with `ip` and `tc` (what building namespaces needs). In CI,
+/// which runs as root, its absence fails the test; elsewhere the test says why it skips.
+pub fn is_root_with_ip(what: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        if std::env::var_os("CI").is_some() {
+            panic!("{what} need root, and CI runs as root");
+        }
+        skip(&format!("{what} need root (CAP_NET_ADMIN)"));
+    }
+    root && require_tool("ip") && require_tool("tc")
+}
+
+/// The network namespaces of topology `topo` that exist now.
+pub fn namespaces_of(topo: &str) -> Vec<String> {
+    let out = std::process::Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .expect("ip netns list");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with(&format!("fl-{topo}-")))
+        .map(String::from)
+        .collect()
+}
+
+/// A command's stdout and stderr together, for messages and assertions.
+pub fn said(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
