@@ -298,6 +298,42 @@ impl Topology {
         Ok(t)
     }
 
+    /// Sets property `key` of link `link` (`rate`, `delay`, `jitter`, `loss`, `queue`
+    /// or `queue_bytes`) to `value`, written as the file would, in both directions; the
+    /// link's other properties stay. A study's `[[link]]` changes a link this way for
+    /// each cell.
+    pub fn set_link(&mut self, link: &str, key: &str, value: &str) -> Result<(), TopologyError> {
+        let Some(l) = self.links.iter_mut().find(|l| l.name == link) else {
+            let names: Vec<&str> = self.links.iter().map(|l| l.name.as_str()).collect();
+            return err(format!(
+                "topology {} has no link '{link}' (it has: {})",
+                self.name,
+                names.join(", ")
+            ));
+        };
+        let number = |what: &str| TopologyError(format!("{link}: {key} '{value}' is not {what}"));
+        let v = value.trim();
+        let mut p = RawProps::default();
+        match key {
+            "rate" => p.rate = Some(v.into()),
+            "delay" => p.delay = Some(v.into()),
+            "jitter" => p.jitter = Some(v.into()),
+            "loss" => p.loss = Some(v.parse().map_err(|_| number("a fraction"))?),
+            "queue" => p.queue = Some(v.parse().map_err(|_| number("a packet count"))?),
+            "queue_bytes" => {
+                p.queue_bytes = Some(v.parse().map_err(|_| number("a byte count"))?);
+            }
+            _ => {
+                return err(format!(
+                    "{link}: '{key}' is not a link property (rate, delay, jitter, loss, queue, queue_bytes)"
+                ));
+            }
+        }
+        l.a_to_b = shape(&p, Some(&l.a_to_b), link)?;
+        l.b_to_a = shape(&p, Some(&l.b_to_a), &format!("{link} (reverse)"))?;
+        Ok(())
+    }
+
     pub fn hosts(&self) -> impl Iterator<Item = &String> {
         self.nodes
             .iter()
@@ -641,6 +677,63 @@ mod tests {
             plan.segments[1].members[0],
             ("r1".to_string(), [10, 0, 2, 1])
         );
+    }
+
+    #[test]
+    fn set_link_changes_one_property_both_ways_and_refuses_what_the_file_would() {
+        let mut t = Topology::parse(SMALL).unwrap();
+        t.set_link("wan", "rate", "100M").unwrap();
+        t.set_link("wan", "loss", "0.01").unwrap();
+        let wan = &t.links[1];
+        assert_eq!(wan.a_to_b.rate_bps, Some(100_000_000));
+        assert_eq!(wan.b_to_a.rate_bps, Some(100_000_000));
+        assert_eq!(wan.a_to_b.loss, 0.01);
+        // The rest stays as the file had it, each way.
+        assert_eq!(wan.a_to_b.delay, Duration::from_millis(20));
+        assert_eq!(wan.b_to_a.delay, Duration::from_millis(5));
+        assert_eq!(wan.a_to_b.queue_packets, Some(100));
+        t.set_link("wan", "queue_bytes", "30000").unwrap();
+        assert_eq!(
+            (
+                t.links[1].a_to_b.queue_packets,
+                t.links[1].a_to_b.queue_bytes
+            ),
+            (None, Some(30000))
+        );
+        for (link, key, value, message) in [
+            (
+                "lan",
+                "rate",
+                "1M",
+                "topology t has no link 'lan' (it has: link 1, wan, link 3)",
+            ),
+            (
+                "wan",
+                "mtu",
+                "9000",
+                "wan: 'mtu' is not a link property (rate, delay, jitter, loss, queue, queue_bytes)",
+            ),
+            ("wan", "rate", "0", "wan: rate must be more than 0"),
+            ("wan", "loss", "2%", "wan: loss '2%' is not a fraction"),
+            (
+                "wan",
+                "queue",
+                "many",
+                "wan: queue 'many' is not a packet count",
+            ),
+            (
+                "wan",
+                "jitter",
+                "30ms",
+                "wan: jitter is larger than the delay",
+            ),
+        ] {
+            let e = Topology::parse(SMALL)
+                .unwrap()
+                .set_link(link, key, value)
+                .unwrap_err();
+            assert_eq!(e.0, message, "{link} {key} {value}");
+        }
     }
 
     #[test]

@@ -39,6 +39,9 @@ pub struct PlanSummary {
 #[derive(Debug, Clone, Serialize)]
 pub struct CellPlan {
     pub label: String,
+    /// The topology's links as the cell sets them (`[[link]]`): `b: rate 85M`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub links: Vec<String>,
     /// Each step's command line (server addresses as placeholders).
     pub steps: Vec<String>,
 }

@@ -20,6 +20,13 @@
 //! method = "tcp-stop-and-wait"
 //! length = 65000
 //!
+//! [params.distance]           # a value may be a table of parts: {distance.rate}
+//! short = { rate = "169M" }
+//!
+//! [[link]]                    # with a topology: a link's properties per cell
+//! name = "b"
+//! rate = "{distance.rate}"
+//!
 //! [[step]]
 //! kind = "test"               # a `flowlab test`; its arguments with {param} templating
 //! args = "127.0.0.1 -n 10M -l {length} {method}"
@@ -59,6 +66,8 @@ pub struct Study {
     pub pause: Duration,
     /// A topology file to bring up for the study (relative to the study file).
     pub topology: Option<String>,
+    /// The topology's links as each cell changes them (`[[link]]`).
+    pub links: Vec<LinkChange>,
     pub on_error: OnError,
     /// flowlab commands run once before the servers start (`fragments make …`).
     pub setup: Vec<String>,
@@ -83,6 +92,20 @@ pub struct Server {
     pub args: String,
 }
 
+/// A link of the study's topology that the cells change (`[[link]]`): for each
+/// property set, its value as a template of parameters (`rate = "{distance}"`). The
+/// runner brings the topology up with each cell's values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkChange {
+    /// The link's name in the topology file.
+    pub link: String,
+    /// Property (one of [`LINK_PROPERTIES`]) and value, in the file's order.
+    pub set: Vec<(String, Template)>,
+}
+
+/// What a `[[link]]` may change: a topology link's properties (docs/net.md).
+pub const LINK_PROPERTIES: [&str; 6] = ["rate", "delay", "jitter", "loss", "queue", "queue_bytes"];
+
 /// A swept parameter and its values, in the file's order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Param {
@@ -90,11 +113,30 @@ pub struct Param {
     pub values: Vec<ParamValue>,
 }
 
-/// One value of a parameter: how results name it, and the text `{param}` becomes.
+/// One value of a parameter: how results name it, and the text `{param}` becomes —
+/// or, for a value given as a table, the named texts `{param.part}` become (a link
+/// profile: `wifi = { rate = "50M", delay = "5ms" }`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParamValue {
     pub label: String,
     pub text: String,
+    /// The value's named parts, in the file's order (empty for a plain value).
+    pub parts: Vec<(String, String)>,
+}
+
+impl ParamValue {
+    /// The text `{param}` (`part` `None`) or `{param.part}` becomes (checked when the
+    /// file is read: every value has the parts its templates name).
+    pub fn get(&self, part: Option<&str>) -> &str {
+        match part {
+            None => &self.text,
+            Some(name) => self
+                .parts
+                .iter()
+                .find(|(n, _)| n == name)
+                .map_or("", |(_, t)| t.as_str()),
+        }
+    }
 }
 
 /// The order trials run in.
@@ -149,7 +191,8 @@ pub struct Template(Vec<Piece>);
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Piece {
     Text(String),
-    Param(usize),
+    /// A parameter, or one part of a parameter whose values are tables.
+    Param(usize, Option<String>),
     Server(usize, ServerPart),
     /// `{scratch}`: an empty directory of the trial's own.
     Scratch,
@@ -168,8 +211,8 @@ pub enum ServerPart {
 
 /// What fills a template's holes.
 pub trait Fill {
-    /// The value of parameter `param`.
-    fn param(&self, param: usize) -> String;
+    /// The value of parameter `param` (or of its part `part`).
+    fn param(&self, param: usize, part: Option<&str>) -> String;
     /// Part of server `server`'s address.
     fn server(&self, server: usize, part: ServerPart) -> String;
     /// The trial's scratch directory.
@@ -183,11 +226,19 @@ impl Template {
             .iter()
             .map(|p| match p {
                 Piece::Text(t) => t.clone(),
-                Piece::Param(i) => fill.param(*i),
+                Piece::Param(i, part) => fill.param(*i, part.as_deref()),
                 Piece::Server(i, part) => fill.server(*i, *part),
                 Piece::Scratch => fill.scratch(),
             })
             .collect()
+    }
+
+    /// The parameters it refers to.
+    pub fn params(&self) -> impl Iterator<Item = usize> + '_ {
+        self.0.iter().filter_map(|p| match p {
+            Piece::Param(i, _) => Some(*i),
+            _ => None,
+        })
     }
 
     /// The servers it refers to.
@@ -219,6 +270,8 @@ struct RawStudy {
     servers: Vec<Spanned<RawServer>>,
     #[serde(default, rename = "exclude")]
     excludes: Vec<Spanned<toml::Table>>,
+    #[serde(default, rename = "link")]
+    links: Vec<Spanned<toml::Table>>,
     #[serde(default, rename = "step")]
     steps: Vec<Spanned<RawStep>>,
 }
@@ -364,6 +417,23 @@ pub fn parse(text: &str) -> Result<Study, StudyError> {
         .iter()
         .map(|e| exclusion(e.get_ref(), &params).map_err(|m| at(e.span(), m)))
         .collect::<Result<Vec<_>, _>>()?;
+    let mut links: Vec<LinkChange> = Vec::new();
+    for l in &raw.links {
+        if raw.topology.is_none() {
+            return Err(at(
+                l.span(),
+                "a [[link]] changes a link of the topology, but the study has no topology".into(),
+            ));
+        }
+        let change = link_change(l.get_ref(), &params).map_err(|m| at(l.span(), m))?;
+        if links.iter().any(|c| c.link == change.link) {
+            return Err(at(
+                l.span(),
+                format!("[[link]] '{}' is given twice", change.link),
+            ));
+        }
+        links.push(change);
+    }
     if raw.steps.is_empty() {
         return Err(at(0..0, "a study needs at least one [[step]]".into()));
     }
@@ -381,8 +451,8 @@ pub fn parse(text: &str) -> Result<Study, StudyError> {
                 ));
             }
         };
-        let args =
-            template(r.args.get_ref(), &params, &servers).map_err(|m| at(r.args.span(), m))?;
+        let args = template("args", r.args.get_ref(), &params, &servers)
+            .map_err(|m| at(r.args.span(), m))?;
         if r.from.is_some() && raw.topology.is_none() {
             return Err(at(
                 s.span(),
@@ -410,6 +480,7 @@ pub fn parse(text: &str) -> Result<Study, StudyError> {
         warmup,
         pause,
         topology: raw.topology,
+        links,
         on_error,
         setup: raw.setup,
         servers,
@@ -460,6 +531,7 @@ fn params(table: &toml::Table) -> Result<Vec<Param>, String> {
                         .map(|s| ParamValue {
                             label: s.clone(),
                             text: s,
+                            parts: Vec::new(),
                         })
                         .ok_or_else(|| {
                             format!("parameter '{name}': values are strings, numbers or booleans")
@@ -468,15 +540,29 @@ fn params(table: &toml::Table) -> Result<Vec<Param>, String> {
                 .collect::<Result<_, _>>()?,
             toml::Value::Table(labels) => labels
                 .iter()
-                .map(|(label, text)| {
-                    scalar(text)
-                        .map(|text| ParamValue {
+                .map(|(label, value)| {
+                    let parts = match value {
+                        toml::Value::Table(parts) => parts
+                            .iter()
+                            .map(|(part, v)| Some((part.clone(), scalar(v)?)))
+                            .collect::<Option<Vec<_>>>(),
+                        v => scalar(v).map(|text| vec![(String::new(), text)]),
+                    };
+                    match parts {
+                        Some(p) if p.len() == 1 && p[0].0.is_empty() => Ok(ParamValue {
                             label: label.clone(),
-                            text,
-                        })
-                        .ok_or_else(|| {
-                            format!("parameter '{name}': value '{label}' stands for a string, number or boolean")
-                        })
+                            text: p[0].1.clone(),
+                            parts: Vec::new(),
+                        }),
+                        Some(parts) if !parts.is_empty() => Ok(ParamValue {
+                            label: label.clone(),
+                            text: String::new(),
+                            parts,
+                        }),
+                        _ => Err(format!(
+                            "parameter '{name}': value '{label}' stands for a string, number or boolean, or a table of them"
+                        )),
+                    }
                 })
                 .collect::<Result<_, _>>()?,
             _ => {
@@ -529,7 +615,85 @@ fn exclusion(table: &toml::Table, params: &[Param]) -> Result<Vec<(usize, usize)
         .collect()
 }
 
-fn template(text: &str, params: &[Param], servers: &[Server]) -> Result<Template, String> {
+fn link_change(table: &toml::Table, params: &[Param]) -> Result<LinkChange, String> {
+    let link = match table.get("name") {
+        Some(toml::Value::String(n)) => n.clone(),
+        _ => {
+            return Err(
+                "a [[link]] needs the name of a link of the topology (name = \"…\")".into(),
+            );
+        }
+    };
+    let mut set = Vec::new();
+    for (key, v) in table.iter().filter(|(k, _)| *k != "name") {
+        if !LINK_PROPERTIES.contains(&key.as_str()) {
+            return Err(format!(
+                "[[link]] '{link}': '{key}' is not a link property ({})",
+                LINK_PROPERTIES.join(", ")
+            ));
+        }
+        let what = format!("[[link]] '{link}': {key}");
+        let text = scalar(v).ok_or_else(|| format!("{what}: give a string or a number"))?;
+        let t = template(&what, &text, params, &[])?;
+        if t.0.contains(&Piece::Scratch) {
+            return Err(format!("{what}: only parameters fill a link's properties"));
+        }
+        set.push((key.clone(), t));
+    }
+    if set.is_empty() {
+        return Err(format!(
+            "[[link]] '{link}' changes nothing: give one or more of {}",
+            LINK_PROPERTIES.join(", ")
+        ));
+    }
+    Ok(LinkChange { link, set })
+}
+
+/// `{name}` (`suffix` `None`) or `{name.suffix}` for parameter `p`: a plain
+/// parameter's value, or a part every value of a parameter of tables has.
+fn param_piece(
+    what: &str,
+    name: &str,
+    p: usize,
+    param: &Param,
+    suffix: Option<&str>,
+) -> Result<Piece, String> {
+    let tables = param.values.iter().any(|v| !v.parts.is_empty());
+    match suffix {
+        None if tables => Err(format!(
+            "{what}: '{{{name}}}': the values of '{name}' are tables; name a part, e.g. {{{name}.{}}}",
+            param
+                .values
+                .iter()
+                .flat_map(|v| &v.parts)
+                .next()
+                .map_or("", |(n, _)| n.as_str())
+        )),
+        None => Ok(Piece::Param(p, None)),
+        Some(_) if !tables => Err(format!(
+            "{what}: '{{{name}}}': '{}' is a parameter whose values have no parts (nor is it a server)",
+            param.name
+        )),
+        Some(part) => match param
+            .values
+            .iter()
+            .find(|v| !v.parts.iter().any(|(n, _)| n == part))
+        {
+            Some(v) => Err(format!(
+                "{what}: '{{{name}}}': value '{}' of '{}' has no part '{part}'",
+                v.label, param.name
+            )),
+            None => Ok(Piece::Param(p, Some(part.to_string()))),
+        },
+    }
+}
+
+fn template(
+    what: &str,
+    text: &str,
+    params: &[Param],
+    servers: &[Server],
+) -> Result<Template, String> {
     let mut pieces = Vec::new();
     let mut plain = String::new();
     let mut chars = text.chars().peekable();
@@ -549,33 +713,32 @@ fn template(text: &str, params: &[Param], servers: &[Server]) -> Result<Template
                     match chars.next() {
                         Some('}') => break,
                         Some(c) => name.push(c),
-                        None => return Err(format!("args: '{{{name}' is not closed")),
+                        None => return Err(format!("{what}: '{{{name}' is not closed")),
                     }
                 }
-                let (base, part) = match name.split_once('.') {
+                let (base, suffix) = match name.split_once('.') {
                     None => (name.as_str(), None),
-                    Some((b, "host")) => (b, Some(ServerPart::Host)),
-                    Some((b, "port")) => (b, Some(ServerPart::Port)),
-                    Some(_) => {
-                        return Err(format!(
-                            "args: '{{{name}}}': a server has .host and .port (write {{{{ for a brace)"
-                        ));
-                    }
+                    Some((b, s)) => (b, Some(s)),
                 };
                 let piece = if name == SCRATCH {
                     Piece::Scratch
                 } else if let Some(p) = params.iter().position(|p| p.name == base) {
-                    if part.is_some() {
-                        return Err(format!(
-                            "args: '{{{name}}}': '{base}' is a parameter, not a server"
-                        ));
-                    }
-                    Piece::Param(p)
+                    param_piece(what, &name, p, &params[p], suffix)?
                 } else if let Some(s) = servers.iter().position(|s| s.name == base) {
-                    Piece::Server(s, part.unwrap_or(ServerPart::Address))
+                    let part = match suffix {
+                        None => ServerPart::Address,
+                        Some("host") => ServerPart::Host,
+                        Some("port") => ServerPart::Port,
+                        Some(_) => {
+                            return Err(format!(
+                                "{what}: '{{{name}}}': a server has .host and .port (write {{{{ for a brace)"
+                            ));
+                        }
+                    };
+                    Piece::Server(s, part)
                 } else {
                     return Err(format!(
-                        "args: '{{{name}}}' is neither a parameter nor a server (write {{{{ for a brace)"
+                        "{what}: '{{{name}}}' is neither a parameter nor a server (write {{{{ for a brace)"
                     ));
                 };
                 if !plain.is_empty() {
@@ -583,7 +746,7 @@ fn template(text: &str, params: &[Param], servers: &[Server]) -> Result<Template
                 }
                 pieces.push(piece);
             }
-            '}' => return Err("args: a lone '}' (write }} for a brace)".into()),
+            '}' => return Err(format!("{what}: a lone '}}' (write }}}} for a brace)")),
             c => plain.push(c),
         }
     }

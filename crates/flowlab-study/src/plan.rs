@@ -3,6 +3,26 @@
 
 use crate::file::{Fill, Order, ServerPart, Study};
 
+/// Fills a template of parameters only (a `[[link]]`'s values).
+struct ParamsOnly<'a> {
+    study: &'a Study,
+    cell: &'a Cell,
+}
+
+impl Fill for ParamsOnly<'_> {
+    fn param(&self, p: usize, part: Option<&str>) -> String {
+        self.study.params[p].values[self.cell.0[p]]
+            .get(part)
+            .to_string()
+    }
+    fn server(&self, _: usize, _: ServerPart) -> String {
+        unreachable!("a link's template names no server (checked when the file is read)")
+    }
+    fn scratch(&self) -> String {
+        unreachable!("a link's template has no {{scratch}} (checked when the file is read)")
+    }
+}
+
 /// One combination of parameter values: a value index per parameter, in the study's
 /// order of parameters.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,20 +74,84 @@ impl Study {
 
     /// The trials in the order they run: cell by cell for a sequential study, shuffled
     /// with `seed` (the file's, when it gives one) for a random one.
+    ///
+    /// When the study changes its topology's links (`[[link]]`), the topology is built
+    /// anew for each set of link values (a *network*), so trials on one network run
+    /// together: a sequential study runs network by network, and a random one in rounds,
+    /// one per repetition, each visiting every network once in a shuffled order with
+    /// that network's trials shuffled. Drift over time then spreads over every network
+    /// too, at the cost of `repeat` × networks bring-ups.
     pub fn plan(&self, seed: u64) -> Plan {
         let cells = self.cells();
         let seed = self.seed.unwrap_or(seed);
         let mut trials: Vec<Trial> = (0..cells.len())
             .flat_map(|cell| (1..=self.repeat).map(move |repetition| Trial { cell, repetition }))
             .collect();
-        if self.order == Order::Random {
-            fastrand::Rng::with_seed(seed).shuffle(&mut trials);
+        let network = self.networks(&cells);
+        let networks = network.iter().max().map_or(0, |n| n + 1);
+        let mut rng = fastrand::Rng::with_seed(seed);
+        match self.order {
+            Order::Sequential => trials.sort_by_key(|t| network[t.cell]),
+            Order::Random if networks <= 1 => rng.shuffle(&mut trials),
+            Order::Random => {
+                let mut rounds = Vec::with_capacity(trials.len());
+                for repetition in 1..=self.repeat {
+                    let mut order: Vec<usize> = (0..networks).collect();
+                    rng.shuffle(&mut order);
+                    for n in order {
+                        let mut round: Vec<Trial> = trials
+                            .iter()
+                            .filter(|t| t.repetition == repetition && network[t.cell] == n)
+                            .copied()
+                            .collect();
+                        rng.shuffle(&mut round);
+                        rounds.extend(round);
+                    }
+                }
+                trials = rounds;
+            }
         }
         Plan {
             cells,
             trials,
             seed,
         }
+    }
+
+    /// For each of `cells`, the index of its network: cells whose `[[link]]` values are
+    /// the same share one (numbered in the order of their first cell). All 0 when the
+    /// study changes no link.
+    pub fn networks(&self, cells: &[Cell]) -> Vec<usize> {
+        let params: Vec<usize> = self
+            .links
+            .iter()
+            .flat_map(|l| l.set.iter().flat_map(|(_, t)| t.params()))
+            .collect();
+        let mut seen: Vec<Vec<usize>> = Vec::new();
+        cells
+            .iter()
+            .map(|c| {
+                let key: Vec<usize> = params.iter().map(|&p| c.0[p]).collect();
+                seen.iter().position(|k| *k == key).unwrap_or_else(|| {
+                    seen.push(key);
+                    seen.len() - 1
+                })
+            })
+            .collect()
+    }
+
+    /// The link properties `cell` sets: (link, property, value), in the file's order.
+    pub fn link_values(&self, cell: &Cell) -> Vec<(String, String, String)> {
+        let fill = ParamsOnly { study: self, cell };
+        self.links
+            .iter()
+            .flat_map(|l| {
+                l.set
+                    .iter()
+                    .map(|(key, t)| (l.link.clone(), key.clone(), t.render(&fill)))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
     }
 
     /// How results name a cell: `length=1000 method=tcp-stream`.
@@ -96,8 +180,10 @@ impl Study {
             scratch: &'a str,
         }
         impl Fill for Filler<'_> {
-            fn param(&self, p: usize) -> String {
-                self.study.params[p].values[self.cell.0[p]].text.clone()
+            fn param(&self, p: usize, part: Option<&str>) -> String {
+                self.study.params[p].values[self.cell.0[p]]
+                    .get(part)
+                    .to_string()
             }
             fn server(&self, s: usize, part: ServerPart) -> String {
                 let (host, port) = (self.address)(s);

@@ -177,7 +177,113 @@ fn scratch_is_the_trials_directory_and_no_ones_name() {
     assert!(e.message.contains("the name is {scratch}'s"), "{e}");
 }
 
-/// Each refusal: what is wrong, and where (line, column).
+const TWO_NETWORKS: &str = r#"
+name = "distances"
+topology = "t.toml"
+repeat = 3
+
+[params]
+ratio = ["1:2", "1:1", "2:1"]
+[params.distance]
+short = "169M"
+long = "85M"
+
+[[link]]
+name = "b"
+rate = "{distance}"
+delay = "1ms"
+
+[[step]]
+kind = "fetch"
+args = "--ratio {ratio}"
+"#;
+
+#[test]
+fn link_values_come_from_the_cells_and_trials_on_one_network_run_together() {
+    let s = parse(TWO_NETWORKS).expect("valid");
+    let cells = s.cells();
+    assert_eq!(
+        s.link_values(&cells[1]),
+        [
+            ("b".to_string(), "rate".to_string(), "85M".to_string()),
+            ("b".to_string(), "delay".to_string(), "1ms".to_string())
+        ]
+    );
+    // Cells alternate short, long: two networks, numbered as they first appear.
+    assert_eq!(s.networks(&cells), [0, 1, 0, 1, 0, 1]);
+    let network = |t: &Trial| t.cell % 2;
+    // Random: a round per repetition, each network once in it, its trials together.
+    for seed in 0..20 {
+        let plan = s.plan(seed);
+        assert_eq!(plan.trials.len(), 18);
+        for (round, trials) in plan.trials.chunks(6).enumerate() {
+            assert!(
+                trials.iter().all(|t| t.repetition == round as u32 + 1),
+                "{trials:?}"
+            );
+            let changes = trials
+                .windows(2)
+                .filter(|w| network(&w[0]) != network(&w[1]))
+                .count();
+            assert_eq!(changes, 1, "one network after the other: {trials:?}");
+        }
+        let mut sorted = plan.trials.clone();
+        sorted.sort_by_key(|t| (t.cell, t.repetition));
+        let every: Vec<Trial> = (0..6)
+            .flat_map(|cell| (1..=3).map(move |repetition| Trial { cell, repetition }))
+            .collect();
+        assert_eq!(sorted, every, "every trial exactly once");
+    }
+    // Not always the same network first, nor the same order within one.
+    let firsts: std::collections::BTreeSet<_> = (0..20)
+        .map(|seed| {
+            let t = s.plan(seed).trials[0];
+            (t.cell, t.repetition)
+        })
+        .collect();
+    assert!(firsts.len() > 2, "{firsts:?}");
+    // Sequential: network by network, cell by cell within each.
+    let s = parse(&TWO_NETWORKS.replace("repeat = 3", "repeat = 1\norder = \"sequential\""))
+        .expect("valid");
+    let cells: Vec<usize> = s.plan(0).trials.iter().map(|t| t.cell).collect();
+    assert_eq!(cells, [0, 2, 4, 1, 3, 5]);
+}
+
+#[test]
+fn a_value_may_be_a_table_of_named_parts() {
+    let s = parse(
+        r#"
+name = "profiles"
+topology = "t.toml"
+[params.distance]
+short = { client = "301M", b = "154M" }
+long = { client = "207M", b = "125M" }
+[[link]]
+name = "client"
+rate = "{distance.client}"
+[[link]]
+name = "b"
+rate = "{distance.b}"
+[[step]]
+kind = "test"
+args = "-l {distance.b}x"
+"#,
+    )
+    .expect("valid");
+    let cells = s.cells();
+    assert_eq!(s.cell_label(&cells[1]), "distance=long");
+    assert_eq!(
+        s.link_values(&cells[1]),
+        [
+            ("client".to_string(), "rate".to_string(), "207M".to_string()),
+            ("b".to_string(), "rate".to_string(), "125M".to_string())
+        ]
+    );
+    assert_eq!(s.args(0, &cells[0], &no_servers, "s"), "-l 154Mx");
+    assert_eq!(s.networks(&cells), [0, 1]);
+}
+
+/// Each refusal: what is wrong, and where (line, column)./// Each refusal: what is wrong, and where (line, column).
 #[test]
 fn every_refusal_names_its_place_and_its_reason() {
     let step = "[[step]]\nkind = \"test\"\nargs = \"h\"\n";
@@ -270,7 +376,7 @@ fn every_refusal_names_its_place_and_its_reason() {
         ),
         (
             "name = \"x\"\n[params]\nl = [1]\n[[step]]\nkind = \"test\"\nargs = \"{l.host}\"\n".into(),
-            "'l' is a parameter, not a server",
+            "'{l.host}': 'l' is a parameter whose values have no parts (nor is it a server)",
             6,
         ),
         (
@@ -302,6 +408,56 @@ fn every_refusal_names_its_place_and_its_reason() {
                 "name = \"x\"\n[[step]]\nname = \"a\"\nkind = \"test\"\nargs = \"h\"\n[[step]]\nname = \"a\"\nkind = \"test\"\nargs = \"h\"\n".into(),
             "step name 'a' is given twice",
             6,
+        ),
+        (
+            format!("name = \"x\"\n[[link]]\nname = \"b\"\nrate = \"1M\"\n{step}"),
+            "a [[link]] changes a link of the topology, but the study has no topology",
+            2,
+        ),
+        (
+            format!("name = \"x\"\ntopology = \"t.toml\"\n[[link]]\nrate = \"1M\"\n{step}"),
+            "a [[link]] needs the name of a link",
+            3,
+        ),
+        (
+            format!("name = \"x\"\ntopology = \"t.toml\"\n[[link]]\nname = \"b\"\nmtu = 9000\n{step}"),
+            "[[link]] 'b': 'mtu' is not a link property (rate, delay, jitter, loss, queue, queue_bytes)",
+            3,
+        ),
+        (
+            format!("name = \"x\"\ntopology = \"t.toml\"\n[[link]]\nname = \"b\"\n{step}"),
+            "[[link]] 'b' changes nothing",
+            3,
+        ),
+        (
+            format!("name = \"x\"\ntopology = \"t.toml\"\n[[link]]\nname = \"b\"\nrate = \"{{distance}}\"\n{step}"),
+            "[[link]] 'b': rate: '{distance}' is neither a parameter nor a server",
+            3,
+        ),
+        (
+            format!("name = \"x\"\ntopology = \"t.toml\"\n[[link]]\nname = \"b\"\ndelay = \"{{scratch}}\"\n{step}"),
+            "[[link]] 'b': delay: only parameters fill a link's properties",
+            3,
+        ),
+        (
+            format!("name = \"x\"\ntopology = \"t.toml\"\n[[link]]\nname = \"b\"\nrate = \"1M\"\n[[link]]\nname = \"b\"\nloss = 0.1\n{step}"),
+            "[[link]] 'b' is given twice",
+            6,
+        ),
+        (
+            "name = \"x\"\n[params.net]\nwifi = { rate = \"50M\" }\n[[step]]\nkind = \"test\"\nargs = \"{net}\"\n".into(),
+            "args: '{net}': the values of 'net' are tables; name a part, e.g. {net.rate}",
+            6,
+        ),
+        (
+            "name = \"x\"\n[params.net]\nwifi = { rate = \"50M\" }\nlte = { delay = \"5ms\" }\n[[step]]\nkind = \"test\"\nargs = \"{net.rate}\"\n".into(),
+            "args: '{net.rate}': value 'lte' of 'net' has no part 'rate'",
+            7,
+        ),
+        (
+            "name = \"x\"\n[params.net]\nwifi = { rate = [1] }\n[[step]]\nkind = \"test\"\nargs = \"h\"\n".into(),
+            "parameter 'net': value 'wifi' stands for a string, number or boolean, or a table of them",
+            2,
         ),
     ];
     for (text, says, line) in cases {

@@ -534,6 +534,35 @@ fn nodes_and_paths_are_checked_before_anything_is_built() {
         assert_eq!(out.status.code(), Some(2), "{}", text(&out));
         assert!(text(&out).contains(says), "want {says}\ngot {}", text(&out));
     }
+    // A [[link]]'s values, checked cell by cell as the topology file would be.
+    let linked = |link: &str, rate: &str| {
+        study("node = \"h2\"", "from = \"h1\"").replace(
+            "[[server]]",
+            &format!("[params]\nr = [\"10M\", \"{rate}\"]\n[[link]]\nname = \"{link}\"\nrate = \"{{r}}\"\n[[server]]"),
+        )
+    };
+    for (study_text, says) in [
+        (
+            linked("lan", "20M"),
+            "[[link]] 'lan', cell r=10M: topology small has no link 'lan' (it has: link 1, link 2, link 3, wan, link 5)",
+        ),
+        (
+            linked("wan", "0"),
+            "[[link]] 'wan', cell r=0: wan: rate must be more than 0",
+        ),
+    ] {
+        let path = write_study(dir.path(), &study_text);
+        let out = run(dir.path(), &["--dry-run", path.to_str().expect("utf-8")]);
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+        assert!(text(&out).contains(says), "want {says}\ngot {}", text(&out));
+    }
+    let path = write_study(dir.path(), &linked("wan", "20M"));
+    let out = run(dir.path(), &["--dry-run", path.to_str().expect("utf-8")]);
+    assert!(
+        text(&out).contains("cell r=20M\n  link wan: rate 20M\n"),
+        "{}",
+        text(&out)
+    );
     // A valid one shows the path's real address in its plan.
     let path = write_study(dir.path(), &study("node = \"h2\"", "from = \"h1\""));
     let out = run(dir.path(), &["--dry-run", path.to_str().expect("utf-8")]);

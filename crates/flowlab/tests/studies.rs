@@ -184,3 +184,109 @@ fn a_study_brings_its_topology_up_runs_groups_together_and_takes_it_down() {
         "{md}"
     );
 }
+
+/// The small topology's router link at two rates (a `[[link]]` set from a parameter of
+/// tables), sequential: each network built for its cells, torn down between them.
+const LINK_STUDY: &str = r#"
+name = "link-rates"
+repeat = 2
+topology = "stlnk.toml"
+[params.wan]
+slow = { rate = "10M", queue = 30 }
+fast = { rate = "40M", queue = 60 }
+[[link]]
+name = "wan"
+rate = "{wan.rate}"
+queue = "{wan.queue}"
+[[server]]
+name = "b"
+node = "h2"
+[[step]]
+name = "up"
+kind = "test"
+from = "h1"
+args = "{b.host} -p {b.port} -t 2"
+"#;
+
+#[test]
+fn a_study_builds_each_cells_network_with_its_link_values() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let topo = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../topologies/small.toml"),
+    )
+    .expect("small.toml")
+    .replace("name = \"small\"", "name = \"stlnk\"");
+    std::fs::write(dir.path().join("stlnk.toml"), topo).expect("write");
+    std::fs::write(dir.path().join("study.toml"), LINK_STUDY).expect("write");
+    let out = flowlab()
+        .current_dir(dir.path())
+        .args(["run", "study.toml"])
+        .timeout(Duration::from_secs(120))
+        .output()
+        .expect("run");
+    let said =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("study link-rates: 4 ok, 0 failed"), "{said}");
+    assert!(
+        namespaces_of("stlnk").is_empty(),
+        "taken down: {:?}",
+        namespaces_of("stlnk")
+    );
+    // Each cell measured through its own link rate: the receiver's rate just under it
+    // (tbf's rate is the wire's; the payload is ~95 % of it), never above.
+    let raw = rusqlite::Connection::open(dir.path().join("results.db")).expect("db");
+    let mut q = raw
+        .prepare(
+            "SELECT json_extract(params, '$.wan'), value FROM trial_metric
+             WHERE metric = 'throughput_bps'",
+        )
+        .expect("query");
+    let rows: Vec<(String, f64)> = q
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .expect("rows")
+        .map(|r| r.expect("row"))
+        .collect();
+    assert_eq!(rows.len(), 4, "{rows:?}");
+    for (wan, bps) in rows {
+        let rate = if wan == "slow" { 10e6 } else { 40e6 };
+        assert!(bps > 0.8 * rate && bps < 1.01 * rate, "{wan}: {bps} bit/s");
+    }
+    // A topology that is up already cannot take a study's link values: refused, and
+    // left as it was.
+    let up = flowlab()
+        .current_dir(dir.path())
+        .args(["net", "up", "stlnk.toml"])
+        .timeout(Duration::from_secs(60))
+        .output()
+        .expect("net up");
+    assert!(
+        up.status.success(),
+        "{}",
+        String::from_utf8_lossy(&up.stderr)
+    );
+    let out = flowlab()
+        .current_dir(dir.path())
+        .args(["run", "study.toml", "--db", "again.db"])
+        .timeout(Duration::from_secs(60))
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    let still_up = !namespaces_of("stlnk").is_empty();
+    let down = flowlab()
+        .current_dir(dir.path())
+        .args(["net", "down", "stlnk.toml"])
+        .timeout(Duration::from_secs(60))
+        .output()
+        .expect("net down");
+    assert!(down.status.success());
+    assert!(!out.status.success());
+    assert!(
+        err.contains("topology stlnk is up already, but the study changes its links"),
+        "{err}"
+    );
+    assert!(still_up, "the topology that was up stays up");
+}

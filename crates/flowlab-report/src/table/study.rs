@@ -68,6 +68,9 @@ pub fn study_plan(p: &PlanSummary) -> String {
                 &c.label
             }
         );
+        for l in &c.links {
+            let _ = writeln!(out, "  link {l}");
+        }
         for s in &c.steps {
             let _ = writeln!(out, "  {s}");
         }

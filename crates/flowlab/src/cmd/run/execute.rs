@@ -20,40 +20,24 @@ use crate::cmd::emit;
 
 /// Runs `p`'s trials not recorded yet into `a.db`; what happened, for the summary.
 pub fn execute(p: &Prepared, a: &Args) -> anyhow::Result<RunSummary> {
-    let (study, dir, net, trials, pause) = (&p.study, &p.dir, &p.net, &p.trials, p.pause);
+    let (study, dir, trials, pause) = (&p.study, &p.dir, &p.trials, p.pause);
     let plan = &p.plan;
     let mut db = Db::open(&a.db)?;
     let row = db.study(&study.name, &p.text, p.plan.seed)?;
     let system = serde_json::to_string(&flowlab_engine::sysinfo::collect())?;
     let runner = db.register_runner(env!("CARGO_PKG_VERSION"), &system)?;
     let interrupt = crate::cmd::install_ctrl_c();
-    // Declared before the servers, so dropped after them.
-    let up = net.as_ref().map(topology::up).transpose()?;
-    if let (Some(up), Some(net)) = (&up, &net) {
-        if !up.ours() {
-            eprintln!(
-                "note: topology {} is up already: the study uses it as it is and leaves it up",
-                net.topo.name
-            );
-        }
-    }
     Scratch::sweep();
     // `{run}`: the run's own directory, removed at the end.
     let run_dir = Scratch::new("run")?;
     for (text, argv) in study.setup.iter().zip(&p.setup_lines) {
         setup(text, &check::with_run_dir(argv, &run_dir.path()), dir)?;
     }
-    let mut running = Vec::new();
-    for (s, argv) in study.servers.iter().zip(&p.serve_lines) {
-        let ns = match (&s.node, &net) {
-            (Some(node), Some(net)) => Some(net.ns(node)),
-            _ => None,
-        };
-        let argv = check::with_run_dir(argv, &run_dir.path());
-        running.push(servers::start(&s.name, &argv, ns.as_deref(), dir)?);
-    }
-    let ports: Vec<u16> = running.iter().map(|r| r.port).collect();
-    let ready = |cell: &Cell, scratch: &Scratch| p.ready(cell, &ports, &scratch.path(), a.scale);
+    // Declared after the run's directory, so dropped before it.
+    let mut site = Site::default();
+    let ready = |cell: &Cell, ports: &[u16], scratch: &Scratch| {
+        p.ready(cell, ports, &scratch.path(), a.scale)
+    };
     let out = |e: &TrialEvent| {
         if a.json {
             emit(&json::event_line("trial", e));
@@ -88,13 +72,14 @@ pub fn execute(p: &Prepared, a: &Args) -> anyhow::Result<RunSummary> {
             error: None,
             eta_seconds: None,
         };
-        let id = match db.claim(
+        let claimed = db.claim(
             row.id,
             runner,
             (&cell_label, &params),
             t.repetition,
             a.resume,
-        )? {
+        )?;
+        let id = match claimed {
             Claim::Mine(id) => id,
             other => {
                 let (status, count) = match other {
@@ -111,6 +96,12 @@ pub fn execute(p: &Prepared, a: &Args) -> anyhow::Result<RunSummary> {
                 continue;
             }
         };
+        // The trial's network up and the servers on it (a new network: both anew).
+        if let Err(e) = site.enter(p, p.network[t.cell], &run_dir) {
+            db.release(id)?;
+            return Err(e);
+        }
+        let ports = site.ports();
         // Warm-up trials, not recorded: the cell of the first trial this runner runs,
         // before it.
         if !warmed {
@@ -121,7 +112,7 @@ pub fn execute(p: &Prepared, a: &Args) -> anyhow::Result<RunSummary> {
                 }
                 let t0 = Instant::now();
                 let scratch = Scratch::new("warm-up")?;
-                let (error, _) = match ready(cell, &scratch) {
+                let (error, _) = match ready(cell, &ports, &scratch) {
                     Ok(stages) => run_trial(&stages, dir, &interrupt),
                     Err(e) => (Some(format!("{e:#}")), None),
                 };
@@ -143,7 +134,7 @@ pub fn execute(p: &Prepared, a: &Args) -> anyhow::Result<RunSummary> {
         }
         let t0 = Instant::now();
         let scratch = Scratch::new(&format!("trial-{id}"))?;
-        let (error, records) = match ready(cell, &scratch) {
+        let (error, records) = match ready(cell, &ports, &scratch) {
             Ok(stages) => run_trial(&stages, dir, &interrupt),
             Err(e) => (Some(format!("{e:#}")), Some(Vec::new())),
         };
@@ -175,10 +166,60 @@ pub fn execute(p: &Prepared, a: &Args) -> anyhow::Result<RunSummary> {
     }
     summary.interrupted |= interrupt.load(Ordering::Acquire);
     summary.seconds = begun.elapsed().as_secs_f64();
-    drop(running);
-    drop(up);
+    drop(site);
     drop(run_dir);
     Ok(summary)
+}
+
+/// The topology and the servers as the current trial needs them. Dropped, the servers
+/// stop first, then the topology comes down (when the study brought it up).
+#[derive(Debug, Default)]
+struct Site {
+    running: Vec<servers::Running>,
+    up: Option<topology::Up>,
+    /// The network that is up (its index in the topology's networks).
+    network: Option<usize>,
+}
+
+impl Site {
+    /// Makes `network` the one up, with the study's servers started on it: nothing to
+    /// do when it is up already; else the servers stop, the topology comes down and
+    /// goes up with the network's link values, and the servers start again.
+    fn enter(&mut self, p: &Prepared, network: usize, run_dir: &Scratch) -> anyhow::Result<()> {
+        if self.network == Some(network) {
+            return Ok(());
+        }
+        let first = self.network.is_none();
+        self.network = None;
+        self.running.clear();
+        self.up = None;
+        if let Some(net) = &p.net {
+            let up = topology::up(net, network, !p.study.links.is_empty())?;
+            if first && !up.ours() {
+                eprintln!(
+                    "note: topology {} is up already: the study uses it as it is and leaves it up",
+                    net.topo.name
+                );
+            }
+            self.up = Some(up);
+        }
+        for (s, argv) in p.study.servers.iter().zip(&p.serve_lines) {
+            let ns = match (&s.node, &p.net) {
+                (Some(node), Some(net)) => Some(net.ns(node)),
+                _ => None,
+            };
+            let argv = check::with_run_dir(argv, &run_dir.path());
+            self.running
+                .push(servers::start(&s.name, &argv, ns.as_deref(), &p.dir)?);
+        }
+        self.network = Some(network);
+        Ok(())
+    }
+
+    /// The servers' ports, in the study's order.
+    fn ports(&self) -> Vec<u16> {
+        self.running.iter().map(|r| r.port).collect()
+    }
 }
 
 /// Runs a trial's stages in order: the first failure ends the trial. Returns why it

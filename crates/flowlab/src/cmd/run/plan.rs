@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use flowlab_report::study::{CellPlan, PlanSummary};
 use flowlab_study::file::Order;
+use flowlab_study::{Cell, Study};
 
 use super::prepare::Prepared;
 
@@ -81,6 +82,7 @@ pub fn summary(p: &Prepared, scale: f64) -> PlanSummary {
             .enumerate()
             .map(|(c, cell)| CellPlan {
                 label: study.cell_label(cell),
+                links: link_lines(study, cell),
                 steps: study
                     .steps
                     .iter()
@@ -113,4 +115,20 @@ pub fn summary(p: &Prepared, scale: f64) -> PlanSummary {
         estimated_seconds: estimate.as_secs_f64(),
         estimate_is_floor: floor,
     }
+}
+
+/// `cell`'s link values, a line per link: `client: rate 301M, delay 1ms`.
+fn link_lines(study: &Study, cell: &Cell) -> Vec<String> {
+    let mut lines: Vec<(String, Vec<String>)> = Vec::new();
+    for (link, key, value) in study.link_values(cell) {
+        let set = format!("{key} {value}");
+        match lines.last_mut() {
+            Some((l, sets)) if *l == link => sets.push(set),
+            _ => lines.push((link, vec![set])),
+        }
+    }
+    lines
+        .into_iter()
+        .map(|(link, sets)| format!("{link}: {}", sets.join(", ")))
+        .collect()
 }

@@ -33,6 +33,8 @@ pub struct Prepared {
     pub plan: Plan,
     /// The trials to run, in order (after `--only`).
     pub trials: Vec<Trial>,
+    /// Each cell's network: the index into the topology's networks ([`Net::networks`]).
+    pub network: Vec<usize>,
     /// Between two trials (scaled).
     pub pause: Duration,
 }
@@ -82,9 +84,15 @@ pub fn prepare(a: &Args) -> anyhow::Result<Prepared> {
             seed: 0,
         },
         trials: Vec::new(),
+        network: Vec::new(),
         pause: Duration::ZERO,
     };
     let cells = p.study.cells();
+    p.network = p.study.networks(&cells);
+    if let Some(net) = &mut p.net {
+        net.shape(&p.study, &cells, &p.network)
+            .map_err(|e| Usage(format!("{file}: {e}")))?;
+    }
     for cell in &cells {
         let mut steps = Vec::new();
         for (i, step) in p.study.steps.iter().enumerate() {

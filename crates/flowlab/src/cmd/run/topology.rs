@@ -8,13 +8,18 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use flowlab_net::build::{self, UpOptions};
 use flowlab_net::topology::{Kind, Plan, Topology};
-use flowlab_study::Study;
+use flowlab_study::{Cell, Study};
 
 /// The topology a study runs on.
 #[derive(Debug)]
 pub struct Net {
+    /// As the file has it (the nodes, links and addresses every network shares).
     pub topo: Topology,
     pub file: PathBuf,
+    /// Each network the study brings up: the file's topology with the `[[link]]` values
+    /// of its cells ([`Study::networks`]); the file's alone when the study changes no
+    /// link.
+    pub networks: Vec<Topology>,
 }
 
 /// Where a server is reached from a step: this machine's loopback, or a node.
@@ -30,9 +35,35 @@ impl Net {
         let topo =
             Topology::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
         Ok(Net {
+            networks: vec![topo.clone()],
             topo,
             file: file.into(),
         })
+    }
+
+    /// Makes each network of `cells` (numbered by `network`, from
+    /// [`Study::networks`]): the file's topology with the cell's `[[link]]` values.
+    /// Refuses a link the topology lacks or a value it would refuse, naming the cell.
+    pub fn shape(
+        &mut self,
+        study: &Study,
+        cells: &[Cell],
+        network: &[usize],
+    ) -> Result<(), String> {
+        self.networks.clear();
+        for (cell, &n) in cells.iter().zip(network) {
+            if n < self.networks.len() {
+                continue;
+            }
+            let mut topo = self.topo.clone();
+            for (link, key, value) in study.link_values(cell) {
+                topo.set_link(&link, &key, &value).map_err(|e| {
+                    format!("[[link]] '{link}', cell {}: {e}", study.cell_label(cell))
+                })?;
+            }
+            self.networks.push(topo);
+        }
+        Ok(())
     }
 
     /// The namespace of `node`.
@@ -138,18 +169,25 @@ impl Drop for Up {
     }
 }
 
-/// Brings `net` up, or uses it as it is when it is up already.
-pub fn up(net: &Net) -> anyhow::Result<Up> {
+/// Brings `net`'s network `network` up, or uses the topology as it is when it is up
+/// already (refused when the study changes its links: they would not be the cell's).
+pub fn up(net: &Net, network: usize, changes_links: bool) -> anyhow::Result<Up> {
     let name = net.topo.name.clone();
     let dir = build::state_dir();
     if build::state(&dir, &name).is_some() {
+        if changes_links {
+            anyhow::bail!(
+                "topology {name} is up already, but the study changes its links ([[link]]) and must build it itself: take it down first (flowlab net down {})",
+                net.file.display()
+            );
+        }
         return Ok(Up { name, ours: false });
     }
     let opts = UpOptions {
         backend: build::Backend::Auto,
         emulator: std::env::current_exe().context("finding flowlab's own binary")?,
     };
-    build::up(&net.topo, &dir, &opts)
+    build::up(&net.networks[network], &dir, &opts)
         .with_context(|| format!("bringing up topology {} ({})", name, net.file.display()))?;
     Ok(Up { name, ours: true })
 }
