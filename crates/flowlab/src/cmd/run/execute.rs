@@ -1,5 +1,6 @@
-//! Running a prepared study: the database and the runner's record in it, the topology
-//! and the servers, then each trial claimed, run and recorded in the plan's order.
+//! Running a prepared study: the database and the runner's record in it, then each
+//! trial claimed, its network and the servers on it made ready ([`Site`]), the trial
+//! run and recorded, in the plan's order.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -72,14 +73,13 @@ pub fn execute(p: &Prepared, a: &Args) -> anyhow::Result<RunSummary> {
             error: None,
             eta_seconds: None,
         };
-        let claimed = db.claim(
+        let id = match db.claim(
             row.id,
             runner,
             (&cell_label, &params),
             t.repetition,
             a.resume,
-        )?;
-        let id = match claimed {
+        )? {
             Claim::Mine(id) => id,
             other => {
                 let (status, count) = match other {

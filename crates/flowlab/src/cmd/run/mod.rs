@@ -5,10 +5,11 @@
 //!    step of every cell as the command's own parser reads it ([`check`]): nothing
 //!    starts unless all of it is valid.
 //! 2. `--dry-run`: print the plan ([`plan`]) and stop.
-//! 3. [`execute`]: open the database, record the study (its file and the order's seed),
-//!    bring the topology up, start the servers ([`servers`]); for each trial in the
-//!    plan's order, claim it, run its stages ([`trial`]), record it. Ctrl-C gives the
-//!    running trial back and keeps every finished one.
+//! 3. [`execute`]: open the database, record the study (its file and the order's seed);
+//!    for each trial in the plan's order, claim it, bring its network up with the
+//!    servers on it when another (or none) is up ([`topology`], [`servers`]), run its
+//!    stages ([`trial`]), record it. Ctrl-C gives the running trial back and keeps
+//!    every finished one.
 
 mod check;
 mod execute;

@@ -1,5 +1,6 @@
 //! A study's topology: read and checked against the study (every node it names exists,
-//! every step reaches the servers it names), brought up before the first trial and down
+//! every step reaches the servers it names), shaped into the networks its `[[link]]`s
+//! make, brought up before the first trial (and again with each new network) and down
 //! after the last — also on Ctrl-C or an error — unless it was up already.
 
 use std::net::Ipv4Addr;
