@@ -18,6 +18,8 @@
 //! copy is a server's, whichever of its connections it came through; a connection that
 //! fails takes only itself out.
 
+use std::collections::BTreeSet;
+
 /// Most times one server is asked for a fragment whose copies failed verification.
 pub const MAX_TRIES: usize = 3;
 
@@ -86,13 +88,27 @@ pub enum Outcome {
     Corrupt,
 }
 
-/// The scheduler's state.
+/// The scheduler's state. Every call costs O(log n) in the number of fragments in the
+/// common case (the worker's next fragment is the first it may take); sets of the
+/// pending, in-flight and possibly orphaned fragments keep it from scanning them all.
 #[derive(Debug, Clone)]
 pub struct Scheduler {
     mode: Mode,
     states: Vec<State>,
-    /// Ratio mode: each worker's share, in order.
-    shares: Vec<Vec<FragmentId>>,
+    /// Fragments done.
+    done: usize,
+    /// Pending fragments, in order.
+    pending: BTreeSet<FragmentId>,
+    /// Fragments in flight, in order.
+    in_flight: BTreeSet<FragmentId>,
+    /// Ratio mode: the pending fragments of each worker's share, in order.
+    shares: Vec<BTreeSet<FragmentId>>,
+    /// Ratio mode: the worker whose share a fragment is in.
+    assigned: Vec<Option<WorkerId>>,
+    /// Ratio mode: fragments whose worker may no longer take them (it failed, its server
+    /// refused them or sent a bad copy), which other workers then may. A superset: each
+    /// is checked again when taken.
+    orphans: BTreeSet<FragmentId>,
     /// Each worker's server.
     owner: Vec<ServerId>,
     /// Per worker: not failed.
@@ -111,36 +127,88 @@ impl Scheduler {
     /// fetch).
     pub fn new(mode: Mode, fragments: usize, owner: &[ServerId], done: &[bool]) -> Scheduler {
         let workers = owner.len();
+        let is_done = |i: usize| done.get(i).copied().unwrap_or(false);
         let states: Vec<State> = (0..fragments)
             .map(|i| {
-                if done.get(i).copied().unwrap_or(false) {
+                if is_done(i) {
                     State::Done
                 } else {
                     State::Pending
                 }
             })
             .collect();
-        let mut shares = vec![Vec::new(); workers];
+        let mut shares = vec![BTreeSet::new(); workers];
+        let mut assigned = vec![None; fragments];
         if let Mode::Ratio(r) = &mode {
+            let own_of: Vec<Vec<WorkerId>> = (0..r.len())
+                .map(|server| (0..workers).filter(|&w| owner[w] == server).collect())
+                .collect();
             let mut next_of = vec![0usize; r.len()];
             for (frag, server) in assign_ratio(fragments, r).into_iter().enumerate() {
-                let own: Vec<WorkerId> = (0..workers).filter(|&w| owner[w] == server).collect();
+                let own = &own_of[server];
                 if own.is_empty() {
                     continue;
                 }
-                shares[own[next_of[server] % own.len()]].push(frag);
+                let w = own[next_of[server] % own.len()];
                 next_of[server] += 1;
+                assigned[frag] = Some(w);
+                if !is_done(frag) {
+                    shares[w].insert(frag);
+                }
             }
         }
+        // A fragment no worker was dealt (its server has none) is everyone's.
+        let orphans = (0..fragments)
+            .filter(|&f| matches!(mode, Mode::Ratio(_)) && assigned[f].is_none() && !is_done(f))
+            .collect();
         Scheduler {
             mode,
+            done: states.iter().filter(|s| **s == State::Done).count(),
+            pending: (0..fragments)
+                .filter(|&f| states[f] == State::Pending)
+                .collect(),
             states,
+            in_flight: BTreeSet::new(),
             shares,
+            assigned,
+            orphans,
             owner: owner.to_vec(),
             alive: vec![true; workers],
             corrupt_from: vec![Vec::new(); fragments],
             refused_by: vec![Vec::new(); fragments],
         }
+    }
+
+    /// Moves `frag` to `state`, keeping the sets in step.
+    fn set(&mut self, frag: FragmentId, state: State) {
+        match self.states[frag] {
+            State::Pending => {
+                self.pending.remove(&frag);
+                if let Some(w) = self.assigned[frag] {
+                    self.shares[w].remove(&frag);
+                }
+            }
+            State::InFlight(_) => {
+                self.in_flight.remove(&frag);
+            }
+            State::Done => self.done -= 1,
+        }
+        match state {
+            State::Pending => {
+                self.pending.insert(frag);
+                if let Some(w) = self.assigned[frag] {
+                    self.shares[w].insert(frag);
+                }
+            }
+            State::InFlight(_) => {
+                self.in_flight.insert(frag);
+            }
+            State::Done => {
+                self.done += 1;
+                self.orphans.remove(&frag);
+            }
+        }
+        self.states[frag] = state;
     }
 
     /// Whether `worker` may be asked for `frag` (whatever its state).
@@ -170,7 +238,7 @@ impl Scheduler {
     fn claim(&mut self, worker: WorkerId, frag: FragmentId) -> FragmentId {
         match &mut self.states[frag] {
             State::InFlight(holders) => holders.push(worker),
-            s => *s = State::InFlight(vec![worker]),
+            _ => self.set(frag, State::InFlight(vec![worker])),
         }
         frag
     }
@@ -189,27 +257,28 @@ impl Scheduler {
             return None;
         }
         let server = self.owner[worker];
-        let pending =
-            |s: &Scheduler, f: FragmentId| s.states[f] == State::Pending && s.eligible(worker, f);
         // Its own share first (ratio mode), then anything pending (work put back by a
         // failed server, or everything in adaptive mode).
-        if let Some(&f) = self.shares[worker].iter().find(|&&f| pending(self, f)) {
+        if let Some(&f) = self.shares[worker]
+            .iter()
+            .find(|&&f| self.eligible(worker, f))
+        {
             return Some(self.claim(worker, f));
         }
-        let from_queue = match self.mode {
-            Mode::Adaptive => true,
-            // Ratio mode: only fragments whose assigned server is gone or refused them.
-            Mode::Ratio(_) => false,
-        };
-        let orphaned = |s: &Scheduler, f: FragmentId| {
-            !s.shares
+        let taken = match self.mode {
+            Mode::Adaptive => self
+                .pending
                 .iter()
-                .enumerate()
-                .any(|(w, share)| w != worker && share.contains(&f) && s.eligible(w, f))
+                .copied()
+                .find(|&f| self.eligible(worker, f)),
+            // Ratio mode: only fragments whose assigned worker may not take them.
+            Mode::Ratio(_) => self.orphans.iter().copied().find(|&f| {
+                self.states[f] == State::Pending
+                    && self.eligible(worker, f)
+                    && self.assigned[f].is_none_or(|w| w == worker || !self.eligible(w, f))
+            }),
         };
-        if let Some(f) =
-            (0..self.states.len()).find(|&f| pending(self, f) && (from_queue || orphaned(self, f)))
-        {
+        if let Some(f) = taken {
             return Some(self.claim(worker, f));
         }
         // End game (adaptive): a second copy of something in flight on another server —
@@ -217,8 +286,11 @@ impl Scheduler {
         // from another connection to the same server: that copy would race the first on
         // the same path.
         if self.mode == Mode::Adaptive {
-            let candidate = (0..self.states.len())
+            let candidate = self
+                .in_flight
+                .iter()
                 .rev()
+                .copied()
                 .find(|&f| match &self.states[f] {
                     State::InFlight(h) => {
                         h.len() == 1
@@ -238,7 +310,18 @@ impl Scheduler {
         if let State::InFlight(holders) = &mut self.states[frag] {
             holders.retain(|&w| w != worker);
             if holders.is_empty() {
-                self.states[frag] = State::Pending;
+                self.set(frag, State::Pending);
+            }
+        }
+    }
+
+    /// In ratio mode, `frag` may now be for other workers than the one it was dealt to
+    /// when that one's server is `server` (a refusal or a bad copy) or `server` is
+    /// `None` (the worker failed).
+    fn maybe_orphaned(&mut self, frag: FragmentId, server: Option<ServerId>) {
+        if let (Mode::Ratio(_), Some(w)) = (&self.mode, self.assigned[frag]) {
+            if server.is_none_or(|s| self.owner[w] == s) {
+                self.orphans.insert(frag);
             }
         }
     }
@@ -249,7 +332,9 @@ impl Scheduler {
             return Outcome::Duplicate;
         }
         if !verified {
-            self.corrupt_from[frag].push(self.owner[worker]);
+            let server = self.owner[worker];
+            self.corrupt_from[frag].push(server);
+            self.maybe_orphaned(frag, Some(server));
             self.release(worker, frag);
             return Outcome::Corrupt;
         }
@@ -257,14 +342,16 @@ impl Scheduler {
             State::InFlight(h) => h.iter().copied().filter(|&w| w != worker).collect(),
             _ => Vec::new(),
         };
-        self.states[frag] = State::Done;
+        self.set(frag, State::Done);
         Outcome::Accepted { cancel }
     }
 
     /// `worker` will not deliver `frag` (cancelled, or refused by its server).
     pub fn dropped(&mut self, worker: WorkerId, frag: FragmentId, refused: bool) {
         if refused {
-            self.refused_by[frag].push(self.owner[worker]);
+            let server = self.owner[worker];
+            self.refused_by[frag].push(server);
+            self.maybe_orphaned(frag, Some(server));
         }
         self.release(worker, frag);
     }
@@ -273,28 +360,36 @@ impl Scheduler {
     /// others (its server's other connections included).
     pub fn failed(&mut self, worker: WorkerId) {
         self.alive[worker] = false;
-        for f in 0..self.states.len() {
+        let held: Vec<FragmentId> = self.in_flight.iter().copied().collect();
+        for f in held {
             self.release(worker, f);
+        }
+        // Its share, whether pending, in flight or put back later, is for the others.
+        let dealt: Vec<FragmentId> = (0..self.assigned.len())
+            .filter(|&f| self.assigned[f] == Some(worker) && self.states[f] != State::Done)
+            .collect();
+        for f in dealt {
+            self.maybe_orphaned(f, None);
         }
     }
 
     pub fn is_done(&self) -> bool {
-        self.states.iter().all(|s| *s == State::Done)
+        self.done == self.states.len()
     }
 
     /// True when nothing can make progress any more: fragments left, no live server that
     /// may fetch them.
     pub fn is_stuck(&self) -> bool {
         !self.is_done()
-            && self.states.iter().enumerate().all(|(f, s)| match s {
-                State::Done => true,
-                State::InFlight(_) => false,
-                State::Pending => (0..self.alive.len()).all(|w| !self.eligible(w, f)),
-            })
+            && self.in_flight.is_empty()
+            && self
+                .pending
+                .iter()
+                .all(|&f| (0..self.alive.len()).all(|w| !self.eligible(w, f)))
     }
 
     pub fn remaining(&self) -> usize {
-        self.states.iter().filter(|s| **s != State::Done).count()
+        self.states.len() - self.done
     }
 }
 
