@@ -29,6 +29,15 @@ pub fn unit(name: &str) -> &'static str {
     }
 }
 
+/// The values metric `name` can take: none is negative (rates, times, counts, RTTs,
+/// CPU), and a loss or integrity percentage is at most 100.
+pub fn range(name: &str) -> (f64, f64) {
+    let share = ["loss", "integrity", "echo_loss"]
+        .iter()
+        .any(|p| name.starts_with(p) && name.ends_with("_percent"));
+    (0.0, if share { 100.0 } else { f64::INFINITY })
+}
+
 /// Whether more of metric `name` is better (throughput) or worse (time, loss, delay);
 /// `None` when it is neither (a count of bytes).
 pub fn higher_is_better(name: &str) -> Option<bool> {

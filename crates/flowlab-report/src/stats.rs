@@ -72,6 +72,17 @@ pub fn summary(values: &[f64]) -> Option<Summary> {
     })
 }
 
+impl Summary {
+    /// The confidence interval cut to `[lo, hi]`, the values the metric can take: the
+    /// true mean lies inside that range, so the cut interval holds it as often as the
+    /// whole one (a skewed sample's t interval can reach below 0 % loss or above 100 %
+    /// integrity).
+    pub fn within(mut self, lo: f64, hi: f64) -> Summary {
+        self.ci = self.ci.map(|(a, b)| (a.clamp(lo, hi), b.clamp(lo, hi)));
+        self
+    }
+}
+
 /// Two samples compared: B's mean minus A's, and whether that is more than noise.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Difference {
@@ -156,6 +167,24 @@ mod tests {
         assert_eq!((one.sd, one.ci, one.median), (0.0, None, 2.0));
         assert_eq!(summary(&[f64::NAN]), None);
         assert_eq!(summary(&[1.0, 2.0, 3.0, 10.0]).expect("even").median, 2.5);
+    }
+
+    /// 0, 0, 0, 12, 30 % loss: mean 8.4, sd 13.145, half-width 2.7764 · 13.145 / √5 =
+    /// 16.322, so the t interval starts at −7.92 %; cut to 0 – 24.72.
+    #[test]
+    fn an_interval_is_cut_to_the_values_a_metric_can_take() {
+        let s = summary(&[0.0, 0.0, 0.0, 12.0, 30.0]).expect("values");
+        let (lo, _) = s.ci.expect("n > 1");
+        assert!(close(lo, 8.4 - 16.3219, 1e-3), "{lo}");
+        let (lo, hi) = s.within(0.0, 100.0).ci.expect("n > 1");
+        assert_eq!(lo, 0.0);
+        assert!(close(hi, 8.4 + 16.3219, 1e-3), "{hi}");
+        let (lo, hi) = summary(&[99.0, 100.0, 100.0])
+            .expect("v")
+            .within(0.0, 100.0)
+            .ci
+            .expect("ci");
+        assert!(lo < 99.0 && hi == 100.0, "{lo} {hi}");
     }
 
     /// Welch by hand: a = [1,2,3,4,5] (mean 3, var 2.5), b = [3,4,5,6,7,8] (mean 5.5,

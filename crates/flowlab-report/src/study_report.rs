@@ -222,10 +222,11 @@ pub fn build(input: &ReportInput) -> StudyReport {
                 .collect();
             all.extend(&values);
             if let (Some(summary), Some(t)) = (stats::summary(&values), trials.first()) {
+                let (lo, hi) = metrics::range(&name);
                 rows.push(CellRow {
                     cell: cell.clone(),
                     labels: t.labels.clone(),
-                    summary,
+                    summary: summary.within(lo, hi),
                 });
             }
         }
