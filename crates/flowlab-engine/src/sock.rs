@@ -203,8 +203,62 @@ pub fn thread_cpu_us() -> (u64, u64) {
     (us(ru.ru_utime), us(ru.ru_stime))
 }
 
+/// The CPUs this process may run on (its affinity mask), in order.
+pub fn allowed_cpus() -> Vec<usize> {
+    use nix::sched::{CpuSet, sched_getaffinity};
+    use nix::unistd::Pid;
+    match sched_getaffinity(Pid::from_raw(0)) {
+        Ok(set) => (0..CpuSet::count())
+            .filter(|&c| set.is_set(c).unwrap_or(false))
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// CPUs as a list: `0-3, 6`.
+pub fn cpu_list(cpus: &[usize]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < cpus.len() {
+        let mut j = i;
+        while j + 1 < cpus.len() && cpus[j + 1] == cpus[j] + 1 {
+            j += 1;
+        }
+        parts.push(if j > i {
+            format!("{}-{}", cpus[i], cpus[j])
+        } else {
+            cpus[i].to_string()
+        });
+        i = j + 1;
+    }
+    parts.join(", ")
+}
+
+/// Pins the calling thread to `cpu` (`-A`).
+pub fn pin_thread(cpu: usize) -> io::Result<()> {
+    use nix::sched::{CpuSet, sched_setaffinity};
+    use nix::unistd::Pid;
+    let mut set = CpuSet::new();
+    set.set(cpu).map_err(io::Error::from)?;
+    // Pid 0: the calling thread (sched_setaffinity(2) takes a thread id).
+    sched_setaffinity(Pid::from_raw(0), &set).map_err(|e| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("cannot run on CPU {cpu}: {e}"),
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn cpu_lists_join_runs() {
+        assert_eq!(super::cpu_list(&[0, 1, 2, 3, 6]), "0-3, 6");
+        assert_eq!(super::cpu_list(&[1]), "1");
+        assert_eq!(super::cpu_list(&[0, 2, 3]), "0, 2-3");
+        assert_eq!(super::cpu_list(&[]), "");
+    }
+
     use super::*;
     use std::net::{TcpListener, TcpStream};
 

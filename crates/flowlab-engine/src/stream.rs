@@ -54,6 +54,8 @@ pub struct DataConfig {
     pub backoff: bool,
     /// `--trace`: TCP streams sample TCP_INFO this often.
     pub trace: Option<Duration>,
+    /// `-A`: the CPU each stream's thread runs on.
+    pub affinity: Option<usize>,
 }
 
 /// What bounds the amount of data over all streams of one direction.
@@ -249,14 +251,15 @@ pub fn spawn(
         .name(format!("stream-{id}"))
         .spawn(move || {
             let c = &thread_counters;
-            let result = match (&thread_transport, role) {
+            let pinned = cfg.affinity.map_or(Ok(()), crate::sock::pin_thread);
+            let result = pinned.and_then(|()| match (&thread_transport, role) {
                 (Transport::Tcp(s), Role::Send) => crate::tcp_data::send(s, &cfg, &ctl, c),
                 (Transport::Tcp(s), Role::Receive) => crate::tcp_data::receive(s, &cfg, &ctl, c),
                 (Transport::Udp(s), Role::Send) => crate::udp_data::send(s, &cfg, &ctl, c),
                 (Transport::Udp(s), Role::Receive) => {
                     crate::udp_data::receive(s, &cfg, &ctl, c, early)
                 }
-            };
+            });
             if c.end_us.load(Ordering::Acquire) == 0 {
                 c.end_us.store(ctl.elapsed_us().max(1), Ordering::Release);
             }

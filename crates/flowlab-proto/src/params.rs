@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::lenient::{flag, num, opt_flag};
+use crate::lenient::{flag, num, opt_flag, opt_num};
 
 /// Parameters of one test, as exchanged on the wire.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -33,6 +33,13 @@ pub struct TestParams {
     /// Seconds at the start whose data is not counted.
     #[serde(default, deserialize_with = "num")]
     pub omit: u64,
+    /// The CPU the server's side of the test runs on (iperf3's `-A n,m`: m).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "opt_num"
+    )]
+    pub server_affinity: Option<u64>,
     /// Test length in seconds (0 when `num` or `blockcount` bounds the test).
     #[serde(default, deserialize_with = "num")]
     pub time: u64,

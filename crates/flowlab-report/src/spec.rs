@@ -81,10 +81,29 @@ pub struct TestSpec {
     pub recv_window: u64,
     /// Congestion control of the receiving end of each stream.
     pub recv_congestion: Option<String>,
+    /// `-A`: the CPU this end's data streams run on, and the server's.
+    #[serde(skip_serializing_if = "Affinity::is_none")]
+    pub affinity: Affinity,
     /// The rate the path can carry each way, where the caller knows it (the binary does
     /// inside a flowlab topology): what `--trace`'s advice sizes windows for.
     #[serde(skip_serializing_if = "PathRates::is_empty")]
     pub path_rates: PathRates,
+}
+
+/// `-A CPU[,CPU]` (iperf3's): the CPU the client's data streams run on and, after the
+/// comma, the server's. Each stream's thread pins itself before it moves a byte.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Affinity {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server: Option<usize>,
+}
+
+impl Affinity {
+    pub fn is_none(&self) -> bool {
+        self.client.is_none() && self.server.is_none()
+    }
 }
 
 impl TestSpec {
@@ -114,6 +133,7 @@ impl TestSpec {
             trace: None,
             recv_window: 0,
             recv_congestion: None,
+            affinity: Affinity::default(),
             path_rates: PathRates::default(),
         }
     }
@@ -173,6 +193,7 @@ impl TestSpec {
             udp: (self.protocol == Protocol::Udp).then_some(true),
             sctp: None,
             omit: self.omit,
+            server_affinity: self.affinity.server.map(|c| c as u64),
             time,
             num,
             blockcount,

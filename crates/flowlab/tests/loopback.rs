@@ -299,3 +299,53 @@ fn no_backoff_sends_blindly_but_still_reports_the_overflow() {
     assert_eq!(cuts, None, "no backoff was negotiated");
     assert!(drops.is_some_and(|d| d > 0) && lost > 0);
 }
+
+/// `-A N,M`: every data stream's thread is pinned to one CPU, the client's to N and the
+/// server's to M (sampled from /proc while the test runs); a CPU the server lacks is
+/// refused with the ones it has.
+#[test]
+fn affinity_pins_each_ends_stream_threads() {
+    let cpus = flowlab_engine::sock::allowed_cpus();
+    let (client_cpu, server_cpu) = (cpus[cpus.len() - 1], cpus[0]);
+    let port = support::default_server();
+    let mut s = support::spec(port);
+    s.amount = Amount::Seconds(2);
+    s.affinity = flowlab_report::spec::Affinity {
+        client: Some(client_cpu),
+        server: Some(server_cpu),
+    };
+    let test = std::thread::spawn(move || support::run(&s));
+    let mut seen = std::collections::BTreeSet::new();
+    while !test.is_finished() {
+        for task in std::fs::read_dir("/proc/self/task")
+            .expect("/proc")
+            .flatten()
+        {
+            let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+            if !comm.starts_with("stream-") {
+                continue;
+            }
+            let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
+            if let Some(list) = status
+                .lines()
+                .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            {
+                seen.insert(list.trim().to_string());
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    test.join().expect("client thread").expect("the test runs");
+    let want: std::collections::BTreeSet<String> =
+        [client_cpu.to_string(), server_cpu.to_string()].into();
+    assert_eq!(seen, want, "stream threads' CPUs");
+
+    let mut s = support::spec(port);
+    s.amount = Amount::Seconds(1);
+    s.affinity.server = Some(4096);
+    let e = support::run(&s).expect_err("refused").to_string();
+    assert!(
+        e.contains("CPU 4096 asked for (-A); this server runs on CPUs"),
+        "{e}"
+    );
+}

@@ -288,6 +288,7 @@ fn data_config(spec: &TestSpec, params: &TestParams, features: &[String]) -> Dat
         drain_to_eof: has(feature::CLEAN_CLOSE),
         backoff: spec.wants_backoff() && has(feature::UDP_BACKOFF),
         trace: spec.trace.filter(|_| spec.protocol == Protocol::Tcp),
+        affinity: spec.affinity.client,
     }
 }
 

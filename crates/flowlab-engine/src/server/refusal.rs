@@ -25,6 +25,8 @@ pub(super) enum Refusal {
     Bytes { max: u64, asked: u64 },
     #[error("this server lacks the extension '{0}'")]
     Extension(String),
+    #[error("CPU {asked} asked for (-A); this server runs on CPUs {allowed}")]
+    Affinity { asked: u64, allowed: String },
 }
 
 /// Bytes per write or datagram of a test: as asked, or the protocol's default.
@@ -66,6 +68,15 @@ pub(super) fn validate(p: &TestParams, cfg: &ServerConfig) -> Result<Protocol, R
             return Err(Refusal::Duration {
                 max: max.as_secs(),
                 asked: seconds,
+            });
+        }
+    }
+    if let Some(cpu) = p.server_affinity {
+        let allowed = crate::sock::allowed_cpus();
+        if !allowed.contains(&(cpu as usize)) {
+            return Err(Refusal::Affinity {
+                asked: cpu,
+                allowed: crate::sock::cpu_list(&allowed),
             });
         }
     }

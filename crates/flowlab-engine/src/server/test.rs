@@ -211,6 +211,7 @@ fn data_config(params: &TestParams, proto: Protocol) -> DataConfig {
             .as_ref()
             .and_then(|f| f.trace_us)
             .map(|us| Duration::from_micros(us).clamp(trace::MIN_PERIOD, trace::MAX_PERIOD)),
+        affinity: params.server_affinity.map(|c| c as usize),
     }
 }
 

@@ -103,6 +103,10 @@ pub struct Args {
     /// TCP congestion control of each stream's receiving end (replaces -C there).
     #[arg(long, value_name = "ALGO")]
     pub recv_congestion: Option<String>,
+    /// Run the data streams on CPU N (iperf3's -A); `N,M` also runs the server's on its
+    /// CPU M.
+    #[arg(short = 'A', long, value_name = "N[,M]")]
+    pub affinity: Option<String>,
     /// Print one JSON document at the end.
     #[arg(short = 'J', long, conflicts_with = "json_stream")]
     pub json: bool,
@@ -214,6 +218,9 @@ impl Args {
             s.recv_window = w;
         }
         s.recv_congestion = self.recv_congestion.clone();
+        if let Some(a) = &self.affinity {
+            s.affinity = affinity(a, &flowlab_engine::sock::allowed_cpus())?;
+        }
         let tcp_only = [
             (self.congestion.is_some(), "-C/--congestion"),
             (self.mss.is_some(), "-M/--set-mss"),
@@ -244,5 +251,52 @@ impl Args {
         s.zerocopy = self.zerocopy;
         s.title = self.title.clone();
         Ok(s)
+    }
+}
+
+/// `-A N[,M]`: the client's CPU N, which this process must be allowed to run on (`allowed`),
+/// and the server's M (the server checks its own).
+fn affinity(text: &str, allowed: &[usize]) -> Result<spec::Affinity, Usage> {
+    let cpu = |t: &str| {
+        t.trim().parse::<usize>().map_err(|_| {
+            Usage(format!(
+                "-A/--affinity {text}: give a CPU number, or two as N,M (the client's, the server's)"
+            ))
+        })
+    };
+    let (client, server) = match text.split_once(',') {
+        Some((c, s)) if c.trim().is_empty() => (None, Some(cpu(s)?)),
+        Some((c, s)) => (Some(cpu(c)?), Some(cpu(s)?)),
+        None => (Some(cpu(text)?), None),
+    };
+    if let Some(c) = client.filter(|c| !allowed.contains(c)) {
+        return Err(Usage(format!(
+            "-A/--affinity {text}: this machine runs flowlab on CPUs {}, not {c}",
+            flowlab_engine::sock::cpu_list(allowed)
+        )));
+    }
+    Ok(spec::Affinity { client, server })
+}
+
+#[cfg(test)]
+mod affinity_tests {
+    use super::affinity;
+    use flowlab_report::spec::Affinity;
+
+    #[test]
+    fn affinity_is_the_clients_cpu_then_the_servers() {
+        let all = [0, 1, 2, 3];
+        let a = |client, server| Affinity { client, server };
+        assert_eq!(affinity("1", &all).unwrap(), a(Some(1), None));
+        assert_eq!(affinity("1,0", &all).unwrap(), a(Some(1), Some(0)));
+        assert_eq!(affinity(",3", &all).unwrap(), a(None, Some(3)));
+        assert_eq!(
+            affinity("7", &all).unwrap_err().0,
+            "-A/--affinity 7: this machine runs flowlab on CPUs 0-3, not 7"
+        );
+        for bad in ["x", "1,", "-1", "1,2,3"] {
+            let e = affinity(bad, &all).unwrap_err().0;
+            assert!(e.contains("give a CPU number"), "{bad}: {e}");
+        }
     }
 }
