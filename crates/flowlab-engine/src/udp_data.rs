@@ -201,6 +201,10 @@ fn send_stop_and_wait(
     let mut buf = payload(len);
     let mut ack = [0u8; 64];
     let mut seq = 0u64;
+    // The socket's read timeout, changed only when the wait left before a resend drops
+    // below POLL (near a deadline, or with an RTO under POLL): not a syscall per message.
+    let mut timeout = POLL;
+    sock.set_read_timeout(Some(timeout))?;
     while !ctl.stop_send.load(Ordering::Acquire) {
         let Some(n) = ctl.budget.take(len) else {
             return Ok(());
@@ -231,7 +235,11 @@ fn send_stop_and_wait(
                 if left.is_zero() {
                     continue 'retransmit;
                 }
-                sock.set_read_timeout(Some(left.min(POLL)))?;
+                let wait = left.min(POLL);
+                if wait != timeout {
+                    sock.set_read_timeout(Some(wait))?;
+                    timeout = wait;
+                }
                 match sock.recv(&mut ack) {
                     Ok(k) => {
                         if Ack::decode(&ack[..k]).is_ok_and(|a| a.seq == seq) {
@@ -350,5 +358,71 @@ pub(crate) fn receive(
         if drain.done(ctl, got.is_some(), false) {
             return Ok(());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stream::Budget;
+
+    /// Three messages to a peer that ignores the first copy of the second: the sender
+    /// waits one RTO for it (no sooner), sends it again once, and ends when the third
+    /// is acknowledged.
+    #[test]
+    fn stop_and_wait_resends_after_the_rto_and_only_then() {
+        let peer = UdpSocket::bind("127.0.0.1:0").expect("bind");
+        let sock = UdpSocket::bind("127.0.0.1:0").expect("bind");
+        sock.connect(peer.local_addr().expect("addr"))
+            .expect("connect");
+        let rto = Duration::from_millis(120);
+        let cfg = DataConfig {
+            mode: Mode::StopAndWait,
+            len: 100,
+            rate_bps: 0,
+            counters_64bit: true,
+            rto,
+            zerocopy: false,
+            close_when_done: false,
+            drain_to_eof: false,
+            backoff: false,
+            trace: None,
+            affinity: None,
+        };
+        let ctl = TestControl::new(Budget::Blocks(3.into()));
+        let c = StreamCounters::default();
+        let acks = std::thread::spawn(move || {
+            let mut buf = [0u8; 256];
+            let mut dropped_at = None;
+            let mut resent_after = None;
+            loop {
+                let (n, from) = peer.recv_from(&mut buf).expect("recv");
+                let seq = DatagramHeader::decode(&buf[..n], true).expect("header").seq;
+                if seq == 2 && dropped_at.is_none() {
+                    dropped_at = Some(Instant::now());
+                    continue;
+                }
+                if seq == 2 && resent_after.is_none() {
+                    resent_after = dropped_at.map(|t| t.elapsed());
+                }
+                peer.send_to(&Ack { seq }.encode(), from).expect("ack");
+                if seq == 3 {
+                    return resent_after;
+                }
+            }
+        });
+        send_stop_and_wait(&sock, &cfg, &ctl, &c).expect("sent");
+        let waited = acks
+            .join()
+            .expect("peer")
+            .expect("message 2 was sent again");
+        assert_eq!(c.blocks.load(Ordering::Relaxed), 3);
+        assert_eq!(c.sw_retransmits.load(Ordering::Relaxed), 1);
+        // The peer starts its clock when the first copy arrives, a little after it
+        // left: allow that much (far less than a tenth of the RTO on loopback).
+        assert!(
+            waited >= rto.mul_f64(0.9),
+            "resent after {waited:?}, before the RTO"
+        );
     }
 }
