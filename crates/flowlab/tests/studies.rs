@@ -74,6 +74,29 @@ fn every_shipped_study_runs_small_and_reports() {
     }
 }
 
+/// Runs `study` (as study.toml) in a new directory beside topologies/small.toml renamed
+/// `name` (so parallel tests build their own): the directory, what the run said, and
+/// how it ended.
+fn run_on_small(name: &str, study: &str) -> (tempfile::TempDir, String, std::process::Output) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let topo = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../topologies/small.toml"),
+    )
+    .expect("small.toml")
+    .replace("name = \"small\"", &format!("name = \"{name}\""));
+    std::fs::write(dir.path().join(format!("{name}.toml")), topo).expect("write");
+    std::fs::write(dir.path().join("study.toml"), study).expect("write");
+    let out = flowlab()
+        .current_dir(dir.path())
+        .args(["run", "study.toml"])
+        .timeout(Duration::from_secs(120))
+        .output()
+        .expect("run");
+    let said =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    (dir, said, out)
+}
+
 fn root() -> bool {
     support::is_root_with_ip("studies on a topology")
 }
@@ -116,22 +139,7 @@ fn a_study_brings_its_topology_up_runs_groups_together_and_takes_it_down() {
     if !root() {
         return;
     }
-    let dir = tempfile::tempdir().expect("tempdir");
-    let topo = std::fs::read_to_string(
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../topologies/small.toml"),
-    )
-    .expect("small.toml")
-    .replace("name = \"small\"", "name = \"stsml\"");
-    std::fs::write(dir.path().join("stsml.toml"), topo).expect("write");
-    std::fs::write(dir.path().join("study.toml"), TOPOLOGY_STUDY).expect("write");
-    let out = flowlab()
-        .current_dir(dir.path())
-        .args(["run", "study.toml"])
-        .timeout(Duration::from_secs(120))
-        .output()
-        .expect("run");
-    let said =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    let (dir, said, out) = run_on_small("stsml", TOPOLOGY_STUDY);
     assert!(out.status.success(), "{said}");
     assert!(
         said.contains("study on-a-topology: 4 ok, 0 failed"),
@@ -213,22 +221,7 @@ fn a_study_builds_each_cells_network_with_its_link_values() {
     if !root() {
         return;
     }
-    let dir = tempfile::tempdir().expect("tempdir");
-    let topo = std::fs::read_to_string(
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../topologies/small.toml"),
-    )
-    .expect("small.toml")
-    .replace("name = \"small\"", "name = \"stlnk\"");
-    std::fs::write(dir.path().join("stlnk.toml"), topo).expect("write");
-    std::fs::write(dir.path().join("study.toml"), LINK_STUDY).expect("write");
-    let out = flowlab()
-        .current_dir(dir.path())
-        .args(["run", "study.toml"])
-        .timeout(Duration::from_secs(120))
-        .output()
-        .expect("run");
-    let said =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    let (dir, said, out) = run_on_small("stlnk", LINK_STUDY);
     assert!(out.status.success(), "{said}");
     assert!(said.contains("study link-rates: 4 ok, 0 failed"), "{said}");
     assert!(
