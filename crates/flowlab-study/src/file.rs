@@ -541,27 +541,28 @@ fn params(table: &toml::Table) -> Result<Vec<Param>, String> {
             toml::Value::Table(labels) => labels
                 .iter()
                 .map(|(label, value)| {
-                    let parts = match value {
-                        toml::Value::Table(parts) => parts
-                            .iter()
-                            .map(|(part, v)| Some((part.clone(), scalar(v)?)))
-                            .collect::<Option<Vec<_>>>(),
-                        v => scalar(v).map(|text| vec![(String::new(), text)]),
+                    let bad = || {
+                        format!(
+                            "parameter '{name}': value '{label}' stands for a string, number or boolean, or a table of them"
+                        )
                     };
-                    match parts {
-                        Some(p) if p.len() == 1 && p[0].0.is_empty() => Ok(ParamValue {
-                            label: label.clone(),
-                            text: p[0].1.clone(),
-                            parts: Vec::new(),
-                        }),
-                        Some(parts) if !parts.is_empty() => Ok(ParamValue {
+                    match value {
+                        toml::Value::Table(t) if !t.is_empty() => Ok(ParamValue {
                             label: label.clone(),
                             text: String::new(),
-                            parts,
+                            parts: t
+                                .iter()
+                                .map(|(part, v)| scalar(v).map(|s| (part.clone(), s)))
+                                .collect::<Option<_>>()
+                                .ok_or_else(bad)?,
                         }),
-                        _ => Err(format!(
-                            "parameter '{name}': value '{label}' stands for a string, number or boolean, or a table of them"
-                        )),
+                        v => scalar(v)
+                            .map(|text| ParamValue {
+                                label: label.clone(),
+                                text,
+                                parts: Vec::new(),
+                            })
+                            .ok_or_else(bad),
                     }
                 })
                 .collect::<Result<_, _>>()?,
