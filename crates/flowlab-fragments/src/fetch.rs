@@ -187,6 +187,8 @@ fn connect(server: &str, timeout: Duration) -> Result<(TcpStream, Manifest), Con
         match TcpStream::connect_timeout(&a, timeout) {
             Ok(mut s) => {
                 let mut hello = || -> std::io::Result<Vec<u8>> {
+                    // Requests leave at once, not after the previous reply's ACK (Nagle).
+                    s.set_nodelay(true)?;
                     s.set_read_timeout(Some(timeout.max(Duration::from_secs(5))))?;
                     let mut m = MAGIC.to_vec();
                     m.push(VERSION);
@@ -699,6 +701,41 @@ pub fn sweep(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Both ends of a fragment connection send without Nagle's delay: a reply is a
+    /// header and a body, and a small body held back for the header's ACK waited for the
+    /// client's delayed ACK on every fragment (10 000 fragments of 4 KiB took 105 s on
+    /// loopback instead of 0.3 s).
+    #[test]
+    fn fragment_connections_are_nodelay_on_both_ends() {
+        use crate::serve::FragmentService;
+        use flowlab_engine::server::ConnectionHandler;
+        let dir = tempfile::tempdir().expect("tempdir");
+        crate::manifest::make(8192, 2, dir.path()).expect("make");
+        let service = FragmentService::open(dir.path(), 0, Duration::from_secs(2)).expect("open");
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let server = std::thread::spawn(move || {
+            let (conn, peer) = listener.accept().expect("accept");
+            tx.send(conn.try_clone().expect("clone")).expect("send");
+            service.handle(conn, peer);
+        });
+        let (client, manifest) =
+            connect(&addr.to_string(), Duration::from_secs(2)).expect("connect");
+        assert_eq!(manifest.fragments.len(), 2);
+        let served = rx.recv().expect("the server's socket");
+        assert!(
+            client.nodelay().expect("client option"),
+            "the fetch's socket"
+        );
+        assert!(
+            served.nodelay().expect("server option"),
+            "the server's socket"
+        );
+        drop(client);
+        server.join().expect("server thread");
+    }
 
     #[test]
     fn server_addresses_get_the_default_port_when_they_have_none() {

@@ -152,6 +152,10 @@ impl FragmentService {
         if self.manifest_frame.len() > MAX_MANIFEST_LEN as usize + 4 {
             return Ok(());
         }
+        // Each reply is a header write and a body: without this, Nagle holds a small body
+        // back until the header is acknowledged, and the client's delayed ACK (up to
+        // 40 ms) then paces every fragment.
+        conn.set_nodelay(true)?;
         conn.write_all(&self.manifest_frame)?;
         // `--rate`: the kernel paces the connection (SO_MAX_PACING_RATE: TCP's own pacing,
         // or fq's), segment by segment, across fragments. Only where it refuses the cap
