@@ -167,7 +167,12 @@ fn draw_panel<DB: DrawingBackend>(
         for (i, s) in panel.series.iter().enumerate() {
             let c = colour(i);
             chart
-                .draw_series(s.points.iter().map(|&p| Circle::new(p, 4, c.filled())))
+                .draw_series(
+                    s.points
+                        .iter()
+                        .filter(|p| !p.1.is_nan())
+                        .map(|&p| Circle::new(p, 4, c.filled())),
+                )
                 .map_err(err)?;
         }
     }
@@ -213,11 +218,20 @@ fn draw_panel<DB: DrawingBackend>(
     }
     for (i, s) in panel.series.iter().enumerate() {
         let c = colour(i);
+        // A point whose y is NaN breaks the line (a category that is not on the same
+        // scale as its neighbours); the legend names the series once.
+        let mut runs = s.points.split(|p| p.1.is_nan()).filter(|r| !r.is_empty());
+        let first = runs.next().unwrap_or(&[]);
         chart
-            .draw_series(LineSeries::new(s.points.iter().copied(), c.stroke_width(2)))
+            .draw_series(LineSeries::new(first.iter().copied(), c.stroke_width(2)))
             .map_err(err)?
             .label(s.name.as_str())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], c.stroke_width(2)));
+        for run in runs {
+            chart
+                .draw_series(LineSeries::new(run.iter().copied(), c.stroke_width(2)))
+                .map_err(err)?;
+        }
     }
     // Marks as rings, so the lines they sit on stay visible.
     for m in panel.markers.iter().filter(|m| !m.points.is_empty()) {

@@ -1,6 +1,7 @@
 //! A study report's charts: a metric against the swept parameter with the most values,
 //! one line per combination of the other parameters, each mean with its confidence
-//! interval as an error bar.
+//! interval as an error bar; a value off the others' scale (`adaptive` among ratios)
+//! drawn apart, not joined to them.
 
 use flowlab_report::study_report::{MetricTable, StudyReport, metric_unit, title};
 
@@ -25,6 +26,16 @@ pub fn metric_panel(r: &StudyReport, m: &MetricTable) -> Panel {
             .map(|(_, (p, l))| format!("{}={l}", p.name))
             .collect::<Vec<_>>()
             .join(" ")
+    };
+    // When most ticks are numbers or ratios (`1:5`), the others (`adaptive`) stand apart.
+    let on_scale = |t: &str| {
+        t.parse::<f64>().is_ok()
+            || t.split_once(':')
+                .is_some_and(|(a, b)| a.parse::<f64>().is_ok() && b.parse::<f64>().is_ok())
+    };
+    let scaled: Vec<bool> = ticks.iter().map(|t| on_scale(t)).collect();
+    let apart = |i: usize| {
+        scaled.iter().filter(|&&s| s).count() >= 2 && !scaled.get(i).copied().unwrap_or(true)
     };
     let mut names: Vec<String> = Vec::new();
     for row in &m.rows {
@@ -58,6 +69,18 @@ pub fn metric_panel(r: &StudyReport, m: &MetricTable) -> Panel {
             }
         }
         points.sort_by(|a, b| a.0.total_cmp(&b.0));
+        // A category apart from the others (adaptive among ratios) is not joined to them.
+        let category = |x: f64| (x - offset).round() as usize;
+        let mut joined: Vec<(f64, f64)> = Vec::with_capacity(points.len());
+        for p in points {
+            if let Some(&last) = joined.last() {
+                if apart(category(last.0)) || apart(category(p.0)) {
+                    joined.push(((last.0 + p.0) / 2.0, f64::NAN));
+                }
+            }
+            joined.push(p);
+        }
+        let points = joined;
         series.push(Series {
             name: if name.is_empty() {
                 "mean".into()
@@ -152,7 +175,60 @@ pub fn scatter_panel(sc: &flowlab_report::study_report::Scatter) -> Panel {
 
 #[cfg(test)]
 mod tests {
-    use super::spread_ellipse;
+    use super::{metric_panel, spread_ellipse};
+    use flowlab_report::metrics::Metric;
+    use flowlab_report::study_report::{Axis, ReportInput, TrialData, build};
+
+    /// Seed 000's shape: transfer time against the ratio, adaptive among the ratios. The
+    /// ratios are joined; adaptive stands apart (a NaN breaks the line before it).
+    #[test]
+    fn a_value_off_the_ratios_scale_is_not_joined_to_them() {
+        let ratios = ["1:2", "1:1", "2:1", "adaptive"];
+        let trials = ratios
+            .iter()
+            .enumerate()
+            .map(|(i, r)| TrialData {
+                cell: format!("ratio={r}"),
+                labels: vec![r.to_string()],
+                repetition: 1,
+                status: "ok".into(),
+                error: None,
+                metrics: vec![(
+                    "fetch".into(),
+                    Metric {
+                        name: "transfer_s".into(),
+                        value: 30.0 + i as f64,
+                    },
+                )],
+            })
+            .collect();
+        let r = build(&ReportInput {
+            study: "s".into(),
+            description: String::new(),
+            order: "random".into(),
+            seed: 0,
+            repeat: 1,
+            params: vec![Axis {
+                name: "ratio".into(),
+                labels: ratios.iter().map(|r| r.to_string()).collect(),
+            }],
+            cells: ratios.iter().map(|r| format!("ratio={r}")).collect(),
+            trials,
+            machines: Vec::new(),
+            groups: vec![("fetch".into(), None)],
+        });
+        let panel = metric_panel(&r, &r.metrics[0]);
+        let ys: Vec<f64> = panel.series[0].points.iter().map(|p| p.1).collect();
+        assert_eq!(ys.len(), 5, "{ys:?}");
+        assert_eq!(&ys[..3], [30.0, 31.0, 32.0]);
+        assert!(ys[3].is_nan(), "a break before adaptive: {ys:?}");
+        assert_eq!(ys[4], 33.0);
+        // All on one scale: no break.
+        let mut r = r;
+        r.params[0].labels[3] = "3:1".into();
+        let panel = metric_panel(&r, &r.metrics[0]);
+        assert!(panel.series[0].points.iter().all(|p| !p.1.is_nan()));
+    }
 
     /// Points spread 2 along x and 1 along y around (10, 5): the ellipse reaches
     /// x = 10 ± sd_x and y = 5 ± sd_y, and is centred on the mean.
