@@ -315,7 +315,9 @@ fn affinity_pins_each_ends_stream_threads() {
         server: Some(server_cpu),
     };
     let test = std::thread::spawn(move || support::run(&s));
-    let mut seen = std::collections::BTreeSet::new();
+    // Each stream thread's CPUs as last seen: a thread may be caught between its start
+    // and pinning itself, so only what it settles on counts.
+    let mut last = std::collections::BTreeMap::new();
     while !test.is_finished() {
         for task in std::fs::read_dir("/proc/self/task")
             .expect("/proc")
@@ -330,12 +332,13 @@ fn affinity_pins_each_ends_stream_threads() {
                 .lines()
                 .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
             {
-                seen.insert(list.trim().to_string());
+                last.insert(task.file_name(), list.trim().to_string());
             }
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     test.join().expect("client thread").expect("the test runs");
+    let seen: std::collections::BTreeSet<String> = last.into_values().collect();
     let want: std::collections::BTreeSet<String> =
         [client_cpu.to_string(), server_cpu.to_string()].into();
     assert_eq!(seen, want, "stream threads' CPUs");
