@@ -21,6 +21,12 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: V2,
         fill: Some(fill_metrics),
     },
+    // 3: a fetch's per-server metrics (`serverN_bytes`, `serverN_busy_s`, `serverN_bps`),
+    // computed for the steps already recorded; no table changes.
+    Migration {
+        sql: "",
+        fill: Some(fill_metrics),
+    },
 ];
 
 /// The SQL of version 1, as it was (a test builds a version-1 database with it).
@@ -102,7 +108,8 @@ const V2: &str = r#"
         GROUP BY t.id, st.idx;
 "#;
 
-/// Computes the metrics of every step already recorded (a version-1 database).
+/// Computes the metrics of every step already recorded (a database from before a version
+/// that adds metrics); those already there are replaced by the same values.
 fn fill_metrics(tx: &Transaction<'_>) -> rusqlite::Result<()> {
     let steps: Vec<(i64, String, String, String)> = tx
         .prepare("SELECT trial_id, name, kind, result FROM step WHERE result IS NOT NULL")?

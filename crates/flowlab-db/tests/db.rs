@@ -269,3 +269,70 @@ fn a_finished_trial_has_its_metrics_beside_its_document() {
         assert!(names.iter().any(|n| n == want), "{want} in {names:?}");
     }
 }
+
+/// A recorded `flowlab fetch -J` document from two servers (flowlab-report's fixtures).
+const FETCH: &str = include_str!("../../flowlab-report/tests/fixtures/fetch-1to3.json");
+
+/// Version 3 adds a fetch's per-server metrics: a version-2 database (the same tables,
+/// without them) gets them computed for the fetches it holds.
+#[test]
+fn a_version_2_database_gets_a_fetchs_per_server_metrics() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("v2.db");
+    {
+        let mut db = Db::open(&path).expect("create");
+        let study = db.study("s", "name = \"s\"", 1).expect("study");
+        let runner = db.register_runner("0.1.0", "{}").expect("runner");
+        let Claim::Mine(t) = db.claim(study.id, runner, CELL, 1, false).expect("claim") else {
+            panic!("a fresh trial")
+        };
+        let mut fetch = step("fetch", Some(FETCH), None);
+        fetch.kind = "fetch".into();
+        db.finish(t, None, &[fetch]).expect("finish");
+    }
+    let metric_names = || -> Vec<String> {
+        let raw = rusqlite::Connection::open(&path).expect("raw");
+        let mut q = raw
+            .prepare("SELECT name FROM metric ORDER BY name")
+            .expect("query");
+        q.query_map([], |r| r.get(0))
+            .expect("rows")
+            .collect::<Result<_, _>>()
+            .expect("names")
+    };
+    assert!(metric_names().contains(&"server2_busy_s".to_string()));
+    {
+        // As version 2 left it: the same tables, no per-server metrics.
+        let raw = rusqlite::Connection::open(&path).expect("raw");
+        raw.execute("DELETE FROM metric WHERE name LIKE 'server%'", [])
+            .expect("delete");
+        raw.pragma_update(None, "user_version", 2).expect("version");
+    }
+    assert!(!metric_names().iter().any(|n| n.starts_with("server")));
+    let db = Db::open(&path).expect("migrated");
+    assert_eq!(db.version().expect("version"), schema::VERSION);
+    assert_eq!(
+        metric_names(),
+        [
+            "corrupt_fragments",
+            "server1_bps",
+            "server1_busy_s",
+            "server1_bytes",
+            "server2_bps",
+            "server2_busy_s",
+            "server2_bytes",
+            "throughput_bps",
+            "transfer_s"
+        ]
+    );
+    let raw = rusqlite::Connection::open(&path).expect("raw");
+    let busy: f64 = raw
+        .query_row(
+            "SELECT value FROM metric WHERE name = 'server2_busy_s'",
+            [],
+            |r| r.get(0),
+        )
+        .expect("busy");
+    let doc: serde_json::Value = serde_json::from_str(FETCH).expect("fixture");
+    assert_eq!(busy, doc["servers"][1]["busy_seconds"].as_f64().expect("s"));
+}

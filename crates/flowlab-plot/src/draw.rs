@@ -6,7 +6,9 @@ use std::sync::Once;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::{Panel, PlotError};
+use plotters::element::DashedPathElement;
+
+use crate::{Panel, PlotError, Series};
 
 /// The font every text is set in, compiled in so that no system font is needed
 /// (DejaVu Sans; licence in assets/DejaVuSans-LICENSE.txt).
@@ -92,6 +94,7 @@ fn points(panel: &Panel) -> impl Iterator<Item = (f64, f64)> + '_ {
     let lines = panel.series.iter().chain(&panel.markers);
     lines
         .chain(&panel.dots)
+        .chain(&panel.dashed)
         .flat_map(|s| s.points.iter().copied())
         .chain(
             panel
@@ -119,6 +122,7 @@ fn bounds(panel: &Panel) -> (f64, f64, f64) {
     // Room above the data for the legend (upper right): a line per entry takes about
     // 6 % of the plot's height, so the data stays below the legend.
     let entries = panel.series.len()
+        + usize::from(!panel.dashed.is_empty())
         + panel.bands.len()
         + panel
             .markers
@@ -127,6 +131,13 @@ fn bounds(panel: &Panel) -> (f64, f64, f64) {
             .count();
     let headroom = 1.0 / (1.0 - (0.04 + 0.06 * entries as f64).min(0.75));
     (x0, x1, if y1 > 0.0 { y1 * headroom } else { 1.0 })
+}
+
+/// The legend's one entry for all dashed lines: their common name before the first
+/// comma (`ideal, distance=long` → `ideal (dashed)`).
+fn dashed_label(dashed: &[Series]) -> String {
+    let first = dashed.first().map_or("", |s| s.name.as_str());
+    format!("{} (dashed)", first.split(',').next().unwrap_or(first))
 }
 
 fn draw_panel<DB: DrawingBackend>(
@@ -231,6 +242,38 @@ fn draw_panel<DB: DrawingBackend>(
             chart
                 .draw_series(LineSeries::new(run.iter().copied(), c.stroke_width(2)))
                 .map_err(err)?;
+        }
+    }
+    // Dashed lines in their series' colours; the legend names them once, in grey.
+    for (i, s) in panel.dashed.iter().enumerate() {
+        let c = colour(i);
+        let style = ShapeStyle {
+            color: c.to_rgba(),
+            filled: false,
+            stroke_width: 2,
+        };
+        for (k, run) in s
+            .points
+            .split(|p| p.1.is_nan())
+            .filter(|r| !r.is_empty())
+            .enumerate()
+        {
+            let drawn = chart
+                .draw_series(DashedLineSeries::new(run.iter().copied(), 6, 4, style))
+                .map_err(err)?;
+            if i == 0 && k == 0 {
+                let grey = RGBColor(90, 90, 90);
+                drawn
+                    .label(dashed_label(&panel.dashed))
+                    .legend(move |(x, y)| {
+                        DashedPathElement::new(
+                            vec![(x, y), (x + 16, y)],
+                            4,
+                            3,
+                            grey.stroke_width(2),
+                        )
+                    });
+            }
         }
     }
     // Marks as rings, so the lines they sit on stay visible.

@@ -37,6 +37,9 @@ pub struct Panel {
     /// Points drawn as dots, the i-th set in the colour of the i-th series (a scatter's
     /// trials).
     pub dots: Vec<Series>,
+    /// Lines drawn dashed, the i-th in the colour of the i-th series (a model's ideal
+    /// beside what was measured); a NaN y breaks the line, as in `series`.
+    pub dashed: Vec<Series>,
     /// Names of the x positions 0, 1, 2, … when the x axis is categorical (a sweep's
     /// ratios); empty for a numeric axis.
     pub x_ticks: Vec<String>,
@@ -251,6 +254,7 @@ fn throughput(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
         bands: Vec::new(),
         error_bars: Vec::new(),
         dots: Vec::new(),
+        dashed: Vec::new(),
         markers: Vec::new(),
         x_ticks: Vec::new(),
     })
@@ -331,6 +335,7 @@ fn window(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
         bands: Vec::new(),
         error_bars: Vec::new(),
         dots: Vec::new(),
+        dashed: Vec::new(),
         markers,
         x_ticks: Vec::new(),
     })
@@ -374,6 +379,7 @@ fn rtt(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
         bands,
         error_bars: Vec::new(),
         dots: Vec::new(),
+        dashed: Vec::new(),
         markers: Vec::new(),
         x_ticks: Vec::new(),
     })
@@ -420,6 +426,7 @@ fn time_seq(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
         bands: Vec::new(),
         error_bars: Vec::new(),
         dots: Vec::new(),
+        dashed: Vec::new(),
         markers,
         x_ticks: Vec::new(),
     })
@@ -469,6 +476,7 @@ fn io(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
         bands: Vec::new(),
         error_bars: Vec::new(),
         dots: Vec::new(),
+        dashed: Vec::new(),
         markers: Vec::new(),
         x_ticks: Vec::new(),
     })

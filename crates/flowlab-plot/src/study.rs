@@ -3,30 +3,21 @@
 //! interval as an error bar; a value off the others' scale (`adaptive` among ratios)
 //! drawn apart, not joined to them.
 
-use flowlab_report::study_report::{MetricTable, StudyReport, metric_unit, title};
+use flowlab_report::study_report::{
+    MetricTable, StudyReport, metric_unit, series_name, title, x_axis,
+};
 
 use crate::{Band, Panel, Series};
 
-/// The chart of metric `m` of report `r`.
+/// The chart of metric `m` of report `r`; a fetch's transfer time from several servers
+/// gets each series' ideal as a dashed line in the series' colour.
 pub fn metric_panel(r: &StudyReport, m: &MetricTable) -> Panel {
-    // The x axis: the parameter with the most values (the first of equals).
-    let x_param = (0..r.params.len())
-        .rev()
-        .max_by_key(|&i| r.params[i].labels.len());
+    let x_param = x_axis(&r.params);
     let ticks: Vec<String> = match x_param {
         Some(i) => r.params[i].labels.clone(),
         None => vec!["(one cell)".into()],
     };
-    let others = |labels: &[String]| -> String {
-        r.params
-            .iter()
-            .zip(labels)
-            .enumerate()
-            .filter(|(i, _)| Some(*i) != x_param)
-            .map(|(_, (p, l))| format!("{}={l}", p.name))
-            .collect::<Vec<_>>()
-            .join(" ")
-    };
+    let others = |labels: &[String]| series_name(&r.params, x_param, labels);
     // When most ticks are numbers or ratios (`1:5`), the others (`adaptive`) stand apart.
     let on_scale = |t: &str| {
         t.parse::<f64>().is_ok()
@@ -52,10 +43,12 @@ pub fn metric_panel(r: &StudyReport, m: &MetricTable) -> Panel {
         0.0
     };
     let mut series = Vec::new();
+    let mut ideals = Vec::new();
     let mut bars = Vec::new();
     for (k, name) in names.iter().enumerate() {
         let offset = (k as f64 - (names.len() - 1) as f64 / 2.0) * step;
         let mut points = Vec::new();
+        let mut ideal = Vec::new();
         let mut errors = Vec::new();
         for row in m.rows.iter().filter(|row| &others(&row.labels) == name) {
             let x = match x_param {
@@ -64,30 +57,43 @@ pub fn metric_panel(r: &StudyReport, m: &MetricTable) -> Panel {
             } as f64
                 + offset;
             points.push((x, row.summary.mean / div));
+            if let Some(v) = row.ideal {
+                ideal.push((x, v / div));
+            }
             if let Some((lo, hi)) = row.summary.ci {
                 errors.push((x, lo / div, hi / div));
             }
         }
-        points.sort_by(|a, b| a.0.total_cmp(&b.0));
-        // A category apart from the others (adaptive among ratios) is not joined to them.
+        // A category apart from the others (adaptive among ratios) is not joined to them:
+        // a NaN point breaks the line before and after it.
         let category = |x: f64| (x - offset).round() as usize;
-        let mut joined: Vec<(f64, f64)> = Vec::with_capacity(points.len());
-        for p in points {
-            if let Some(&last) = joined.last() {
-                if apart(category(last.0)) || apart(category(p.0)) {
-                    joined.push(((last.0 + p.0) / 2.0, f64::NAN));
+        let join = |mut points: Vec<(f64, f64)>| {
+            points.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let mut joined: Vec<(f64, f64)> = Vec::with_capacity(points.len());
+            for p in points {
+                if let Some(&last) = joined.last() {
+                    if apart(category(last.0)) || apart(category(p.0)) {
+                        joined.push(((last.0 + p.0) / 2.0, f64::NAN));
+                    }
                 }
+                joined.push(p);
             }
-            joined.push(p);
+            joined
+        };
+        let label = if name.is_empty() {
+            "mean".to_string()
+        } else {
+            name.clone()
+        };
+        if !ideal.is_empty() {
+            ideals.push(Series {
+                name: format!("ideal, {label}"),
+                points: join(ideal),
+            });
         }
-        let points = joined;
         series.push(Series {
-            name: if name.is_empty() {
-                "mean".into()
-            } else {
-                name.clone()
-            },
-            points,
+            name: label,
+            points: join(points),
         });
         bars.push(Band {
             name: format!("{}% CI", r.confidence_percent),
@@ -107,6 +113,7 @@ pub fn metric_panel(r: &StudyReport, m: &MetricTable) -> Panel {
         markers: Vec::new(),
         error_bars: bars,
         dots: Vec::new(),
+        dashed: ideals,
         x_ticks: ticks,
     }
 }
@@ -169,6 +176,7 @@ pub fn scatter_panel(sc: &flowlab_report::study_report::Scatter) -> Panel {
                 points: c.points.iter().map(mbit).collect(),
             })
             .collect(),
+        dashed: Vec::new(),
         x_ticks: Vec::new(),
     }
 }
@@ -228,6 +236,81 @@ mod tests {
         r.params[0].labels[3] = "3:1".into();
         let panel = metric_panel(&r, &r.metrics[0]);
         assert!(panel.series[0].points.iter().all(|p| !p.1.is_nan()));
+    }
+
+    /// A fetch from two servers: each series (distance) gets its ideal as a dashed line,
+    /// broken before adaptive like the measured one, named once in the legend.
+    #[test]
+    fn a_fetch_from_two_servers_draws_each_series_ideal_dashed() {
+        let ratios = ["1:1", "2:1", "adaptive"];
+        let mut trials = Vec::new();
+        let mut cells = Vec::new();
+        for d in ["near", "far"] {
+            for r in ratios {
+                let cell = format!("distance={d} ratio={r}");
+                cells.push(cell.clone());
+                let (b1, b2) = if r == "2:1" { (8e8, 4e8) } else { (6e8, 6e8) };
+                let rate2 = if d == "near" { 100e6 } else { 50e6 };
+                let m = |name: &str, value: f64| {
+                    (
+                        "fetch".to_string(),
+                        Metric {
+                            name: name.into(),
+                            value,
+                        },
+                    )
+                };
+                trials.push(TrialData {
+                    cell,
+                    labels: vec![d.into(), r.into()],
+                    repetition: 1,
+                    status: "ok".into(),
+                    error: None,
+                    metrics: vec![
+                        m("transfer_s", (b1 * 8.0 / 100e6f64).max(b2 * 8.0 / rate2)),
+                        m("server1_bytes", b1),
+                        m("server1_busy_s", b1 * 8.0 / 100e6),
+                        m("server2_bytes", b2),
+                        m("server2_busy_s", b2 * 8.0 / rate2),
+                    ],
+                });
+            }
+        }
+        let r = build(&ReportInput {
+            study: "s".into(),
+            description: String::new(),
+            order: "random".into(),
+            seed: 0,
+            repeat: 1,
+            params: vec![
+                Axis {
+                    name: "distance".into(),
+                    labels: vec!["near".into(), "far".into()],
+                },
+                Axis {
+                    name: "ratio".into(),
+                    labels: ratios.iter().map(|r| r.to_string()).collect(),
+                },
+            ],
+            cells,
+            trials,
+            machines: Vec::new(),
+            groups: vec![("fetch".into(), None)],
+        });
+        let panel = metric_panel(&r, &r.metrics[0]);
+        let names: Vec<&str> = panel.dashed.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["ideal, distance=near", "ideal, distance=far"]);
+        // Near, at capacity: 1:1 48 s, 2:1 64 s, a break, adaptive 48 s.
+        let ys: Vec<f64> = panel.dashed[0].points.iter().map(|p| p.1).collect();
+        assert_eq!(ys.len(), 4, "{ys:?}");
+        assert_eq!(&ys[..2], [48.0, 64.0]);
+        assert!(ys[2].is_nan());
+        assert_eq!(ys[3], 48.0);
+        let svg = crate::render_svg(&[panel]).expect("svg");
+        assert_eq!(svg.matches("ideal (dashed)").count(), 1);
+        // Busy seconds have no ideal.
+        let busy = r.metrics.iter().find(|m| m.metric == "server1_busy_s");
+        assert!(metric_panel(&r, busy.expect("busy")).dashed.is_empty());
     }
 
     /// Points spread 2 along x and 1 along y around (10, 5): the ellipse reaches

@@ -3,7 +3,9 @@
 
 use std::fmt::Write as _;
 
-use crate::study_report::{StudyReport, metric_unit, row_texts, title};
+use crate::study_report::{
+    IDEAL_NOTE, StudyReport, ideal_text, metric_unit, number, row_texts, title,
+};
 
 /// `text` safe inside HTML text and attribute values.
 fn esc(text: &str) -> String {
@@ -102,20 +104,38 @@ pub fn page(r: &StudyReport, charts: &[Option<String>], traces: &[(String, Strin
         if let Some(Some(svg)) = charts.get(i) {
             let _ = writeln!(out, "<div class=\"chart\">{svg}</div>");
         }
+        let ideal = !m.ideals.is_empty();
         let _ = writeln!(
             out,
             "<table><tr><th>cell</th><th>n</th><th>mean</th><th>median</th><th>sd</th>\
-             <th>{}% CI of the mean</th></tr>",
-            r.confidence_percent
+             <th>{}% CI of the mean</th>{}</tr>",
+            r.confidence_percent,
+            if ideal { "<th>ideal</th>" } else { "" }
         );
         for row in &m.rows {
-            let cells: Vec<String> = row_texts(row, div)
+            let mut cells: Vec<String> = row_texts(row, div)
                 .iter()
                 .map(|t| format!("<td>{}</td>", esc(t)))
                 .collect();
+            if ideal {
+                let v = row.ideal.map_or("–".into(), |v| number(v / div));
+                cells.push(format!("<td>{v}</td>"));
+            }
             let _ = writeln!(out, "<tr>{}</tr>", cells.concat());
         }
-        let _ = writeln!(out, "</table></section>");
+        let _ = writeln!(out, "</table>");
+        if ideal {
+            let _ = writeln!(
+                out,
+                "<p class=\"note\">{}</p><ul class=\"note\">",
+                esc(IDEAL_NOTE)
+            );
+            for i in &m.ideals {
+                let _ = writeln!(out, "<li>{}</li>", esc(&ideal_text(i, div, &unit)));
+            }
+            let _ = writeln!(out, "</ul>");
+        }
+        let _ = writeln!(out, "</section>");
     }
     if let (Some(sc), Some(Some(svg))) = (&r.scatter, charts.get(r.metrics.len())) {
         let _ = writeln!(

@@ -122,7 +122,9 @@ pub fn of_test(r: &TestResult) -> Vec<Metric> {
     out
 }
 
-/// A fetch's metrics: its transfer time, throughput, and fragments that arrived corrupt.
+/// A fetch's metrics: its transfer time, throughput, and fragments that arrived corrupt;
+/// per server, numbered from 1 in the order of its `--from` options, the bytes it
+/// delivered, the seconds it was busy and its rate while busy.
 pub fn of_fetch(r: &FetchResult) -> Vec<Metric> {
     let mut out = Vec::new();
     push(&mut out, "transfer_s".into(), Some(r.seconds));
@@ -132,6 +134,12 @@ pub fn of_fetch(r: &FetchResult) -> Vec<Metric> {
         "corrupt_fragments".into(),
         Some(r.servers.iter().map(|s| s.corrupt as f64).sum()),
     );
+    for (i, s) in r.servers.iter().enumerate() {
+        let n = i + 1;
+        push(&mut out, format!("server{n}_bytes"), Some(s.bytes as f64));
+        push(&mut out, format!("server{n}_busy_s"), Some(s.busy_seconds));
+        push(&mut out, format!("server{n}_bps"), Some(s.bits_per_second));
+    }
     out
 }
 

@@ -58,6 +58,10 @@ pub struct MetricTable {
     pub metric: String,
     pub unit: String,
     pub rows: Vec<CellRow>,
+    /// A fetch's transfer time from two or more servers: per series of the chart, the
+    /// servers' capacities and the capacity-proportional split's time ([`Ideal`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ideals: Vec<Ideal>,
 }
 
 /// One cell's summary of a metric.
@@ -66,6 +70,29 @@ pub struct CellRow {
     pub cell: String,
     pub labels: Vec<String>,
     pub summary: Summary,
+    /// What the cell's split would take if every server delivered at its capacity
+    /// (a fetch's transfer time from two or more servers; see [`Ideal`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ideal: Option<f64>,
+}
+
+/// The ideal of a fetch from several servers, for one series of the chart (the cells
+/// that differ only in the chart's x parameter, e.g. the load ratio).
+///
+/// A server's capacity is its bytes over its busy seconds, summed over the series' ok
+/// trials: the rate it kept while it had work. A cell's ideal is the time its split
+/// (each server's mean bytes) would take at those capacities, the slowest server
+/// deciding; the capacity-proportional split, each server's share its capacity's,
+/// would take the mean bytes fetched over the capacities' sum. The model assumes that
+/// the servers' paths do not share a bottleneck.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Ideal {
+    /// The series' name as the chart gives it (empty for a chart of one series).
+    pub series: String,
+    /// Each server's capacity, bit/s, server 1 first.
+    pub capacities_bps: Vec<f64>,
+    /// The capacity-proportional split's transfer time, seconds.
+    pub best_s: f64,
 }
 
 /// A trial that failed, with why.
@@ -190,10 +217,104 @@ fn scatter(
     })
 }
 
-/// Whether a metric is reported: all but the bytes received (what a test was asked to
-/// move) and metrics that are zero in every trial.
+/// The parameter a chart of the report draws along its x axis: the one with the most
+/// values (the first of equals); `None` for a study without parameters.
+pub fn x_axis(params: &[Axis]) -> Option<usize> {
+    (0..params.len())
+        .rev()
+        .max_by_key(|&i| params[i].labels.len())
+}
+
+/// The series a cell with `labels` belongs to in a chart whose x parameter is `x`: its
+/// other parameters' `name=label`, space-separated (empty when there are none).
+pub fn series_name(params: &[Axis], x: Option<usize>, labels: &[String]) -> String {
+    params
+        .iter()
+        .zip(labels)
+        .enumerate()
+        .filter(|(i, _)| Some(*i) != x)
+        .map(|(_, (p, l))| format!("{}={l}", p.name))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Fills in the ideal of a fetch's `transfer_s` table from the trials' per-server
+/// metrics (`serverN_bytes`, `serverN_busy_s`), per series ([`Ideal`]); nothing when
+/// fewer than two servers delivered or a series' server was never busy.
+fn fill_ideal(table: &mut MetricTable, params: &[Axis], ok: &[&TrialData]) {
+    let step = table.step.clone();
+    let of = |t: &TrialData, name: &str| value(t, (name, &step));
+    let servers = (1..)
+        .take_while(|n| {
+            ok.iter()
+                .any(|t| of(t, &format!("server{n}_bytes")).is_some())
+        })
+        .count();
+    if table.metric != "transfer_s" || servers < 2 {
+        return;
+    }
+    let x = x_axis(params);
+    let mut names: Vec<String> = Vec::new();
+    for row in &table.rows {
+        let name = series_name(params, x, &row.labels);
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    for name in names {
+        let cells: Vec<usize> = (0..table.rows.len())
+            .filter(|&i| series_name(params, x, &table.rows[i].labels) == name)
+            .collect();
+        let trials_of = |cell: &str| -> Vec<&TrialData> {
+            ok.iter().copied().filter(|t| t.cell == cell).collect()
+        };
+        let series: Vec<&TrialData> = cells
+            .iter()
+            .flat_map(|&i| trials_of(&table.rows[i].cell))
+            .collect();
+        let bytes = |t: &TrialData, n: usize| of(t, &format!("server{n}_bytes")).unwrap_or(0.0);
+        let capacities: Vec<f64> = (1..=servers)
+            .map(|n| {
+                let (b, s) = series.iter().fold((0.0, 0.0), |(b, s), t| {
+                    (
+                        b + bytes(t, n),
+                        s + of(t, &format!("server{n}_busy_s")).unwrap_or(0.0),
+                    )
+                });
+                b * 8.0 / s
+            })
+            .collect();
+        if series.is_empty() || capacities.iter().any(|c| !c.is_finite() || *c <= 0.0) {
+            continue;
+        }
+        let mean_bytes = |trials: &[&TrialData], n: usize| {
+            trials.iter().map(|t| bytes(t, n)).sum::<f64>() / trials.len() as f64
+        };
+        let total: f64 = (1..=servers).map(|n| mean_bytes(&series, n)).sum();
+        table.ideals.push(Ideal {
+            series: name,
+            best_s: total * 8.0 / capacities.iter().sum::<f64>(),
+            capacities_bps: capacities.clone(),
+        });
+        for i in cells {
+            let trials = trials_of(&table.rows[i].cell);
+            if trials.is_empty() {
+                continue;
+            }
+            table.rows[i].ideal = Some(
+                (1..=servers)
+                    .map(|n| mean_bytes(&trials, n) * 8.0 / capacities[n - 1])
+                    .fold(0.0, f64::max),
+            );
+        }
+    }
+}
+
+/// Whether a metric is reported: all but byte counts (what a test was asked to move, a
+/// fetch's split: in the database, not the report) and metrics that are zero in every
+/// trial.
 fn reported(name: &str, values: &[f64]) -> bool {
-    !name.starts_with("received") && values.iter().any(|&v| v != 0.0)
+    !name.ends_with("_bytes") && values.iter().any(|&v| v != 0.0)
 }
 
 /// Summarises `input`: per step and metric (in the order they first appear), per cell
@@ -227,16 +348,20 @@ pub fn build(input: &ReportInput) -> StudyReport {
                     cell: cell.clone(),
                     labels: t.labels.clone(),
                     summary: summary.within(lo, hi),
+                    ideal: None,
                 });
             }
         }
         if reported(&name, &all) {
-            tables.push(MetricTable {
+            let mut table = MetricTable {
                 unit: metrics::unit(&name).into(),
                 step,
                 metric: name,
                 rows,
-            });
+                ideals: Vec::new(),
+            };
+            fill_ideal(&mut table, &input.params, &ok);
+            tables.push(table);
         }
     }
     let count = |s: &str| input.trials.iter().filter(|t| t.status == s).count();
@@ -382,6 +507,50 @@ pub fn row_texts(row: &CellRow, div: f64) -> [String; 6] {
     ]
 }
 
+/// An ideal in words, its time in units of `div` (`unit`): `distance=long: server 1
+/// 164.0 Mbit/s, server 2 85.00 Mbit/s; the capacity-proportional split (1.93:1)
+/// would take 34.94 s`.
+pub fn ideal_text(ideal: &Ideal, div: f64, unit: &str) -> String {
+    let (cdiv, cunit) = display_unit(
+        "bit/s",
+        ideal.capacities_bps.iter().fold(0.0, |a: f64, &c| a.max(c)),
+    );
+    let smallest = ideal
+        .capacities_bps
+        .iter()
+        .fold(f64::INFINITY, |a: f64, &c| a.min(c));
+    let servers: Vec<String> = ideal
+        .capacities_bps
+        .iter()
+        .enumerate()
+        .map(|(i, c)| format!("server {} {} {cunit}", i + 1, number(c / cdiv)))
+        .collect();
+    let split: Vec<String> = ideal
+        .capacities_bps
+        .iter()
+        .map(|c| {
+            let text = format!("{:.2}", c / smallest);
+            text.trim_end_matches('0').trim_end_matches('.').to_string()
+        })
+        .collect();
+    format!(
+        "{}: {}; the capacity-proportional split ({}) would take {} {unit}",
+        if ideal.series.is_empty() {
+            "every cell"
+        } else {
+            &ideal.series
+        },
+        servers.join(", "),
+        split.join(":"),
+        number(ideal.best_s / div)
+    )
+}
+
+/// What a table's `ideal` column means, for the line under it.
+pub const IDEAL_NOTE: &str = "ideal: the time each cell's split would take if every server \
+     delivered at its capacity (its bytes over its busy seconds in the series' trials), the \
+     slowest deciding; the model assumes the servers' paths share no bottleneck.";
+
 /// A metric's heading: `transfer_s of step "transfer" (ms)`.
 pub fn title(m: &MetricTable, unit: &str) -> String {
     let unit = if unit.is_empty() {
@@ -422,11 +591,31 @@ pub fn markdown(r: &StudyReport) -> String {
     }
     for m in &r.metrics {
         let (div, unit) = metric_unit(m);
+        let ideal = !m.ideals.is_empty();
         let _ = writeln!(out, "## {}\n", title(m, &unit));
-        let _ = writeln!(out, "| cell | n | mean | median | sd | 95% CI |");
-        let _ = writeln!(out, "|---|---:|---:|---:|---:|---|");
+        let _ = writeln!(
+            out,
+            "| cell | n | mean | median | sd | 95% CI |{}",
+            if ideal { " ideal |" } else { "" }
+        );
+        let _ = writeln!(
+            out,
+            "|---|---:|---:|---:|---:|---|{}",
+            if ideal { "---:|" } else { "" }
+        );
         for row in &m.rows {
-            let _ = writeln!(out, "| {} |", row_texts(row, div).join(" | "));
+            let _ = write!(out, "| {} |", row_texts(row, div).join(" | "));
+            if ideal {
+                let v = row.ideal.map_or("–".into(), |v| number(v / div));
+                let _ = write!(out, " {v} |");
+            }
+            out.push('\n');
+        }
+        if ideal {
+            let _ = writeln!(out, "\n{IDEAL_NOTE}\n");
+            for i in &m.ideals {
+                let _ = writeln!(out, "- {}", ideal_text(i, div, &unit));
+            }
         }
         out.push('\n');
     }
@@ -529,7 +718,7 @@ pub fn csv(r: &StudyReport) -> Result<String, ::csv::Error> {
     header.extend(r.params.iter().map(|p| p.name.clone()));
     header.extend(
         [
-            "n", "mean", "median", "sd", "min", "max", "ci_low", "ci_high",
+            "n", "mean", "median", "sd", "min", "max", "ci_low", "ci_high", "ideal",
         ]
         .map(String::from),
     );
@@ -555,6 +744,7 @@ pub fn csv(r: &StudyReport) -> Result<String, ::csv::Error> {
                 s.max.to_string(),
                 opt(s.ci.map(|c| c.0)),
                 opt(s.ci.map(|c| c.1)),
+                opt(row.ideal),
             ]);
             w.write_record(&rec)?;
         }

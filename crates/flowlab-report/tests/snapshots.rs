@@ -588,3 +588,140 @@ fn a_study_report_in_every_format() {
     );
     pin!("study-report-compare", comparison_markdown(&c));
 }
+
+/// Seed 000's shape, small: a fetch of 1.2 GB from two servers, two distances × three
+/// splits × two repetitions. Server 1 keeps 100 Mbit/s; server 2 keeps 100 Mbit/s near
+/// and 50 far, except one far trial where it was slower (busy 104 s instead of 96).
+fn fetch_study_input() -> flowlab_report::study_report::ReportInput {
+    use flowlab_report::metrics::Metric;
+    use flowlab_report::study_report::{Axis, ReportInput, TrialData};
+    let axis = |name: &str, labels: &[&str]| Axis {
+        name: name.into(),
+        labels: labels.iter().map(|l| l.to_string()).collect(),
+    };
+    let params = vec![
+        axis("distance", &["near", "far"]),
+        axis("ratio", &["1:1", "2:1", "adaptive"]),
+    ];
+    // (distance, ratio, server 1's bytes, server 2's bytes, server 2's rate in bit/s)
+    let splits = [
+        ("near", "1:1", 6e8, 6e8, 100e6),
+        ("near", "2:1", 8e8, 4e8, 100e6),
+        ("near", "adaptive", 6e8, 6e8, 100e6),
+        ("far", "1:1", 6e8, 6e8, 50e6),
+        ("far", "2:1", 8e8, 4e8, 50e6),
+        ("far", "adaptive", 8e8, 4e8, 50e6),
+    ];
+    let mut cells = Vec::new();
+    let mut trials = Vec::new();
+    for (distance, ratio, b1, b2, rate2) in splits {
+        let cell = format!("distance={distance} ratio={ratio}");
+        cells.push(cell.clone());
+        for repetition in 1..=2 {
+            let busy1: f64 = b1 * 8.0 / 100e6;
+            let mut busy2 = b2 * 8.0 / rate2;
+            if (distance, ratio, repetition) == ("far", "1:1", 2) {
+                busy2 = 104.0;
+            }
+            let m = |name: &str, value: f64| {
+                (
+                    "fetch".to_string(),
+                    Metric {
+                        name: name.into(),
+                        value,
+                    },
+                )
+            };
+            trials.push(TrialData {
+                cell: cell.clone(),
+                labels: vec![distance.into(), ratio.into()],
+                repetition,
+                status: "ok".into(),
+                error: None,
+                metrics: vec![
+                    m("transfer_s", busy1.max(busy2) + 1.0),
+                    m("server1_bytes", b1),
+                    m("server1_busy_s", busy1),
+                    m("server1_bps", b1 * 8.0 / busy1),
+                    m("server2_bytes", b2),
+                    m("server2_busy_s", busy2),
+                    m("server2_bps", b2 * 8.0 / busy2),
+                ],
+            });
+        }
+    }
+    ReportInput {
+        study: "seed-000-small".into(),
+        description: "two servers, the load split".into(),
+        order: "random".into(),
+        seed: 1,
+        repeat: 2,
+        params,
+        cells,
+        trials,
+        machines: Vec::new(),
+        groups: vec![("fetch".into(), None)],
+    }
+}
+
+/// A fetch's transfer time from two servers gets its ideal: per series (distance) the
+/// servers' capacities from their bytes and busy seconds, per cell the time its split
+/// would take at them, and the capacity-proportional split's time.
+#[test]
+fn a_fetch_from_two_servers_has_its_ideal() {
+    use flowlab_report::study_report::{build, csv, markdown};
+    let r = build(&fetch_study_input());
+    let transfer = r
+        .metrics
+        .iter()
+        .find(|m| m.metric == "transfer_s")
+        .expect("transfer_s");
+    // Byte counts are not reported; the per-server busy time and rate are.
+    let names: Vec<&str> = r.metrics.iter().map(|m| m.metric.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "transfer_s",
+            "server1_busy_s",
+            "server1_bps",
+            "server2_busy_s",
+            "server2_bps"
+        ]
+    );
+    assert!(r.metrics[1..].iter().all(|m| m.ideals.is_empty()));
+    let near = &transfer.ideals[0];
+    assert_eq!(near.series, "distance=near");
+    assert_eq!(near.capacities_bps, [100e6, 100e6]);
+    // 1.2 GB = 9.6 Gbit over 200 Mbit/s.
+    assert!((near.best_s - 48.0).abs() < 1e-9, "{}", near.best_s);
+    // Far: server 2 moved 6+6+4+4+4+4 = 28e8 bytes in 96+104+64·4 = 456 s.
+    let far = &transfer.ideals[1];
+    let c2 = 28e8 * 8.0 / 456.0;
+    assert_eq!(far.series, "distance=far");
+    assert!((far.capacities_bps[0] - 100e6).abs() < 1e-3);
+    assert!((far.capacities_bps[1] - c2).abs() < 1e-3, "{far:?}");
+    assert!((far.best_s - 9.6e9 / (100e6 + c2)).abs() < 1e-9);
+    let ideal = |cell: &str| {
+        transfer
+            .rows
+            .iter()
+            .find(|r| r.cell == cell)
+            .and_then(|r| r.ideal)
+            .expect("an ideal")
+    };
+    // Near: 1:1 gives each 4.8 Gbit at 100 Mbit/s; 2:1 gives server 1 6.4 Gbit.
+    assert!((ideal("distance=near ratio=1:1") - 48.0).abs() < 1e-9);
+    assert!((ideal("distance=near ratio=2:1") - 64.0).abs() < 1e-9);
+    // Far 1:1: server 2's 4.8 Gbit at its capacity decides; 2:1: 6.4 Gbit over 100
+    // Mbit/s against 3.2 Gbit over c2 (65.1 s) for server 2.
+    assert!((ideal("distance=far ratio=1:1") - 4.8e9 / c2).abs() < 1e-9);
+    assert!((ideal("distance=far ratio=2:1") - 3.2e9 / c2).abs() < 1e-9);
+    assert!(3.2e9 / c2 > 64.0);
+    pin!("study-report-ideal-markdown", markdown(&r));
+    let text = csv(&r).expect("csv");
+    let line = text
+        .lines()
+        .find(|l| l.contains("transfer_s") && l.contains("distance=near ratio=2:1"))
+        .expect("row");
+    assert!(line.ends_with(",64"), "{line}");
+}

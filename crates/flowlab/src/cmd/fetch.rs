@@ -191,6 +191,7 @@ fn chart(
                 points: apart,
             },
         ],
+        dashed: Vec::new(),
         x_ticks: modes,
     };
     flowlab_plot::render_file(&[panel], path)?;
