@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension};
 
-pub use trials::{Claim, Recorded, StepRecord, TrialRow};
+pub use trials::{Attempt, Claim, Recorded, Retake, StepRecord, TrialRow};
 
 /// What went wrong with a database; every message names its file.
 #[derive(Debug, thiserror::Error)]

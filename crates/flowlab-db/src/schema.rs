@@ -27,7 +27,26 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: "",
         fill: Some(fill_metrics),
     },
+    Migration {
+        sql: V4,
+        fill: None,
+    },
 ];
+
+/// Version 4: a failed trial run again (`flowlab run --retry-failed`) keeps its failed
+/// attempt, with the steps it had recorded (`steps`: a JSON array of the `step` rows'
+/// columns), so that nothing recorded is lost.
+const V4: &str = r#"
+    CREATE TABLE attempt (
+        id         INTEGER PRIMARY KEY,
+        trial_id   INTEGER NOT NULL REFERENCES trial(id) ON DELETE CASCADE,
+        runner_id  INTEGER NOT NULL REFERENCES runner(id),
+        started    REAL NOT NULL,
+        ended      REAL,
+        error      TEXT,
+        steps      TEXT NOT NULL
+    );
+"#;
 
 /// The SQL of version 1, as it was (a test builds a version-1 database with it).
 pub const V1: &str =

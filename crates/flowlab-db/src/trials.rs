@@ -34,6 +34,25 @@ pub enum Claim {
     Abandoned,
 }
 
+/// Which trials recorded before a claim may take again.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Retake {
+    /// A trial claimed by a runner on this host that is gone (`--resume`).
+    pub abandoned: bool,
+    /// A trial that failed (`--retry-failed`): its failed attempt moves to the `attempt`
+    /// table, steps and all.
+    pub failed: bool,
+}
+
+/// A failed attempt of a trial that was run again.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Attempt {
+    pub cell: String,
+    pub repetition: u32,
+    pub started: f64,
+    pub error: Option<String>,
+}
+
 /// How many of a study's trials are recorded, by state.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Recorded {
@@ -137,14 +156,14 @@ impl Db {
     }
 
     /// Claims repetition `repetition` of `cell` for `runner`; a claim of a runner that
-    /// is gone is taken over when `take_over`.
+    /// is gone, or a trial that failed, is taken again as `retake` allows.
     pub fn claim(
         &mut self,
         study: i64,
         runner: i64,
         (cell, params): (&str, &str),
         repetition: u32,
-        take_over: bool,
+        retake: Retake,
     ) -> Result<Claim, DbError> {
         let path = self.path.clone();
         let sql = |source| DbError::Sqlite {
@@ -174,6 +193,32 @@ impl Db {
                 .map_err(sql)?;
                 Claim::Mine(tx.last_insert_rowid())
             }
+            Some((id, status, _)) if status == "failed" && retake.failed => {
+                // The failed attempt, steps and all, moves to `attempt`; the trial runs anew.
+                tx.execute(
+                    "INSERT INTO attempt (trial_id, runner_id, started, ended, error, steps)
+                     SELECT t.id, t.runner_id, t.started, t.ended, t.error,
+                            (SELECT json_group_array(json_object(
+                                 'idx', st.idx, 'name', st.name, 'kind', st.kind,
+                                 'args', st.args, 'started', st.started, 'ended', st.ended,
+                                 'error', st.error, 'result', st.result))
+                             FROM step st WHERE st.trial_id = t.id)
+                     FROM trial t WHERE t.id = ?1",
+                    [id],
+                )
+                .map_err(sql)?;
+                tx.execute("DELETE FROM metric WHERE trial_id = ?1", [id])
+                    .map_err(sql)?;
+                tx.execute("DELETE FROM step WHERE trial_id = ?1", [id])
+                    .map_err(sql)?;
+                tx.execute(
+                    "UPDATE trial SET status = 'running', runner_id = ?1, started = ?2,
+                     ended = NULL, error = NULL WHERE id = ?3",
+                    rusqlite::params![runner, now(), id],
+                )
+                .map_err(sql)?;
+                Claim::Mine(id)
+            }
             Some((_, status, _)) if status != "running" => Claim::Done,
             Some((id, _, owner)) if owner == runner => Claim::Mine(id),
             Some((id, _, owner)) => {
@@ -182,7 +227,7 @@ impl Db {
                 if self.runner_alive(owner)? {
                     return Ok(Claim::Busy);
                 }
-                if !take_over {
+                if !retake.abandoned {
                     return Ok(Claim::Abandoned);
                 }
                 let tx = self
@@ -245,8 +290,19 @@ impl Db {
         tx.commit().map_err(sql)
     }
 
-    /// Gives a claimed trial back (it was interrupted: it runs again on a resume).
+    /// Gives a claimed trial back (it was interrupted: it runs again on a resume). A
+    /// failed trial that was being run again stays failed, saying so: its earlier
+    /// attempts are in `attempt`, and `--retry-failed` takes it again.
     pub fn release(&self, trial: i64) -> Result<(), DbError> {
+        self.conn
+            .execute(
+                "UPDATE trial SET status = 'failed', ended = ?2,
+                     error = 'interrupted while run again (--retry-failed); its failed attempts are in the attempt table'
+                 WHERE id = ?1 AND status = 'running'
+                   AND EXISTS (SELECT 1 FROM attempt WHERE trial_id = ?1)",
+                rusqlite::params![trial, now()],
+            )
+            .map_err(|e| self.err(e))?;
         self.conn
             .execute(
                 "DELETE FROM trial WHERE id = ?1 AND status = 'running'",
@@ -278,6 +334,28 @@ impl Db {
             }
         }
         Ok(out)
+    }
+
+    /// The failed attempts of `study`'s trials that were run again, oldest first.
+    pub fn attempts(&self, study: i64) -> Result<Vec<Attempt>, DbError> {
+        let mut q = self
+            .conn
+            .prepare(
+                "SELECT t.cell, t.repetition, a.started, a.error
+                 FROM attempt a JOIN trial t ON t.id = a.trial_id
+                 WHERE t.study_id = ?1 ORDER BY a.id",
+            )
+            .map_err(|e| self.err(e))?;
+        q.query_map([study], |r| {
+            Ok(Attempt {
+                cell: r.get(0)?,
+                repetition: r.get(1)?,
+                started: r.get(2)?,
+                error: r.get(3)?,
+            })
+        })
+        .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| self.err(e))
     }
 
     /// Every trial of `study` with its steps, in the order they were claimed.

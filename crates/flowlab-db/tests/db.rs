@@ -2,7 +2,13 @@
 //! runner's claim taken over only when asked, outcomes kept, and every file that is not
 //! a database of this flowlab's refused untouched.
 
-use flowlab_db::{Claim, Db, DbError, Recorded, StepRecord, schema};
+use flowlab_db::{Claim, Db, DbError, Recorded, Retake, StepRecord, schema};
+
+/// `--resume`: a gone runner's claim is taken over.
+const RESUME: Retake = Retake {
+    abandoned: true,
+    failed: false,
+};
 
 fn step(name: &str, result: Option<&str>, error: Option<&str>) -> StepRecord {
     StepRecord {
@@ -30,19 +36,26 @@ fn a_trial_is_claimed_once_and_its_outcome_kept() {
     let ra = a.register_runner("0.1.0", "{}").expect("runner a");
     let rb = b.register_runner("0.1.0", "{}").expect("runner b");
 
-    let Claim::Mine(t1) = a.claim(study.id, ra, CELL, 1, false).expect("claim") else {
+    let Claim::Mine(t1) = a
+        .claim(study.id, ra, CELL, 1, Retake::default())
+        .expect("claim")
+    else {
         panic!("a fresh trial is the first runner's")
     };
     // Both runners alive (this process): the second is told it is taken.
     assert_eq!(
-        b.claim(study.id, rb, CELL, 1, true).expect("claim"),
+        b.claim(study.id, rb, CELL, 1, RESUME).expect("claim"),
         Claim::Busy
     );
     assert_eq!(
-        a.claim(study.id, ra, CELL, 1, false).expect("again"),
+        a.claim(study.id, ra, CELL, 1, Retake::default())
+            .expect("again"),
         Claim::Mine(t1)
     );
-    let Claim::Mine(t2) = b.claim(study.id, rb, CELL, 2, false).expect("claim") else {
+    let Claim::Mine(t2) = b
+        .claim(study.id, rb, CELL, 2, Retake::default())
+        .expect("claim")
+    else {
         panic!("another repetition is free")
     };
     a.finish(t1, None, &[step("up", Some("{\"x\":1}"), None)])
@@ -54,7 +67,7 @@ fn a_trial_is_claimed_once_and_its_outcome_kept() {
     )
     .expect("finish");
     assert_eq!(
-        a.claim(study.id, ra, CELL, 1, true).expect("claim"),
+        a.claim(study.id, ra, CELL, 1, RESUME).expect("claim"),
         Claim::Done
     );
     assert_eq!(
@@ -82,13 +95,17 @@ fn a_released_trial_runs_again() {
     let mut db = Db::open(&dir.path().join("r.db")).expect("create");
     let study = db.study("s", "x", 1).expect("study");
     let r = db.register_runner("0.1.0", "{}").expect("runner");
-    let Claim::Mine(t) = db.claim(study.id, r, CELL, 1, false).expect("claim") else {
+    let Claim::Mine(t) = db
+        .claim(study.id, r, CELL, 1, Retake::default())
+        .expect("claim")
+    else {
         panic!("free")
     };
     db.release(t).expect("release");
     assert_eq!(db.recorded(study.id).expect("recorded").total(), 0);
     assert!(matches!(
-        db.claim(study.id, r, CELL, 1, false).expect("claim"),
+        db.claim(study.id, r, CELL, 1, Retake::default())
+            .expect("claim"),
         Claim::Mine(_)
     ));
 }
@@ -101,7 +118,10 @@ fn a_gone_runners_claim_is_taken_over_only_on_resume() {
     let mut db = Db::open(&path).expect("create");
     let study = db.study("s", "x", 1).expect("study");
     let gone = db.register_runner("0.1.0", "{}").expect("runner");
-    let Claim::Mine(t) = db.claim(study.id, gone, CELL, 1, false).expect("claim") else {
+    let Claim::Mine(t) = db
+        .claim(study.id, gone, CELL, 1, Retake::default())
+        .expect("claim")
+    else {
         panic!("free")
     };
     // The same pid, another start time: the process that claimed it is gone.
@@ -114,11 +134,12 @@ fn a_gone_runners_claim_is_taken_over_only_on_resume() {
     let me = db.register_runner("0.1.0", "{}").expect("runner");
     assert_eq!(db.recorded(study.id).expect("recorded").abandoned, 1);
     assert_eq!(
-        db.claim(study.id, me, CELL, 1, false).expect("claim"),
+        db.claim(study.id, me, CELL, 1, Retake::default())
+            .expect("claim"),
         Claim::Abandoned
     );
     assert_eq!(
-        db.claim(study.id, me, CELL, 1, true).expect("take over"),
+        db.claim(study.id, me, CELL, 1, RESUME).expect("take over"),
         Claim::Mine(t)
     );
     db.finish(t, None, &[]).expect("finish");
@@ -246,7 +267,10 @@ fn a_finished_trial_has_its_metrics_beside_its_document() {
     let mut db = Db::open(&path).expect("create");
     let study = db.study("s", "x", 1).expect("study");
     let r = db.register_runner("0.1.0", "{}").expect("runner");
-    let Claim::Mine(t) = db.claim(study.id, r, CELL, 1, false).expect("claim") else {
+    let Claim::Mine(t) = db
+        .claim(study.id, r, CELL, 1, Retake::default())
+        .expect("claim")
+    else {
         panic!("free")
     };
     db.finish(t, None, &[step("up", Some(TCP_P2), None)])
@@ -283,7 +307,10 @@ fn a_version_2_database_gets_a_fetchs_per_server_metrics() {
         let mut db = Db::open(&path).expect("create");
         let study = db.study("s", "name = \"s\"", 1).expect("study");
         let runner = db.register_runner("0.1.0", "{}").expect("runner");
-        let Claim::Mine(t) = db.claim(study.id, runner, CELL, 1, false).expect("claim") else {
+        let Claim::Mine(t) = db
+            .claim(study.id, runner, CELL, 1, Retake::default())
+            .expect("claim")
+        else {
             panic!("a fresh trial")
         };
         let mut fetch = step("fetch", Some(FETCH), None);
@@ -306,11 +333,15 @@ fn a_version_2_database_gets_a_fetchs_per_server_metrics() {
         let raw = rusqlite::Connection::open(&path).expect("raw");
         raw.execute("DELETE FROM metric WHERE name LIKE 'server%'", [])
             .expect("delete");
+        raw.execute("DROP TABLE attempt", [])
+            .expect("drop version 4's table");
         raw.pragma_update(None, "user_version", 2).expect("version");
     }
     assert!(!metric_names().iter().any(|n| n.starts_with("server")));
     let db = Db::open(&path).expect("migrated");
     assert_eq!(db.version().expect("version"), schema::VERSION);
+    // Version 4's table of failed attempts, empty.
+    assert!(db.attempts(1).expect("attempts").is_empty());
     assert_eq!(
         metric_names(),
         [
@@ -335,4 +366,72 @@ fn a_version_2_database_gets_a_fetchs_per_server_metrics() {
         .expect("busy");
     let doc: serde_json::Value = serde_json::from_str(FETCH).expect("fixture");
     assert_eq!(busy, doc["servers"][1]["busy_seconds"].as_f64().expect("s"));
+}
+
+/// `--retry-failed`: a failed trial runs again; its failed attempt, steps and all, is
+/// kept in `attempt`; without it a failed trial is done. An interrupted retry stays
+/// failed and says so.
+#[test]
+fn a_failed_trial_is_run_again_only_when_asked_and_its_failure_kept() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut db = Db::open(&dir.path().join("r.db")).expect("create");
+    let study = db.study("s", "name = \"s\"", 1).expect("study");
+    let r = db.register_runner("0.1.0", "{}").expect("runner");
+    let retry = Retake {
+        abandoned: false,
+        failed: true,
+    };
+    let Claim::Mine(t) = db.claim(study.id, r, CELL, 1, retry).expect("claim") else {
+        panic!("a fresh trial")
+    };
+    db.finish(t, Some("server gone"), &[step("up", None, Some("refused"))])
+        .expect("finish");
+    assert_eq!(
+        db.claim(study.id, r, CELL, 1, RESUME).expect("claim"),
+        Claim::Done
+    );
+    assert_eq!(
+        db.claim(study.id, r, CELL, 1, retry).expect("retry"),
+        Claim::Mine(t)
+    );
+    // Running again: no steps, no error; the failure is an attempt.
+    let row = &db.trials(study.id).expect("trials")[0];
+    assert_eq!((row.status.as_str(), row.error.as_ref()), ("running", None));
+    assert!(row.steps.is_empty());
+    let attempts = db.attempts(study.id).expect("attempts");
+    assert_eq!(attempts.len(), 1);
+    assert_eq!(attempts[0].error.as_deref(), Some("server gone"));
+    assert_eq!(
+        (attempts[0].cell.as_str(), attempts[0].repetition),
+        ("length=1000", 1)
+    );
+    let raw = rusqlite::Connection::open(dir.path().join("r.db")).expect("raw");
+    let steps: String = raw
+        .query_row("SELECT steps FROM attempt", [], |q| q.get(0))
+        .expect("steps");
+    let steps: serde_json::Value = serde_json::from_str(&steps).expect("json");
+    assert_eq!(steps[0]["error"], "refused");
+    assert_eq!(steps[0]["args"], "127.0.0.1 -t 1");
+    // Interrupted while run again: failed, saying so; taken again by the next retry.
+    db.release(t).expect("release");
+    let row = &db.trials(study.id).expect("trials")[0];
+    assert_eq!(row.status, "failed");
+    assert!(
+        row.error
+            .as_deref()
+            .is_some_and(|e| e.contains("interrupted while run again"))
+    );
+    assert_eq!(
+        db.claim(study.id, r, CELL, 1, retry).expect("retry"),
+        Claim::Mine(t)
+    );
+    db.finish(t, None, &[step("up", Some("{}"), None)])
+        .expect("finish");
+    assert_eq!(db.recorded(study.id).expect("recorded").ok, 1);
+    assert_eq!(db.attempts(study.id).expect("attempts").len(), 2);
+    // A retry that succeeds on its first claim leaves no attempt: fresh trials have none.
+    let Claim::Mine(_) = db.claim(study.id, r, CELL, 2, retry).expect("claim") else {
+        panic!("a fresh repetition")
+    };
+    assert_eq!(db.attempts(study.id).expect("attempts").len(), 2);
 }

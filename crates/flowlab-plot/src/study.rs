@@ -224,6 +224,7 @@ mod tests {
             trials,
             machines: Vec::new(),
             groups: vec![("fetch".into(), None)],
+            attempts: Vec::new(),
         });
         let panel = metric_panel(&r, &r.metrics[0]);
         let ys: Vec<f64> = panel.series[0].points.iter().map(|p| p.1).collect();
@@ -296,6 +297,7 @@ mod tests {
             trials,
             machines: Vec::new(),
             groups: vec![("fetch".into(), None)],
+            attempts: Vec::new(),
         });
         let panel = metric_panel(&r, &r.metrics[0]);
         let names: Vec<&str> = panel.dashed.iter().map(|s| s.name.as_str()).collect();

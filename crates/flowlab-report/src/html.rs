@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use crate::study_report::{
-    IDEAL_NOTE, StudyReport, ideal_text, metric_unit, number, row_texts, title,
+    IDEAL_NOTE, RETRIED, StudyReport, ideal_text, metric_unit, number, row_texts, title,
 };
 
 /// `text` safe inside HTML text and attribute values.
@@ -173,6 +173,19 @@ pub fn page(r: &StudyReport, charts: &[Option<String>], traces: &[(String, Strin
             "<h2 class=\"failed\">Failed trials (not in the statistics)</h2><ul>"
         );
         for f in &r.failures {
+            let _ = writeln!(
+                out,
+                "<li>{} #{}: {}</li>",
+                esc(&f.cell),
+                f.repetition,
+                esc(&f.error)
+            );
+        }
+        let _ = writeln!(out, "</ul>");
+    }
+    if !r.retried.is_empty() {
+        let _ = writeln!(out, "<h2>{}</h2><ul>", esc(RETRIED));
+        for f in &r.retried {
             let _ = writeln!(
                 out,
                 "<li>{} #{}: {}</li>",

@@ -49,6 +49,8 @@ pub struct ReportInput {
     pub machines: Vec<String>,
     /// Each step's name and group (steps of a group run at the same time).
     pub groups: Vec<(String, Option<String>)>,
+    /// Failed attempts of trials that were run again (`flowlab run --retry-failed`).
+    pub attempts: Vec<Failure>,
 }
 
 /// A metric of a step, per cell.
@@ -126,6 +128,10 @@ pub struct StudyReport {
     /// Throughput against delay per cell, when the trials measured both.
     pub scatter: Option<Scatter>,
     pub failures: Vec<Failure>,
+    /// Failed attempts of trials that were run again: not in the statistics (the trial's
+    /// last run is), listed so that no failure goes unseen.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub retried: Vec<Failure>,
 }
 
 /// Each cell's trials as (delay, throughput) points: the chart Pantheon and flent use to
@@ -391,6 +397,7 @@ pub fn build(input: &ReportInput) -> StudyReport {
                 error: t.error.clone().unwrap_or_default(),
             })
             .collect(),
+        retried: input.attempts.clone(),
     }
 }
 
@@ -651,8 +658,19 @@ pub fn markdown(r: &StudyReport) -> String {
         }
         out.push('\n');
     }
+    if !r.retried.is_empty() {
+        let _ = writeln!(out, "## {RETRIED}\n");
+        for f in &r.retried {
+            let _ = writeln!(out, "- {} #{}: {}", f.cell, f.repetition, f.error);
+        }
+        out.push('\n');
+    }
     out
 }
+
+/// The heading of the failed attempts that were run again.
+pub const RETRIED: &str =
+    "Failed attempts run again (--retry-failed; each trial's last run is in the statistics)";
 
 /// A comparison as markdown: per metric both cells, the difference with its interval,
 /// and whether it is larger than the noise.

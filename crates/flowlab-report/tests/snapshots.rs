@@ -555,6 +555,11 @@ fn study_input() -> flowlab_report::study_report::ReportInput {
             "vm: kernel 6.18, 2 CPUs, default congestion control bbr, flowlab 0.1.0".into(),
         ],
         groups: vec![("transfer".into(), None)],
+        attempts: vec![flowlab_report::study_report::Failure {
+            cell: "length=1000 method=tcp-stream".into(),
+            repetition: 2,
+            error: "step 'transfer': connecting to 127.0.0.1:5201: Connection refused".into(),
+        }],
     }
 }
 
@@ -661,6 +666,7 @@ fn fetch_study_input() -> flowlab_report::study_report::ReportInput {
         trials,
         machines: Vec::new(),
         groups: vec![("fetch".into(), None)],
+        attempts: Vec::new(),
     }
 }
 

@@ -495,6 +495,110 @@ fn two_runners_share_a_database_and_never_run_a_trial_twice() {
     assert!(rows.iter().all(|r| r.2 == "ok"), "{rows:?}");
 }
 
+/// `--retry-failed`: trials that failed (their server was down) run again once it is up;
+/// each failed attempt stays in the database and the report lists it apart.
+#[test]
+fn failed_trials_run_again_when_asked_and_their_failures_are_kept() {
+    let port = support::free_port();
+    let study_text = format!(
+        r#"
+name = "retry"
+repeat = 2
+order = "sequential"
+[[step]]
+kind = "test"
+args = "127.0.0.1 -p {port} -n 1M --connect-timeout 500"
+"#
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let study = write_study(dir.path(), &study_text);
+    let s = study.to_str().expect("utf-8");
+    let out = run(dir.path(), &[s]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("--retry-failed runs them again"),
+        "{}",
+        text(&out)
+    );
+    // Without --retry-failed a failed trial is recorded, not run again.
+    let out = run(dir.path(), &[s]);
+    assert!(text(&out).contains("2 recorded before"), "{}", text(&out));
+    let db = dir.path().join("results.db");
+    assert!(rows(&db, "retry").iter().all(|r| r.2 == "failed"));
+
+    let mut server = Command::new(assert_cmd::cargo::cargo_bin("flowlab"))
+        .args(["serve", "-B", "127.0.0.1", "-p", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("a server");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !support::listening_here(port) {
+        assert!(Instant::now() < deadline, "the server did not listen");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = run(dir.path(), &["--retry-failed", s]);
+    let _ = server.kill();
+    let _ = server.wait();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("study retry: 2 ok, 0 failed"),
+        "{}",
+        text(&out)
+    );
+    assert!(rows(&db, "retry").iter().all(|r| r.2 == "ok"));
+    let d = Db::open_existing(&db).expect("open");
+    let id = d.find_study("retry").expect("q").expect("recorded").id;
+    let attempts = d.attempts(id).expect("attempts");
+    assert_eq!(attempts.len(), 2, "{attempts:?}");
+    assert!(
+        attempts.iter().all(|a| a
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains(&port.to_string()))),
+        "{attempts:?}"
+    );
+    let report = flowlab()
+        .current_dir(dir.path())
+        .args(["report", "results.db", "--format", "markdown"])
+        .output()
+        .expect("report");
+    let md = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        md.contains("2 of 2 trials ok") || md.contains("2 ok"),
+        "{md}"
+    );
+    assert!(md.contains("## Failed attempts run again"), "{md}");
+    assert_eq!(md.matches(&format!(":{port}")).count(), 2, "{md}");
+}
+
+/// Regression: a runner whose binary was replaced or deleted mid-study (a rebuild during
+/// a study of hours) failed every later trial ("exec of …flowlab (deleted) failed"); it
+/// runs its children from its own process's binary.
+#[test]
+fn a_study_outlives_its_binary_being_deleted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let copy = dir.path().join("flowlab-copy");
+    std::fs::copy(assert_cmd::cargo::cargo_bin("flowlab"), &copy).expect("copy the binary");
+    let study = write_study(dir.path(), TIMED);
+    let db = dir.path().join("results.db");
+    let runner = Command::new(&copy)
+        .current_dir(dir.path())
+        .arg("run")
+        .arg(&study)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    wait_for_trials(&db, 1, Duration::from_secs(60));
+    std::fs::remove_file(&copy).expect("delete the binary");
+    let out = runner.wait_with_output().expect("wait");
+    assert!(out.status.success(), "{}", text(&out));
+    let rows = rows(&db, "timed");
+    assert_eq!(rows.len(), 4);
+    assert!(rows.iter().all(|r| r.2 == "ok"), "{rows:?}");
+}
+
 /// A study on a topology is checked against it before anything is built (no root
 /// needed to be refused).
 #[test]

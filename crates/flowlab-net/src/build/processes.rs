@@ -19,6 +19,9 @@ pub(super) fn start_emulator(
     let log_path = emulator_log(dir, topo);
     let log = std::fs::File::create(&log_path).map_err(|e| NetError::Io(log_path.clone(), e))?;
     let mut child = std::process::Command::new(&opts.emulator)
+        // The emulator may be reached as /proc/<pid>/exe (flowlab's own binary): its
+        // name in `ps` is still flowlab.
+        .arg0("flowlab")
         .args(["net", "_emulate", "--state-dir"])
         .arg(dir)
         .arg(topo)

@@ -50,19 +50,36 @@ impl Drop for Reaped {
     }
 }
 
+/// This flowlab binary, to run it again: `/proc/<pid>/exe`, which reaches this process's
+/// own binary while it lives, even after the file was replaced or deleted (a rebuild or
+/// an upgrade during a study of hours made every later trial fail: the path
+/// `current_exe` gives then ends in " (deleted)"); where /proc is missing, that path.
+pub fn own_binary() -> std::io::Result<std::path::PathBuf> {
+    let exe = std::path::PathBuf::from(format!("/proc/{}/exe", std::process::id()));
+    if exe.exists() {
+        Ok(exe)
+    } else {
+        std::env::current_exe()
+    }
+}
+
 /// A command that runs this flowlab binary again (in network namespace `ns` when
 /// given, through `ip netns exec`), killed by the kernel if this process dies first: a
 /// runner killed outright leaves no server or client behind.
 pub fn flowlab_child(ns: Option<&str>) -> std::io::Result<std::process::Command> {
     use std::os::unix::process::CommandExt;
-    let exe = std::env::current_exe()?;
+    let exe = own_binary()?;
     let mut cmd = match ns {
         Some(ns) => {
             let mut c = std::process::Command::new("ip");
             c.args(["netns", "exec", ns]).arg(exe);
             c
         }
-        None => std::process::Command::new(exe),
+        None => {
+            let mut c = std::process::Command::new(exe);
+            c.arg0("flowlab");
+            c
+        }
     };
     // SAFETY: between fork and exec only prctl(2) runs, which is async-signal-safe.
     unsafe {

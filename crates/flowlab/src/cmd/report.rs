@@ -8,7 +8,7 @@ use clap::{Args as ClapArgs, ValueEnum};
 use flowlab_db::Db;
 use flowlab_proto::system::SystemInfo;
 use flowlab_report::metrics::Metric;
-use flowlab_report::study_report::{self, Axis, ReportInput, TrialData};
+use flowlab_report::study_report::{self, Axis, Failure, ReportInput, TrialData};
 use flowlab_report::{html, json};
 
 use crate::cli::Usage;
@@ -180,6 +180,15 @@ fn input(db: &Db, name: Option<&str>) -> anyhow::Result<ReportInput> {
         .into_iter()
         .map(|(host, version, system)| machine(&host, &version, &system))
         .collect::<Vec<_>>();
+    let attempts = db
+        .attempts(row.id)?
+        .into_iter()
+        .map(|a| Failure {
+            cell: a.cell,
+            repetition: a.repetition,
+            error: a.error.unwrap_or_default(),
+        })
+        .collect();
     let mut unique = Vec::new();
     for m in machines {
         if !unique.contains(&m) {
@@ -212,6 +221,7 @@ fn input(db: &Db, name: Option<&str>) -> anyhow::Result<ReportInput> {
             .iter()
             .map(|s| (s.name.clone(), s.group.clone()))
             .collect(),
+        attempts,
     })
 }
 

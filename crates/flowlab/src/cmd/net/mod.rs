@@ -161,7 +161,7 @@ fn load_topology(file: &Path) -> anyhow::Result<Topology> {
 fn up_options(backend: build::Backend) -> anyhow::Result<build::UpOptions> {
     Ok(build::UpOptions {
         backend,
-        emulator: std::env::current_exe().context("finding flowlab's own binary")?,
+        emulator: crate::cmd::own_binary().context("finding flowlab's own binary")?,
     })
 }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use flowlab_db::{Claim, Db, StepRecord};
+use flowlab_db::{Claim, Db, Retake, StepRecord};
 use flowlab_report::study::{RunSummary, TrialEvent};
 use flowlab_report::{json, table};
 use flowlab_study::{Cell, Study};
@@ -78,7 +78,10 @@ pub fn execute(p: &Prepared, a: &Args) -> anyhow::Result<RunSummary> {
             runner,
             (&cell_label, &params),
             t.repetition,
-            a.resume,
+            Retake {
+                abandoned: a.resume,
+                failed: a.retry_failed,
+            },
         )? {
             Claim::Mine(id) => id,
             other => {

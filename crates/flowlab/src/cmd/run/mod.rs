@@ -37,6 +37,10 @@ pub struct Args {
     /// are never run again).
     #[arg(long)]
     pub resume: bool,
+    /// Run again the trials that failed (a server that was down, a binary replaced
+    /// mid-study); each failed attempt is kept in the database's `attempt` table.
+    #[arg(long)]
+    pub retry_failed: bool,
     /// Only the cells that match, e.g. `length=1000,method=tcp-stream` (give it again
     /// for more: a cell matching any runs).
     #[arg(long, value_name = "PARAM=VALUE,…")]
@@ -86,7 +90,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     }
     if summary.failed > 0 {
         anyhow::bail!(
-            "{} trials failed (recorded in {} with their errors)",
+            "{} trials failed (recorded in {} with their errors; --retry-failed runs them again)",
             summary.failed,
             a.db.display()
         );

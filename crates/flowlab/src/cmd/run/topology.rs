@@ -186,7 +186,7 @@ pub fn up(net: &Net, network: usize, changes_links: bool) -> anyhow::Result<Up> 
     }
     let opts = UpOptions {
         backend: build::Backend::Auto,
-        emulator: std::env::current_exe().context("finding flowlab's own binary")?,
+        emulator: crate::cmd::own_binary().context("finding flowlab's own binary")?,
     };
     build::up(&net.networks[network], &dir, &opts)
         .with_context(|| format!("bringing up topology {} ({})", name, net.file.display()))?;

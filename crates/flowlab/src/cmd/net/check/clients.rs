@@ -34,7 +34,7 @@ pub struct Job<'a> {
 pub fn client(job: &Job<'_>, args: &[String]) -> anyhow::Result<Child> {
     Ok(Command::new("ip")
         .args(["netns", "exec", &ns_name(job.topo, &job.pair.from)])
-        .arg(std::env::current_exe()?)
+        .arg(crate::cmd::own_binary()?)
         .args([
             "test",
             &job.to.to_string(),

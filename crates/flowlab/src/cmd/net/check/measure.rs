@@ -115,7 +115,7 @@ fn idle_rtts(jobs: &[Job<'_>]) -> anyhow::Result<(Vec<Pinger>, Vec<Option<Durati
 /// A `flowlab serve` in each job's destination namespace on the job's port, listening
 /// when this returns (up to 5 s are waited); killed when the result is dropped.
 fn start_servers(jobs: &[Job<'_>]) -> anyhow::Result<Vec<Reaped>> {
-    let me = std::env::current_exe()?;
+    let me = crate::cmd::own_binary()?;
     let servers = jobs
         .iter()
         .map(|job| {
