@@ -9,6 +9,7 @@
 //! - [`client`]: runs a test against a server (flowlab or iperf3).
 //! - [`server`]: serves many tests at once.
 //! - [`stream`], `tcp_data`, `udp_data`: the data streams and their threads.
+//! - [`buf`]: the page-aligned buffers their data is copied from and to.
 //! - [`session`]: one side's streams of a test, their snapshots and results.
 //! - [`control`]: control-connection reads and writes with timeouts.
 //! - [`udp_stats`]: loss, reordering, duplicates and jitter of a UDP receiver.
@@ -18,6 +19,7 @@
 //! - [`tcpinfo`]: the kernel's `struct tcp_info`, decoded field by field (`--trace`).
 //! - [`trace`]: when and how streams sample it.
 
+pub mod buf;
 pub mod client;
 pub mod control;
 pub mod pacing;

@@ -8,16 +8,22 @@ use std::sync::atomic::Ordering;
 use flowlab_proto::params::Mode;
 use flowlab_proto::udp::Ack;
 
+use crate::buf::PageBuf;
 use crate::pacing::Pacer;
 use crate::stream::{DataConfig, Drain, StreamCounters, TestControl, is_timeout};
 use crate::trace::Tracer;
 
-/// The payload every write carries. Its content does not matter; a fixed, non-zero
-/// pattern keeps compression anywhere on the path from flattering the numbers.
-pub(crate) fn payload(len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i.wrapping_mul(131) % 251) as u8)
-        .collect()
+/// The payload every write carries, page-aligned ([`PageBuf`]: the kernel's copy runs at
+/// full speed). Its content does not matter; a fixed, non-zero pattern keeps compression
+/// anywhere on the path from flattering the numbers.
+pub(crate) fn payload(len: usize) -> PageBuf {
+    PageBuf::filled(len, |i| (i.wrapping_mul(131) % 251) as u8)
+}
+
+/// The buffer a TCP receiver reads into: page-aligned ([`PageBuf`]), at least 128 KiB
+/// (iperf3's default block) so that one read can take what a wake-up finds queued.
+pub(crate) fn receive_buffer(len: usize) -> PageBuf {
+    PageBuf::zeroed(len.max(128 * 1024))
 }
 
 /// Bytes of the length that starts each stop-and-wait message.
@@ -198,7 +204,7 @@ pub(crate) fn receive(
         // Each acknowledgement leaves at once (see `send`).
         sock.set_nodelay(true)?;
     }
-    let mut buf = vec![0u8; cfg.len.max(128 * 1024)];
+    let mut buf = receive_buffer(cfg.len);
     let mut drain = Drain::default();
     // Stop-and-wait: the 4-byte length prefix being read, and the message it announced.
     let mut prefix = [0u8; MESSAGE_PREFIX];
@@ -307,5 +313,25 @@ impl ZeroCopySource {
             nix::sys::sendfile::sendfile(sock.as_fd(), self.file.as_fd(), Some(&mut at), n - off)
                 .map_err(io::Error::from)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Regression (issue 14): the receive buffer was a `Vec` starting 16 bytes past a page,
+    /// and the kernel's copy into it ran at half speed; the send payload likewise.
+    #[test]
+    fn data_buffers_are_page_aligned() {
+        for len in [1000, 128 * 1024, 1 << 20] {
+            let r = receive_buffer(len);
+            assert_eq!(r.as_ptr() as usize % crate::buf::ALIGN, 0);
+            assert!(r.len() >= len.max(128 * 1024));
+            let p = payload(len);
+            assert_eq!(p.as_ptr() as usize % crate::buf::ALIGN, 0);
+            assert_eq!(p.len(), len);
+            assert_eq!(p[131], (131 * 131 % 251) as u8);
+        }
     }
 }

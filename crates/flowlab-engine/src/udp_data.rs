@@ -15,6 +15,7 @@ use flowlab_proto::params::Mode;
 use flowlab_proto::udp::{Ack, CONNECT_MSG, DatagramHeader, Overflow, handshake_reply};
 use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
 
+use crate::buf::PageBuf;
 use crate::pacing::{Backoff, Pacer};
 use crate::stream::{DataConfig, Drain, POLL, StreamCounters, TestControl, is_timeout};
 use crate::tcp_data::payload;
@@ -303,7 +304,8 @@ pub(crate) fn receive(
             let _ = sock.send(&Ack { seq }.encode());
         }
     }
-    let mut buf = vec![0u8; 1 << 17];
+    // Page-aligned, like every data buffer (crate::buf): GRO hands over up to 64 KiB a read.
+    let mut buf = PageBuf::zeroed(1 << 17);
     let mut cmsg_space = nix::cmsg_space!(i32, u32);
     let mut drain = Drain::default();
     loop {

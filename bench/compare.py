@@ -1,0 +1,382 @@
+#!/usr/bin/env python3
+"""bench/compare.py — flowlab against iperf3 on loopback, the receiver matrix of issue 14.
+
+Every case is a pair of setups that differ only in the tool under test; the two run
+alternately (A B, then B A, …), RUNS times each, and the case prints min / median / max
+of each side, the ratio of the medians and of the minimums (flowlab ÷ iperf3), the
+median retransmissions, and a flag on any side whose runs spread (max − min) by more
+than 25 % of its median: bimodal runs show up as a flag, not as an average.
+
+Pairs, for every congestion control (-C), stream count (-P) and server mode:
+  both      flowlab test → flowlab serve      against  iperf3 -c → iperf3 -s
+  receiver  iperf3 -c → flowlab serve         against  iperf3 -c → iperf3 -s
+            (the same stock client: only the receiving server differs)
+  reverse   flowlab test -R → iperf3 -s       against  iperf3 -c -R → iperf3 -s
+            (the same stock server sends: only the receiving client differs)
+Server modes: `one-off` (a fresh server per run: flowlab serve -1, iperf3 -s -1) and
+`long` (one server per tool for the whole mode, serving every run in turn).
+`pinned` runs the P=1 pairs with -A 0,1 on both tools (client on CPU 0, server on 1).
+UDP: flowlab test -u -b 0 → flowlab serve against iperf3 at the same flags, -P 1…4,
+with and without -A; the table shows the loss (receiver's lost ÷ expected).
+
+Throughput is what the receiver counted (flowlab: end.sums[].receiver; iperf3:
+end.sum_received), retransmissions the sender's (flowlab: end.sums[].sender; iperf3:
+end.sum_sent). Each run's figures are printed as they come.
+
+Usage: compare.py [--seconds T] [--runs N] [--cc cubic,bbr] [--streams 1,2,4,8]
+                  [--modes one-off,long,pinned,udp] [--pairs both,receiver,reverse]
+                  [--port P]
+"""
+
+import argparse
+import ctypes
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+SPREAD_FLAG = 0.25
+HOST = "127.0.0.1"
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _die_with_parent():
+    _libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: no server outlives the driver
+
+
+class RunError(Exception):
+    pass
+
+
+def listening(port):
+    """True if a socket LISTENs on TCP `port` (from /proc: a probe connection would be
+    taken by a one-off server for its one test)."""
+    want = ":%04X" % port
+    for f in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(f) as fh:
+                next(fh)
+                for line in fh:
+                    parts = line.split()
+                    if parts[1].endswith(want) and parts[3] == "0A":
+                        return True
+        except FileNotFoundError:
+            pass
+    return False
+
+
+class Server:
+    """One server process on its own port; `one_off` servers serve one test and exit."""
+
+    def __init__(self, cmd, port):
+        self.cmd, self.port = cmd, port
+        self.log = tempfile.TemporaryFile("w+")
+        if listening(port):
+            raise RunError(f"port {port} is in use already (--port sets the first one)")
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent,
+        )
+        deadline = time.monotonic() + 10
+        while not listening(port):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.log.seek(0)
+                raise RunError(f"`{' '.join(cmd)}` did not listen on {port}:\n{self.log.read()}")
+            time.sleep(0.02)
+
+    def finish(self, timeout):
+        """Waits for a one-off server to exit (kills it after `timeout`)."""
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            print(f"# warning: `{' '.join(self.cmd)}` did not exit after its test; killed",
+                  file=sys.stderr)
+            self.stop()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        # A killed server's listening socket is gone once the process is reaped.
+
+    def tail(self):
+        self.log.seek(0)
+        return self.log.read()[-2000:]
+
+
+class Tools:
+    def __init__(self, flowlab, iperf3, seconds):
+        self.flowlab, self.iperf3, self.t = flowlab, iperf3, seconds
+
+    def server(self, tool, port, one_off):
+        """The server's command; the server is never pinned itself: its CPU of -A comes
+        through the test's parameters (iperf3's server_affinity), as in iperf3."""
+        if tool == "flowlab":
+            cmd = [self.flowlab, "serve", "-p", str(port)]
+        else:
+            cmd = [self.iperf3, "-s", "-p", str(port)]
+        if one_off:
+            cmd.append("-1")
+        return cmd
+
+    def client(self, tool, port, flags):
+        if tool == "flowlab":
+            return [self.flowlab, "test", HOST, "-p", str(port), "-t", str(self.t), "-J"] + flags
+        return [self.iperf3, "-c", HOST, "-p", str(port), "-t", str(self.t), "-J"] + flags
+
+
+def figures(doc, udp):
+    """(receiver Gbit/s, sender retransmissions or None, loss % or None) of a -J document."""
+    end = doc.get("end") or {}
+    if doc.get("error") and not end:
+        raise RunError(f"the test failed: {doc['error']}")
+    if "sums" in end:  # flowlab
+        sums = end["sums"]
+        if not sums or any(s.get("receiver") is None for s in sums):
+            raise RunError("flowlab: a sum without its receiver's totals")
+        gbps = sum(s["receiver"]["bits_per_second"] for s in sums) / 1e9
+        retr = None
+        if not udp and all(s.get("sender") and s["sender"].get("retransmits") is not None
+                           for s in sums):
+            retr = sum(s["sender"]["retransmits"] for s in sums)
+        loss = None
+        if udp:
+            lost = sum(s["receiver"]["udp"]["lost"] for s in sums)
+            expected = sum(s["receiver"]["udp"]["expected"] for s in sums)
+            loss = 100.0 * lost / expected if expected else 0.0
+        return gbps, retr, loss
+    if udp:
+        s = end["sum"]
+        return s["bits_per_second"] * (1 - s["lost_percent"] / 100) / 1e9, None, s["lost_percent"]
+    return (end["sum_received"]["bits_per_second"] / 1e9,
+            end.get("sum_sent", {}).get("retransmits"), None)
+
+
+def run_client(cmd, timeout):
+    p = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                       timeout=timeout, preexec_fn=_die_with_parent)
+    if p.returncode != 0:
+        raise RunError(f"`{' '.join(cmd)}` exited {p.returncode}:\n{p.stdout[-2000:]}{p.stderr[-1000:]}")
+    try:
+        return json.loads(p.stdout)
+    except ValueError as e:
+        raise RunError(f"`{' '.join(cmd)}` printed no JSON ({e}):\n{p.stdout[-2000:]}")
+
+
+class Side:
+    """One setup of a pair: which tool's client and server, and the client's flags."""
+
+    def __init__(self, label, client, server, flags):
+        self.label, self.client_tool, self.server_tool, self.flags = label, client, server, flags
+        self.gbps, self.retr, self.loss = [], [], []
+
+
+def pairs(kind, cc, streams, affinity, udp):
+    base = ["-P", str(streams)]
+    if udp:
+        base += ["-u", "-b", "0"]
+    else:
+        base += ["-C", cc]
+    if affinity:
+        base += ["-A", affinity]
+    if kind == "both":
+        return Side("flowlab", "flowlab", "flowlab", base), Side("iperf3", "iperf3", "iperf3", base)
+    if kind == "receiver":
+        return (Side("iperf3→flowlab", "iperf3", "flowlab", base),
+                Side("iperf3→iperf3", "iperf3", "iperf3", base))
+    if kind == "reverse":
+        return (Side("flowlab -R", "flowlab", "iperf3", base + ["-R"]),
+                Side("iperf3 -R", "iperf3", "iperf3", base + ["-R"]))
+    raise SystemExit(f"compare.py: unknown pair {kind}")
+
+
+def spread(xs):
+    m = statistics.median(xs)
+    return (max(xs) - min(xs)) / m if m else 0.0
+
+
+def mmm(xs, spec=".2f"):
+    return f"{min(xs):{spec}} / {statistics.median(xs):{spec}} / {max(xs):{spec}}"
+
+
+class Driver:
+    def __init__(self, args):
+        self.args = args
+        self.tools = Tools(args.flowlab, args.iperf3, args.seconds)
+        self.ports = {"flowlab": args.port, "iperf3": args.port + 1}
+        self.long = {}  # tool -> Server, in the long-running mode
+        self.rows = []
+
+    def start_long(self):
+        for tool, port in self.ports.items():
+            self.long[tool] = Server(self.tools.server(tool, port, False), port)
+
+    def stop_long(self):
+        for s in self.long.values():
+            s.stop()
+        self.long = {}
+        time.sleep(0.3)
+
+    def once(self, side, udp):
+        port = self.ports[side.server_tool]
+        server = self.long.get(side.server_tool)
+        fresh = None
+        if server is None:
+            fresh = Server(self.tools.server(side.server_tool, port, True), port)
+        try:
+            doc = run_client(self.tools.client(side.client_tool, port, side.flags),
+                             self.args.seconds + 60)
+        except (RunError, subprocess.TimeoutExpired) as e:
+            s = fresh or server
+            raise RunError(f"{e}\n--- server log ---\n{s.tail()}")
+        finally:
+            if fresh is not None:
+                fresh.finish(15)
+        return figures(doc, udp)
+
+    def case(self, name, a, b, udp):
+        for i in range(self.args.runs):
+            order = (a, b) if i % 2 == 0 else (b, a)
+            for side in order:
+                g, r, loss = self.once(side, udp)
+                side.gbps.append(g)
+                side.retr.append(r)
+                side.loss.append(loss)
+                extra = f"loss {loss:.3f} %" if udp else f"retr {r if r is not None else '-'}"
+                print(f"  {name:<28} run {i + 1}  {side.label:<15} {g:8.2f} Gbit/s  {extra}",
+                      flush=True)
+                time.sleep(0.3)
+        self.rows.append((name, a, b, udp))
+        self.print_row(name, a, b, udp)
+
+    @staticmethod
+    def row_text(name, a, b, udp):
+        flags = [f"{s.label} spread {100 * spread(s.gbps):.0f} %"
+                 for s in (a, b) if spread(s.gbps) > SPREAD_FLAG]
+        med = statistics.median(a.gbps) / statistics.median(b.gbps)
+        low = min(a.gbps) / min(b.gbps) if min(b.gbps) else float("nan")
+        if udp:
+            extra = (f"{statistics.median(a.loss):.3f} | {statistics.median(b.loss):.3f} "
+                     f"| {max(a.loss):.3f}")
+        else:
+            def retr(s):
+                known = [r for r in s.retr if r is not None]
+                return f"{statistics.median(known):g}" if known else "-"
+            extra = f"{retr(a)} | {retr(b)}"
+        return (f"| {name} | {mmm(a.gbps)} | {mmm(b.gbps)} | {med:.3f} | {low:.3f} | {extra} "
+                f"| {'; '.join(flags) or 'ok'} |")
+
+    def print_row(self, name, a, b, udp):
+        print(self.row_text(name, a, b, udp), flush=True)
+
+    def summary(self):
+        tcp = [r for r in self.rows if not r[3]]
+        udp = [r for r in self.rows if r[3]]
+        if tcp:
+            print("\n## TCP: receiver Gbit/s, min / median / max; ratios flowlab ÷ iperf3 "
+                  "(the first side ÷ the second)\n")
+            print("| case | flowlab side | iperf3 side | median ratio | min ratio "
+                  "| retr (median) flowlab | iperf3 | spread |")
+            print("|---|---|---|---:|---:|---:|---:|---|")
+            for r in tcp:
+                print(self.row_text(*r))
+        if udp:
+            print("\n## UDP -b 0: receiver goodput Gbit/s, min / median / max; loss %\n")
+            print("| case | flowlab | iperf3 | median ratio | min ratio | loss median flowlab "
+                  "| iperf3 | flowlab's worst | spread |")
+            print("|---|---|---|---:|---:|---:|---:|---:|---|")
+            for r in udp:
+                print(self.row_text(*r))
+
+    def run(self):
+        a = self.args
+        for mode in a.modes:
+            if mode == "udp":
+                continue
+            if mode == "long":
+                self.start_long()
+            try:
+                for cc in a.cc:
+                    for p in (a.streams if mode != "pinned" else [1]):
+                        for kind in a.pairs:
+                            x, y = pairs(kind, cc, p, "0,1" if mode == "pinned" else None, False)
+                            self.case(f"{mode} {cc} -P {p} {kind}", x, y, False)
+            finally:
+                if mode == "long":
+                    self.stop_long()
+        if "udp" in a.modes:
+            for pin in (None, "0,1"):
+                for p in a.udp_streams:
+                    x, y = pairs("both", None, p, pin, True)
+                    self.case(f"udp -P {p}{' -A 0,1' if pin else ''}", x, y, True)
+        self.summary()
+
+
+def csv_list(kind):
+    return lambda text: [kind(x) for x in text.split(",") if x]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--flowlab", required=True)
+    ap.add_argument("--iperf3", required=True)
+    ap.add_argument("--seconds", type=int, default=3)
+    ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--cc", type=csv_list(str), default=["cubic", "bbr"])
+    ap.add_argument("--streams", type=csv_list(int), default=[1, 2, 4, 8])
+    ap.add_argument("--udp-streams", type=csv_list(int), default=[1, 2, 3, 4])
+    ap.add_argument("--modes", type=csv_list(str), default=["one-off", "long", "pinned", "udp"])
+    ap.add_argument("--pairs", type=csv_list(str), default=["both", "receiver", "reverse"])
+    ap.add_argument("--port", type=int, default=5401)
+    args = ap.parse_args()
+    if args.runs < 7:
+        sys.exit("compare.py: at least 7 runs each (--runs)")
+    for m in args.modes:
+        if m not in ("one-off", "long", "pinned", "udp"):
+            sys.exit(f"compare.py: unknown mode {m} (one-off, long, pinned, udp)")
+    for p in args.pairs:
+        if p not in ("both", "receiver", "reverse"):
+            sys.exit(f"compare.py: unknown pair {p} (both, receiver, reverse)")
+    avail = open("/proc/sys/net/ipv4/tcp_available_congestion_control").read().split()
+    for cc in args.cc:
+        if cc not in avail:
+            sys.exit(f"compare.py: this kernel has no {cc} (it has {' '.join(avail)})")
+    default_cc = open("/proc/sys/net/ipv4/tcp_congestion_control").read().strip()
+    print(f"# machine:  nproc={os.cpu_count()}  kernel={platform.release()}  "
+          f"cpu={cpu_model()}")
+    print(f"# tcp cc:   each TCP case sets its own (-C {','.join(args.cc)}); system default "
+          f"{default_cc}; UDP cases none")
+    print(f"# tcp_rmem: {open('/proc/sys/net/ipv4/tcp_rmem').read().split()}  "
+          f"rmem_max: {open('/proc/sys/net/core/rmem_max').read().strip()}")
+    print(f"# runs:     {args.runs} per side, alternating, -t {args.seconds}\n")
+    d = Driver(args)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        d.run()
+    except RunError as e:
+        sys.exit(f"compare.py: error: {e}")
+    except KeyboardInterrupt:
+        d.summary()
+        sys.exit(130)
+    finally:
+        d.stop_long()
+
+
+def cpu_model():
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "?"
+
+
+if __name__ == "__main__":
+    main()
