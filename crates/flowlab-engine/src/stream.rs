@@ -58,6 +58,14 @@ pub struct DataConfig {
     pub affinity: Option<usize>,
 }
 
+/// Writes reserved together ([`Budget::take_batch`]): `writes` of the asked length but the
+/// last, `bytes` in all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Batch {
+    pub bytes: usize,
+    pub writes: usize,
+}
+
 /// What bounds the amount of data over all streams of one direction.
 #[derive(Debug)]
 pub enum Budget {
@@ -71,18 +79,54 @@ pub enum Budget {
 impl Budget {
     /// Reserves the next write of at most `len` bytes; `None` when the budget is spent.
     pub fn take(&self, len: usize) -> Option<usize> {
-        let take_from = |left: &AtomicU64, want: u64| {
-            left.fetch_update(Ordering::AcqRel, Ordering::Acquire, |l| {
-                l.checked_sub(want.min(l)).filter(|_| l > 0)
-            })
-            .ok()
-            .map(|l| want.min(l))
-        };
         match self {
             Budget::Unbounded => Some(len),
-            Budget::Bytes(left) => take_from(left, len as u64).map(|n| n as usize),
-            Budget::Blocks(left) => take_from(left, 1).map(|_| len),
+            Budget::Bytes(left) => Self::reserve(left, len as u64).map(|n| n as usize),
+            Budget::Blocks(left) => Self::reserve(left, 1).map(|_| len),
         }
+    }
+
+    /// Reserves up to `count` writes of `len` bytes at once (a UDP GSO batch: one atomic
+    /// operation for the batch, not one per datagram); only the last write may be short.
+    /// `None` when the budget is spent.
+    pub fn take_batch(&self, len: usize, count: usize) -> Option<Batch> {
+        let (len, count) = (len.max(1), count.max(1));
+        match self {
+            Budget::Unbounded => Some(Batch {
+                bytes: len * count,
+                writes: count,
+            }),
+            Budget::Bytes(left) => Self::reserve(left, (len * count) as u64).map(|b| Batch {
+                bytes: b as usize,
+                writes: (b as usize).div_ceil(len),
+            }),
+            Budget::Blocks(left) => Self::reserve(left, count as u64).map(|k| Batch {
+                bytes: k as usize * len,
+                writes: k as usize,
+            }),
+        }
+    }
+
+    /// Gives back a batch that could not be sent.
+    pub fn give_back_batch(&self, batch: Batch) {
+        match self {
+            Budget::Unbounded => {}
+            Budget::Bytes(left) => {
+                left.fetch_add(batch.bytes as u64, Ordering::AcqRel);
+            }
+            Budget::Blocks(left) => {
+                left.fetch_add(batch.writes as u64, Ordering::AcqRel);
+            }
+        }
+    }
+
+    /// Takes up to `want` from `left`; what was taken, `None` when nothing was left.
+    fn reserve(left: &AtomicU64, want: u64) -> Option<u64> {
+        left.fetch_update(Ordering::AcqRel, Ordering::Acquire, |l| {
+            l.checked_sub(want.min(l)).filter(|_| l > 0)
+        })
+        .ok()
+        .map(|l| want.min(l))
     }
 
     /// Gives back a reservation that could not be sent (the test was stopped).
@@ -352,5 +396,49 @@ mod tests {
         assert_eq!(b.take(10), Some(10));
         assert_eq!(b.take(10), None);
         assert_eq!(Budget::Unbounded.take(7), Some(7));
+    }
+
+    /// A batch takes what single takes would have, in one reservation: whole writes of
+    /// `len`, the last one short when the byte budget ends inside it.
+    #[test]
+    fn batches_take_what_single_writes_would() {
+        let b = Budget::Bytes(AtomicU64::new(1000));
+        let batch = |bytes, writes| Some(Batch { bytes, writes });
+        assert_eq!(b.take_batch(300, 2), batch(600, 2));
+        assert_eq!(b.take_batch(300, 2), batch(400, 2));
+        assert_eq!(b.take_batch(300, 2), None);
+        b.give_back_batch(Batch {
+            bytes: 350,
+            writes: 2,
+        });
+        assert_eq!(b.take_batch(300, 64), batch(350, 2));
+        let k = Budget::Blocks(AtomicU64::new(5));
+        assert_eq!(k.take_batch(1460, 4), batch(4 * 1460, 4));
+        assert_eq!(k.take_batch(1460, 4), batch(1460, 1));
+        assert_eq!(k.take_batch(1460, 4), None);
+        k.give_back_batch(Batch {
+            bytes: 2920,
+            writes: 2,
+        });
+        assert_eq!(k.take_batch(1460, 4), batch(2920, 2));
+        assert_eq!(Budget::Unbounded.take_batch(1460, 3), batch(4380, 3));
+        // Shared by threads, a byte budget is exact: every byte is taken once.
+        let shared = Budget::Bytes(AtomicU64::new(1_000_003));
+        let taken: usize = std::thread::scope(|s| {
+            let hands: Vec<_> = (0..4)
+                .map(|_| {
+                    s.spawn(|| {
+                        let mut n = 0;
+                        while let Some(b) = shared.take_batch(1000, 7) {
+                            assert!(b.writes >= 1 && b.bytes <= b.writes * 1000);
+                            n += b.bytes;
+                        }
+                        n
+                    })
+                })
+                .collect();
+            hands.into_iter().map(|h| h.join().expect("thread")).sum()
+        });
+        assert_eq!(taken, 1_000_003);
     }
 }

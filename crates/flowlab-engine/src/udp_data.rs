@@ -93,29 +93,28 @@ fn send_streaming(
             let due = (p.due_bytes(now) / len as f64).ceil() as usize;
             want = want.min(due.max(1));
         }
-        // Reserve and stamp the batch; only its last datagram may be short.
+        // Reserve the batch at once and stamp it; only its last datagram may be short.
         let now_us = ctl.elapsed_us();
-        // `taken` is what the budget gave; a last datagram shorter than the header is
-        // padded to it on the wire (`total`), but only `taken` goes back on failure.
-        let (mut total, mut taken, mut segs) = (0usize, 0usize, 0usize);
-        while segs < want {
-            let Some(t) = ctl.budget.take(len) else { break };
-            taken += t;
-            let n = t.max(hdr);
+        let Some(batch) = ctl.budget.take_batch(len, want) else {
+            return Ok(());
+        };
+        let segs = batch.writes;
+        // A last datagram shorter than the header is padded to it on the wire (`total`);
+        // only what the budget gave goes back on failure.
+        let mut total = 0usize;
+        for i in 0..segs {
+            let n = if i + 1 == segs {
+                batch.bytes - i * len
+            } else {
+                len
+            };
             stamp(
-                &mut buf[segs * len..],
-                seq + 1 + segs as u64,
+                &mut buf[i * len..],
+                seq + 1 + i as u64,
                 now_us,
                 cfg.counters_64bit,
             );
-            total += n;
-            segs += 1;
-            if n < len {
-                break;
-            }
-        }
-        if segs == 0 {
-            return Ok(());
+            total += n.max(hdr);
         }
         let sent = if segs > 1 {
             let seg = len as u16;
@@ -145,10 +144,7 @@ fn send_streaming(
             }
             Err(e) => {
                 // Nothing of the batch left: hand its budget back and decide.
-                for i in 0..segs {
-                    let n = if i + 1 == segs { taken - i * len } else { len };
-                    ctl.budget.give_back(n);
-                }
+                ctl.budget.give_back_batch(batch);
                 match e.raw_os_error() {
                     // The kernel cannot segment (no GSO, or a datagram above the path MTU).
                     Some(libc::EIO | libc::EINVAL | libc::EMSGSIZE | libc::ENOPROTOOPT)
