@@ -475,7 +475,9 @@ fn run_worker(
     conn.set_read_timeout(Some(ctx.spec.stall_timeout))?;
     let mut outstanding: VecDeque<usize> = VecDeque::new();
     let mut d = Decoder::default();
-    let mut buf = vec![0u8; 256 * 1024];
+    // Page-aligned: the kernel's copy into a misaligned buffer runs far slower
+    // (flowlab_engine::buf).
+    let mut buf = flowlab_engine::buf::PageBuf::zeroed(256 * 1024);
     loop {
         // Ask for more, send cancels, or wait for work to come back.
         {

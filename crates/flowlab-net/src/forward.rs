@@ -39,12 +39,32 @@ pub struct EmulatedLink {
     pub b: String,
     pub a_to_b: LineSpec,
     pub b_to_a: LineSpec,
+    /// Carry TCP's and UDP's GSO super-frames whole (up to 64 KiB, with a virtio-net
+    /// header saying how the kernel is to cut them later: PACKET_VNET_HDR) instead of
+    /// frames cut to the MTU before the emulator. Set for links without random loss and
+    /// jitter, where a frame's fate applies to all its segments alike; the nodes' ends
+    /// keep their offloads on.
+    #[serde(default)]
+    pub gso: bool,
+}
+
+impl EmulatedLink {
+    /// Whether a link with these directions can carry super-frames ([`Self::gso`]):
+    /// loss and jitter are decided per frame, and a super-frame would lose or reorder
+    /// up to 44 segments together.
+    pub fn gso_fits(a_to_b: &LineSpec, b_to_a: &LineSpec) -> bool {
+        [a_to_b, b_to_a]
+            .iter()
+            .all(|s| s.loss == 0.0 && s.jitter_us == 0)
+    }
 }
 
 /// What happened to the frames of one direction.
 #[derive(Debug)]
 pub struct Counters {
     pub forwarded: AtomicU64,
+    /// Bytes of the frames forwarded (with their link-layer header).
+    pub forwarded_bytes: AtomicU64,
     /// Dropped by the configured random loss.
     pub lost: AtomicU64,
     /// Dropped because the delay line was full.
@@ -73,6 +93,7 @@ impl Default for Counters {
     fn default() -> Self {
         Counters {
             forwarded: AtomicU64::new(0),
+            forwarded_bytes: AtomicU64::new(0),
             lost: AtomicU64::new(0),
             line_full: AtomicU64::new(0),
             emulator_drops: AtomicU64::new(0),
@@ -126,6 +147,8 @@ pub struct LinkCounters {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct DirectionStats {
     pub forwarded: u64,
+    #[serde(default)]
+    pub forwarded_bytes: u64,
     pub lost: u64,
     pub line_full: u64,
     pub emulator_drops: u64,
@@ -169,6 +192,7 @@ impl From<&Counters> for DirectionStats {
     fn from(c: &Counters) -> Self {
         DirectionStats {
             forwarded: c.forwarded.load(Relaxed),
+            forwarded_bytes: c.forwarded_bytes.load(Relaxed),
             lost: c.lost.load(Relaxed),
             line_full: c.line_full.load(Relaxed),
             emulator_drops: c.emulator_drops.load(Relaxed),
@@ -198,6 +222,12 @@ pub struct LinkStats {
 
 /// Frames up to this long are read whole (MTU 1500 plus headers, with room to spare).
 const FRAME: usize = 2048;
+/// A super-frame's buffer on a GSO link: a 64 KiB IP packet, its link-layer header and
+/// the virtio-net header in front.
+const SUPER_FRAME: usize = 65536 + 256;
+/// `struct virtio_net_hdr` (include/uapi/linux/virtio_net.h), in front of every frame
+/// of a socket with PACKET_VNET_HDR.
+const VNET_HDR: usize = 10;
 /// Frames taken per recvmmsg / sendmmsg call.
 const BATCH: usize = 64;
 /// Socket buffers of the emulator's sockets (root may exceed rmem_max / wmem_max).
@@ -236,7 +266,9 @@ pub(crate) fn set_int(
 }
 
 impl PacketSocket {
-    fn open(dev: &str) -> io::Result<Self> {
+    /// A socket on `dev`; with `vnet`, frames carry a virtio-net header ([`VNET_HDR`])
+    /// and may be GSO super-frames.
+    fn open(dev: &str, vnet: bool) -> io::Result<Self> {
         let name = std::ffi::CString::new(dev)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "interface name"))?;
         // SAFETY: a plain C call on a valid NUL-terminated string.
@@ -259,6 +291,10 @@ impl PacketSocket {
         // Frames this socket itself writes are not read back (Linux 4.20; on older
         // kernels they are skipped by their packet type below).
         let _ = set_int(&fd, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, 1);
+        if vnet {
+            set_int(&fd, libc::SOL_PACKET, libc::PACKET_VNET_HDR, 1)
+                .map_err(|e| io::Error::new(e.kind(), format!("{dev}: PACKET_VNET_HDR: {e}")))?;
+        }
         set_int(&fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, SOCKET_BUFFER)
             .or_else(|_| set_int(&fd, libc::SOL_SOCKET, libc::SO_RCVBUF, SOCKET_BUFFER))?;
         set_int(&fd, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, SOCKET_BUFFER)
@@ -390,8 +426,13 @@ struct Frame {
 /// The recvmmsg / sendmmsg arrays, and the buffers the next receive fills (always
 /// BATCH of them, so a receive of one frame replaces one buffer, not all).
 struct Batch {
-    /// Buffers not in use.
+    /// How long a receive buffer is: [`FRAME`], or [`SUPER_FRAME`] on a GSO link.
+    frame: usize,
+    /// Buffers not in use, of `frame` bytes.
     pool: Pool,
+    /// On a GSO link, buffers of [`FRAME`] bytes: a short frame (an ACK, a datagram) is
+    /// copied into one, so that the delay line does not hold 64 KiB for each.
+    small: Pool,
     ready: Vec<Box<[u8]>>,
     out: Vec<Frame>,
     iov: Vec<libc::iovec>,
@@ -402,10 +443,21 @@ struct Batch {
 }
 
 impl Batch {
-    fn new() -> Self {
+    /// Takes back a frame's buffer into the pool of its length.
+    fn give(&mut self, b: Box<[u8]>) {
+        if b.len() == self.frame {
+            self.pool.give(b);
+        } else {
+            self.small.give(b);
+        }
+    }
+
+    fn new(frame: usize) -> Self {
         Batch {
-            pool: Pool::default(),
-            ready: (0..BATCH).map(|_| new_buffer()).collect(),
+            frame,
+            pool: Pool::new(frame),
+            small: Pool::new(FRAME),
+            ready: (0..BATCH).map(|_| new_buffer(frame)).collect(),
             out: Vec::with_capacity(BATCH),
             // SAFETY: iovec, sockaddr_ll and mmsghdr are plain old data.
             iov: vec![unsafe { zeroed() }; BATCH],
@@ -416,8 +468,8 @@ impl Batch {
     }
 }
 
-fn new_buffer() -> Box<[u8]> {
-    vec![0u8; FRAME].into_boxed_slice()
+fn new_buffer(len: usize) -> Box<[u8]> {
+    vec![0u8; len].into_boxed_slice()
 }
 
 /// The kernel's arrival time of a received message (SCM_TIMESTAMPNS, on the wall
@@ -462,19 +514,29 @@ impl Clock {
     }
 }
 
-/// Buffers not in use, so that steady forwarding allocates nothing.
-#[derive(Default)]
-struct Pool(Vec<Box<[u8]>>);
+/// Buffers of one length not in use, so that steady forwarding allocates nothing.
+struct Pool {
+    len: usize,
+    free: Vec<Box<[u8]>>,
+}
 
 impl Pool {
-    fn take(&mut self) -> Box<[u8]> {
-        self.0.pop().unwrap_or_else(new_buffer)
+    fn new(len: usize) -> Self {
+        Pool {
+            len,
+            free: Vec::new(),
+        }
     }
 
+    fn take(&mut self) -> Box<[u8]> {
+        self.free.pop().unwrap_or_else(|| new_buffer(self.len))
+    }
+
+    /// Takes back a buffer of this pool's length (one of another length is dropped).
     fn give(&mut self, b: Box<[u8]>) {
         // Keep at most what a few batches need; the delay line holds the rest.
-        if self.0.len() < 8 * BATCH {
-            self.0.push(b);
+        if b.len() == self.len && self.free.len() < 8 * BATCH {
+            self.free.push(b);
         }
     }
 }
@@ -492,7 +554,7 @@ fn receive(
         for i in 0..BATCH {
             batch.iov[i] = libc::iovec {
                 iov_base: batch.ready[i].as_mut_ptr().cast(),
-                iov_len: FRAME,
+                iov_len: batch.frame,
             };
             // SAFETY: plain old data.
             let mut h: libc::msghdr = unsafe { zeroed() };
@@ -544,19 +606,28 @@ fn receive(
             // The delay runs from when the frame arrived, not from when this thread got
             // round to reading it (a sleeping vCPU can take 100 µs to wake).
             let arrived = arrival_ns(&m.msg_hdr).map_or(now, |wall| on_clock(wall, offset, now));
-            let frame = Frame {
-                buf: std::mem::replace(&mut batch.ready[i], batch.pool.take()),
-                len: m.msg_len as usize,
+            let len = m.msg_len as usize;
+            let frame = if batch.frame > FRAME && len <= FRAME {
+                // A short frame on a GSO link moves to a small buffer; the large one
+                // stays ready for the next receive.
+                let mut small = batch.small.take();
+                small[..len].copy_from_slice(&batch.ready[i][..len]);
+                Frame { buf: small, len }
+            } else {
+                Frame {
+                    buf: std::mem::replace(&mut batch.ready[i], batch.pool.take()),
+                    len,
+                }
             };
             match line.push(arrived, frame) {
                 (Verdict::Queued(_), _) => {}
                 (Verdict::Lost, Some(f)) => {
                     counters.lost.fetch_add(1, Relaxed);
-                    batch.pool.give(f.buf);
+                    batch.give(f.buf);
                 }
                 (Verdict::Full, Some(f)) => {
                     counters.line_full.fetch_add(1, Relaxed);
-                    batch.pool.give(f.buf);
+                    batch.give(f.buf);
                 }
                 (_, None) => {}
             }
@@ -670,8 +741,12 @@ fn transmit(
                 )
             };
             if n > 0 {
+                let n = n as usize;
+                let head = if batch.frame > FRAME { VNET_HDR } else { 0 };
+                let bytes: usize = batch.out[sent..sent + n].iter().map(|f| f.len - head).sum();
                 counters.forwarded.fetch_add(n as u64, Relaxed);
-                sent += n as usize;
+                counters.forwarded_bytes.fetch_add(bytes as u64, Relaxed);
+                sent += n;
                 continue;
             }
             let e = io::Error::last_os_error();
@@ -685,9 +760,11 @@ fn transmit(
                 _ => return Err(e),
             }
         }
-        for f in batch.out.drain(..) {
-            batch.pool.give(f.buf);
+        let mut out = std::mem::take(&mut batch.out);
+        for f in out.drain(..) {
+            batch.give(f.buf);
         }
+        batch.out = out;
     }
 }
 
@@ -730,7 +807,7 @@ fn forward(
     let clock = Clock {
         start: Instant::now(),
     };
-    let mut batch = Batch::new();
+    let mut batch = Batch::new(if link.gso { SUPER_FRAME } else { FRAME });
     let mut stats_due = Duration::from_secs(1);
     // Timer wake-ups come late (40–120 µs from an idle vCPU on the development VM, more
     // than the configured delay can absorb when a path crosses several links): the
@@ -883,7 +960,8 @@ pub fn run(
                 let _ = tx.send(Err(e));
                 return;
             }
-            match PacketSocket::open(&link.a).and_then(|a| Ok((a, PacketSocket::open(&link.b)?))) {
+            let open = |dev: &str| PacketSocket::open(dev, link.gso);
+            match open(&link.a).and_then(|a| Ok((a, open(&link.b)?))) {
                 Ok((a, b)) => {
                     let _ = tx.send(Ok(()));
                     // Not held while forwarding: if any thread dies early, `run` sees

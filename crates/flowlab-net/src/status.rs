@@ -47,6 +47,7 @@ fn directions(l: &LinkStats) -> [EmulatedDirection; 2] {
         link: l.link.clone(),
         way: way.to_string(),
         forwarded: d.forwarded,
+        forwarded_bytes: d.forwarded_bytes,
         lost: d.lost,
         line_full: d.line_full,
         emulator_drops: d.emulator_drops,

@@ -205,6 +205,9 @@ pub struct EmulatedDirection {
     /// `a→b` or `b→a`, the link's ends as the topology file names them.
     pub way: String,
     pub forwarded: u64,
+    /// Bytes of the frames forwarded, link-layer headers included: over `forwarded`,
+    /// the mean frame (above the MTU when the link carries GSO super-frames).
+    pub forwarded_bytes: u64,
     /// Dropped by the link's random loss.
     pub lost: u64,
     /// Dropped because the line's queue was full.

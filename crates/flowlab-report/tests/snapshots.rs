@@ -271,6 +271,7 @@ fn net_up_down_and_status_of_each_kind_of_topology() {
         link: "L1".into(),
         way: way.into(),
         forwarded,
+        forwarded_bytes: forwarded * 1514,
         lost: forwarded / 100,
         line_full: 3,
         emulator_drops: 0,

@@ -516,6 +516,70 @@ loss = 0.05
     assert!(namespaces_of("tloss").is_empty());
 }
 
+/// Issue 14: a link without random loss and jitter carries TCP's GSO super-frames whole
+/// (the nodes keep their offloads; the emulator reads and writes them with a virtio-net
+/// header), one with loss gets frames cut to the MTU; TCP crosses both. Read off `net
+/// status`: the mean frame each direction forwarded.
+#[test]
+fn a_lossless_link_carries_super_frames_and_a_lossy_one_mtu_frames() {
+    let Some(_serial) = root_and_serial() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tmp");
+    let file = write_topology(
+        dir.path(),
+        "tgso",
+        r#"
+name = "tgso"
+hosts = ["a", "b"]
+routers = ["r"]
+[[link]]
+name = "clean"
+ends = ["a", "r"]
+delay = "1ms"
+[[link]]
+name = "lossy"
+ends = ["r", "b"]
+delay = "1ms"
+loss = 0.0001
+"#,
+    );
+    let _down = Down("tgso");
+    up(&file, &["--backend", "userspace"]);
+    let (doc, _) = check(&[file.to_str().expect("path"), "-t", "2"]);
+    let p = &doc["paths"][0];
+    assert!(p["measured_bps"].as_f64().is_some_and(|b| b > 0.0), "{p}");
+    // The emulator writes its counters once a second.
+    std::thread::sleep(Duration::from_millis(1500));
+    let out = flowlab().args(["net", "status"]).output().expect("status");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mean = |link: &str, way: &str| -> (u64, u64) {
+        let line = text
+            .lines()
+            .find(|l| l.contains(&format!("link {link} {way}:")))
+            .unwrap_or_else(|| panic!("no {link} {way} in:\n{text}"));
+        let n = |after: &str, before: &str| -> u64 {
+            let rest = &line[line.find(after).expect("field") + after.len()..];
+            rest[..rest.find(before).expect("end")]
+                .trim()
+                .parse()
+                .expect("number")
+        };
+        (n(": ", " forwarded"), n("(mean ", " B)"))
+    };
+    // a→b of the clean link carries the data: segments of up to 64 KiB.
+    let (frames, clean) = mean("clean", "a→b");
+    assert!(
+        frames > 0 && clean > 3000,
+        "mean frame {clean} B over {frames}:\n{text}"
+    );
+    let (frames, lossy) = mean("lossy", "a→b");
+    assert!(
+        frames > 0 && lossy <= 1514,
+        "mean frame {lossy} B over {frames}:\n{text}"
+    );
+}
+
 #[test]
 fn random_loss_holds_over_10000_packets_on_the_userspace_backend() {
     let Some(_serial) = root_and_serial() else {

@@ -158,7 +158,20 @@ fn add_emulated_link(
         let _ = crate::netns::run_in(&mid, move || crate::netns::no_gro(end));
         run("ip", &["-n", &mid, "link", "set", "dev", end, "up"])?;
     }
+    let spec = |s: &Shape| LineSpec {
+        delay_us: s.delay.as_micros() as u64,
+        jitter_us: s.jitter.as_micros() as u64,
+        loss: s.loss,
+        limit: crate::emulator::line_limit(s),
+    };
+    let (a_to_b, b_to_a) = (spec(&l.a_to_b), spec(&l.b_to_a));
+    let gso = EmulatedLink::gso_fits(&a_to_b, &b_to_a);
+    // A link that loses or reorders frames gets them cut to the MTU before the emulator;
+    // one without keeps the nodes' offloads and carries super-frames.
     for n in [&na, &nb] {
+        if gso {
+            break;
+        }
         let d = dev.clone();
         crate::netns::run_in(n, move || crate::netns::complete_frames(&d)).map_err(|e| {
             NetError::Command {
@@ -167,19 +180,14 @@ fn add_emulated_link(
             }
         })?;
     }
-    let spec = |s: &Shape| LineSpec {
-        delay_us: s.delay.as_micros() as u64,
-        jitter_us: s.jitter.as_micros() as u64,
-        loss: s.loss,
-        limit: crate::emulator::line_limit(s),
-    };
     Ok(EmulatedLink {
         name: l.name.clone(),
         namespace: mid,
         a: "a".into(),
         b: "b".into(),
-        a_to_b: spec(&l.a_to_b),
-        b_to_a: spec(&l.b_to_a),
+        a_to_b,
+        b_to_a,
+        gso,
     })
 }
 

@@ -132,10 +132,16 @@ pub fn net_status(up: &[TopologyStatus]) -> String {
         for d in &t.emulated {
             let _ = writeln!(
                 out,
-                "  link {} {}: {} forwarded, {} lost (random), {} line full, {} emulator drops, {} oversize, mean lateness {:.0} µs, {} late (worst {} µs), written {:.0} µs early for the cost of sending",
+                "  link {} {}: {} forwarded{}, {} lost (random), {} line full, {} emulator drops, {} oversize, mean lateness {:.0} µs, {} late (worst {} µs), written {:.0} µs early for the cost of sending",
                 d.link,
                 d.way,
                 d.forwarded,
+                // An emulator of an older flowlab does not count bytes.
+                if d.forwarded_bytes > 0 {
+                    format!(" (mean {} B)", d.forwarded_bytes / d.forwarded.max(1))
+                } else {
+                    String::new()
+                },
                 d.lost,
                 d.line_full,
                 d.emulator_drops,
