@@ -12,13 +12,16 @@
 # Printed per case: TCP throughput (median of BENCH_REPEAT runs), its ratio to direct,
 # idle RTT (median of 20 ICMP echoes) and the median and highest RTT under load (ICMP
 # echoes during the whole TCP test, each 10 ms after the previous reply; "load max" is the
-# highest over all runs). Needs python3.
+# highest over all runs), and the emulator's own lateness under the load (the 99th
+# percentile of its frames' lateness summed over the two crossings of a round trip,
+# median over the runs: what the emulator itself added). Needs python3.
 #
-# Env: BENCH_SECONDS (default 10), BENCH_REPEAT (default 3).
+# Env: BENCH_SECONDS (default 10), BENCH_REPEAT (default 3), FLOWLAB (the build to
+#      measure, default target/release/flowlab).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-FLOWLAB="$ROOT/target/release/flowlab"
+FLOWLAB="${FLOWLAB:-$ROOT/target/release/flowlab}"
 T="${BENCH_SECONDS:-10}"
 REPEAT="${BENCH_REPEAT:-3}"
 
@@ -78,7 +81,13 @@ for line in open(sys.argv[1]):
     name, doc = line.split(" ", 1)
     runs.setdefault(name, []).append(json.loads(doc))
 direct = statistics.median(r["measured_bps"] for r in runs["direct"])
-print(f"{'case':<16} {'Gbit/s':>7} {'/direct':>8} {'/rate':>6} {'RTT file':>9} {'idle':>7} {'load med':>9} {'load max':>9}")
+def p99(rs):
+    """The emulator's own lateness under the load, summed over a round trip's crossings,
+    99th percentile (median over the runs, µs); '-' without an emulator."""
+    v = [r.get("emulator_late_p99_ms") for r in rs]
+    v = [x for x in v if x is not None]
+    return f"{statistics.median(v) * 1000:.0f} µs" if v else "-"
+print(f"{'case':<16} {'Gbit/s':>7} {'/direct':>8} {'/rate':>6} {'RTT file':>9} {'idle':>7} {'load med':>9} {'load max':>9} {'emu late p99':>13}")
 for name, rs in runs.items():
     bps = statistics.median(r["measured_bps"] for r in rs)
     rate = rs[0]["implied_bps"]
@@ -88,5 +97,6 @@ for name, rs in runs.items():
     highest = [r["loaded_rtt_ms"] for r in rs if r["loaded_rtt_ms"] is not None]
     print(f"{name:<16} {bps/1e9:7.2f} {bps/direct:8.2f} {(f'{bps/rate:.2f}' if rate else '-'):>6} "
           f"{rs[0]['implied_rtt_ms']:6.1f} ms {med('measured_rtt_ms'):>4} ms "
-          f"{med('loaded_rtt_median_ms'):>6} ms {(f'{max(highest):.2f}' if highest else '?'):>6} ms")
+          f"{med('loaded_rtt_median_ms'):>6} ms {(f'{max(highest):.2f}' if highest else '?'):>6} ms"
+          f" {p99(rs):>10}")
 PY

@@ -40,6 +40,8 @@ pub struct Measured {
     /// links the echo crosses, there and back ([`quantile_of_sum`]; `None` without an
     /// emulator). The host's delay, not the topology's: the queue bound allows it.
     pub emulator_late_p95: Option<Duration>,
+    /// The same sum's 99th percentile: reported, not judged.
+    pub emulator_late_p99: Option<Duration>,
     /// Share of UDP datagrams lost.
     pub loss: Option<f64>,
     /// The path carried other pairs' traffic too (`net check --together`): its rate is

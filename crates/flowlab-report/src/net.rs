@@ -134,6 +134,10 @@ pub struct CheckedPath {
     /// its sum over the links an echo crosses, there and back (null without an
     /// emulator): the time its thread waited for a CPU, which the queue bound allows too.
     pub emulator_late_p95_ms: Option<f64>,
+    /// The same sum's 99th percentile (reported, not judged; absent without an
+    /// emulator, and in documents of flowlab before it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub emulator_late_p99_ms: Option<f64>,
     /// Highest and median ICMP echo RTT during the TCP test.
     pub loaded_rtt_ms: Option<f64>,
     pub loaded_rtt_median_ms: Option<f64>,

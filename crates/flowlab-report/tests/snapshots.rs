@@ -451,6 +451,7 @@ fn net_check_with_deviations_loss_an_unlimited_path_and_a_quiet_host() {
         p.congestion = Some("cubic".into());
         p.host_steal_percent = Some(0.0);
         p.emulator_late_p95_ms = Some(0.2);
+        p.emulator_late_p99_ms = Some(0.35);
     }
     pin!("net-check-edges-table", table::net_check(&c));
 }

@@ -64,7 +64,8 @@ pub fn measure(jobs: &[Job<'_>], load: &Load) -> anyhow::Result<Vec<PairResult>>
                 loaded_rtt_median: median(&loaded.echoes),
                 loaded_rtt_p95: percentile(&loaded.echoes, 0.95),
                 host_delay_p95: percentile(&loaded.host_echoes, 0.95),
-                emulator_late_p95: loaded.emulator_late_p95,
+                emulator_late_p95: loaded.emulator_late.0,
+                emulator_late_p99: loaded.emulator_late.1,
                 loss: loss.flatten(),
                 shared: jobs.len() > 1,
             },
@@ -158,8 +159,8 @@ struct Loaded {
     host_echoes: Vec<Duration>,
     /// Share of the CPU the hypervisor took during the load (the same for every pair).
     steal: Option<f64>,
-    /// The emulator's lateness over the echo's crossings, 95th percentile.
-    emulator_late_p95: Option<Duration>,
+    /// The emulator's lateness over the echo's crossings, 95th and 99th percentiles.
+    emulator_late: (Option<Duration>, Option<Duration>),
 }
 
 /// Every job's TCP test at once, with echoes per pair alongside (10 ms after each
@@ -196,10 +197,13 @@ fn under_load(jobs: &[Job<'_>], load: &Load, pingers: Vec<Pinger>) -> anyhow::Re
             echoes,
             host_echoes,
             steal,
-            emulator_late_p95: emulator_before
+            emulator_late: emulator_before
                 .as_deref()
                 .zip(emulator_after.as_deref())
-                .and_then(|(before, after)| emulator_late_p95(&job.crossings, before, after)),
+                .map_or((None, None), |(before, after)| {
+                    let q = |p| emulator_late(&job.crossings, before, after, p);
+                    (q(0.95), q(0.99))
+                }),
         })
         .collect())
 }
@@ -308,14 +312,15 @@ fn emulator_stats(topo: &str, written_after: SystemTime) -> Option<Vec<LinkStats
     serde_json::from_str(&std::fs::read_to_string(file).ok()?).ok()
 }
 
-/// The 95th percentile of the emulator's lateness added up over `crossings`, from each
+/// The `q` quantile of the emulator's lateness added up over `crossings`, from each
 /// crossing's frames between the two snapshots ([`quantile_of_sum`]): what its waiting
 /// for a CPU may have added to an echo. A crossing that carried no frame meanwhile adds
 /// nothing.
-fn emulator_late_p95(
+fn emulator_late(
     crossings: &[(&str, bool)],
     before: &[LinkStats],
     after: &[LinkStats],
+    q: f64,
 ) -> Option<Duration> {
     let stages: Vec<Vec<(Duration, u64)>> = crossings
         .iter()
@@ -330,5 +335,5 @@ fn emulator_late_p95(
             (!late.is_empty()).then_some(late)
         })
         .collect();
-    quantile_of_sum(&stages, 0.95)
+    quantile_of_sum(&stages, q)
 }
