@@ -116,6 +116,33 @@ impl RateMeter {
     }
 }
 
+/// A UDP receiver's watch on its socket's queue (allocated bytes against the buffer,
+/// SO_MEMINFO): [`Self::observe`] gives the count to report when the queue passes half
+/// the buffer, then nothing until it has drained below a quarter. Sans-IO.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct QueueWatch {
+    count: u64,
+    high: bool,
+}
+
+impl QueueWatch {
+    /// `queued` bytes of a buffer of `capacity`: `Some(count)` when this is a new fill.
+    pub fn observe(&mut self, queued: u64, capacity: u64) -> Option<u64> {
+        if capacity == 0 {
+            return None;
+        }
+        if !self.high && queued * 2 > capacity {
+            self.high = true;
+            self.count += 1;
+            return Some(self.count);
+        }
+        if self.high && queued * 4 < capacity {
+            self.high = false;
+        }
+        None
+    }
+}
+
 /// An unlimited-rate UDP sender that slows down when its receiver reports that the
 /// receiving *socket* overflowed (the host could not keep up), and speeds up again while
 /// no report comes: multiplicative decrease to [`BACKOFF_CUT`] of the limit (the first
@@ -130,6 +157,7 @@ pub struct Backoff {
     pacer: Option<Pacer>,
     limit_bps: f64,
     last_drops: u64,
+    last_queue_high: u64,
     /// The sender's sequence number at the last cut.
     cut_seq: u64,
     last_raise: Duration,
@@ -145,6 +173,7 @@ impl Backoff {
             pacer: None,
             limit_bps: 0.0,
             last_drops: 0,
+            last_queue_high: 0,
             cut_seq: 0,
             last_raise: now,
             sending: RateMeter::new(now),
@@ -185,6 +214,21 @@ impl Backoff {
             return;
         }
         self.last_drops = drops;
+        self.cut(now, seq, sent_seq);
+    }
+
+    /// The receiver reports its queue past half its buffer for the `count`-th time,
+    /// having received up to `seq`: the same cut as an overflow, before anything is lost
+    /// (one episode, one cut, whichever report comes first).
+    pub fn on_queue_high(&mut self, now: Duration, count: u64, seq: u64, sent_seq: u64) {
+        if count <= self.last_queue_high {
+            return;
+        }
+        self.last_queue_high = count;
+        self.cut(now, seq, sent_seq);
+    }
+
+    fn cut(&mut self, now: Duration, seq: u64, sent_seq: u64) {
         if self.cuts > 0 && seq <= self.cut_seq {
             return; // about datagrams sent before the last cut took effect
         }
@@ -314,6 +358,39 @@ mod tests {
         b.on_overflow(10 * MS, 12, 1001, 1200);
         assert_eq!(b.limit_bps(), Some(51_200_000));
         assert_eq!(b.cuts(), 2);
+    }
+
+    /// A queue report cuts like an overflow, once per episode whichever comes first.
+    #[test]
+    fn backoff_cuts_on_a_full_queue_before_any_drop() {
+        let mut b = Backoff::new(Duration::ZERO);
+        run(&mut b, 1, 10, 10_000);
+        b.on_queue_high(10 * MS, 1, 900, 1000);
+        assert_eq!(b.limit_bps(), Some(64_000_000));
+        // The same episode's overflow, about datagrams sent before the cut: no second cut.
+        b.on_overflow(10 * MS, 4, 990, 1050);
+        assert_eq!(b.cuts(), 1);
+        // A repeated report (same count) changes nothing; the next one, after the cut, cuts.
+        b.on_queue_high(10 * MS, 1, 1100, 1150);
+        assert_eq!(b.cuts(), 1);
+        b.on_queue_high(10 * MS, 2, 1100, 1200);
+        assert_eq!(b.limit_bps(), Some(51_200_000));
+        assert_eq!(b.cuts(), 2);
+    }
+
+    /// The receiver's watch: a report when the queue passes half the buffer, then none
+    /// until it has drained below a quarter.
+    #[test]
+    fn the_queue_watch_reports_each_fill_once() {
+        let mut w = QueueWatch::default();
+        assert_eq!(w.observe(100, 1000), None);
+        assert_eq!(w.observe(501, 1000), Some(1));
+        assert_eq!(w.observe(900, 1000), None);
+        assert_eq!(w.observe(300, 1000), None);
+        assert_eq!(w.observe(600, 1000), None);
+        assert_eq!(w.observe(249, 1000), None);
+        assert_eq!(w.observe(700, 1000), Some(2));
+        assert_eq!(w.observe(0, 0), None);
     }
 
     #[test]

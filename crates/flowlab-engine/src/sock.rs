@@ -181,6 +181,28 @@ pub fn trace_sample(sock: &std::net::TcpStream, t_us: u64) -> Option<TraceSample
     Some(sample)
 }
 
+/// A socket's receive queue: (bytes allocated to it, its receive buffer), both as the
+/// kernel accounts them (SO_MEMINFO, Linux 4.12; `None` before that).
+pub fn receive_queue<F: AsRawFd>(sock: &F) -> Option<(u64, u64)> {
+    // include/uapi/linux/sock_diag.h: SK_MEMINFO_RMEM_ALLOC = 0, SK_MEMINFO_RCVBUF = 1,
+    // nine u32s in all (SK_MEMINFO_VARS).
+    const SO_MEMINFO: libc::c_int = 55;
+    let mut info = [0u32; 9];
+    let mut len = std::mem::size_of_val(&info) as libc::socklen_t;
+    // SAFETY: a live buffer with its length passed alongside; the kernel writes at most
+    // `len` bytes.
+    let rc = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_MEMINFO,
+            info.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    (rc == 0 && len as usize >= 8).then(|| (u64::from(info[0]), u64::from(info[1])))
+}
+
 /// Enables UDP GRO on a receiving socket; false when the kernel lacks it.
 pub fn enable_udp_gro<F: AsFd>(sock: &F) -> bool {
     setsockopt(sock, sockopt::UdpGroSegment, &true).is_ok()

@@ -12,11 +12,12 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use flowlab_proto::params::Mode;
-use flowlab_proto::udp::{Ack, CONNECT_MSG, DatagramHeader, Overflow, handshake_reply};
+use flowlab_proto::udp::{Ack, CONNECT_MSG, DatagramHeader, Overflow, QueueHigh, handshake_reply};
 use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
 
 use crate::buf::PageBuf;
-use crate::pacing::{Backoff, Pacer};
+use crate::pacing::{Backoff, Pacer, QueueWatch};
+use crate::sock;
 use crate::stream::{DataConfig, Drain, POLL, StreamCounters, TestControl, is_timeout};
 use crate::tcp_data::payload;
 use crate::udp_stats::UdpReceiverStats;
@@ -167,6 +168,9 @@ fn send_streaming(
     }
 }
 
+/// Reads between two looks at the receiving socket's queue (one system call each).
+const QUEUE_EVERY: u64 = 4;
+
 /// Batches between two looks for overflow reports (one system call each).
 const FEEDBACK_EVERY: u64 = 4;
 
@@ -178,6 +182,8 @@ fn read_overflow_reports(sock: &UdpSocket, b: &mut Backoff, now: Duration, sent_
             Ok(n) => {
                 if let Ok(o) = Overflow::decode(&buf[..n]) {
                     b.on_overflow(now, o.drops, o.seq, sent_seq);
+                } else if let Ok(q) = QueueHigh::decode(&buf[..n]) {
+                    b.on_queue_high(now, q.count, q.seq, sent_seq);
                 }
             }
             Err(nix::Error::EINTR) => {}
@@ -271,6 +277,7 @@ pub(crate) fn receive(
     // because its buffer was full: loss that happened here, not in the network.
     let _ = nix::sys::socket::setsockopt(sock, nix::sys::socket::sockopt::RxqOvfl, &1);
     let mut reported_drops = 0u64;
+    let (mut queue, mut reads) = (QueueWatch::default(), 0u64);
     let account = |data: &[u8], seg: usize, now_us: u64| -> Vec<u64> {
         let mut acks = Vec::new();
         let Ok(mut guard) = c.udp.lock() else {
@@ -351,6 +358,18 @@ pub(crate) fn receive(
                 reported_drops = drops;
                 let seq = c.udp_counts().map_or(0, |u| u.highest_seq);
                 let _ = sock.send(&Overflow { drops, seq }.encode());
+            }
+            // The early warning: the queue past half the buffer, looked at every few
+            // reads (one system call each), so that the sender slows down before the
+            // kernel must drop.
+            reads += 1;
+            if cfg.backoff && reads % QUEUE_EVERY == 0 {
+                if let Some(count) = sock::receive_queue(sock)
+                    .and_then(|(queued, capacity)| queue.observe(queued, capacity))
+                {
+                    let seq = c.udp_counts().map_or(0, |u| u.highest_seq);
+                    let _ = sock.send(&QueueHigh { count, seq }.encode());
+                }
             }
         }
         if drain.done(ctl, got.is_some(), false) {

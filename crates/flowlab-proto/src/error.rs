@@ -17,6 +17,8 @@ pub enum ProtoError {
     NotAnAck,
     #[error("not a receiver-overflow message")]
     NotOverflow,
+    #[error("not a receiver-queue message")]
+    NotQueueHigh,
     #[error("bad fragment-protocol message: {0}")]
     BadFragmentMessage(&'static str),
 }

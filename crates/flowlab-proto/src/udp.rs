@@ -157,9 +157,65 @@ impl Overflow {
     }
 }
 
+/// flowlab receiver-queue feedback, the early warning before [`Overflow`]: the receiving
+/// socket's queue has filled past half its buffer `count` times so far (each time after
+/// it had drained below a quarter), and the highest sequence number received so far is
+/// `seq`. Sent like [`Overflow`], under the same negotiation; a sender that does not know
+/// it ignores it (any datagram that does not decode is ignored).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueHigh {
+    pub count: u64,
+    pub seq: u64,
+}
+
+impl QueueHigh {
+    pub const LEN: usize = 20;
+    const MAGIC: [u8; 4] = *b"FLQH";
+
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        let mut out = [0u8; Self::LEN];
+        out[..4].copy_from_slice(&Self::MAGIC);
+        out[4..12].copy_from_slice(&self.count.to_be_bytes());
+        out[12..].copy_from_slice(&self.seq.to_be_bytes());
+        out
+    }
+
+    pub fn decode(buf: &[u8]) -> Result<Self, ProtoError> {
+        if buf.len() != Self::LEN || buf[..4] != Self::MAGIC {
+            return Err(ProtoError::NotQueueHigh);
+        }
+        let word = |at: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&buf[at..at + 8]);
+            u64::from_be_bytes(b)
+        };
+        Ok(QueueHigh {
+            count: word(4),
+            seq: word(12),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn queue_high_round_trips_and_is_neither_an_overflow_nor_an_ack() {
+        let q = QueueHigh {
+            count: 3,
+            seq: u64::MAX,
+        };
+        assert_eq!(QueueHigh::decode(&q.encode()), Ok(q));
+        assert_eq!(Overflow::decode(&q.encode()), Err(ProtoError::NotOverflow));
+        assert_eq!(Ack::decode(&q.encode()), Err(ProtoError::NotAnAck));
+        let o = Overflow { drops: 3, seq: 9 };
+        assert_eq!(
+            QueueHigh::decode(&o.encode()),
+            Err(ProtoError::NotQueueHigh)
+        );
+        assert_eq!(QueueHigh::decode(b"FLQH"), Err(ProtoError::NotQueueHigh));
+    }
 
     #[test]
     fn overflow_round_trips_and_is_not_an_ack() {
