@@ -135,9 +135,17 @@ impl Db {
         self.conn
             .busy_timeout(Duration::from_secs(30))
             .map_err(|e| self.err(e))?;
-        let version: i64 = self
+        // The version and the tables are read in one statement, so from one snapshot:
+        // read apart, another runner creating the schema between the two reads would
+        // make a new database look like a foreign one (version 0, tables there).
+        let (version, tables): (i64, i64) = self
             .conn
-            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .query_row(
+                "SELECT (SELECT user_version FROM pragma_user_version), \
+                        (SELECT count(*) FROM sqlite_master)",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
             .map_err(|e| self.err(e))?;
         if version > schema::VERSION {
             return Err(DbError::Newer {
@@ -146,17 +154,11 @@ impl Db {
                 known: schema::VERSION,
             });
         }
-        if version == 0 {
-            let tables: i64 = self
-                .conn
-                .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
-                .map_err(|e| self.err(e))?;
-            if tables > 0 {
-                return Err(DbError::Foreign {
-                    path: self.path.clone(),
-                    why: format!("it holds {tables} tables but no flowlab schema version"),
-                });
-            }
+        if version == 0 && tables > 0 {
+            return Err(DbError::Foreign {
+                path: self.path.clone(),
+                why: format!("it holds {tables} tables but no flowlab schema version"),
+            });
         }
         // Switching to WAL takes the database whole, and SQLite does not wait for a
         // busy one there: another runner opening it at the same moment is waited for

@@ -90,7 +90,8 @@ fn the_reports_statistics_and_csv_match_the_database() {
             "min",
             "max",
             "ci_low",
-            "ci_high"
+            "ci_high",
+            "ideal"
         ]
     );
     // Every ok trial's metrics, straight from the database.
@@ -120,6 +121,8 @@ fn the_reports_statistics_and_csv_match_the_database() {
         let num = |name: &str| get(name).parse::<f64>().expect(name);
         metrics.insert(get("metric"));
         seen += 1;
+        // An ideal is worked out for a fetch from several servers only.
+        assert_eq!(get("ideal"), "", "{rec:?}");
         let v = &values[&(get("cell"), get("metric"))];
         let n = v.len() as f64;
         assert_eq!(num("n"), n, "{rec:?}");
