@@ -134,26 +134,12 @@ impl Overflow {
     const MAGIC: [u8; 4] = *b"FLOV";
 
     pub fn encode(&self) -> [u8; Self::LEN] {
-        let mut out = [0u8; Self::LEN];
-        out[..4].copy_from_slice(&Self::MAGIC);
-        out[4..12].copy_from_slice(&self.drops.to_be_bytes());
-        out[12..].copy_from_slice(&self.seq.to_be_bytes());
-        out
+        report(Self::MAGIC, self.drops, self.seq)
     }
 
     pub fn decode(buf: &[u8]) -> Result<Self, ProtoError> {
-        if buf.len() != Self::LEN || buf[..4] != Self::MAGIC {
-            return Err(ProtoError::NotOverflow);
-        }
-        let word = |at: usize| {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(&buf[at..at + 8]);
-            u64::from_be_bytes(b)
-        };
-        Ok(Overflow {
-            drops: word(4),
-            seq: word(12),
-        })
+        let (drops, seq) = read_report(buf, Self::MAGIC).ok_or(ProtoError::NotOverflow)?;
+        Ok(Overflow { drops, seq })
     }
 }
 
@@ -173,27 +159,35 @@ impl QueueHigh {
     const MAGIC: [u8; 4] = *b"FLQH";
 
     pub fn encode(&self) -> [u8; Self::LEN] {
-        let mut out = [0u8; Self::LEN];
-        out[..4].copy_from_slice(&Self::MAGIC);
-        out[4..12].copy_from_slice(&self.count.to_be_bytes());
-        out[12..].copy_from_slice(&self.seq.to_be_bytes());
-        out
+        report(Self::MAGIC, self.count, self.seq)
     }
 
     pub fn decode(buf: &[u8]) -> Result<Self, ProtoError> {
-        if buf.len() != Self::LEN || buf[..4] != Self::MAGIC {
-            return Err(ProtoError::NotQueueHigh);
-        }
-        let word = |at: usize| {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(&buf[at..at + 8]);
-            u64::from_be_bytes(b)
-        };
-        Ok(QueueHigh {
-            count: word(4),
-            seq: word(12),
-        })
+        let (count, seq) = read_report(buf, Self::MAGIC).ok_or(ProtoError::NotQueueHigh)?;
+        Ok(QueueHigh { count, seq })
     }
+}
+
+/// A receiver's 20-byte report: `magic`, then two big-endian u64s.
+fn report(magic: [u8; 4], a: u64, b: u64) -> [u8; 20] {
+    let mut out = [0u8; 20];
+    out[..4].copy_from_slice(&magic);
+    out[4..12].copy_from_slice(&a.to_be_bytes());
+    out[12..].copy_from_slice(&b.to_be_bytes());
+    out
+}
+
+/// The two numbers of a [`report`] with `magic`; `None` for anything else.
+fn read_report(buf: &[u8], magic: [u8; 4]) -> Option<(u64, u64)> {
+    if buf.len() != 20 || buf[..4] != magic {
+        return None;
+    }
+    let word = |at: usize| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&buf[at..at + 8]);
+        u64::from_be_bytes(b)
+    };
+    Some((word(4), word(12)))
 }
 
 #[cfg(test)]

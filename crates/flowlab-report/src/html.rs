@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use crate::study_report::{
-    IDEAL_NOTE, RETRIED, StudyReport, ideal_text, metric_unit, number, row_texts, title,
+    Failure, IDEAL_NOTE, RETRIED, StudyReport, ideal_text, metric_unit, number, row_texts, title,
 };
 
 /// `text` safe inside HTML text and attribute values.
@@ -167,35 +167,30 @@ pub fn page(r: &StudyReport, charts: &[Option<String>], traces: &[(String, Strin
         }
         let _ = writeln!(out, "</section>");
     }
-    if !r.failures.is_empty() {
-        let _ = writeln!(
-            out,
-            "<h2 class=\"failed\">Failed trials (not in the statistics)</h2><ul>"
-        );
-        for f in &r.failures {
-            let _ = writeln!(
-                out,
-                "<li>{} #{}: {}</li>",
-                esc(&f.cell),
-                f.repetition,
-                esc(&f.error)
-            );
-        }
-        let _ = writeln!(out, "</ul>");
-    }
-    if !r.retried.is_empty() {
-        let _ = writeln!(out, "<h2>{}</h2><ul>", esc(RETRIED));
-        for f in &r.retried {
-            let _ = writeln!(
-                out,
-                "<li>{} #{}: {}</li>",
-                esc(&f.cell),
-                f.repetition,
-                esc(&f.error)
-            );
-        }
-        let _ = writeln!(out, "</ul>");
-    }
+    failure_list(
+        &mut out,
+        "<h2 class=\"failed\">Failed trials (not in the statistics)</h2>",
+        &r.failures,
+    );
+    failure_list(&mut out, &format!("<h2>{}</h2>", esc(RETRIED)), &r.retried);
     let _ = writeln!(out, "</body></html>");
     out
+}
+
+/// A heading and a list of failures (cell, repetition, error); nothing when there are none.
+fn failure_list(out: &mut String, heading: &str, failures: &[Failure]) {
+    if failures.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "{heading}<ul>");
+    for f in failures {
+        let _ = writeln!(
+            out,
+            "<li>{} #{}: {}</li>",
+            esc(&f.cell),
+            f.repetition,
+            esc(&f.error)
+        );
+    }
+    let _ = writeln!(out, "</ul>");
 }
