@@ -20,6 +20,8 @@ METRIC says what each run's figure is:
   check-gbps a `flowlab net check -J` document: its first path's measured throughput,
              in Gbit/s;
   check-p95  the same: its first path's RTT under load, 95th percentile, in ms;
+  udp-loss   a `flowlab test -u -J` document: the receivers' lost datagrams over the
+             expected ones, in % (a UDP test's loss);
   wall-ms    the command's own wall time, in milliseconds.
 Commands run in a shell; a run that fails or prints no figure stops the case with its
 output.
@@ -42,6 +44,11 @@ def figure(metric, out):
         if "sums" in end:  # flowlab
             return sum(s["receiver"]["bits_per_second"] for s in end["sums"]) / 1e9
         return end["sum_received"]["bits_per_second"] / 1e9  # iperf3
+    if metric == "udp-loss":
+        sums = doc["end"]["sums"]
+        lost = sum(s["receiver"]["udp"]["lost"] for s in sums)
+        expected = sum(s["receiver"]["udp"]["expected"] for s in sums)
+        return 100.0 * lost / expected if expected else 0.0
     if metric == "fetch-s":
         return doc["seconds"]
     if metric == "fetch-mbps":
@@ -71,7 +78,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("case")
     ap.add_argument(
-        "metric", choices=["gbps", "fetch-s", "fetch-mbps", "check-gbps", "check-p95", "wall-ms"]
+        "metric", choices=["gbps", "udp-loss", "fetch-s", "fetch-mbps", "check-gbps", "check-p95", "wall-ms"]
     )
     ap.add_argument("a")
     ap.add_argument("b")
@@ -87,7 +94,10 @@ def main():
         a.append(run(args.metric, args.a))
         b.append(run(args.metric, args.b))
         print(f"  {args.case:<14} run {i + 1}  {args.label_a} {a[-1]:10.3f}  {args.label_b} {b[-1]:10.3f}  {args.metric}", flush=True)
-    pair = statistics.median(x / y for x, y in zip(a, b) if y)
+    ratios = [x / y for x, y in zip(a, b) if y]
+    pair = f"{statistics.median(ratios):.3f}" if ratios else "-"
+    mb = statistics.median(b)
+    of_medians = f"{statistics.median(a) / mb:.3f}" if mb else "-"
     flags = []
     for label, xs in ((args.label_a, a), (args.label_b, b)):
         m = statistics.median(xs)
@@ -96,7 +106,7 @@ def main():
     fmt = lambda xs: f"{min(xs):.3f} / {statistics.median(xs):.3f} / {max(xs):.3f}"
     print(
         f"| {args.case} | {args.metric} | {args.label_a}: {fmt(a)} | {args.label_b}: {fmt(b)} "
-        f"| {statistics.median(a) / statistics.median(b):.3f} | {pair:.3f} | {'; '.join(flags) or 'ok'} |",
+        f"| {of_medians} | {pair} | {'; '.join(flags) or 'ok'} |",
         flush=True,
     )
     if args.per > 0:

@@ -8,7 +8,8 @@
 #   emu-unlimited  5 ms delay, no rate limit, TCP as fast as it goes
 #   emu-1G-load    the same link, TCP paced at 1 Gbit/s: is the delay kept under load?
 #   emu-1G-link    5 ms delay and a 1 Gbit/s tbf rate (queue 1000): fidelity at 1 Gbit/s
-# and, where the kernel has sch_netem, the last three again on the netem backend.
+# and, where the kernel has sch_netem, the last three again on the netem backend; then
+# the emulator's own CPU at the seed's 30 Mbit/s (one link, TCP through it).
 # Printed per case: TCP throughput (median of BENCH_REPEAT runs), its ratio to direct,
 # idle RTT (median of 20 ICMP echoes) and the median and highest RTT under load (ICMP
 # echoes during the whole TCP test, each 10 ms after the previous reply; "load max" is the
@@ -35,13 +36,14 @@ if [[ ! -x "$FLOWLAB" ]]; then
 fi
 
 DIR="$(mktemp -d)"
-trap 'for n in bdir bemu b1g; do "$FLOWLAB" net down $n >/dev/null 2>&1 || true; done; rm -rf "$DIR"' EXIT
+trap 'for n in bdir bemu b1g b30; do "$FLOWLAB" net down $n >/dev/null 2>&1 || true; done; rm -rf "$DIR"' EXIT
 topo() { # name, extra link properties
     printf 'name = "%s"\nhosts = ["a", "b"]\n[[link]]\nends = ["a", "b"]\n%b\n' "$1" "$2" > "$DIR/$1.toml"
 }
 topo bdir ''
 topo bemu 'delay = "5ms"'
 topo b1g 'delay = "5ms"\nrate = "1G"\nqueue = 1000'
+topo b30 'delay = "5ms"\nrate = "30M"\nqueue = 100'
 
 NETEM=no
 if "$FLOWLAB" net up --backend netem "$DIR/bemu.toml" >/dev/null 2>&1; then NETEM=yes; fi
@@ -100,3 +102,23 @@ for name, rs in runs.items():
           f"{med('loaded_rtt_median_ms'):>6} ms {(f'{max(highest):.2f}' if highest else '?'):>6} ms"
           f" {p99(rs):>10}")
 PY
+
+# The emulator's own CPU at the seed's rate: one link of 30 Mbit/s with 5 ms each way,
+# TCP through it (`net check`, T s of load); the emulator process's user + system time
+# over the load's seconds, per run (the check's idle echoes before the load are counted
+# in, so this errs high).
+hz=$(getconf CLK_TCK)
+cpu=()
+for _ in $(seq "$REPEAT"); do
+    "$FLOWLAB" net up --backend userspace "$DIR/b30.toml" >/dev/null
+    pid=$("$FLOWLAB" net status | sed -n 's/^b30: .*emulator pid \([0-9]*\).*/\1/p')
+    [[ -n "$pid" ]] || die "no emulator found for b30"
+    before=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+    load=$("$FLOWLAB" net check "$DIR/b30.toml" -t "$T" -J | python3 -c "import json,sys; print(json.load(sys.stdin)['load_seconds'])")
+    after=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+    "$FLOWLAB" net down b30 >/dev/null
+    cpu+=("$(python3 -c "print(f'{100 * ($after - $before) / $hz / $load:.1f}')")")
+done
+echo
+echo "emulator CPU at 30 Mbit/s (one link, TCP through it), % of one core per run: ${cpu[*]}"
+python3 -c "import statistics,sys; v=[float(x) for x in sys.argv[1:]]; print(f'  min / median / max: {min(v):.1f} / {statistics.median(v):.1f} / {max(v):.1f} %')" "${cpu[@]}"
