@@ -2,8 +2,9 @@
 # Runs flowlab's whole test suite. Installs what the tests need when it is missing, from
 # Debian packages: iperf3 (interoperability tests), iproute2 (`ip`, `tc`: the
 # `flowlab net` tests, which also need root), util-linux (`setpriv`: the net tests run
-# flowlab as an unprivileged user too) and chromium (the HTML report opened in a real
-# headless browser).
+# flowlab as an unprivileged user too), chromium (the HTML report opened in a real
+# headless browser) and openssl (RSA keys for the authentication interop tests, made as
+# iperf3's own auth test makes them).
 #
 # Every test binary runs (--no-fail-fast), so one failure cannot hide others, and the
 # last line sums up: test binaries and tests passed, failed and skipped (a test skips,
@@ -16,6 +17,7 @@ command -v iperf3 >/dev/null 2>&1 || missing+=(iperf3)
 { command -v ip >/dev/null 2>&1 && command -v tc >/dev/null 2>&1; } || missing+=(iproute2)
 command -v setpriv >/dev/null 2>&1 || missing+=(util-linux)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "test.sh: installing ${missing[*]} (Debian packages) for the tests"
   sudo=""

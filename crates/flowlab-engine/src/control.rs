@@ -3,7 +3,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use flowlab_proto::{Cookie, ProtoError, State, cookie::COOKIE_LEN, frame};
 use serde::Serialize;
@@ -38,9 +38,45 @@ pub fn read_exact(sock: &mut TcpStream, buf: &mut [u8]) -> Result<(), ControlErr
     sock.read_exact(buf).map_err(|e| map_read(e, timeout))
 }
 
+/// Reads exactly `buf.len()` bytes by `deadline`, however the peer spaces them: a peer
+/// that drips a byte at a time, each just inside a read timeout, still runs out of time.
+pub fn read_exact_by(
+    sock: &mut TcpStream,
+    buf: &mut [u8],
+    deadline: Instant,
+    allowed: Duration,
+) -> Result<(), ControlError> {
+    let mut got = 0;
+    while got < buf.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(ControlError::Timeout(allowed));
+        }
+        sock.set_read_timeout(Some(left))?;
+        match sock.read(&mut buf[got..]) {
+            Ok(0) => return Err(ControlError::Closed),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(map_read(e, Some(allowed))),
+        }
+    }
+    Ok(())
+}
+
 pub fn read_cookie(sock: &mut TcpStream) -> Result<Cookie, ControlError> {
     let mut wire = [0u8; COOKIE_LEN];
     read_exact(sock, &mut wire)?;
+    Ok(Cookie::decode(&wire)?)
+}
+
+/// [`read_cookie`] by a deadline (see [`read_exact_by`]).
+pub fn read_cookie_by(
+    sock: &mut TcpStream,
+    deadline: Instant,
+    allowed: Duration,
+) -> Result<Cookie, ControlError> {
+    let mut wire = [0u8; COOKIE_LEN];
+    read_exact_by(sock, &mut wire, deadline, allowed)?;
     Ok(Cookie::decode(&wire)?)
 }
 
@@ -62,6 +98,21 @@ pub fn read_frame<T: DeserializeOwned>(sock: &mut TcpStream, max: u32) -> Result
     let len = frame::check(prefix, max)?;
     let mut body = vec![0u8; len];
     read_exact(sock, &mut body)?;
+    Ok(frame::decode(&body)?)
+}
+
+/// [`read_frame`] by a deadline for the whole message (see [`read_exact_by`]).
+pub fn read_frame_by<T: DeserializeOwned>(
+    sock: &mut TcpStream,
+    max: u32,
+    deadline: Instant,
+    allowed: Duration,
+) -> Result<T, ControlError> {
+    let mut prefix = [0u8; 4];
+    read_exact_by(sock, &mut prefix, deadline, allowed)?;
+    let len = frame::check(prefix, max)?;
+    let mut body = vec![0u8; len];
+    read_exact_by(sock, &mut body, deadline, allowed)?;
     Ok(frame::decode(&body)?)
 }
 

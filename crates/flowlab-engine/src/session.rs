@@ -127,6 +127,15 @@ impl DataSession {
         }
     }
 
+    /// Ends a test cut short (a limit, a vanished peer): like [`Self::abort`], but the
+    /// receivers do not wait for data still in flight.
+    pub fn cut(&mut self) {
+        self.ctl.cut();
+        for s in self.streams.iter_mut() {
+            let _ = s.join();
+        }
+    }
+
     /// Bytes moved by this side's streams of `role` since the start (omit included).
     pub fn total_bytes(&self, role: Role) -> u64 {
         self.streams
@@ -254,15 +263,15 @@ fn stream_results(
         bytes: end.bytes - base.bytes,
         retransmits,
         jitter: udp.map_or(0.0, |(u, _)| u.jitter_us / 1e6),
-        errors: udp.map_or(0, |(u, b)| u.since(&b).lost as i64),
+        errors: udp.map_or(0, |(u, b)| signed(u.since(&b).lost)),
         // A UDP receiver reports the highest sequence number seen, as iperf3 does; a
         // sender the datagrams (or writes) it sent.
         packets: match udp {
-            Some((u, b)) => (u.highest_seq - b.highest_seq) as i64,
-            None => (end.blocks - base.blocks) as i64,
+            Some((u, b)) => signed(u.highest_seq - b.highest_seq),
+            None => signed(end.blocks - base.blocks),
         },
-        omitted_errors: udp.map_or(0, |(_, b)| b.lost as i64),
-        omitted_packets: udp.map_or(0, |(_, b)| b.highest_seq as i64),
+        omitted_errors: udp.map_or(0, |(_, b)| signed(b.lost)),
+        omitted_packets: udp.map_or(0, |(_, b)| signed(b.highest_seq)),
         start_time: 0.0,
         end_time: seconds,
         out_of_order: udp.map(|(u, b)| u.since(&b).out_of_order),
@@ -272,9 +281,15 @@ fn stream_results(
         rcvbuf_drops: udp.map(|_| end.rcvbuf_drops.saturating_sub(base.rcvbuf_drops)),
         backoff_cuts: (backoff && s.role == Role::Send && matches!(s.transport, Transport::Udp(_)))
             .then(|| end.backoff_cuts.saturating_sub(base.backoff_cuts)),
+        foreign: udp.map(|(u, b)| u.since(&b).foreign),
         socket: None,
         trace: None,
     }
+}
+
+/// A count for iperf3's signed fields: never negative, however large.
+fn signed(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 /// What the kernel granted a stream's socket: its buffers and congestion control.

@@ -17,6 +17,8 @@ pub enum SockError {
         what: &'static str,
         source: io::Error,
     },
+    #[error("a socket buffer of {0} bytes is above the largest the kernel takes ({max})", max = flowlab_report::spec::MAX_WINDOW)]
+    BufferTooLarge(u64),
 }
 
 fn opt_err(what: &'static str) -> impl FnOnce(nix::Error) -> SockError {
@@ -64,6 +66,10 @@ pub struct BufferSizes {
 /// Asks for `bytes` of send and receive buffer (0: leave the kernel's autotuning alone)
 /// and returns what the kernel granted.
 pub fn set_buffers(sock: &socket2::SockRef<'_>, bytes: u64) -> Result<BufferSizes, SockError> {
+    if bytes > flowlab_report::spec::MAX_WINDOW {
+        // socket2 would hand the kernel an int that wrapped around.
+        return Err(SockError::BufferTooLarge(bytes));
+    }
     if bytes > 0 {
         let b = usize::try_from(bytes).unwrap_or(usize::MAX);
         sock.set_send_buffer_size(b)

@@ -154,6 +154,8 @@ pub struct TestControl {
     pub stop_send: AtomicBool,
     /// Set to make receivers drain what is still in flight and finish.
     pub stop_recv: AtomicBool,
+    /// Set to make receivers finish without draining: the test was cut short.
+    pub cut: AtomicBool,
     /// The test's clock: when data started to flow.
     pub epoch: Instant,
     pub budget: Budget,
@@ -171,6 +173,7 @@ impl TestControl {
         Arc::new(TestControl {
             stop_send: AtomicBool::new(false),
             stop_recv: AtomicBool::new(false),
+            cut: AtomicBool::new(false),
             epoch: Instant::now(),
             budget,
             ended,
@@ -184,6 +187,12 @@ impl TestControl {
     pub fn stop(&self) {
         self.stop_send.store(true, Ordering::Release);
         self.stop_recv.store(true, Ordering::Release);
+    }
+
+    /// Stops everything at once: receivers do not wait for the data still coming.
+    pub fn cut(&self) {
+        self.cut.store(true, Ordering::Release);
+        self.stop();
     }
 }
 
@@ -280,7 +289,7 @@ pub fn spawn(
     let counters = Arc::new(StreamCounters::default());
     if plan.role == Role::Receive && matches!(plan.transport, Transport::Udp(_)) {
         if let Ok(mut g) = counters.udp.lock() {
-            *g = Some(UdpReceiverStats::default());
+            *g = Some(UdpReceiverStats::new(crate::udp_data::datagram_len(&cfg)));
         }
     }
     let StreamPlan {
@@ -349,6 +358,9 @@ impl Drain {
     pub fn done(&mut self, ctl: &TestControl, got_data: bool, until_eof: bool) -> bool {
         if !ctl.stop_recv.load(Ordering::Acquire) {
             return false;
+        }
+        if ctl.cut.load(Ordering::Acquire) {
+            return true;
         }
         let now = Instant::now();
         let since = *self.since.get_or_insert(now);

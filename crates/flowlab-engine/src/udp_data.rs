@@ -20,7 +20,7 @@ use crate::pacing::{Backoff, Pacer, QueueWatch};
 use crate::sock;
 use crate::stream::{DataConfig, Drain, POLL, StreamCounters, TestControl, is_timeout};
 use crate::tcp_data::payload;
-use crate::udp_stats::UdpReceiverStats;
+use crate::udp_stats::{UdpReceiverStats, Verdict};
 
 /// Most datagrams one GSO send carries (the kernel's UDP_MAX_SEGMENTS is 64 or more).
 const MAX_SEGMENTS: usize = 64;
@@ -58,7 +58,7 @@ fn send_streaming(
     c: &StreamCounters,
 ) -> io::Result<()> {
     let hdr = DatagramHeader::len(cfg.counters_64bit);
-    let len = cfg.len.max(hdr);
+    let len = datagram_len(cfg);
     let max_segs = (MAX_GSO_BYTES / len).clamp(1, MAX_SEGMENTS);
     let mut gso = max_segs > 1;
     let mut buf = payload(len * max_segs);
@@ -200,7 +200,7 @@ fn send_stop_and_wait(
     c: &StreamCounters,
 ) -> io::Result<()> {
     let hdr = DatagramHeader::len(cfg.counters_64bit);
-    let len = cfg.len.max(hdr);
+    let len = datagram_len(cfg);
     let mut buf = payload(len);
     let mut ack = [0u8; 64];
     let mut seq = 0u64;
@@ -259,6 +259,11 @@ fn send_stop_and_wait(
     Ok(())
 }
 
+/// Bytes in every datagram of a stream: the block length, at least a header.
+pub(crate) fn datagram_len(cfg: &DataConfig) -> usize {
+    cfg.len.max(DatagramHeader::len(cfg.counters_64bit))
+}
+
 /// Receives until told to stop and drained. `early` holds datagrams that arrived before
 /// the stream's handshake finished.
 pub(crate) fn receive(
@@ -283,14 +288,17 @@ pub(crate) fn receive(
         let Ok(mut guard) = c.udp.lock() else {
             return acks;
         };
-        let stats: &mut UdpReceiverStats = guard.get_or_insert_with(UdpReceiverStats::default);
+        let stats: &mut UdpReceiverStats =
+            guard.get_or_insert_with(|| UdpReceiverStats::new(datagram_len(cfg)));
         // The shared counters are updated once per batch, not per datagram.
         let (mut bytes, mut datagrams) = (0u64, 0u64);
         for d in data.chunks(seg.max(1)) {
             let Ok(h) = DatagramHeader::decode(d, cfg.counters_64bit) else {
                 continue;
             };
-            stats.on_datagram(h.seq, d.len(), h.micros(), now_us);
+            if stats.on_datagram(h.seq, d.len(), h.micros(), now_us) == Verdict::Foreign {
+                continue;
+            }
             bytes += d.len() as u64;
             datagrams += 1;
             if stop_and_wait {

@@ -11,9 +11,33 @@
 //!   `D = |transit_i − transit_{i−1}|`, `J += (D − J) / 16`, with transit = arrival time
 //!   minus the sender's timestamp (the clocks need not agree: only differences count).
 //! - **unique_bytes**: bytes of first copies — the "integrity" numerator.
+//! - **foreign**: datagrams that cannot belong to the stream, counted apart and changing
+//!   nothing else: longer than the stream's datagrams (a last datagram may be shorter
+//!   when the test ends at a byte count), sequence number 0
+//!   (streams start at 1), a sequence number [`WINDOW`] or more behind the highest one
+//!   (it cannot be told from a replay), or one further ahead than the sender could have
+//!   got since the previous datagram arrived ([`WINDOW`] plus [`MAX_RATE_PER_US`] per
+//!   microsecond). One forged datagram with a huge sequence number would otherwise
+//!   count billions of datagrams lost.
 
 /// How many sequence numbers behind the highest one duplicates are recognised.
 pub const WINDOW: u64 = 1 << 16;
+
+/// The most datagrams per microsecond any sender is credited with when judging how far
+/// ahead a sequence number may jump: 50 million a second, over ten times what a 100
+/// Gbit/s link carries in 1460-byte datagrams.
+pub const MAX_RATE_PER_US: u64 = 50;
+
+/// What a receiver made of one datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Counted: new, late or filling a gap.
+    Counted,
+    /// A copy of a datagram already counted.
+    Duplicate,
+    /// Cannot belong to the stream (see the module docs); changed nothing but `foreign`.
+    Foreign,
+}
 
 /// Running counters of one UDP receiver: the counts, plus what it takes to keep them.
 #[derive(Debug, Clone)]
@@ -22,22 +46,43 @@ pub struct UdpReceiverStats {
     prev_transit: Option<i64>,
     /// Bit i of `seen[(seq % WINDOW) / 64]` is set when `seq` was received.
     seen: Vec<u64>,
+    /// No datagram of the stream is longer.
+    datagram_len: usize,
+    /// When the last datagram that was not foreign arrived, µs.
+    last_arrival_us: u64,
 }
 
-impl Default for UdpReceiverStats {
-    fn default() -> Self {
+impl UdpReceiverStats {
+    /// Counters for a stream whose datagrams are at most `datagram_len` bytes long.
+    pub fn new(datagram_len: usize) -> Self {
         UdpReceiverStats {
             counts: UdpCounts::default(),
             prev_transit: None,
             seen: vec![0; (WINDOW / 64) as usize],
+            datagram_len,
+            last_arrival_us: 0,
         }
     }
-}
 
-impl UdpReceiverStats {
+    /// Whether a datagram can belong to the stream (see the module docs).
+    fn is_foreign(&self, seq: u64, len: usize, arrival_us: u64) -> bool {
+        let highest = self.counts.highest_seq;
+        let since = arrival_us.saturating_sub(self.last_arrival_us);
+        let reach = WINDOW.saturating_add(since.saturating_mul(MAX_RATE_PER_US));
+        len > self.datagram_len
+            || seq == 0
+            || (seq <= highest && highest - seq >= WINDOW)
+            || (seq > highest && seq - highest > reach)
+    }
+
     /// Accounts one datagram of `len` bytes with sequence `seq`, stamped `sent_us` by the
     /// sender and received at `arrival_us` by this side's clock.
-    pub fn on_datagram(&mut self, seq: u64, len: usize, sent_us: u64, arrival_us: u64) {
+    pub fn on_datagram(&mut self, seq: u64, len: usize, sent_us: u64, arrival_us: u64) -> Verdict {
+        if self.is_foreign(seq, len, arrival_us) {
+            self.counts.foreign += 1;
+            return Verdict::Foreign;
+        }
+        self.last_arrival_us = arrival_us;
         let c = &mut self.counts;
         c.packets += 1;
         c.bytes += len as u64;
@@ -52,13 +97,9 @@ impl UdpReceiverStats {
             } else {
                 clear_seen(&mut self.seen, start, seq);
             }
-        } else if c.highest_seq - seq >= WINDOW {
-            // Too old to tell: a late arrival, as iperf3 would count it.
-            c.out_of_order += 1;
-            c.lost = c.lost.saturating_sub(1);
         } else if is_seen(&self.seen, seq) {
             c.duplicates += 1;
-            return;
+            return Verdict::Duplicate;
         } else {
             c.out_of_order += 1;
             c.lost = c.lost.saturating_sub(1);
@@ -72,6 +113,7 @@ impl UdpReceiverStats {
             c.jitter_us += (d - c.jitter_us) / 16.0;
         }
         self.prev_transit = Some(transit);
+        Verdict::Counted
     }
 
     /// The counters now, for snapshots.
@@ -124,6 +166,7 @@ pub struct UdpCounts {
     pub duplicates: u64,
     pub jitter_us: f64,
     pub highest_seq: u64,
+    pub foreign: u64,
 }
 
 impl UdpCounts {
@@ -149,6 +192,7 @@ impl UdpCounts {
             duplicates: self.duplicates - earlier.duplicates,
             jitter_us: self.jitter_us,
             highest_seq: self.highest_seq,
+            foreign: self.foreign - earlier.foreign,
         }
     }
 }
@@ -158,7 +202,7 @@ mod tests {
     use super::*;
 
     fn feed(seqs: &[u64]) -> UdpReceiverStats {
-        let mut s = UdpReceiverStats::default();
+        let mut s = UdpReceiverStats::new(100);
         for (i, &q) in seqs.iter().enumerate() {
             s.on_datagram(q, 100, 0, i as u64 * 1000);
         }
@@ -226,7 +270,7 @@ mod tests {
 
     #[test]
     fn window_slides_without_false_duplicates() {
-        let mut s = UdpReceiverStats::default();
+        let mut s = UdpReceiverStats::new(1);
         s.on_datagram(1, 1, 0, 0);
         s.on_datagram(1 + WINDOW, 1, 0, 0);
         // seq 1 + WINDOW shares seq 1's bit; seq 1 + 2*WINDOW - 1 must not look seen.
@@ -239,7 +283,7 @@ mod tests {
     #[test]
     fn jitter_follows_rfc3550() {
         // Transits: 0, 10, 10, 30 µs → D = 10, 0, 20.
-        let mut s = UdpReceiverStats::default();
+        let mut s = UdpReceiverStats::new(10);
         for (seq, sent, arrival) in [(1, 0, 0), (2, 100, 110), (3, 200, 210), (4, 300, 330)] {
             s.on_datagram(seq, 10, sent, arrival);
         }
@@ -250,6 +294,55 @@ mod tests {
         let got = s.counts().jitter_us;
         assert!((got - j).abs() < 1e-9, "{got} vs {j}");
         assert!((j - 1.799_316_406_25).abs() < 1e-9, "hand-computed: {j}");
+    }
+
+    #[test]
+    fn forged_datagrams_are_foreign_and_change_nothing_else() {
+        // A live stream at one datagram per 10 µs; then a forged datagram at the top of
+        // the 64-bit range, one far behind (a replay), one of the wrong length and one
+        // with sequence 0; then the stream goes on.
+        let mut s = UdpReceiverStats::new(100);
+        for q in 1..=100_000u64 {
+            assert_eq!(s.on_datagram(q, 100, q * 10, q * 10), Verdict::Counted);
+        }
+        let before = s.counts();
+        let t = 1_000_005;
+        for (seq, len) in [(u64::MAX, 100), (u64::MAX / 2, 100), (1 << 32, 100)] {
+            assert_eq!(s.on_datagram(seq, len, 0, t), Verdict::Foreign, "{seq}");
+        }
+        assert_eq!(s.on_datagram(100_000 - WINDOW, 100, 0, t), Verdict::Foreign);
+        assert_eq!(s.on_datagram(100_001, 101, 0, t), Verdict::Foreign);
+        assert_eq!(s.on_datagram(0, 100, 0, t), Verdict::Foreign);
+        let after = s.counts();
+        assert_eq!(after.foreign, 6);
+        assert_eq!(
+            UdpCounts {
+                foreign: 0,
+                ..after
+            },
+            before,
+            "a foreign datagram changed the stream's counts"
+        );
+        for q in 100_001..=100_010u64 {
+            assert_eq!(s.on_datagram(q, 100, q * 10, q * 10), Verdict::Counted);
+        }
+        let c = s.counts();
+        assert_eq!((c.packets, c.lost, c.highest_seq), (100_010, 0, 100_010));
+    }
+
+    #[test]
+    fn a_long_silence_allows_a_long_jump() {
+        // A second of silence (an outage that lost everything in it) may skip as many
+        // sequence numbers as the fastest sender could have sent meanwhile.
+        let mut s = UdpReceiverStats::new(100);
+        s.on_datagram(1, 100, 0, 0);
+        let jump = WINDOW + MAX_RATE_PER_US * 1_000_000;
+        assert_eq!(s.on_datagram(1 + jump, 100, 0, 1_000_000), Verdict::Counted);
+        assert_eq!(s.counts().lost, jump - 1);
+        assert_eq!(
+            s.on_datagram(2 + 2 * jump, 100, 0, 1_000_000),
+            Verdict::Foreign
+        );
     }
 
     #[test]

@@ -391,18 +391,9 @@ pub fn fetch(spec: &FetchSpec, progress: &dyn Progress) -> Result<FetchResult, F
     let seconds = end.saturating_duration_since(started).as_secs_f64();
     let sh = ctx.shared.into_inner().unwrap_or_else(|e| e.into_inner());
     if !sh.sched.is_done() {
-        let why: Vec<String> = sh
-            .stats
-            .iter()
-            .filter_map(|s| s.failed.as_ref().map(|f| format!("{}: {f}", s.address)))
-            .collect();
         return Err(FetchError::Incomplete {
             left: sh.sched.remaining(),
-            why: if why.is_empty() {
-                "every server refused them".into()
-            } else {
-                why.join("; ")
-            },
+            why: why_incomplete(&sh.stats),
         });
     }
     let mut servers = sh.stats;
@@ -437,6 +428,43 @@ pub fn fetch(spec: &FetchSpec, progress: &dyn Progress) -> Result<FetchResult, F
 
 /// Most error messages kept per server (the counts stay exact).
 const MAX_ERRORS: usize = 20;
+
+/// Why fragments were left: each server's failure, or what it did with the fragments it
+/// was asked for (sent corrupt copies, refused them).
+fn why_incomplete(stats: &[ServerStats]) -> String {
+    let why: Vec<String> = stats
+        .iter()
+        .filter_map(|s| {
+            if let Some(f) = &s.failed {
+                return Some(format!("{}: {f}", s.address));
+            }
+            let mut did = Vec::new();
+            if s.corrupt > 0 {
+                did.push(format!(
+                    "sent {} fragment(s) that failed verification",
+                    s.corrupt
+                ));
+            }
+            if s.refused > 0 {
+                did.push(format!("refused {} request(s)", s.refused));
+            }
+            if did.is_empty() {
+                return None;
+            }
+            let last = s
+                .errors
+                .last()
+                .map(|e| format!(" (last: {e})"))
+                .unwrap_or_default();
+            Some(format!("{}: {}{last}", s.address, did.join(", ")))
+        })
+        .collect();
+    if why.is_empty() {
+        "no server delivered them".into()
+    } else {
+        why.join("; ")
+    }
+}
 
 fn note(stats: &mut ServerStats, message: String) {
     if stats.errors.len() < MAX_ERRORS {
@@ -703,6 +731,27 @@ pub fn sweep(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_incomplete_fetch_says_what_each_server_did() {
+        let bad = ServerStats {
+            address: "192.0.2.1:5201".into(),
+            corrupt: 3,
+            errors: vec!["f0007: failed verification".into()],
+            ..ServerStats::default()
+        };
+        let gone = ServerStats {
+            address: "192.0.2.2:5201".into(),
+            failed: Some("connection refused".into()),
+            ..ServerStats::default()
+        };
+        assert_eq!(
+            why_incomplete(&[bad, gone]),
+            "192.0.2.1:5201: sent 3 fragment(s) that failed verification \
+             (last: f0007: failed verification); 192.0.2.2:5201: connection refused"
+        );
+        assert_eq!(why_incomplete(&[]), "no server delivered them");
+    }
 
     /// Both ends of a fragment connection send without Nagle's delay: a reply is a
     /// header and a body, and a small body held back for the header's ACK waited for the

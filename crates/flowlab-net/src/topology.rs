@@ -40,6 +40,14 @@ pub const MAX_NAME: usize = 6;
 pub const MAX_NODE: usize = 6;
 /// The largest queue a link may have, bytes: tc's queue limits are 32-bit byte counts.
 pub const MAX_QUEUE_BYTES: u64 = u32::MAX as u64;
+/// Most nodes (hosts, routers and switches) in a topology: each is a namespace.
+pub const MAX_NODES: usize = 2048;
+/// Most links in a topology: each link without a switch takes one of the 65 535 /24
+/// subnets of 10.0.0.0/8, as each switch does.
+pub const MAX_LINKS: usize = 4096;
+/// `net show` lists every pair's path up to this many hosts (120 pairs); beyond it, the
+/// path of a pair named on the command line.
+pub const MAX_LISTED_HOSTS: usize = 16;
 
 /// Why a topology file was refused: one line, naming the part at fault.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -209,6 +217,18 @@ impl Topology {
         let raw: RawTopology =
             toml::from_str(text).map_err(|e| TopologyError(one_line(&e.to_string())))?;
         check_name(&raw.name, "topology", MAX_NAME)?;
+        let count = raw.hosts.len() + raw.routers.len() + raw.switches.len();
+        if count > MAX_NODES {
+            return err(format!(
+                "{count} nodes; a topology has at most {MAX_NODES} (each is a namespace)"
+            ));
+        }
+        if raw.links.len() > MAX_LINKS {
+            return err(format!(
+                "{} links; a topology has at most {MAX_LINKS}",
+                raw.links.len()
+            ));
+        }
         let mut nodes = BTreeMap::new();
         for (list, kind) in [
             (&raw.hosts, Kind::Host),
@@ -264,8 +284,13 @@ impl Topology {
                 b_to_a,
             });
         }
+        let mut degrees: HashMap<&str, usize> = HashMap::new();
+        for l in &links {
+            *degrees.entry(&l.a).or_default() += 1;
+            *degrees.entry(&l.b).or_default() += 1;
+        }
         for (n, k) in &nodes {
-            let degree = links.iter().filter(|l| &l.a == n || &l.b == n).count();
+            let degree = degrees.get(n.as_str()).copied().unwrap_or(0);
             if degree == 0 {
                 return err(format!("node '{n}' has no link"));
             }
@@ -285,15 +310,8 @@ impl Topology {
             nodes,
             links,
         };
-        let hosts: Vec<&String> = t.hosts().collect();
-        let plan = Plan::of(&t);
-        for pair in hosts.windows(2) {
-            if plan.path(pair[0], pair[1]).is_none() {
-                return err(format!(
-                    "hosts '{}' and '{}' are not connected",
-                    pair[0], pair[1]
-                ));
-            }
+        if let Some((a, b)) = Plan::of(&t).unreachable_host() {
+            return err(format!("hosts '{a}' and '{b}' are not connected"));
         }
         Ok(t)
     }
@@ -406,7 +424,75 @@ pub struct Segment {
 impl<'a> Plan<'a> {
     /// What `flowlab net show` prints: nodes, subnets, shaped links, and every host
     /// pair's path.
+    /// A host that the first host cannot reach (hosts do not forward), with the first:
+    /// one search over the whole graph.
+    fn unreachable_host(&self) -> Option<(&'a str, &'a str)> {
+        let t = self.topology;
+        let first = t.hosts().next()?;
+        let mut seen: BTreeSet<&str> = BTreeSet::from([first.as_str()]);
+        let mut todo = vec![first.as_str()];
+        while let Some(node) = todo.pop() {
+            if node != first && t.nodes.get(node) == Some(&Kind::Host) {
+                continue;
+            }
+            for &(_, next) in self.adjacency.get(node).into_iter().flatten() {
+                if seen.insert(next) {
+                    todo.push(next);
+                }
+            }
+        }
+        t.hosts()
+            .find(|h| !seen.contains(h.as_str()))
+            .map(|h| (first.as_str(), h.as_str()))
+    }
+
+    /// The summary with every pair's path when there are at most [`MAX_LISTED_HOSTS`]
+    /// hosts, else with none (see [`Self::summary_for`]).
     pub fn summary(&self) -> PlanSummary {
+        let hosts: Vec<&String> = self.topology.hosts().collect();
+        let mut s = self.summary_without_paths();
+        if hosts.len() <= MAX_LISTED_HOSTS {
+            for (i, a) in hosts.iter().enumerate() {
+                for b in &hosts[i + 1..] {
+                    s.paths.extend(self.path_summary(a, b));
+                }
+            }
+            s.all_paths = true;
+        }
+        s
+    }
+
+    /// The summary with the path between hosts `from` and `to` only.
+    pub fn summary_for(&self, from: &str, to: &str) -> Result<PlanSummary, TopologyError> {
+        let t = self.topology;
+        for h in [from, to] {
+            if t.nodes.get(h) != Some(&Kind::Host) {
+                let hosts: Vec<&str> = t.hosts().take(8).map(String::as_str).collect();
+                let more = if t.hosts().count() > 8 { ", …" } else { "" };
+                return err(format!(
+                    "'{h}' is not a host of topology {} (its hosts: {}{more})",
+                    t.name,
+                    hosts.join(", ")
+                ));
+            }
+        }
+        let mut s = self.summary_without_paths();
+        s.paths.extend(self.path_summary(from, to));
+        Ok(s)
+    }
+
+    fn path_summary(&self, from: &str, to: &str) -> Option<PathSummary> {
+        let path = self.path(from, to)?;
+        Some(PathSummary {
+            from: from.to_string(),
+            to: to.to_string(),
+            rtt: path.rtt,
+            bottleneck_bps: path.bottleneck_bps,
+            nodes: path.nodes,
+        })
+    }
+
+    fn summary_without_paths(&self) -> PlanSummary {
         let t = self.topology;
         let count = |k: Kind| t.nodes.values().filter(|x| **x == k).count();
         let direction = |l: &Link, from: &str, to: &str, shape: Shape| ShapedDirection {
@@ -426,24 +512,10 @@ impl<'a> Plan<'a> {
                 shaped.push(direction(l, &l.b, &l.a, l.b_to_a));
             }
         }
-        let hosts: Vec<&String> = t.hosts().collect();
-        let mut paths = Vec::new();
-        for (i, a) in hosts.iter().enumerate() {
-            for b in &hosts[i + 1..] {
-                if let Some(path) = self.path(a, b) {
-                    paths.push(PathSummary {
-                        from: a.to_string(),
-                        to: b.to_string(),
-                        rtt: path.rtt,
-                        bottleneck_bps: path.bottleneck_bps,
-                        nodes: path.nodes,
-                    });
-                }
-            }
-        }
+        let hosts = count(Kind::Host);
         PlanSummary {
             name: t.name.clone(),
-            hosts: count(Kind::Host),
+            hosts,
             routers: count(Kind::Router),
             switches: count(Kind::Switch),
             links: t.links.len(),
@@ -460,7 +532,9 @@ impl<'a> Plan<'a> {
                 })
                 .collect(),
             shaped,
-            paths,
+            paths: Vec::new(),
+            host_pairs: hosts * hosts.saturating_sub(1) / 2,
+            all_paths: false,
         }
     }
 

@@ -18,6 +18,26 @@ pub const MAX_RESULTS_LEN: u32 = 1024 * 1024;
 /// samples travel with them (a minute at 1 ms on 4 streams is ~150 MB of JSON).
 pub const MAX_TRACED_RESULTS_LEN: u32 = 512 * 1024 * 1024;
 
+/// Bytes of JSON one TCP_INFO sample takes at most in results (~625 on average).
+const MAX_SAMPLE_JSON: u64 = 1024;
+
+/// Largest results a client accepts from a server for a traced test that ran `elapsed`
+/// by the client's clock with `streams` streams sampled every `period`: what such a test
+/// can have produced (its time plus 10 s, for the server's clock starting earlier, plus
+/// the untraced limit), never more than [`MAX_TRACED_RESULTS_LEN`] — a server's length
+/// prefix cannot make the client allocate more than the test could fill.
+pub fn traced_results_limit(
+    elapsed: std::time::Duration,
+    period: std::time::Duration,
+    streams: usize,
+) -> u32 {
+    let span = elapsed + std::time::Duration::from_secs(10);
+    let per_stream = span.as_micros() / period.as_micros().max(1) + 1;
+    let samples = per_stream.saturating_mul(streams as u128);
+    let bytes = u128::from(MAX_RESULTS_LEN) + samples.saturating_mul(u128::from(MAX_SAMPLE_JSON));
+    u32::try_from(bytes.min(u128::from(MAX_TRACED_RESULTS_LEN))).unwrap_or(MAX_TRACED_RESULTS_LEN)
+}
+
 /// Judges the 4-byte length prefix of a frame and returns the body length.
 pub fn check(prefix: [u8; 4], max: u32) -> Result<usize, ProtoError> {
     let len = u32::from_be_bytes(prefix);
@@ -49,6 +69,23 @@ pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_traced_tests_results_are_bounded_by_what_it_can_have_produced() {
+        use std::time::Duration;
+        let ms = Duration::from_millis;
+        // 2 s at 10 ms on 1 stream: 1201 samples of at most 1 KiB beside the 1 MiB.
+        assert_eq!(
+            traced_results_limit(Duration::from_secs(2), ms(10), 1),
+            MAX_RESULTS_LEN + 1201 * 1024
+        );
+        // A day at 1 ms on 128 streams would be terabytes: the hard limit holds.
+        assert_eq!(
+            traced_results_limit(Duration::from_secs(86_400), ms(1), 128),
+            MAX_TRACED_RESULTS_LEN
+        );
+    }
+
     use super::*;
     use crate::params::TestParams;
 

@@ -6,6 +6,7 @@
 //! decoder can be unit-tested and fuzzed byte by byte.
 //!
 //! # Layout
+//! - [`auth`]: iperf3's authentication token and authorized-users file.
 //! - [`cookie`]: the 37-byte test cookie that opens every TCP connection.
 //! - [`state`]: the one-byte control states of iperf3's protocol, plus flowlab's own.
 //! - [`frame`]: length-prefixed JSON messages on the control connection.
@@ -17,6 +18,7 @@
 //! - [`system`]: the machine state a result was produced on.
 //! - [`fragment`]: requests and replies of the fragment service (`serve --fragments`).
 
+pub mod auth;
 pub mod cookie;
 pub mod fragment;
 pub mod frame;

@@ -87,6 +87,9 @@ pub struct TestParams {
     pub zerocopy: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_version: Option<String>,
+    /// iperf3's authentication token (see [`crate::auth`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub authtoken: Option<String>,
     /// flowlab's extensions; present only when the client is flowlab.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flowlab: Option<FlowlabParams>,

@@ -75,6 +75,11 @@ pub struct StreamResults {
     /// receiving host fell behind, not how many of `errors` it caused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rcvbuf_drops: Option<u64>,
+    /// flowlab UDP receiver: datagrams that could not belong to the stream (forged,
+    /// replayed from long ago, too long, sequence 0 or far ahead of the stream), counted
+    /// in nothing else.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub foreign: Option<u64>,
     /// flowlab UDP sender with receiver-overflow backoff: times it slowed down.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backoff_cuts: Option<u64>,

@@ -77,6 +77,8 @@ pub mod error_code {
     pub const RECV_PARAMS: i32 = 114;
     /// "the server has terminated" (used for limits flowlab enforces)
     pub const SERVER_TERMINATED: i32 = 1;
+    /// "test authorization failed"
+    pub const AUTH_FAILED: i32 = 142;
 }
 
 /// Encodes the body that follows [`State::ServerError`].

@@ -74,7 +74,7 @@ fn stream() -> impl Strategy<Value = StreamResults> {
             finite(),
         ),
         (
-            prop::collection::vec(any::<Option<u64>>(), 6),
+            prop::collection::vec(any::<Option<u64>>(), 7),
             prop::option::of((any::<u64>(), any::<u64>(), prop::option::of(text()))),
             prop::option::of(trace()),
         ),
@@ -96,6 +96,7 @@ fn stream() -> impl Strategy<Value = StreamResults> {
             sw_retransmits: extra[3],
             rcvbuf_drops: extra[4],
             backoff_cuts: extra[5],
+            foreign: extra[6],
             socket: socket.map(|(sndbuf, rcvbuf, congestion)| SocketSettings {
                 sndbuf,
                 rcvbuf,

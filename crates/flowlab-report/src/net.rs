@@ -22,8 +22,13 @@ pub struct PlanSummary {
     /// Each direction of a link that is shaped (a link's second direction only where it
     /// differs from its first).
     pub shaped: Vec<ShapedDirection>,
-    /// Every pair of hosts that has a path, in the file's host order.
+    /// Every pair of hosts, in the file's host order, when there are few enough hosts to
+    /// list them all; else only the pair asked for (or none).
     pub paths: Vec<PathSummary>,
+    /// Pairs of hosts in the topology.
+    pub host_pairs: usize,
+    /// Whether `paths` holds every pair.
+    pub all_paths: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -269,6 +269,11 @@ pub struct UdpTotals {
     /// receiving host did not keep up): kernel packets, each one datagram or a GRO batch
     /// of several. `None` when the receiver is not flowlab.
     pub rcvbuf_drops: Option<u64>,
+    /// Datagrams that could not belong to the stream (forged, replayed, too long, or far
+    /// outside the stream's sequence numbers), counted in nothing else. `None` when the
+    /// receiver is not flowlab.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub foreign: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
@@ -352,6 +357,7 @@ impl UdpTotals {
             jitter_ms: mean(parts.iter().map(|x| x.jitter_ms)),
             integrity_percent: None,
             rcvbuf_drops: parts.iter().map(|x| x.rcvbuf_drops).sum(),
+            foreign: parts.iter().map(|x| x.foreign).sum(),
         }
     }
 }
@@ -391,10 +397,12 @@ fn receiver_totals(s: &StreamResults, udp: bool, sent: Option<u64>) -> SideTotal
             out_of_order: s.out_of_order.unwrap_or(0),
             duplicates: s.duplicates.unwrap_or(0),
             jitter_ms: s.jitter * 1000.0,
+            // Never above 100 %: bytes beyond what the sender sent were not its.
             integrity_percent: sent
                 .filter(|&b| b > 0)
-                .map(|b| s.delivered_bytes.unwrap_or(s.bytes) as f64 * 100.0 / b as f64),
+                .map(|b| s.delivered_bytes.unwrap_or(s.bytes).min(b) as f64 * 100.0 / b as f64),
             rcvbuf_drops: s.rcvbuf_drops,
+            foreign: s.foreign,
         }
     });
     SideTotals {

@@ -36,4 +36,9 @@ pub enum ServerEvent {
         peer: String,
         reason: String,
     },
+    /// Refusals and connection failures left out of the log (`--log-rate`) since the
+    /// last line about them.
+    Suppressed {
+        count: u64,
+    },
 }

@@ -39,6 +39,10 @@ pub const DEFAULT_TCP_LEN: usize = 128 * 1024;
 pub const DEFAULT_UDP_LEN: usize = 1460;
 /// Largest UDP datagram payload over IPv4.
 pub const MAX_UDP_LEN: usize = 65_507;
+/// Largest socket buffer that can be asked for (`-w`, `--recv-window`): the kernel takes
+/// an `int` (and grants at most `net.core.wmem_max`/`rmem_max` unless forced), so 2 GiB
+/// and more would wrap around to a few KiB.
+pub const MAX_WINDOW: u64 = i32::MAX as u64;
 
 /// A throughput test, as the client runs it.
 #[derive(Debug, Clone, Serialize)]
@@ -88,6 +92,31 @@ pub struct TestSpec {
     /// inside a flowlab topology): what `--trace`'s advice sizes windows for.
     #[serde(skip_serializing_if = "PathRates::is_empty")]
     pub path_rates: PathRates,
+    /// iperf3 authentication (`--username`): never in a result, never printed.
+    #[serde(skip)]
+    pub credentials: Option<Credentials>,
+}
+
+/// What a client authenticates with, as iperf3's `--username` and
+/// `--rsa-public-key-path`: the token is made from these when the test starts.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    pub user: String,
+    pub password: String,
+    /// The server's RSA public key, PEM.
+    pub public_key_pem: String,
+    /// PKCS#1 v1.5 padding (iperf3 ≤ 3.16) instead of RSA-OAEP.
+    pub pkcs1: bool,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("user", &self.user)
+            .field("password", &"(hidden)")
+            .field("pkcs1", &self.pkcs1)
+            .finish()
+    }
 }
 
 /// `-A CPU[,CPU]` (iperf3's): the CPU the client's data streams run on and, after the
@@ -135,6 +164,7 @@ impl TestSpec {
             recv_congestion: None,
             affinity: Affinity::default(),
             path_rates: PathRates::default(),
+            credentials: None,
         }
     }
 
@@ -212,6 +242,9 @@ impl TestSpec {
             udp_counters_64bit: self.protocol == Protocol::Udp,
             zerocopy: self.zerocopy,
             client_version: Some(format!("flowlab {}", env!("CARGO_PKG_VERSION"))),
+            // Made from `credentials` by the engine when the test starts (it needs the
+            // clock and randomness).
+            authtoken: None,
             flowlab: Some(FlowlabParams {
                 version: FLOWLAB_EXT_VERSION,
                 mode: self.mode,

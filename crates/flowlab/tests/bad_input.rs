@@ -17,6 +17,7 @@ use support::*;
 fn server() -> u16 {
     start_server(ServerConfig {
         idle_timeout: Duration::from_secs(1),
+        handshake_timeout: Duration::from_secs(1),
         ..ServerConfig::default()
     })
 }
@@ -143,7 +144,7 @@ fn a_stalled_client_does_not_wedge_the_server() {
     let mut half = at_param_exchange(port);
     // Others are served meanwhile.
     still_serves(port);
-    // And the stalled ones are dropped after the idle timeout.
+    // And the stalled ones are dropped at the handshake deadline.
     assert!(closed_by_server(&mut silent));
     assert!(closed_by_server(&mut half));
     still_serves(port);
@@ -196,13 +197,21 @@ fn busy_beyond_max_tests() {
         idle_timeout: Duration::from_secs(2),
         ..ServerConfig::default()
     });
-    let hold = at_param_exchange(port);
+    // A test that runs for two seconds holds the only slot (a connection that has not
+    // sent its parameters holds none).
+    let mut long = spec(port);
+    long.amount = Amount::Seconds(2);
+    long.bitrate = 10_000_000;
+    let hold = std::thread::spawn(move || run(&long));
+    let _idle = at_param_exchange(port);
+    std::thread::sleep(Duration::from_millis(500));
     let mut s = spec(port);
     s.amount = Amount::Bytes(1000);
     let err = run(&s).expect_err("the only slot is taken");
     assert!(matches!(err, ClientError::Busy), "{err}");
-    drop(hold);
-    std::thread::sleep(Duration::from_millis(200));
+    hold.join()
+        .expect("holder")
+        .expect("the holder's test ends well");
     still_serves(port);
 }
 

@@ -529,3 +529,109 @@ fn net_show_prints_the_plan_and_refuses_a_bad_file_in_one_line() {
     assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
     assert!(stderr.contains("unknown node 'r9'"), "{stderr}");
 }
+
+/// A topology of `hosts` hosts on switches of 250, the switches joined by router `r`.
+fn big_topology(dir: &std::path::Path, hosts: usize) -> std::path::PathBuf {
+    use std::fmt::Write;
+    let switches = hosts.div_ceil(250);
+    let names = |p: &str, n: usize| {
+        (1..=n)
+            .map(|i| format!("\"{p}{i}\""))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut text = format!(
+        "name = \"big\"\nhosts = [{}]\nrouters = [\"r\"]\nswitches = [{}]\n",
+        names("h", hosts),
+        names("s", switches)
+    );
+    for h in 1..=hosts {
+        let _ = writeln!(
+            text,
+            "[[link]]\nends = [\"h{h}\", \"s{}\"]",
+            (h - 1) / 250 + 1
+        );
+    }
+    for s in 1..=switches {
+        let _ = writeln!(
+            text,
+            "[[link]]\nends = [\"s{s}\", \"r\"]\ndelay = \"{s}ms\""
+        );
+    }
+    let file = dir.join("big.toml");
+    std::fs::write(&file, text).expect("write the topology");
+    file
+}
+
+/// Runs flowlab with `args`, killed if it has not finished within 30 s.
+fn bounded(args: &[&std::ffi::OsStr]) -> std::process::Output {
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("flowlab"))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start flowlab");
+    let start = std::time::Instant::now();
+    while child.try_wait().expect("wait").is_none() {
+        if start.elapsed() > std::time::Duration::from_secs(30) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("flowlab {args:?} had not returned after 30 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("output")
+}
+
+/// 1000 hosts used to take forever (every pair's path computed before anything was
+/// printed); now the plan lists no paths beyond 16 hosts and shows a pair's on demand.
+#[test]
+fn net_show_of_a_thousand_hosts_returns_and_shows_a_path_on_demand() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = big_topology(dir.path(), 1000);
+    let f = file.as_os_str();
+    let out = bounded(&["net".as_ref(), "show".as_ref(), f]);
+    assert_success(&out);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("topology big: 1000 hosts, 1 routers, 4 switches, 1004 links"),
+        "{text}"
+    );
+    assert!(
+        text.contains("499500 pairs of hosts: too many to list"),
+        "{text}"
+    );
+    let out = bounded(&[
+        "net".as_ref(),
+        "show".as_ref(),
+        f,
+        "h1".as_ref(),
+        "h1000".as_ref(),
+    ]);
+    assert_success(&out);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("h1 - h1000  RTT   10.0 ms") && text.contains("via h1 s1 r s4 h1000"),
+        "{text}"
+    );
+    assert_eq!(text.matches(" RTT ").count(), 1, "one path: {text}");
+    let out = bounded(&[
+        "net".as_ref(),
+        "show".as_ref(),
+        f,
+        "h1".as_ref(),
+        "r".as_ref(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("'r' is not a host of topology big"),
+        "{stderr}"
+    );
+    // Beyond the documented limit: refused at once, saying the limit.
+    let file = big_topology(dir.path(), 2100);
+    let out = bounded(&["net".as_ref(), "show".as_ref(), file.as_os_str()]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("at most 2048"), "{stderr}");
+}

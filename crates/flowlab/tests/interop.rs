@@ -281,3 +281,221 @@ fn flowlab_only_features_stop_before_data_against_iperf3() {
     );
     assert!(err.to_string().contains("no data was sent"), "{err}");
 }
+
+/// A stock iperf3 client that finds every slot taken is told the server is busy, in
+/// iperf3's own words: the slot is taken only once the parameters are valid, so iperf3
+/// hears ACCESS_DENIED after sending them rather than right after its cookie.
+#[test]
+fn a_busy_flowlab_server_tells_a_stock_iperf3_client_so() {
+    if !require_tool("iperf3") {
+        return;
+    }
+    let port = start_server(flowlab_engine::server::ServerConfig {
+        max_tests: 1,
+        idle_timeout: Duration::from_secs(3),
+        ..flowlab_engine::server::ServerConfig::default()
+    });
+    let mut long = spec(port);
+    long.amount = Amount::Seconds(2);
+    long.bitrate = 10_000_000;
+    let hold = std::thread::spawn(move || run(&long));
+    std::thread::sleep(Duration::from_millis(500));
+    let out = Command::new("iperf3")
+        .args(["-c", "127.0.0.1", "-p", &port.to_string(), "-t", "1", "-J"])
+        .output()
+        .expect("run iperf3");
+    let v: Value = serde_json::from_slice(&out.stdout).expect("iperf3's JSON");
+    let error = v["error"].as_str().unwrap_or_default();
+    assert!(error.contains("busy"), "iperf3 said: {v}");
+    hold.join()
+        .expect("holder")
+        .expect("the holder's test ends well");
+    iperf3_client(port, &["-n", "1M"]);
+}
+
+/// A key pair made by `openssl genrsa` (PKCS#8 private key, SubjectPublicKeyInfo public
+/// key, as iperf3's own auth test makes them) and an authorized-users file for
+/// mario/rossi, in `dir`.
+fn auth_files(
+    dir: &std::path::Path,
+) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+    let private = dir.join("private.pem");
+    let public = dir.join("public.pem");
+    let users = dir.join("users.csv");
+    let ok = |c: &mut Command| c.status().expect("run openssl").success();
+    assert!(ok(Command::new("openssl")
+        .args(["genrsa", "-out"])
+        .arg(&private)
+        .arg("2048")
+        .stderr(Stdio::null())));
+    assert!(ok(Command::new("openssl")
+        .args(["rsa", "-pubout", "-in"])
+        .arg(&private)
+        .arg("-out")
+        .arg(&public)
+        .stderr(Stdio::null())));
+    let hash = flowlab_proto::auth::password_hash("mario", "rossi");
+    std::fs::write(&users, format!("# user,sha256\nmario,{hash}\n")).expect("users file");
+    (private, public, users)
+}
+
+/// iperf3 built with OpenSSL says "authentication" among its features.
+fn iperf3_has_auth() -> bool {
+    let out = Command::new("iperf3")
+        .arg("--version")
+        .output()
+        .expect("iperf3 --version");
+    let has = String::from_utf8_lossy(&out.stdout).contains("authentication");
+    if !has {
+        skip("this iperf3 was built without OpenSSL (no authentication)");
+    }
+    has
+}
+
+fn authenticating_server(private: &std::path::Path, users: &std::path::Path, pkcs1: bool) -> u16 {
+    use flowlab_proto::auth;
+    let key = auth::private_key_from_pem(&std::fs::read_to_string(private).expect("key file"))
+        .expect("a private key");
+    let list = auth::AuthorizedUsers::parse(&std::fs::read_to_string(users).expect("users file"));
+    let padding = if pkcs1 {
+        auth::Padding::Pkcs1v15
+    } else {
+        auth::Padding::Oaep
+    };
+    start_server(flowlab_engine::server::ServerConfig {
+        idle_timeout: Duration::from_secs(3),
+        auth: Some(std::sync::Arc::new(
+            flowlab_engine::server::ServerAuth::new(
+                key,
+                list,
+                padding,
+                Duration::from_secs(10),
+                20,
+            ),
+        )),
+        ..flowlab_engine::server::ServerConfig::default()
+    })
+}
+
+/// Stock iperf3 (3.12: PKCS#1 v1.5) authenticates against `flowlab serve
+/// --use-pkcs1-padding`: the right password runs the test, a wrong one and none are
+/// refused with iperf3's "test authorization failed".
+#[test]
+fn a_stock_iperf3_client_authenticates_against_flowlab() {
+    if !require_tool("iperf3") || !require_tool("openssl") || !iperf3_has_auth() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (private, public, users) = auth_files(dir.path());
+    let port = authenticating_server(&private, &users, true);
+    let iperf3 = |password: Option<&str>| {
+        let mut c = Command::new("iperf3");
+        c.args(["-c", "127.0.0.1", "-p", &port.to_string(), "-n", "1M", "-J"]);
+        if let Some(p) = password {
+            c.args(["--username", "mario", "--rsa-public-key-path"])
+                .arg(&public)
+                .env("IPERF3_PASSWORD", p);
+        }
+        let out = c.output().expect("run iperf3");
+        serde_json::from_slice::<Value>(&out.stdout).expect("iperf3's JSON")
+    };
+    let good = iperf3(Some("rossi"));
+    assert!(good.get("error").is_none(), "{good}");
+    assert_eq!(bytes(&good, "sum_received"), 1 << 20);
+    for (what, password) in [
+        ("a wrong password", Some("verdi")),
+        ("no credentials", None),
+    ] {
+        let bad = iperf3(password);
+        let error = bad["error"].as_str().unwrap_or_default();
+        assert!(error.contains("authorization failed"), "{what}: {bad}");
+    }
+    // The right password again: the failures left nothing behind.
+    assert!(iperf3(Some("rossi")).get("error").is_none());
+}
+
+/// flowlab's client authenticates against a stock `iperf3 -s` with an authorized-users
+/// file (PKCS#1 v1.5 for 3.12); a wrong password gets iperf3's refusal.
+#[test]
+fn flowlab_authenticates_against_a_stock_iperf3_server() {
+    if !require_tool("iperf3") || !require_tool("openssl") || !iperf3_has_auth() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (private, public, users) = auth_files(dir.path());
+    let public_key_pem = std::fs::read_to_string(&public).expect("public key file");
+    let _one_at_a_time = one_iperf3_server_at_a_time();
+    for (password, works) in [("rossi", true), ("verdi", false)] {
+        let port = free_port();
+        let mut child = Command::new("iperf3")
+            .args(["-s", "-1", "-p", &port.to_string(), "-B", "127.0.0.1"])
+            .arg("--rsa-private-key-path")
+            .arg(&private)
+            .arg("--authorized-users-path")
+            .arg(&users)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start iperf3 -s");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !support::listening_here(port) {
+            assert!(Instant::now() < deadline, "iperf3 -s did not listen");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let mut s = spec(port);
+        s.amount = Amount::Bytes(1 << 20);
+        s.credentials = Some(flowlab_report::spec::Credentials {
+            user: "mario".into(),
+            password: password.into(),
+            public_key_pem: public_key_pem.clone(),
+            pkcs1: true,
+        });
+        let outcome = run(&s);
+        let _ = child.kill();
+        let _ = child.wait();
+        match (outcome, works) {
+            // iperf3's server stops reading at TEST_END without draining: the sender's
+            // count is the exact one.
+            (Ok(r), true) => assert_eq!(sum(&r, StreamDirection::Up).0.bytes, 1 << 20),
+            (Err(e), false) => assert!(e.to_string().contains("authorization failed"), "{e}"),
+            (other, _) => panic!("password {password}: {other:?}"),
+        }
+    }
+}
+
+/// flowlab to flowlab with RSA-OAEP (the default): the right password runs, a wrong one,
+/// none, and the other padding are all told "authentication failed" and nothing more.
+#[test]
+fn flowlab_to_flowlab_authentication_with_oaep() {
+    if !require_tool("openssl") {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (private, public, users) = auth_files(dir.path());
+    let port = authenticating_server(&private, &users, false);
+    let public_key_pem = std::fs::read_to_string(&public).expect("public key file");
+    let attempt = |password: Option<&str>, pkcs1: bool| {
+        let mut s = spec(port);
+        s.amount = Amount::Bytes(1 << 20);
+        s.credentials = password.map(|p| flowlab_report::spec::Credentials {
+            user: "mario".into(),
+            password: p.into(),
+            public_key_pem: public_key_pem.clone(),
+            pkcs1,
+        });
+        run(&s)
+    };
+    let r = attempt(Some("rossi"), false).expect("the right password");
+    assert_eq!(sum(&r, StreamDirection::Up).1.bytes, 1 << 20);
+    for (what, password, pkcs1) in [
+        ("a wrong password", Some("verdi"), false),
+        ("no credentials", None, false),
+        ("the other padding", Some("rossi"), true),
+    ] {
+        let e = attempt(password, pkcs1).expect_err(what).to_string();
+        assert_eq!(
+            e, "the server refused the test: authentication failed",
+            "{what}"
+        );
+    }
+}

@@ -9,7 +9,7 @@ use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
-use flowlab_proto::frame::{MAX_RESULTS_LEN, MAX_TRACED_RESULTS_LEN};
+use flowlab_proto::frame::{MAX_RESULTS_LEN, traced_results_limit};
 use flowlab_proto::hello::{ServerHello, feature};
 use flowlab_proto::params::{Protocol, TestParams};
 use flowlab_proto::results::PeerResults;
@@ -43,6 +43,8 @@ pub enum ClientError {
     },
     #[error("the server is busy running its maximum number of tests; try again later")]
     Busy,
+    #[error("authentication: {0}")]
+    Auth(String),
     #[error("the server refused the test: {0}")]
     Refused(String),
     #[error("the server reported error {code} (errno {errno}): {}", iperf3_error_text(*code))]
@@ -74,6 +76,7 @@ fn iperf3_error_text(code: i32) -> &'static str {
             "unable to set TCP_CONGESTION: supplied congestion control algorithm not supported on this host"
         }
         141 => "socket buffer size not set correctly",
+        142 => "test authorization failed",
         _ => "see iperf3's iperf_api.h for this code",
     }
 }
@@ -105,8 +108,11 @@ pub fn run(
     obs: &mut dyn Observer,
     interrupt: &AtomicBool,
 ) -> Result<TestResult, ClientError> {
+    let mut params = spec.to_params();
+    if let Some(c) = &spec.credentials {
+        params.authtoken = Some(auth_token(c)?);
+    }
     let (mut ctrl, server, cookie) = connect(spec)?;
-    let params = spec.to_params();
     let Negotiated {
         hello,
         plans,
@@ -371,10 +377,13 @@ fn end_test(
                 let mine = session.peer_results(&snap, session.ctl.epoch.elapsed());
                 control::write_frame(ctrl, &mine)?;
                 ended.local = Some(mine);
-                let max = if spec.trace.is_some() {
-                    MAX_TRACED_RESULTS_LEN
-                } else {
-                    MAX_RESULTS_LEN
+                let max = match spec.trace {
+                    Some(period) => traced_results_limit(
+                        session.ctl.epoch.elapsed(),
+                        period,
+                        session.streams.len(),
+                    ),
+                    None => MAX_RESULTS_LEN,
                 };
                 ended.remote = Some(control::read_frame(ctrl, max)?);
             }
@@ -391,19 +400,46 @@ fn end_test(
     }
 }
 
+/// iperf3's authentication token for these credentials, made now.
+fn auth_token(c: &flowlab_report::spec::Credentials) -> Result<String, ClientError> {
+    use flowlab_proto::auth;
+    let key = auth::public_key_from_pem(&c.public_key_pem)
+        .map_err(|e| ClientError::Auth(format!("--rsa-public-key-path: {e}")))?;
+    let padding = if c.pkcs1 {
+        auth::Padding::Pkcs1v15
+    } else {
+        auth::Padding::Oaep
+    };
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+    auth::encode_token(
+        &key,
+        padding,
+        &c.user,
+        &c.password,
+        now,
+        &mut rand_core::OsRng,
+    )
+    .map_err(|e| ClientError::Auth(format!("encrypting the credentials: {e}")))
+}
+
 /// Turns a control message that ends the negotiation into an error.
 fn refusal(ctrl: &mut TcpStream, state: State) -> ClientError {
     match state {
         State::AccessDenied => ClientError::Busy,
         State::ServerError => {
+            // iperf3's error code, then its errno — which some paths of iperf3 3.12 (a
+            // failed authentication) never send before closing: read as 0.
             let mut body = [0u8; 8];
-            match control::read_exact(ctrl, &mut body) {
-                Ok(()) => {
-                    let (code, errno) = decode_server_error(&body);
-                    ClientError::ServerError { code, errno }
-                }
-                Err(e) => e.into(),
+            if let Err(e) = control::read_exact(ctrl, &mut body[..4]) {
+                return e.into();
             }
+            if control::read_exact(ctrl, &mut body[4..]).is_err() {
+                body[4..].fill(0);
+            }
+            let (code, errno) = decode_server_error(&body);
+            ClientError::ServerError { code, errno }
         }
         State::ServerTerminate => ClientError::ServerTerminated,
         other => ClientError::Unexpected(other),

@@ -2,33 +2,38 @@
 //!
 //! Every TCP connection starts with a cookie. A cookie that names a test waiting for its
 //! data streams hands the connection to that test; any other well-formed cookie opens a
-//! new test (up to `max_tests`, beyond which the client is told the server is busy).
+//! new test. The cookie and a new test's parameters must arrive within
+//! `handshake_timeout` of the connection, and a test slot (of `max_tests`, beyond which
+//! the client is told the server is busy) is taken only once the parameters are complete
+//! and valid, so a peer that sends slowly or not at all holds no slot.
 //! Each test runs in its own thread; nothing one peer sends or fails to send can stop the
-//! others: every read has a timeout and every error ends only the test it belongs to.
+//! others: every read has a deadline and every error ends only the test it belongs to.
 //!
 //! UDP streams carry no cookie. A stream-opening datagram is matched to the test that is
 //! creating UDP streams, from the same client address; tests create their UDP streams one
 //! after the other (server-wide), so the match is never ambiguous.
 
 use std::collections::HashMap;
-use std::io::Write;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use flowlab_proto::Cookie;
 use flowlab_proto::udp::handshake_reply;
-use flowlab_proto::{Cookie, State};
 use flowlab_report::server::ServerEvent;
 use socket2::{Domain, Protocol as SockProtocol, SockRef, Socket, Type};
 
 use crate::control;
-use test::run_test;
+use test::{TestError, run_test};
 
+mod auth;
 mod refusal;
 mod streams;
 mod test;
+
+pub use auth::ServerAuth;
 
 /// How the server runs.
 #[derive(Debug, Clone)]
@@ -46,9 +51,31 @@ pub struct ServerConfig {
     pub max_bytes: Option<u64>,
     /// Serve one test, then return.
     pub one_off: bool,
-    /// How long a peer may stay silent while the server waits for it (a cookie, a
-    /// control message, a data stream), and how long a running test may move no data.
+    /// How long a peer may stay silent while the server waits for it (a control message,
+    /// a data stream), and how long a running test may move no data.
     pub idle_timeout: Duration,
+    /// How long a new connection has to send its cookie and, for a new test, its whole
+    /// parameters: a deadline for the handshake, however the bytes are spaced.
+    pub handshake_timeout: Duration,
+    /// How long past its time (time + omitted seconds, or `max_duration` when that is
+    /// shorter) a test may run before the server ends it: the client's TEST_END is late
+    /// by a round trip and its scheduling, never by more.
+    pub end_grace: Duration,
+    /// Connections the server holds before they become a test or a data stream (waiting
+    /// for their cookie and parameters): each costs a thread for at most
+    /// `handshake_timeout`. When all are taken, the oldest is closed to make room for a
+    /// new one, so a flood of idle connections from many addresses cannot lock honest
+    /// clients out (their handshakes take a round trip, the flood's forever).
+    pub max_handshakes: usize,
+    /// Connections in their handshake from one address; beyond it, new connections from
+    /// that address are closed at once.
+    pub max_handshakes_per_source: usize,
+    /// Refusals and failed connections logged per second; the rest are counted and the
+    /// count logged with the next line.
+    pub log_rate: u32,
+    /// Authenticate clients as iperf3 does (`--rsa-private-key-path`,
+    /// `--authorized-users-path`); `None` serves everyone.
+    pub auth: Option<Arc<ServerAuth>>,
     /// Another service on the same port (`serve --fragments`): connections that start
     /// with its magic bytes are handed to it instead of the test protocol.
     pub extra: Option<Arc<dyn ConnectionHandler>>,
@@ -74,6 +101,12 @@ impl Default for ServerConfig {
             max_bytes: None,
             one_off: false,
             idle_timeout: Duration::from_secs(10),
+            handshake_timeout: Duration::from_secs(5),
+            end_grace: Duration::from_secs(2),
+            max_handshakes: 256,
+            max_handshakes_per_source: 160,
+            log_rate: 20,
+            auth: None,
             extra: None,
         }
     }
@@ -107,6 +140,8 @@ struct UdpPending {
 struct Shared {
     cfg: ServerConfig,
     log: Arc<dyn ServerLog>,
+    /// Connections in their handshake.
+    handshakes: Mutex<Handshakes>,
     local: SocketAddr,
     active: AtomicUsize,
     next_id: AtomicU64,
@@ -171,9 +206,11 @@ impl Server {
             };
             let local = tcp.local_addr()?;
             let udp: UdpSocket = bind_socket(local, Type::DGRAM, SockProtocol::UDP)?.into();
+            let log: Arc<dyn ServerLog> = Arc::new(RateLimited::new(log, cfg.log_rate));
             let shared = Arc::new(Shared {
                 cfg,
                 log,
+                handshakes: Mutex::new(Handshakes::default()),
                 local,
                 active: AtomicUsize::new(0),
                 next_id: AtomicU64::new(1),
@@ -209,13 +246,23 @@ impl Server {
             }
             match tcp.accept() {
                 Ok((conn, peer)) => {
+                    let Some(handshake) = Handshake::admit(&shared, &conn, peer.ip()) else {
+                        // Closed at once: a flood of connections costs no thread.
+                        drop(conn);
+                        shared.log.event(ServerEvent::Refused {
+                            peer: peer.to_string(),
+                            reason: "too many connections from this address in their \
+                                     handshake (--max-handshakes-per-source)"
+                                .into(),
+                        });
+                        continue;
+                    };
                     let _ = conn.set_nonblocking(false);
-                    let s = Arc::clone(&shared);
                     accepted += 1;
                     let order = accepted;
                     let spawned = std::thread::Builder::new()
                         .name(format!("conn-{peer}"))
-                        .spawn(move || handle_connection(conn, peer, order, &s));
+                        .spawn(move || handle_connection(conn, peer, order, handshake));
                     if let Err(e) = spawned {
                         shared.log.event(ServerEvent::TestFailed {
                             test: None,
@@ -295,11 +342,139 @@ fn udp_listener(udp: UdpSocket, shared: Arc<Shared>) {
 }
 
 fn same_ip(a: IpAddr, b: IpAddr) -> bool {
-    let canon = |ip: IpAddr| match ip {
+    canonical(a) == canonical(b)
+}
+
+/// An IPv4 address seen through an IPv6 socket (`::ffff:a.b.c.d`) as the IPv4 address.
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
         v4 => v4,
-    };
-    canon(a) == canon(b)
+    }
+}
+
+/// The connections in their handshake: how many per source, and each one (a handle to
+/// close it by, its source) in the order they came.
+#[derive(Default)]
+struct Handshakes {
+    per_source: HashMap<IpAddr, usize>,
+    open: std::collections::BTreeMap<u64, (TcpStream, IpAddr)>,
+    next: u64,
+}
+
+impl Handshakes {
+    fn forget(&mut self, seq: u64) {
+        if let Some((_, source)) = self.open.remove(&seq) {
+            if let Some(n) = self.per_source.get_mut(&source) {
+                *n -= 1;
+                if *n == 0 {
+                    self.per_source.remove(&source);
+                }
+            }
+        }
+    }
+}
+
+/// A connection counted as in its handshake (see `ServerConfig::max_handshakes`) until
+/// this is dropped, or until a newer connection needs its place. It holds the server's
+/// shared state for the connection's thread.
+struct Handshake {
+    shared: Arc<Shared>,
+    seq: u64,
+}
+
+impl Handshake {
+    /// Counts a new connection from `source`; `None` when its source is at its limit.
+    /// When every place is taken, the oldest connection in its handshake is shut down
+    /// (its thread sees its read fail) and gives up its place.
+    fn admit(shared: &Arc<Shared>, conn: &TcpStream, source: IpAddr) -> Option<Handshake> {
+        let source = canonical(source);
+        let handle = conn.try_clone().ok()?;
+        let mut h = shared.handshakes.lock().ok()?;
+        if h.per_source.get(&source).copied().unwrap_or(0) >= shared.cfg.max_handshakes_per_source {
+            return None;
+        }
+        while h.open.len() >= shared.cfg.max_handshakes.max(1) {
+            let Some((&oldest, _)) = h.open.first_key_value() else {
+                break;
+            };
+            if let Some((c, _)) = h.open.get(&oldest) {
+                let _ = c.shutdown(std::net::Shutdown::Both);
+            }
+            h.forget(oldest);
+        }
+        let seq = h.next;
+        h.next += 1;
+        *h.per_source.entry(source).or_default() += 1;
+        h.open.insert(seq, (handle, source));
+        Some(Handshake {
+            shared: Arc::clone(shared),
+            seq,
+        })
+    }
+
+    fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+}
+
+impl Drop for Handshake {
+    fn drop(&mut self) {
+        if let Ok(mut h) = self.shared.handshakes.lock() {
+            h.forget(self.seq);
+        }
+    }
+}
+
+/// A log that passes at most `per_second` refusals and failures a second (a flood of bad
+/// handshakes is one of each per connection), and says how many it left out with the
+/// next line it writes. Tests that start and finish are always logged.
+struct RateLimited {
+    inner: Arc<dyn ServerLog>,
+    per_second: u32,
+    /// The current one-second window's start, lines passed in it, lines left out since
+    /// the last summary.
+    state: Mutex<(std::time::Instant, u32, u64)>,
+}
+
+impl RateLimited {
+    fn new(inner: Arc<dyn ServerLog>, per_second: u32) -> RateLimited {
+        RateLimited {
+            inner,
+            per_second,
+            state: Mutex::new((std::time::Instant::now(), 0, 0)),
+        }
+    }
+}
+
+impl ServerLog for RateLimited {
+    fn event(&self, event: ServerEvent) {
+        let limited = matches!(
+            event,
+            ServerEvent::Refused { .. } | ServerEvent::TestFailed { .. }
+        );
+        let Ok(mut s) = self.state.lock() else {
+            return;
+        };
+        let (start, passed, left_out) = &mut *s;
+        if start.elapsed() >= Duration::from_secs(1) {
+            *start = std::time::Instant::now();
+            *passed = 0;
+        }
+        if limited && *passed >= self.per_second {
+            *left_out += 1;
+            return;
+        }
+        if limited {
+            *passed += 1;
+        }
+        let summary = std::mem::take(left_out);
+        drop(s);
+        if summary > 0 {
+            self.inner.event(ServerEvent::Suppressed { count: summary });
+        }
+        self.inner.event(event);
+    }
 }
 
 /// Looks at the first `N` bytes of a connection without taking them (waiting for them up
@@ -318,16 +493,43 @@ fn peek_start<const N: usize>(conn: &TcpStream) -> Option<[u8; N]> {
     (n == N as isize).then_some(b)
 }
 
-fn handle_connection(mut conn: TcpStream, peer: SocketAddr, order: u64, shared: &Arc<Shared>) {
-    let _ = conn.set_read_timeout(Some(shared.cfg.idle_timeout));
+/// A test slot, given back when dropped.
+pub(super) struct Slot<'a>(&'a AtomicUsize);
+
+impl<'a> Slot<'a> {
+    /// One of `max` slots, or `None` when all are taken.
+    fn take(active: &'a AtomicUsize, max: usize) -> Option<Slot<'a>> {
+        active
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Slot(active))
+    }
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+fn handle_connection(mut conn: TcpStream, peer: SocketAddr, order: u64, handshake: Handshake) {
+    let shared = &Arc::clone(handshake.shared());
+    let allowed = shared.cfg.handshake_timeout;
+    let deadline = std::time::Instant::now() + allowed;
+    let _ = conn.set_read_timeout(Some(allowed.min(shared.cfg.idle_timeout)));
     let _ = conn.set_write_timeout(Some(shared.cfg.idle_timeout));
     if let Some(extra) = &shared.cfg.extra {
+        // MSG_WAITALL under SO_RCVTIMEO: the timeout bounds the whole peek.
         if peek_start::<4>(&conn) == Some(extra.magic()) {
+            let _ = conn.set_read_timeout(Some(shared.cfg.idle_timeout));
+            drop(handshake);
             extra.handle(conn, peer);
             return;
         }
     }
-    let cookie = match control::read_cookie(&mut conn) {
+    let cookie = match control::read_cookie_by(&mut conn, deadline, allowed) {
         Ok(c) => c,
         Err(e) => {
             shared.log.event(ServerEvent::Refused {
@@ -343,38 +545,96 @@ fn handle_connection(mut conn: TcpStream, peer: SocketAddr, order: u64, shared: 
         .ok()
         .and_then(|m| m.get(&cookie).cloned());
     if let Some(tx) = stream_for {
+        drop(handshake);
         let _ = tx.send((order, conn));
         return;
     }
     // A new test.
-    let active = shared.active.fetch_add(1, Ordering::AcqRel);
-    if active >= shared.cfg.max_tests {
-        shared.active.fetch_sub(1, Ordering::AcqRel);
-        let _ = conn.write_all(&[State::AccessDenied.to_byte()]);
-        shared.log.event(ServerEvent::Refused {
-            peer: peer.to_string(),
-            reason: format!("busy: {active} tests running (--max-tests)"),
-        });
-        return;
-    }
     let id = shared.next_id.fetch_add(1, Ordering::AcqRel);
-    let outcome = run_test(&mut conn, peer, cookie, id, shared);
+    let outcome = run_test(&mut conn, peer, cookie, id, (deadline, handshake), shared);
     if let Ok(mut m) = shared.tcp_streams.lock() {
         m.remove(&cookie);
     }
-    shared.active.fetch_sub(1, Ordering::AcqRel);
-    if let Err(e) = outcome {
-        shared.log.event(ServerEvent::TestFailed {
-            test: Some(id),
-            peer: peer.to_string(),
-            error: e.to_string(),
-        });
-    }
-    if shared.cfg.one_off {
+    let answered = match outcome {
+        Ok(()) => true,
+        Err(TestError::Busy { running }) => {
+            shared.log.event(ServerEvent::Refused {
+                peer: peer.to_string(),
+                reason: format!("busy: {running} tests running (--max-tests)"),
+            });
+            false
+        }
+        Err(e) => {
+            let answered = !e.before_parameters();
+            shared.log.event(ServerEvent::TestFailed {
+                test: Some(id),
+                peer: peer.to_string(),
+                error: e.to_string(),
+            });
+            answered
+        }
+    };
+    // A one-off server ends after the first test whose parameters it answered (ran or
+    // refused); a connection that never sent them, or found the slot taken, does not
+    // count.
+    if shared.cfg.one_off && answered {
         shared.done.store(true, Ordering::Release);
         // Wakes the accept loop: accept(2) on a listener shut down for reading fails.
         if let Some(l) = &shared.listener {
             let _ = SockRef::from(l).shutdown(std::net::Shutdown::Read);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Default)]
+    struct Collect(Mutex<Vec<ServerEvent>>);
+    impl ServerLog for Collect {
+        fn event(&self, e: ServerEvent) {
+            self.0.lock().unwrap().push(e);
+        }
+    }
+
+    #[test]
+    fn refusals_beyond_the_log_rate_are_counted_and_the_count_logged_next() {
+        let inner = Arc::new(Collect::default());
+        let log = RateLimited::new(inner.clone(), 5);
+        let refused = |i: usize| ServerEvent::Refused {
+            peer: format!("192.0.2.{i}:1"),
+            reason: "flood".into(),
+        };
+        for i in 0..50 {
+            log.event(refused(i));
+        }
+        // A test's own events are never held back.
+        log.event(ServerEvent::TestFinished {
+            test: 1,
+            peer: "p".into(),
+            bytes_received: 1,
+            bytes_sent: 0,
+            seconds: 1.0,
+        });
+        std::thread::sleep(Duration::from_millis(1050));
+        log.event(refused(99));
+        let got = inner.0.lock().unwrap();
+        let kinds: Vec<String> = got
+            .iter()
+            .map(|e| match e {
+                ServerEvent::Refused { peer, .. } => format!("refused {peer}"),
+                ServerEvent::Suppressed { count } => format!("suppressed {count}"),
+                ServerEvent::TestFinished { .. } => "finished".into(),
+                other => format!("{other:?}"),
+            })
+            .collect();
+        let mut want: Vec<String> = (0..5).map(|i| format!("refused 192.0.2.{i}:1")).collect();
+        want.extend([
+            "suppressed 45".to_string(),
+            "finished".to_string(),
+            "refused 192.0.2.99:1".to_string(),
+        ]);
+        assert_eq!(kinds, want);
     }
 }

@@ -2,7 +2,7 @@
 //! and may do (`--max-duration`, `--max-bitrate`, `--max-bytes`).
 
 use flowlab_proto::params::{Mode, Protocol, TestParams};
-use flowlab_report::spec::MAX_UDP_LEN;
+use flowlab_report::spec::{MAX_UDP_LEN, MAX_WINDOW};
 
 use super::ServerConfig;
 
@@ -25,6 +25,8 @@ pub(super) enum Refusal {
     Bytes { max: u64, asked: u64 },
     #[error("this server lacks the extension '{0}'")]
     Extension(String),
+    #[error("a socket buffer of {0} bytes asked for (-w); at most {max} can be set", max = MAX_WINDOW)]
+    Window(u64),
     #[error("CPU {asked} asked for (-A); this server runs on CPUs {allowed}")]
     Affinity { asked: u64, allowed: String },
 }
@@ -62,7 +64,14 @@ pub(super) fn validate(p: &TestParams, cfg: &ServerConfig) -> Result<Protocol, R
     {
         return Err(Refusal::NoMessageLength);
     }
-    let seconds = p.time + p.omit;
+    let windows = [
+        p.window,
+        p.flowlab.as_ref().and_then(|f| f.recv_window).unwrap_or(0),
+    ];
+    if let Some(&w) = windows.iter().find(|&&w| w > MAX_WINDOW) {
+        return Err(Refusal::Window(w));
+    }
+    let seconds = p.time.saturating_add(p.omit);
     if let Some(max) = cfg.max_duration {
         if p.time == 0 && p.num == 0 && p.blockcount == 0 || seconds > max.as_secs() {
             return Err(Refusal::Duration {

@@ -17,7 +17,7 @@ use flowlab_report::server::ServerEvent;
 
 use super::refusal::{Refusal, block_len, validate};
 use super::streams::{apply_options, collect_streams};
-use super::{ServerConfig, Shared};
+use super::{Handshake, ServerConfig, Shared, Slot};
 use crate::control::{self, ControlError};
 use crate::session::DataSession;
 use crate::stream::{Budget, DataConfig, Role, StreamPlan, TestControl, Transport};
@@ -30,6 +30,12 @@ pub(super) enum TestError {
     Control(#[from] ControlError),
     #[error("refused: {0}")]
     Refused(Refusal),
+    #[error("busy: {running} tests running (--max-tests)")]
+    Busy { running: usize },
+    #[error("authentication failed: {0}")]
+    Auth(flowlab_proto::auth::AuthError),
+    #[error("handshake (--handshake-timeout): {0}")]
+    Handshake(ControlError),
     #[error("waiting for data streams: {0}")]
     Streams(String),
     #[error("the client ended the test (CLIENT_TERMINATE)")]
@@ -40,6 +46,13 @@ pub(super) enum TestError {
     Unexpected(State),
     #[error("{0}")]
     Io(#[from] std::io::Error),
+}
+
+impl TestError {
+    /// Whether the test ended before its parameters arrived complete.
+    pub(super) fn before_parameters(&self) -> bool {
+        matches!(self, TestError::Handshake(_))
+    }
 }
 
 /// The flowlab extensions this server has (told to flowlab clients in its hello).
@@ -59,11 +72,15 @@ pub(super) fn run_test(
     peer: SocketAddr,
     cookie: Cookie,
     id: u64,
+    (deadline, handshake): (Instant, Handshake),
     shared: &Arc<Shared>,
 ) -> Result<(), TestError> {
     let cfg = &shared.cfg;
     ctrl.set_nodelay(true)?;
-    let (params, proto) = negotiate(ctrl, cfg)?;
+    let negotiated = negotiate(ctrl, deadline, shared);
+    // Out of the handshake, whether it ended in a test or not.
+    drop(handshake);
+    let (params, proto, _slot) = negotiated?;
     shared.log.event(started(id, peer, &params, proto));
     let n = params.stream_count() as usize;
     let transports = collect_streams(ctrl, peer, cookie, proto, n, shared)?;
@@ -78,10 +95,11 @@ pub(super) fn run_test(
     control::write_state(ctrl, State::TestStart)?;
     control::write_state(ctrl, State::TestRunning)?;
     if let Err(e) = wait_for_end(ctrl, &mut session, &params, cfg, idle_limit) {
-        session.abort();
+        // The client first, so it stops sending; then the streams, without a drain.
         if matches!(e, TestError::Limit(_)) {
             let _ = control::write_state(ctrl, State::ServerTerminate);
         }
+        session.cut();
         return Err(e);
     }
     let (mine, wall) = own_results(&mut session);
@@ -95,15 +113,38 @@ fn is_flowlab(params: &TestParams) -> bool {
     params.flowlab.as_ref().is_some_and(|f| f.version >= 1)
 }
 
-/// Reads the client's parameters and answers them: a flowlab client gets the server's
-/// hello (its features, its machine, or why the test is refused); an iperf3 client that
-/// is refused gets iperf3's own error message.
-fn negotiate(
+/// Reads the client's parameters (complete by `deadline`) and answers them: when they are
+/// valid and a test slot is free, a flowlab client gets the server's hello (its features,
+/// its machine, or why the test is refused); an iperf3 client that is refused gets
+/// iperf3's own error message; either is told ACCESS_DENIED when every slot is taken.
+fn negotiate<'s>(
     ctrl: &mut TcpStream,
-    cfg: &ServerConfig,
-) -> Result<(TestParams, Protocol), TestError> {
+    deadline: Instant,
+    shared: &'s Shared,
+) -> Result<(TestParams, Protocol, Slot<'s>), TestError> {
+    let cfg = &shared.cfg;
     control::write_state(ctrl, State::ParamExchange)?;
-    let params: TestParams = control::read_frame(ctrl, MAX_PARAMS_LEN)?;
+    let params: TestParams =
+        control::read_frame_by(ctrl, MAX_PARAMS_LEN, deadline, cfg.handshake_timeout).map_err(
+            |e| match e {
+                ControlError::Timeout(_) | ControlError::Closed => TestError::Handshake(e),
+                e => TestError::Control(e),
+            },
+        )?;
+    ctrl.set_read_timeout(Some(cfg.idle_timeout))?;
+    if let Some(auth) = &cfg.auth {
+        if let Err(why) = auth.check(params.authtoken.as_deref()) {
+            // One answer for every failure; the log says which it was.
+            refuse(
+                ctrl,
+                &params,
+                "authentication failed",
+                error_code::AUTH_FAILED,
+                0,
+            )?;
+            return Err(TestError::Auth(why));
+        }
+    }
     let missing = params
         .flowlab
         .as_ref()
@@ -112,6 +153,18 @@ fn negotiate(
         Some(m) => Err(Refusal::Extension(m.clone())),
         None => Ok(proto),
     });
+    let verdict = match verdict {
+        Ok(proto) => match Slot::take(&shared.active, cfg.max_tests) {
+            Some(slot) => Ok((proto, slot)),
+            None => {
+                control::write_state(ctrl, State::AccessDenied)?;
+                return Err(TestError::Busy {
+                    running: shared.active.load(std::sync::atomic::Ordering::Acquire),
+                });
+            }
+        },
+        Err(refusal) => Err(refusal),
+    };
     if is_flowlab(&params) {
         let hello = ServerHello {
             version: FLOWLAB_EXT_VERSION,
@@ -124,7 +177,7 @@ fn negotiate(
         control::write_frame(ctrl, &hello)?;
     }
     match verdict {
-        Ok(proto) => Ok((params, proto)),
+        Ok((proto, slot)) => Ok((params, proto, slot)),
         Err(reason) => {
             if !is_flowlab(&params) {
                 ctrl.write_all(&[State::ServerError.to_byte()])?;
@@ -133,6 +186,32 @@ fn negotiate(
             Err(TestError::Refused(reason))
         }
     }
+}
+
+/// Refuses a test before anything about the server is told: a flowlab client gets a
+/// hello with `message` and nothing else, an iperf3 client iperf3's error `code`.
+fn refuse(
+    ctrl: &mut TcpStream,
+    params: &TestParams,
+    message: &str,
+    code: i32,
+    errno: i32,
+) -> Result<(), TestError> {
+    if is_flowlab(params) {
+        let hello = ServerHello {
+            version: FLOWLAB_EXT_VERSION,
+            server_version: env!("CARGO_PKG_VERSION").into(),
+            features: Vec::new(),
+            error: Some(message.into()),
+            system: None,
+        };
+        control::write_state(ctrl, State::FlowlabHello)?;
+        control::write_frame(ctrl, &hello)?;
+    } else {
+        ctrl.write_all(&[State::ServerError.to_byte()])?;
+        ctrl.write_all(&encode_server_error(code, errno))?;
+    }
+    Ok(())
 }
 
 /// The log's event for a test that starts.
@@ -244,7 +323,10 @@ fn exchange_results(
 ) -> Result<(), TestError> {
     ctrl.set_read_timeout(Some(cfg.idle_timeout))?;
     control::write_state(ctrl, State::ExchangeResults)?;
-    let _theirs: PeerResults = control::read_frame(ctrl, MAX_RESULTS_LEN)?;
+    // The client's results, complete within the idle timeout however they are dripped.
+    let deadline = Instant::now() + cfg.idle_timeout;
+    let _theirs: PeerResults =
+        control::read_frame_by(ctrl, MAX_RESULTS_LEN, deadline, cfg.idle_timeout)?;
     control::write_frame(ctrl, mine)?;
     control::write_state(ctrl, State::DisplayResults)?;
     // IPERF_DONE, or the client just closing, both end the test well.
@@ -290,8 +372,7 @@ fn wait_for_end(
     idle_limit: Duration,
 ) -> Result<(), TestError> {
     let started = Instant::now();
-    // iperf3's safety margin: a timed test that has not ended 40 s after it should have.
-    let safety = (params.time > 0).then(|| Duration::from_secs(params.time + params.omit + 40));
+    let (end, why) = end_of(params, cfg);
     let mut last_total = 0u64;
     let mut last_progress = Instant::now();
     loop {
@@ -303,6 +384,11 @@ fn wait_for_end(
         } else {
             Duration::from_millis(5)
         };
+        let poll = match end {
+            Some(end) => poll.min(end.saturating_sub(started.elapsed())),
+            None => poll,
+        }
+        .max(Duration::from_millis(1));
         ctrl.set_read_timeout(Some(poll))?;
         match control::read_state(ctrl) {
             Ok(State::TestEnd) => return Ok(()),
@@ -323,13 +409,8 @@ fn wait_for_end(
                 idle_limit.as_secs()
             )));
         }
-        if let Some(max) = cfg.max_duration {
-            if elapsed > max + Duration::from_secs(2) {
-                return Err(TestError::Limit(format!(
-                    "test ran past --max-duration {} s",
-                    max.as_secs()
-                )));
-            }
+        if end.is_some_and(|end| elapsed >= end) {
+            return Err(TestError::Limit(why));
         }
         if let Some(max) = cfg.max_bytes {
             if total > max {
@@ -347,9 +428,35 @@ fn wait_for_end(
                 )));
             }
         }
-        if safety.is_some_and(|s| elapsed > s) {
-            return Err(TestError::Limit("the client never ended the test".into()));
-        }
+    }
+}
+
+/// When the server ends a test that the client has not ended (counted from TEST_RUNNING),
+/// and what it will say: its time plus omitted seconds, or `--max-duration` when that is
+/// sooner, plus the grace. `None` for a test that ends at a byte or block count on a
+/// server with no `--max-duration` (the idle limit ends one whose client vanished).
+fn end_of(params: &TestParams, cfg: &ServerConfig) -> (Option<Duration>, String) {
+    let grace = cfg.end_grace;
+    let timed =
+        (params.time > 0).then(|| Duration::from_secs(params.time.saturating_add(params.omit)));
+    match (timed, cfg.max_duration) {
+        (Some(t), Some(max)) if max < t => (
+            Some(max.saturating_add(grace)),
+            format!("test ran past --max-duration {} s", max.as_secs()),
+        ),
+        (None, Some(max)) => (
+            Some(max.saturating_add(grace)),
+            format!("test ran past --max-duration {} s", max.as_secs()),
+        ),
+        (Some(t), _) => (
+            Some(t.saturating_add(grace)),
+            format!(
+                "the client had not ended its {} s test {} s after its time (--end-grace)",
+                t.as_secs(),
+                grace.as_secs_f64()
+            ),
+        ),
+        (None, None) => (None, String::new()),
     }
 }
 

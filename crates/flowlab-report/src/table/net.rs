@@ -58,6 +58,15 @@ pub fn net_plan(p: &crate::net::PlanSummary) -> String {
             v.join(", ")
         );
     }
+    if !p.all_paths && p.paths.is_empty() {
+        let _ = writeln!(
+            out,
+            "{} pairs of hosts: too many to list; name two hosts to see their path \
+             (flowlab net show FILE HOST HOST)",
+            p.host_pairs
+        );
+        return out;
+    }
     let _ = writeln!(
         out,
         "paths (RTT = one-way delays there and back, rate = slowest link):"

@@ -36,5 +36,8 @@ pub fn server_event(event: &ServerEvent) -> String {
             None => format!("{peer}: {error}"),
         },
         ServerEvent::Refused { peer, reason } => format!("refused {peer}: {reason}"),
+        ServerEvent::Suppressed { count } => {
+            format!("{count} more refusals or failures not logged (--log-rate)")
+        }
     }
 }

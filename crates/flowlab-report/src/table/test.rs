@@ -157,6 +157,9 @@ fn side_row(
         if let Some(d) = u.rcvbuf_drops.filter(|&d| d > 0) {
             let _ = write!(out, "  rcvbuf drops {d}");
         }
+        if let Some(n) = u.foreign.filter(|&n| n > 0) {
+            let _ = write!(out, "  foreign {n}");
+        }
         if let Some(i) = u.integrity_percent {
             let _ = write!(out, "  integrity {i:.2}%");
         }

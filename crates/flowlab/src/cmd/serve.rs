@@ -2,12 +2,13 @@
 //! a log line per event on stdout.
 
 use std::net::IpAddr;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args as ClapArgs;
-use flowlab_engine::server::{Server, ServerConfig, ServerLog};
+use flowlab_engine::server::{Server, ServerAuth, ServerConfig, ServerLog};
 use flowlab_report::server::ServerEvent;
 use flowlab_report::{json, table, units};
 
@@ -36,6 +37,21 @@ pub struct Args {
     /// Seconds a silent peer is waited for before its test is dropped.
     #[arg(long, default_value_t = 10, value_name = "SECONDS")]
     pub idle_timeout: u64,
+    /// Seconds a new connection has to send its cookie and its whole test parameters.
+    #[arg(long, default_value_t = 5, value_name = "SECONDS")]
+    pub handshake_timeout: u64,
+    /// Seconds past its time (or --max-duration) a test may run before it is ended.
+    #[arg(long, default_value_t = 2, value_name = "SECONDS")]
+    pub end_grace: u64,
+    /// Connections held in their handshake at once; more are closed at once.
+    #[arg(long, default_value_t = 256, value_name = "N")]
+    pub max_handshakes: usize,
+    /// Connections held in their handshake at once from one address.
+    #[arg(long, default_value_t = 160, value_name = "N")]
+    pub max_handshakes_per_source: usize,
+    /// Refusals and failed connections logged per second (the rest are counted).
+    #[arg(long, default_value_t = 20, value_name = "LINES")]
+    pub log_rate: u32,
     /// Serve one test, then exit.
     #[arg(short = '1', long)]
     pub one_off: bool,
@@ -48,6 +64,23 @@ pub struct Args {
     /// Pace each fragment connection to this rate (e.g. 100M), to emulate a slow server.
     #[arg(long, value_parser = units::parse_rate, value_name = "RATE", requires = "fragments")]
     pub rate: Option<u64>,
+    /// Authenticate clients as iperf3 does: the RSA private key (PEM) their tokens are
+    /// encrypted for.
+    #[arg(long, value_name = "FILE", requires = "authorized_users_path")]
+    pub rsa_private_key_path: Option<std::path::PathBuf>,
+    /// The users allowed in: `user,sha256hex("{user}password")` lines, as iperf3's.
+    #[arg(long, value_name = "FILE", requires = "rsa_private_key_path")]
+    pub authorized_users_path: Option<std::path::PathBuf>,
+    /// Seconds a client's token time may differ from this machine's clock.
+    #[arg(long, default_value_t = 10, value_name = "SECONDS")]
+    pub time_skew_threshold: u64,
+    /// Tokens with PKCS#1 v1.5 padding (iperf3 3.16 and older), not RSA-OAEP. Weaker: see
+    /// docs/SECURITY.md.
+    #[arg(long)]
+    pub use_pkcs1_padding: bool,
+    /// Authentication tokens decrypted per second at most (the rest fail unread).
+    #[arg(long, default_value_t = 20, value_name = "N")]
+    pub auth_rate: u32,
 }
 
 impl Args {
@@ -56,10 +89,36 @@ impl Args {
         if self.max_tests == 0 {
             return Err("--max-tests must be at least 1".into());
         }
-        if self.idle_timeout == 0 {
-            return Err("--idle-timeout must be at least 1 second".into());
+        for (v, flag) in [
+            (self.max_handshakes, "--max-handshakes"),
+            (
+                self.max_handshakes_per_source,
+                "--max-handshakes-per-source",
+            ),
+            (self.log_rate as usize, "--log-rate"),
+        ] {
+            if v == 0 {
+                return Err(Usage(format!("{flag} must be at least 1")));
+            }
         }
+        for (v, flag) in [
+            (self.idle_timeout, "--idle-timeout"),
+            (self.handshake_timeout, "--handshake-timeout"),
+            (self.end_grace, "--end-grace"),
+        ] {
+            if !(1..=3600).contains(&v) {
+                return Err(Usage(format!("{flag} must be 1 to 3600 seconds, not {v}")));
+            }
+        }
+        if self.auth_rate == 0 {
+            return Err("--auth-rate must be at least 1".into());
+        }
+        let auth = match (&self.rsa_private_key_path, &self.authorized_users_path) {
+            (Some(key), Some(users)) => Some(Arc::new(self.server_auth(key, users)?)),
+            _ => None,
+        };
         Ok(ServerConfig {
+            auth,
             bind: self.bind,
             port: self.port,
             max_duration: self.max_duration.map(Duration::from_secs),
@@ -70,8 +129,51 @@ impl Args {
             // being cut off when the process ends.
             max_tests: if self.one_off { 1 } else { self.max_tests },
             idle_timeout: Duration::from_secs(self.idle_timeout),
+            handshake_timeout: Duration::from_secs(self.handshake_timeout),
+            max_handshakes: self.max_handshakes,
+            max_handshakes_per_source: self.max_handshakes_per_source,
+            log_rate: self.log_rate,
+            end_grace: Duration::from_secs(self.end_grace),
             extra: None,
         })
+    }
+}
+
+impl Args {
+    /// The authentication the key and users files give.
+    fn server_auth(&self, key: &Path, users: &Path) -> Result<ServerAuth, Usage> {
+        use flowlab_proto::auth;
+        let read = |p: &Path, flag: &str| {
+            std::fs::read_to_string(p).map_err(|e| Usage(format!("{flag} {}: {e}", p.display())))
+        };
+        let key = auth::private_key_from_pem(&read(key, "--rsa-private-key-path")?)
+            .map_err(|e| Usage(format!("--rsa-private-key-path {}: {e}", key.display())))?;
+        let users_text = read(users, "--authorized-users-path")?;
+        let list = auth::AuthorizedUsers::parse(&users_text);
+        if list.is_empty() {
+            return Err(Usage(format!(
+                "--authorized-users-path {}: no `user,sha256hex` lines",
+                users.display()
+            )));
+        }
+        if self.use_pkcs1_padding {
+            eprintln!(
+                "warning: --use-pkcs1-padding: PKCS#1 v1.5 is weaker than RSA-OAEP; \
+                 use it only for iperf3 3.16 and older clients (docs/SECURITY.md)"
+            );
+        }
+        let padding = if self.use_pkcs1_padding {
+            auth::Padding::Pkcs1v15
+        } else {
+            auth::Padding::Oaep
+        };
+        Ok(ServerAuth::new(
+            key,
+            list,
+            padding,
+            Duration::from_secs(self.time_skew_threshold),
+            self.auth_rate,
+        ))
     }
 }
 

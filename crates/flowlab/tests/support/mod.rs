@@ -134,18 +134,24 @@ pub fn skip(reason: &str) {
     }
 }
 
-/// Whether this runs as root with `ip` and `tc` (what building namespaces needs). In CI,
-/// which runs as root, its absence fails the test; elsewhere the test says why it skips.
-pub fn is_root_with_ip(what: &str) -> bool {
+/// Whether this runs as root. In CI, which runs as root, its absence fails the test;
+/// elsewhere the test says why it skips (`what` needs root).
+pub fn is_root(what: &str) -> bool {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     if !root {
         if std::env::var_os("CI").is_some() {
-            panic!("{what} need root, and CI runs as root");
+            panic!("{what}: root is needed, and CI runs as root");
         }
-        skip(&format!("{what} need root (CAP_NET_ADMIN)"));
+        skip(&format!("{what}: root is needed"));
     }
-    root && require_tool("ip") && require_tool("tc")
+    root
+}
+
+/// Whether this runs as root with `ip` and `tc` (what building namespaces needs). In CI,
+/// which runs as root, its absence fails the test; elsewhere the test says why it skips.
+pub fn is_root_with_ip(what: &str) -> bool {
+    is_root(&format!("{what} (CAP_NET_ADMIN)")) && require_tool("ip") && require_tool("tc")
 }
 
 /// The network namespaces of topology `topo` that exist now.

@@ -14,8 +14,15 @@ use flowlab_report::{table, units};
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Check a topology file and show its plan: subnets, addresses, and for every pair of
-    /// hosts the path, RTT and bottleneck rate the file implies (no root needed).
-    Show { file: std::path::PathBuf },
+    /// hosts (of up to 16; else for the two named) the path, RTT and bottleneck rate the
+    /// file implies (no root needed).
+    Show {
+        file: std::path::PathBuf,
+        /// Two hosts: show only the path between them (a topology of more than 16 hosts
+        /// lists no paths otherwise).
+        #[arg(value_name = "HOST", num_args = 2)]
+        hosts: Vec<String>,
+    },
     /// Build the topology in network namespaces (root): nodes, links, addresses, routes,
     /// rate and queue limits (tbf), delay, jitter and loss (netem or the user-space
     /// emulator).
@@ -91,9 +98,16 @@ pub struct BackendArg {
 
 pub fn run(c: Command) -> anyhow::Result<()> {
     match c {
-        Command::Show { file } => {
+        Command::Show { file, hosts } => {
             let t = load_topology(&file)?;
-            print!("{}", table::net_plan(&Plan::of(&t).summary()));
+            let plan = Plan::of(&t);
+            let summary = match hosts.as_slice() {
+                [a, b] => plan
+                    .summary_for(a, b)
+                    .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?,
+                _ => plan.summary(),
+            };
+            print!("{}", table::net_plan(&summary));
         }
         Command::Up { file, backend } => {
             let t = load_topology(&file)?;

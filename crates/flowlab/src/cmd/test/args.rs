@@ -97,6 +97,17 @@ pub struct Args {
     /// Write the trace samples to FILE as CSV (implies --trace).
     #[arg(long, value_name = "FILE")]
     pub trace_csv: Option<std::path::PathBuf>,
+    /// Authenticate as this user (iperf3's --username); the password comes from the
+    /// IPERF3_PASSWORD environment variable.
+    #[arg(long, value_name = "NAME", requires = "rsa_public_key_path")]
+    pub username: Option<String>,
+    /// The server's RSA public key (PEM), for --username.
+    #[arg(long, value_name = "FILE", requires = "username")]
+    pub rsa_public_key_path: Option<std::path::PathBuf>,
+    /// Encrypt the credentials with PKCS#1 v1.5 padding (iperf3 3.16 and older servers)
+    /// instead of RSA-OAEP.
+    #[arg(long, requires = "username")]
+    pub use_pkcs1_padding: bool,
     /// Socket buffer of each stream's receiving end (replaces -w there), e.g. 8M.
     #[arg(long, value_parser = units::parse_size, value_name = "SIZE")]
     pub recv_window: Option<u64>,
@@ -147,6 +158,11 @@ impl Args {
         };
         s.amount = match (self.time, self.bytes, self.blocks) {
             (Some(0), _, _) => return Err("-t/--time must be at least 1 second".into()),
+            (Some(t), _, _) if t > MAX_TIME => {
+                return Err(Usage(format!(
+                    "-t/--time {t} is more than a day; at most {MAX_TIME} seconds (as iperf3)"
+                )));
+            }
             (Some(t), _, _) => Amount::Seconds(t),
             (_, Some(0), _) => return Err("-n/--bytes must be more than 0".into()),
             (_, Some(n), _) => Amount::Bytes(n),
@@ -211,6 +227,18 @@ impl Args {
             }
             s.trace = Some(period);
         }
+        for (w, flag) in [
+            (self.window, "-w/--window"),
+            (self.recv_window, "--recv-window"),
+        ] {
+            if let Some(w) = w.filter(|&w| w > spec::MAX_WINDOW) {
+                return Err(Usage(format!(
+                    "{flag} {w} bytes is above the largest socket buffer the kernel takes, \
+                     {} bytes (2 GiB − 1); the kernel also caps it at net.core.rmem_max/wmem_max",
+                    spec::MAX_WINDOW
+                )));
+            }
+        }
         if let Some(w) = self.recv_window {
             if w == 0 {
                 return Err("--recv-window must be more than 0".into());
@@ -245,6 +273,24 @@ impl Args {
             }
             s.mss = m;
         }
+        if let (Some(user), Some(key)) = (&self.username, &self.rsa_public_key_path) {
+            let password = std::env::var("IPERF3_PASSWORD").map_err(|_| {
+                Usage(
+                    "--username: set the password in the IPERF3_PASSWORD environment variable"
+                        .into(),
+                )
+            })?;
+            let public_key_pem = std::fs::read_to_string(key)
+                .map_err(|e| Usage(format!("--rsa-public-key-path {}: {e}", key.display())))?;
+            flowlab_proto::auth::public_key_from_pem(&public_key_pem)
+                .map_err(|e| Usage(format!("--rsa-public-key-path {}: {e}", key.display())))?;
+            s.credentials = Some(spec::Credentials {
+                user: user.clone(),
+                password,
+                public_key_pem,
+                pkcs1: self.use_pkcs1_padding,
+            });
+        }
         s.congestion = self.congestion.clone();
         s.window = self.window.unwrap_or(0);
         s.nodelay = self.no_delay;
@@ -253,6 +299,9 @@ impl Args {
         Ok(s)
     }
 }
+
+/// Longest `-t`: a day, iperf3's limit too.
+const MAX_TIME: u64 = 86_400;
 
 /// `-A N[,M]`: the client's CPU N, which this process must be allowed to run on (`allowed`),
 /// and the server's M (the server checks its own).
