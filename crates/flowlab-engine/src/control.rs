@@ -38,45 +38,52 @@ pub fn read_exact(sock: &mut TcpStream, buf: &mut [u8]) -> Result<(), ControlErr
     sock.read_exact(buf).map_err(|e| map_read(e, timeout))
 }
 
+/// When a whole message must have arrived, and the allowance it was given (for the
+/// error that says so).
+#[derive(Debug, Clone, Copy)]
+pub struct Deadline {
+    pub at: Instant,
+    pub allowed: Duration,
+}
+
+impl Deadline {
+    /// `allowed` from now.
+    pub fn after(allowed: Duration) -> Deadline {
+        Deadline {
+            at: Instant::now() + allowed,
+            allowed,
+        }
+    }
+}
+
 /// Reads exactly `buf.len()` bytes by `deadline`, however the peer spaces them: a peer
 /// that drips a byte at a time, each just inside a read timeout, still runs out of time.
 pub fn read_exact_by(
     sock: &mut TcpStream,
     buf: &mut [u8],
-    deadline: Instant,
-    allowed: Duration,
+    deadline: Deadline,
 ) -> Result<(), ControlError> {
     let mut got = 0;
     while got < buf.len() {
-        let left = deadline.saturating_duration_since(Instant::now());
+        let left = deadline.at.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err(ControlError::Timeout(allowed));
+            return Err(ControlError::Timeout(deadline.allowed));
         }
         sock.set_read_timeout(Some(left))?;
         match sock.read(&mut buf[got..]) {
             Ok(0) => return Err(ControlError::Closed),
             Ok(n) => got += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(map_read(e, Some(allowed))),
+            Err(e) => return Err(map_read(e, Some(deadline.allowed))),
         }
     }
     Ok(())
 }
 
-pub fn read_cookie(sock: &mut TcpStream) -> Result<Cookie, ControlError> {
+/// Reads a cookie, whole by `deadline`.
+pub fn read_cookie(sock: &mut TcpStream, deadline: Deadline) -> Result<Cookie, ControlError> {
     let mut wire = [0u8; COOKIE_LEN];
-    read_exact(sock, &mut wire)?;
-    Ok(Cookie::decode(&wire)?)
-}
-
-/// [`read_cookie`] by a deadline (see [`read_exact_by`]).
-pub fn read_cookie_by(
-    sock: &mut TcpStream,
-    deadline: Instant,
-    allowed: Duration,
-) -> Result<Cookie, ControlError> {
-    let mut wire = [0u8; COOKIE_LEN];
-    read_exact_by(sock, &mut wire, deadline, allowed)?;
+    read_exact_by(sock, &mut wire, deadline)?;
     Ok(Cookie::decode(&wire)?)
 }
 
@@ -91,28 +98,32 @@ pub fn write_state(sock: &mut TcpStream, state: State) -> Result<(), ControlErro
     Ok(())
 }
 
-/// Reads a length-prefixed JSON message no longer than `max` bytes.
+/// Reads a length-prefixed JSON message no longer than `max` bytes, each part within
+/// the socket's read timeout.
 pub fn read_frame<T: DeserializeOwned>(sock: &mut TcpStream, max: u32) -> Result<T, ControlError> {
-    let mut prefix = [0u8; 4];
-    read_exact(sock, &mut prefix)?;
-    let len = frame::check(prefix, max)?;
-    let mut body = vec![0u8; len];
-    read_exact(sock, &mut body)?;
-    Ok(frame::decode(&body)?)
+    frame_from(|buf| read_exact(sock, buf), max)
 }
 
-/// [`read_frame`] by a deadline for the whole message (see [`read_exact_by`]).
+/// [`read_frame`], the whole message by `deadline` (see [`read_exact_by`]).
 pub fn read_frame_by<T: DeserializeOwned>(
     sock: &mut TcpStream,
     max: u32,
-    deadline: Instant,
-    allowed: Duration,
+    deadline: Deadline,
+) -> Result<T, ControlError> {
+    frame_from(|buf| read_exact_by(sock, buf, deadline), max)
+}
+
+/// A frame read with `read`: the length prefix, checked against `max` before anything is
+/// allocated, then the body.
+fn frame_from<T: DeserializeOwned>(
+    mut read: impl FnMut(&mut [u8]) -> Result<(), ControlError>,
+    max: u32,
 ) -> Result<T, ControlError> {
     let mut prefix = [0u8; 4];
-    read_exact_by(sock, &mut prefix, deadline, allowed)?;
+    read(&mut prefix)?;
     let len = frame::check(prefix, max)?;
     let mut body = vec![0u8; len];
-    read_exact_by(sock, &mut body, deadline, allowed)?;
+    read(&mut body)?;
     Ok(frame::decode(&body)?)
 }
 

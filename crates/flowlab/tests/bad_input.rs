@@ -38,37 +38,16 @@ fn connect(port: u16) -> TcpStream {
     c
 }
 
-/// Opens a control connection up to the point the server waits for parameters.
-fn at_param_exchange(port: u16) -> TcpStream {
-    let mut c = connect(port);
-    c.write_all(&Cookie::from_random([7; 36]).encode())
-        .expect("cookie");
-    let mut b = [0u8; 1];
-    c.read_exact(&mut b).expect("state");
-    assert_eq!(State::from_byte(b[0]), Ok(State::ParamExchange));
-    c
-}
-
-/// Reads until the server closes the connection; true if it did within the timeout.
-fn closed_by_server(c: &mut TcpStream) -> bool {
-    let mut buf = [0u8; 256];
-    loop {
-        match c.read(&mut buf) {
-            Ok(0) => return true,
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
-            Err(_) => return false,
-        }
-    }
-}
-
 #[test]
 fn garbage_on_the_port() {
     let port = server();
     let mut c = connect(port);
     c.write_all(b"GET / HTTP/1.1\r\nHost: flowlab\r\nUser-Agent: scanner\r\n\r\n")
         .expect("write");
-    assert!(closed_by_server(&mut c), "garbage must be dropped");
+    assert!(
+        closed_within(&mut c, Duration::from_secs(5)),
+        "garbage must be dropped"
+    );
     still_serves(port);
 }
 
@@ -79,25 +58,25 @@ fn wrong_cookie_alphabet() {
     let mut cookie = Cookie::from_random([1; 36]).encode();
     cookie[0] = b'!';
     c.write_all(&cookie).expect("write");
-    assert!(closed_by_server(&mut c));
+    assert!(closed_within(&mut c, Duration::from_secs(5)));
     still_serves(port);
 }
 
 #[test]
 fn oversized_json_length() {
     let port = server();
-    let mut c = at_param_exchange(port);
+    let mut c = at_param_exchange(port, 7);
     c.write_all(&u32::MAX.to_be_bytes()).expect("write");
-    assert!(closed_by_server(&mut c));
+    assert!(closed_within(&mut c, Duration::from_secs(5)));
     still_serves(port);
 }
 
 #[test]
 fn zero_json_length() {
     let port = server();
-    let mut c = at_param_exchange(port);
+    let mut c = at_param_exchange(port, 7);
     c.write_all(&0u32.to_be_bytes()).expect("write");
-    assert!(closed_by_server(&mut c));
+    assert!(closed_within(&mut c, Duration::from_secs(5)));
     still_serves(port);
 }
 
@@ -110,11 +89,11 @@ fn invalid_json_parameters() {
         b"{\"udp\":true,\"parallel\":\"many\"}",
         b"\xff\xfe\xfd",
     ] {
-        let mut c = at_param_exchange(port);
+        let mut c = at_param_exchange(port, 7);
         c.write_all(&(body.len() as u32).to_be_bytes())
             .expect("write");
         c.write_all(body).expect("write");
-        assert!(closed_by_server(&mut c));
+        assert!(closed_within(&mut c, Duration::from_secs(5)));
     }
     still_serves(port);
 }
@@ -122,7 +101,7 @@ fn invalid_json_parameters() {
 #[test]
 fn parameters_out_of_range_get_a_server_error() {
     let port = server();
-    let mut c = at_param_exchange(port);
+    let mut c = at_param_exchange(port, 7);
     let p = TestParams {
         tcp: Some(true),
         time: 1,
@@ -141,19 +120,19 @@ fn a_stalled_client_does_not_wedge_the_server() {
     let port = server();
     // Connected, silent: no cookie at all, and another that stops after the cookie.
     let mut silent = connect(port);
-    let mut half = at_param_exchange(port);
+    let mut half = at_param_exchange(port, 7);
     // Others are served meanwhile.
     still_serves(port);
     // And the stalled ones are dropped at the handshake deadline.
-    assert!(closed_by_server(&mut silent));
-    assert!(closed_by_server(&mut half));
+    assert!(closed_within(&mut silent, Duration::from_secs(5)));
+    assert!(closed_within(&mut half, Duration::from_secs(5)));
     still_serves(port);
 }
 
 #[test]
 fn a_client_that_vanishes_mid_test() {
     let port = server();
-    let mut c = at_param_exchange(port);
+    let mut c = at_param_exchange(port, 7);
     let p = TestParams {
         tcp: Some(true),
         time: 30,
@@ -180,11 +159,11 @@ fn a_client_that_vanishes_mid_test() {
     drop(c);
     still_serves(port);
     // A client that never opens its streams is dropped too.
-    let mut c = at_param_exchange(port);
+    let mut c = at_param_exchange(port, 7);
     c.write_all(&frame::encode(&p)).expect("params");
     c.read_exact(&mut b).expect("create streams");
     assert!(
-        closed_by_server(&mut c),
+        closed_within(&mut c, Duration::from_secs(5)),
         "a test whose streams never come is dropped"
     );
     still_serves(port);
@@ -203,7 +182,7 @@ fn busy_beyond_max_tests() {
     long.amount = Amount::Seconds(2);
     long.bitrate = 10_000_000;
     let hold = std::thread::spawn(move || run(&long));
-    let _idle = at_param_exchange(port);
+    let _idle = at_param_exchange(port, 7);
     std::thread::sleep(Duration::from_millis(500));
     let mut s = spec(port);
     s.amount = Amount::Bytes(1000);
@@ -246,10 +225,8 @@ fn server_limits_are_enforced_with_a_clear_message() {
 /// server answers again, before and after the test started.
 #[test]
 fn a_repeated_udp_handshake_is_answered_again() {
-    use flowlab_proto::udp::{CONNECT_MSG, is_handshake_reply};
-    use std::net::UdpSocket;
     let port = server();
-    let mut c = at_param_exchange(port);
+    let mut c = at_param_exchange(port, 7);
     let p = TestParams {
         udp: Some(true),
         time: 2,
@@ -262,28 +239,16 @@ fn a_repeated_udp_handshake_is_answered_again() {
     let mut b = [0u8; 1];
     c.read_exact(&mut b).expect("state");
     assert_eq!(State::from_byte(b[0]), Ok(State::CreateStreams));
-    let handshake = |u: &UdpSocket, what: &str| {
-        u.send(&CONNECT_MSG).expect("handshake");
-        let mut buf = [0u8; 64];
-        let n = u
-            .recv(&mut buf)
-            .unwrap_or_else(|e| panic!("{what}: no reply: {e}"));
-        assert!(is_handshake_reply(&buf[..n]), "{what}: not a reply");
+    let handshake = |u: &std::net::UdpSocket, what: &str| {
+        udp_handshake(u).unwrap_or_else(|e| panic!("{what}: {e}"));
     };
-    let open = || {
-        let u = UdpSocket::bind("127.0.0.1:0").expect("bind");
-        u.connect(("127.0.0.1", port)).expect("connect");
-        u.set_read_timeout(Some(Duration::from_secs(3)))
-            .expect("timeout");
-        u
-    };
-    let first = open();
+    let first = udp_to(port);
     handshake(&first, "first stream");
     handshake(
         &first,
         "first stream, asked again while the server waits for the second",
     );
-    let second = open();
+    let second = udp_to(port);
     handshake(&second, "second stream");
     let mut two = [0u8; 2];
     c.read_exact(&mut two).expect("start and running");

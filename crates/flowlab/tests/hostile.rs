@@ -232,20 +232,6 @@ fn a_peers_absurd_window_is_refused_and_a_large_one_reported_as_granted() {
     );
 }
 
-/// Connects and sends a cookie; returns the connection once the server asks for the
-/// parameters.
-fn at_param_exchange(port: u16, tag: u8) -> TcpStream {
-    let mut c = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    c.set_read_timeout(Some(Duration::from_secs(5)))
-        .expect("timeout");
-    c.write_all(&Cookie::from_random([tag; 36]).encode())
-        .expect("cookie");
-    let mut b = [0u8; 1];
-    c.read_exact(&mut b).expect("state");
-    assert_eq!(State::from_byte(b[0]), Ok(State::ParamExchange));
-    c
-}
-
 /// Clients that send their parameters a byte every 200 ms, each byte well inside the
 /// read timeout, used to hold a slot each for as long as they liked: now they hold none,
 /// and each is cut off at the handshake deadline.
@@ -300,7 +286,6 @@ fn a_slow_drip_holds_no_slot_and_is_cut_at_the_handshake_deadline() {
 /// the grace, not 40 s later.
 #[test]
 fn a_frozen_clients_reverse_udp_test_ends_at_its_time_plus_the_grace() {
-    use flowlab_proto::udp::{CONNECT_MSG, is_handshake_reply};
     let grace = ServerConfig::default().end_grace;
     let port = start_server(ServerConfig {
         idle_timeout: Duration::from_secs(30),
@@ -320,14 +305,12 @@ fn a_frozen_clients_reverse_udp_test_ends_at_its_time_plus_the_grace() {
     let mut b = [0u8; 1];
     c.read_exact(&mut b).expect("state");
     assert_eq!(State::from_byte(b[0]), Ok(State::CreateStreams));
-    let u = UdpSocket::bind("127.0.0.1:0").expect("bind");
-    u.connect(("127.0.0.1", port)).expect("connect");
+    let u = udp_to(port);
+    udp_handshake(&u).expect("the UDP stream opens");
+    // A second of silence means the server stopped sending.
     u.set_read_timeout(Some(Duration::from_secs(1)))
         .expect("timeout");
-    u.send(&CONNECT_MSG).expect("handshake");
     let mut buf = [0u8; 2048];
-    let n = u.recv(&mut buf).expect("handshake reply");
-    assert!(is_handshake_reply(&buf[..n]));
     let mut two = [0u8; 2];
     c.read_exact(&mut two).expect("start and running");
     let started = Instant::now();
@@ -378,20 +361,6 @@ fn an_upload_ends_at_max_duration_plus_the_grace() {
     match outcome {
         Ok(r) => assert!(end(&r).interrupted, "the result says it was cut short"),
         Err(e) => assert!(e.to_string().contains("max-duration"), "{e}"),
-    }
-}
-
-/// Whether the server closed `c` within `wait` (it read end-of-file or a reset).
-fn closed_within(c: &mut TcpStream, wait: Duration) -> bool {
-    c.set_read_timeout(Some(wait)).expect("timeout");
-    let mut b = [0u8; 64];
-    loop {
-        match c.read(&mut b) {
-            Ok(0) => return true,
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
-            Err(_) => return false,
-        }
     }
 }
 

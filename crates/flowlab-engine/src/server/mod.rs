@@ -516,9 +516,8 @@ impl Drop for Slot<'_> {
 
 fn handle_connection(mut conn: TcpStream, peer: SocketAddr, order: u64, handshake: Handshake) {
     let shared = &Arc::clone(handshake.shared());
-    let allowed = shared.cfg.handshake_timeout;
-    let deadline = std::time::Instant::now() + allowed;
-    let _ = conn.set_read_timeout(Some(allowed.min(shared.cfg.idle_timeout)));
+    let deadline = control::Deadline::after(shared.cfg.handshake_timeout);
+    let _ = conn.set_read_timeout(Some(deadline.allowed.min(shared.cfg.idle_timeout)));
     let _ = conn.set_write_timeout(Some(shared.cfg.idle_timeout));
     if let Some(extra) = &shared.cfg.extra {
         // MSG_WAITALL under SO_RCVTIMEO: the timeout bounds the whole peek.
@@ -529,7 +528,7 @@ fn handle_connection(mut conn: TcpStream, peer: SocketAddr, order: u64, handshak
             return;
         }
     }
-    let cookie = match control::read_cookie_by(&mut conn, deadline, allowed) {
+    let cookie = match control::read_cookie(&mut conn, deadline) {
         Ok(c) => c,
         Err(e) => {
             shared.log.event(ServerEvent::Refused {
@@ -551,7 +550,7 @@ fn handle_connection(mut conn: TcpStream, peer: SocketAddr, order: u64, handshak
     }
     // A new test.
     let id = shared.next_id.fetch_add(1, Ordering::AcqRel);
-    let outcome = run_test(&mut conn, peer, cookie, id, (deadline, handshake), shared);
+    let outcome = run_test(&mut conn, peer, cookie, id, handshake, deadline, shared);
     if let Ok(mut m) = shared.tcp_streams.lock() {
         m.remove(&cookie);
     }

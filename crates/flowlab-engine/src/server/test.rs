@@ -18,7 +18,7 @@ use flowlab_report::server::ServerEvent;
 use super::refusal::{Refusal, block_len, validate};
 use super::streams::{apply_options, collect_streams};
 use super::{Handshake, ServerConfig, Shared, Slot};
-use crate::control::{self, ControlError};
+use crate::control::{self, ControlError, Deadline};
 use crate::session::DataSession;
 use crate::stream::{Budget, DataConfig, Role, StreamPlan, TestControl, Transport};
 use crate::trace;
@@ -72,7 +72,8 @@ pub(super) fn run_test(
     peer: SocketAddr,
     cookie: Cookie,
     id: u64,
-    (deadline, handshake): (Instant, Handshake),
+    handshake: Handshake,
+    deadline: Deadline,
     shared: &Arc<Shared>,
 ) -> Result<(), TestError> {
     let cfg = &shared.cfg;
@@ -119,18 +120,16 @@ fn is_flowlab(params: &TestParams) -> bool {
 /// iperf3's own error message; either is told ACCESS_DENIED when every slot is taken.
 fn negotiate<'s>(
     ctrl: &mut TcpStream,
-    deadline: Instant,
+    deadline: Deadline,
     shared: &'s Shared,
 ) -> Result<(TestParams, Protocol, Slot<'s>), TestError> {
     let cfg = &shared.cfg;
     control::write_state(ctrl, State::ParamExchange)?;
     let params: TestParams =
-        control::read_frame_by(ctrl, MAX_PARAMS_LEN, deadline, cfg.handshake_timeout).map_err(
-            |e| match e {
-                ControlError::Timeout(_) | ControlError::Closed => TestError::Handshake(e),
-                e => TestError::Control(e),
-            },
-        )?;
+        control::read_frame_by(ctrl, MAX_PARAMS_LEN, deadline).map_err(|e| match e {
+            ControlError::Timeout(_) | ControlError::Closed => TestError::Handshake(e),
+            e => TestError::Control(e),
+        })?;
     ctrl.set_read_timeout(Some(cfg.idle_timeout))?;
     if let Some(auth) = &cfg.auth {
         if let Err(why) = auth.check(params.authtoken.as_deref()) {
@@ -167,14 +166,12 @@ fn negotiate<'s>(
     };
     if is_flowlab(&params) {
         let hello = ServerHello {
-            version: FLOWLAB_EXT_VERSION,
-            server_version: env!("CARGO_PKG_VERSION").into(),
             features: FEATURES.iter().map(|f| f.to_string()).collect(),
             error: verdict.as_ref().err().map(Refusal::to_string),
             system: verdict.is_ok().then(crate::sysinfo::collect),
+            ..bare_hello()
         };
-        control::write_state(ctrl, State::FlowlabHello)?;
-        control::write_frame(ctrl, &hello)?;
+        send_hello(ctrl, &hello)?;
     }
     match verdict {
         Ok((proto, slot)) => Ok((params, proto, slot)),
@@ -188,6 +185,23 @@ fn negotiate<'s>(
     }
 }
 
+/// A hello that says nothing but the versions: no features, no error, no machine.
+fn bare_hello() -> ServerHello {
+    ServerHello {
+        version: FLOWLAB_EXT_VERSION,
+        server_version: env!("CARGO_PKG_VERSION").into(),
+        features: Vec::new(),
+        error: None,
+        system: None,
+    }
+}
+
+fn send_hello(ctrl: &mut TcpStream, hello: &ServerHello) -> Result<(), TestError> {
+    control::write_state(ctrl, State::FlowlabHello)?;
+    control::write_frame(ctrl, hello)?;
+    Ok(())
+}
+
 /// Refuses a test before anything about the server is told: a flowlab client gets a
 /// hello with `message` and nothing else, an iperf3 client iperf3's error `code`.
 fn refuse(
@@ -199,14 +213,10 @@ fn refuse(
 ) -> Result<(), TestError> {
     if is_flowlab(params) {
         let hello = ServerHello {
-            version: FLOWLAB_EXT_VERSION,
-            server_version: env!("CARGO_PKG_VERSION").into(),
-            features: Vec::new(),
             error: Some(message.into()),
-            system: None,
+            ..bare_hello()
         };
-        control::write_state(ctrl, State::FlowlabHello)?;
-        control::write_frame(ctrl, &hello)?;
+        send_hello(ctrl, &hello)?;
     } else {
         ctrl.write_all(&[State::ServerError.to_byte()])?;
         ctrl.write_all(&encode_server_error(code, errno))?;
@@ -324,9 +334,8 @@ fn exchange_results(
     ctrl.set_read_timeout(Some(cfg.idle_timeout))?;
     control::write_state(ctrl, State::ExchangeResults)?;
     // The client's results, complete within the idle timeout however they are dripped.
-    let deadline = Instant::now() + cfg.idle_timeout;
-    let _theirs: PeerResults =
-        control::read_frame_by(ctrl, MAX_RESULTS_LEN, deadline, cfg.idle_timeout)?;
+    let deadline = Deadline::after(cfg.idle_timeout);
+    let _theirs: PeerResults = control::read_frame_by(ctrl, MAX_RESULTS_LEN, deadline)?;
     control::write_frame(ctrl, mine)?;
     control::write_state(ctrl, State::DisplayResults)?;
     // IPERF_DONE, or the client just closing, both end the test well.
@@ -440,15 +449,7 @@ fn end_of(params: &TestParams, cfg: &ServerConfig) -> (Option<Duration>, String)
     let timed =
         (params.time > 0).then(|| Duration::from_secs(params.time.saturating_add(params.omit)));
     match (timed, cfg.max_duration) {
-        (Some(t), Some(max)) if max < t => (
-            Some(max.saturating_add(grace)),
-            format!("test ran past --max-duration {} s", max.as_secs()),
-        ),
-        (None, Some(max)) => (
-            Some(max.saturating_add(grace)),
-            format!("test ran past --max-duration {} s", max.as_secs()),
-        ),
-        (Some(t), _) => (
+        (Some(t), max) if max.is_none_or(|m| t <= m) => (
             Some(t.saturating_add(grace)),
             format!(
                 "the client had not ended its {} s test {} s after its time (--end-grace)",
@@ -456,7 +457,11 @@ fn end_of(params: &TestParams, cfg: &ServerConfig) -> (Option<Duration>, String)
                 grace.as_secs_f64()
             ),
         ),
-        (None, None) => (None, String::new()),
+        (_, Some(max)) => (
+            Some(max.saturating_add(grace)),
+            format!("test ran past --max-duration {} s", max.as_secs()),
+        ),
+        _ => (None, String::new()),
     }
 }
 
@@ -474,6 +479,29 @@ fn idle_allowance(bandwidth: u64, len: usize, idle_timeout: Duration) -> Duratio
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_test_ends_at_its_time_or_the_max_duration_whichever_is_sooner_plus_the_grace() {
+        let secs = Duration::from_secs;
+        let cfg = |max: Option<u64>| ServerConfig {
+            max_duration: max.map(secs),
+            end_grace: secs(2),
+            ..ServerConfig::default()
+        };
+        let p = |time, omit| TestParams {
+            time,
+            omit,
+            ..TestParams::default()
+        };
+        assert_eq!(end_of(&p(10, 2), &cfg(None)).0, Some(secs(14)));
+        assert_eq!(end_of(&p(10, 2), &cfg(Some(30))).0, Some(secs(14)));
+        let (end, why) = end_of(&p(10, 2), &cfg(Some(5)));
+        assert_eq!(end, Some(secs(7)));
+        assert!(why.contains("--max-duration 5"), "{why}");
+        // A test bounded by bytes ends at the limit, or only by the idle limit.
+        assert_eq!(end_of(&p(0, 0), &cfg(Some(5))).0, Some(secs(7)));
+        assert_eq!(end_of(&p(0, 0), &cfg(None)).0, None);
+    }
 
     #[test]
     fn idle_allowance_grows_for_slowly_paced_tests() {

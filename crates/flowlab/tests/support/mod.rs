@@ -176,3 +176,59 @@ pub fn said(out: &std::process::Output) -> String {
         String::from_utf8_lossy(&out.stderr)
     )
 }
+
+/// Connects to the server on 127.0.0.1:`port` and sends a cookie made of `tag`; returns
+/// the connection (5 s read timeout) once the server asks for the parameters.
+pub fn at_param_exchange(port: u16, tag: u8) -> std::net::TcpStream {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    c.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    c.write_all(&flowlab_proto::Cookie::from_random([tag; 36]).encode())
+        .expect("cookie");
+    let mut b = [0u8; 1];
+    c.read_exact(&mut b).expect("state");
+    assert_eq!(
+        flowlab_proto::State::from_byte(b[0]),
+        Ok(flowlab_proto::State::ParamExchange)
+    );
+    c
+}
+
+/// Reads until the server closes `c` (end-of-file or a reset); false if a read waits
+/// longer than `wait` first.
+pub fn closed_within(c: &mut std::net::TcpStream, wait: Duration) -> bool {
+    use std::io::Read;
+    c.set_read_timeout(Some(wait)).expect("timeout");
+    let mut b = [0u8; 256];
+    loop {
+        match c.read(&mut b) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+            Err(_) => return false,
+        }
+    }
+}
+
+/// A UDP socket connected to the server's port (3 s read timeout), for a data stream.
+pub fn udp_to(port: u16) -> std::net::UdpSocket {
+    let u = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+    u.connect(("127.0.0.1", port)).expect("connect");
+    u.set_read_timeout(Some(Duration::from_secs(3)))
+        .expect("timeout");
+    u
+}
+
+/// Sends the UDP stream handshake on `u` and waits for the server's reply.
+pub fn udp_handshake(u: &std::net::UdpSocket) -> Result<(), String> {
+    use flowlab_proto::udp::{CONNECT_MSG, is_handshake_reply};
+    u.send(&CONNECT_MSG).map_err(|e| format!("send: {e}"))?;
+    let mut buf = [0u8; 64];
+    let n = u.recv(&mut buf).map_err(|e| format!("no reply: {e}"))?;
+    if is_handshake_reply(&buf[..n]) {
+        Ok(())
+    } else {
+        Err("not a handshake reply".into())
+    }
+}
