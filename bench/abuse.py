@@ -1,25 +1,35 @@
 #!/usr/bin/env python3
 """bench/abuse.py — a public `flowlab serve` under abuse, beside a real test.
 
-One server (`flowlab serve -J`) on a loopback port; a real client test (`flowlab test`,
-TCP, one stream, paced at --rate so that the machine's CPU is not what is measured) runs
+One server (`flowlab serve`) on a loopback port; a real client test (`flowlab test`,
+one stream, paced at --rate so that the machine's CPU is not what is measured) runs
 again and again, undisturbed and under each attack in turn, alternating, REPEAT times
-each:
+each. TCP (an upload) beside:
 
   idle        1000 idle TCP connections, 100 from each of 10 loopback addresses,
               reopened as the server closes them
-  handshakes  1000 handshakes a second: connect, a cookie, garbage parameters, close
+  handshakes  1000 handshakes a second from one address (127.0.0.2, not the real
+              client's): connect, a cookie, garbage parameters, close
   udp-flood   stray UDP datagrams (stream handshakes and garbage) to the server's port,
               as fast as one thread sends them
 
-Printed per case: the real test's throughput (min/median/max over the runs) and its
-ratio to the undisturbed median, flagged when the runs spread by more than 25 %; the
-server's highest resident memory (VmRSS) and thread count during the case (sampled
-every 50 ms);
-and the log lines the server wrote during the case (text log, rate-limited).
+and UDP (a download, -u -R -l 1400, at --udp-rate) undisturbed and beside:
 
-Usage: bench/abuse.py [--flowlab PATH] [--seconds 3] [--repeat 7] [--rate 1G]
-Needs Linux (/proc) and python3; no root.
+  forged      a storm of forged datagrams into the running stream: from the server's
+              own address and port (shared with SO_REUSEADDR, as the server's sockets
+              allow; any host on the path could spoof it) to the client's stream port,
+              1400 bytes each with a random sequence number, as fast as one thread
+              sends them
+
+Printed per case: the real test's throughput (min/median/max over the runs) and its
+ratio to the undisturbed median of its protocol, flagged when the runs spread by more
+than 25 %; the server's highest resident memory (VmRSS) and thread count during the
+case (sampled every 50 ms); the log lines the server wrote during the case (text log,
+rate-limited); for UDP, the receiver's median loss and the forged datagrams it counted
+foreign (median) against those sent (median).
+
+Usage: bench/abuse.sh [--flowlab PATH] [--seconds 3] [--repeat 7] [--rate 1G] [--udp-rate 500M]
+Needs Linux (/proc, ss) and python3; no root.
 """
 
 import argparse
@@ -83,23 +93,24 @@ class Server:
         self.proc.wait(timeout=10)
 
 
-def real_test(flowlab, port, seconds, rate):
-    out = subprocess.run(
-        [flowlab, "test", "127.0.0.1", "-p", str(port), "-t", str(seconds), "-b", rate, "-J"],
-        capture_output=True,
-        text=True,
-        timeout=seconds + 60,
-    )
+def real_test(flowlab, port, seconds, rate, udp):
+    """The receiver's bits/s, and for UDP its (loss %, foreign datagrams); None if it failed."""
+    args = [flowlab, "test", "127.0.0.1", "-p", str(port), "-t", str(seconds), "-b", rate, "-J"]
+    if udp:
+        args += ["-u", "-R", "-l", "1400"]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=seconds + 60)
     if out.returncode != 0:
         return None
     doc = json.loads(out.stdout)
     for s in doc["end"]["sums"]:
-        if s["direction"] == "up" and s.get("receiver"):
-            return s["receiver"]["bits_per_second"]
+        if s["direction"] == ("down" if udp else "up") and s.get("receiver"):
+            r = s["receiver"]
+            u = r.get("udp") or {}
+            return r["bits_per_second"], u.get("lost_percent"), u.get("foreign")
     return None
 
 
-def idle(port, stop):
+def idle(port, stop, sent):
     conns = []
     sources = [f"127.0.0.{i}" for i in range(2, 12)]
     while not stop.is_set():
@@ -135,13 +146,15 @@ def idle(port, stop):
         c.close()
 
 
-def handshakes(port, stop):
+def handshakes(port, stop, sent):
     cookie = b"abcdefghijklmnopqrstuvwxyz234567abcd\x00"
     garbage = (1000).to_bytes(4, "big") + b"{" * 1000
     next_at = time.monotonic()
     while not stop.is_set():
         try:
-            c = socket.create_connection(("127.0.0.1", port), timeout=1)
+            c = socket.create_connection(
+                ("127.0.0.1", port), timeout=1, source_address=("127.0.0.2", 0)
+            )
             c.sendall(cookie + garbage)
             c.close()
         except OSError:
@@ -152,7 +165,7 @@ def handshakes(port, stop):
             time.sleep(pause)
 
 
-def udp_flood(port, stop):
+def udp_flood(port, stop, sent):
     u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     payloads = [b"9876", (987654321).to_bytes(4, "little"), os.urandom(1400), os.urandom(16)]
     while not stop.is_set():
@@ -163,7 +176,41 @@ def udp_flood(port, stop):
                 pass
 
 
-ATTACKS = {"idle": idle, "handshakes": handshakes, "udp-flood": udp_flood}
+def stream_port(port):
+    """The client's port of the server's UDP stream socket (local PORT, connected), if any."""
+    out = subprocess.run(["ss", "-Hnu"], capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        # Recv-Q Send-Q Local Peer (connected UDP sockets only; some ss print a state first)
+        local, peer = line.split()[-2:]
+        if local == f"127.0.0.1:{port}" and peer.startswith("127.0.0.1:"):
+            return int(peer.rsplit(":", 1)[1])
+    return None
+
+
+def forged(port, stop, sent):
+    client = None
+    while client is None and not stop.is_set():
+        client = stream_port(port)
+        time.sleep(0.01)
+    # Bound only once the stream is open: bound earlier, this socket (the last on the
+    # port) would take the client's stream handshake from the server.
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    u.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    u.bind(("127.0.0.1", port))
+    body = bytearray(os.urandom(1400))
+    n = 0
+    while not stop.is_set():
+        body[8:16] = os.urandom(8)
+        try:
+            u.sendto(body, ("127.0.0.1", client))
+            n += 1
+        except OSError:
+            pass
+    sent.append(n)
+
+
+ATTACKS = {"idle": idle, "handshakes": handshakes, "udp-flood": udp_flood, "forged": forged}
+UDP_CASES = {"udp-undisturbed", "forged"}
 
 
 def main():
@@ -173,28 +220,35 @@ def main():
     ap.add_argument("--seconds", type=int, default=3)
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--rate", default="1G")
+    ap.add_argument("--udp-rate", default="500M")
     a = ap.parse_args()
     port = free_port()
     server = Server(a.flowlab, port)
     time.sleep(0.5)
     rss0 = server.status("VmRSS")
-    results = {name: [] for name in ["undisturbed", *ATTACKS]}
+    cases = ["undisturbed", "idle", "handshakes", "udp-flood", "udp-undisturbed", "forged"]
+    results = {name: [] for name in cases}
+    sent = {name: [] for name in cases}
     peak = {name: (0, 0) for name in results}
     lines = {name: 0 for name in results}
     for rep in range(a.repeat):
-        order = ["undisturbed", *ATTACKS]
+        order = list(cases)
         random.Random(rep).shuffle(order)
         for name in order:
             stop = threading.Event()
             t = None
             if name in ATTACKS:
-                t = threading.Thread(target=ATTACKS[name], args=(port, stop), daemon=True)
+                t = threading.Thread(
+                    target=ATTACKS[name], args=(port, stop, sent[name]), daemon=True
+                )
                 t.start()
-                time.sleep(0.5)
+                if name != "forged":  # it waits for the test's stream itself
+                    time.sleep(0.5)
             before = server.lines
             server.peak_threads = 0
             server.peak_rss = 0
-            bps = real_test(a.flowlab, port, a.seconds, a.rate)
+            udp = name in UDP_CASES
+            bps = real_test(a.flowlab, port, a.seconds, a.udp_rate if udp else a.rate, udp)
             stop.set()
             if t:
                 t.join(timeout=10)
@@ -204,22 +258,43 @@ def main():
             time.sleep(1.5)  # the server lets go of what the attack left
     hwm = server.status("VmHWM")
     server.stop()
-    base = statistics.median([x for x in results["undisturbed"] if x] or [0])
-    print(f"flowlab serve under abuse: {a.repeat} runs per case, real test -t {a.seconds} -b {a.rate}")
+    def median_bps(case):
+        return statistics.median([x[0] for x in results[case] if x] or [0])
+
+    base = {"tcp": median_bps("undisturbed"), "udp": median_bps("udp-undisturbed")}
+    print(
+        f"flowlab serve under abuse: {a.repeat} runs per case, real test -t {a.seconds}: "
+        f"TCP -b {a.rate}, UDP -R -l 1400 -b {a.udp_rate}"
+    )
     print(f"server RSS at start {rss0 / 1024:.1f} MiB, highest over the whole run (VmHWM) {hwm / 1024:.1f} MiB")
-    print(f"{'case':<12} {'min':>9} {'median':>9} {'max':>9}  {'ratio':>6}  {'failed':>6}  {'peak RSS':>9}  {'threads':>7}  {'log lines':>9}")
+    print(
+        f"{'case':<16} {'min':>9} {'median':>9} {'max':>9}  {'ratio':>6}  {'failed':>6}  "
+        f"{'peak RSS':>9}  {'threads':>7}  {'log lines':>9}  {'loss %':>7}  {'foreign':>9}  {'forged':>9}"
+    )
     for name, xs in results.items():
         ok = [x for x in xs if x]
         failed = len(xs) - len(ok)
+        udp = name in UDP_CASES
         if ok:
-            lo, med, hi = min(ok), statistics.median(ok), max(ok)
+            bps = [x[0] for x in ok]
+            lo, med, hi = min(bps), statistics.median(bps), max(bps)
             spread = " SPREAD>25%" if lo and (hi - lo) / med > 0.25 else ""
-            ratio = med / base if base else 0
+            b = base["udp" if udp else "tcp"]
+            ratio = med / b if b else 0
             row = f"{lo / 1e9:8.3f}G {med / 1e9:8.3f}G {hi / 1e9:8.3f}G  {ratio:6.3f}"
         else:
             row, spread = f"{'-':>9} {'-':>9} {'-':>9}  {'-':>6}", ""
+        extra = f"{'-':>7}  {'-':>9}  {'-':>9}"
+        if udp and ok:
+            loss = statistics.median([x[1] or 0 for x in ok])
+            foreign = statistics.median([x[2] or 0 for x in ok])
+            forged_sent = statistics.median(sent[name]) if sent[name] else 0
+            extra = f"{loss:7.3f}  {foreign:9.0f}  {forged_sent:9.0f}"
         rss, threads = peak[name]
-        print(f"{name:<12} {row}  {failed:>6}  {rss / 1024:7.1f}Mi  {threads:>7}  {lines[name]:>9}{spread}")
+        print(
+            f"{name:<16} {row}  {failed:>6}  {rss / 1024:7.1f}Mi  {threads:>7}  "
+            f"{lines[name]:>9}  {extra}{spread}"
+        )
     return 0
 
 

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use flowlab_proto::fragment::{Decoder, MAGIC, MAX_MANIFEST_LEN, Reply, Request, VERSION};
+use flowlab_proto::fragment::{Admission, Decoder, MAX_MANIFEST_LEN, Reply, Request, hello};
 use flowlab_report::fetch::{
     FetchResult, SCHEMA, SWEEP_SCHEMA, ServerStats, SweepResult, SweepRow,
 };
@@ -40,6 +40,8 @@ pub struct FetchSpec {
     /// failed; its fragments go to the others.
     pub stall_timeout: Duration,
     pub connect_timeout: Duration,
+    /// The servers' token (`--token-file`), sent in every hello; empty for none.
+    pub token: Vec<u8>,
 }
 
 impl FetchSpec {
@@ -52,6 +54,7 @@ impl FetchSpec {
             out,
             stall_timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(5),
+            token: Vec::new(),
         }
     }
 }
@@ -94,6 +97,13 @@ enum ConnectionError {
         server: String,
         source: std::io::Error,
     },
+    #[error(
+        "{server}: authentication failed (the server serves only clients with its token: \
+         give it with --token-file FILE or FLOWLAB_TOKEN)"
+    )]
+    Denied { server: String },
+    #[error("{server}: {message}")]
+    Busy { server: String, message: String },
     #[error("{0}")]
     Manifest(#[from] ManifestError),
     #[error("the server closed the connection")]
@@ -174,7 +184,11 @@ pub fn with_port(server: &str) -> String {
 }
 
 /// Opens a fragment connection and reads the manifest.
-fn connect(server: &str, timeout: Duration) -> Result<(TcpStream, Manifest), ConnectionError> {
+fn connect(
+    server: &str,
+    timeout: Duration,
+    token: &[u8],
+) -> Result<(TcpStream, Manifest), ConnectionError> {
     let with_port = with_port(server);
     let addrs = with_port
         .to_socket_addrs()
@@ -186,29 +200,31 @@ fn connect(server: &str, timeout: Duration) -> Result<(TcpStream, Manifest), Con
     for a in addrs {
         match TcpStream::connect_timeout(&a, timeout) {
             Ok(mut s) => {
-                let mut hello = || -> std::io::Result<Vec<u8>> {
-                    // Requests leave at once, not after the previous reply's ACK (Nagle).
-                    s.set_nodelay(true)?;
-                    s.set_read_timeout(Some(timeout.max(Duration::from_secs(5))))?;
-                    let mut m = MAGIC.to_vec();
-                    m.push(VERSION);
-                    s.write_all(&m)?;
-                    let mut len = [0u8; 4];
-                    s.read_exact(&mut len)?;
-                    let len = u32::from_be_bytes(len);
-                    if len == 0 || len > MAX_MANIFEST_LEN {
-                        return Err(std::io::Error::other(format!("manifest length {len}")));
-                    }
-                    let mut body = vec![0u8; len as usize];
-                    s.read_exact(&mut body)?;
-                    Ok(body)
-                };
-                let body = hello().map_err(|source| ConnectionError::NotAFragmentServer {
+                let not_ours = |source| ConnectionError::NotAFragmentServer {
                     server: server.into(),
                     source,
-                })?;
+                };
+                // Requests leave at once, not after the previous reply's ACK (Nagle).
+                s.set_nodelay(true).map_err(not_ours)?;
+                s.set_read_timeout(Some(timeout.max(Duration::from_secs(5))))
+                    .map_err(not_ours)?;
+                s.write_all(&hello(token)).map_err(not_ours)?;
+                match admission(&mut s).map_err(not_ours)? {
+                    Admission::Welcome => {}
+                    Admission::Denied => {
+                        return Err(ConnectionError::Denied {
+                            server: server.into(),
+                        });
+                    }
+                    Admission::Busy(message) => {
+                        return Err(ConnectionError::Busy {
+                            server: server.into(),
+                            message,
+                        });
+                    }
+                }
+                let body = read_manifest(&mut s).map_err(not_ours)?;
                 let m = Manifest::parse(&body, Path::new(server))?;
-                let _ = s.set_nodelay(true);
                 return Ok((s, m));
             }
             Err(source) => {
@@ -220,6 +236,32 @@ fn connect(server: &str, timeout: Duration) -> Result<(TcpStream, Manifest), Con
         }
     }
     Err(last)
+}
+
+/// The server's answer to a hello.
+fn admission(s: &mut TcpStream) -> std::io::Result<Admission> {
+    let mut d = Decoder::default();
+    let mut byte = [0u8; 1];
+    loop {
+        if let Some(a) = d.next_admission().map_err(std::io::Error::other)? {
+            return Ok(a);
+        }
+        s.read_exact(&mut byte)?;
+        d.push(&byte);
+    }
+}
+
+/// The manifest: `u32` length and JSON.
+fn read_manifest(s: &mut TcpStream) -> std::io::Result<Vec<u8>> {
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len)?;
+    let len = u32::from_be_bytes(len);
+    if len == 0 || len > MAX_MANIFEST_LEN {
+        return Err(std::io::Error::other(format!("manifest length {len}")));
+    }
+    let mut body = vec![0u8; len as usize];
+    s.read_exact(&mut body)?;
+    Ok(body)
 }
 
 struct Shared {
@@ -268,7 +310,7 @@ pub fn fetch(spec: &FetchSpec, progress: &dyn Progress) -> Result<FetchResult, F
         .collect();
     for (server, addr) in spec.servers.iter().enumerate() {
         for _ in 0..spec.connections.max(1) {
-            match connect(addr, spec.connect_timeout) {
+            match connect(addr, spec.connect_timeout, &spec.token) {
                 Ok((s, m)) => {
                     match &manifest {
                         Some((first, from)) if first != &m => {
@@ -760,7 +802,7 @@ mod tests {
     #[test]
     fn fragment_connections_are_nodelay_on_both_ends() {
         use crate::serve::FragmentService;
-        use flowlab_engine::server::ConnectionHandler;
+        use flowlab_engine::server::{ConnectionHandler, Greeting, NoLog};
         let dir = tempfile::tempdir().expect("tempdir");
         crate::manifest::make(8192, 2, dir.path()).expect("make");
         let service = FragmentService::open(dir.path(), 0, Duration::from_secs(2)).expect("open");
@@ -770,10 +812,11 @@ mod tests {
         let server = std::thread::spawn(move || {
             let (conn, peer) = listener.accept().expect("accept");
             tx.send(conn.try_clone().expect("clone")).expect("send");
-            service.handle(conn, peer);
+            let greeting = Greeting::new(Duration::from_secs(2), std::sync::Arc::new(NoLog));
+            service.handle(conn, peer, greeting);
         });
         let (client, manifest) =
-            connect(&addr.to_string(), Duration::from_secs(2)).expect("connect");
+            connect(&addr.to_string(), Duration::from_secs(2), b"").expect("connect");
         assert_eq!(manifest.fragments.len(), 2);
         let served = rx.recv().expect("the server's socket");
         assert!(

@@ -6,22 +6,30 @@
 //! of the served set can be read: a requested name must pass
 //! [`flowlab_proto::fragment::check_name`], be in the manifest, and open — relative to
 //! the directory, without following symlinks — as a regular file of the manifest's size.
+//!
+//! A connection is served only after its hello (whole by the server's handshake
+//! deadline) carries the service's token, when it has one, and while the service holds
+//! fewer than its limit of connections, in all and from the client's source; each
+//! connection costs two threads for as long as it lasts.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 use std::sync::mpsc::{self, Receiver};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use flowlab_engine::control;
 use flowlab_engine::pacing::Pacer;
-use flowlab_engine::server::ConnectionHandler;
+use flowlab_engine::server::{ConnectionHandler, Greeting, source_key};
 use flowlab_proto::fragment::{
-    Decoder, MAGIC, MAX_MANIFEST_LEN, Reply, Request, VERSION, check_name,
+    Admission, Decoder, HELLO_HEAD, MAGIC, MAX_MANIFEST_LEN, Reply, Request, check_name,
+    hello_token_len,
 };
+use flowlab_report::server::ServerEvent;
 
 use crate::manifest::{Manifest, ManifestError, hex32};
 
@@ -33,6 +41,8 @@ const QUEUE: usize = 1024;
 const SILENT_CLIENT: Duration = Duration::from_secs(300);
 /// Bytes per `sendfile` call when the connection is rate-limited (pacing granularity).
 const PACED_CHUNK: usize = 64 * 1024;
+/// Shortest token a service accepts: anything shorter could be guessed.
+pub const MIN_TOKEN_LEN: usize = 16;
 
 /// Why a requested fragment is not sent: the refusal's message to the client.
 #[derive(Debug, thiserror::Error)]
@@ -60,6 +70,49 @@ pub struct FragmentService {
     rate_bps: u64,
     /// How long a connection may stay silent with nothing requested.
     idle_timeout: Duration,
+    /// The BLAKE3 hash of the token a client must send (`--token-file`), if any: of a
+    /// fixed length whatever the token's, and compared in constant time (`blake3::Hash`'s
+    /// equality is).
+    token: Option<blake3::Hash>,
+    /// Connections served at once, in all and per source (IPv4 address, IPv6 /64).
+    max_connections: usize,
+    max_per_source: usize,
+    open: Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// Why a token cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    #[error("the token is {0} bytes; it must be {MIN_TOKEN_LEN} to {MAX} bytes", MAX = flowlab_proto::fragment::MAX_TOKEN_LEN)]
+    Length(usize),
+}
+
+/// Checks a token's length (what `serve --token-file` and `fetch --token-file` read).
+pub fn check_token(token: &[u8]) -> Result<(), TokenError> {
+    if (MIN_TOKEN_LEN..=flowlab_proto::fragment::MAX_TOKEN_LEN).contains(&token.len()) {
+        Ok(())
+    } else {
+        Err(TokenError::Length(token.len()))
+    }
+}
+
+/// A connection counted against the service's limits until dropped.
+struct Place<'a> {
+    open: &'a Mutex<HashMap<IpAddr, usize>>,
+    source: IpAddr,
+}
+
+impl Drop for Place<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut open) = self.open.lock() {
+            if let Some(n) = open.get_mut(&self.source) {
+                *n -= 1;
+                if *n == 0 {
+                    open.remove(&self.source);
+                }
+            }
+        }
+    }
 }
 
 /// Opens a directory for `openat`, refusing a symlink.
@@ -115,7 +168,69 @@ impl FragmentService {
             entries,
             rate_bps,
             idle_timeout,
+            token: None,
+            max_connections: 64,
+            max_per_source: 16,
+            open: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Serves only clients that send `token` (checked with [`check_token`]).
+    pub fn with_token(mut self, token: &[u8]) -> Result<FragmentService, TokenError> {
+        check_token(token)?;
+        self.token = Some(blake3::hash(token));
+        Ok(self)
+    }
+
+    /// Serves at most `max` connections at once, and `per_source` from one source
+    /// (defaults: 64 and 16, the most connections one `flowlab fetch` opens to a server).
+    pub fn with_limits(mut self, max: usize, per_source: usize) -> FragmentService {
+        self.max_connections = max.max(1);
+        self.max_per_source = per_source.max(1);
+        self
+    }
+
+    /// A place among the service's connections for one from `source`, or which limit is
+    /// reached.
+    fn take_place(&self, source: IpAddr) -> Result<Place<'_>, String> {
+        let source = source_key(source);
+        let mut open = self.open.lock().map_err(|_| "lock poisoned".to_string())?;
+        let total: usize = open.values().sum();
+        if total >= self.max_connections {
+            return Err(format!(
+                "busy: {total} fragment connections open (--max-fragment-connections)"
+            ));
+        }
+        let mine = open.entry(source).or_default();
+        if *mine >= self.max_per_source {
+            return Err(format!(
+                "busy: {mine} fragment connections open from this address \
+                 (--max-fragment-connections-per-source)"
+            ));
+        }
+        *mine += 1;
+        Ok(Place {
+            open: &self.open,
+            source,
+        })
+    }
+
+    /// Reads the client's hello by the handshake deadline and returns its token.
+    fn read_hello(conn: &mut TcpStream, deadline: control::Deadline) -> Result<Vec<u8>, String> {
+        let mut head = [0u8; HELLO_HEAD];
+        control::read_exact_by(conn, &mut head, deadline).map_err(|e| e.to_string())?;
+        let len = hello_token_len(&head).map_err(|e| e.to_string())?;
+        let mut token = vec![0u8; len];
+        control::read_exact_by(conn, &mut token, deadline).map_err(|e| e.to_string())?;
+        Ok(token)
+    }
+
+    /// Whether `token` is the service's (any token when it has none).
+    fn token_ok(&self, token: &[u8]) -> bool {
+        match &self.token {
+            None => true,
+            Some(want) => blake3::hash(token) == *want,
+        }
     }
 
     pub fn fragments(&self) -> usize {
@@ -143,12 +258,50 @@ impl FragmentService {
         Ok((file, size, hash))
     }
 
-    fn serve(&self, mut conn: TcpStream) -> std::io::Result<()> {
-        let mut hello = [0u8; 5];
-        conn.read_exact(&mut hello)?;
-        if hello[..4] != MAGIC || hello[4] != VERSION {
-            return Ok(());
+    /// Admits a connection (hello, token, limits) and serves it; what was refused, and
+    /// why, goes to the server's log.
+    fn admit_and_serve(
+        &self,
+        mut conn: TcpStream,
+        peer: SocketAddr,
+        mut greeting: Greeting,
+    ) -> std::io::Result<()> {
+        let log = std::sync::Arc::clone(&greeting.log);
+        let refuse = |reason: String| {
+            log.event(ServerEvent::Refused {
+                peer: peer.to_string(),
+                reason,
+            })
+        };
+        let token = match Self::read_hello(&mut conn, greeting.deadline) {
+            Ok(t) => t,
+            Err(e) => {
+                refuse(format!("fragment hello: {e}"));
+                return Ok(());
+            }
+        };
+        greeting.done();
+        if !self.token_ok(&token) {
+            // The client learns only that it was denied; the log says why.
+            refuse(if token.is_empty() {
+                "fragment connection without a token (serve --token-file)".into()
+            } else {
+                "fragment connection with a wrong token".into()
+            });
+            return conn.write_all(&Admission::Denied.encode());
         }
+        let _place = match self.take_place(peer.ip()) {
+            Ok(p) => p,
+            Err(why) => {
+                refuse(why.clone());
+                return conn.write_all(&Admission::Busy(why).encode());
+            }
+        };
+        conn.write_all(&Admission::Welcome.encode())?;
+        self.serve(conn)
+    }
+
+    fn serve(&self, mut conn: TcpStream) -> std::io::Result<()> {
         if self.manifest_frame.len() > MAX_MANIFEST_LEN as usize + 4 {
             return Ok(());
         }
@@ -291,8 +444,8 @@ impl ConnectionHandler for FragmentService {
         MAGIC
     }
 
-    fn handle(&self, conn: TcpStream, peer: SocketAddr) {
-        if let Err(e) = self.serve(conn) {
+    fn handle(&self, conn: TcpStream, peer: SocketAddr, greeting: Greeting) {
+        if let Err(e) = self.admit_and_serve(conn, peer, greeting) {
             tracing::debug!(%peer, "fragment connection ended: {e}");
         }
     }

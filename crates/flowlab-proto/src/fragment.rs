@@ -2,13 +2,16 @@
 //!
 //! It shares the server's TCP port with throughput tests: a throughput connection starts
 //! with a 37-byte cookie of `[a-z2-7]`, a fragment connection with [`MAGIC`] (upper case,
-//! so the two never collide) and a version byte. Then:
+//! so the two never collide), a version byte and a token ([`hello`]). Then:
 //!
-//! 1. the server sends the manifest: `u32` big-endian length + JSON ([`MAX_MANIFEST_LEN`]);
-//! 2. the client sends requests whenever it likes (pipelining), each one message:
+//! 1. the server admits the connection or not ([`Admission`]): `W` (welcome), `D` (denied:
+//!    the token is wrong) or `B` + `u16` message length + UTF-8 message (busy), and closes
+//!    the connection unless it said `W`;
+//! 2. the server sends the manifest: `u32` big-endian length + JSON ([`MAX_MANIFEST_LEN`]);
+//! 3. the client sends requests whenever it likes (pipelining), each one message:
 //!    - `G` + `u16` name length + name: send this fragment;
 //!    - `C` + `u16` name length + name: cancel it if it has not started;
-//! 3. the server answers each `G` in order, with one of
+//! 4. the server answers each `G` in order, with one of
 //!    - `F` + `u16` name length + name + `u64` size + 32-byte BLAKE3 hash, then exactly
 //!      `size` bytes of the fragment;
 //!    - `X` + `u16` name length + name: cancelled before it started;
@@ -21,8 +24,13 @@ use crate::ProtoError;
 
 /// First bytes of a fragment connection.
 pub const MAGIC: [u8; 4] = *b"FLFR";
-/// Protocol version the client sends after [`MAGIC`].
-pub const VERSION: u8 = 1;
+/// Protocol version the client sends after [`MAGIC`]. Version 1 had no token and no
+/// admission byte; a server refuses it (closes the connection).
+pub const VERSION: u8 = 2;
+/// Bytes of a hello before its token: magic, version, `u16` token length.
+pub const HELLO_HEAD: usize = 7;
+/// Longest token accepted.
+pub const MAX_TOKEN_LEN: usize = 256;
 /// Longest fragment name accepted.
 pub const MAX_NAME_LEN: usize = 255;
 /// Longest manifest accepted (JSON bytes): ~100 000 fragments.
@@ -52,6 +60,81 @@ pub enum Reply {
         name: String,
         message: String,
     },
+}
+
+/// The server's first answer: is the connection served?
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Admission {
+    /// The manifest follows.
+    Welcome,
+    /// The token is wrong (or missing): nothing more is said.
+    Denied,
+    /// Too many connections; the message says which limit.
+    Busy(String),
+}
+
+/// A client's first bytes: [`MAGIC`], [`VERSION`], `u16` token length and the token
+/// (empty when the server asks for none; cut at [`MAX_TOKEN_LEN`]).
+pub fn hello(token: &[u8]) -> Vec<u8> {
+    let token = &token[..token.len().min(MAX_TOKEN_LEN)];
+    let mut out = MAGIC.to_vec();
+    out.push(VERSION);
+    out.extend_from_slice(&(token.len() as u16).to_be_bytes());
+    out.extend_from_slice(token);
+    out
+}
+
+/// The length of the token that follows a hello's head, or why the head is refused.
+pub fn hello_token_len(head: &[u8; HELLO_HEAD]) -> Result<usize, ProtoError> {
+    if head[..4] != MAGIC {
+        return Err(ProtoError::BadFragmentMessage("not a fragment hello"));
+    }
+    if head[4] != VERSION {
+        return Err(ProtoError::BadFragmentMessage("unsupported version"));
+    }
+    let len = u16::from_be_bytes([head[5], head[6]]) as usize;
+    if len > MAX_TOKEN_LEN {
+        return Err(ProtoError::BadFragmentMessage("token too long"));
+    }
+    Ok(len)
+}
+
+fn put_message(out: &mut Vec<u8>, message: &str) {
+    let m = &message.as_bytes()[..message.len().min(MAX_MESSAGE_LEN)];
+    out.extend_from_slice(&(m.len() as u16).to_be_bytes());
+    out.extend_from_slice(m);
+}
+
+/// A message (`u16` length + UTF-8) at `at`, once it is all buffered.
+fn take_message(b: &[u8], at: usize) -> Result<Option<(String, usize)>, ProtoError> {
+    let Some(len) = b.get(at..at + 2) else {
+        return Ok(None);
+    };
+    let len = u16::from_be_bytes([len[0], len[1]]) as usize;
+    if len > MAX_MESSAGE_LEN {
+        return Err(ProtoError::BadFragmentMessage("message too long"));
+    }
+    let Some(raw) = b.get(at + 2..at + 2 + len) else {
+        return Ok(None);
+    };
+    Ok(Some((
+        String::from_utf8_lossy(raw).into_owned(),
+        at + 2 + len,
+    )))
+}
+
+impl Admission {
+    pub fn encode(&self) -> Vec<u8> {
+        match self {
+            Admission::Welcome => vec![b'W'],
+            Admission::Denied => vec![b'D'],
+            Admission::Busy(message) => {
+                let mut out = vec![b'B'];
+                put_message(&mut out, message);
+                out
+            }
+        }
+    }
 }
 
 /// Why a name may not be served, before it is even looked up.
@@ -115,9 +198,7 @@ impl Reply {
             Reply::Refused { name, message } => {
                 out.push(b'E');
                 put_name(&mut out, name);
-                let m = &message.as_bytes()[..message.len().min(MAX_MESSAGE_LEN)];
-                out.extend_from_slice(&(m.len() as u16).to_be_bytes());
-                out.extend_from_slice(m);
+                put_message(&mut out, message);
             }
         }
         out
@@ -182,6 +263,24 @@ impl Decoder {
         }))
     }
 
+    /// The server's admission, once it is buffered (the first thing a server sends).
+    pub fn next_admission(&mut self) -> Result<Option<Admission>, ProtoError> {
+        let Some(&tag) = self.buf.first() else {
+            return Ok(None);
+        };
+        let (admission, end) = match tag {
+            b'W' => (Admission::Welcome, 1),
+            b'D' => (Admission::Denied, 1),
+            b'B' => match take_message(&self.buf, 1)? {
+                Some((message, end)) => (Admission::Busy(message), end),
+                None => return Ok(None),
+            },
+            _ => return Err(ProtoError::BadFragmentMessage("unknown admission")),
+        };
+        self.consume(end);
+        Ok(Some(admission))
+    }
+
     /// The next whole reply head, if one is buffered (a fragment's bytes stay buffered
     /// for the caller to take with [`Decoder::take`]).
     pub fn next_reply(&mut self) -> Result<Option<Reply>, ProtoError> {
@@ -212,18 +311,10 @@ impl Decoder {
                 Reply::Cancelled(name)
             }
             b'E' => {
-                let Some(len) = self.buf.get(end..end + 2) else {
+                let Some((message, end)) = take_message(&self.buf, end)? else {
                     return Ok(None);
                 };
-                let len = u16::from_be_bytes([len[0], len[1]]) as usize;
-                if len > MAX_MESSAGE_LEN {
-                    return Err(ProtoError::BadFragmentMessage("message too long"));
-                }
-                let Some(raw) = self.buf.get(end + 2..end + 2 + len) else {
-                    return Ok(None);
-                };
-                let message = String::from_utf8_lossy(raw).into_owned();
-                self.consume(end + 2 + len);
+                self.consume(end);
                 Reply::Refused { name, message }
             }
             _ => return Err(ProtoError::BadFragmentMessage("unknown reply")),
@@ -305,6 +396,46 @@ mod tests {
         let mut d = Decoder::default();
         d.push(b"G\x00\x02\xff\xfe");
         assert!(d.next_request().is_err(), "not UTF-8");
+    }
+
+    #[test]
+    fn hellos_and_admissions_round_trip_and_bad_ones_are_refused() {
+        let h = hello(b"s3cret-token-0123");
+        let head: [u8; HELLO_HEAD] = h[..HELLO_HEAD].try_into().unwrap();
+        assert_eq!(hello_token_len(&head), Ok(17));
+        assert_eq!(&h[HELLO_HEAD..], b"s3cret-token-0123");
+        assert_eq!(hello(&[b'x'; 1000]).len(), HELLO_HEAD + MAX_TOKEN_LEN);
+        let mut v1 = head;
+        v1[4] = 1;
+        assert!(hello_token_len(&v1).is_err(), "version 1 is refused");
+        let mut long = head;
+        long[5..7].copy_from_slice(&257u16.to_be_bytes());
+        assert!(hello_token_len(&long).is_err());
+        assert!(hello_token_len(b"GET / H").is_err());
+
+        let all = [
+            Admission::Welcome,
+            Admission::Denied,
+            Admission::Busy("64 connections open".into()),
+        ];
+        let wire: Vec<u8> = all.iter().flat_map(Admission::encode).collect();
+        for split in 0..wire.len() {
+            let mut d = Decoder::default();
+            let mut got = Vec::new();
+            for part in [&wire[..split], &wire[split..]] {
+                d.push(part);
+                while let Some(a) = d.next_admission().unwrap() {
+                    got.push(a);
+                }
+            }
+            assert_eq!(got, all, "split at {split}");
+        }
+        let mut d = Decoder::default();
+        d.push(b"\x00\x00\x01");
+        assert!(
+            d.next_admission().is_err(),
+            "a version-1 manifest length is no admission"
+        );
     }
 
     #[test]

@@ -3,7 +3,9 @@
 //! the same value. proptest generates (and on failure shrinks) thousands of inputs per
 //! run; this is the fuzzing that runs in CI.
 
-use flowlab_proto::fragment::{Decoder, Reply, Request};
+use flowlab_proto::fragment::{
+    Admission, Decoder, HELLO_HEAD, MAX_TOKEN_LEN, Reply, Request, hello, hello_token_len,
+};
 use flowlab_proto::frame::{self, MAX_PARAMS_LEN, MAX_RESULTS_LEN};
 use flowlab_proto::hello::ServerHello;
 use flowlab_proto::params::TestParams;
@@ -187,6 +189,25 @@ proptest! {
                 d.take(size.min(1 << 16) as usize);
             }
         }
+        let mut d = Decoder::default();
+        d.push(&bytes);
+        if let Ok(Some(Admission::Busy(m))) = d.next_admission() {
+            prop_assert!(m.len() <= 3 * 1024, "a message is at most 1024 bytes (lossy UTF-8)");
+        }
+        if let Some(head) = bytes.first_chunk::<HELLO_HEAD>() {
+            if let Ok(len) = hello_token_len(head) {
+                prop_assert!(len <= MAX_TOKEN_LEN);
+                prop_assert!(bytes.starts_with(b"FLFR\x02"));
+            }
+        }
+    }
+
+    #[test]
+    fn hellos_round_trip(token in prop::collection::vec(any::<u8>(), 0..=MAX_TOKEN_LEN)) {
+        let h = hello(&token);
+        let head = h.first_chunk::<HELLO_HEAD>().expect("a whole head");
+        prop_assert_eq!(hello_token_len(head), Ok(token.len()));
+        prop_assert_eq!(&h[HELLO_HEAD..], &token[..]);
     }
 
     #[test]

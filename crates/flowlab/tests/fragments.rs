@@ -16,7 +16,7 @@ use flowlab_fragments::fetch::{FetchSpec, Silent, fetch};
 use flowlab_fragments::manifest::{self, Manifest};
 use flowlab_fragments::schedule::{Mode, assign_ratio};
 use flowlab_fragments::serve::FragmentService;
-use flowlab_proto::fragment::{Decoder, MAGIC, Reply, Request, VERSION};
+use flowlab_proto::fragment::{Admission, Decoder, MAGIC, Reply, Request, hello};
 use flowlab_report::fetch::FetchResult;
 
 /// An in-process server on a free loopback port serving `dir` at `rate_bps` (0: no limit).
@@ -146,13 +146,26 @@ fn adaptive_fetch_is_as_fast_as_the_best_ratio_and_near_the_ideal() {
     );
 }
 
+/// Sends a hello with `token` and reads the server's admission.
+fn raw_hello(c: &mut TcpStream, token: &[u8]) -> Admission {
+    c.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    c.write_all(&hello(token)).expect("hello");
+    let mut d = Decoder::default();
+    let mut b = [0u8; 1];
+    loop {
+        if let Some(a) = d.next_admission().expect("a well-formed admission") {
+            return a;
+        }
+        c.read_exact(&mut b).expect("the admission");
+        d.push(&b);
+    }
+}
+
 /// Talks the fragment protocol by hand.
 fn raw_client(port: u16) -> (TcpStream, Decoder) {
     let mut c = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    c.set_read_timeout(Some(Duration::from_secs(5)))
-        .expect("timeout");
-    c.write_all(&[&MAGIC[..], &[VERSION]].concat())
-        .expect("hello");
+    assert_eq!(raw_hello(&mut c, b""), Admission::Welcome);
     let mut len = [0u8; 4];
     c.read_exact(&mut len).expect("manifest length");
     let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
@@ -289,20 +302,24 @@ impl Drop for Reaper {
 }
 
 fn serve_process(dir: &Path, rate: &str) -> (Reaper, u16) {
+    serve_with(dir, &["--rate", rate])
+}
+
+/// Where `serve_with` writes the log of the server on `port`.
+fn serve_log(dir: &Path, port: u16) -> std::path::PathBuf {
+    dir.with_file_name(format!("serve-{port}.log"))
+}
+
+/// `flowlab serve --fragments DIR` with more arguments, its log beside DIR.
+fn serve_with(dir: &Path, args: &[&str]) -> (Reaper, u16) {
     let port = support::free_port();
+    let log = std::fs::File::create(serve_log(dir, port)).expect("log file");
     let child = flowlab()
-        .args([
-            "serve",
-            "-B",
-            "127.0.0.1",
-            "-p",
-            &port.to_string(),
-            "--rate",
-            rate,
-            "--fragments",
-        ])
+        .args(["serve", "-B", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .arg("--fragments")
         .arg(dir)
-        .stdout(Stdio::null())
+        .stdout(log)
         .stderr(Stdio::null())
         .spawn()
         .expect("flowlab serve");
@@ -402,4 +419,167 @@ fn a_client_that_stops_reading_does_not_hold_up_the_others() {
     assert_eq!(r.servers[0].fragments, 8);
     assert_complete(&src, &out);
     drop(stalled);
+}
+
+/// A server with a token serves only clients that send it; the client is told
+/// "authentication failed" and nothing more, the server's log says why.
+#[test]
+fn a_token_protected_service_serves_only_holders_of_its_token() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = tmp.path().join("src");
+    manifest::make(1 << 20, 8, &src).expect("make");
+    let token = tmp.path().join("token");
+    std::fs::write(&token, "correct-horse-battery-staple\n").expect("token file");
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let (_server, port) = serve_with(&src, &["--token-file", token.to_str().expect("utf-8")]);
+    let from = addr(port);
+    let fetch_with = |out: &str, env: Option<&str>, file: Option<&Path>| {
+        let mut c = flowlab();
+        c.args(["fetch", "--from", &from, "--out"])
+            .arg(tmp.path().join(out))
+            .env_remove("FLOWLAB_TOKEN");
+        if let Some(t) = env {
+            c.env("FLOWLAB_TOKEN", t);
+        }
+        if let Some(f) = file {
+            c.arg("--token-file").arg(f);
+        }
+        c.output().expect("flowlab fetch")
+    };
+    for (out, env) in [("none", None), ("wrong", Some("not-the-token-at-all"))] {
+        let o = fetch_with(out, env, None);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{out}: {err}");
+        assert!(err.contains("authentication failed"), "{out}: {err}");
+        assert!(
+            !tmp.path().join(out).join("manifest.json").exists(),
+            "{out}"
+        );
+    }
+    let o = fetch_with("short", Some("short"), None);
+    assert_eq!(o.status.code(), Some(2), "a usage error");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("FLOWLAB_TOKEN") && err.contains("16"), "{err}");
+    let o = fetch_with("right", None, Some(&token));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_complete(&src, &tmp.path().join("right"));
+    let o = fetch_with("right-env", Some("correct-horse-battery-staple"), None);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let log = std::fs::read_to_string(serve_log(&src, port)).expect("server log");
+    assert!(log.contains("without a token"), "{log}");
+    assert!(log.contains("wrong token"), "{log}");
+    assert!(
+        !log.contains("correct-horse"),
+        "the log never shows a token: {log}"
+    );
+}
+
+#[test]
+fn a_short_or_missing_token_file_is_refused_naming_the_file() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = tmp.path().join("src");
+    manifest::make(4096, 2, &src).expect("make");
+    let short = tmp.path().join("short");
+    std::fs::write(&short, "abc\n").expect("token");
+    for (file, says) in [
+        (short.clone(), "3 bytes"),
+        (tmp.path().join("absent"), "absent"),
+    ] {
+        let o = flowlab()
+            .args(["serve", "-p", "0", "--fragments"])
+            .arg(&src)
+            .arg("--token-file")
+            .arg(&file)
+            .output()
+            .expect("flowlab serve");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(err.contains("--token-file") && err.contains(says), "{err}");
+    }
+}
+
+/// The service's connection limits, in all and per source: beyond them a client is told
+/// the server is busy and which limit; a closed connection frees its place.
+#[test]
+fn fragment_connections_beyond_the_limits_are_told_busy() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = tmp.path().join("src");
+    manifest::make(4096, 2, &src).expect("make");
+    let service = FragmentService::open(&src, 0, Duration::from_secs(5))
+        .expect("service")
+        .with_limits(2, 1);
+    let port = support::start_server(ServerConfig {
+        extra: Some(Arc::new(service)),
+        ..ServerConfig::default()
+    });
+    let mut a = support::connect_from([127, 0, 0, 2], port);
+    assert_eq!(raw_hello(&mut a, b""), Admission::Welcome);
+    let mut a2 = support::connect_from([127, 0, 0, 2], port);
+    match raw_hello(&mut a2, b"") {
+        Admission::Busy(m) => assert!(m.contains("per-source"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    let mut b = support::connect_from([127, 0, 0, 3], port);
+    assert_eq!(raw_hello(&mut b, b""), Admission::Welcome);
+    let mut c = support::connect_from([127, 0, 0, 4], port);
+    match raw_hello(&mut c, b"") {
+        Admission::Busy(m) => assert!(m.contains("--max-fragment-connections"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    drop(a);
+    // The server notices the close when its reader sees the end of the stream.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let mut c = support::connect_from([127, 0, 0, 4], port);
+        match raw_hello(&mut c, b"") {
+            Admission::Welcome => break,
+            Admission::Busy(_) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(50))
+            }
+            other => panic!("a place was not freed: {other:?}"),
+        }
+    }
+}
+
+/// A fragment hello dripped slowly counts as a handshake (the per-source limit holds
+/// against it) and is cut at the handshake deadline.
+#[test]
+fn a_slow_fragment_hello_is_a_handshake_and_is_cut_at_its_deadline() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = tmp.path().join("src");
+    manifest::make(4096, 2, &src).expect("make");
+    let service = FragmentService::open(&src, 0, Duration::from_secs(30)).expect("service");
+    let port = support::start_server(ServerConfig {
+        extra: Some(Arc::new(service)),
+        handshake_timeout: Duration::from_secs(2),
+        max_handshakes_per_source: 1,
+        ..ServerConfig::default()
+    });
+    let started = Instant::now();
+    let mut drip = support::connect_from([127, 0, 0, 2], port);
+    drip.write_all(&MAGIC).expect("magic");
+    std::thread::sleep(Duration::from_millis(300));
+    let mut second = support::connect_from([127, 0, 0, 2], port);
+    assert!(
+        support::closed_within(&mut second, Duration::from_secs(1)),
+        "a second connection from the same address was held beside the dripping hello"
+    );
+    let mut sent = 0;
+    while !support::closed_within(&mut drip, Duration::from_millis(400)) {
+        // One byte of the version and the token length every 0.4 s, then nothing.
+        if sent < 2 {
+            let _ = drip.write_all(&[2]);
+            sent += 1;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(4),
+            "held past the deadline"
+        );
+    }
+    assert!(
+        started.elapsed() >= Duration::from_millis(1900),
+        "{:?}",
+        started.elapsed()
+    );
 }

@@ -133,6 +133,58 @@ fn forged_datagrams_to_a_receiving_client_are_foreign() {
     assert_untouched(&r, StreamDirection::Down, n.len() as u64);
 }
 
+/// A storm of forged datagrams that goes on after the test's end: the receiver neither
+/// waits for it to stop nor counts its time. Before, every forged datagram kept the
+/// receiver's drain waiting (up to 3 s) and moved its end, so a 1 s test reported its
+/// rate over 4 s.
+#[test]
+fn a_forged_storm_past_the_end_neither_stretches_nor_holds_the_receiver() {
+    let port = default_server();
+    let mut s = udp_spec(port, Direction::Reverse);
+    s.amount = Amount::Seconds(1);
+    let started = Instant::now();
+    let test = std::thread::spawn(move || run(&s));
+    let client = client_udp_port(port);
+    let forger = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None)
+        .expect("a UDP socket");
+    forger.set_reuse_address(true).expect("SO_REUSEADDR");
+    let from: SocketAddr = ([127, 0, 0, 1], port).into();
+    forger.bind(&from.into()).expect("bind the server's port");
+    let forger: UdpSocket = forger.into();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let storm = {
+        let stop = std::sync::Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let forged = forgeries(1400);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for d in &forged {
+                    let _ = forger.send_to(d, ("127.0.0.1", client));
+                }
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        })
+    };
+    let r = test.join().expect("client thread");
+    let took = started.elapsed();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    storm.join().expect("storm thread");
+    let r = r.expect("the test completes");
+    let (snd, rcv) = sum(&r, StreamDirection::Down);
+    let u = rcv.udp.expect("UDP receiver totals");
+    assert!(
+        u.foreign.unwrap_or(0) > 0,
+        "the storm reached the receiver: {u:?}"
+    );
+    assert_eq!(snd.bytes, rcv.bytes, "{u:?}");
+    assert!(
+        rcv.seconds < snd.seconds + 0.5,
+        "the receiver's time {} s against the sender's {} s",
+        rcv.seconds,
+        snd.seconds
+    );
+    assert!(took < Duration::from_millis(3500), "the test took {took:?}");
+}
+
 /// A datagram forged from the client's address and port to the server's receiving stream
 /// (a raw socket writes the UDP header with the client's port: root).
 #[test]
@@ -364,17 +416,6 @@ fn an_upload_ends_at_max_duration_plus_the_grace() {
     }
 }
 
-/// A connection from `source` (another loopback address) to the server.
-fn connect_from(source: [u8; 4], port: u16) -> TcpStream {
-    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
-        .expect("a TCP socket");
-    let from: SocketAddr = (source, 0).into();
-    s.bind(&from.into()).expect("bind a loopback source");
-    let to: SocketAddr = ([127, 0, 0, 1], port).into();
-    s.connect(&to.into()).expect("connect");
-    s.into()
-}
-
 /// Two hundred idle connections from one address: beyond the per-source limit each is
 /// closed at once (no thread, no wait), the rest at the handshake deadline; then idle
 /// connections from six more addresses fill every place; a real test from another
@@ -425,6 +466,47 @@ fn a_flood_of_idle_connections_is_bounded_and_a_real_test_still_runs() {
         .count();
     assert_eq!(still, 0, "connections held past the handshake deadline");
     drop((from_three, many));
+}
+
+/// A hundred and twenty connections from one address as fast as it can open them: the
+/// first forty (four seconds' worth at --handshake-rate 10) and what the rate refills
+/// meanwhile are held, the rest closed at accept; a real test from another address
+/// completes byte-exact meanwhile. Before the rate limit, every one was held.
+#[test]
+fn connections_beyond_the_handshake_rate_are_closed_at_accept() {
+    let port = start_server(ServerConfig {
+        handshake_timeout: Duration::from_secs(10),
+        max_handshakes_per_source: 1000,
+        handshake_rate: 10,
+        ..ServerConfig::default()
+    });
+    let t0 = Instant::now();
+    // Under the listen backlog (128), so every connect completes at once.
+    let mut flood: Vec<TcpStream> = (0..120)
+        .map(|_| connect_from([127, 0, 0, 2], port))
+        .collect();
+    let mut s = spec(port);
+    s.amount = Amount::Bytes(2_000_003);
+    let r = run(&s).expect("a real test runs beside the flood");
+    let (snd, rcv) = sum(&r, StreamDirection::Up);
+    assert_eq!((snd.bytes, rcv.bytes), (2_000_003, 2_000_003));
+    // The refused are closed as soon as the server has accepted them.
+    let settle = Instant::now() + Duration::from_secs(2);
+    loop {
+        flood.retain_mut(|c| !closed_within(c, Duration::from_millis(1)));
+        if flood.len() <= 40 || Instant::now() > settle {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Every accept happened within `t0.elapsed()`: the bucket (40, refilled at 10/s
+    // from t0) cannot have let more through.
+    let bound = 40 + (10.0 * t0.elapsed().as_secs_f64()).ceil() as usize;
+    assert!(
+        (40..=bound).contains(&flood.len()),
+        "{} connections held; the burst is 40, the bound {bound}",
+        flood.len()
+    );
 }
 
 /// xorshift64: the fuzz harness's generator, seeded so a failure replays exactly.

@@ -29,11 +29,14 @@ use crate::control;
 use test::{TestError, run_test};
 
 mod auth;
+mod limits;
 mod refusal;
 mod streams;
 mod test;
 
 pub use auth::ServerAuth;
+pub use limits::source_key;
+use limits::{Handshake, Handshakes, RateGate, RateLimited, same_ip};
 
 /// How the server runs.
 #[derive(Debug, Clone)]
@@ -67,9 +70,12 @@ pub struct ServerConfig {
     /// new one, so a flood of idle connections from many addresses cannot lock honest
     /// clients out (their handshakes take a round trip, the flood's forever).
     pub max_handshakes: usize,
-    /// Connections in their handshake from one address; beyond it, new connections from
-    /// that address are closed at once.
+    /// Connections in their handshake from one source (an IPv4 address, an IPv6 /64);
+    /// beyond it, new connections from that source are closed at once.
     pub max_handshakes_per_source: usize,
+    /// New connections a second from one source, in bursts of up to four seconds'
+    /// worth; beyond it, new connections from that source are closed at once.
+    pub handshake_rate: u32,
     /// Refusals and failed connections logged per second; the rest are counted and the
     /// count logged with the next line.
     pub log_rate: u32,
@@ -86,8 +92,44 @@ pub struct ServerConfig {
 pub trait ConnectionHandler: Send + Sync + std::fmt::Debug {
     /// The first four bytes of this service's connections.
     fn magic(&self) -> [u8; 4];
-    /// Serves one connection, on its own thread, until it ends.
-    fn handle(&self, conn: TcpStream, peer: SocketAddr);
+    /// Serves one connection, on its own thread, until it ends. The connection counts as
+    /// in its handshake until the service calls [`Greeting::done`].
+    fn handle(&self, conn: TcpStream, peer: SocketAddr, greeting: Greeting);
+}
+
+/// A connection handed to another service while its greeting is still due: it counts
+/// against `max_handshakes` (in all and per source) until [`Greeting::done`], and its
+/// greeting must be whole by `deadline` (`handshake_timeout` from the connection).
+pub struct Greeting {
+    pub deadline: control::Deadline,
+    /// The server's log (rate-limited like its own refusals).
+    pub log: Arc<dyn ServerLog>,
+    held: Option<Handshake>,
+}
+
+impl Greeting {
+    /// A greeting for a connection no server counts (a service driven by itself).
+    pub fn new(allowed: Duration, log: Arc<dyn ServerLog>) -> Greeting {
+        Greeting {
+            deadline: control::Deadline::after(allowed),
+            log,
+            held: None,
+        }
+    }
+
+    /// The greeting has been read: the connection no longer counts as in its handshake.
+    pub fn done(&mut self) {
+        self.held = None;
+    }
+}
+
+impl std::fmt::Debug for Greeting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Greeting")
+            .field("deadline", &self.deadline)
+            .field("held", &self.held.is_some())
+            .finish()
+    }
 }
 
 impl Default for ServerConfig {
@@ -105,6 +147,7 @@ impl Default for ServerConfig {
             end_grace: Duration::from_secs(2),
             max_handshakes: 256,
             max_handshakes_per_source: 160,
+            handshake_rate: 200,
             log_rate: 20,
             auth: None,
             extra: None,
@@ -142,6 +185,8 @@ struct Shared {
     log: Arc<dyn ServerLog>,
     /// Connections in their handshake.
     handshakes: Mutex<Handshakes>,
+    /// New connections per second per source.
+    gate: RateGate,
     local: SocketAddr,
     active: AtomicUsize,
     next_id: AtomicU64,
@@ -207,7 +252,9 @@ impl Server {
             let local = tcp.local_addr()?;
             let udp: UdpSocket = bind_socket(local, Type::DGRAM, SockProtocol::UDP)?.into();
             let log: Arc<dyn ServerLog> = Arc::new(RateLimited::new(log, cfg.log_rate));
+            let gate = RateGate::new(cfg.handshake_rate);
             let shared = Arc::new(Shared {
+                gate,
                 cfg,
                 log,
                 handshakes: Mutex::new(Handshakes::default()),
@@ -246,16 +293,25 @@ impl Server {
             }
             match tcp.accept() {
                 Ok((conn, peer)) => {
-                    let Some(handshake) = Handshake::admit(&shared, &conn, peer.ip()) else {
-                        // Closed at once: a flood of connections costs no thread.
-                        drop(conn);
-                        shared.log.event(ServerEvent::Refused {
-                            peer: peer.to_string(),
-                            reason: "too many connections from this address in their \
-                                     handshake (--max-handshakes-per-source)"
-                                .into(),
-                        });
-                        continue;
+                    let admitted = if shared.gate.allow(peer.ip()) {
+                        Handshake::admit(&shared, &conn, peer.ip()).ok_or(
+                            "too many connections from this address in their handshake \
+                             (--max-handshakes-per-source)",
+                        )
+                    } else {
+                        Err("new connections from this address beyond --handshake-rate")
+                    };
+                    let handshake = match admitted {
+                        Ok(h) => h,
+                        Err(reason) => {
+                            // Closed at once: a flood of connections costs no thread.
+                            drop(conn);
+                            shared.log.event(ServerEvent::Refused {
+                                peer: peer.to_string(),
+                                reason: reason.into(),
+                            });
+                            continue;
+                        }
                     };
                     let _ = conn.set_nonblocking(false);
                     accepted += 1;
@@ -341,142 +397,6 @@ fn udp_listener(udp: UdpSocket, shared: Arc<Shared>) {
     }
 }
 
-fn same_ip(a: IpAddr, b: IpAddr) -> bool {
-    canonical(a) == canonical(b)
-}
-
-/// An IPv4 address seen through an IPv6 socket (`::ffff:a.b.c.d`) as the IPv4 address.
-fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
-        v4 => v4,
-    }
-}
-
-/// The connections in their handshake: how many per source, and each one (a handle to
-/// close it by, its source) in the order they came.
-#[derive(Default)]
-struct Handshakes {
-    per_source: HashMap<IpAddr, usize>,
-    open: std::collections::BTreeMap<u64, (TcpStream, IpAddr)>,
-    next: u64,
-}
-
-impl Handshakes {
-    fn forget(&mut self, seq: u64) {
-        if let Some((_, source)) = self.open.remove(&seq) {
-            if let Some(n) = self.per_source.get_mut(&source) {
-                *n -= 1;
-                if *n == 0 {
-                    self.per_source.remove(&source);
-                }
-            }
-        }
-    }
-}
-
-/// A connection counted as in its handshake (see `ServerConfig::max_handshakes`) until
-/// this is dropped, or until a newer connection needs its place. It holds the server's
-/// shared state for the connection's thread.
-struct Handshake {
-    shared: Arc<Shared>,
-    seq: u64,
-}
-
-impl Handshake {
-    /// Counts a new connection from `source`; `None` when its source is at its limit.
-    /// When every place is taken, the oldest connection in its handshake is shut down
-    /// (its thread sees its read fail) and gives up its place.
-    fn admit(shared: &Arc<Shared>, conn: &TcpStream, source: IpAddr) -> Option<Handshake> {
-        let source = canonical(source);
-        let handle = conn.try_clone().ok()?;
-        let mut h = shared.handshakes.lock().ok()?;
-        if h.per_source.get(&source).copied().unwrap_or(0) >= shared.cfg.max_handshakes_per_source {
-            return None;
-        }
-        while h.open.len() >= shared.cfg.max_handshakes.max(1) {
-            let Some((&oldest, _)) = h.open.first_key_value() else {
-                break;
-            };
-            if let Some((c, _)) = h.open.get(&oldest) {
-                let _ = c.shutdown(std::net::Shutdown::Both);
-            }
-            h.forget(oldest);
-        }
-        let seq = h.next;
-        h.next += 1;
-        *h.per_source.entry(source).or_default() += 1;
-        h.open.insert(seq, (handle, source));
-        Some(Handshake {
-            shared: Arc::clone(shared),
-            seq,
-        })
-    }
-
-    fn shared(&self) -> &Arc<Shared> {
-        &self.shared
-    }
-}
-
-impl Drop for Handshake {
-    fn drop(&mut self) {
-        if let Ok(mut h) = self.shared.handshakes.lock() {
-            h.forget(self.seq);
-        }
-    }
-}
-
-/// A log that passes at most `per_second` refusals and failures a second (a flood of bad
-/// handshakes is one of each per connection), and says how many it left out with the
-/// next line it writes. Tests that start and finish are always logged.
-struct RateLimited {
-    inner: Arc<dyn ServerLog>,
-    per_second: u32,
-    /// The current one-second window's start, lines passed in it, lines left out since
-    /// the last summary.
-    state: Mutex<(std::time::Instant, u32, u64)>,
-}
-
-impl RateLimited {
-    fn new(inner: Arc<dyn ServerLog>, per_second: u32) -> RateLimited {
-        RateLimited {
-            inner,
-            per_second,
-            state: Mutex::new((std::time::Instant::now(), 0, 0)),
-        }
-    }
-}
-
-impl ServerLog for RateLimited {
-    fn event(&self, event: ServerEvent) {
-        let limited = matches!(
-            event,
-            ServerEvent::Refused { .. } | ServerEvent::TestFailed { .. }
-        );
-        let Ok(mut s) = self.state.lock() else {
-            return;
-        };
-        let (start, passed, left_out) = &mut *s;
-        if start.elapsed() >= Duration::from_secs(1) {
-            *start = std::time::Instant::now();
-            *passed = 0;
-        }
-        if limited && *passed >= self.per_second {
-            *left_out += 1;
-            return;
-        }
-        if limited {
-            *passed += 1;
-        }
-        let summary = std::mem::take(left_out);
-        drop(s);
-        if summary > 0 {
-            self.inner.event(ServerEvent::Suppressed { count: summary });
-        }
-        self.inner.event(event);
-    }
-}
-
 /// Looks at the first `N` bytes of a connection without taking them (waiting for them up
 /// to the read timeout); `None` if they do not come.
 fn peek_start<const N: usize>(conn: &TcpStream) -> Option<[u8; N]> {
@@ -523,8 +443,12 @@ fn handle_connection(mut conn: TcpStream, peer: SocketAddr, order: u64, handshak
         // MSG_WAITALL under SO_RCVTIMEO: the timeout bounds the whole peek.
         if peek_start::<4>(&conn) == Some(extra.magic()) {
             let _ = conn.set_read_timeout(Some(shared.cfg.idle_timeout));
-            drop(handshake);
-            extra.handle(conn, peer);
+            let greeting = Greeting {
+                deadline,
+                log: Arc::clone(&shared.log),
+                held: Some(handshake),
+            };
+            extra.handle(conn, peer, greeting);
             return;
         }
     }
@@ -582,58 +506,5 @@ fn handle_connection(mut conn: TcpStream, peer: SocketAddr, order: u64, handshak
         if let Some(l) = &shared.listener {
             let _ = SockRef::from(l).shutdown(std::net::Shutdown::Read);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[derive(Default)]
-    struct Collect(Mutex<Vec<ServerEvent>>);
-    impl ServerLog for Collect {
-        fn event(&self, e: ServerEvent) {
-            self.0.lock().unwrap().push(e);
-        }
-    }
-
-    #[test]
-    fn refusals_beyond_the_log_rate_are_counted_and_the_count_logged_next() {
-        let inner = Arc::new(Collect::default());
-        let log = RateLimited::new(inner.clone(), 5);
-        let refused = |i: usize| ServerEvent::Refused {
-            peer: format!("192.0.2.{i}:1"),
-            reason: "flood".into(),
-        };
-        for i in 0..50 {
-            log.event(refused(i));
-        }
-        // A test's own events are never held back.
-        log.event(ServerEvent::TestFinished {
-            test: 1,
-            peer: "p".into(),
-            bytes_received: 1,
-            bytes_sent: 0,
-            seconds: 1.0,
-        });
-        std::thread::sleep(Duration::from_millis(1050));
-        log.event(refused(99));
-        let got = inner.0.lock().unwrap();
-        let kinds: Vec<String> = got
-            .iter()
-            .map(|e| match e {
-                ServerEvent::Refused { peer, .. } => format!("refused {peer}"),
-                ServerEvent::Suppressed { count } => format!("suppressed {count}"),
-                ServerEvent::TestFinished { .. } => "finished".into(),
-                other => format!("{other:?}"),
-            })
-            .collect();
-        let mut want: Vec<String> = (0..5).map(|i| format!("refused 192.0.2.{i}:1")).collect();
-        want.extend([
-            "suppressed 45".to_string(),
-            "finished".to_string(),
-            "refused 192.0.2.99:1".to_string(),
-        ]);
-        assert_eq!(kinds, want);
     }
 }

@@ -45,6 +45,10 @@ pub struct Args {
     /// With --sweep-ratios: also draw transfer time against ratio into FILE (.svg/.png).
     #[arg(long, value_name = "FILE", requires = "sweep_ratios")]
     pub chart: Option<std::path::PathBuf>,
+    /// The servers' token (`serve --token-file`), read from FILE; without it, from the
+    /// FLOWLAB_TOKEN environment variable when set.
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<std::path::PathBuf>,
     /// Print one JSON document (schema flowlab.fetch/1), no progress bars.
     #[arg(short = 'J', long)]
     pub json: bool,
@@ -84,6 +88,16 @@ impl Args {
         s.connections = self.connections as usize;
         s.depth = self.depth as usize;
         s.stall_timeout = Duration::from_secs(self.stall_timeout);
+        s.token = match (&self.token_file, std::env::var_os("FLOWLAB_TOKEN")) {
+            (Some(path), _) => super::read_token(path, false)?,
+            (None, Some(t)) => {
+                let t = t.into_encoded_bytes();
+                flowlab_fragments::serve::check_token(&t)
+                    .map_err(|e| Usage(format!("FLOWLAB_TOKEN: {e}")))?;
+                t
+            }
+            (None, None) => Vec::new(),
+        };
         Ok((s, sweep))
     }
 }

@@ -90,3 +90,33 @@ pub fn flowlab_child(ns: Option<&str>) -> std::io::Result<std::process::Command>
     }
     Ok(cmd)
 }
+
+/// A fragment service's token from `--token-file FILE`: the file's text without its
+/// trailing newline, checked for length. With `warn_if_readable`, says so when others
+/// than the owner can read the file.
+pub fn read_token(
+    path: &std::path::Path,
+    warn_if_readable: bool,
+) -> Result<Vec<u8>, crate::cli::Usage> {
+    use std::os::unix::fs::PermissionsExt;
+    let at = |e: &dyn std::fmt::Display| {
+        crate::cli::Usage(format!("--token-file {}: {e}", path.display()))
+    };
+    let text = std::fs::read(path).map_err(|e| at(&e))?;
+    let token = text.trim_ascii_end().to_vec();
+    flowlab_fragments::serve::check_token(&token).map_err(|e| at(&e))?;
+    if warn_if_readable {
+        let mode = std::fs::metadata(path)
+            .map_err(|e| at(&e))?
+            .permissions()
+            .mode();
+        if mode & 0o077 != 0 {
+            eprintln!(
+                "warning: --token-file {}: readable by others (mode {:o}); `chmod 600` it",
+                path.display(),
+                mode & 0o777
+            );
+        }
+    }
+    Ok(token)
+}

@@ -46,9 +46,13 @@ pub struct Args {
     /// Connections held in their handshake at once; more are closed at once.
     #[arg(long, default_value_t = 256, value_name = "N")]
     pub max_handshakes: usize,
-    /// Connections held in their handshake at once from one address.
+    /// Connections held in their handshake at once from one address (IPv6: one /64).
     #[arg(long, default_value_t = 160, value_name = "N")]
     pub max_handshakes_per_source: usize,
+    /// New connections a second from one address (IPv6: one /64), in bursts of up to
+    /// four seconds' worth; more are closed at once.
+    #[arg(long, default_value_t = 200, value_name = "N")]
+    pub handshake_rate: u32,
     /// Refusals and failed connections logged per second (the rest are counted).
     #[arg(long, default_value_t = 20, value_name = "LINES")]
     pub log_rate: u32,
@@ -64,6 +68,16 @@ pub struct Args {
     /// Pace each fragment connection to this rate (e.g. 100M), to emulate a slow server.
     #[arg(long, value_parser = units::parse_rate, value_name = "RATE", requires = "fragments")]
     pub rate: Option<u64>,
+    /// Serve fragments only to clients that send the token in FILE (16 to 256 bytes; one
+    /// line): `flowlab fetch --token-file`.
+    #[arg(long, value_name = "FILE", requires = "fragments")]
+    pub token_file: Option<std::path::PathBuf>,
+    /// Fragment connections served at once (each holds two threads).
+    #[arg(long, default_value_t = 64, value_name = "N", requires = "fragments")]
+    pub max_fragment_connections: usize,
+    /// Fragment connections served at once from one address (IPv6: one /64).
+    #[arg(long, default_value_t = 16, value_name = "N", requires = "fragments")]
+    pub max_fragment_connections_per_source: usize,
     /// Authenticate clients as iperf3 does: the RSA private key (PEM) their tokens are
     /// encrypted for.
     #[arg(long, value_name = "FILE", requires = "authorized_users_path")]
@@ -96,6 +110,12 @@ impl Args {
                 "--max-handshakes-per-source",
             ),
             (self.log_rate as usize, "--log-rate"),
+            (self.handshake_rate as usize, "--handshake-rate"),
+            (self.max_fragment_connections, "--max-fragment-connections"),
+            (
+                self.max_fragment_connections_per_source,
+                "--max-fragment-connections-per-source",
+            ),
         ] {
             if v == 0 {
                 return Err(Usage(format!("{flag} must be at least 1")));
@@ -132,6 +152,7 @@ impl Args {
             handshake_timeout: Duration::from_secs(self.handshake_timeout),
             max_handshakes: self.max_handshakes,
             max_handshakes_per_source: self.max_handshakes_per_source,
+            handshake_rate: self.handshake_rate,
             log_rate: self.log_rate,
             end_grace: Duration::from_secs(self.end_grace),
             extra: None,
@@ -180,11 +201,19 @@ impl Args {
 pub fn run(a: &Args) -> anyhow::Result<()> {
     let mut cfg = a.to_config()?;
     if let Some(dir) = &a.fragments {
-        let service = flowlab_fragments::serve::FragmentService::open(
+        let mut service = flowlab_fragments::serve::FragmentService::open(
             dir,
             a.rate.unwrap_or(0),
             cfg.idle_timeout,
-        )?;
+        )?
+        .with_limits(
+            a.max_fragment_connections,
+            a.max_fragment_connections_per_source,
+        );
+        if let Some(path) = &a.token_file {
+            let token = super::read_token(path, true)?;
+            service = service.with_token(&token)?;
+        }
         if !a.json {
             super::emit(&table::serving_fragments(service.fragments(), dir, a.rate));
         }

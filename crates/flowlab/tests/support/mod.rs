@@ -232,3 +232,14 @@ pub fn udp_handshake(u: &std::net::UdpSocket) -> Result<(), String> {
         Err("not a handshake reply".into())
     }
 }
+
+/// A connection from `source` (another loopback address) to the server.
+pub fn connect_from(source: [u8; 4], port: u16) -> std::net::TcpStream {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+        .expect("a TCP socket");
+    let from: std::net::SocketAddr = (source, 0).into();
+    s.bind(&from.into()).expect("bind a loopback source");
+    let to: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+    s.connect(&to.into()).expect("connect");
+    s.into()
+}

@@ -98,7 +98,7 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     pub trace_csv: Option<std::path::PathBuf>,
     /// Authenticate as this user (iperf3's --username); the password comes from the
-    /// IPERF3_PASSWORD environment variable.
+    /// IPERF3_PASSWORD environment variable, or is asked for on the terminal.
     #[arg(long, value_name = "NAME", requires = "rsa_public_key_path")]
     pub username: Option<String>,
     /// The server's RSA public key (PEM), for --username.
@@ -274,12 +274,7 @@ impl Args {
             s.mss = m;
         }
         if let (Some(user), Some(key)) = (&self.username, &self.rsa_public_key_path) {
-            let password = std::env::var("IPERF3_PASSWORD").map_err(|_| {
-                Usage(
-                    "--username: set the password in the IPERF3_PASSWORD environment variable"
-                        .into(),
-                )
-            })?;
+            let password = password()?;
             let public_key_pem = std::fs::read_to_string(key)
                 .map_err(|e| Usage(format!("--rsa-public-key-path {}: {e}", key.display())))?;
             flowlab_proto::auth::public_key_from_pem(&public_key_pem)
@@ -298,6 +293,20 @@ impl Args {
         s.title = self.title.clone();
         Ok(s)
     }
+}
+
+/// The password for `--username`: IPERF3_PASSWORD, as iperf3 reads it, or else asked for
+/// on the terminal without echo.
+fn password() -> Result<String, Usage> {
+    if let Ok(p) = std::env::var("IPERF3_PASSWORD") {
+        return Ok(p);
+    }
+    rpassword::prompt_password("Password: ").map_err(|e| {
+        Usage(format!(
+            "--username: cannot ask for the password ({e}); set it in the IPERF3_PASSWORD \
+             environment variable"
+        ))
+    })
 }
 
 /// Longest `-t`: a day, iperf3's limit too.
