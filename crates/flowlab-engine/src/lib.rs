@@ -7,7 +7,8 @@
 //!
 //! # Layout
 //! - [`client`]: runs a test against a server (flowlab or iperf3).
-//! - [`server`]: serves many tests at once.
+//! - [`server`]: serves many tests at once, and answers latency probes.
+//! - [`ping`]: latency probes to a server (`flowlab ping`).
 //! - [`stream`], `tcp_data`, `udp_data`: the data streams and their threads.
 //! - [`buf`]: the page-aligned buffers their data is copied from and to.
 //! - [`session`]: one side's streams of a test, their snapshots and results.
@@ -23,6 +24,7 @@ pub mod buf;
 pub mod client;
 pub mod control;
 pub mod pacing;
+pub mod ping;
 pub mod server;
 pub mod session;
 pub mod sock;

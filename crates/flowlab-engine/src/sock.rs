@@ -214,6 +214,67 @@ pub fn enable_udp_gro<F: AsFd>(sock: &F) -> bool {
     setsockopt(sock, sockopt::UdpGroSegment, &true).is_ok()
 }
 
+/// Asks the kernel to stamp every datagram this socket receives with its arrival time
+/// (SO_TIMESTAMPNS, the system clock); false when it will not.
+pub fn enable_rx_timestamps<F: AsFd>(sock: &F) -> bool {
+    setsockopt(sock, sockopt::ReceiveTimestampns, &true).is_ok()
+}
+
+/// The system clock (CLOCK_REALTIME), ns since the Unix epoch.
+pub fn unix_now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// A datagram read with [`recv_stamped`].
+#[derive(Debug, Clone, Copy)]
+pub struct Stamped {
+    pub len: usize,
+    pub from: Option<std::net::SocketAddr>,
+    /// When it arrived, ns since the Unix epoch.
+    pub at_ns: u64,
+    /// `at_ns` is the kernel's arrival stamp (not the time it was read).
+    pub kernel: bool,
+}
+
+/// Reads one datagram with the kernel's arrival time when [`enable_rx_timestamps`] is
+/// on, else the time it was read.
+pub fn recv_stamped<F: AsRawFd>(sock: &F, buf: &mut [u8]) -> io::Result<Stamped> {
+    use nix::sys::socket::{ControlMessageOwned, MsgFlags, SockaddrStorage, recvmsg};
+    let mut cmsg = nix::cmsg_space!(nix::sys::time::TimeSpec);
+    let mut iov = [io::IoSliceMut::new(buf)];
+    let msg = recvmsg::<SockaddrStorage>(
+        sock.as_raw_fd(),
+        &mut iov,
+        Some(&mut cmsg),
+        MsgFlags::empty(),
+    )
+    .map_err(io::Error::from)?;
+    let mut stamp = None;
+    if let Ok(cmsgs) = msg.cmsgs() {
+        for c in cmsgs {
+            if let ControlMessageOwned::ScmTimestampns(t) = c {
+                stamp = Some(t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64);
+            }
+        }
+    }
+    let peer = msg.address.and_then(|a| {
+        a.as_sockaddr_in()
+            .map(|v4| std::net::SocketAddr::V4((*v4).into()))
+            .or_else(|| {
+                a.as_sockaddr_in6()
+                    .map(|v6| std::net::SocketAddr::V6((*v6).into()))
+            })
+    });
+    Ok(Stamped {
+        len: msg.bytes,
+        from: peer,
+        at_ns: stamp.unwrap_or_else(unix_now_ns),
+        kernel: stamp.is_some(),
+    })
+}
+
 /// TCP_MAXSEG, set before connecting.
 pub fn set_mss<F: AsFd>(sock: &F, mss: u32) -> Result<(), SockError> {
     setsockopt(sock, sockopt::TcpMaxSeg, &mss).map_err(opt_err("TCP_MAXSEG"))

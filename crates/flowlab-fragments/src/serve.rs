@@ -15,7 +15,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 use std::sync::mpsc::{self, Receiver};
@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use flowlab_engine::control;
 use flowlab_engine::pacing::Pacer;
-use flowlab_engine::server::{ConnectionHandler, Greeting, source_key};
+use flowlab_engine::server::{ConnectionHandler, Greeting, Places};
 use flowlab_proto::fragment::{
     Admission, Decoder, HELLO_HEAD, MAGIC, MAX_MANIFEST_LEN, Reply, Request, check_name,
     hello_token_len,
@@ -75,9 +75,7 @@ pub struct FragmentService {
     /// equality is).
     token: Option<blake3::Hash>,
     /// Connections served at once, in all and per source (IPv4 address, IPv6 /64).
-    max_connections: usize,
-    max_per_source: usize,
-    open: Mutex<HashMap<IpAddr, usize>>,
+    places: Places,
 }
 
 /// Why a token cannot be used.
@@ -87,31 +85,24 @@ pub enum TokenError {
     Length(usize),
 }
 
+fn fragment_places(max: usize, per_source: usize) -> Places {
+    Places::new(
+        max,
+        per_source,
+        "fragment connections",
+        [
+            "--max-fragment-connections",
+            "--max-fragment-connections-per-source",
+        ],
+    )
+}
+
 /// Checks a token's length (what `serve --token-file` and `fetch --token-file` read).
 pub fn check_token(token: &[u8]) -> Result<(), TokenError> {
     if (MIN_TOKEN_LEN..=flowlab_proto::fragment::MAX_TOKEN_LEN).contains(&token.len()) {
         Ok(())
     } else {
         Err(TokenError::Length(token.len()))
-    }
-}
-
-/// A connection counted against the service's limits until dropped.
-struct Place<'a> {
-    open: &'a Mutex<HashMap<IpAddr, usize>>,
-    source: IpAddr,
-}
-
-impl Drop for Place<'_> {
-    fn drop(&mut self) {
-        if let Ok(mut open) = self.open.lock() {
-            if let Some(n) = open.get_mut(&self.source) {
-                *n -= 1;
-                if *n == 0 {
-                    open.remove(&self.source);
-                }
-            }
-        }
     }
 }
 
@@ -169,9 +160,7 @@ impl FragmentService {
             rate_bps,
             idle_timeout,
             token: None,
-            max_connections: 64,
-            max_per_source: 16,
-            open: Mutex::new(HashMap::new()),
+            places: fragment_places(64, 16),
         })
     }
 
@@ -185,34 +174,8 @@ impl FragmentService {
     /// Serves at most `max` connections at once, and `per_source` from one source
     /// (defaults: 64 and 16, the most connections one `flowlab fetch` opens to a server).
     pub fn with_limits(mut self, max: usize, per_source: usize) -> FragmentService {
-        self.max_connections = max.max(1);
-        self.max_per_source = per_source.max(1);
+        self.places = fragment_places(max, per_source);
         self
-    }
-
-    /// A place among the service's connections for one from `source`, or which limit is
-    /// reached.
-    fn take_place(&self, source: IpAddr) -> Result<Place<'_>, String> {
-        let source = source_key(source);
-        let mut open = self.open.lock().map_err(|_| "lock poisoned".to_string())?;
-        let total: usize = open.values().sum();
-        if total >= self.max_connections {
-            return Err(format!(
-                "busy: {total} fragment connections open (--max-fragment-connections)"
-            ));
-        }
-        let mine = open.entry(source).or_default();
-        if *mine >= self.max_per_source {
-            return Err(format!(
-                "busy: {mine} fragment connections open from this address \
-                 (--max-fragment-connections-per-source)"
-            ));
-        }
-        *mine += 1;
-        Ok(Place {
-            open: &self.open,
-            source,
-        })
     }
 
     /// Reads the client's hello by the handshake deadline and returns its token.
@@ -290,7 +253,7 @@ impl FragmentService {
             });
             return conn.write_all(&Admission::Denied.encode());
         }
-        let _place = match self.take_place(peer.ip()) {
+        let _place = match self.places.take(peer.ip()) {
             Ok(p) => p,
             Err(why) => {
                 refuse(why.clone());

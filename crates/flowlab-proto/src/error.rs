@@ -21,4 +21,6 @@ pub enum ProtoError {
     NotQueueHigh,
     #[error("bad fragment-protocol message: {0}")]
     BadFragmentMessage(&'static str),
+    #[error("bad latency probe: {0}")]
+    BadProbe(&'static str),
 }

@@ -17,6 +17,7 @@
 //! - [`trace`]: TCP_INFO samples of a traced test.
 //! - [`system`]: the machine state a result was produced on.
 //! - [`fragment`]: requests and replies of the fragment service (`serve --fragments`).
+//! - [`probe`]: latency probes (`flowlab ping`) and the server's echo of them.
 
 pub mod auth;
 pub mod cookie;
@@ -24,6 +25,7 @@ pub mod fragment;
 pub mod frame;
 pub mod hello;
 pub mod params;
+pub mod probe;
 pub mod results;
 pub mod state;
 pub mod system;

@@ -203,6 +203,29 @@ proptest! {
     }
 
     #[test]
+    fn probes_of_random_bytes_are_judged_not_panicked_on(
+        mut bytes in prop::collection::vec(any::<u8>(), 0..200),
+        magic in prop::sample::select(vec![&b""[..], b"FLPQ\x01", b"FLPR\x01", b"FLPR\x02"]),
+    ) {
+        // Most inputs start like a request or a reply, so the accepting paths run too.
+        let n = magic.len().min(bytes.len());
+        bytes[..n].copy_from_slice(&magic[..n]);
+        let request = flowlab_proto::probe::is_request(&bytes);
+        if request {
+            prop_assert!(bytes.len() >= flowlab_proto::probe::HEADER_LEN);
+            prop_assert!(bytes.starts_with(b"FLPQ\x01"));
+            let mut reply = bytes.clone();
+            flowlab_proto::probe::answer_in_place(&mut reply, 5, 9);
+            let r = flowlab_proto::probe::Reply::decode(&reply).expect("an answered request is a reply");
+            prop_assert_eq!((r.server_rx_ns, r.server_tx_ns, reply.len()), (5, 9, bytes.len()));
+        }
+        if let Ok(r) = flowlab_proto::probe::Reply::decode(&bytes) {
+            prop_assert!(!request && bytes.starts_with(b"FLPR"));
+            prop_assert!(r.server_ns() <= r.server_tx_ns);
+        }
+    }
+
+    #[test]
     fn hellos_round_trip(token in prop::collection::vec(any::<u8>(), 0..=MAX_TOKEN_LEN)) {
         let h = hello(&token);
         let head = h.first_chunk::<HELLO_HEAD>().expect("a whole head");

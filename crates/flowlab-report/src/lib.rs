@@ -11,6 +11,7 @@
 //! - [`rtt`]: what a study's RTT step measured (ICMP echoes from one node).
 //! - [`diagnose`]: what limited a traced transfer, with evidence and advice.
 //! - [`fetch`]: what a fragment fetch or a ratio sweep produced.
+//! - [`ping`]: what `flowlab ping` measured, probe by probe, and its summary.
 //! - [`net`]: what an emulated topology implies (`net show`), what `net check` measured,
 //!   how the topologies that are up were built (`net up`, `net status`).
 //! - [`server`]: what a server did, for its log (`serve`).
@@ -37,6 +38,7 @@ pub mod html;
 pub mod json;
 pub mod metrics;
 pub mod net;
+pub mod ping;
 pub mod result;
 pub mod rtt;
 pub mod server;

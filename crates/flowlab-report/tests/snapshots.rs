@@ -733,3 +733,60 @@ fn a_fetch_from_two_servers_has_its_ideal() {
         .expect("row");
     assert!(line.ends_with(",64"), "{line}");
 }
+
+/// A ping run made by hand: 20 probes, round trips 100 µs to 2 ms, probe 6 lost, probe
+/// 9 answered twice, probe 12's reply after 13's.
+fn ping_result() -> flowlab_report::ping::PingResult {
+    use flowlab_report::ping::{PingResult, PingStart, PingSummary, Probe, SCHEMA};
+    let probes: Vec<Probe> = (1..=20u64)
+        .map(|seq| {
+            let sent = (seq - 1) * 10_000_000;
+            let rtt = 100_000 * seq;
+            let answered = seq != 6;
+            let received = match seq {
+                12 => sent + rtt + 15_000_000,
+                _ => sent + rtt + 2_000,
+            };
+            Probe {
+                seq,
+                sent_ns: sent,
+                received_ns: answered.then_some(received),
+                server_ns: answered.then_some(2_000),
+                forward_ns: answered.then_some(3_000_000 + (rtt / 2) as i64),
+                backward_ns: answered.then_some(-3_000_000 + (rtt / 2) as i64),
+                duplicates: u32::from(seq == 9),
+                reordered: seq == 12,
+            }
+        })
+        .collect();
+    PingResult {
+        schema: SCHEMA.into(),
+        start: PingStart {
+            host: "server.example".into(),
+            address: "192.0.2.1:5201".into(),
+            protocol: "udp".into(),
+            size: 64,
+            interval_seconds: 0.01,
+            timestamps: "send: system clock before send(2); receive: kernel (SO_TIMESTAMPNS)"
+                .into(),
+            clocks_synced: false,
+            started_unix: 1_795_000_000.0,
+        },
+        summary: PingSummary::of(&probes),
+        interrupted: false,
+        probes,
+    }
+}
+
+#[test]
+fn a_ping_run_in_every_format() {
+    let r = ping_result();
+    let mut text = table::ping_header("server.example", 5201, "udp", 64, 0.01);
+    for p in r.probes.iter().filter(|p| p.received_ns.is_some()) {
+        text += &table::ping_reply(p, "192.0.2.1:5201", "udp", 64);
+    }
+    text += &table::ping_summary(&r);
+    text += &table::ping_histogram(&r);
+    pin!("ping-table", text);
+    pin!("ping-json", json::document(&r).expect("JSON"));
+}

@@ -27,6 +27,9 @@ pub enum Command {
     Serve(cmd::serve::Args),
     /// Run a throughput test against a flowlab or iperf3 server.
     Test(Box<cmd::test::Args>),
+    /// Round trips to a flowlab server, probe by probe: percentiles, jitter, loss,
+    /// one-way delay variation.
+    Ping(cmd::ping::Args),
     /// Measure this machine's loopback with no setup: an in-process server and a short
     /// TCP and UDP test in each direction.
     Quick(cmd::quick::Args),

@@ -41,6 +41,7 @@ fn main() -> ExitCode {
     let outcome = match cli.command {
         Command::Serve(a) => cmd::serve::run(&a),
         Command::Test(a) => cmd::test::run(&a),
+        Command::Ping(a) => cmd::ping::run(&a),
         Command::Quick(a) => cmd::quick::run(&a),
         Command::Sysinfo(a) => cmd::sysinfo::run(&a),
         Command::Plot(a) => cmd::plot::run(&a),

@@ -164,6 +164,83 @@ impl ServerLog for RateLimited {
     }
 }
 
+/// Connections a service holds at once, in all and per source (the fragment service's,
+/// the TCP echo's): each costs threads for as long as it lasts.
+#[derive(Debug)]
+pub struct Places {
+    max: usize,
+    per_source: usize,
+    /// What the places are for, and the flags that set the two limits (for the refusal).
+    what: &'static str,
+    flags: [&'static str; 2],
+    open: Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// A place among a service's connections, given back when dropped.
+#[derive(Debug)]
+pub struct Place<'a> {
+    places: &'a Places,
+    source: IpAddr,
+}
+
+impl Places {
+    /// `max` places, `per_source` from one source (both at least 1); `what` names them
+    /// and `flags` the options that set the two limits, in the refusal.
+    pub fn new(
+        max: usize,
+        per_source: usize,
+        what: &'static str,
+        flags: [&'static str; 2],
+    ) -> Places {
+        Places {
+            max: max.max(1),
+            per_source: per_source.max(1),
+            what,
+            flags,
+            open: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// A place for a connection from `source`, or the busy message that says which
+    /// limit is reached.
+    pub fn take(&self, source: IpAddr) -> Result<Place<'_>, String> {
+        let source = source_key(source);
+        let mut open = self.open.lock().map_err(|_| "lock poisoned".to_string())?;
+        let total: usize = open.values().sum();
+        if total >= self.max {
+            return Err(format!(
+                "busy: {total} {} open ({})",
+                self.what, self.flags[0]
+            ));
+        }
+        let mine = open.entry(source).or_default();
+        if *mine >= self.per_source {
+            return Err(format!(
+                "busy: {mine} {} open from this address ({})",
+                self.what, self.flags[1]
+            ));
+        }
+        *mine += 1;
+        Ok(Place {
+            places: self,
+            source,
+        })
+    }
+}
+
+impl Drop for Place<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut open) = self.places.open.lock() {
+            if let Some(n) = open.get_mut(&self.source) {
+                *n -= 1;
+                if *n == 0 {
+                    open.remove(&self.source);
+                }
+            }
+        }
+    }
+}
+
 /// New connections per second per source (`--handshake-rate`): a token bucket per
 /// source that holds `burst` connections and refills at `per_second`. A source whose
 /// bucket is empty has its connections closed at accept.

@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use flowlab_proto::Cookie;
+use flowlab_proto::probe;
 use flowlab_proto::udp::handshake_reply;
 use flowlab_report::server::ServerEvent;
 use socket2::{Domain, Protocol as SockProtocol, SockRef, Socket, Type};
@@ -29,14 +30,15 @@ use crate::control;
 use test::{TestError, run_test};
 
 mod auth;
+mod echo;
 mod limits;
 mod refusal;
 mod streams;
 mod test;
 
 pub use auth::ServerAuth;
-pub use limits::source_key;
 use limits::{Handshake, Handshakes, RateGate, RateLimited, same_ip};
+pub use limits::{Place, Places, source_key};
 
 /// How the server runs.
 #[derive(Debug, Clone)]
@@ -76,6 +78,9 @@ pub struct ServerConfig {
     /// New connections a second from one source, in bursts of up to four seconds'
     /// worth; beyond it, new connections from that source are closed at once.
     pub handshake_rate: u32,
+    /// Latency probes answered a second per source (a probe counts once per 1500 bytes
+    /// or part), in bursts of up to four seconds' worth; the rest go unanswered.
+    pub probe_rate: u32,
     /// Refusals and failed connections logged per second; the rest are counted and the
     /// count logged with the next line.
     pub log_rate: u32,
@@ -148,6 +153,7 @@ impl Default for ServerConfig {
             max_handshakes: 256,
             max_handshakes_per_source: 160,
             handshake_rate: 200,
+            probe_rate: 1000,
             log_rate: 20,
             auth: None,
             extra: None,
@@ -187,6 +193,10 @@ struct Shared {
     handshakes: Mutex<Handshakes>,
     /// New connections per second per source.
     gate: RateGate,
+    /// Latency probes per second per source.
+    probe_gate: RateGate,
+    /// TCP echo connections (`flowlab ping --tcp`).
+    echo_places: Places,
     local: SocketAddr,
     active: AtomicUsize,
     next_id: AtomicU64,
@@ -253,8 +263,11 @@ impl Server {
             let udp: UdpSocket = bind_socket(local, Type::DGRAM, SockProtocol::UDP)?.into();
             let log: Arc<dyn ServerLog> = Arc::new(RateLimited::new(log, cfg.log_rate));
             let gate = RateGate::new(cfg.handshake_rate);
+            let probe_gate = RateGate::new(cfg.probe_rate);
             let shared = Arc::new(Shared {
                 gate,
+                probe_gate,
+                echo_places: echo::places(),
                 cfg,
                 log,
                 handshakes: Mutex::new(Handshakes::default()),
@@ -346,16 +359,29 @@ impl Server {
 }
 
 fn udp_listener(udp: UdpSocket, shared: Arc<Shared>) {
-    let mut buf = [0u8; 2048];
+    // Probes are stamped by the kernel on arrival, so the server's time in a reply is
+    // what it added, not when this thread got round to it.
+    crate::sock::enable_rx_timestamps(&udp);
+    let mut buf = vec![0u8; 1 << 16];
     loop {
-        let (n, peer) = match udp.recv_from(&mut buf) {
-            Ok(x) => x,
+        let (n, peer, arrived_ns) = match crate::sock::recv_stamped(&udp, &mut buf) {
+            Ok(crate::sock::Stamped {
+                len,
+                from: Some(from),
+                at_ns,
+                ..
+            }) => (len, from, at_ns),
+            Ok(_) => continue,
             Err(e) => {
                 tracing::debug!("UDP listener: {e}");
                 std::thread::sleep(Duration::from_millis(10));
                 continue;
             }
         };
+        if probe::is_request(&buf[..n]) {
+            echo_probe(&udp, &mut buf[..n], peer, arrived_ns, &shared);
+            continue;
+        }
         let Some(reply) = handshake_reply(&buf[..n]) else {
             tracing::debug!(%peer, len = n, "ignoring a stray UDP datagram");
             continue;
@@ -395,6 +421,29 @@ fn udp_listener(udp: UdpSocket, shared: Arc<Shared>) {
             }),
         }
     }
+}
+
+/// Answers a latency probe in place (same length: an echo never amplifies), within the
+/// source's `--probe-rate`; beyond it the probe goes unanswered (the client counts it
+/// lost), so a spoofed source cannot turn the server against a victim at more than that.
+fn echo_probe(
+    udp: &UdpSocket,
+    datagram: &mut [u8],
+    peer: SocketAddr,
+    arrived_ns: u64,
+    shared: &Shared,
+) {
+    // A probe costs one token per 1500 bytes or part: the limit is on what is reflected.
+    let cost = datagram.len().div_ceil(1500) as u32;
+    if !shared.probe_gate.allow_n(peer.ip(), cost) {
+        shared.log.event(ServerEvent::Refused {
+            peer: peer.to_string(),
+            reason: "latency probes beyond --probe-rate".into(),
+        });
+        return;
+    }
+    probe::answer_in_place(datagram, arrived_ns, crate::sock::unix_now_ns());
+    let _ = udp.send_to(datagram, peer);
 }
 
 /// Looks at the first `N` bytes of a connection without taking them (waiting for them up
@@ -439,18 +488,29 @@ fn handle_connection(mut conn: TcpStream, peer: SocketAddr, order: u64, handshak
     let deadline = control::Deadline::after(shared.cfg.handshake_timeout);
     let _ = conn.set_read_timeout(Some(deadline.allowed.min(shared.cfg.idle_timeout)));
     let _ = conn.set_write_timeout(Some(shared.cfg.idle_timeout));
-    if let Some(extra) = &shared.cfg.extra {
-        // MSG_WAITALL under SO_RCVTIMEO: the timeout bounds the whole peek.
-        if peek_start::<4>(&conn) == Some(extra.magic()) {
-            let _ = conn.set_read_timeout(Some(shared.cfg.idle_timeout));
-            let greeting = Greeting {
-                deadline,
-                log: Arc::clone(&shared.log),
-                held: Some(handshake),
-            };
-            extra.handle(conn, peer, greeting);
-            return;
-        }
+    // The first four bytes say which service a connection is for (a test's cookie is
+    // `[a-z2-7]`, the others' magic upper case). MSG_WAITALL under SO_RCVTIMEO: the
+    // timeout bounds the whole peek.
+    let start = peek_start::<4>(&conn);
+    let greeting = |handshake| Greeting {
+        deadline,
+        log: Arc::clone(&shared.log),
+        held: Some(handshake),
+    };
+    if start == Some(probe::TCP_MAGIC) {
+        let idle = shared.cfg.idle_timeout;
+        echo::serve(conn, peer, greeting(handshake), &shared.echo_places, idle);
+        return;
+    }
+    if let Some(extra) = shared
+        .cfg
+        .extra
+        .as_ref()
+        .filter(|e| start == Some(e.magic()))
+    {
+        let _ = conn.set_read_timeout(Some(shared.cfg.idle_timeout));
+        extra.handle(conn, peer, greeting(handshake));
+        return;
     }
     let cookie = match control::read_cookie(&mut conn, deadline) {
         Ok(c) => c,

@@ -4,6 +4,7 @@
 pub mod fetch;
 pub mod fragments;
 pub mod net;
+pub mod ping;
 pub mod plot;
 pub mod quick;
 pub mod report;

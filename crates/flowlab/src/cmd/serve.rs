@@ -53,6 +53,11 @@ pub struct Args {
     /// four seconds' worth; more are closed at once.
     #[arg(long, default_value_t = 200, value_name = "N")]
     pub handshake_rate: u32,
+    /// Latency probes (`flowlab ping`) answered a second per address (IPv6: one /64), a
+    /// probe counting once per 1500 bytes, in bursts of up to four seconds' worth; the
+    /// rest go unanswered.
+    #[arg(long, default_value_t = 1000, value_name = "N")]
+    pub probe_rate: u32,
     /// Refusals and failed connections logged per second (the rest are counted).
     #[arg(long, default_value_t = 20, value_name = "LINES")]
     pub log_rate: u32,
@@ -111,6 +116,7 @@ impl Args {
             ),
             (self.log_rate as usize, "--log-rate"),
             (self.handshake_rate as usize, "--handshake-rate"),
+            (self.probe_rate as usize, "--probe-rate"),
             (self.max_fragment_connections, "--max-fragment-connections"),
             (
                 self.max_fragment_connections_per_source,
@@ -153,6 +159,7 @@ impl Args {
             max_handshakes: self.max_handshakes,
             max_handshakes_per_source: self.max_handshakes_per_source,
             handshake_rate: self.handshake_rate,
+            probe_rate: self.probe_rate,
             log_rate: self.log_rate,
             end_grace: Duration::from_secs(self.end_grace),
             extra: None,

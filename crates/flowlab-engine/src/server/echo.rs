@@ -1,0 +1,82 @@
+//! The server's TCP echo (`flowlab ping --tcp`, `--connect`): a connection that opens
+//! with [`probe::TCP_MAGIC`] gets its messages echoed, one at a time, at the size its
+//! hello asked for; a message that is a probe request gets the server's times filled in.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+
+use flowlab_proto::fragment::Admission;
+use flowlab_proto::probe::{self, TCP_HELLO_LEN};
+use flowlab_report::server::ServerEvent;
+
+use super::{Greeting, Places};
+use crate::{control, sock};
+
+/// TCP echo connections served at once, in all and from one source.
+pub(super) fn places() -> Places {
+    Places::new(
+        64,
+        16,
+        "TCP echo connections",
+        [
+            "the server's limit of 64",
+            "the server's limit of 16 per address",
+        ],
+    )
+}
+
+/// Serves one TCP echo connection until the client closes it or stays silent for the
+/// idle timeout.
+pub(super) fn serve(
+    mut conn: TcpStream,
+    peer: SocketAddr,
+    mut greeting: Greeting,
+    places: &Places,
+    idle: std::time::Duration,
+) {
+    let log = std::sync::Arc::clone(&greeting.log);
+    let refuse = |reason: String| {
+        log.event(ServerEvent::Refused {
+            peer: peer.to_string(),
+            reason,
+        })
+    };
+    let mut hello = [0u8; TCP_HELLO_LEN];
+    let size = match control::read_exact_by(&mut conn, &mut hello, greeting.deadline)
+        .map_err(|e| e.to_string())
+        .and_then(|()| probe::tcp_hello_size(&hello).map_err(|e| e.to_string()))
+    {
+        Ok(size) => size,
+        Err(e) => {
+            refuse(format!("TCP probe hello: {e}"));
+            return;
+        }
+    };
+    let _place = match places.take(peer.ip()) {
+        Ok(p) => p,
+        Err(why) => {
+            refuse(why.clone());
+            let _ = conn.write_all(&Admission::Busy(why).encode());
+            return;
+        }
+    };
+    greeting.done();
+    // Each reply leaves at once (no Nagle wait for the previous one's ACK).
+    let _ = conn.set_nodelay(true);
+    let _ = conn.set_read_timeout(Some(idle));
+    let _ = conn.set_write_timeout(Some(idle));
+    if conn.write_all(&Admission::Welcome.encode()).is_err() {
+        return;
+    }
+    let mut message = vec![0u8; size];
+    // Until the client closes, stops, or stays silent for the idle timeout.
+    while conn.read_exact(&mut message).is_ok() {
+        let received_ns = sock::unix_now_ns();
+        if probe::has_request_header(&message) {
+            probe::answer_in_place(&mut message, received_ns, sock::unix_now_ns());
+        }
+        if conn.write_all(&message).is_err() {
+            return;
+        }
+    }
+}

@@ -1,0 +1,166 @@
+//! `flowlab ping`: round trips to a flowlab server's echo service, probe by probe, and
+//! their percentiles.
+
+use std::time::Duration;
+
+use clap::Args as ClapArgs;
+use flowlab_engine::ping::{PingMode, PingObserver, PingSpec, ping};
+use flowlab_report::ping::Probe;
+use flowlab_report::{json, table, units};
+
+use crate::cli::Usage;
+
+#[derive(Debug, ClapArgs)]
+pub struct Args {
+    /// The server (`flowlab serve`), a name or an address.
+    pub host: String,
+    /// The server's port.
+    #[arg(short, long, default_value_t = flowlab_proto::DEFAULT_PORT)]
+    pub port: u16,
+    /// Probes to send (default: until -t, --deadline or Ctrl-C).
+    #[arg(short, long, value_name = "N")]
+    pub count: Option<u64>,
+    /// Between probes: seconds (0.2) or with a unit (200ms); at least 1 ms, or 0 for back
+    /// to back (the next probe when the last is answered).
+    #[arg(short, long, default_value = "1", value_name = "INTERVAL")]
+    pub interval: String,
+    /// Bytes per probe: a UDP payload, 48 to 65507 (default 64); with --tcp a message, 1
+    /// to 1048576 (default 1; from 48 on it carries the server's times). Replies are as
+    /// long.
+    #[arg(short, long, value_name = "BYTES")]
+    pub size: Option<usize>,
+    /// Request/response on one TCP connection (transactions per second with -i 0, like
+    /// netperf's TCP_RR).
+    #[arg(long, conflicts_with = "connect")]
+    pub tcp: bool,
+    /// A new TCP connection per probe: the time connect(2) takes (SYN to SYN-ACK).
+    #[arg(long, conflicts_with = "size")]
+    pub connect: bool,
+    /// Send probes for this long (seconds, or with a unit).
+    #[arg(short = 't', long = "time", value_name = "DURATION")]
+    pub time: Option<String>,
+    /// End the run after this long, whatever is outstanding.
+    #[arg(long, value_name = "DURATION")]
+    pub deadline: Option<String>,
+    /// How long to wait for a reply after the last probe (and, back to back, before the
+    /// next probe goes).
+    #[arg(short = 'W', long, default_value = "1", value_name = "DURATION")]
+    pub timeout: String,
+    /// Both clocks are synchronised (PTP, a good NTP): show absolute one-way delays.
+    #[arg(long)]
+    pub clocks_synced: bool,
+    /// Only the summary, no line per reply.
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// Also print the round trips' percentile distribution.
+    #[arg(long)]
+    pub histogram: bool,
+    /// One JSON document (schema flowlab.ping/1) with every probe.
+    #[arg(short = 'J', long)]
+    pub json: bool,
+}
+
+/// Seconds as a plain number (`0.2`), or a number with a unit (`200ms`).
+fn seconds(flag: &str, text: &str) -> Result<Duration, Usage> {
+    let parsed = match text.parse::<f64>() {
+        Ok(s) if s.is_finite() && (0.0..=86_400.0).contains(&s) => Ok(Duration::from_secs_f64(s)),
+        Ok(_) => Err("must be 0 to 86400 seconds".to_string()),
+        Err(_) => units::parse_duration(text).map_err(|e| e.to_string()),
+    };
+    parsed.map_err(|e| Usage(format!("{flag} {text}: {e} (seconds, e.g. 0.2, or 200ms)")))
+}
+
+impl Args {
+    pub fn to_spec(&self) -> Result<PingSpec, Usage> {
+        let mut s = PingSpec::new(&self.host, self.port);
+        s.count = self.count;
+        if self.count == Some(0) {
+            return Err("-c/--count must be at least 1".into());
+        }
+        s.interval = seconds("-i/--interval", &self.interval)?;
+        if !s.interval.is_zero() && s.interval < Duration::from_millis(1) {
+            return Err(Usage(format!(
+                "-i/--interval {}: at least 1 ms, or 0 for back to back",
+                self.interval
+            )));
+        }
+        s.mode = match (self.tcp, self.connect) {
+            (true, _) => PingMode::Tcp,
+            (_, true) => PingMode::Connect,
+            _ => PingMode::Udp,
+        };
+        let sizes = s.mode.sizes();
+        s.size = self.size.unwrap_or(match s.mode {
+            PingMode::Udp => 64,
+            _ => 1,
+        });
+        if !sizes.contains(&s.size) {
+            return Err(Usage(format!(
+                "-s/--size {}: a {} probe is {} to {} bytes",
+                s.size,
+                s.mode.name(),
+                sizes.start(),
+                sizes.end()
+            )));
+        }
+        s.duration = self
+            .time
+            .as_deref()
+            .map(|t| seconds("-t/--time", t))
+            .transpose()?;
+        s.deadline = self
+            .deadline
+            .as_deref()
+            .map(|t| seconds("--deadline", t))
+            .transpose()?;
+        s.timeout = seconds("-W/--timeout", &self.timeout)?;
+        if s.timeout.is_zero() {
+            return Err("-W/--timeout must be more than 0".into());
+        }
+        s.clocks_synced = self.clocks_synced;
+        Ok(s)
+    }
+}
+
+/// A line per reply as it comes.
+struct Lines(PingMode);
+
+impl PingObserver for Lines {
+    fn reply(&self, probe: &Probe, from: std::net::SocketAddr, size: usize) {
+        super::emit(&table::ping_reply(
+            probe,
+            &from.to_string(),
+            self.0.name(),
+            size,
+        ));
+    }
+}
+
+pub fn run(a: &Args) -> anyhow::Result<()> {
+    let spec = a.to_spec()?;
+    let stop = super::install_ctrl_c();
+    let lines = !a.json && !a.quiet;
+    if !a.json {
+        super::emit(&table::ping_header(
+            &spec.host,
+            spec.port,
+            spec.mode.name(),
+            spec.size,
+            spec.interval.as_secs_f64(),
+        ));
+    }
+    let result = if lines {
+        ping(&spec, &stop, &Lines(spec.mode))?
+    } else {
+        ping(&spec, &stop, &flowlab_engine::ping::Quiet)?
+    };
+    if a.json {
+        println!("{}", json::document(&result)?);
+    } else {
+        super::emit(&table::ping_summary(&result));
+        if a.histogram {
+            super::emit(&table::ping_histogram(&result));
+        }
+    }
+    Ok(())
+}
