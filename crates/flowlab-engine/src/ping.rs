@@ -10,6 +10,7 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs, UdpSocket};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -72,6 +73,9 @@ pub struct PingSpec {
     pub timeout: Duration,
     /// The user says both clocks are synchronised: one-way delays are absolute.
     pub clocks_synced: bool,
+    /// Sending ends when this is set (as at the end of `duration`); outstanding replies
+    /// are still awaited. `flowlab test --latency` sets it when the load ends.
+    pub until: Option<Arc<AtomicBool>>,
 }
 
 impl PingSpec {
@@ -87,12 +91,15 @@ impl PingSpec {
             deadline: None,
             timeout: Duration::from_secs(1),
             clocks_synced: false,
+            until: None,
         }
     }
 }
 
 /// What a caller is told as replies come in.
 pub trait PingObserver {
+    /// The run starts; probes' times are since `epoch_ns` (ns since the Unix epoch).
+    fn started(&self, _epoch_ns: u64) {}
     /// The first reply to a probe.
     fn reply(&self, _probe: &Probe, _from: SocketAddr, _size: usize) {}
 }
@@ -231,6 +238,7 @@ fn ping_udp(
     let kernel_stamps = sock::enable_rx_timestamps(&sock);
     let session = session();
     let epoch_ns = sock::unix_now_ns();
+    observer.started(epoch_ns);
     let start = Instant::now();
     let mut out = vec![0u8; spec.size];
     let mut buf = vec![0u8; MAX_LEN + 1];
@@ -380,6 +388,7 @@ fn ping_tcp(
     };
     let session = session();
     let epoch_ns = sock::unix_now_ns();
+    observer.started(epoch_ns);
     let start = Instant::now();
     let mut message = vec![0u8; spec.size];
     let mut probes: Vec<Probe> = Vec::new();
@@ -466,4 +475,8 @@ fn ping_tcp(
 fn finished_sending(spec: &PingSpec, probes: &[Probe], elapsed: Duration) -> bool {
     spec.count.is_some_and(|c| probes.len() as u64 >= c)
         || spec.duration.is_some_and(|d| elapsed >= d)
+        || spec
+            .until
+            .as_ref()
+            .is_some_and(|u| u.load(Ordering::Acquire))
 }

@@ -11,9 +11,13 @@
 //! - [`Graph::TimeSeq`]: bytes sent and acknowledged over time, retransmissions marked
 //!   (seed 004's time/sequence graph).
 //! - [`Graph::Io`]: data segments per second, sent and received (seed 004's I/O graph).
+//! - [`Graph::Latency`]: the round trip of each latency probe over the test's time, the
+//!   intervals' medians and the idle median (the RRUL picture beside throughput).
+//! - [`Graph::LatencyCdf`]: the distribution of the loaded round trips, and the idle ones.
 //!
 //! Several results are overlaid, each series labelled by the options in which the
-//! results differ ([`labels`]). All but the throughput graph need a `--trace`d result.
+//! results differ ([`labels`]). The window, RTT, time/sequence and I/O graphs need a
+//! `--trace`d result, the latency graphs a `--latency` one.
 
 mod draw;
 mod series;
@@ -33,13 +37,23 @@ pub enum Graph {
     Rtt,
     TimeSeq,
     Io,
+    Latency,
+    LatencyCdf,
     /// Every graph the results allow, stacked.
     All,
 }
 
 impl Graph {
-    pub const NAMES: &'static [&'static str] =
-        &["throughput", "window", "rtt", "tseq", "io", "all"];
+    pub const NAMES: &'static [&'static str] = &[
+        "throughput",
+        "window",
+        "rtt",
+        "tseq",
+        "io",
+        "latency",
+        "latency-cdf",
+        "all",
+    ];
 
     pub fn parse(name: &str) -> Option<Graph> {
         Some(match name {
@@ -48,6 +62,8 @@ impl Graph {
             "rtt" => Graph::Rtt,
             "tseq" => Graph::TimeSeq,
             "io" => Graph::Io,
+            "latency" => Graph::Latency,
+            "latency-cdf" => Graph::LatencyCdf,
             "all" => Graph::All,
             _ => return None,
         })
@@ -66,6 +82,8 @@ pub struct Input {
 pub enum PlotError {
     #[error("{0} has no trace: run the test with --trace to draw this graph")]
     NoTrace(String),
+    #[error("{0} has no latency probes: run the test with --latency to draw this graph")]
+    NoLatency(String),
     #[error("{0} has no intervals: run the test with -i to draw throughput")]
     NoIntervals(String),
     #[error("the output must end in .svg or .png, not '{0}'")]

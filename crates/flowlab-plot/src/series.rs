@@ -2,6 +2,7 @@
 
 use flowlab_proto::trace::TraceSample;
 use flowlab_report::diagnose::fills;
+use flowlab_report::latency::TestLatency;
 use flowlab_report::result::{StreamDirection, TracedStream};
 use flowlab_report::units::unit_name;
 
@@ -171,13 +172,21 @@ pub fn panels(graph: Graph, inputs: &[Input]) -> Result<Vec<Panel>, PlotError> {
             Graph::Rtt => rtt(inputs, &labels),
             Graph::TimeSeq => time_seq(inputs, &labels),
             Graph::Io => io(inputs, &labels),
+            Graph::Latency => latency(inputs, &labels),
+            Graph::LatencyCdf => latency_cdf(inputs, &labels),
             Graph::All => unreachable!("All is expanded below"),
         }
     };
     match graph {
         Graph::All => {
             let traced = inputs.iter().all(|i| i.result.trace.is_some());
+            let probed = inputs.iter().all(|i| i.result.latency.is_some());
             let mut out = vec![one(Graph::Throughput)?];
+            // Latency right under throughput, on the same time axis.
+            if probed {
+                out.push(one(Graph::Latency)?);
+                out.push(one(Graph::LatencyCdf)?);
+            }
             if traced {
                 for g in [Graph::Window, Graph::Rtt, Graph::TimeSeq, Graph::Io] {
                     out.push(one(g)?);
@@ -477,6 +486,110 @@ fn io(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
         error_bars: Vec::new(),
         dots: Vec::new(),
         dashed: Vec::new(),
+        markers: Vec::new(),
+        x_ticks: Vec::new(),
+    })
+}
+
+/// The latency probes of an input.
+fn probes(input: &Input) -> Result<&TestLatency, PlotError> {
+    input
+        .result
+        .latency
+        .as_ref()
+        .ok_or_else(|| PlotError::NoLatency(input.name.clone()))
+}
+
+fn ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
+}
+
+/// Each loaded probe's round trip at the time it was sent (dots), each interval's median
+/// (a step, as throughput's), and the idle median across the test (dashed).
+fn latency(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
+    let mut series = Vec::new();
+    let mut dots = Vec::new();
+    let mut dashed = Vec::new();
+    for (input, label) in inputs.iter().zip(labels) {
+        let l = probes(input)?;
+        series.push(Series {
+            name: prefixed(label, "interval median"),
+            points: input
+                .result
+                .intervals
+                .iter()
+                .filter_map(|iv| Some(span(iv.start, iv.end, iv.latency.as_ref()?.median_ms)))
+                .flatten()
+                .collect(),
+        });
+        dots.push(Series {
+            name: prefixed(label, "probe"),
+            points: l
+                .probes
+                .iter()
+                .filter_map(|p| Some((ms(p.sent_ns) / 1e3, ms(p.rtt_ns()?))))
+                .collect(),
+        });
+        let end = input.result.intervals.last().map_or_else(
+            || l.probes.last().map_or(0.0, |p| ms(p.sent_ns) / 1e3),
+            |iv| iv.end,
+        );
+        if let Some(idle) = &l.idle.rtt {
+            dashed.push(Series {
+                name: prefixed("idle median", label),
+                points: vec![(0.0, idle.median_ms), (end, idle.median_ms)],
+            });
+        }
+    }
+    Ok(Panel {
+        title: "Round trips under load (latency probes; the server's time taken out)".into(),
+        x_label: "time (s)".into(),
+        y_label: "RTT (ms)".into(),
+        series,
+        bands: Vec::new(),
+        error_bars: Vec::new(),
+        dots,
+        dashed,
+        markers: Vec::new(),
+        x_ticks: Vec::new(),
+    })
+}
+
+/// The share of round trips at or below each value: (ms, 0…1), one point per probe.
+fn cdf(probes: &[flowlab_report::ping::Probe]) -> Vec<(f64, f64)> {
+    let mut rtts: Vec<f64> = probes.iter().filter_map(|p| p.rtt_ns().map(ms)).collect();
+    rtts.sort_by(f64::total_cmp);
+    let n = rtts.len() as f64;
+    rtts.iter()
+        .enumerate()
+        .map(|(i, &r)| (r, (i + 1) as f64 / n))
+        .collect()
+}
+
+/// The distribution of the loaded round trips (a line per input), the idle ones dashed.
+fn latency_cdf(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
+    let mut series = Vec::new();
+    let mut dashed = Vec::new();
+    for (input, label) in inputs.iter().zip(labels) {
+        let l = probes(input)?;
+        series.push(Series {
+            name: prefixed(label, "loaded"),
+            points: cdf(&l.probes),
+        });
+        dashed.push(Series {
+            name: prefixed("idle", label),
+            points: cdf(&l.idle_probes),
+        });
+    }
+    Ok(Panel {
+        title: "Distribution of round trips: loaded, and idle (dashed)".into(),
+        x_label: "RTT (ms)".into(),
+        y_label: "share of probes at or below".into(),
+        series,
+        bands: Vec::new(),
+        error_bars: Vec::new(),
+        dots: Vec::new(),
+        dashed,
         markers: Vec::new(),
         x_ticks: Vec::new(),
     })

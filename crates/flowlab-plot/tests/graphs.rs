@@ -1,6 +1,8 @@
 //! The graphs, from fixed results recorded with `flowlab test -J` (tests/fixtures):
 //! what each panel holds, the structure of the SVG (snapshots), and PNGs that are not
-//! blank.
+//! blank. `latency-cubic.json` and `latency-bbr.json`: `flowlab net exec -t small h1 --
+//! flowlab test 10.0.3.2 -t 2 -i 0.5 -C cubic|bbr --latency=100ms -J` through
+//! topologies/small.toml's 50 Mbit/s bottleneck (as root, 2 cores).
 
 use std::path::Path;
 
@@ -120,6 +122,55 @@ fn overlays_are_labelled_by_their_titles_else_the_option_that_differs() {
         flowlab_plot::labels(&untitled),
         ["recv_window=65536", "recv_window=4194304"]
     );
+}
+
+/// `--latency` results: each probe's round trip over time with the intervals' medians and
+/// the idle median, and the distributions, overlaid by congestion control.
+#[test]
+fn latency_graphs_show_each_probe_and_the_distribution() {
+    let inputs = [load("latency-cubic"), load("latency-bbr")];
+    let labels = flowlab_plot::labels(&inputs);
+    assert_eq!(labels, ["congestion=cubic", "congestion=bbr"]);
+    let p = &panels(Graph::Latency, &inputs).expect("panels")[0];
+    assert_eq!((p.series.len(), p.dots.len(), p.dashed.len()), (2, 2, 2));
+    for (input, dots) in inputs.iter().zip(&p.dots) {
+        let l = input.result.latency.as_ref().expect("latency");
+        assert_eq!(dots.points.len() as u64, l.loaded.received);
+        // x: the send time in seconds on the test's axis; y: the round trip in ms.
+        let (first, probe) = (dots.points[0], &l.probes[0]);
+        assert!((first.0 - probe.sent_ns as f64 / 1e9).abs() < 1e-9);
+        assert!((first.1 - probe.rtt_ns().unwrap() as f64 / 1e6).abs() < 1e-9);
+    }
+    // The median steps: one per interval, two points each.
+    assert_eq!(
+        p.series[0].points.len(),
+        2 * inputs[0].result.intervals.len()
+    );
+    let cdf = &panels(Graph::LatencyCdf, &inputs).expect("panels")[0];
+    for s in cdf.series.iter().chain(&cdf.dashed) {
+        assert!(
+            s.points
+                .windows(2)
+                .all(|w| w[0].0 <= w[1].0 && w[0].1 < w[1].1)
+        );
+        assert_eq!(s.points.last().map(|p| p.1), Some(1.0), "{}", s.name);
+    }
+    // Cubic fills the queue: its loaded median is above bbr's.
+    let median =
+        |s: &flowlab_plot::Series| s.points.iter().find(|p| p.1 >= 0.5).expect("a median").0;
+    assert!(median(&cdf.series[0]) > median(&cdf.series[1]));
+    // `all` puts both under throughput; an unprobed result says how to get them.
+    assert_eq!(panels(Graph::All, &inputs).expect("panels").len(), 3);
+    match panels(Graph::LatencyCdf, &[load("untraced-p2")]) {
+        Err(e @ PlotError::NoLatency(_)) => assert!(e.to_string().contains("--latency")),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn svg_structure_latency() {
+    let inputs = [load("latency-cubic"), load("latency-bbr")];
+    insta::assert_snapshot!(structure(&svg(Graph::All, &inputs)));
 }
 
 #[test]

@@ -26,9 +26,13 @@ pub fn line(value: &impl Serialize) -> String {
 }
 
 /// The JSON-stream lines that end a finished test: `end` (null when the test produced no
-/// totals), then `trace` when one was taken; each line ends in a newline.
+/// totals), then `latency` and `trace` when they were measured; each line ends in a
+/// newline.
 pub fn finish(r: &TestResult) -> String {
     let mut out = event_line("end", &r.end);
+    if let Some(l) = &r.latency {
+        out += &event_line("latency", l);
+    }
     if let Some(t) = &r.trace {
         out += &event_line("trace", t);
     }

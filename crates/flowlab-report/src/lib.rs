@@ -36,6 +36,7 @@ pub mod diagnose;
 pub mod fetch;
 pub mod html;
 pub mod json;
+pub mod latency;
 pub mod metrics;
 pub mod net;
 pub mod ping;

@@ -58,7 +58,8 @@ fn push(out: &mut Vec<Metric>, name: String, value: Option<f64>) {
 
 /// A test's metrics: per direction (named plainly for a one-way test), the receiver's
 /// throughput, transfer time and bytes, the sender's retransmissions; UDP loss, jitter
-/// and integrity; the median smoothed RTT of the intervals; both ends' CPU.
+/// and integrity; the median smoothed RTT of the intervals; with `--latency` the idle
+/// and loaded round trips; both ends' CPU.
 pub fn of_test(r: &TestResult) -> Vec<Metric> {
     let mut out = Vec::new();
     let Some(end) = &r.end else { return out };
@@ -107,6 +108,26 @@ pub fn of_test(r: &TestResult) -> Vec<Metric> {
             &mut out,
             d("rtt", "_ms"),
             (!rtts.is_empty()).then(|| rtts[rtts.len() / 2] as f64 / 1000.0),
+        );
+    }
+    if let Some(l) = &r.latency {
+        let rtt = |s: &crate::ping::PingSummary, f: fn(&crate::ping::Latency) -> f64| {
+            s.rtt.as_ref().map(f)
+        };
+        push(
+            &mut out,
+            "latency_idle_ms".into(),
+            rtt(&l.idle, |r| r.median_ms),
+        );
+        push(
+            &mut out,
+            "latency_loaded_ms".into(),
+            rtt(&l.loaded, |r| r.median_ms),
+        );
+        push(
+            &mut out,
+            "latency_loaded_p99_ms".into(),
+            rtt(&l.loaded, |r| r.p99_ms),
         );
     }
     push(

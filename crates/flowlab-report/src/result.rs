@@ -39,6 +39,9 @@ pub struct TestResult {
     /// `--trace`: TCP_INFO samples of every TCP stream on both ends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace: Option<Trace>,
+    /// `--latency`: round trips before and during the load.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency: Option<crate::latency::TestLatency>,
 }
 
 /// The samples of a traced test.
@@ -159,6 +162,9 @@ pub struct Interval {
     pub omitted: bool,
     pub streams: Vec<IntervalStream>,
     pub sums: Vec<IntervalSum>,
+    /// `--latency`: the round trips of the probe replies that arrived in the interval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency: Option<crate::ping::Latency>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

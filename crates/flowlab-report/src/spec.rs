@@ -81,6 +81,9 @@ pub struct TestSpec {
     /// `--trace`: sample TCP_INFO of every TCP stream on both ends this often.
     #[serde(serialize_with = "opt_secs")]
     pub trace: Option<Duration>,
+    /// `--latency`: UDP probes to the server's echo this often, before and beside the load.
+    #[serde(serialize_with = "opt_secs")]
+    pub latency: Option<Duration>,
     /// Socket buffer of the receiving end of each stream (0: as `window`).
     pub recv_window: u64,
     /// Congestion control of the receiving end of each stream.
@@ -160,6 +163,7 @@ impl TestSpec {
             title: None,
             udp_backoff: true,
             trace: None,
+            latency: None,
             recv_window: 0,
             recv_congestion: None,
             affinity: Affinity::default(),

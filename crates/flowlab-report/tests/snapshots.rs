@@ -69,6 +69,16 @@ fn a_traced_tcp_test_limited_by_the_receive_window() {
 }
 
 #[test]
+fn latency_under_load_through_a_queue() {
+    let r = result("tcp-latency.json");
+    assert_eq!(
+        r.latency.as_ref().map(|l| l.queue_building),
+        Some(Some(true))
+    );
+    pin_test_formats(&r, "tcp-latency", true);
+}
+
+#[test]
 fn two_parallel_tcp_streams_untraced() {
     pin_test_formats(&result("tcp-p2.json"), "tcp-p2", true);
 }

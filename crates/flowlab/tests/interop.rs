@@ -499,3 +499,30 @@ fn flowlab_to_flowlab_authentication_with_oaep() {
         );
     }
 }
+
+/// `--latency` needs flowlab's echo service: against a stock iperf3 server the test is
+/// refused before it connects, so the one-off server is still waiting for its test.
+#[test]
+fn latency_probes_against_iperf3_are_refused_before_the_test() {
+    if !require_tool("iperf3") {
+        return;
+    }
+    let _one_at_a_time = one_iperf3_server_at_a_time();
+    let port = free_port();
+    let _server = Iperf3Server::start(port);
+    let mut s = spec(port);
+    s.amount = Amount::Seconds(1);
+    s.latency = Some(Duration::from_millis(10));
+    match run(&s) {
+        Err(e @ ClientError::NoEcho(_)) => {
+            let text = e.to_string();
+            assert!(text.contains(&format!("127.0.0.1:{port}")), "{text}");
+            assert!(text.contains("no data was sent"), "{text}");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert!(
+        support::listening_here(port),
+        "the one-off iperf3 server ran a test"
+    );
+}

@@ -1034,3 +1034,56 @@ fn without_root_it_says_so_before_doing_anything() {
     assert!(as_nobody(&["net", "show", small]).status.success());
     assert!(as_nobody(&["net", "status"]).status.success());
 }
+
+/// `--latency` through small.toml's bottleneck (50 Mbit/s, tbf, a queue of 100 packets:
+/// 100 × 1514 bytes take 24.2 ms to drain) with nothing else delayed. Cubic, loss-based,
+/// fills the drop-tail queue: the loaded round trips sit in the upper part of it and none
+/// waits much longer than it holds, and the verdict names a queue-building bottleneck.
+/// Bbr keeps the queue shorter: its median is below cubic's, and reported as measured.
+#[test]
+fn latency_under_load_shows_the_bottlenecks_queue() {
+    let Some(_serial) = root_and_serial() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tmp");
+    let file = small("tnet9", dir.path());
+    let _guard = Down("tnet9");
+    up(&file, &[]);
+    let queue_ms = 100.0 * 1514.0 * 8.0 / 50e6 * 1e3;
+    let mut medians = Vec::new();
+    for cc in ["cubic", "bbr"] {
+        let v = test_h1_to_h2("tnet9", &["-t", "4", "-C", cc, "--latency"]);
+        let l = &v["latency"];
+        let ms = |part: &str, key: &str| l[part]["rtt"][key].as_f64().expect("a round trip");
+        let (idle, median, p99) = (
+            ms("idle", "p99_ms"),
+            ms("loaded", "median_ms"),
+            ms("loaded", "p99_ms"),
+        );
+        assert!(
+            idle < 2.0,
+            "{cc}: idle p99 {idle} ms on an undelayed path: {l}"
+        );
+        // No probe waits much longer than the queue holds (the probe's own 64 bytes and
+        // a busy machine's scheduling on top).
+        assert!(
+            p99 <= queue_ms * 1.1 + idle + 2.0,
+            "{cc}: p99 {p99} ms: {l}"
+        );
+        if cc == "cubic" {
+            assert!(median >= queue_ms * 0.5, "cubic: median {median} ms: {l}");
+            assert_eq!(l["queue_building"], true, "{l}");
+        }
+        // Each interval shows the round trips of its replies.
+        for iv in v["intervals"].as_array().expect("intervals") {
+            assert!(iv["latency"]["samples"].as_u64() > Some(0), "{cc}: {iv}");
+        }
+        medians.push(median);
+    }
+    assert!(
+        medians[1] < medians[0],
+        "bbr's loaded median {} ms is not below cubic's {} ms",
+        medians[1],
+        medians[0]
+    );
+}

@@ -412,3 +412,138 @@ fn tcp_echo_connections_are_limited_per_address() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// `flowlab test --latency`: idle probes before the load, loaded probes beside it in
+/// every mode, each interval with the round trips of the replies that arrived in it.
+#[test]
+fn latency_under_load_is_measured_beside_every_kind_of_test() {
+    use flowlab_proto::params::Protocol;
+    use flowlab_report::spec::Direction;
+    let port = default_server();
+    type Setup = fn(&mut flowlab_report::spec::TestSpec);
+    let cases: &[(&str, Setup)] = &[
+        ("tcp", |_| {}),
+        ("tcp -R", |s| s.direction = Direction::Reverse),
+        ("tcp --bidir", |s| s.direction = Direction::Bidir),
+        ("tcp -P 2", |s| s.parallel = 2),
+        ("udp -b", |s| {
+            s.protocol = Protocol::Udp;
+            s.len = 1400;
+            s.bitrate = 50_000_000;
+        }),
+    ];
+    for (name, setup) in cases {
+        let mut s = support::spec(port);
+        s.amount = Amount::Seconds(2);
+        s.interval = Some(Duration::from_millis(500));
+        s.latency = Some(Duration::from_millis(10));
+        setup(&mut s);
+        let r = run(&s).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let l = r
+            .latency
+            .as_ref()
+            .unwrap_or_else(|| panic!("{name}: no latency"));
+        assert_eq!(l.idle.sent, 20, "{name}");
+        assert!(l.idle.received >= 18, "{name}: {:?}", l.idle);
+        // Every 10 ms for the test's 2 s: about 200 probes (a busy machine may fall
+        // behind its schedule; it never sends more).
+        assert!(
+            (100..=202).contains(&l.loaded.sent),
+            "{name}: {} loaded probes",
+            l.loaded.sent
+        );
+        assert!(l.loaded.loss_percent < 10.0, "{name}: {:?}", l.loaded);
+        let test_ns = (r.intervals.last().expect("intervals").end * 1e9) as u64;
+        for p in &l.probes {
+            // Timed from the load's start, the first probe goes at once, the last before
+            // the load's end.
+            assert!(
+                p.sent_ns <= test_ns + 100_000_000,
+                "{name}: {p:?} past {test_ns}"
+            );
+        }
+        assert!(
+            l.probes[0].sent_ns < 100_000_000,
+            "{name}: {:?}",
+            l.probes[0]
+        );
+        let mut in_intervals = 0;
+        for iv in &r.intervals {
+            let got = iv
+                .latency
+                .as_ref()
+                .unwrap_or_else(|| panic!("{name}: no latency in {}-{}", iv.start, iv.end));
+            assert!(got.samples >= 10, "{name}: {got:?}");
+            in_intervals += got.samples;
+        }
+        assert!(in_intervals <= l.loaded.received, "{name}");
+        let (idle, loaded) = (l.idle.rtt.as_ref().unwrap(), l.loaded.rtt.as_ref().unwrap());
+        let added = l.added.median_ms.expect("added");
+        assert!(
+            (added - (loaded.median_ms - idle.median_ms)).abs() < 1e-9,
+            "{name}"
+        );
+        // A study keeps the medians and the loaded p99 as flat metrics.
+        let metrics = flowlab_report::metrics::of_test(&r);
+        let metric = |n: &str| metrics.iter().find(|m| m.name == n).map(|m| m.value);
+        assert_eq!(metric("latency_idle_ms"), Some(idle.median_ms), "{name}");
+        assert_eq!(
+            metric("latency_loaded_ms"),
+            Some(loaded.median_ms),
+            "{name}"
+        );
+        assert_eq!(
+            metric("latency_loaded_p99_ms"),
+            Some(loaded.p99_ms),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn the_latency_flag_is_shown_and_checked() {
+    let port = default_server();
+    let out = flowlab()
+        .args(["test", "127.0.0.1", "-p", &port.to_string(), "-t", "1"])
+        .arg("--latency=20ms")
+        .output()
+        .expect("run");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", said(&out));
+    assert!(text.contains("[RTT]"), "{text}");
+    assert!(
+        text.contains("Latency: UDP probes of 64 bytes every 0.02 s"),
+        "{text}"
+    );
+    assert!(text.contains("idle          20"), "{text}");
+    assert!(text.contains("The load added"), "{text}");
+    for bad in ["--latency=0", "--latency=2s", "--latency=fast"] {
+        let out = flowlab()
+            .args(["test", "127.0.0.1", "-p", &port.to_string(), bad])
+            .output()
+            .expect("run");
+        assert_eq!(out.status.code(), Some(2), "{bad}: {}", said(&out));
+        assert!(said(&out).contains("--latency"), "{bad}: {}", said(&out));
+    }
+}
+
+/// A server without the echo service (here: nothing answers on the UDP port) is refused
+/// before any load is sent, naming the server.
+#[test]
+fn a_server_without_the_echo_is_refused_before_the_load() {
+    // A TCP listener that accepts and says nothing: any data sent would reach it.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    listener.set_nonblocking(true).expect("nonblocking");
+    let mut s = support::spec(port);
+    s.amount = Amount::Seconds(1);
+    s.latency = Some(Duration::from_millis(5));
+    let e = run(&s).expect_err("no echo");
+    let text = e.to_string();
+    assert!(text.contains(&format!("127.0.0.1:{port}")), "{text}");
+    assert!(text.contains("no data was sent"), "{text}");
+    assert!(
+        matches!(listener.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "the client connected to a server without the echo"
+    );
+}

@@ -12,6 +12,7 @@ use flowlab_report::result::{
 };
 use flowlab_report::spec::{Amount, TestSpec};
 
+use super::latency::LoadProber;
 use super::{ClientError, IDLE_WAKE, Observer, TICK, UDP_IDLE_END, refusal};
 use crate::control::{self, Wake};
 use crate::session::{DataSession, Snapshot};
@@ -23,6 +24,14 @@ pub(super) enum PhaseEnd {
     ServerTerminated,
 }
 
+/// Where the data phase's intervals go: to the observer as they end, into `intervals`,
+/// each with the round trips `latency`'s probes saw in it.
+pub(super) struct Reports<'a> {
+    pub obs: &'a mut dyn Observer,
+    pub intervals: &'a mut Vec<Interval>,
+    pub latency: Option<&'a LoadProber>,
+}
+
 /// The data phase: intervals reported as they end, until the test's time or amount is
 /// done, Ctrl-C, or the server terminates it.
 pub(super) fn run_data_phase(
@@ -30,10 +39,19 @@ pub(super) fn run_data_phase(
     session: &mut DataSession,
     ctrl: &mut TcpStream,
     directions: &[(i64, StreamDirection)],
-    obs: &mut dyn Observer,
-    intervals: &mut Vec<Interval>,
+    reports: Reports<'_>,
     interrupt: &AtomicBool,
 ) -> Result<PhaseEnd, ClientError> {
+    let Reports {
+        obs,
+        intervals,
+        latency,
+    } = reports;
+    // Each interval gets the round trips of the probe replies that arrived in it.
+    let with_latency = |mut iv: Interval| {
+        iv.latency = latency.and_then(|l| l.between(iv.start, iv.end));
+        iv
+    };
     let omit = Duration::from_secs(spec.omit);
     // Intervals start from zero, not from a snapshot taken after the streams started.
     let mut last = vec![Snapshot::default(); session.streams.len()];
@@ -87,7 +105,13 @@ pub(super) fn run_data_phase(
         if let (Some(iv), Some(tick)) = (spec.interval, next_tick) {
             if now >= tick {
                 let snap = session.snapshot();
-                let interval = build_interval(session, &last, &snap, directions, tick <= omit);
+                let interval = with_latency(build_interval(
+                    session,
+                    &last,
+                    &snap,
+                    directions,
+                    tick <= omit,
+                ));
                 obs.interval(&interval);
                 intervals.push(interval);
                 last = snap;
@@ -125,7 +149,13 @@ pub(super) fn run_data_phase(
         let snap = session.snapshot();
         let len_us = snap.first().map_or(0, |s| s.at_us) - last.first().map_or(0, |s| s.at_us);
         if len_us as f64 > iv.as_micros() as f64 * 0.1 {
-            let interval = build_interval(session, &last, &snap, directions, session.omitting());
+            let interval = with_latency(build_interval(
+                session,
+                &last,
+                &snap,
+                directions,
+                session.omitting(),
+            ));
             obs.interval(&interval);
             intervals.push(interval);
         }
@@ -201,5 +231,6 @@ fn build_interval(
         omitted,
         streams,
         sums,
+        latency: None,
     }
 }

@@ -2,6 +2,7 @@
 //! test, runs the streams, reports intervals as they end and returns the [`TestResult`].
 
 mod data_phase;
+mod latency;
 mod streams;
 
 use std::io::Write;
@@ -25,7 +26,7 @@ use crate::control::{self, ControlError};
 use crate::session::DataSession;
 use crate::sock::SockError;
 use crate::stream::{Budget, DataConfig, StreamPlan, TestControl};
-use data_phase::{PhaseEnd, run_data_phase};
+use data_phase::{PhaseEnd, Reports, run_data_phase};
 use streams::{connect_any, create_streams, random36};
 
 /// Why a test could not run.
@@ -60,6 +61,15 @@ pub enum ClientError {
     Unexpected(State),
     #[error("opening data stream {id}: {source}")]
     Stream { id: i64, source: std::io::Error },
+    #[error(
+        "--latency: {0} answered none of the {n} latency probes sent to its UDP port \
+         (it is not a flowlab server with the echo service, or UDP to it is blocked); \
+         no data was sent",
+        n = latency::IDLE_PROBES
+    )]
+    NoEcho(SocketAddr),
+    #[error("{0}")]
+    Probes(String),
     #[error(transparent)]
     Sock(#[from] SockError),
     #[error(transparent)]
@@ -112,6 +122,15 @@ pub fn run(
     if let Some(c) = &spec.credentials {
         params.authtoken = Some(auth_token(c)?);
     }
+    // The idle round trips are measured before the test's first byte, and a server
+    // without the echo is refused before any load is sent.
+    let idle = match spec.latency {
+        Some(interval) => Some((
+            interval,
+            latency::idle(resolve(spec)?[0], interval, interrupt)?,
+        )),
+        None => None,
+    };
     let (mut ctrl, server, cookie) = connect(spec)?;
     let Negotiated {
         hello,
@@ -132,6 +151,15 @@ pub fn run(
     let omit = Duration::from_secs(spec.omit);
     let mut session = DataSession::start(plans, cfg, ctl, omit)
         .map_err(|source| ClientError::Stream { id: 0, source })?;
+    let prober = match idle {
+        Some((interval, idle)) => Some(latency::LoadProber::start(
+            server,
+            interval,
+            idle,
+            session.ctl.epoch,
+        )?),
+        None => None,
+    };
     let start = start_info(spec, &ctrl, server, hello.as_ref(), &cookie, infos, system);
     obs.started(&start);
 
@@ -141,11 +169,17 @@ pub fn run(
         &mut session,
         &mut ctrl,
         &directions,
-        obs,
-        &mut intervals,
+        Reports {
+            obs,
+            intervals: &mut intervals,
+            latency: prober.as_ref(),
+        },
         interrupt,
     );
     let mut interrupted = interrupt.load(Ordering::Acquire);
+    if let Some(p) = &prober {
+        p.load_ended();
+    }
 
     // End: stop our senders, tell the server, let our receivers drain, exchange results.
     session.stop_senders();
@@ -184,25 +218,26 @@ pub fn run(
     });
     let udp = spec.protocol == Protocol::Udp;
     let end = result::summarize(&directions, udp, &local, remote.as_ref(), interrupted);
+    // A failure of the probes' thread costs their numbers, never the test's.
+    let latency = prober.and_then(|p| {
+        p.finish()
+            .map_err(|e| tracing::warn!("{e}; the test's results are kept without them"))
+            .ok()
+    });
     Ok(TestResult {
         schema: SCHEMA.into(),
         start,
         intervals,
         end: Some(end),
         trace,
+        latency,
     })
 }
 
 /// The control connection to the spec's server, its address, and the test's cookie
 /// (sent).
 fn connect(spec: &TestSpec) -> Result<(TcpStream, SocketAddr, Cookie), ClientError> {
-    let addrs: Vec<SocketAddr> = (spec.host.as_str(), spec.port)
-        .to_socket_addrs()
-        .map_err(|source| ClientError::Resolve {
-            host: spec.host.clone(),
-            source,
-        })?
-        .collect();
+    let addrs = resolve(spec)?;
     let mut ctrl = connect_any(&addrs, spec.connect_timeout)?;
     let server = ctrl.peer_addr().map_err(ControlError::Io)?;
     ctrl.set_nodelay(true).map_err(ControlError::Io)?;
@@ -211,6 +246,24 @@ fn connect(spec: &TestSpec) -> Result<(TcpStream, SocketAddr, Cookie), ClientErr
     let cookie = Cookie::from_random(random36());
     ctrl.write_all(&cookie.encode()).map_err(ControlError::Io)?;
     Ok((ctrl, server, cookie))
+}
+
+/// The spec's server's addresses (at least one).
+fn resolve(spec: &TestSpec) -> Result<Vec<SocketAddr>, ClientError> {
+    let addrs: Vec<SocketAddr> = (spec.host.as_str(), spec.port)
+        .to_socket_addrs()
+        .map_err(|source| ClientError::Resolve {
+            host: spec.host.clone(),
+            source,
+        })?
+        .collect();
+    if addrs.is_empty() {
+        return Err(ClientError::Resolve {
+            host: spec.host.clone(),
+            source: std::io::Error::other("no address"),
+        });
+    }
+    Ok(addrs)
 }
 
 /// What the negotiation settled: the server's hello (a flowlab server's), the data

@@ -4,6 +4,7 @@
 
 use std::fmt::Write as _;
 
+use crate::latency::TestLatency;
 use crate::result::{
     EndInfo, Interval, SideTotals, StartInfo, StreamDirection, TestResult, UdpInterval,
 };
@@ -126,6 +127,55 @@ pub fn interval(iv: &Interval, f: UnitFormat) -> String {
             let _ = writeln!(out, "{tag}");
         }
     }
+    if let Some(l) = &iv.latency {
+        let _ = writeln!(
+            out,
+            "[RTT] {:<4} {}  median {:.3} ms  p90 {:.3}  p99 {:.3}  max {:.3}  ({} replies){tag}",
+            "",
+            span(iv.start, iv.end),
+            l.median_ms,
+            l.p90_ms,
+            l.p99_ms,
+            l.max_ms,
+            l.samples
+        );
+    }
+    out
+}
+
+/// The latency block of a `--latency` test: idle and loaded round trips, what the load
+/// added.
+pub fn latency(l: &TestLatency) -> String {
+    let mut out = format!(
+        "Latency: UDP probes of {} bytes every {} s, the server's time taken out\n",
+        l.size, l.interval_seconds
+    );
+    out.push_str("          probes    lost      min   median      p90      p99      max  (ms)\n");
+    for (name, s) in [("idle", &l.idle), ("loaded", &l.loaded)] {
+        let _ = write!(out, "{name:<8}{:>8}{:>8}", s.sent, s.lost);
+        match &s.rtt {
+            Some(r) => {
+                let _ = writeln!(
+                    out,
+                    " {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3}",
+                    r.min_ms, r.median_ms, r.p90_ms, r.p99_ms, r.max_ms
+                );
+            }
+            None => out.push_str("  no replies\n"),
+        }
+    }
+    if let (Some(m), Some(p)) = (l.added.median_ms, l.added.p99_ms) {
+        let _ = writeln!(
+            out,
+            "The load added {m:.3} ms at the median, {p:.3} ms at p99: {}.",
+            if l.queue_building == Some(true) {
+                "a queue builds under load (queue-building bottleneck)"
+            } else {
+                "no standing queue"
+            }
+        );
+    }
+    let _ = writeln!(out, "timestamps: {}", l.timestamps);
     out
 }
 
@@ -232,6 +282,9 @@ pub fn finish(r: &TestResult, udp: bool, f: UnitFormat) -> String {
     let mut out = String::new();
     if let Some(e) = &r.end {
         out += &end(e, udp, f);
+    }
+    if let Some(l) = &r.latency {
+        out += &latency(l);
     }
     if let Some(t) = &r.trace {
         out += &diagnosis(t);

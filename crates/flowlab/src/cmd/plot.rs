@@ -12,7 +12,8 @@ pub struct Args {
     /// Output file; .svg or .png.
     #[arg(short, long, value_name = "FILE")]
     pub output: std::path::PathBuf,
-    /// Which graph: throughput, window, rtt, tseq, io, or all (stacked).
+    /// Which graph: throughput, window, rtt, tseq, io, latency, latency-cdf, or all
+    /// (stacked).
     #[arg(short, long, default_value = "throughput", value_parser = clap::builder::PossibleValuesParser::new(flowlab_plot::Graph::NAMES))]
     pub graph: String,
 }

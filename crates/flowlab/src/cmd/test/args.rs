@@ -94,6 +94,11 @@ pub struct Args {
     /// and explain what limited the transfer.
     #[arg(long, value_name = "PERIOD", num_args = 0..=1, default_missing_value = "10ms", require_equals = true)]
     pub trace: Option<String>,
+    /// Measure round trips under load: UDP probes to the server's echo this often
+    /// (1ms…1s; default 10ms), 20 before the load (idle) and beside it all along; each
+    /// interval and the summary show their percentiles and what the load added.
+    #[arg(long, value_name = "INTERVAL", num_args = 0..=1, default_missing_value = "10ms", require_equals = true)]
+    pub latency: Option<String>,
     /// Write the trace samples to FILE as CSV (implies --trace).
     #[arg(long, value_name = "FILE")]
     pub trace_csv: Option<std::path::PathBuf>,
@@ -226,6 +231,16 @@ impl Args {
                 )));
             }
             s.trace = Some(period);
+        }
+        if let Some(i) = &self.latency {
+            let interval =
+                units::parse_duration(i).map_err(|e| Usage(format!("--latency: {e}")))?;
+            if !(Duration::from_millis(1)..=Duration::from_secs(1)).contains(&interval) {
+                return Err(Usage(format!(
+                    "--latency interval {i} must be between 1ms and 1s"
+                )));
+            }
+            s.latency = Some(interval);
         }
         for (w, flag) in [
             (self.window, "-w/--window"),
