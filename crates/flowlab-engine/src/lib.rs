@@ -25,6 +25,7 @@ pub mod client;
 pub mod control;
 pub mod pacing;
 pub mod ping;
+pub mod rpm;
 pub mod server;
 pub mod session;
 pub mod sock;

@@ -94,6 +94,43 @@ pub fn buffers(sock: &socket2::SockRef<'_>) -> BufferSizes {
     }
 }
 
+/// Bounds the bytes a TCP socket holds written but not yet sent (TCP_NOTSENT_LOWAT): a
+/// writer blocks until fewer are waiting.
+pub fn set_notsent_lowat<F: AsRawFd>(sock: &F, bytes: u32) -> Result<(), SockError> {
+    let v = bytes as libc::c_int;
+    // SAFETY: the fd is open for the borrow; the option takes an int.
+    let rc = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_NOTSENT_LOWAT,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(SockError::Option {
+            what: "TCP_NOTSENT_LOWAT",
+            source: io::Error::last_os_error(),
+        });
+    }
+    Ok(())
+}
+
+/// The least not-sent queue of a load-generating connection, bytes: one frame.
+pub const MIN_NOTSENT: u64 = 16 * 1024;
+
+/// Keeps a load-generating connection's not-sent queue near 5 ms of its delivery rate (at
+/// least [`MIN_NOTSENT`]), as draft-ietf-ippm-responsiveness advises, so a request on it
+/// waits behind the network's queue, not behind seconds of its own buffer.
+pub fn pace_notsent(sock: &std::net::TcpStream) {
+    let rate = trace_sample(sock, 0)
+        .and_then(|s| s.delivery_rate)
+        .unwrap_or(0);
+    let bytes = (rate / 200).clamp(MIN_NOTSENT, 64 << 20);
+    let _ = set_notsent_lowat(sock, bytes as u32);
+}
+
 /// Caps the kernel's pacing of a TCP socket (SO_MAX_PACING_RATE), so a `-b` target leaves
 /// the host as an even stream of segments rather than bursts of whole writes.
 pub fn set_max_pacing_rate<F: AsRawFd>(sock: &F, bytes_per_sec: u64) -> Result<(), SockError> {

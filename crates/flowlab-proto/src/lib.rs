@@ -24,6 +24,7 @@ pub mod cookie;
 pub mod fragment;
 pub mod frame;
 pub mod hello;
+pub mod load;
 pub mod params;
 pub mod probe;
 pub mod results;

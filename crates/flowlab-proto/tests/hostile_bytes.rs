@@ -203,6 +203,37 @@ proptest! {
     }
 
     #[test]
+    fn load_frames_of_random_bytes_read_the_same_in_any_pieces(
+        mut bytes in prop::collection::vec(any::<u8>(), 0..400),
+        kind in prop::sample::select(vec![b'D', b'P', b'X']),
+        piece in 1usize..64,
+    ) {
+        use flowlab_proto::load::{Event, FrameReader};
+        // Most inputs start like a frame, so the accepting paths run too.
+        if bytes.len() >= 5 {
+            bytes[0] = kind;
+            bytes[1..4].fill(0);
+        }
+        let read = |piece: usize| {
+            let mut r = FrameReader::default();
+            let (mut data, mut probes, mut ok) = (0usize, Vec::new(), true);
+            for chunk in bytes.chunks(piece) {
+                if r.push(chunk, &mut |e| match e {
+                    Event::Data(n) => data += n,
+                    Event::Probe(p) => probes.push(p),
+                }).is_err() {
+                    ok = false;
+                    break;
+                }
+            }
+            (data, probes, ok)
+        };
+        let whole = read(bytes.len().max(1));
+        prop_assert_eq!(&read(piece), &whole);
+        prop_assert!(whole.0 <= bytes.len());
+    }
+
+    #[test]
     fn probes_of_random_bytes_are_judged_not_panicked_on(
         mut bytes in prop::collection::vec(any::<u8>(), 0..200),
         magic in prop::sample::select(vec![&b""[..], b"FLPQ\x01", b"FLPR\x01", b"FLPR\x02"]),

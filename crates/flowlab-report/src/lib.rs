@@ -41,6 +41,7 @@ pub mod metrics;
 pub mod net;
 pub mod ping;
 pub mod result;
+pub mod rpm;
 pub mod rtt;
 pub mod server;
 pub mod spec;

@@ -174,6 +174,11 @@ fn quick_prints_the_totals_alone() {
         "quick-whole",
         table::whole(&result("tcp-p2.json"), UnitFormat::Adaptive)
     );
+    // With latency probes, as quick runs every test: one line more.
+    pin!(
+        "quick-whole-latency",
+        table::whole(&result("tcp-latency.json"), UnitFormat::Adaptive)
+    );
 }
 
 #[test]
@@ -799,4 +804,28 @@ fn a_ping_run_in_every_format() {
     text += &table::ping_histogram(&r);
     pin!("ping-table", text);
     pin!("ping-json", json::document(&r).expect("JSON"));
+}
+
+/// A recorded `flowlab rpm` run (tests/fixtures/rpm-queue.json): the heading, a line per
+/// interval, the summary; and the same run cut short before a kind of probe completed.
+#[test]
+fn an_rpm_run_as_a_table() {
+    let path = fixture_path("rpm-queue.json");
+    let text = std::fs::read_to_string(&path).expect("fixture");
+    let r: flowlab_report::rpm::RpmResult = serde_json::from_str(&text).expect("an RPM result");
+    let loads: Vec<&str> = r.directions.iter().map(|d| d.direction.as_str()).collect();
+    let mut out = table::rpm_header(&r.start.host, 5201, &r.start.params, &loads);
+    for d in &r.directions {
+        for iv in &d.intervals {
+            out += &table::rpm_interval(&d.direction, iv);
+        }
+    }
+    out += &table::rpm_summary(&r);
+    let mut cut = r.clone();
+    cut.interrupted = true;
+    cut.directions.truncate(1);
+    cut.directions[0].responsiveness = None;
+    cut.idle.latency_ms = None;
+    out += &table::rpm_summary(&cut);
+    pin!("rpm-table", out);
 }

@@ -30,6 +30,9 @@ pub enum Command {
     /// Round trips to a flowlab server, probe by probe: percentiles, jitter, loss,
     /// one-way delay variation.
     Ping(cmd::ping::Args),
+    /// Responsiveness under working conditions (IETF IPPM, RPM): round trips on separate
+    /// and on load-generating connections while the load ramps up to saturation.
+    Rpm(cmd::rpm::Args),
     /// Measure this machine's loopback with no setup: an in-process server and a short
     /// TCP and UDP test in each direction.
     Quick(cmd::quick::Args),

@@ -42,6 +42,7 @@ fn main() -> ExitCode {
         Command::Serve(a) => cmd::serve::run(&a),
         Command::Test(a) => cmd::test::run(&a),
         Command::Ping(a) => cmd::ping::run(&a),
+        Command::Rpm(a) => cmd::rpm::run(&a),
         Command::Quick(a) => cmd::quick::run(&a),
         Command::Sysinfo(a) => cmd::sysinfo::run(&a),
         Command::Plot(a) => cmd::plot::run(&a),

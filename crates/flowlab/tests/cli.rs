@@ -263,7 +263,10 @@ fn quick_runs_tcp_and_udp_both_ways() {
         assert!(text.contains(heading), "missing '{heading}' in:\n{text}");
     }
     assert_eq!(text.matches(" receiver").count(), 4, "{text}");
-    // The same as JSON: four results that moved data, the UDP ones without loss.
+    // Each test with its round trips, idle and loaded.
+    assert_eq!(text.matches("RTT: idle median").count(), 4, "{text}");
+    // The same as JSON: four results that moved data, the UDP ones without loss, each
+    // with its latency probes answered.
     let out = flowlab()
         .args(["quick", "-t", "1", "-J"])
         .timeout(std::time::Duration::from_secs(60))
@@ -275,6 +278,8 @@ fn quick_runs_tcp_and_udp_both_ways() {
     for r in runs {
         let rcv = &r["end"]["sums"][0]["receiver"];
         assert!(rcv["bytes"].as_u64().is_some_and(|b| b > 0), "{rcv}");
+        let loaded = &r["latency"]["loaded"];
+        assert!(loaded["received"].as_u64().is_some_and(|n| n > 0), "{loaded}");
         if r["start"]["spec"]["protocol"] == "udp" {
             assert_eq!(rcv["udp"]["lost"], 0, "{rcv}");
             assert_eq!(rcv["udp"]["integrity_percent"], 100.0, "{rcv}");

@@ -32,6 +32,7 @@ use test::{TestError, run_test};
 mod auth;
 mod echo;
 mod limits;
+mod load;
 mod refusal;
 mod streams;
 mod test;
@@ -197,6 +198,8 @@ struct Shared {
     probe_gate: RateGate,
     /// TCP echo connections (`flowlab ping --tcp`).
     echo_places: Places,
+    /// Load-generating connections (`flowlab rpm`).
+    load_places: Places,
     local: SocketAddr,
     active: AtomicUsize,
     next_id: AtomicU64,
@@ -268,6 +271,7 @@ impl Server {
                 gate,
                 probe_gate,
                 echo_places: echo::places(),
+                load_places: load::places(),
                 cfg,
                 log,
                 handshakes: Mutex::new(Handshakes::default()),
@@ -500,6 +504,28 @@ fn handle_connection(mut conn: TcpStream, peer: SocketAddr, order: u64, handshak
     if start == Some(probe::TCP_MAGIC) {
         let idle = shared.cfg.idle_timeout;
         echo::serve(conn, peer, greeting(handshake), &shared.echo_places, idle);
+        return;
+    }
+    if start == Some(flowlab_proto::load::MAGIC) {
+        let cfg = &shared.cfg;
+        // A server that limits what a test may move cannot let load through unlimited.
+        let refusal = (cfg.max_bitrate.is_some() || cfg.max_bytes.is_some()).then_some(
+            "this server limits the rate or bytes of tests (--max-bitrate, --max-bytes): \
+             no load-generating connections",
+        );
+        let lifetime = cfg
+            .max_duration
+            .map_or(load::MAX_LIFETIME, |d| d.min(load::MAX_LIFETIME));
+        let (idle, places) = (cfg.idle_timeout, &shared.load_places);
+        load::serve(
+            conn,
+            peer,
+            greeting(handshake),
+            places,
+            refusal,
+            lifetime,
+            idle,
+        );
         return;
     }
     if let Some(extra) = shared

@@ -292,13 +292,34 @@ pub fn finish(r: &TestResult, udp: bool, f: UnitFormat) -> String {
     out
 }
 
-/// The whole table of a finished test (used by `quick`).
+/// The whole table of a finished test (used by `quick`): the totals, and the round trips
+/// in one line when they were probed.
 pub fn whole(r: &TestResult, f: UnitFormat) -> String {
     let mut out = String::new();
     if let Some(e) = &r.end {
         out.push_str(&end(e, crate::is_udp(r), f));
     }
+    if let Some(l) = &r.latency {
+        out += &latency_line(l);
+    }
     out
+}
+
+/// A test's round trips in one line: idle and loaded median and p99, what the load added.
+pub fn latency_line(l: &TestLatency) -> String {
+    match (&l.idle.rtt, &l.loaded.rtt) {
+        (Some(i), Some(d)) => format!(
+            "RTT: idle median {:.3} ms, p99 {:.3}; loaded median {:.3} ms, p99 {:.3} ({} probes, {} lost); the load added {:+.3} ms at the median\n",
+            i.median_ms,
+            i.p99_ms,
+            d.median_ms,
+            d.p99_ms,
+            l.loaded.sent,
+            l.loaded.lost,
+            d.median_ms - i.median_ms
+        ),
+        _ => "RTT: no probe answered\n".into(),
+    }
 }
 
 /// `flowlab quick`'s first lines.

@@ -8,6 +8,7 @@ pub mod ping;
 pub mod plot;
 pub mod quick;
 pub mod report;
+pub mod rpm;
 pub mod run;
 pub mod serve;
 pub mod sysinfo;

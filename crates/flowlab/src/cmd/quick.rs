@@ -1,5 +1,5 @@
 //! `flowlab quick`: this machine's loopback with no setup: an in-process server, then a
-//! short TCP and UDP test in each direction.
+//! short TCP and UDP test in each direction, each with latency probes beside it.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -55,6 +55,8 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         spec.direction = direction;
         spec.amount = Amount::Seconds(a.time);
         spec.interval = None;
+        // Round trips before and under each load (`test --latency`).
+        spec.latency = Some(std::time::Duration::from_millis(10));
         if protocol == Protocol::Udp {
             spec.len = DEFAULT_UDP_LEN;
             spec.bitrate = a.bitrate;

@@ -114,7 +114,10 @@ fn idle_rtts(jobs: &[Job<'_>]) -> anyhow::Result<(Vec<Pinger>, Vec<Option<Durati
 }
 
 /// A `flowlab serve` in each job's destination namespace on the job's port, listening
-/// when this returns (up to 5 s are waited); killed when the result is dropped.
+/// when this returns (up to 5 s are waited); killed when the result is dropped. Its
+/// handshake deadline and end grace are generous: the paths checked may lose a share of
+/// every packet on purpose, and a lost TEST_END waits for its retransmission (seconds,
+/// with backoff) where the public defaults (5 s, 2 s) would end the test first.
 fn start_servers(jobs: &[Job<'_>]) -> anyhow::Result<Vec<Reaped>> {
     let me = crate::cmd::own_binary()?;
     let servers = jobs
@@ -125,6 +128,7 @@ fn start_servers(jobs: &[Job<'_>]) -> anyhow::Result<Vec<Reaped>> {
                     .args(["netns", "exec", &ns_name(job.topo, &job.pair.to)])
                     .arg(&me)
                     .args(["serve", "-p", &job.port.to_string()])
+                    .args(["--handshake-timeout", "30", "--end-grace", "15"])
                     .stdout(Stdio::null())
                     .stderr(Stdio::null())
                     .spawn()?,

@@ -1,0 +1,144 @@
+//! `flowlab rpm`: responsiveness under working conditions against a flowlab server.
+
+use std::time::Duration;
+
+use clap::Args as ClapArgs;
+use flowlab_engine::rpm::{Load, RpmObserver, RpmSpec, run as rpm};
+use flowlab_report::rpm::{DirectionResult, Interval};
+use flowlab_report::{json, table, units};
+
+use crate::cli::Usage;
+
+#[derive(Debug, ClapArgs)]
+pub struct Args {
+    /// The server (`flowlab serve`), a name or an address.
+    pub host: String,
+    /// The server's port.
+    #[arg(short, long, default_value_t = flowlab_proto::DEFAULT_PORT)]
+    pub port: u16,
+    /// Which loads, one after the other: download, upload, both (at once), or a list
+    /// (download,upload).
+    #[arg(short, long, default_value = "download,upload", value_name = "LOADS")]
+    pub load: String,
+    /// Congestion control of the load connections at both ends (the server's socket
+    /// too); default: each end's own.
+    #[arg(short = 'C', long, value_name = "ALGO")]
+    pub congestion: Option<String>,
+    /// The draft's interval duration, ID (seconds, or with a unit).
+    #[arg(long, default_value = "1", value_name = "DURATION")]
+    pub interval: String,
+    /// Longest each load runs before its result is reported as it stands.
+    #[arg(
+        short = 't',
+        long = "max-time",
+        default_value = "20",
+        value_name = "DURATION"
+    )]
+    pub max_time: String,
+    /// Most load-generating connections per direction (the draft's MNP).
+    #[arg(long, default_value_t = 16, value_name = "N")]
+    pub max_connections: usize,
+    /// Only the summary, no line per interval.
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// One JSON document (schema flowlab.rpm/1) with every interval and probe.
+    #[arg(short = 'J', long)]
+    pub json: bool,
+}
+
+fn seconds(flag: &str, text: &str) -> Result<Duration, Usage> {
+    let parsed = match text.parse::<f64>() {
+        Ok(s) if s.is_finite() && s > 0.0 && s <= 3600.0 => Ok(Duration::from_secs_f64(s)),
+        Ok(_) => Err("must be more than 0 and at most 3600 seconds".to_string()),
+        Err(_) => units::parse_duration(text).map_err(|e| e.to_string()),
+    };
+    parsed.map_err(|e| Usage(format!("{flag} {text}: {e} (seconds, e.g. 0.5, or 500ms)")))
+}
+
+impl Args {
+    pub fn to_spec(&self) -> Result<RpmSpec, Usage> {
+        let mut s = RpmSpec::new(&self.host, self.port);
+        s.loads = self
+            .load
+            .split(',')
+            .map(|l| match l.trim() {
+                "download" | "down" => Ok(Load::Download),
+                "upload" | "up" => Ok(Load::Upload),
+                "both" => Ok(Load::Both),
+                other => Err(Usage(format!(
+                    "-l/--load {other}: a load is download, upload or both"
+                ))),
+            })
+            .collect::<Result<_, _>>()?;
+        let id = seconds("--interval", &self.interval)?;
+        if !(Duration::from_millis(100)..=Duration::from_secs(10)).contains(&id) {
+            return Err(Usage(format!(
+                "--interval {}: the interval is 0.1 to 10 seconds",
+                self.interval
+            )));
+        }
+        s.params.interval_seconds = id.as_secs_f64();
+        let max = seconds("-t/--max-time", &self.max_time)?;
+        if max < id * s.params.mad as u32 {
+            return Err(Usage(format!(
+                "-t/--max-time {}: at least {} intervals ({} s) to judge anything",
+                self.max_time,
+                s.params.mad,
+                (id * s.params.mad as u32).as_secs_f64()
+            )));
+        }
+        s.params.max_seconds = max.as_secs_f64();
+        if !(1..=32).contains(&self.max_connections) {
+            return Err(Usage(format!(
+                "--max-connections {}: 1 to 32 (the server takes 32 per address)",
+                self.max_connections
+            )));
+        }
+        s.params.max_connections = self.max_connections;
+        if let Some(cc) = &self.congestion {
+            flowlab_proto::load::check_congestion(cc.as_bytes()).map_err(|_| {
+                Usage(format!(
+                    "-C/--congestion {cc}: not a congestion control name (this machine has: {})",
+                    flowlab_engine::sock::available_congestion()
+                ))
+            })?;
+        }
+        s.congestion = self.congestion.clone();
+        Ok(s)
+    }
+}
+
+/// A line per interval as it ends.
+struct Lines;
+
+impl RpmObserver for Lines {
+    fn interval(&self, load: &str, iv: &Interval) {
+        super::emit(&table::rpm_interval(load, iv));
+    }
+    fn done(&self, _d: &DirectionResult) {}
+}
+
+pub fn run(a: &Args) -> anyhow::Result<()> {
+    let spec = a.to_spec()?;
+    let stop = super::install_ctrl_c();
+    if !a.json {
+        let loads: Vec<&str> = spec.loads.iter().map(|l| l.name()).collect();
+        super::emit(&table::rpm_header(
+            &spec.host,
+            spec.port,
+            &spec.params,
+            &loads,
+        ));
+    }
+    let result = if a.json || a.quiet {
+        rpm(&spec, &stop, &flowlab_engine::rpm::Quiet)?
+    } else {
+        rpm(&spec, &stop, &Lines)?
+    };
+    if a.json {
+        println!("{}", json::document(&result)?);
+    } else {
+        super::emit(&table::rpm_summary(&result));
+    }
+    Ok(())
+}
