@@ -504,8 +504,9 @@ fn ms(ns: u64) -> f64 {
     ns as f64 / 1e6
 }
 
-/// Each loaded probe's round trip at the time it was sent (dots), each interval's median
-/// (a step, as throughput's), and the idle median across the test (dashed).
+/// Each loaded probe's round trip at the time its reply arrived (dots: the moment it was
+/// observed, as the intervals count it), each interval's median (a step, as
+/// throughput's), and the idle median across the test (dashed).
 fn latency(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
     let mut series = Vec::new();
     let mut dots = Vec::new();
@@ -527,7 +528,7 @@ fn latency(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
             points: l
                 .probes
                 .iter()
-                .filter_map(|p| Some((ms(p.sent_ns) / 1e3, ms(p.rtt_ns()?))))
+                .filter_map(|p| Some((ms(p.received_ns?) / 1e3, ms(p.rtt_ns()?))))
                 .collect(),
         });
         let end = input.result.intervals.last().map_or_else(

@@ -136,9 +136,9 @@ fn latency_graphs_show_each_probe_and_the_distribution() {
     for (input, dots) in inputs.iter().zip(&p.dots) {
         let l = input.result.latency.as_ref().expect("latency");
         assert_eq!(dots.points.len() as u64, l.loaded.received);
-        // x: the send time in seconds on the test's axis; y: the round trip in ms.
+        // x: the reply's arrival in seconds on the test's axis; y: the round trip in ms.
         let (first, probe) = (dots.points[0], &l.probes[0]);
-        assert!((first.0 - probe.sent_ns as f64 / 1e9).abs() < 1e-9);
+        assert!((first.0 - probe.received_ns.unwrap() as f64 / 1e9).abs() < 1e-9);
         assert!((first.1 - probe.rtt_ns().unwrap() as f64 / 1e6).abs() < 1e-9);
     }
     // The median steps: one per interval, two points each.

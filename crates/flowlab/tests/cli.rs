@@ -279,7 +279,10 @@ fn quick_runs_tcp_and_udp_both_ways() {
         let rcv = &r["end"]["sums"][0]["receiver"];
         assert!(rcv["bytes"].as_u64().is_some_and(|b| b > 0), "{rcv}");
         let loaded = &r["latency"]["loaded"];
-        assert!(loaded["received"].as_u64().is_some_and(|n| n > 0), "{loaded}");
+        assert!(
+            loaded["received"].as_u64().is_some_and(|n| n > 0),
+            "{loaded}"
+        );
         if r["start"]["spec"]["protocol"] == "udp" {
             assert_eq!(rcv["udp"]["lost"], 0, "{rcv}");
             assert_eq!(rcv["udp"]["integrity_percent"], 100.0, "{rcv}");

@@ -1106,6 +1106,28 @@ fn rpm_working_latency_matches_the_bottlenecks_queue() {
     up(&file, &[]);
     let (d, queue) = (20.0, 100.0 * 1514.0 * 8.0 / 50e6 * 1e3);
     let expected = d + queue;
+    // Idle, `flowlab ping` (UDP, no root needed for it) reads the path's RTT within 1 ms.
+    let mut server = serve_in("tnet10", "h2", &[]);
+    let out = flowlab()
+        .args(["net", "exec", "-t", "tnet10", "h1", "--"])
+        .arg(assert_cmd::cargo::cargo_bin("flowlab"))
+        .args(["ping", "10.0.3.2", "-c", "50", "-i", "0.02", "-J"])
+        .output()
+        .expect("ping from h1");
+    let _ = server.kill();
+    let _ = server.wait();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let median = v["summary"]["rtt"]["median_ms"].as_f64().expect("a median");
+    assert_eq!(v["summary"]["received"], 50, "{}", v["summary"]);
+    assert!(
+        (median - d).abs() <= 1.0,
+        "ping: median {median} ms, the file's RTT {d} ms"
+    );
     for cc in ["cubic", "bbr"] {
         let mut server = serve_in("tnet10", "h2", &[]);
         let out = flowlab()
