@@ -162,15 +162,25 @@ pub fn run(
         idle.request_foreign.push(Sample { t, ms: request });
     }
     let mut directions = Vec::new();
+    let mut error = None;
     let mut congestion = spec.congestion.clone();
     for &l in &spec.loads {
         if stop.load(Ordering::Acquire) {
             break;
         }
-        let (d, used) = run_load(spec, address, l, stop, observer)?;
-        congestion = congestion.or(used);
-        observer.done(&d);
-        directions.push(d);
+        match run_load(spec, address, l, stop, observer) {
+            Ok((d, used)) => {
+                congestion = congestion.or(used);
+                observer.done(&d);
+                directions.push(d);
+            }
+            // What the earlier loads measured is kept; the run says why it stopped.
+            Err(e) if !directions.is_empty() => {
+                error = Some(format!("{}: {e}", l.name()));
+                break;
+            }
+            Err(e) => return Err(e),
+        }
     }
     Ok(RpmResult {
         schema: rpm::SCHEMA.into(),
@@ -189,6 +199,7 @@ pub fn run(
         },
         idle: Idle::of(&idle, spec.params.trimmed_share),
         interrupted: stop.load(Ordering::Acquire),
+        error,
         directions,
     })
 }
@@ -542,7 +553,11 @@ fn run_load(
             if ramp.done() || end >= p.max_seconds {
                 break;
             }
-            open(ramp.to_add(per_direction))?;
+            // A connection the server will not add (busy, gone) ends the ramp, not the
+            // load: what is open goes on being measured, and the result says why.
+            if let Err(e) = open(ramp.to_add(per_direction)) {
+                ramp.stop_adding(e.to_string());
+            }
         }
         shared.done.store(true, Ordering::Release);
         let _ = foreign.join();

@@ -195,6 +195,8 @@ pub struct Ramp {
     saturated: bool,
     stable: bool,
     last: Option<Responsiveness>,
+    /// Why connections stopped being added before saturation.
+    stopped: Option<String>,
 }
 
 impl Ramp {
@@ -208,7 +210,14 @@ impl Ramp {
             saturated: false,
             stable: false,
             last: None,
+            stopped: None,
         }
+    }
+
+    /// No more connections can be added (the server refused one): the ramp goes on
+    /// with those open, and the result says why.
+    pub fn stop_adding(&mut self, why: String) {
+        self.stopped.get_or_insert(why);
     }
 
     /// An interval ended at `end` (seconds since the load started) having moved `bytes`
@@ -248,7 +257,7 @@ impl Ramp {
     /// Connections to add before the next interval: INC while goodput is not saturated,
     /// up to MNP in all.
     pub fn to_add(&self, open: usize) -> usize {
-        if self.saturated {
+        if self.saturated || self.stopped.is_some() {
             0
         } else {
             self.p
@@ -292,6 +301,7 @@ impl Ramp {
             confidence,
             responsiveness,
             seconds: end,
+            stopped_adding: self.stopped,
             intervals: self.intervals,
             samples,
         }
@@ -312,6 +322,9 @@ pub struct DirectionResult {
     pub responsiveness: Option<Responsiveness>,
     /// How long it ran.
     pub seconds: f64,
+    /// Why no more connections could be added before saturation (the server refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped_adding: Option<String>,
     pub intervals: Vec<Interval>,
     pub samples: Samples,
 }
@@ -365,6 +378,9 @@ pub struct RpmResult {
     pub directions: Vec<DirectionResult>,
     /// Ended by Ctrl-C before every direction was done.
     pub interrupted: bool,
+    /// Why a later load could not run (the earlier ones' results are kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 #[cfg(test)]
@@ -450,5 +466,9 @@ mod tests {
         assert_eq!(short.confidence(), Confidence::Low);
         assert_eq!(short.to_add(16), 0);
         assert_eq!(short.to_add(3), 1);
+        short.stop_adding("busy".into());
+        assert_eq!(short.to_add(3), 0);
+        let r = short.finish("upload", Samples::default(), 1.0);
+        assert_eq!(r.stopped_adding.as_deref(), Some("busy"));
     }
 }

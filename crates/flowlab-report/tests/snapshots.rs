@@ -826,6 +826,8 @@ fn an_rpm_run_as_a_table() {
     cut.directions.truncate(1);
     cut.directions[0].responsiveness = None;
     cut.idle.latency_ms = None;
+    cut.directions[0].stopped_adding = Some("10.0.3.2:5201 refused the load: busy".into());
+    cut.error = Some("upload: cannot connect to 10.0.3.2:5201: refused".into());
     out += &table::rpm_summary(&cut);
     pin!("rpm-table", out);
 }

@@ -88,6 +88,9 @@ fn direction(d: &DirectionResult, idle: &Idle) -> String {
             " (never saturated)"
         }
     );
+    if let Some(why) = &d.stopped_adding {
+        let _ = writeln!(out, "          no more connections could be added: {why}");
+    }
     match &d.responsiveness {
         Some(r) => {
             let _ = writeln!(
@@ -137,6 +140,9 @@ pub fn rpm_summary(r: &RpmResult) -> String {
     );
     if r.interrupted {
         out.push_str("(interrupted: what ran is shown)\n");
+    }
+    if let Some(e) = &r.error {
+        let _ = writeln!(out, "stopped: {e} (what ran before is shown)");
     }
     out
 }
