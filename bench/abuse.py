@@ -12,6 +12,10 @@ each. TCP (an upload) beside:
               client's): connect, a cookie, garbage parameters, close
   udp-flood   stray UDP datagrams (stream handshakes and garbage) to the server's port,
               as fast as one thread sends them
+  probe-flood latency probes (`flowlab ping`'s requests, 64 to 1400 bytes) to the
+              server's port from 127.0.0.2, as fast as one thread sends them; the
+              replies that come back are counted (the server answers at most
+              --probe-rate a second per source: the reflection a spoofed source gets)
 
 and UDP (a download, -u -R -l 1400, at --udp-rate) undisturbed and beside:
 
@@ -176,6 +180,40 @@ def udp_flood(port, stop, sent):
                 pass
 
 
+def probe_flood(port, stop, sent):
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    u.bind(("127.0.0.2", 0))
+    u.setblocking(False)
+    sizes = [64, 200, 1400]
+    n = answered = 0
+    buf = bytearray(1500)
+    began = time.monotonic()
+    while not stop.is_set():
+        size = sizes[n % len(sizes)]
+        # FLPQ, version 1, reserved, session, sequence (from 1), send time; padding.
+        probe = b"FLPQ\x01\x00\x00\x00" + (7).to_bytes(8, "big") + (n + 1).to_bytes(8, "big")
+        probe += time.monotonic_ns().to_bytes(8, "big") + bytes(size - 32)
+        try:
+            u.sendto(probe, ("127.0.0.1", port))
+            n += 1
+        except OSError:
+            pass
+        while True:
+            try:
+                u.recv_into(buf)
+                answered += 1
+            except (BlockingIOError, OSError):
+                break
+    time.sleep(0.2)
+    while True:
+        try:
+            u.recv_into(buf)
+            answered += 1
+        except (BlockingIOError, OSError):
+            break
+    sent.append((n, answered, time.monotonic() - began))
+
+
 def stream_port(port):
     """The client's port of the server's UDP stream socket (local PORT, connected), if any."""
     out = subprocess.run(["ss", "-Hnu"], capture_output=True, text=True).stdout
@@ -209,7 +247,13 @@ def forged(port, stop, sent):
     sent.append(n)
 
 
-ATTACKS = {"idle": idle, "handshakes": handshakes, "udp-flood": udp_flood, "forged": forged}
+ATTACKS = {
+    "idle": idle,
+    "handshakes": handshakes,
+    "udp-flood": udp_flood,
+    "probe-flood": probe_flood,
+    "forged": forged,
+}
 UDP_CASES = {"udp-undisturbed", "forged"}
 
 
@@ -226,7 +270,15 @@ def main():
     server = Server(a.flowlab, port)
     time.sleep(0.5)
     rss0 = server.status("VmRSS")
-    cases = ["undisturbed", "idle", "handshakes", "udp-flood", "udp-undisturbed", "forged"]
+    cases = [
+        "undisturbed",
+        "idle",
+        "handshakes",
+        "udp-flood",
+        "probe-flood",
+        "udp-undisturbed",
+        "forged",
+    ]
     results = {name: [] for name in cases}
     sent = {name: [] for name in cases}
     peak = {name: (0, 0) for name in results}
@@ -294,6 +346,16 @@ def main():
         print(
             f"{name:<16} {row}  {failed:>6}  {rss / 1024:7.1f}Mi  {threads:>7}  "
             f"{lines[name]:>9}  {extra}{spread}"
+        )
+    if sent["probe-flood"]:
+        runs = sent["probe-flood"]
+        probes = statistics.median(x[0] / x[2] for x in runs)
+        answered = statistics.median(x[1] / x[2] for x in runs)
+        secs = statistics.median(x[2] for x in runs)
+        print(
+            f"probe-flood: {probes:.0f} probes a second sent, {answered:.0f} a second answered "
+            f"(medians over runs of {secs:.1f} s; the server's --probe-rate is 1000 a second "
+            f"per source, the cost counted per 1500 bytes, with a burst of 4000)"
         )
     return 0
 
