@@ -1040,6 +1040,7 @@ fn without_root_it_says_so_before_doing_anything() {
 /// fills the drop-tail queue: the loaded round trips sit in the upper part of it and none
 /// waits much longer than it holds, and the verdict names a queue-building bottleneck.
 /// Bbr keeps the queue shorter: its median is below cubic's, and reported as measured.
+/// With `--trace`, cubic's diagnosis names the queue-building bottleneck.
 #[test]
 fn latency_under_load_shows_the_bottlenecks_queue() {
     let Some(_serial) = root_and_serial() else {
@@ -1052,7 +1053,7 @@ fn latency_under_load_shows_the_bottlenecks_queue() {
     let queue_ms = 100.0 * 1514.0 * 8.0 / 50e6 * 1e3;
     let mut medians = Vec::new();
     for cc in ["cubic", "bbr"] {
-        let v = test_h1_to_h2("tnet9", &["-t", "4", "-C", cc, "--latency"]);
+        let v = test_h1_to_h2("tnet9", &["-t", "4", "-C", cc, "--latency", "--trace"]);
         let l = &v["latency"];
         let ms = |part: &str, key: &str| l[part]["rtt"][key].as_f64().expect("a round trip");
         let (idle, median, p99) = (
@@ -1073,6 +1074,12 @@ fn latency_under_load_shows_the_bottlenecks_queue() {
         if cc == "cubic" {
             assert!(median >= queue_ms * 0.5, "cubic: median {median} ms: {l}");
             assert_eq!(l["queue_building"], true, "{l}");
+            // The trace's diagnosis names the queue: the sender is limited by the
+            // network, and its first advice is about the queue the probes saw.
+            let d = &v["trace"]["diagnosis"][0];
+            assert_eq!(d["primary"], "network", "{d}");
+            let advice = d["advice"][0].as_str().unwrap_or_default();
+            assert!(advice.contains("queue-building bottleneck"), "{d}");
         }
         // Each interval shows the round trips of its replies.
         for iv in v["intervals"].as_array().expect("intervals") {

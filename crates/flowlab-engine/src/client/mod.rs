@@ -224,6 +224,18 @@ pub fn run(
             .map_err(|e| tracing::warn!("{e}; the test's results are kept without them"))
             .ok()
     });
+    // The diagnosis of a network-limited sender names a queue the probes saw build.
+    let mut trace = trace;
+    if let (Some(t), Some(advice)) = (
+        trace.as_mut(),
+        latency.as_ref().and_then(|l| l.queue_advice()),
+    ) {
+        for d in &mut t.diagnosis {
+            if d.primary == flowlab_report::diagnose::Limit::Network {
+                d.advice.insert(0, advice.clone());
+            }
+        }
+    }
     Ok(TestResult {
         schema: SCHEMA.into(),
         start,
