@@ -2,8 +2,8 @@
 # The fresh-clone check: clones this repository's committed HEAD into a new temporary
 # directory of mode 0700 (as `mktemp -d` makes it, like any private checkout), then runs
 # the two set-up commands from the first lines of README.md there, exactly as written,
-# and says which passed. Run it before every submission: a suite that passes only in
-# the tree where it was written is a broken suite.
+# then CI's lint gates (scripts/lint.sh), and says which passed. Run it before every
+# submission: a suite that passes only in the tree where it was written is a broken suite.
 #
 #   scripts/fresh-check.sh [--runs N] [--busy] [--keep]
 #
@@ -73,9 +73,21 @@ for run in $(seq 1 "$runs"); do
   done
 done
 
-if [ "$failed" -eq 0 ]; then
-  echo "fresh-check.sh: PASS: both README commands, $runs run(s), in a fresh 0700 clone"
+# CI runs the lint gates before the tests (.ci/run): a clone that passes the README's
+# commands but fails them would still fail CI.
+echo "fresh-check.sh: CI's lint gates: scripts/lint.sh"
+start=$(date +%s)
+if (cd "$dir/flowlab" && env -u CARGO_TARGET_DIR scripts/lint.sh) > "$dir/out.log" 2>&1; then
+  echo "fresh-check.sh: PASS ($(( $(date +%s) - start )) s): scripts/lint.sh"
 else
-  echo "fresh-check.sh: FAIL: $failed of $((2 * runs)) command runs failed"
+  failed=$((failed + 1))
+  echo "fresh-check.sh: FAIL ($(( $(date +%s) - start )) s): scripts/lint.sh — its last 40 lines:"
+  tail -n 40 "$dir/out.log" | sed 's/^/    /'
+fi
+
+if [ "$failed" -eq 0 ]; then
+  echo "fresh-check.sh: PASS: both README commands, $runs run(s), and the lint gates, in a fresh 0700 clone"
+else
+  echo "fresh-check.sh: FAIL: $failed of $((2 * runs + 1)) command runs failed"
   exit 1
 fi

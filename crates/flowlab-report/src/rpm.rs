@@ -13,20 +13,20 @@ pub const DRAFT: &str = "draft-ietf-ippm-responsiveness-08";
 /// The method's parameters (the draft's §5.2 names in brackets).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Params {
-    /// Intervals in a moving average [MAD].
+    /// Intervals in a moving average (`MAD`).
     pub mad: usize,
-    /// Interval duration, seconds [ID].
+    /// Interval duration, seconds (`ID`).
     pub interval_seconds: f64,
-    /// Share of the samples a trimmed mean keeps, the fastest ones [TMP].
+    /// Share of the samples a trimmed mean keeps, the fastest ones (`TMP`).
     pub trimmed_share: f64,
-    /// Largest standard deviation, as a share of the current value, that is stable [SDT].
+    /// Largest standard deviation, as a share of the current value, that is stable (`SDT`).
     pub stability_share: f64,
-    /// Load-generating connections to start with [INP] and to add per interval [INC].
+    /// Load-generating connections to start with (`INP`) and to add per interval (`INC`).
     pub initial_connections: usize,
     pub added_connections: usize,
-    /// Most load-generating connections [MNP].
+    /// Most load-generating connections (`MNP`).
     pub max_connections: usize,
-    /// Most probes a second of each kind [MPS].
+    /// Most probes a second of each kind (`MPS`).
     pub max_probes_per_second: u32,
     /// Longest a direction runs, seconds (the draft leaves it to the implementation).
     pub max_seconds: f64,
@@ -59,11 +59,11 @@ pub struct Sample {
 /// The round trips the probes measured.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Samples {
-    /// Foreign probes: TCP connection set-up on a new connection [tcp_f].
+    /// Foreign probes: TCP connection set-up on a new connection (`tcp_f`).
     pub tcp_foreign: Vec<Sample>,
-    /// Foreign probes: a 1-byte request/response on that new connection [http_f].
+    /// Foreign probes: a 1-byte request/response on that new connection (`http_f`).
     pub request_foreign: Vec<Sample>,
-    /// Self probes: a request/response on a load-generating connection [http_l].
+    /// Self probes: a request/response on a load-generating connection (`http_l`).
     pub request_loaded: Vec<Sample>,
 }
 
