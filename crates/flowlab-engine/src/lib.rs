@@ -9,6 +9,8 @@
 //! - [`client`]: runs a test against a server (flowlab or iperf3).
 //! - [`server`]: serves many tests at once, and answers latency probes.
 //! - [`ping`]: latency probes to a server (`flowlab ping`).
+//! - [`rpm`]: the responsiveness method (`flowlab rpm`).
+//! - [`reach`]: what every client does first: resolve, a session number, admission.
 //! - [`stream`], `tcp_data`, `udp_data`: the data streams and their threads.
 //! - [`buf`]: the page-aligned buffers their data is copied from and to.
 //! - [`session`]: one side's streams of a test, their snapshots and results.
@@ -25,6 +27,7 @@ pub mod client;
 pub mod control;
 pub mod pacing;
 pub mod ping;
+pub mod reach;
 pub mod rpm;
 pub mod server;
 pub mod session;

@@ -9,15 +9,15 @@
 //! then its clock just before it sends), and its time in between is subtracted.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs, UdpSocket};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use flowlab_proto::fragment::{Admission, Decoder};
 use flowlab_proto::probe::{self, HEADER_LEN, MAX_LEN, MAX_TCP_LEN, Reply, Request};
 use flowlab_report::ping::{PingResult, PingStart, PingSummary, Probe, SCHEMA};
 
+use crate::reach::{self, ResolveError};
 use crate::sock;
 
 /// How probes travel.
@@ -112,13 +112,8 @@ impl PingObserver for Quiet {}
 /// Why a run could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum PingError {
-    #[error("cannot resolve {host}: {source}")]
-    Resolve {
-        host: String,
-        source: std::io::Error,
-    },
-    #[error("{0}: no address")]
-    NoAddress(String),
+    #[error(transparent)]
+    Resolve(#[from] ResolveError),
     #[error("probe size {0} is outside what {1} probes take")]
     Size(usize, &'static str),
     #[error("cannot connect to {address}: {source}")]
@@ -140,16 +135,6 @@ pub enum PingError {
     Io(#[from] std::io::Error),
 }
 
-/// A random session number, so that replies to an earlier run are never counted.
-fn session() -> u64 {
-    let mut b = [0u8; 8];
-    // Without randomness the clock still tells runs apart.
-    if getrandom::fill(&mut b).is_err() {
-        return sock::unix_now_ns();
-    }
-    u64::from_ne_bytes(b)
-}
-
 /// Runs probes until the count, the duration or the deadline is reached, or `stop` is
 /// set (Ctrl-C); then, over UDP, waits up to `timeout` for outstanding replies (not
 /// after `stop` or the deadline).
@@ -161,14 +146,7 @@ pub fn ping(
     if !spec.mode.sizes().contains(&spec.size) {
         return Err(PingError::Size(spec.size, spec.mode.name()));
     }
-    let address = (spec.host.as_str(), spec.port)
-        .to_socket_addrs()
-        .map_err(|source| PingError::Resolve {
-            host: spec.host.clone(),
-            source,
-        })?
-        .next()
-        .ok_or_else(|| PingError::NoAddress(spec.host.clone()))?;
+    let address = reach::address(&spec.host, spec.port)?;
     let run = match spec.mode {
         PingMode::Udp => ping_udp(spec, address, stop, observer)?,
         PingMode::Tcp | PingMode::Connect => ping_tcp(spec, address, stop, observer)?,
@@ -236,7 +214,7 @@ fn ping_udp(
     let sock = UdpSocket::bind(local)?;
     sock.connect(address)?;
     let kernel_stamps = sock::enable_rx_timestamps(&sock);
-    let session = session();
+    let session = reach::session();
     let epoch_ns = sock::unix_now_ns();
     observer.started(epoch_ns);
     let start = Instant::now();
@@ -350,25 +328,9 @@ fn open_tcp(address: SocketAddr, size: usize, timeout: Duration) -> Result<TcpSt
     conn.set_read_timeout(Some(timeout)).map_err(not_echo)?;
     conn.write_all(&probe::tcp_hello(size as u32))
         .map_err(not_echo)?;
-    let mut d = Decoder::default();
-    let mut b = [0u8; 1];
-    let admission = loop {
-        if let Some(a) = d
-            .next_admission()
-            .map_err(|e| not_echo(std::io::Error::other(e)))?
-        {
-            break a;
-        }
-        conn.read_exact(&mut b).map_err(not_echo)?;
-        d.push(&b);
-    };
-    match admission {
-        Admission::Welcome => Ok(conn),
-        Admission::Busy(message) => Err(PingError::Busy { address, message }),
-        Admission::Denied => Err(PingError::Busy {
-            address,
-            message: "refused".into(),
-        }),
+    match reach::read_admission(&mut conn).map_err(not_echo)? {
+        Ok(()) => Ok(conn),
+        Err(message) => Err(PingError::Busy { address, message }),
     }
 }
 
@@ -386,7 +348,7 @@ fn ping_tcp(
         PingMode::Tcp => Some(open_tcp(address, spec.size, spec.timeout)?),
         _ => None,
     };
-    let session = session();
+    let session = reach::session();
     let epoch_ns = sock::unix_now_ns();
     observer.started(epoch_ns);
     let start = Instant::now();
@@ -479,4 +441,91 @@ fn finished_sending(spec: &PingSpec, probes: &[Probe], elapsed: Duration) -> boo
             .until
             .as_ref()
             .is_some_and(|u| u.load(Ordering::Acquire))
+}
+
+/// A UDP echo on this thread's loopback (in its network namespace), answering probes as
+/// a server's echo service does: stamped with the kernel's arrival time and its own
+/// send time, so a probe's round trip to it, the responder's own wake-up subtracted, is
+/// what the local stack and its softirq processing alone add. `flowlab net check`
+/// probes it beside every path to tell a busy host's delay from a queue's. Stops when
+/// dropped.
+#[derive(Debug)]
+pub struct LocalEcho {
+    address: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl LocalEcho {
+    /// Binds 127.0.0.1 on a free port (in the calling thread's namespace) and answers
+    /// from a thread of its own.
+    pub fn start() -> std::io::Result<LocalEcho> {
+        let sock = UdpSocket::bind(("127.0.0.1", 0))?;
+        let address = sock.local_addr()?;
+        sock::enable_rx_timestamps(&sock);
+        sock.set_read_timeout(Some(Duration::from_millis(50)))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut buf = vec![0u8; MAX_LEN + 1];
+            while !stopped.load(Ordering::Acquire) {
+                let Ok(got) = sock::recv_stamped(&sock, &mut buf) else {
+                    continue;
+                };
+                let (Some(from), datagram) = (got.from, &mut buf[..got.len]) else {
+                    continue;
+                };
+                if probe::is_request(datagram) {
+                    probe::answer_in_place(datagram, got.at_ns, sock::unix_now_ns());
+                    let _ = sock.send_to(datagram, from);
+                }
+            }
+        });
+        Ok(LocalEcho {
+            address,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Where it answers.
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+}
+
+impl Drop for LocalEcho {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The local echo answers every probe of a run, with its own times in the reply, and
+    /// nothing else: a datagram that is not a probe request gets no answer.
+    #[test]
+    fn the_local_echo_answers_probes_and_only_probes() {
+        let echo = LocalEcho::start().expect("a loopback echo");
+        let port = echo.address().port();
+        let mut spec = PingSpec::new("127.0.0.1", port);
+        spec.count = Some(20);
+        spec.interval = Duration::ZERO;
+        let r = ping(&spec, &AtomicBool::new(false), &Quiet).expect("a run");
+        assert_eq!(r.summary.received, 20, "{:?}", r.summary);
+        assert!(r.probes.iter().all(|p| p.server_ns.is_some()));
+        let other = UdpSocket::bind(("127.0.0.1", 0)).expect("a socket");
+        other
+            .set_read_timeout(Some(Duration::from_millis(200)))
+            .expect("a timeout");
+        other
+            .send_to(&[0u8; 64], echo.address())
+            .expect("a datagram");
+        assert!(other.recv(&mut [0u8; 100]).is_err(), "a non-probe answered");
+    }
 }

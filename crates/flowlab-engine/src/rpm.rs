@@ -11,20 +11,20 @@
 //! the direction ends when responsiveness is stable or at its longest time.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use flowlab_proto::fragment::{Admission, Decoder};
 use flowlab_proto::load::{self, Direction, Event, FrameReader};
 use flowlab_proto::probe::{self, HEADER_LEN, Reply, Request};
 use flowlab_report::rpm::{
     self, DirectionResult, Idle, Params, Ramp, RpmResult, RpmStart, Sample, Samples,
 };
 
+use crate::reach::{self, ResolveError};
 use crate::sock;
 
 /// Which load a run measures.
@@ -95,13 +95,8 @@ impl RpmObserver for Quiet {}
 /// Why a run could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum RpmError {
-    #[error("cannot resolve {host}: {source}")]
-    Resolve {
-        host: String,
-        source: std::io::Error,
-    },
-    #[error("{0}: no address")]
-    NoAddress(String),
+    #[error(transparent)]
+    Resolve(#[from] ResolveError),
     #[error("cannot connect to {address}: {source}")]
     Connect {
         address: SocketAddr,
@@ -136,14 +131,7 @@ pub fn run(
     stop: &AtomicBool,
     observer: &dyn RpmObserver,
 ) -> Result<RpmResult, RpmError> {
-    let address = (spec.host.as_str(), spec.port)
-        .to_socket_addrs()
-        .map_err(|source| RpmError::Resolve {
-            host: spec.host.clone(),
-            source,
-        })?
-        .next()
-        .ok_or_else(|| RpmError::NoAddress(spec.host.clone()))?;
+    let address = reach::address(&spec.host, spec.port)?;
     let started_unix = sock::unix_now_ns() as f64 / 1e9;
     // Idle: foreign probes one after the other, with nothing else running.
     let epoch = Instant::now();
@@ -225,28 +213,14 @@ fn foreign_probe(address: SocketAddr) -> Result<(f64, f64), ForeignError> {
     c.set_nodelay(true).map_err(io)?;
     c.set_read_timeout(Some(PROBE_TIMEOUT)).map_err(io)?;
     c.write_all(&probe::tcp_hello(1)).map_err(io)?;
-    match read_admission(&mut c).map_err(io)? {
-        Admission::Welcome => {}
-        Admission::Busy(m) => return Err(ForeignError::Busy(m)),
-        Admission::Denied => return Err(ForeignError::Busy("refused".into())),
-    }
+    reach::read_admission(&mut c)
+        .map_err(io)?
+        .map_err(ForeignError::Busy)?;
     let t1 = Instant::now();
     c.write_all(&[1]).map_err(io)?;
     let mut b = [0u8; 1];
     c.read_exact(&mut b).map_err(io)?;
     Ok((tcp, ms(t1.elapsed())))
-}
-
-fn read_admission(c: &mut TcpStream) -> std::io::Result<Admission> {
-    let mut d = Decoder::default();
-    let mut b = [0u8; 1];
-    loop {
-        if let Some(a) = d.next_admission().map_err(std::io::Error::other)? {
-            return Ok(a);
-        }
-        c.read_exact(&mut b)?;
-        d.push(&b);
-    }
 }
 
 /// What a direction's threads share.
@@ -310,16 +284,9 @@ fn open_load(
         message: format!("congestion control {congestion:?}: {e}"),
     })?;
     c.write_all(&hello).map_err(not_flowlab)?;
-    match read_admission(&mut c).map_err(not_flowlab)? {
-        Admission::Welcome => {}
-        Admission::Busy(message) => return Err(RpmError::Refused { address, message }),
-        Admission::Denied => {
-            return Err(RpmError::Refused {
-                address,
-                message: "refused".into(),
-            });
-        }
-    }
+    reach::read_admission(&mut c)
+        .map_err(not_flowlab)?
+        .map_err(|message| RpmError::Refused { address, message })?;
     let _ = c.set_read_timeout(Some(Duration::from_millis(200)));
     let conn = Arc::new(LoadConn {
         direction,
@@ -470,7 +437,7 @@ fn run_load(
         done: AtomicBool::new(false),
         downloaded: AtomicU64::new(0),
         samples: Mutex::new(Samples::default()),
-        session: session(),
+        session: reach::session(),
         answered: Mutex::new(answered_tx),
     });
     let conns: Arc<Mutex<Vec<Arc<LoadConn>>>> = Arc::default();
@@ -607,7 +574,7 @@ fn self_prober(
     gap: Duration,
 ) {
     let mut seq = 0u64;
-    let mut pick = session();
+    let mut pick = reach::session();
     while !shared.done.load(Ordering::Acquire) {
         let start = Instant::now();
         let target = {
@@ -654,13 +621,4 @@ fn self_prober(
         }
         std::thread::sleep(gap.saturating_sub(start.elapsed()));
     }
-}
-
-/// A random session number, so that replies to another run are never counted.
-fn session() -> u64 {
-    let mut b = [0u8; 8];
-    if getrandom::fill(&mut b).is_err() {
-        return sock::unix_now_ns() | 1;
-    }
-    u64::from_ne_bytes(b) | 1
 }

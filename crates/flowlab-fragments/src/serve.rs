@@ -29,7 +29,6 @@ use flowlab_proto::fragment::{
     Admission, Decoder, HELLO_HEAD, MAGIC, MAX_MANIFEST_LEN, Reply, Request, check_name,
     hello_token_len,
 };
-use flowlab_report::server::ServerEvent;
 
 use crate::manifest::{Manifest, ManifestError, hex32};
 
@@ -229,35 +228,31 @@ impl FragmentService {
         peer: SocketAddr,
         mut greeting: Greeting,
     ) -> std::io::Result<()> {
-        let log = std::sync::Arc::clone(&greeting.log);
-        let refuse = |reason: String| {
-            log.event(ServerEvent::Refused {
-                peer: peer.to_string(),
-                reason,
-            })
-        };
         let token = match Self::read_hello(&mut conn, greeting.deadline) {
             Ok(t) => t,
             Err(e) => {
-                refuse(format!("fragment hello: {e}"));
+                greeting.refuse(peer, format!("fragment hello: {e}"));
                 return Ok(());
             }
         };
         greeting.done();
         if !self.token_ok(&token) {
             // The client learns only that it was denied; the log says why.
-            refuse(if token.is_empty() {
-                "fragment connection without a token (serve --token-file)".into()
-            } else {
-                "fragment connection with a wrong token".into()
-            });
+            greeting.refuse(
+                peer,
+                if token.is_empty() {
+                    "fragment connection without a token (serve --token-file)".into()
+                } else {
+                    "fragment connection with a wrong token".into()
+                },
+            );
             return conn.write_all(&Admission::Denied.encode());
         }
         let _place = match self.places.take(peer.ip()) {
             Ok(p) => p,
             Err(why) => {
-                refuse(why.clone());
-                return conn.write_all(&Admission::Busy(why).encode());
+                greeting.turn_away(&mut conn, peer, why);
+                return Ok(());
             }
         };
         conn.write_all(&Admission::Welcome.encode())?;

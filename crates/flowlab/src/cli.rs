@@ -81,3 +81,31 @@ impl From<&str> for Usage {
         Usage(text.to_string())
     }
 }
+
+/// A duration flag's value, seconds as a plain number (`0.2`) or a number with a unit
+/// (`200ms`), from 0 (when `zero_ok`; else above it) to `max` seconds, either way it is
+/// written. A refusal names the flag, the value and both forms.
+pub fn seconds(
+    flag: &str,
+    text: &str,
+    zero_ok: bool,
+    max: f64,
+) -> Result<std::time::Duration, Usage> {
+    let parsed = match text.parse::<f64>() {
+        Ok(s) if s.is_finite() => Ok(s),
+        Ok(_) => Err("not a number of seconds".to_string()),
+        Err(_) => flowlab_report::units::parse_duration(text)
+            .map(|d| d.as_secs_f64())
+            .map_err(|e| e.to_string()),
+    };
+    let lowest = if zero_ok { "0" } else { "more than 0" };
+    parsed
+        .and_then(|s| {
+            if (s > 0.0 || (zero_ok && s == 0.0)) && s <= max {
+                Ok(std::time::Duration::from_secs_f64(s))
+            } else {
+                Err(format!("must be {lowest} to {max} seconds"))
+            }
+        })
+        .map_err(|e| Usage(format!("{flag} {text}: {e} (seconds, e.g. 0.5, or 500ms)")))
+}

@@ -70,12 +70,20 @@ fn emulators_of(topo: &str) -> Vec<u32> {
 /// topologies/small.toml under another name, with `wan` (extra properties of its
 /// r1–r2 link, TOML) added.
 fn small_with(name: &str, dir: &Path, wan: &str) -> std::path::PathBuf {
+    small_at(name, dir, "50M", wan)
+}
+
+/// topologies/small.toml under another name, its r1–r2 link at `rate` with `wan` (extra
+/// properties, TOML) added.
+fn small_at(name: &str, dir: &Path, rate: &str, wan: &str) -> std::path::PathBuf {
     let shipped = include_str!("../../../topologies/small.toml");
     let text = shipped
         .replace("name = \"small\"", &format!("name = \"{name}\""))
+        .replace("rate = \"50M\"", &format!("rate = \"{rate}\""))
         .replace("queue = 100\n", &format!("queue = 100\n{wan}\n"));
     assert!(
-        text.contains(&format!("name = \"{name}\"")),
+        text.contains(&format!("name = \"{name}\""))
+            && text.contains(&format!("rate = \"{rate}\"")),
         "small.toml changed shape"
     );
     write_topology(dir, name, &text)
@@ -1035,8 +1043,8 @@ fn without_root_it_says_so_before_doing_anything() {
     assert!(as_nobody(&["net", "status"]).status.success());
 }
 
-/// `--latency` through small.toml's bottleneck (50 Mbit/s, tbf, a queue of 100 packets:
-/// 100 × 1514 bytes take 24.2 ms to drain) with nothing else delayed. Cubic, loss-based,
+/// `--latency` through small.toml's bottleneck slowed to 30 Mbit/s (tbf, a queue of 100
+/// packets: 100 × 1514 bytes take 40.4 ms to drain) with nothing else delayed. Cubic, loss-based,
 /// fills the drop-tail queue: the loaded round trips sit in the upper part of it and none
 /// waits much longer than it holds, and the verdict names a queue-building bottleneck.
 /// Bbr keeps the queue shorter: its median is below cubic's, and reported as measured.
@@ -1047,10 +1055,10 @@ fn latency_under_load_shows_the_bottlenecks_queue() {
         return;
     };
     let dir = tempfile::tempdir().expect("tmp");
-    let file = small("tnet9", dir.path());
+    let file = small_at("tnet9", dir.path(), "30M", "");
     let _guard = Down("tnet9");
     up(&file, &[]);
-    let queue_ms = 100.0 * 1514.0 * 8.0 / 50e6 * 1e3;
+    let queue_ms = 100.0 * 1514.0 * 8.0 / 30e6 * 1e3;
     let mut medians = Vec::new();
     for cc in ["cubic", "bbr"] {
         let v = test_h1_to_h2("tnet9", &["-t", "4", "-C", cc, "--latency", "--trace"]);

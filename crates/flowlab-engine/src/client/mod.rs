@@ -6,7 +6,7 @@ mod latency;
 mod streams;
 
 use std::io::Write;
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
@@ -32,11 +32,8 @@ use streams::{connect_any, create_streams, random36};
 /// Why a test could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    #[error("cannot resolve '{host}': {source}")]
-    Resolve {
-        host: String,
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Resolve(#[from] crate::reach::ResolveError),
     #[error("cannot connect to {addr}: {source}")]
     Connect {
         addr: String,
@@ -262,20 +259,7 @@ fn connect(spec: &TestSpec) -> Result<(TcpStream, SocketAddr, Cookie), ClientErr
 
 /// The spec's server's addresses (at least one).
 fn resolve(spec: &TestSpec) -> Result<Vec<SocketAddr>, ClientError> {
-    let addrs: Vec<SocketAddr> = (spec.host.as_str(), spec.port)
-        .to_socket_addrs()
-        .map_err(|source| ClientError::Resolve {
-            host: spec.host.clone(),
-            source,
-        })?
-        .collect();
-    if addrs.is_empty() {
-        return Err(ClientError::Resolve {
-            host: spec.host.clone(),
-            source: std::io::Error::other("no address"),
-        });
-    }
-    Ok(addrs)
+    Ok(crate::reach::addresses(&spec.host, spec.port)?)
 }
 
 /// What the negotiation settled: the server's hello (a flowlab server's), the data

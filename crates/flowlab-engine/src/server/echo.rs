@@ -7,7 +7,6 @@ use std::net::{SocketAddr, TcpStream};
 
 use flowlab_proto::fragment::Admission;
 use flowlab_proto::probe::{self, TCP_HELLO_LEN};
-use flowlab_report::server::ServerEvent;
 
 use super::{Greeting, Places};
 use crate::{control, sock};
@@ -34,31 +33,17 @@ pub(super) fn serve(
     places: &Places,
     idle: std::time::Duration,
 ) {
-    let log = std::sync::Arc::clone(&greeting.log);
-    let refuse = |reason: String| {
-        log.event(ServerEvent::Refused {
-            peer: peer.to_string(),
-            reason,
-        })
-    };
     let mut hello = [0u8; TCP_HELLO_LEN];
     let size = match control::read_exact_by(&mut conn, &mut hello, greeting.deadline)
         .map_err(|e| e.to_string())
         .and_then(|()| probe::tcp_hello_size(&hello).map_err(|e| e.to_string()))
     {
         Ok(size) => size,
-        Err(e) => {
-            refuse(format!("TCP probe hello: {e}"));
-            return;
-        }
+        Err(e) => return greeting.refuse(peer, format!("TCP probe hello: {e}")),
     };
     let _place = match places.take(peer.ip()) {
         Ok(p) => p,
-        Err(why) => {
-            refuse(why.clone());
-            let _ = conn.write_all(&Admission::Busy(why).encode());
-            return;
-        }
+        Err(why) => return greeting.turn_away(&mut conn, peer, why),
     };
     greeting.done();
     // Each reply leaves at once (no Nagle wait for the previous one's ACK).

@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 use flowlab_proto::fragment::Admission;
 use flowlab_proto::load::{self, Direction, Event, FrameReader, HELLO_LEN};
 use flowlab_proto::probe::{self, HEADER_LEN};
-use flowlab_report::server::ServerEvent;
 
 use super::{Greeting, Places};
 use crate::{control, sock};
@@ -48,13 +47,6 @@ pub(super) fn serve(
     lifetime: Duration,
     idle: Duration,
 ) {
-    let log = Arc::clone(&greeting.log);
-    let refuse = |reason: String| {
-        log.event(ServerEvent::Refused {
-            peer: peer.to_string(),
-            reason,
-        })
-    };
     let mut hello = [0u8; HELLO_LEN];
     let mut name = [0u8; load::MAX_CONGESTION_LEN];
     let hello = control::read_exact_by(&mut conn, &mut hello, greeting.deadline)
@@ -68,31 +60,20 @@ pub(super) fn serve(
         });
     let (direction, congestion) = match hello {
         Ok(h) => h,
-        Err(e) => {
-            refuse(format!("load hello: {e}"));
-            return;
-        }
+        Err(e) => return greeting.refuse(peer, format!("load hello: {e}")),
     };
     if !congestion.is_empty() {
         if let Err(e) = sock::set_congestion(&conn, &congestion) {
             let why = format!("congestion control {congestion}: {e}");
-            refuse(why.clone());
-            let _ = conn.write_all(&Admission::Busy(why).encode());
-            return;
+            return greeting.turn_away(&mut conn, peer, why);
         }
     }
     if let Some(why) = refusal {
-        refuse(why.to_string());
-        let _ = conn.write_all(&Admission::Busy(why.to_string()).encode());
-        return;
+        return greeting.turn_away(&mut conn, peer, why.to_string());
     }
     let _place = match places.take(peer.ip()) {
         Ok(p) => p,
-        Err(why) => {
-            refuse(why.clone());
-            let _ = conn.write_all(&Admission::Busy(why).encode());
-            return;
-        }
+        Err(why) => return greeting.turn_away(&mut conn, peer, why),
     };
     greeting.done();
     let _ = conn.set_nodelay(true);

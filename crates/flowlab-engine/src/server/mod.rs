@@ -127,6 +127,24 @@ impl Greeting {
     pub fn done(&mut self) {
         self.held = None;
     }
+
+    /// Logs that `peer`'s connection is refused, and why (the peer is not told).
+    pub fn refuse(&self, peer: SocketAddr, reason: String) {
+        self.log.event(ServerEvent::Refused {
+            peer: peer.to_string(),
+            reason,
+        });
+    }
+
+    /// Turns `peer`'s connection away: logged as [`Greeting::refuse`] does, and told to
+    /// the peer as a busy admission naming the reason.
+    pub fn turn_away(&self, conn: &mut TcpStream, peer: SocketAddr, why: String) {
+        self.refuse(peer, why.clone());
+        let _ = std::io::Write::write_all(
+            conn,
+            &flowlab_proto::fragment::Admission::Busy(why).encode(),
+        );
+    }
 }
 
 impl std::fmt::Debug for Greeting {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::Args as ClapArgs;
 use flowlab_engine::ping::{PingMode, PingObserver, PingSpec, ping};
 use flowlab_report::ping::Probe;
-use flowlab_report::{json, table, units};
+use flowlab_report::{json, table};
 
 use crate::cli::Usage;
 
@@ -60,14 +60,9 @@ pub struct Args {
     pub json: bool,
 }
 
-/// Seconds as a plain number (`0.2`), or a number with a unit (`200ms`).
+/// Seconds as a plain number (`0.2`), or a number with a unit (`200ms`), up to a day.
 fn seconds(flag: &str, text: &str) -> Result<Duration, Usage> {
-    let parsed = match text.parse::<f64>() {
-        Ok(s) if s.is_finite() && (0.0..=86_400.0).contains(&s) => Ok(Duration::from_secs_f64(s)),
-        Ok(_) => Err("must be 0 to 86400 seconds".to_string()),
-        Err(_) => units::parse_duration(text).map_err(|e| e.to_string()),
-    };
-    parsed.map_err(|e| Usage(format!("{flag} {text}: {e} (seconds, e.g. 0.2, or 200ms)")))
+    crate::cli::seconds(flag, text, true, 86_400.0)
 }
 
 impl Args {

@@ -5,7 +5,7 @@ use std::time::Duration;
 use clap::Args as ClapArgs;
 use flowlab_engine::rpm::{Load, RpmObserver, RpmSpec, run as rpm};
 use flowlab_report::rpm::{DirectionResult, Interval};
-use flowlab_report::{json, table, units};
+use flowlab_report::{json, table};
 
 use crate::cli::Usage;
 
@@ -46,13 +46,9 @@ pub struct Args {
     pub json: bool,
 }
 
+/// Seconds as a plain number (`0.5`), or a number with a unit (`500ms`), up to an hour.
 fn seconds(flag: &str, text: &str) -> Result<Duration, Usage> {
-    let parsed = match text.parse::<f64>() {
-        Ok(s) if s.is_finite() && s > 0.0 && s <= 3600.0 => Ok(Duration::from_secs_f64(s)),
-        Ok(_) => Err("must be more than 0 and at most 3600 seconds".to_string()),
-        Err(_) => units::parse_duration(text).map_err(|e| e.to_string()),
-    };
-    parsed.map_err(|e| Usage(format!("{flag} {text}: {e} (seconds, e.g. 0.5, or 500ms)")))
+    crate::cli::seconds(flag, text, false, 3600.0)
 }
 
 impl Args {

@@ -1,8 +1,8 @@
 //! What a check measures over a group of pairs at once: the idle RTT, the TCP load with
 //! echoes alongside it (the RTT under load), the random loss of paced UDP, and what the
-//! host and its emulator added meanwhile.
+//! host and its emulator added meanwhile. Echoes are UDP probes to the destination's
+//! `flowlab serve` (its echo service, as `flowlab ping` sends them): no raw socket.
 
-use std::net::Ipv4Addr;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -10,11 +10,12 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context;
+use flowlab_engine::ping::{LocalEcho, PingSpec, Quiet, ping};
 use flowlab_engine::sysinfo::CpuTimes;
 use flowlab_net::build::{self, ns_name};
 use flowlab_net::check::{Measured, quantile_of_sum};
 use flowlab_net::forward::LinkStats;
-use flowlab_net::probe::{Pinger, median, percentile};
+use flowlab_net::probe::{median, percentile};
 use flowlab_report::result::TestResult;
 
 use super::Load;
@@ -38,9 +39,9 @@ pub struct PairResult {
 /// probes alongside, then the loss of each lossy path one by one. Returns each job's
 /// measurement and its connections' rates.
 pub fn measure(jobs: &[Job<'_>], load: &Load) -> anyhow::Result<Vec<PairResult>> {
-    let (pingers, idle) = idle_rtts(jobs)?;
     let _servers = start_servers(jobs)?;
-    let loaded = under_load(jobs, load, pingers)?;
+    let idle = idle_rtts(jobs)?;
+    let loaded = under_load(jobs, load)?;
     let mut out = Vec::new();
     for ((job, loaded), idle) in jobs.iter().zip(loaded).zip(idle) {
         let v = &loaded.result;
@@ -77,40 +78,70 @@ pub fn measure(jobs: &[Job<'_>], load: &Load) -> anyhow::Result<Vec<PairResult>>
     Ok(out)
 }
 
-/// A pinger in each job's source namespace, and the median of 20 echoes to its
-/// destination, the path idle.
-fn idle_rtts(jobs: &[Job<'_>]) -> anyhow::Result<(Vec<Pinger>, Vec<Option<Duration>>)> {
-    let mut pingers = Vec::new();
+/// A thread sending echoes: their round trips, or why it could not.
+type Echoing = JoinHandle<anyhow::Result<Vec<Duration>>>;
+
+/// Round trips (the server's time subtracted) of the probes of one `flowlab ping` run
+/// from namespace `ns` to `to`: UDP probes of 64 bytes, `interval` apart, `count` of
+/// them (or until `until` is set).
+fn echoes(
+    ns: String,
+    to: std::net::SocketAddr,
+    count: Option<u64>,
+    interval: Duration,
+    until: Option<Arc<AtomicBool>>,
+) -> Echoing {
+    std::thread::spawn(move || {
+        flowlab_net::netns::enter(&ns).with_context(|| format!("entering {ns}"))?;
+        let mut spec = PingSpec::new(&to.ip().to_string(), to.port());
+        spec.count = count;
+        spec.interval = interval;
+        spec.timeout = PROBE_TIMEOUT;
+        spec.until = until;
+        let run = ping(&spec, &AtomicBool::new(false), &Quiet)
+            .with_context(|| format!("echoes to {to}"))?;
+        Ok(run
+            .probes
+            .iter()
+            .filter_map(|p| p.rtt_ns().map(Duration::from_nanos))
+            .collect())
+    })
+}
+
+/// What a thread sending echoes returned.
+fn joined<T>(h: JoinHandle<anyhow::Result<T>>) -> anyhow::Result<T> {
+    h.join()
+        .map_err(|_| anyhow::anyhow!("an echo thread panicked"))?
+}
+
+/// The median of 20 echoes from each job's source to its destination's server, the
+/// path idle, 10 ms apart.
+fn idle_rtts(jobs: &[Job<'_>]) -> anyhow::Result<Vec<Option<Duration>>> {
     let mut idle = Vec::new();
     for job in jobs {
-        let mut pinger = Pinger::new(&ns_name(job.topo, &job.pair.from))
-            .with_context(|| format!("ICMP socket in {}", job.pair.from))?;
+        let ns = ns_name(job.topo, &job.pair.from);
+        let to = (job.to, job.port).into();
         // The first echo is not counted (it meets cold caches along the path). A path
         // that answers none of three carries nothing: said now, not after twenty more.
         let mut answered = false;
         for _ in 0..3 {
-            if pinger.ping(job.to, PROBE_TIMEOUT)?.is_some() {
+            if !joined(echoes(ns.clone(), to, Some(1), Duration::ZERO, None))?.is_empty() {
                 answered = true;
                 break;
             }
         }
         if !answered {
             anyhow::bail!(
-                "{} -> {}: no reply to 3 echoes ({} s each)",
+                "{} -> {}: no reply to 3 echoes ({} s each) from the server's echo service",
                 job.pair.from,
                 job.pair.to,
                 PROBE_TIMEOUT.as_secs()
             );
         }
-        let mut rtts = Vec::new();
-        for _ in 0..20 {
-            rtts.extend(pinger.ping(job.to, PROBE_TIMEOUT)?);
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        let rtts = joined(echoes(ns, to, Some(20), Duration::from_millis(10), None))?;
         idle.push(median(&rtts));
-        pingers.push(pinger);
     }
-    Ok((pingers, idle))
+    Ok(idle)
 }
 
 /// A `flowlab serve` in each job's destination namespace on the job's port, listening
@@ -167,14 +198,20 @@ struct Loaded {
     emulator_late: (Option<Duration>, Option<Duration>),
 }
 
-/// Every job's TCP test at once, with echoes per pair alongside (10 ms after each
-/// reply), the hypervisor's steal and the emulator's lateness over the same time.
-fn under_load(jobs: &[Job<'_>], load: &Load, pingers: Vec<Pinger>) -> anyhow::Result<Vec<Loaded>> {
+/// Every job's TCP test at once, with echoes per pair alongside (every 10 ms to the
+/// destination, and every 10 ms to an echo on the source's own loopback), the
+/// hypervisor's steal and the emulator's lateness over the same time.
+fn under_load(jobs: &[Job<'_>], load: &Load) -> anyhow::Result<Vec<Loaded>> {
     let stop = Arc::new(AtomicBool::new(false));
-    let probers: Vec<_> = pingers
-        .into_iter()
-        .zip(jobs)
-        .map(|(pinger, job)| echo_until(pinger, job.to, stop.clone()))
+    let probers: Vec<_> = jobs
+        .iter()
+        .map(|job| {
+            echo_until(
+                ns_name(job.topo, &job.pair.from),
+                (job.to, job.port).into(),
+                stop.clone(),
+            )
+        })
         .collect();
     let cpu_before = CpuTimes::now();
     let topo = jobs.first().map_or("", |j| j.topo);
@@ -190,8 +227,8 @@ fn under_load(jobs: &[Job<'_>], load: &Load, pingers: Vec<Pinger>) -> anyhow::Re
         .and_then(|(after, before)| after.steal_percent_since(&before));
     let echoes: Vec<(Vec<Duration>, Vec<Duration>)> = probers
         .into_iter()
-        .map(|p| p.join().unwrap_or_default())
-        .collect();
+        .map(|(to, host)| Ok((joined(to)?, joined(host)?)))
+        .collect::<anyhow::Result<_>>()?;
     Ok(jobs
         .iter()
         .zip(tcp?)
@@ -212,26 +249,17 @@ fn under_load(jobs: &[Job<'_>], load: &Load, pingers: Vec<Pinger>) -> anyhow::Re
         .collect())
 }
 
-/// Echoes to `to` and to loopback, 10 ms after each reply, until `stop`: (to `to`, to
-/// loopback).
-fn echo_until(
-    mut pinger: Pinger,
-    to: Ipv4Addr,
-    stop: Arc<AtomicBool>,
-) -> JoinHandle<(Vec<Duration>, Vec<Duration>)> {
-    std::thread::spawn(move || {
-        let (mut loaded, mut host) = (Vec::new(), Vec::new());
-        while !stop.load(Ordering::Acquire) {
-            if let Ok(Some(rtt)) = pinger.ping(to, PROBE_TIMEOUT) {
-                loaded.push(rtt);
-            }
-            if let Ok(Some(rtt)) = pinger.ping(Ipv4Addr::LOCALHOST, PROBE_TIMEOUT) {
-                host.push(rtt);
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        (loaded, host)
-    })
+/// Echoes from namespace `ns` to `to` and to an echo on the namespace's own loopback,
+/// every 10 ms each, until `stop`: (to `to`, to loopback).
+fn echo_until(ns: String, to: std::net::SocketAddr, stop: Arc<AtomicBool>) -> (Echoing, Echoing) {
+    let every = Duration::from_millis(10);
+    let path = echoes(ns.clone(), to, None, every, Some(stop.clone()));
+    let host = std::thread::spawn(move || {
+        flowlab_net::netns::enter(&ns).with_context(|| format!("entering {ns}"))?;
+        let local = LocalEcho::start().context("an echo on the source's loopback")?;
+        joined(echoes(ns, local.address(), None, every, Some(stop)))
+    });
+    (path, host)
 }
 
 /// Every job's TCP test, all started before any is waited for.

@@ -1,0 +1,91 @@
+//! What every client of a flowlab server does first: resolve the server's name, draw a
+//! random session number, and, on a side connection (TCP probes, load-generating
+//! connections), read the server's admission.
+
+use std::io::Read;
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+
+use flowlab_proto::fragment::{Admission, Decoder};
+
+/// A server name that gives no address to connect to.
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    #[error("cannot resolve '{host}': {source}")]
+    Lookup {
+        host: String,
+        source: std::io::Error,
+    },
+    #[error("cannot resolve '{0}': no address")]
+    NoAddress(String),
+}
+
+/// Every address `host` resolves to, with `port` (at least one).
+pub fn addresses(host: &str, port: u16) -> Result<Vec<SocketAddr>, ResolveError> {
+    let addrs: Vec<SocketAddr> = (host, port)
+        .to_socket_addrs()
+        .map_err(|source| ResolveError::Lookup {
+            host: host.to_string(),
+            source,
+        })?
+        .collect();
+    if addrs.is_empty() {
+        return Err(ResolveError::NoAddress(host.to_string()));
+    }
+    Ok(addrs)
+}
+
+/// The first address `host` resolves to, with `port`.
+pub fn address(host: &str, port: u16) -> Result<SocketAddr, ResolveError> {
+    Ok(addresses(host, port)?[0])
+}
+
+/// A random session number, never zero, so that replies meant for another run are never
+/// counted. Without an entropy source the clock still tells runs apart.
+pub(crate) fn session() -> u64 {
+    let mut b = [0u8; 8];
+    if getrandom::fill(&mut b).is_err() {
+        return crate::sock::unix_now_ns() | 1;
+    }
+    u64::from_ne_bytes(b) | 1
+}
+
+/// Reads the admission a server answers a side connection's hello with, one byte at a
+/// time, so that nothing after it is taken from the connection: `Ok(())` when welcome,
+/// `Err(why)` when refused (busy, or denied).
+pub(crate) fn read_admission(c: &mut TcpStream) -> std::io::Result<Result<(), String>> {
+    let mut d = Decoder::default();
+    let mut b = [0u8; 1];
+    let admission = loop {
+        if let Some(a) = d.next_admission().map_err(std::io::Error::other)? {
+            break a;
+        }
+        c.read_exact(&mut b)?;
+        d.push(&b);
+    };
+    Ok(match admission {
+        Admission::Welcome => Ok(()),
+        Admission::Busy(message) => Err(message),
+        Admission::Denied => Err("refused".into()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_name_without_addresses_is_refused_by_name() {
+        let e = address("no-such-host.invalid", 5201).expect_err("no address");
+        assert!(e.to_string().contains("'no-such-host.invalid'"), "{e}");
+        assert_eq!(
+            address("127.0.0.1", 5201).expect("an address"),
+            SocketAddr::from(([127, 0, 0, 1], 5201))
+        );
+    }
+
+    #[test]
+    fn sessions_are_never_zero_and_differ() {
+        let (a, b) = (session(), session());
+        assert!(a != 0 && b != 0 && a != b);
+    }
+}
