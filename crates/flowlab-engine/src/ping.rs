@@ -8,7 +8,7 @@
 //! delay. The server stamps its own receive and send times (its kernel's arrival stamp,
 //! then its clock just before it sends), and its time in between is subtracted.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -76,6 +76,9 @@ pub struct PingSpec {
     /// Sending ends when this is set (as at the end of `duration`); outstanding replies
     /// are still awaited. `flowlab test --latency` sets it when the load ends.
     pub until: Option<Arc<AtomicBool>>,
+    /// TCP: how long to poll for each response before sleeping until it comes (zero:
+    /// sleep at once). See [`sock::read_exact_stamped`].
+    pub spin: Duration,
 }
 
 impl PingSpec {
@@ -92,6 +95,7 @@ impl PingSpec {
             timeout: Duration::from_secs(1),
             clocks_synced: false,
             until: None,
+            spin: Duration::ZERO,
         }
     }
 }
@@ -159,7 +163,7 @@ pub fn ping(
             protocol: spec.mode.name().into(),
             size: spec.size,
             interval_seconds: spec.interval.as_secs_f64(),
-            timestamps: run.timestamps.into(),
+            timestamps: run.timestamps,
             clocks_synced: spec.clocks_synced,
             started_unix: run.epoch_ns as f64 / 1e9,
         },
@@ -175,7 +179,7 @@ struct Run {
     interrupted: bool,
     /// The client's clock at the run's start, ns since the Unix epoch.
     epoch_ns: u64,
-    timestamps: &'static str,
+    timestamps: String,
 }
 
 /// A probe just sent, not yet answered.
@@ -312,9 +316,9 @@ fn ping_udp(
         interrupted,
         epoch_ns,
         timestamps: if kernel_stamps {
-            "send: system clock before send(2); receive: kernel (SO_TIMESTAMPNS)"
+            "send: system clock before send(2); receive: kernel (SO_TIMESTAMPNS)".into()
         } else {
-            "send: system clock before send(2); receive: system clock after recvmsg(2)"
+            "send: system clock before send(2); receive: system clock after recvmsg(2)".into()
         },
     })
 }
@@ -326,6 +330,7 @@ fn open_tcp(address: SocketAddr, size: usize, timeout: Duration) -> Result<TcpSt
     let not_echo = |source| PingError::NotAnEchoServer { address, source };
     conn.set_nodelay(true).map_err(not_echo)?;
     conn.set_read_timeout(Some(timeout)).map_err(not_echo)?;
+    sock::enable_rx_timestamps(&conn);
     conn.write_all(&probe::tcp_hello(size as u32))
         .map_err(not_echo)?;
     match reach::read_admission(&mut conn).map_err(not_echo)? {
@@ -356,6 +361,7 @@ fn ping_tcp(
     let mut probes: Vec<Probe> = Vec::new();
     let mut next_send = start;
     let mut interrupted = false;
+    let mut kernel_stamps = false;
     loop {
         let now = Instant::now();
         let done = finished_sending(spec, &probes, now - start);
@@ -396,16 +402,22 @@ fn ping_tcp(
                 }
                 let answer = c
                     .write_all(&message)
-                    .and_then(|()| c.read_exact(&mut message));
-                let at = sock::unix_now_ns();
+                    .and_then(|()| sock::read_exact_stamped(c, &mut message, spec.spin));
+                let at = match &answer {
+                    Ok(stamped) => {
+                        kernel_stamps |= stamped.kernel;
+                        stamped.at_ns
+                    }
+                    Err(_) => sock::unix_now_ns(),
+                };
                 match answer {
-                    Ok(()) if spec.size >= HEADER_LEN => match Reply::decode(&message) {
+                    Ok(_) if spec.size >= HEADER_LEN => match Reply::decode(&message) {
                         Ok(r) if r.session == session && r.seq == seq => {
                             answered(&mut p, &r, at, epoch_ns);
                         }
                         _ => interrupted = true,
                     },
-                    Ok(()) => p.received_ns = Some(at.saturating_sub(epoch_ns)),
+                    Ok(_) => p.received_ns = Some(at.saturating_sub(epoch_ns)),
                     Err(_) => interrupted = true,
                 }
             }
@@ -425,10 +437,23 @@ fn ping_tcp(
         interrupted,
         epoch_ns,
         timestamps: match spec.mode {
-            PingMode::Connect => "system clock before connect(2) and after it returned",
-            _ => {
-                "send: system clock before write(2); receive: system clock after the response's last byte was read"
-            }
+            PingMode::Connect => "system clock before connect(2) and after it returned".into(),
+            _ => format!(
+                "send: system clock before write(2); receive: {}{}",
+                if kernel_stamps {
+                    "kernel (SO_TIMESTAMPNS) of the response's last segment"
+                } else {
+                    "system clock after the response's last byte was read"
+                },
+                if spec.spin.is_zero() {
+                    String::new()
+                } else {
+                    format!(
+                        "; each response polled for up to {} µs before sleeping",
+                        spec.spin.as_micros()
+                    )
+                }
+            ),
         },
     })
 }

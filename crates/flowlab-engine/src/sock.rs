@@ -251,8 +251,8 @@ pub fn enable_udp_gro<F: AsFd>(sock: &F) -> bool {
     setsockopt(sock, sockopt::UdpGroSegment, &true).is_ok()
 }
 
-/// Asks the kernel to stamp every datagram this socket receives with its arrival time
-/// (SO_TIMESTAMPNS, the system clock); false when it will not.
+/// Asks the kernel to stamp every datagram (or TCP segment) this socket receives with its
+/// arrival time (SO_TIMESTAMPNS, the system clock); false when it will not.
 pub fn enable_rx_timestamps<F: AsFd>(sock: &F) -> bool {
     setsockopt(sock, sockopt::ReceiveTimestampns, &true).is_ok()
 }
@@ -278,16 +278,57 @@ pub struct Stamped {
 /// Reads one datagram with the kernel's arrival time when [`enable_rx_timestamps`] is
 /// on, else the time it was read.
 pub fn recv_stamped<F: AsRawFd>(sock: &F, buf: &mut [u8]) -> io::Result<Stamped> {
-    use nix::sys::socket::{ControlMessageOwned, MsgFlags, SockaddrStorage, recvmsg};
+    recv_stamped_with(sock, buf, nix::sys::socket::MsgFlags::empty())
+}
+
+/// Reads exactly `buf.len()` bytes from a TCP connection, with the kernel's arrival
+/// stamp of the segment that brought the last of them (SO_TIMESTAMPNS, once
+/// [`enable_rx_timestamps`] is on; else the time the last read returned). With `spin`
+/// non-zero, it polls (non-blocking reads) for up to that long before it sleeps in a
+/// blocking read (bounded by the socket's read timeout): a reply that comes within the
+/// spin is read without this thread being woken, which on a VM can take tens of µs.
+pub fn read_exact_stamped(
+    conn: &std::net::TcpStream,
+    buf: &mut [u8],
+    spin: std::time::Duration,
+) -> io::Result<Stamped> {
+    use nix::sys::socket::MsgFlags;
+    let start = std::time::Instant::now();
+    let mut got = 0;
+    let mut last = None;
+    while got < buf.len() {
+        let spinning = !spin.is_zero() && start.elapsed() < spin;
+        let flags = if spinning {
+            MsgFlags::MSG_DONTWAIT
+        } else {
+            MsgFlags::empty()
+        };
+        match recv_stamped_with(conn, &mut buf[got..], flags) {
+            Ok(s) if s.len == 0 => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(s) => {
+                got += s.len;
+                last = Some(s);
+            }
+            Err(e) if spinning && e.kind() == io::ErrorKind::WouldBlock => {
+                std::hint::spin_loop();
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    last.ok_or_else(|| io::Error::other("nothing to read into"))
+}
+
+fn recv_stamped_with<F: AsRawFd>(
+    sock: &F,
+    buf: &mut [u8],
+    flags: nix::sys::socket::MsgFlags,
+) -> io::Result<Stamped> {
+    use nix::sys::socket::{ControlMessageOwned, SockaddrStorage, recvmsg};
     let mut cmsg = nix::cmsg_space!(nix::sys::time::TimeSpec);
     let mut iov = [io::IoSliceMut::new(buf)];
-    let msg = recvmsg::<SockaddrStorage>(
-        sock.as_raw_fd(),
-        &mut iov,
-        Some(&mut cmsg),
-        MsgFlags::empty(),
-    )
-    .map_err(io::Error::from)?;
+    let msg = recvmsg::<SockaddrStorage>(sock.as_raw_fd(), &mut iov, Some(&mut cmsg), flags)
+        .map_err(io::Error::from)?;
     let mut stamp = None;
     if let Ok(cmsgs) = msg.cmsgs() {
         for c in cmsgs {

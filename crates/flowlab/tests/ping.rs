@@ -283,6 +283,36 @@ fn the_command_prints_json_and_refuses_what_it_cannot_do() {
     assert!(text.contains("1-byte TCP requests and responses"), "{text}");
     assert_eq!(text.matches("1 byte from 127.0.0.1:").count(), 3, "{text}");
     assert!(text.contains("transactions/s"), "{text}");
+    // Back to back over TCP, each response is polled for before sleeping (200 µs by
+    // default), and every output says so; --spin 0 sleeps at once, and so does a paced
+    // run. The responses' times are the kernel's.
+    for (args, polled) in [
+        (vec!["-i", "0"], Some("200 µs")),
+        (vec!["-i", "0", "--spin", "50us"], Some("50 µs")),
+        (vec!["-i", "0", "--spin", "0"], None),
+        (vec!["-i", "0.01"], None),
+    ] {
+        let out = flowlab()
+            .args(["ping", "127.0.0.1", "-p", &port, "-c", "20", "--tcp", "-J"])
+            .args(&args)
+            .output()
+            .expect("flowlab ping --tcp");
+        assert!(out.status.success(), "{args:?}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        assert_eq!(v["summary"]["received"], 20, "{args:?}");
+        let stamps = v["start"]["timestamps"].as_str().unwrap_or_default();
+        assert!(
+            stamps.contains("receive: kernel (SO_TIMESTAMPNS)"),
+            "{stamps}"
+        );
+        match polled {
+            Some(us) => assert!(
+                stamps.contains(&format!("polled for up to {us}")),
+                "{stamps}"
+            ),
+            None => assert!(!stamps.contains("polled"), "{args:?}: {stamps}"),
+        }
+    }
     let out = flowlab()
         .args([
             "ping",
@@ -314,6 +344,8 @@ fn the_command_prints_json_and_refuses_what_it_cannot_do() {
         (vec!["-i", "soon"], "-i/--interval soon"),
         (vec!["-c", "0"], "-c/--count"),
         (vec!["-W", "0"], "-W/--timeout"),
+        (vec!["--tcp", "--spin", "2s"], "--spin 2s: at most 1 second"),
+        (vec!["--spin", "1ms"], "--tcp"),
     ] {
         let out = flowlab()
             .args(["ping", "127.0.0.1", "-p", &port])

@@ -2,7 +2,7 @@
 //! with [`probe::TCP_MAGIC`] gets its messages echoed, one at a time, at the size its
 //! hello asked for; a message that is a probe request gets the server's times filled in.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 
 use flowlab_proto::fragment::Admission;
@@ -54,9 +54,14 @@ pub(super) fn serve(
         return;
     }
     let mut message = vec![0u8; size];
+    // A request's receive time is the kernel's arrival stamp of its last segment, so the
+    // time this thread takes to wake is part of the server's time, which the client
+    // subtracts.
+    sock::enable_rx_timestamps(&conn);
     // Until the client closes, stops, or stays silent for the idle timeout.
-    while conn.read_exact(&mut message).is_ok() {
-        let received_ns = sock::unix_now_ns();
+    while let Ok(stamped) = sock::read_exact_stamped(&conn, &mut message, std::time::Duration::ZERO)
+    {
+        let received_ns = stamped.at_ns;
         if probe::has_request_header(&message) {
             probe::answer_in_place(&mut message, received_ns, sock::unix_now_ns());
         }

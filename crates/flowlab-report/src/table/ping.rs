@@ -85,11 +85,13 @@ pub fn ping_summary(r: &PingResult) -> String {
         if r.interrupted { ", interrupted" } else { "" }
     );
     if let Some(rtt) = &s.rtt {
-        let _ = writeln!(
-            out,
-            "{} (ms, server's time taken out)",
-            latency_line("rtt", rtt)
-        );
+        // Messages too short for the server's times (TCP, under 48 bytes) carry none.
+        let taken_out = if s.server.is_some() {
+            ", server's time taken out"
+        } else {
+            ""
+        };
+        let _ = writeln!(out, "{} (ms{taken_out})", latency_line("rtt", rtt));
         if let Some(j) = s.jitter_ms {
             let _ = writeln!(out, "{:<10} {j:.3} ms (RFC 3550)", "jitter");
         }

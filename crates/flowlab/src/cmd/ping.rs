@@ -46,6 +46,12 @@ pub struct Args {
     /// next probe goes).
     #[arg(short = 'W', long, default_value = "1", value_name = "DURATION")]
     pub timeout: String,
+    /// With --tcp: how long to poll for each response before sleeping until it comes
+    /// (default 200us with -i 0, where a response is due at once; else 0: sleep at
+    /// once). Polling keeps this end's CPU from idling between transactions, so its
+    /// wake-up stays out of the count.
+    #[arg(long, value_name = "DURATION", requires = "tcp")]
+    pub spin: Option<String>,
     /// Both clocks are synchronised (PTP, a good NTP): show absolute one-way delays.
     #[arg(long)]
     pub clocks_synced: bool,
@@ -59,6 +65,10 @@ pub struct Args {
     #[arg(short = 'J', long)]
     pub json: bool,
 }
+
+/// How long a back-to-back TCP run polls for each response before it sleeps: more than a
+/// loopback or LAN round trip, little beside a WAN one.
+const DEFAULT_SPIN: Duration = Duration::from_micros(200);
 
 /// Seconds as a plain number (`0.2`), or a number with a unit (`200ms`), up to a day.
 fn seconds(flag: &str, text: &str) -> Result<Duration, Usage> {
@@ -111,6 +121,17 @@ impl Args {
         s.timeout = seconds("-W/--timeout", &self.timeout)?;
         if s.timeout.is_zero() {
             return Err("-W/--timeout must be more than 0".into());
+        }
+        s.spin = match &self.spin {
+            Some(t) => seconds("--spin", t)?,
+            None if s.mode == PingMode::Tcp && s.interval.is_zero() => DEFAULT_SPIN,
+            None => Duration::ZERO,
+        };
+        if s.spin > Duration::from_secs(1) {
+            return Err(Usage(format!(
+                "--spin {}: at most 1 second",
+                self.spin.as_deref().unwrap_or_default()
+            )));
         }
         s.clocks_synced = self.clocks_synced;
         Ok(s)
