@@ -258,7 +258,8 @@ def main():
                 order = tools[r % len(tools):] + tools[: r % len(tools)]
                 for name, f in order:
                     got[name].append(f(a))
-            print(f"\n## {case}: {a.runs} runs each, alternating, {a.seconds:g} s a run"
+            secs = max(a.seconds, 4) if case == "server-cpu" else a.seconds
+            print(f"\n## {case}: {a.runs} runs each, alternating, {secs:g} s a run"
                   + ("" if case in ("tcp-tps", "server-cpu") else f", {a.rate} probes/s"))
             print(f"{'tool':<34}{'metric':<10}{'min':>11}{'median':>11}{'max':>11}  spread  vs flowlab")
             ours = got[tools[0][0]]
