@@ -258,6 +258,14 @@ fn stream_results(
         _ => -1,
     };
     let sw = end.sw_retransmits - base.sw_retransmits;
+    // The sender's D-SACK and reordering counts over the same span as `retransmits`.
+    let tcp_delta =
+        |f: fn(&crate::sock::TcpInfo) -> Option<u64>| match (&end.tcp, &base.tcp, s.role) {
+            (Some(e), b, Role::Send) => {
+                Some(f(e)?.saturating_sub(b.as_ref().and_then(f).unwrap_or(0)))
+            }
+            _ => None,
+        };
     StreamResults {
         id: s.id,
         bytes: end.bytes - base.bytes,
@@ -278,6 +286,8 @@ fn stream_results(
         duplicates: udp.map(|(u, b)| u.since(&b).duplicates),
         delivered_bytes: udp.map(|(u, b)| u.since(&b).unique_bytes),
         sw_retransmits: (sw > 0).then_some(sw),
+        dsack_dups: tcp_delta(|t| t.dsack_dups),
+        reordering: tcp_delta(|t| t.reord_seen),
         rcvbuf_drops: udp.map(|_| end.rcvbuf_drops.saturating_sub(base.rcvbuf_drops)),
         backoff_cuts: (backoff && s.role == Role::Send && matches!(s.transport, Transport::Udp(_)))
             .then(|| end.backoff_cuts.saturating_sub(base.backoff_cuts)),

@@ -160,6 +160,12 @@ pub fn set_max_pacing_rate<F: AsRawFd>(sock: &F, bytes_per_sec: u64) -> Result<(
 pub struct TcpInfo {
     /// Segments retransmitted since the connection opened.
     pub total_retrans: u64,
+    /// Segments the receiver reported back as received twice (D-SACK,
+    /// `tcpi_dsack_dups`): retransmissions that were not needed; `None` where the kernel
+    /// does not report it (before Linux 5.5).
+    pub dsack_dups: Option<u64>,
+    /// Times this sender's TCP saw the network reorder its segments (`tcpi_reord_seen`).
+    pub reord_seen: Option<u64>,
     /// Congestion window in bytes (segments × MSS).
     pub snd_cwnd_bytes: u64,
     /// Smoothed RTT and its variation, microseconds.
@@ -187,8 +193,14 @@ pub fn tcp_info<F: AsRawFd>(sock: &F) -> Option<TcpInfo> {
     if rc != 0 {
         return None;
     }
+    // Fields a kernel older than the struct did not fill are absent, not zero.
+    let filled = |end: usize| len as usize >= end;
+    let reord_end = std::mem::offset_of!(libc::tcp_info, tcpi_reord_seen) + 4;
+    let reported = filled(reord_end);
     Some(TcpInfo {
         total_retrans: u64::from(info.tcpi_total_retrans),
+        dsack_dups: reported.then(|| u64::from(info.tcpi_dsack_dups)),
+        reord_seen: reported.then(|| u64::from(info.tcpi_reord_seen)),
         snd_cwnd_bytes: u64::from(info.tcpi_snd_cwnd) * u64::from(info.tcpi_snd_mss),
         rtt_us: u64::from(info.tcpi_rtt),
         rttvar_us: u64::from(info.tcpi_rttvar),

@@ -66,6 +66,13 @@ pub struct StreamResults {
     /// flowlab, UDP receiver: bytes of first copies (duplicates not counted).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delivered_bytes: Option<u64>,
+    /// flowlab, TCP sender: of `retransmits`, segments the receiver reported as
+    /// received twice (D-SACK): retransmissions that were not needed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dsack_dups: Option<u64>,
+    /// flowlab, TCP sender: times its TCP saw the segments reordered on the way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reordering: Option<u64>,
     /// flowlab, stop-and-wait sender: messages sent again after a timeout.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sw_retransmits: Option<u64>,

@@ -74,7 +74,7 @@ fn stream() -> impl Strategy<Value = StreamResults> {
             finite(),
         ),
         (
-            prop::collection::vec(any::<Option<u64>>(), 7),
+            prop::collection::vec(any::<Option<u64>>(), 9),
             prop::option::of((any::<u64>(), any::<u64>(), prop::option::of(text()))),
             prop::option::of(trace()),
         ),
@@ -97,6 +97,8 @@ fn stream() -> impl Strategy<Value = StreamResults> {
             rcvbuf_drops: extra[4],
             backoff_cuts: extra[5],
             foreign: extra[6],
+            dsack_dups: extra[7],
+            reordering: extra[8],
             socket: socket.map(|(sndbuf, rcvbuf, congestion)| SocketSettings {
                 sndbuf,
                 rcvbuf,

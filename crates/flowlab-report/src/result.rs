@@ -248,6 +248,14 @@ pub struct SideTotals {
     pub bits_per_second: f64,
     /// TCP sender: segments retransmitted (from TCP_INFO).
     pub retransmits: Option<u64>,
+    /// TCP sender (flowlab): of `retransmits`, segments the receiver reported as received
+    /// twice (D-SACK): not needed, the original had arrived (reordering, a spurious
+    /// timeout).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dsack_dups: Option<u64>,
+    /// TCP sender (flowlab): times its TCP saw segments reordered on the way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reordering: Option<u64>,
     /// UDP sender: datagrams sent; stop-and-wait: messages.
     pub packets: Option<u64>,
     /// Stop-and-wait sender: messages sent again after a timeout.
@@ -384,6 +392,8 @@ fn sender_totals(s: &StreamResults) -> SideTotals {
         seconds,
         bits_per_second: bps(s.bytes, seconds),
         retransmits: u64::try_from(s.retransmits).ok(),
+        dsack_dups: s.dsack_dups,
+        reordering: s.reordering,
         packets: u64::try_from(s.packets).ok(),
         sw_retransmits: s.sw_retransmits,
         backoff_cuts: s.backoff_cuts,
@@ -481,6 +491,8 @@ pub fn summarize(
                 seconds,
                 bits_per_second: bps(bytes, seconds),
                 retransmits: opt_sum(|p| p.retransmits),
+                dsack_dups: opt_sum(|p| p.dsack_dups),
+                reordering: opt_sum(|p| p.reordering),
                 packets: opt_sum(|p| p.packets),
                 sw_retransmits: opt_sum(|p| p.sw_retransmits),
                 backoff_cuts: opt_sum(|p| p.backoff_cuts),

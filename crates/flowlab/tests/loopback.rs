@@ -199,6 +199,36 @@ fn congestion_control_is_applied_on_both_ends() {
     );
 }
 
+/// Linux 5.5 or later: TCP_INFO reports D-SACKed segments and reordering.
+fn kernel_reports_dsack() -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut v = release
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|n| n.parse::<u32>().ok());
+    (v.next().unwrap_or(0), v.next().unwrap_or(0)) >= (5, 5)
+}
+
+/// A TCP sender says how many of its retransmissions the receiver had no need of
+/// (D-SACK) and how often it saw reordering, whichever end sends: on loopback no segment
+/// is duplicated on the way, so every D-SACKed segment is one it retransmitted.
+#[test]
+fn a_tcp_sender_counts_the_retransmissions_that_were_not_needed() {
+    let port = default_server();
+    for direction in [Direction::Forward, Direction::Reverse] {
+        let mut s = spec(port);
+        s.amount = Amount::Bytes(64 << 20);
+        s.direction = direction;
+        let r = run(&s).expect("test runs");
+        let sender = end(&r).sums[0].sender.clone().expect("sender totals");
+        let retransmits = sender.retransmits.expect("a TCP sender counts retransmits");
+        if kernel_reports_dsack() {
+            let dsack = sender.dsack_dups.expect("D-SACKed segments counted");
+            assert!(dsack <= retransmits, "{direction:?}: {sender:?}");
+            assert!(sender.reordering.is_some(), "{direction:?}: {sender:?}");
+        }
+    }
+}
+
 #[test]
 fn window_is_granted_and_reported() {
     let port = default_server();

@@ -191,6 +191,14 @@ fn side_row(
     *out += &row_head(id, d, 0.0, t.seconds, t.bytes, t.bits_per_second, f);
     if let Some(r) = t.retransmits {
         let _ = write!(out, "  retr {r}");
+        // How many were not needed, and why they may have been sent.
+        if let Some(d) = t.dsack_dups.filter(|_| r > 0) {
+            let _ = write!(out, " ({d} not needed: D-SACK");
+            if let Some(n) = t.reordering.filter(|&n| n > 0) {
+                let _ = write!(out, ", reordered {n}x");
+            }
+            out.push(')');
+        }
     }
     if let Some(sw) = t.sw_retransmits {
         let _ = write!(out, "  resent {sw}");
@@ -370,5 +378,48 @@ mod tests {
         };
         assert!(!row(false).contains("datagrams"), "{}", row(false));
         assert!(row(true).contains("  8 datagrams  sender"), "{}", row(true));
+    }
+
+    #[test]
+    fn retransmissions_not_needed_are_said_beside_the_count() {
+        let row = |t: &SideTotals| {
+            let mut out = String::new();
+            side_row(
+                &mut out,
+                "1",
+                StreamDirection::Up,
+                t,
+                "sender",
+                false,
+                UnitFormat::Adaptive,
+            );
+            out
+        };
+        let mut t = SideTotals {
+            bytes: 1_000_000,
+            seconds: 1.0,
+            bits_per_second: 8e6,
+            retransmits: Some(4),
+            dsack_dups: Some(2),
+            reordering: Some(3),
+            ..SideTotals::default()
+        };
+        assert!(
+            row(&t).contains("retr 4 (2 not needed: D-SACK, reordered 3x)  sender"),
+            "{}",
+            row(&t)
+        );
+        t.reordering = Some(0);
+        assert!(
+            row(&t).contains("retr 4 (2 not needed: D-SACK)  sender"),
+            "{}",
+            row(&t)
+        );
+        // Nothing retransmitted, or a peer that does not say (iperf3): the count alone.
+        t.retransmits = Some(0);
+        assert!(row(&t).contains("retr 0  sender"), "{}", row(&t));
+        t.retransmits = Some(4);
+        t.dsack_dups = None;
+        assert!(row(&t).contains("retr 4  sender"), "{}", row(&t));
     }
 }
