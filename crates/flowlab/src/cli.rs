@@ -98,13 +98,17 @@ pub fn seconds(
             .map(|d| d.as_secs_f64())
             .map_err(|e| e.to_string()),
     };
-    let lowest = if zero_ok { "0" } else { "more than 0" };
+    let range = if zero_ok {
+        format!("must be 0 to {max} seconds")
+    } else {
+        format!("must be above 0 and at most {max} seconds")
+    };
     parsed
         .and_then(|s| {
             if (s > 0.0 || (zero_ok && s == 0.0)) && s <= max {
                 Ok(std::time::Duration::from_secs_f64(s))
             } else {
-                Err(format!("must be {lowest} to {max} seconds"))
+                Err(range)
             }
         })
         .map_err(|e| Usage(format!("{flag} {text}: {e} (seconds, e.g. 0.5, or 500ms)")))

@@ -346,6 +346,11 @@ fn the_command_prints_json_and_refuses_what_it_cannot_do() {
         (vec!["-W", "0"], "-W/--timeout"),
         (vec!["--tcp", "--spin", "2s"], "--spin 2s: at most 1 second"),
         (vec!["--spin", "1ms"], "--tcp"),
+        // A duration with a unit is range-checked as a plain number is.
+        (
+            vec!["-t", "100000s"],
+            "-t/--time 100000s: must be 0 to 86400 seconds",
+        ),
     ] {
         let out = flowlab()
             .args(["ping", "127.0.0.1", "-p", &port])

@@ -146,6 +146,10 @@ fn the_command_prints_json_and_refuses_what_it_cannot_do() {
     for (args, flag) in [
         (&["-l", "sideways"][..], "-l/--load"),
         (&["--interval", "0.01"], "--interval"),
+        (
+            &["--interval", "0ms"],
+            "--interval 0ms: must be above 0 and at most 3600 seconds",
+        ),
         (&["-t", "2"], "-t/--max-time"),
         (&["--max-connections", "0"], "--max-connections"),
         (&["-C", "Not A Name"], "-C/--congestion"),
