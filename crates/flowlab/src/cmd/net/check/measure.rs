@@ -198,19 +198,20 @@ struct Loaded {
     emulator_late: (Option<Duration>, Option<Duration>),
 }
 
-/// Every job's TCP test at once, with echoes per pair alongside (every 10 ms to the
-/// destination, and every 10 ms to an echo on the source's own loopback), the
+/// Every job's TCP test at once, with echoes per pair alongside (one every path RTT +
+/// 10 ms to the destination, and as many to an echo on the source's own loopback), the
 /// hypervisor's steal and the emulator's lateness over the same time.
 fn under_load(jobs: &[Job<'_>], load: &Load) -> anyhow::Result<Vec<Loaded>> {
     let stop = Arc::new(AtomicBool::new(false));
     let probers: Vec<_> = jobs
         .iter()
         .map(|job| {
-            echo_until(
-                ns_name(job.topo, &job.pair.from),
-                (job.to, job.port).into(),
-                stop.clone(),
-            )
+            // About one echo in flight at a time, as a ping that waits for each reply
+            // would send them: on a shallow queue counted in packets, every echo takes
+            // a place the load could have used.
+            let every = job.implied.rtt + Duration::from_millis(10);
+            let (ns, to) = (ns_name(job.topo, &job.pair.from), (job.to, job.port).into());
+            echo_until(ns, to, every, stop.clone())
         })
         .collect();
     let cpu_before = CpuTimes::now();
@@ -250,9 +251,13 @@ fn under_load(jobs: &[Job<'_>], load: &Load) -> anyhow::Result<Vec<Loaded>> {
 }
 
 /// Echoes from namespace `ns` to `to` and to an echo on the namespace's own loopback,
-/// every 10 ms each, until `stop`: (to `to`, to loopback).
-fn echo_until(ns: String, to: std::net::SocketAddr, stop: Arc<AtomicBool>) -> (Echoing, Echoing) {
-    let every = Duration::from_millis(10);
+/// one each `every`, until `stop`: (to `to`, to loopback).
+fn echo_until(
+    ns: String,
+    to: std::net::SocketAddr,
+    every: Duration,
+    stop: Arc<AtomicBool>,
+) -> (Echoing, Echoing) {
     let path = echoes(ns.clone(), to, None, every, Some(stop.clone()));
     let host = std::thread::spawn(move || {
         flowlab_net::netns::enter(&ns).with_context(|| format!("entering {ns}"))?;
