@@ -193,10 +193,8 @@ pub fn tcp_info<F: AsRawFd>(sock: &F) -> Option<TcpInfo> {
     if rc != 0 {
         return None;
     }
-    // Fields a kernel older than the struct did not fill are absent, not zero.
-    let filled = |end: usize| len as usize >= end;
-    let reord_end = std::mem::offset_of!(libc::tcp_info, tcpi_reord_seen) + 4;
-    let reported = filled(reord_end);
+    // Fields a kernel older than the struct did not fill (before 5.5) are absent, not zero.
+    let reported = len as usize >= std::mem::offset_of!(libc::tcp_info, tcpi_reord_seen) + 4;
     Some(TcpInfo {
         total_retrans: u64::from(info.tcpi_total_retrans),
         dsack_dups: reported.then(|| u64::from(info.tcpi_dsack_dups)),

@@ -284,6 +284,18 @@ pub fn diagnose_direction(
     })
 }
 
+/// Puts first in the advice of every network-limited direction what the latency probes
+/// saw of the bottleneck: a queue that built under the load
+/// ([`TestLatency::queue_advice`]). Nothing changes when no queue built.
+pub fn name_queue(diagnosis: &mut [Diagnosis], latency: &crate::latency::TestLatency) {
+    let Some(advice) = latency.queue_advice() else {
+        return;
+    };
+    for d in diagnosis.iter_mut().filter(|d| d.primary == Limit::Network) {
+        d.advice.insert(0, advice.clone());
+    }
+}
+
 /// `[span, busy, rwnd-limited, sndbuf-limited, 0]` in µs from the kernel's own clocks,
 /// `None` when the kernel lacks them.
 fn kernel_times(s: &[TraceSample]) -> Option<[f64; 5]> {
@@ -665,6 +677,54 @@ mod tests {
             "{:?}",
             d.advice
         );
+    }
+
+    /// A queue the probes saw build goes first in a network-limited direction's advice,
+    /// and nowhere else; without a queue nothing changes.
+    #[test]
+    fn a_queue_the_probes_saw_is_named_where_the_network_limits() {
+        let probes = |rtt_ms: u64| -> Vec<crate::ping::Probe> {
+            (1..=50)
+                .map(|i| crate::ping::Probe {
+                    seq: i,
+                    sent_ns: i * 10_000_000,
+                    received_ns: Some((i * 10 + rtt_ms) * 1_000_000),
+                    server_ns: Some(0),
+                    forward_ns: None,
+                    backward_ns: None,
+                    duplicates: 0,
+                    reordered: false,
+                })
+                .collect()
+        };
+        let of = |loaded_ms| {
+            crate::latency::TestLatency::of(64, 0.01, "t", probes(10), probes(loaded_ms))
+        };
+        // Busy the whole second, never window-limited: the network; and a direction
+        // limited by the receiver's window.
+        let network = [chrono(0, 0, 0, 0), chrono(1000, 1000, 0, 0)];
+        let window = [chrono(0, 0, 0, 0), chrono(1000, 1000, 1000, 0)];
+        let diagnosed = || {
+            vec![
+                diagnose_direction(StreamDirection::Up, &[&network], None).unwrap(),
+                diagnose_direction(StreamDirection::Down, &[&window], None).unwrap(),
+            ]
+        };
+        let mut d = diagnosed();
+        assert_eq!(
+            (d[0].primary, d[1].primary),
+            (Limit::Network, Limit::ReceiveWindow)
+        );
+        name_queue(&mut d, &of(60));
+        assert!(
+            d[0].advice[0].contains("queue-building bottleneck"),
+            "{:?}",
+            d[0]
+        );
+        assert_eq!(d[1].advice, diagnosed()[1].advice);
+        let mut calm = diagnosed();
+        name_queue(&mut calm, &of(10));
+        assert_eq!(calm, diagnosed());
     }
 
     #[test]

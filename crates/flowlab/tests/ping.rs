@@ -344,7 +344,10 @@ fn the_command_prints_json_and_refuses_what_it_cannot_do() {
         (vec!["-i", "soon"], "-i/--interval soon"),
         (vec!["-c", "0"], "-c/--count"),
         (vec!["-W", "0"], "-W/--timeout"),
-        (vec!["--tcp", "--spin", "2s"], "--spin 2s: at most 1 second"),
+        (
+            vec!["--tcp", "--spin", "2s"],
+            "--spin 2s: must be 0 to 1 seconds",
+        ),
         (vec!["--spin", "1ms"], "--tcp"),
         // A duration with a unit is range-checked as a plain number is.
         (

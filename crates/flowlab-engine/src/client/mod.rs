@@ -221,17 +221,9 @@ pub fn run(
             .map_err(|e| tracing::warn!("{e}; the test's results are kept without them"))
             .ok()
     });
-    // The diagnosis of a network-limited sender names a queue the probes saw build.
     let mut trace = trace;
-    if let (Some(t), Some(advice)) = (
-        trace.as_mut(),
-        latency.as_ref().and_then(|l| l.queue_advice()),
-    ) {
-        for d in &mut t.diagnosis {
-            if d.primary == flowlab_report::diagnose::Limit::Network {
-                d.advice.insert(0, advice.clone());
-            }
-        }
+    if let (Some(t), Some(l)) = (trace.as_mut(), latency.as_ref()) {
+        flowlab_report::diagnose::name_queue(&mut t.diagnosis, l);
     }
     Ok(TestResult {
         schema: SCHEMA.into(),

@@ -123,16 +123,10 @@ impl Args {
             return Err("-W/--timeout must be more than 0".into());
         }
         s.spin = match &self.spin {
-            Some(t) => seconds("--spin", t)?,
+            Some(t) => crate::cli::seconds("--spin", t, true, 1.0)?,
             None if s.mode == PingMode::Tcp && s.interval.is_zero() => DEFAULT_SPIN,
             None => Duration::ZERO,
         };
-        if s.spin > Duration::from_secs(1) {
-            return Err(Usage(format!(
-                "--spin {}: at most 1 second",
-                self.spin.as_deref().unwrap_or_default()
-            )));
-        }
         s.clocks_synced = self.clocks_synced;
         Ok(s)
     }

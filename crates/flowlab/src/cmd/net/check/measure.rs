@@ -82,8 +82,29 @@ pub fn measure(jobs: &[Job<'_>], load: &Load) -> anyhow::Result<Vec<PairResult>>
 type Echoing = JoinHandle<anyhow::Result<Vec<Duration>>>;
 
 /// Round trips (the server's time subtracted) of the probes of one `flowlab ping` run
-/// from namespace `ns` to `to`: UDP probes of 64 bytes, `interval` apart, `count` of
-/// them (or until `until` is set).
+/// from this thread's namespace to `to`: UDP probes of 64 bytes, `interval` apart,
+/// `count` of them (or until `until` is set).
+fn echo_run(
+    to: std::net::SocketAddr,
+    count: Option<u64>,
+    interval: Duration,
+    until: Option<Arc<AtomicBool>>,
+) -> anyhow::Result<Vec<Duration>> {
+    let mut spec = PingSpec::new(&to.ip().to_string(), to.port());
+    spec.count = count;
+    spec.interval = interval;
+    spec.timeout = PROBE_TIMEOUT;
+    spec.until = until;
+    let run =
+        ping(&spec, &AtomicBool::new(false), &Quiet).with_context(|| format!("echoes to {to}"))?;
+    Ok(run
+        .probes
+        .iter()
+        .filter_map(|p| p.rtt_ns().map(Duration::from_nanos))
+        .collect())
+}
+
+/// [`echo_run`] on a thread of its own in namespace `ns`.
 fn echoes(
     ns: String,
     to: std::net::SocketAddr,
@@ -93,18 +114,7 @@ fn echoes(
 ) -> Echoing {
     std::thread::spawn(move || {
         flowlab_net::netns::enter(&ns).with_context(|| format!("entering {ns}"))?;
-        let mut spec = PingSpec::new(&to.ip().to_string(), to.port());
-        spec.count = count;
-        spec.interval = interval;
-        spec.timeout = PROBE_TIMEOUT;
-        spec.until = until;
-        let run = ping(&spec, &AtomicBool::new(false), &Quiet)
-            .with_context(|| format!("echoes to {to}"))?;
-        Ok(run
-            .probes
-            .iter()
-            .filter_map(|p| p.rtt_ns().map(Duration::from_nanos))
-            .collect())
+        echo_run(to, count, interval, until)
     })
 }
 
@@ -115,33 +125,36 @@ fn joined<T>(h: JoinHandle<anyhow::Result<T>>) -> anyhow::Result<T> {
 }
 
 /// The median of 20 echoes from each job's source to its destination's server, the
-/// path idle, 10 ms apart.
+/// path idle, 10 ms apart; one job after the other.
 fn idle_rtts(jobs: &[Job<'_>]) -> anyhow::Result<Vec<Option<Duration>>> {
-    let mut idle = Vec::new();
-    for job in jobs {
-        let ns = ns_name(job.topo, &job.pair.from);
-        let to = (job.to, job.port).into();
-        // The first echo is not counted (it meets cold caches along the path). A path
-        // that answers none of three carries nothing: said now, not after twenty more.
-        let mut answered = false;
-        for _ in 0..3 {
-            if !joined(echoes(ns.clone(), to, Some(1), Duration::ZERO, None))?.is_empty() {
-                answered = true;
-                break;
-            }
-        }
-        if !answered {
-            anyhow::bail!(
-                "{} -> {}: no reply to 3 echoes ({} s each) from the server's echo service",
-                job.pair.from,
-                job.pair.to,
-                PROBE_TIMEOUT.as_secs()
-            );
-        }
-        let rtts = joined(echoes(ns, to, Some(20), Duration::from_millis(10), None))?;
-        idle.push(median(&rtts));
-    }
-    Ok(idle)
+    jobs.iter()
+        .map(|job| {
+            let ns = ns_name(job.topo, &job.pair.from);
+            let to: std::net::SocketAddr = (job.to, job.port).into();
+            let (from, dest) = (job.pair.from.clone(), job.pair.to.clone());
+            joined(std::thread::spawn(move || {
+                flowlab_net::netns::enter(&ns).with_context(|| format!("entering {ns}"))?;
+                // The first echo is not counted (it meets cold caches along the path). A
+                // path that answers none of three carries nothing: said now, not after
+                // twenty more.
+                let mut answered = false;
+                for _ in 0..3 {
+                    if !echo_run(to, Some(1), Duration::ZERO, None)?.is_empty() {
+                        answered = true;
+                        break;
+                    }
+                }
+                if !answered {
+                    anyhow::bail!(
+                        "{from} -> {dest}: no reply to 3 echoes ({} s each) from the server's echo service",
+                        PROBE_TIMEOUT.as_secs()
+                    );
+                }
+                let rtts = echo_run(to, Some(20), Duration::from_millis(10), None)?;
+                Ok(median(&rtts))
+            }))
+        })
+        .collect()
 }
 
 /// A `flowlab serve` in each job's destination namespace on the job's port, listening
@@ -262,7 +275,7 @@ fn echo_until(
     let host = std::thread::spawn(move || {
         flowlab_net::netns::enter(&ns).with_context(|| format!("entering {ns}"))?;
         let local = LocalEcho::start().context("an echo on the source's loopback")?;
-        joined(echoes(ns, local.address(), None, every, Some(stop)))
+        echo_run(local.address(), None, every, Some(stop))
     });
     (path, host)
 }
