@@ -286,7 +286,7 @@ pub fn diagnose_direction(
 
 /// Puts first in the advice of every network-limited direction what the latency probes
 /// saw of the bottleneck: a queue that built under the load
-/// ([`TestLatency::queue_advice`]). Nothing changes when no queue built.
+/// ([`crate::latency::TestLatency::queue_advice`]). Nothing changes when no queue built.
 pub fn name_queue(diagnosis: &mut [Diagnosis], latency: &crate::latency::TestLatency) {
     let Some(advice) = latency.queue_advice() else {
         return;
