@@ -21,7 +21,8 @@
 //! reverse = { rate = "10M" }      # b → a differs (any of the properties)
 //! ```
 //!
-//! [`Topology::parse`] checks the file and says what is wrong in one line; the
+//! [`Topology::parse`] checks the file and says what is wrong in one line (with the line
+//! and column where the TOML itself is at fault); the
 //! [`Plan`] gives every segment its IPv4 subnet, every interface its address, and every
 //! host pair its path (fewest hops, then least delay), with the RTT and bottleneck rate
 //! the file implies.
@@ -49,13 +50,34 @@ pub const MAX_LINKS: usize = 4096;
 /// path of a pair named on the command line.
 pub const MAX_LISTED_HOSTS: usize = 16;
 
-/// Why a topology file was refused: one line, naming the part at fault.
+/// Why a topology file was refused: one line naming the part at fault, and where the
+/// TOML itself was at fault, the line and column (1-based, in characters).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct TopologyError(pub String);
+#[error("{}{message}", at.map(|(l, c)| format!("line {l}, column {c}: ")).unwrap_or_default())]
+pub struct TopologyError {
+    pub message: String,
+    pub at: Option<(usize, usize)>,
+}
+
+impl TopologyError {
+    fn new(message: impl Into<String>) -> TopologyError {
+        TopologyError {
+            message: message.into(),
+            at: None,
+        }
+    }
+}
 
 fn err<T>(msg: impl Into<String>) -> Result<T, TopologyError> {
-    Err(TopologyError(msg.into()))
+    Err(TopologyError::new(msg))
+}
+
+/// The 1-based line and column (in characters) of byte `at` of `text`.
+fn line_column(text: &str, at: usize) -> (usize, usize) {
+    let before = &text[..at.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -132,7 +154,7 @@ pub struct Topology {
 fn shape(p: &RawProps, base: Option<&Shape>, at: &str) -> Result<Shape, TopologyError> {
     let mut s = base.copied().unwrap_or_default();
     if let Some(r) = &p.rate {
-        let bps = parse_rate(r).map_err(|e| TopologyError(format!("{at}: rate: {e}")))?;
+        let bps = parse_rate(r).map_err(|e| TopologyError::new(format!("{at}: rate: {e}")))?;
         if bps == 0 {
             return err(format!("{at}: rate must be more than 0"));
         }
@@ -142,7 +164,7 @@ fn shape(p: &RawProps, base: Option<&Shape>, at: &str) -> Result<Shape, Topology
         if t.trim_start().starts_with('-') {
             return err(format!("{at}: {what} {t} is negative"));
         }
-        parse_duration(t).map_err(|e| TopologyError(format!("{at}: {what}: {e}")))
+        parse_duration(t).map_err(|e| TopologyError::new(format!("{at}: {what}: {e}")))
     };
     if let Some(d) = &p.delay {
         s.delay = time(d, "delay")?;
@@ -214,8 +236,10 @@ fn check_name(name: &str, what: &str, max: usize) -> Result<(), TopologyError> {
 impl Topology {
     /// Parses and checks a topology file.
     pub fn parse(text: &str) -> Result<Topology, TopologyError> {
-        let raw: RawTopology =
-            toml::from_str(text).map_err(|e| TopologyError(one_line(&e.to_string())))?;
+        let raw: RawTopology = toml::from_str(text).map_err(|e| TopologyError {
+            message: e.message().trim_end().to_string(),
+            at: e.span().map(|s| line_column(text, s.start)),
+        })?;
         check_name(&raw.name, "topology", MAX_NAME)?;
         let count = raw.hosts.len() + raw.routers.len() + raw.switches.len();
         if count > MAX_NODES {
@@ -329,7 +353,8 @@ impl Topology {
                 names.join(", ")
             ));
         };
-        let number = |what: &str| TopologyError(format!("{link}: {key} '{value}' is not {what}"));
+        let number =
+            |what: &str| TopologyError::new(format!("{link}: {key} '{value}' is not {what}"));
         let v = value.trim();
         let mut p = RawProps::default();
         match key {
@@ -358,15 +383,6 @@ impl Topology {
             .filter(|(_, k)| **k == Kind::Host)
             .map(|(n, _)| n)
     }
-}
-
-/// toml's errors span lines; a user gets one.
-fn one_line(e: &str) -> String {
-    e.lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('|') && *l != "^")
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 /// One hop of a path: the link and the direction it is crossed in.
@@ -806,7 +822,7 @@ mod tests {
                 .unwrap()
                 .set_link(link, key, value)
                 .unwrap_err();
-            assert_eq!(e.0, message, "{link} {key} {value}");
+            assert_eq!(e.message, message, "{link} {key} {value}");
         }
     }
 

@@ -11,11 +11,16 @@ use crate::cmd;
 #[command(
     name = "flowlab",
     version,
-    about = "A laboratory for network transfers: throughput, loss, jitter, and why."
+    about = "A laboratory for network transfers: throughput, loss, jitter, and why.",
+    // As iperf3: -v is the version, -V verbose.
+    disable_version_flag = true
 )]
 pub struct Cli {
-    /// More diagnostics on stderr (-v, -vv).
-    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    /// Print the version (as iperf3's -v).
+    #[arg(short = 'v', long, action = clap::ArgAction::Version)]
+    version: (),
+    /// More diagnostics on stderr (-V, -VV; as iperf3's -V).
+    #[arg(short = 'V', long, action = clap::ArgAction::Count, global = true)]
     pub verbose: u8,
     #[command(subcommand)]
     pub command: Command,
@@ -59,15 +64,97 @@ pub enum Command {
     Report(cmd::report::Args),
 }
 
-/// A clap refusal as one line that names the flag, not clap's whole usage block.
+/// A clap refusal as one line that names the flag, not clap's whole usage block, with
+/// clap's tips kept ("a similar argument exists: '--trace'").
 pub fn one_line(e: &clap::Error) -> String {
     let text = e.to_string();
-    let message: Vec<&str> = text
-        .lines()
-        .take_while(|l| !l.trim().is_empty() && !l.starts_with("Usage:"))
-        .map(str::trim)
+    let mut lines = text.lines().map(str::trim);
+    let mut message: Vec<&str> = lines
+        .by_ref()
+        .take_while(|l| !l.is_empty() && !l.starts_with("Usage:"))
         .collect();
-    message.join(" ")
+    message.extend(
+        lines
+            .take_while(|l| !l.starts_with("Usage:"))
+            .filter(|l| l.starts_with("tip:")),
+    );
+    message.join("; ")
+}
+
+/// Line `line` of `text` with a caret under `column` (both 1-based, the column in
+/// characters), as compilers show the place at fault, to follow a one-line error:
+///
+/// ```text
+///   |
+/// 3 | [[link]]
+///   | ^
+/// ```
+///
+/// Empty when `text` has no such line.
+pub fn snippet(text: &str, line: usize, column: usize) -> String {
+    let Some(source) = text.lines().nth(line.saturating_sub(1)) else {
+        return String::new();
+    };
+    let number = line.to_string();
+    let gutter = " ".repeat(number.len());
+    // Tabs stay tabs under the caret, so it lines up however the terminal shows them.
+    let pad: String = source
+        .chars()
+        .take(column.saturating_sub(1))
+        .map(|c| if c == '\t' { '\t' } else { ' ' })
+        .collect();
+    format!("\n{gutter} |\n{number} | {source}\n{gutter} | {pad}^")
+}
+
+/// Flags whose value is optional (`--trace` alone samples every 10 ms) but may be given
+/// as the next word as well as after `=`: `--trace 5ms` = `--trace=5ms`.
+const OPTIONAL_VALUE: [&str; 2] = ["--trace", "--latency"];
+
+/// The command line with `--trace 5ms` joined into `--trace=5ms` where the next word is
+/// a duration (a host name or address never parses as one), so clap, which cannot tell
+/// an optional value from the next argument, reads both spellings. Nothing after `--`
+/// is touched (the command of `net exec`).
+pub fn join_optional_values(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    let mut out = Vec::with_capacity(args.len());
+    let mut args = args.into_iter().peekable();
+    while let Some(arg) = args.next() {
+        if arg == "--" {
+            out.push(arg);
+            out.extend(args);
+            break;
+        }
+        let joins = OPTIONAL_VALUE.iter().any(|f| arg == *f)
+            && args
+                .peek()
+                .and_then(|next| next.to_str())
+                .is_some_and(|next| {
+                    next.starts_with(|c: char| c.is_ascii_digit())
+                        && flowlab_report::units::parse_duration(next).is_ok()
+                });
+        match args.next_if(|_| joins) {
+            Some(value) => {
+                let mut joined = arg;
+                joined.push("=");
+                joined.push(value);
+                out.push(joined);
+            }
+            None => out.push(arg),
+        }
+    }
+    out
+}
+
+/// A hint for a command line that starts as iperf3's does (`-s`, `-c HOST`): flowlab
+/// takes its command first.
+pub fn iperf3_habit(args: &[std::ffi::OsString]) -> Option<&'static str> {
+    match args.get(1)?.to_str()? {
+        "-s" | "--server" => Some("to serve tests as iperf3 -s does, type `flowlab serve`"),
+        "-c" | "--client" => Some(
+            "to test against a server as iperf3 -c HOST does, type `flowlab test HOST` \
+             (or `flowlab test -c HOST`)",
+        ),
+        _ => None,
+    }
 }
 
 /// Arguments that parse but do not go together, or a value out of range: the message
@@ -112,4 +199,122 @@ pub fn seconds(
             }
         })
         .map_err(|e| Usage(format!("{flag} {text}: {e} (seconds, e.g. 0.5, or 500ms)")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+    use std::ffi::OsString;
+
+    /// Every argument of every command, built-in ones aside: `command path: --long/<NAME>`.
+    fn unexplained(cmd: &clap::Command, path: &str, out: &mut Vec<String>) {
+        for arg in cmd.get_arguments() {
+            let builtin = matches!(arg.get_id().as_str(), "help" | "version");
+            if !builtin && !arg.is_hide_set() && arg.get_help().is_none() {
+                out.push(format!("{path}: {}", arg.get_id()));
+            }
+        }
+        for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+            unexplained(sub, &format!("{path} {}", sub.get_name()), out);
+        }
+    }
+
+    #[test]
+    fn every_option_and_argument_has_a_help_line() {
+        let mut missing = Vec::new();
+        unexplained(&Cli::command(), "flowlab", &mut missing);
+        assert!(missing.is_empty(), "no help line: {missing:#?}");
+    }
+
+    fn os(args: &[&str]) -> Vec<OsString> {
+        args.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn an_optional_value_may_follow_as_the_next_word() {
+        let joined = |a: &[&str]| join_optional_values(os(a));
+        assert_eq!(
+            joined(&["flowlab", "test", "--trace", "5ms", "h"]),
+            os(&["flowlab", "test", "--trace=5ms", "h"])
+        );
+        assert_eq!(
+            joined(&["flowlab", "test", "h", "--latency", "1ms"]),
+            os(&["flowlab", "test", "h", "--latency=1ms"])
+        );
+        // The next word is the host, a flag or nothing: the flag keeps its default.
+        for line in [
+            &["flowlab", "test", "--trace", "10.0.0.1"][..],
+            &["flowlab", "test", "--trace", "-t", "1", "h"],
+            &["flowlab", "test", "h", "--trace"],
+            &["flowlab", "test", "--trace", "5g.example"],
+        ] {
+            assert_eq!(joined(line), os(line));
+        }
+        // Nothing after `--` is touched.
+        let exec = ["flowlab", "net", "exec", "h1", "--", "x", "--trace", "5ms"];
+        assert_eq!(joined(&exec), os(&exec));
+    }
+
+    #[test]
+    fn both_spellings_of_an_optional_value_parse_alike() {
+        let parse = |a: &[&str]| {
+            let cli = Cli::try_parse_from(join_optional_values(os(a))).expect("parses");
+            match cli.command {
+                Command::Test(t) => (t.host, t.trace),
+                _ => unreachable!(),
+            }
+        };
+        let want = (Some("h".to_string()), Some("5ms".to_string()));
+        assert_eq!(parse(&["flowlab", "test", "--trace", "5ms", "h"]), want);
+        assert_eq!(parse(&["flowlab", "test", "--trace=5ms", "h"]), want);
+        assert_eq!(
+            parse(&["flowlab", "test", "h", "--trace"]),
+            (Some("h".to_string()), Some("10ms".to_string()))
+        );
+    }
+
+    #[test]
+    fn a_refusal_keeps_clap_s_suggestion() {
+        let e = Cli::try_parse_from(["flowlab", "test", "--trce", "h"]).unwrap_err();
+        assert_eq!(
+            one_line(&e),
+            "error: unexpected argument '--trce' found; \
+             tip: a similar argument exists: '--trace'"
+        );
+        let e = Cli::try_parse_from(["flowlab", "tset"]).unwrap_err();
+        assert!(
+            one_line(&e).contains("tip: some similar subcommands exist: 'net', 'test'"),
+            "{}",
+            one_line(&e)
+        );
+    }
+
+    #[test]
+    fn a_snippet_puts_the_caret_under_the_column() {
+        let text = "name = \"x\"\n\thosts = [\"a\" \"b\"]\n";
+        assert_eq!(
+            snippet(text, 2, 15),
+            "\n  |\n2 | \thosts = [\"a\" \"b\"]\n  | \t             ^"
+        );
+        assert_eq!(snippet(text, 10, 1), "");
+    }
+
+    #[test]
+    fn v_is_the_version_and_capital_v_verbose_as_in_iperf3() {
+        let e = Cli::try_parse_from(["flowlab", "-v"]).unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::DisplayVersion);
+        let cli = Cli::try_parse_from(["flowlab", "test", "-VV", "h"]).expect("parses");
+        assert_eq!(cli.verbose, 2);
+    }
+
+    #[test]
+    fn iperf3_s_first_words_get_the_flowlab_command() {
+        assert!(iperf3_habit(&os(&["flowlab", "-s"])).is_some_and(|h| h.contains("flowlab serve")));
+        assert!(
+            iperf3_habit(&os(&["flowlab", "-c", "h"]))
+                .is_some_and(|h| h.contains("flowlab test HOST"))
+        );
+        assert_eq!(iperf3_habit(&os(&["flowlab", "test", "-c", "h"])), None);
+    }
 }

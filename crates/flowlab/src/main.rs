@@ -16,10 +16,19 @@ use cli::{Cli, Command, Usage};
 const USAGE: u8 = 2;
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let args: Vec<_> = std::env::args_os().collect();
+    let cli = match Cli::try_parse_from(cli::join_optional_values(args.clone())) {
         Ok(c) => c,
+        // Bare `flowlab` or `flowlab net`: the commands there are, as git and cargo do.
+        Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = e.print();
+            return ExitCode::from(USAGE);
+        }
         Err(e) if e.use_stderr() => {
             eprintln!("{}", cli::one_line(&e));
+            if let Some(hint) = cli::iperf3_habit(&args) {
+                eprintln!("hint: flowlab takes a command first: {hint}");
+            }
             return ExitCode::from(USAGE);
         }
         Err(e) => {

@@ -536,6 +536,116 @@ fn net_show_prints_the_plan_and_refuses_a_bad_file_in_one_line() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
     assert!(stderr.contains("unknown node 'r9'"), "{stderr}");
+
+    // Where the TOML itself is at fault: the file, line and column, then the line with a
+    // caret under the place.
+    std::fs::write(&bad, "name = \"x\"\nhosts = [\"h1\"]\n[[link]\n").expect("write");
+    let out = flowlab()
+        .args(["net", "show"])
+        .arg(&bad)
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr.trim_end().lines().collect();
+    assert_eq!(
+        lines[1..],
+        ["  |", "3 | [[link]", "  |        ^"],
+        "{stderr}"
+    );
+    assert!(
+        lines[0].starts_with("error: ")
+            && lines[0].contains("bad.toml: line 3, column 8: unclosed array table"),
+        "{stderr}"
+    );
+}
+
+/// Bare `flowlab` and `flowlab net` list their commands (as git and cargo do), with the
+/// status of a usage error; `-v` is the version and `-V` verbose, as in iperf3.
+#[test]
+fn bare_commands_list_their_subcommands() {
+    for (args, commands) in [
+        (
+            &[][..],
+            &["serve", "test", "ping", "net", "run", "report"][..],
+        ),
+        (&["net"], &["show", "up", "down", "status", "check", "exec"]),
+        (&["fragments"], &["split", "make", "join"]),
+    ] {
+        let out = flowlab().args(args).output().expect("runs");
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("Commands:"), "{args:?}: {stderr}");
+        for c in commands {
+            assert!(
+                stderr
+                    .lines()
+                    .any(|l| l.trim_start().starts_with(&format!("{c} "))),
+                "{args:?}: {c} not listed in {stderr}"
+            );
+        }
+    }
+    let out = flowlab().arg("-v").output().expect("runs");
+    assert_success(&out);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("flowlab {}", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+/// Habits from iperf3 and typos get the command to type: iperf3's first words, and
+/// clap's "did you mean" kept in the one-line refusal.
+#[test]
+fn refusals_say_what_to_type_instead() {
+    let out = flowlab().args(["-s"]).output().expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("type `flowlab serve`"), "{stderr}");
+    let out = flowlab().args(["-c", "host"]).output().expect("runs");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("`flowlab test HOST`"));
+    usage_error(
+        &["test", "h", "--paralel", "2"],
+        "tip: a similar argument exists: '--parallel'",
+    );
+    usage_error(&["tets"], "'test'");
+}
+
+/// `-c HOST` is the same as HOST (iperf3's spelling), and `--trace 20ms` the same as
+/// `--trace=20ms`.
+#[test]
+fn iperf3_spellings_of_the_server_and_of_an_optional_value() {
+    let port = support::start_server(ServerConfig::default());
+    let out = flowlab()
+        .args(["test", "-c", "127.0.0.1", "-p", &port.to_string()])
+        .args(["-t", "1", "--trace", "20ms", "-J"])
+        .timeout(std::time::Duration::from_secs(30))
+        .output()
+        .expect("run");
+    assert_success(&out);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(doc["start"]["spec"]["host"], "127.0.0.1");
+    assert_eq!(doc["trace"]["period_us"], 20_000, "{}", doc["trace"]);
+    usage_error(&["test", "h", "-c", "h"], "--client");
+}
+
+/// A server that cannot listen names the address and port it tried.
+#[test]
+fn a_bind_error_names_the_address_and_port() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = taken.local_addr().expect("addr").port();
+    let out = flowlab()
+        .args(["serve", "-B", "127.0.0.1", "-p", &port.to_string()])
+        .timeout(std::time::Duration::from_secs(10))
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.starts_with(&format!(
+            "error: cannot listen on 127.0.0.1:{port}, TCP and UDP: "
+        )),
+        "{stderr}"
+    );
 }
 
 /// A topology of `hosts` hosts on switches of 250, the switches joined by router `r`.

@@ -8,16 +8,20 @@ use flowlab_report::{table, units};
 pub enum Command {
     /// Cut FILE into fragments with a manifest of their BLAKE3 hashes.
     Split {
+        /// The file to cut.
         file: std::path::PathBuf,
         /// Number of fragments.
         #[arg(long, default_value_t = 160, value_parser = clap::value_parser!(u64).range(1..=100_000))]
         count: u64,
+        /// Directory to write the fragments and their manifest into (created).
         #[arg(long, value_name = "DIR")]
         out: std::path::PathBuf,
     },
     /// Check every fragment in DIR and reassemble the file.
     Join {
+        /// The fragment set's directory (its manifest and fragments).
         dir: std::path::PathBuf,
+        /// The file to write the joined data to.
         #[arg(long, value_name = "FILE")]
         out: std::path::PathBuf,
     },
@@ -29,6 +33,7 @@ pub enum Command {
         /// Number of fragments.
         #[arg(long, default_value_t = 160, value_parser = clap::value_parser!(u64).range(1..=100_000))]
         count: u64,
+        /// Directory to write the fragments and their manifest into (created).
         #[arg(long, value_name = "DIR")]
         out: std::path::PathBuf,
     },

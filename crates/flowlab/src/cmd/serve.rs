@@ -19,8 +19,8 @@ pub struct Args {
     /// Port for TCP and UDP.
     #[arg(short, long, default_value_t = flowlab_proto::DEFAULT_PORT)]
     pub port: u16,
-    /// Address to bind (default: every IPv6 and IPv4 address).
-    #[arg(short = 'B', long = "bind")]
+    /// Address to listen on (default: every IPv6 and IPv4 address).
+    #[arg(short = 'B', long = "bind", value_name = "ADDRESS")]
     pub bind: Option<IpAddr>,
     /// Tests that may run at once; more are refused as busy.
     #[arg(long, default_value_t = 16)]
@@ -226,9 +226,12 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         }
         cfg.extra = Some(Arc::new(service));
     }
-    let port = cfg.port;
+    let at = match cfg.bind {
+        Some(ip) => std::net::SocketAddr::new(ip, cfg.port).to_string(),
+        None => format!("[::]:{} (every address)", cfg.port),
+    };
     let server = Server::bind(cfg, Arc::new(Log { json: a.json }))
-        .with_context(|| format!("cannot listen on port {port}"))?;
+        .with_context(|| format!("cannot listen on {at}, TCP and UDP"))?;
     server.run()?;
     Ok(())
 }

@@ -17,6 +17,7 @@ pub enum Command {
     /// hosts (of up to 16; else for the two named) the path, RTT and bottleneck rate the
     /// file implies (no root needed).
     Show {
+        /// The topology file (TOML; docs/net.md).
         file: std::path::PathBuf,
         /// Two hosts: show only the path between them (a topology of more than 16 hosts
         /// lists no paths otherwise).
@@ -27,6 +28,7 @@ pub enum Command {
     /// rate and queue limits (tbf), delay, jitter and loss (netem or the user-space
     /// emulator).
     Up {
+        /// The topology file (TOML; docs/net.md).
         file: std::path::PathBuf,
         #[command(flatten)]
         backend: BackendArg,
@@ -41,6 +43,7 @@ pub enum Command {
     /// Measure each host pair's RTT and bottleneck throughput and print them beside what
     /// the file implies, flagging deviations (builds the topology if it is not up).
     Check {
+        /// The topology file (TOML; docs/net.md).
         file: std::path::PathBuf,
         /// Only these pairs, e.g. h1-h4,h1-h9 (default: every pair of hosts). Routers may
         /// be ends too; `A-B:N` runs N parallel connections.
@@ -82,7 +85,9 @@ pub enum Command {
         /// Topology name (needed when more than one is up).
         #[arg(short, long)]
         topology: Option<String>,
+        /// The node (host, router or switch) to run it in.
         node: String,
+        /// The command and its arguments, after `--`.
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
@@ -168,7 +173,11 @@ pub fn run(c: Command) -> anyhow::Result<()> {
 /// The topology in `file`; an error names the file.
 fn load_topology(file: &Path) -> anyhow::Result<Topology> {
     let text = std::fs::read_to_string(file).with_context(|| file.display().to_string())?;
-    Topology::parse(&text).with_context(|| file.display().to_string())
+    Topology::parse(&text).map_err(|e| {
+        let place =
+            e.at.map(|(line, column)| crate::cli::snippet(&text, line, column));
+        anyhow::anyhow!("{}: {e}{}", file.display(), place.unwrap_or_default())
+    })
 }
 
 /// How `up` builds: on `backend`, with this binary as the user-space emulator.

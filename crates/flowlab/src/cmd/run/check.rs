@@ -98,6 +98,11 @@ pub fn step_line(
     let mut argv = split(&text)?;
     match study.steps[step].kind {
         StepKind::Test => {
+            // `--trace 5ms` read as the binary reads it (`--trace=5ms`).
+            argv = crate::cli::join_optional_values(argv.into_iter().map(Into::into).collect())
+                .into_iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect();
             let parsed = TestLine::try_parse_from(&argv).map_err(|e| one_line(&e))?;
             let a = parsed.args;
             if a.json || a.json_stream {

@@ -44,7 +44,10 @@ pub fn prepare(a: &Args) -> anyhow::Result<Prepared> {
     let text = std::fs::read_to_string(&a.study)
         .with_context(|| format!("cannot read {}", a.study.display()))?;
     let file = a.study.display();
-    let study = flowlab_study::parse(&text).map_err(|e| Usage(format!("{file}: {e}")))?;
+    let study = flowlab_study::parse(&text).map_err(|e| {
+        let place = crate::cli::snippet(&text, e.line, e.column);
+        Usage(format!("{file}: {e}{place}"))
+    })?;
     let dir = match a.study.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),

@@ -12,9 +12,13 @@ use flowlab_report::units::{self, UnitFormat};
 use crate::cli::Usage;
 
 #[derive(Debug, ClapArgs)]
+#[command(group(clap::ArgGroup::new("to").args(["host", "client"]).required(true)))]
 pub struct Args {
     /// Server to test against (name, IPv4 or IPv6 address).
-    pub host: String,
+    pub host: Option<String>,
+    /// The server, spelt as iperf3's client takes it (`-c HOST`): the same as HOST.
+    #[arg(short = 'c', long = "client", value_name = "HOST")]
+    pub client: Option<String>,
     /// Server port.
     #[arg(short, long, default_value_t = flowlab_proto::DEFAULT_PORT)]
     pub port: u16,
@@ -139,7 +143,8 @@ impl Args {
         } else {
             Protocol::Tcp
         };
-        let mut s = TestSpec::new(self.host.clone());
+        let host = self.host.clone().or_else(|| self.client.clone());
+        let mut s = TestSpec::new(host.ok_or("a server to test against: flowlab test HOST")?);
         s.port = self.port;
         s.protocol = protocol;
         s.mode = if self.stop_and_wait {
