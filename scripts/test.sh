@@ -4,7 +4,8 @@
 # `flowlab net` tests, which also need root), util-linux (`setpriv`: the net tests run
 # flowlab as an unprivileged user too), chromium (the HTML report opened in a real
 # headless browser) and openssl (RSA keys for the authentication interop tests, made as
-# iperf3's own auth test makes them).
+# iperf3's own auth test makes them) and groff-base (`nroff`: the generated manual pages
+# rendered as `man` renders them).
 #
 # Every test binary runs (--no-fail-fast), so one failure cannot hide others, and the
 # last line sums up: test binaries and tests passed, failed and skipped (a test skips,
@@ -18,6 +19,7 @@ command -v iperf3 >/dev/null 2>&1 || missing+=(iperf3)
 command -v setpriv >/dev/null 2>&1 || missing+=(util-linux)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+command -v nroff >/dev/null 2>&1 || missing+=(groff-base)
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "test.sh: installing ${missing[*]} (Debian packages) for the tests"
   sudo=""

@@ -62,6 +62,10 @@ pub enum Command {
     /// standard deviation and 95 % confidence interval, with charts (HTML), or two cells
     /// compared.
     Report(cmd::report::Args),
+    /// Print a shell completion script: `flowlab completions bash > …` (docs/cli.md).
+    Completions(cmd::completions::Args),
+    /// Print the manual page, or write one per command with `--dir` (docs/cli.md).
+    Man(cmd::completions::ManArgs),
 }
 
 /// A clap refusal as one line that names the flag, not clap's whole usage block, with

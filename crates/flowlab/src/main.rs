@@ -60,9 +60,14 @@ fn main() -> ExitCode {
         Command::Net(c) => cmd::net::run(c),
         Command::Run(a) => cmd::run::run(&a),
         Command::Report(a) => cmd::report::run(&a),
+        Command::Completions(a) => cmd::completions::run(&a),
+        Command::Man(a) => cmd::completions::man(&a),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader went away (`flowlab man | head`): quiet, with the status of a
+        // process ended by SIGPIPE, as C tools end.
+        Err(e) if broken_pipe(&e) => ExitCode::from(128 + 13),
         Err(e) => {
             eprintln!("error: {}", chain(&e));
             if e.downcast_ref::<Usage>().is_some() {
@@ -72,6 +77,13 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+fn broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 /// The error and its causes, outermost first, joined by `: ` (as anyhow's `{:#}`), but a

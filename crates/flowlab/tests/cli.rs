@@ -753,3 +753,160 @@ fn net_show_of_a_thousand_hosts_returns_and_shows_a_path_on_demand() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("at most 2048"), "{stderr}");
 }
+
+/// The commands a `--help` lists under "Commands:" (`help` aside).
+fn listed_commands(args: &[&str]) -> Vec<String> {
+    let out = flowlab().args(args).arg("--help").output().expect("runs");
+    assert_success(&out);
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .skip_while(|l| *l != "Commands:")
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        // A wrapped description continues further in.
+        .filter(|l| l.starts_with("  ") && !l.starts_with("    "))
+        .filter_map(|l| l.split_whitespace().next().map(String::from))
+        .filter(|c| c != "help")
+        .collect()
+}
+
+/// Completion scripts come from the parser's own definitions: bash, sourced, completes
+/// every command and subcommand from its prefix and a flag from its start; the other
+/// shells' scripts name every command.
+#[test]
+fn completion_scripts_complete_every_command() {
+    let top = listed_commands(&[]);
+    assert!(
+        top.len() >= 14 && top.contains(&"completions".to_string()),
+        "{top:?}"
+    );
+    let net = listed_commands(&["net"]);
+    assert!(net.contains(&"check".to_string()), "{net:?}");
+    let script = |shell: &str| {
+        let out = flowlab()
+            .args(["completions", shell])
+            .output()
+            .expect("runs");
+        assert_success(&out);
+        String::from_utf8(out.stdout).expect("UTF-8")
+    };
+    // COMPREPLY for each (words so far, the word being completed).
+    let mut cases: Vec<(String, String)> = top
+        .iter()
+        .map(|c| ("flowlab".to_string(), c.clone()))
+        .chain(net.iter().map(|c| ("flowlab net".to_string(), c.clone())))
+        .collect();
+    cases.push(("flowlab test".into(), "--parallel".into()));
+    let mut program = script("bash");
+    for (before, word) in &cases {
+        // Complete from all but the last character of the word.
+        let prefix = &word[..word.len() - 1];
+        let words = format!("{before} {prefix}");
+        let n = words.split_whitespace().count() - 1;
+        program += &format!(
+            "\nCOMP_WORDS=({words}); COMP_CWORD={n}; COMPREPLY=(); \
+             _flowlab flowlab {prefix} {}; echo \"{words} => ${{COMPREPLY[*]}}\"",
+            before.split_whitespace().last().expect("a word")
+        );
+    }
+    let out = std::process::Command::new("bash")
+        .args(["-c", &program])
+        .output()
+        .expect("bash runs");
+    let replies = String::from_utf8_lossy(&out.stdout);
+    for (before, word) in &cases {
+        let prefix = &word[..word.len() - 1];
+        let line = replies
+            .lines()
+            .find(|l| l.starts_with(&format!("{before} {prefix} => ")))
+            .unwrap_or_else(|| panic!("no reply for {before} {prefix}: {replies}"));
+        assert!(
+            line.split(" => ")
+                .nth(1)
+                .is_some_and(|r| r.split(' ').any(|w| w == word)),
+            "{before} {prefix}<TAB> does not offer {word}: {line}"
+        );
+    }
+    for shell in ["zsh", "fish"] {
+        let text = script(shell);
+        for c in top.iter().chain(&net) {
+            assert!(text.contains(c.as_str()), "{shell}: {c} missing");
+        }
+    }
+    let out = flowlab()
+        .args(["completions", "tcsh"])
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+}
+
+/// The manual pages come from the same definitions: one per command and subcommand,
+/// each rendered by the system's nroff with its name, its one-line description and its
+/// options; `flowlab man` prints the top page.
+#[test]
+fn man_pages_cover_every_command() {
+    if !support::require_tool("nroff") {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tmp");
+    let out = flowlab()
+        .args(["man", "--dir"])
+        .arg(dir.path())
+        .output()
+        .expect("runs");
+    assert_success(&out);
+    let mut pages: Vec<String> = vec!["flowlab".into()];
+    pages.extend(listed_commands(&[]).iter().map(|c| format!("flowlab-{c}")));
+    pages.extend(
+        listed_commands(&["net"])
+            .iter()
+            .map(|c| format!("flowlab-net-{c}")),
+    );
+    pages.extend(
+        listed_commands(&["fragments"])
+            .iter()
+            .map(|c| format!("flowlab-fragments-{c}")),
+    );
+    for page in &pages {
+        let file = dir.path().join(format!("{page}.1"));
+        let out = std::process::Command::new("nroff")
+            .args(["-man", "-Tutf8"])
+            .arg(&file)
+            .output()
+            .unwrap_or_else(|e| panic!("nroff {}: {e}", file.display()));
+        assert!(out.status.success(), "{page}");
+        // nroff may hyphenate and embolden by overstriking; compare plain letters.
+        let text = String::from_utf8_lossy(&out.stdout)
+            .replace('\u{8}', "\u{0}")
+            .replace("\u{2010}", "-")
+            .replace("\u{2212}", "-");
+        let plain: String = {
+            let mut s = String::new();
+            for c in text.chars() {
+                if c == '\u{0}' {
+                    s.pop();
+                } else {
+                    s.push(c);
+                }
+            }
+            // Justified lines have runs of spaces.
+            s.split_whitespace().collect::<Vec<_>>().join(" ")
+        };
+        assert!(
+            plain.contains("NAME") && plain.contains(&format!("{page} - ")),
+            "{page}:\n{plain}"
+        );
+        assert!(plain.contains("--help"), "{page}: no options:\n{plain}");
+    }
+    let test_page = std::fs::read_to_string(dir.path().join("flowlab-test.1")).expect("page");
+    assert!(
+        test_page.contains("\\-\\-parallel"),
+        "flowlab-test.1 lacks -P"
+    );
+    let out = flowlab().arg("man").output().expect("runs");
+    assert_success(&out);
+    assert_eq!(
+        out.stdout,
+        std::fs::read(dir.path().join("flowlab.1")).expect("flowlab.1")
+    );
+}

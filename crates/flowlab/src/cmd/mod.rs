@@ -1,6 +1,7 @@
 //! One module per command: its arguments, their validation, and what it does with the
 //! libraries' results (each output made by `flowlab_report`).
 
+pub mod completions;
 pub mod fetch;
 pub mod fragments;
 pub mod net;
