@@ -1,56 +1,111 @@
 //! Sizes, rates and their printing.
 //!
-//! Following iperf3's habits: sizes (`-l`, `-w`, `-n`) use binary suffixes (K = 1024),
-//! rates (`-b`) decimal ones (K = 1000). Printed transfers are binary (KBytes = 1024
-//! bytes), printed bit rates decimal (Kbits/sec = 1000 bits/s).
+//! Quantities are read as people write them (docs/cli.md has the table). The option says
+//! what a bare number counts: sizes (`-l`, `-w`, `-n`) bytes, rates (`-b`) bits a
+//! second. A bare prefix follows iperf3's habits: binary for sizes (`64K` = 65 536
+//! bytes), decimal for rates (`10M` = 10 000 000 bit/s). With a unit the prefix is SI,
+//! decimal (`64KB` = 64 000 bytes, `1Gbps`, `1Gbit/s`, `500Kbit`), unless it is IEC's
+//! binary one (`64KiB`, `1Gibit/s`). A rate may be given in bytes a second (`12.5MB/s`).
+//! Printed transfers are binary (KBytes = 1024 bytes), printed bit rates decimal
+//! (Kbits/sec = 1000 bits/s).
 
 use std::fmt;
 
-/// A size or rate that did not parse.
+/// The forms a size takes, for refusals.
+const SIZE_FORMS: &str = "a size in bytes: 1500, 64K or 64KiB (x1024), 64KB (x1000); K M G T";
+/// The forms a rate takes, for refusals.
+const RATE_FORMS: &str = "a rate in bits a second: 100M, 100Mbit/s, 100Mbps or 100Mbit \
+     (x1000), 100Mibit/s (x1024), or bytes a second as 12.5MB/s; K M G T";
+
+/// A size or rate that did not parse: the text, and the forms accepted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("'{0}' is not a number with an optional K, M, G or T suffix")]
-pub struct BadQuantity(pub String);
+#[error("'{text}' is not {forms}")]
+pub struct BadQuantity {
+    pub text: String,
+    pub forms: &'static str,
+}
 
-fn split_suffix(text: &str) -> Result<(f64, u32), BadQuantity> {
+/// What the unit after the number (and its prefix) counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unit {
+    /// No unit: the option's own.
+    Bare,
+    Bytes,
+    Bits,
+    BytesPerSecond,
+    BitsPerSecond,
+}
+
+/// A quantity split into its number, the prefix's multiplier and its unit; `bare_base`
+/// is the base of a prefix with no unit after it (1024 for sizes, 1000 for rates).
+fn split_quantity(text: &str, bare_base: f64) -> Option<(f64, Unit)> {
     let t = text.trim();
-    let (digits, power) = match t.char_indices().last() {
-        Some((i, c)) if c.is_ascii_alphabetic() => {
-            let p = match c.to_ascii_uppercase() {
-                'K' => 1,
-                'M' => 2,
-                'G' => 3,
-                'T' => 4,
-                _ => return Err(BadQuantity(text.into())),
-            };
-            (&t[..i], p)
-        }
-        _ => (t, 0),
+    let digits = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let v: f64 = t[..digits].parse().ok()?;
+    let rest = t[digits..].trim_start();
+    let (power, rest) = match rest.chars().next().map(|c| c.to_ascii_uppercase()) {
+        Some(c @ ('K' | 'M' | 'G' | 'T')) => ("KMGT".find(c)? as i32 + 1, &rest[1..]),
+        _ => (0, rest),
     };
-    let v: f64 = digits.parse().map_err(|_| BadQuantity(text.into()))?;
-    if !v.is_finite() || v < 0.0 {
-        return Err(BadQuantity(text.into()));
+    let (iec, rest) = match rest.strip_prefix('i') {
+        Some(r) if power > 0 => (true, r),
+        _ => (false, rest),
+    };
+    let unit = match rest {
+        "" => Unit::Bare,
+        "B" | "byte" | "bytes" | "Byte" | "Bytes" => Unit::Bytes,
+        "b" | "bit" | "bits" => Unit::Bits,
+        "B/s" | "Bps" | "B/sec" | "Bytes/s" | "bytes/s" | "Bytes/sec" => Unit::BytesPerSecond,
+        "b/s" | "bps" | "bit/s" | "bits/s" | "bit/sec" | "bits/sec" => Unit::BitsPerSecond,
+        _ => return None,
+    };
+    if iec && unit == Unit::Bare {
+        return None;
     }
-    Ok((v, power))
+    let base = match (iec, unit) {
+        (true, _) => 1024.0,
+        (false, Unit::Bare) => bare_base,
+        (false, _) => 1000.0,
+    };
+    Some((v * f64::powi(base, power), unit))
 }
 
-/// Parses a size in bytes: `128K` = 131072.
+/// A non-negative whole number of units from `v`, or the refusal.
+fn whole(v: f64, text: &str, forms: &'static str) -> Result<u64, BadQuantity> {
+    if !v.is_finite() || v < 0.0 || v > u64::MAX as f64 {
+        return Err(BadQuantity {
+            text: text.into(),
+            forms,
+        });
+    }
+    Ok(v.round() as u64)
+}
+
+/// Parses a size in bytes: `128K` = `128KiB` = 131 072, `128KB` = 128 000.
 pub fn parse_size(text: &str) -> Result<u64, BadQuantity> {
-    let (v, p) = split_suffix(text)?;
-    let bytes = v * 1024f64.powi(p as i32);
-    if bytes > u64::MAX as f64 {
-        return Err(BadQuantity(text.into()));
+    match split_quantity(text, 1024.0) {
+        Some((v, Unit::Bare | Unit::Bytes)) => whole(v, text, SIZE_FORMS),
+        _ => Err(BadQuantity {
+            text: text.into(),
+            forms: SIZE_FORMS,
+        }),
     }
-    Ok(bytes.round() as u64)
 }
 
-/// Parses a rate in bits per second: `10M` = 10 000 000.
+/// Parses a rate in bits per second: `10M` = `10Mbit/s` = `10Mbps` = 10 000 000,
+/// `10MB/s` = 80 000 000, `1Gibit/s` = 1 073 741 824.
 pub fn parse_rate(text: &str) -> Result<u64, BadQuantity> {
-    let (v, p) = split_suffix(text)?;
-    let bits = v * 1000f64.powi(p as i32);
-    if bits > u64::MAX as f64 {
-        return Err(BadQuantity(text.into()));
+    match split_quantity(text, 1000.0) {
+        Some((v, Unit::Bare | Unit::Bits | Unit::BitsPerSecond)) => whole(v, text, RATE_FORMS),
+        Some((v, Unit::BytesPerSecond)) => whole(v * 8.0, text, RATE_FORMS),
+        // `10MB` as a rate: bytes, but of what time? Refused rather than guessed.
+        _ => Err(BadQuantity {
+            text: text.into(),
+            forms: RATE_FORMS,
+        }),
     }
-    Ok(bits.round() as u64)
 }
 
 /// A duration that did not parse.
@@ -204,9 +259,52 @@ mod tests {
     }
 
     #[test]
+    fn units_as_people_write_them() {
+        for (text, bytes) in [
+            ("10M", 10 << 20),
+            ("10MiB", 10 << 20),
+            ("10 MiB", 10 << 20),
+            ("10MB", 10_000_000),
+            ("1.5G", 3 << 29),
+            ("64k", 65_536),
+            ("64KB", 64_000),
+            ("64Kbytes", 64_000),
+            ("1500B", 1500),
+            ("2T", 2 << 40),
+        ] {
+            assert_eq!(parse_size(text), Ok(bytes), "{text}");
+        }
+        for (text, bits) in [
+            ("1Gbps", 1_000_000_000),
+            ("1Gbit/s", 1_000_000_000),
+            ("1gbps", 1_000_000_000),
+            ("500Kbit", 500_000),
+            ("500Kb", 500_000),
+            ("100Mbits/sec", 100_000_000),
+            ("1Gibit/s", 1 << 30),
+            ("12.5MB/s", 100_000_000),
+            ("1MiB/s", 8 << 20),
+            ("1KBps", 8_000),
+            ("800bps", 800),
+            ("1Mib", 1 << 20),
+        ] {
+            assert_eq!(parse_rate(text), Ok(bits), "{text}");
+        }
+    }
+
+    #[test]
     fn refuses_garbage() {
-        for bad in ["", "K", "10X", "-5", "1e400", "nan", "ten", "5KK"] {
-            assert!(parse_size(bad).is_err(), "{bad}");
+        for bad in [
+            "", "K", "10X", "-5", "1e400", "nan", "ten", "5KK", "10Mi", "10Mbit", "10Mbps",
+            "1.2.3", "10MB/s",
+        ] {
+            let e = parse_size(bad).expect_err(bad);
+            assert!(e.to_string().contains("a size in bytes: 1500, 64K"), "{e}");
+        }
+        // A rate in bytes says of what time; bits and bytes are not mixed up.
+        for bad in ["10MB", "10X", "1Gbpss", "10 Mbit /s", "1Mi"] {
+            let e = parse_rate(bad).expect_err(bad);
+            assert!(e.to_string().contains("12.5MB/s"), "{e}");
         }
     }
 

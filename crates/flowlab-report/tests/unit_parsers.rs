@@ -41,6 +41,22 @@ proptest! {
     }
 
     #[test]
+    fn with_a_unit_prefixes_are_si_unless_iec(n in 0u64..1_000_000, power in 1usize..5, unit in 0usize..3) {
+        let prefix = ["", "K", "M", "G", "T"][power];
+        let si = n * 1000u64.pow(power as u32);
+        let iec = n * 1024u64.pow(power as u32);
+        let (size_unit, rate_unit) = [("B", "bit/s"), ("Bytes", "bps"), ("bytes", "bits")][unit];
+        prop_assert_eq!(parse_size(&format!("{n}{prefix}{size_unit}")), Ok(si));
+        prop_assert_eq!(parse_size(&format!("{n}{prefix}i{size_unit}")), Ok(iec));
+        prop_assert_eq!(parse_rate(&format!("{n}{prefix}{rate_unit}")), Ok(si));
+        prop_assert_eq!(parse_rate(&format!("{n}{prefix}i{rate_unit}")), Ok(iec));
+        // Bytes a second are eight bits each; bits are not a size.
+        prop_assert_eq!(parse_rate(&format!("{n}{prefix}B/s")), Ok(8 * si));
+        let bits = format!("{n}{prefix}{rate_unit}");
+        prop_assert!(parse_size(&bits).is_err(), "{} parsed as a size", bits);
+    }
+
+    #[test]
     fn fractions_round_to_the_nearest_unit(tenths in 0u64..100_000) {
         let text = format!("{}.{}K", tenths / 10, tenths % 10);
         prop_assert_eq!(parse_rate(&text), Ok(tenths * 100));

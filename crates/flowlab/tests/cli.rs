@@ -152,6 +152,37 @@ fn json_output_is_one_versioned_document() {
     assert!(v["start"]["peer"]["system"]["congestion_default"].is_string());
 }
 
+/// Sizes and rates as people write them: `-n 2MB` is SI (2 000 000 bytes), `-n 2MiB`
+/// and `-n 2M` binary; `-b 40Mbit/s` and `-b 5MB/s` the same 40 Mbit/s; a size in bits
+/// is refused with the forms that are accepted.
+#[test]
+fn units_as_people_write_them_end_to_end() {
+    let port = support::start_server(ServerConfig::default());
+    for (amount, bytes) in [("2MB", 2_000_000), ("2MiB", 2 << 20), ("2M", 2 << 20)] {
+        let out = flowlab_test(port, &["-n", amount, "-J"]);
+        assert_success(&out);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        assert_eq!(
+            v["end"]["sums"][0]["receiver"]["bytes"], bytes,
+            "-n {amount}"
+        );
+    }
+    for rate in ["40Mbit/s", "40Mbps", "5MB/s"] {
+        let out = flowlab_test(port, &["-u", "-n", "100K", "-b", rate, "-J"]);
+        assert_success(&out);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        assert_eq!(v["start"]["spec"]["bitrate"], 40_000_000, "-b {rate}");
+    }
+    usage_error(
+        &["test", "h", "-n", "10Mbit"],
+        "a size in bytes: 1500, 64K or 64KiB",
+    );
+    usage_error(
+        &["test", "h", "-b", "10MB"],
+        "or bytes a second as 12.5MB/s",
+    );
+}
+
 #[test]
 fn sysinfo_describes_this_machine() {
     let out = flowlab()
