@@ -46,6 +46,11 @@ fn main() -> ExitCode {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| level.into()),
         )
         .with_writer(std::io::stderr)
+        // Colour only on a terminal, and never under NO_COLOR (no-color.org).
+        .with_ansi(
+            std::io::IsTerminal::is_terminal(&std::io::stderr())
+                && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
+        )
         .init();
     let outcome = match cli.command {
         Command::Serve(a) => cmd::serve::run(&a),

@@ -941,3 +941,49 @@ fn man_pages_cover_every_command() {
         std::fs::read(dir.path().join("flowlab.1")).expect("flowlab.1")
     );
 }
+
+/// The logs (`-VV`) are coloured on a terminal only, and not under `NO_COLOR`: a server
+/// in a pseudo-terminal (`script`) logs a stray datagram.
+#[test]
+fn colour_only_on_a_terminal_and_never_under_no_color() {
+    if !support::require_tool("script") {
+        return;
+    }
+    let binary = assert_cmd::cargo::cargo_bin("flowlab");
+    let logged = |terminal: bool, no_color: bool| {
+        let port = support::free_port();
+        let serve = format!(
+            "timeout 2.5 {} -VV serve -B 127.0.0.1 -p {port}",
+            binary.display()
+        );
+        let mut cmd = if terminal {
+            let mut c = std::process::Command::new("script");
+            c.args(["-qec", &serve, "/dev/null"]);
+            c
+        } else {
+            let mut c = std::process::Command::new("sh");
+            c.args(["-c", &format!("{serve} 2>&1")]);
+            c
+        };
+        cmd.env_remove("NO_COLOR");
+        if no_color {
+            cmd.env("NO_COLOR", "1");
+        }
+        let child = cmd
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("starts");
+        let udp = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+        for _ in 0..10 {
+            std::thread::sleep(std::time::Duration::from_millis(150));
+            let _ = udp.send_to(b"x", ("127.0.0.1", port));
+        }
+        let out = child.wait_with_output().expect("ends");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(text.contains("stray UDP datagram"), "{text}");
+        text.contains('\u{1b}')
+    };
+    assert!(logged(true, false), "no colour on a terminal");
+    assert!(!logged(true, true), "colour under NO_COLOR");
+    assert!(!logged(false, false), "colour into a pipe");
+}
