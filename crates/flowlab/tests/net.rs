@@ -121,6 +121,22 @@ fn a_topology_is_built_routed_shaped_and_removed() {
     let _guard = Down("tnet1");
     up(&file, &[]);
     assert_eq!(namespaces_of("tnet1").len(), 6);
+    // Every node is named in every namespace (a router at each of its addresses).
+    let out = flowlab()
+        .args([
+            "net", "exec", "-t", "tnet1", "h1", "--", "getent", "ahostsv4", "h2",
+        ])
+        .output()
+        .expect("getent");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with("10.0.3.2 "),
+        "{out:?}"
+    );
+    let hosts = std::fs::read_to_string("/etc/netns/fl-tnet1-h1/hosts").expect("hosts file");
+    assert!(
+        hosts.contains("10.0.1.1\th1\n") && hosts.contains("\tr2\n"),
+        "{hosts}"
+    );
     // `net exec` becomes its command: killing it stops the server it runs.
     let mut server = serve_in("tnet1", "h2", &[]);
     let _ = server.kill();
@@ -146,6 +162,10 @@ fn a_topology_is_built_routed_shaped_and_removed() {
         .expect("down");
     assert!(out.status.success());
     assert!(namespaces_of("tnet1").is_empty(), "nothing is left");
+    assert!(
+        !Path::new("/etc/netns/fl-tnet1-h1").exists(),
+        "the hosts files are left"
+    );
 }
 
 #[test]
@@ -841,7 +861,8 @@ fn test_h1_to_h2(topo: &str, args: &[&str]) -> serde_json::Value {
     let out = flowlab()
         .args(["net", "exec", "-t", topo, "h1", "--"])
         .arg(assert_cmd::cargo::cargo_bin("flowlab"))
-        .args(["test", "10.0.3.2", "-J"])
+        // By name: `net up` wrote the namespaces' hosts files.
+        .args(["test", "h2", "-J"])
         .args(args)
         .output()
         .expect("test from h1");

@@ -11,6 +11,22 @@ pub fn interfaces(plan: &Plan<'_>) -> Vec<(String, [u8; 4], String)> {
     segment_interfaces(plan).into_iter().flatten().collect()
 }
 
+/// The hosts file of a topology's namespaces: localhost, then every node at each of its
+/// addresses (a router has one per segment), so that a command run with `net exec` can
+/// name a node (`flowlab test h4`): `ip netns exec` mounts `/etc/netns/NS/hosts` over
+/// `/etc/hosts`.
+pub fn hosts_file(plan: &Plan<'_>) -> String {
+    let mut out = format!(
+        "# flowlab net up {}: every node of the topology (removed by net down)\n\
+         127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n",
+        plan.topology.name
+    );
+    for (node, addr, _) in interfaces(plan) {
+        out += &format!("{}\t{node}\n", std::net::Ipv4Addr::from(addr));
+    }
+    out
+}
+
 /// [`interfaces`], per segment (in the plan's order).
 pub fn segment_interfaces(plan: &Plan<'_>) -> Vec<Vec<(String, [u8; 4], String)>> {
     let t = plan.topology;
@@ -183,5 +199,14 @@ mod tests {
         // 8 segments: each of the 13 non-switch nodes routes to those it is not on.
         let on: usize = members;
         assert_eq!(r.len(), 13 * 8 - on);
+        // Every addressed interface is a line of the hosts file, under its node's name.
+        let hosts = hosts_file(&plan);
+        assert!(hosts.contains("\n127.0.0.1\tlocalhost\n"), "{hosts}");
+        assert!(hosts.contains("\n10.0.1.1\th1\n"), "{hosts}");
+        assert!(hosts.contains("\n10.0.6.2\tr2\n"), "{hosts}");
+        assert_eq!(
+            hosts.lines().filter(|l| l.starts_with("10.")).count(),
+            members
+        );
     }
 }

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use super::files::{emulator_log, state_file, state_json, stats_file};
+use super::files::{emulator_log, remove_hosts, state_file, state_json, stats_file};
 use super::processes::{emulators, stop};
 use super::{NetError, namespaces, prefix, preflight, run};
 
@@ -66,6 +66,7 @@ pub fn down(name: &str, dir: &Path) -> Result<Vec<String>, NetError> {
     if let Some(e) = failed {
         return Err(e);
     }
+    remove_hosts(&prefix(name));
     for p in [
         path,
         state_json(dir, name),

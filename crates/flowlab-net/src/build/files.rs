@@ -28,6 +28,34 @@ pub(super) fn record(dir: &Path, topo: &str, ns: &str) -> Result<(), NetError> {
     writeln!(f, "{ns}").map_err(|e| NetError::Io(path, e))
 }
 
+/// Where `ip netns exec NS` finds the files it mounts over `/etc` (the hosts file).
+pub(super) fn netns_etc(ns: &str) -> PathBuf {
+    Path::new("/etc/netns").join(ns)
+}
+
+/// Writes `hosts` as namespace `ns`'s `/etc/hosts`.
+pub(super) fn write_hosts(ns: &str, hosts: &str) -> Result<(), NetError> {
+    let dir = netns_etc(ns);
+    std::fs::create_dir_all(&dir).map_err(|e| NetError::Io(dir.clone(), e))?;
+    let path = dir.join("hosts");
+    std::fs::write(&path, hosts).map_err(|e| NetError::Io(path, e))
+}
+
+/// Removes what [`write_hosts`] wrote for every namespace starting with `prefix`, and
+/// `/etc/netns` itself when that leaves it empty.
+pub(super) fn remove_hosts(prefix: &str) {
+    let Ok(entries) = std::fs::read_dir("/etc/netns") else {
+        return;
+    };
+    for e in entries.flatten() {
+        if e.file_name().to_string_lossy().starts_with(prefix) {
+            let _ = std::fs::remove_file(e.path().join("hosts"));
+            let _ = std::fs::remove_dir(e.path());
+        }
+    }
+    let _ = std::fs::remove_dir("/etc/netns");
+}
+
 pub(super) fn state_json(dir: &Path, topo: &str) -> PathBuf {
     dir.join(format!("{topo}.json"))
 }

@@ -28,7 +28,7 @@ use std::process::Command;
 
 use crate::topology::Topology;
 
-pub use addresses::{interfaces, routes, segment_interfaces};
+pub use addresses::{hosts_file, interfaces, routes, segment_interfaces};
 pub use down::{down, status};
 pub use files::{emulator_trouble, state, state_dir, stats_file};
 pub use processes::emulators;

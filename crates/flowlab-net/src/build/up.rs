@@ -5,8 +5,8 @@ use std::path::Path;
 
 use flowlab_report::net::Shape;
 
-use super::addresses::{interfaces, routes, static_neighbours};
-use super::files::{record, write_state};
+use super::addresses::{hosts_file, interfaces, routes, static_neighbours};
+use super::files::{record, write_hosts, write_state};
 use super::processes::start_emulator;
 use super::shaping::{needs_emulation, shaping};
 use super::{
@@ -215,10 +215,15 @@ fn attach_and_shape(t: &Topology, i: usize, l: &Link, netem: bool) -> Result<(),
     Ok(())
 }
 
-/// Every interface's address, every node's routes, and static neighbour entries.
+/// Every interface's address, every node's routes, static neighbour entries, and the
+/// hosts file that names every node.
 fn address_and_route(t: &Topology) -> Result<(), NetError> {
     let ns = |n: &str| ns_name(&t.name, n);
     let plan = Plan::of(t);
+    let hosts = hosts_file(&plan);
+    for n in t.nodes.keys() {
+        write_hosts(&ns(n), &hosts)?;
+    }
     for (node, addr, dev) in interfaces(&plan) {
         let a = format!("{}/24", std::net::Ipv4Addr::from(addr));
         run("ip", &["-n", &ns(&node), "addr", "add", &a, "dev", &dev])?;
