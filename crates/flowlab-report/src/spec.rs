@@ -21,11 +21,11 @@ pub enum Direction {
 }
 
 /// How much data a test moves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Amount {
-    /// For this many whole seconds (after the omitted ones).
-    Seconds(u64),
+    /// For this many seconds (after the omitted ones), fractions allowed (`-t 1.5`).
+    Seconds(f64),
     /// Exactly this many bytes in total per direction, over all streams.
     Bytes(u64),
     /// This many writes (TCP) or datagrams (UDP) per direction, over all streams.
@@ -147,7 +147,7 @@ impl TestSpec {
             protocol: Protocol::Tcp,
             mode: Mode::Streaming,
             len: DEFAULT_TCP_LEN,
-            amount: Amount::Seconds(10),
+            amount: Amount::Seconds(10.0),
             interval: Some(Duration::from_secs(1)),
             parallel: 1,
             direction: Direction::Forward,
@@ -218,7 +218,9 @@ impl TestSpec {
     /// The parameters sent to the server.
     pub fn to_params(&self) -> TestParams {
         let (time, num, blockcount) = match self.amount {
-            Amount::Seconds(s) => (s, 0, 0),
+            // The wire (iperf3's) takes whole seconds: the server's limit is the next
+            // one up, and the client ends the test at the time asked.
+            Amount::Seconds(s) => (s.ceil() as u64, 0, 0),
             Amount::Bytes(b) => (0, b, 0),
             Amount::Blocks(k) => (0, 0, k),
         };

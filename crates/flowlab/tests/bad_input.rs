@@ -179,7 +179,7 @@ fn busy_beyond_max_tests() {
     // A test that runs for two seconds holds the only slot (a connection that has not
     // sent its parameters holds none).
     let mut long = spec(port);
-    long.amount = Amount::Seconds(2);
+    long.amount = Amount::Seconds(2.0);
     long.bitrate = 10_000_000;
     let hold = std::thread::spawn(move || run(&long));
     let _idle = at_param_exchange(port, 7);
@@ -204,11 +204,11 @@ fn server_limits_are_enforced_with_a_clear_message() {
         ..ServerConfig::default()
     });
     let mut s = spec(port);
-    s.amount = Amount::Seconds(5);
+    s.amount = Amount::Seconds(5.0);
     s.bitrate = 10_000_000;
     let err = run(&s).expect_err("too long").to_string();
     assert!(err.contains("--max-duration"), "{err}");
-    s.amount = Amount::Seconds(1);
+    s.amount = Amount::Seconds(1.0);
     s.bitrate = 0;
     let err = run(&s).expect_err("unlimited rate").to_string();
     assert!(err.contains("--max-bitrate"), "{err}");

@@ -183,6 +183,36 @@ fn units_as_people_write_them_end_to_end() {
     );
 }
 
+/// `-t 1.5` runs a second and a half and `-t 0.5` half a second (iperf3 3.12 truncates
+/// the one to 1 s and makes the other endless); the time is in the result as asked.
+#[test]
+fn a_fractional_time_runs_that_long() {
+    let port = support::start_server(ServerConfig::default());
+    for (t, reverse) in [("1.5", false), ("0.5", false), ("500ms", true)] {
+        let mut args = vec!["-t", t, "-J"];
+        if reverse {
+            args.push("-R");
+        }
+        let out = flowlab_test(port, &args);
+        assert_success(&out);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        let asked = v["start"]["spec"]["amount"]["seconds"]
+            .as_f64()
+            .expect("seconds");
+        let ran = v["end"]["sums"][0]["sender"]["seconds"]
+            .as_f64()
+            .expect("seconds");
+        let want = if t == "1.5" { 1.5 } else { 0.5 };
+        assert_eq!(asked, want, "-t {t}");
+        // Not a whole second more (the wire's own unit), not less than asked.
+        assert!((want..want + 0.5).contains(&ran), "-t {t}: ran {ran} s");
+    }
+    usage_error(
+        &["test", "h", "-t", "100000"],
+        "-t/--time 100000: must be above 0",
+    );
+}
+
 #[test]
 fn sysinfo_describes_this_machine() {
     let out = flowlab()

@@ -100,7 +100,7 @@ fn udp_spec(port: u16, direction: Direction) -> flowlab_report::spec::TestSpec {
     s.len = 1400;
     s.bitrate = 20_000_000;
     s.direction = direction;
-    s.amount = Amount::Seconds(2);
+    s.amount = Amount::Seconds(2.0);
     s
 }
 
@@ -141,7 +141,7 @@ fn forged_datagrams_to_a_receiving_client_are_foreign() {
 fn a_forged_storm_past_the_end_neither_stretches_nor_holds_the_receiver() {
     let port = default_server();
     let mut s = udp_spec(port, Direction::Reverse);
-    s.amount = Amount::Seconds(1);
+    s.amount = Amount::Seconds(1.0);
     let started = Instant::now();
     let test = std::thread::spawn(move || run(&s));
     let client = client_udp_port(port);

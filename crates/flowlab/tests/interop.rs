@@ -205,7 +205,7 @@ fn flowlab_client_against_iperf3_server() {
         // The iperf3 server counts for itself; its JSON is the reference.
         let server = Iperf3Server::start(port);
         let mut s = spec(port);
-        s.amount = Amount::Seconds(1);
+        s.amount = Amount::Seconds(1.0);
         setup(&mut s);
         let r = run(&s).unwrap_or_else(|e| panic!("{name}: {e}"));
         check_against(name, &r, server.json());
@@ -273,7 +273,7 @@ fn flowlab_only_features_stop_before_data_against_iperf3() {
     let _server = Iperf3Server::start(port);
     let mut s = spec(port);
     s.mode = Mode::StopAndWait;
-    s.amount = Amount::Seconds(1);
+    s.amount = Amount::Seconds(1.0);
     let err = run(&s).expect_err("iperf3 has no stop-and-wait");
     assert!(
         matches!(err, ClientError::Unsupported(ref f) if f == "stop-and-wait"),
@@ -296,7 +296,7 @@ fn a_busy_flowlab_server_tells_a_stock_iperf3_client_so() {
         ..flowlab_engine::server::ServerConfig::default()
     });
     let mut long = spec(port);
-    long.amount = Amount::Seconds(2);
+    long.amount = Amount::Seconds(2.0);
     long.bitrate = 10_000_000;
     let hold = std::thread::spawn(move || run(&long));
     std::thread::sleep(Duration::from_millis(500));
@@ -511,7 +511,7 @@ fn latency_probes_against_iperf3_are_refused_before_the_test() {
     let port = free_port();
     let _server = Iperf3Server::start(port);
     let mut s = spec(port);
-    s.amount = Amount::Seconds(1);
+    s.amount = Amount::Seconds(1.0);
     s.latency = Some(Duration::from_millis(10));
     match run(&s) {
         Err(e @ ClientError::NoEcho(_)) => {

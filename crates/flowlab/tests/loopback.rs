@@ -64,7 +64,7 @@ macro_rules! matrix {
     };
 }
 
-const ONE_SECOND: Amount = Amount::Seconds(1);
+const ONE_SECOND: Amount = Amount::Seconds(1.0);
 const BYTES: Amount = Amount::Bytes(3_000_000 + 7);
 
 matrix! {
@@ -135,7 +135,7 @@ fn udp_bitrate_is_paced() {
     s.protocol = Protocol::Udp;
     s.len = 1000;
     s.bitrate = 20_000_000;
-    s.amount = Amount::Seconds(2);
+    s.amount = Amount::Seconds(2.0);
     let r = run(&s).expect("test runs");
     let (snd, _) = sum(&r, StreamDirection::Up);
     let rate = snd.bits_per_second;
@@ -151,7 +151,7 @@ fn intervals_cover_the_test_and_omit_is_excluded() {
     let mut s = spec(port);
     s.interval = Some(std::time::Duration::from_millis(500));
     s.omit = 1;
-    s.amount = Amount::Seconds(1);
+    s.amount = Amount::Seconds(1.0);
     s.bitrate = 80_000_000;
     let r = run(&s).expect("test runs");
     let omitted = r.intervals.iter().filter(|i| i.omitted).count();
@@ -259,7 +259,7 @@ fn many_tests_run_at_once_on_one_server() {
         .map(|i| {
             std::thread::spawn(move || {
                 let mut s = spec(port);
-                s.amount = Amount::Seconds(1);
+                s.amount = Amount::Seconds(1.0);
                 if i == 1 {
                     s.protocol = Protocol::Udp;
                     s.bitrate = 50_000_000;
@@ -291,7 +291,7 @@ fn overflowing_udp(direction: Direction, backoff: bool) -> (Option<u64>, Option<
     s.protocol = Protocol::Udp;
     s.len = 1460;
     s.direction = direction;
-    s.amount = Amount::Seconds(1);
+    s.amount = Amount::Seconds(1.0);
     s.window = 32 * 1024;
     s.udp_backoff = backoff;
     let r = run(&s).expect("test runs");
@@ -339,7 +339,7 @@ fn affinity_pins_each_ends_stream_threads() {
     let (client_cpu, server_cpu) = (cpus[cpus.len() - 1], cpus[0]);
     let port = support::default_server();
     let mut s = support::spec(port);
-    s.amount = Amount::Seconds(2);
+    s.amount = Amount::Seconds(2.0);
     s.affinity = flowlab_report::spec::Affinity {
         client: Some(client_cpu),
         server: Some(server_cpu),
@@ -378,7 +378,7 @@ fn affinity_pins_each_ends_stream_threads() {
     assert_eq!(seen, want, "stream threads' CPUs");
 
     let mut s = support::spec(port);
-    s.amount = Amount::Seconds(1);
+    s.amount = Amount::Seconds(1.0);
     s.affinity.server = Some(4096);
     let e = support::run(&s).expect_err("refused").to_string();
     assert!(

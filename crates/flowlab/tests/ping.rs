@@ -474,7 +474,7 @@ fn latency_under_load_is_measured_beside_every_kind_of_test() {
     ];
     for (name, setup) in cases {
         let mut s = support::spec(port);
-        s.amount = Amount::Seconds(2);
+        s.amount = Amount::Seconds(2.0);
         s.interval = Some(Duration::from_millis(500));
         s.latency = Some(Duration::from_millis(10));
         setup(&mut s);
@@ -579,7 +579,7 @@ fn a_server_without_the_echo_is_refused_before_the_load() {
     let port = listener.local_addr().expect("addr").port();
     listener.set_nonblocking(true).expect("nonblocking");
     let mut s = support::spec(port);
-    s.amount = Amount::Seconds(1);
+    s.amount = Amount::Seconds(1.0);
     s.latency = Some(Duration::from_millis(5));
     let e = run(&s).expect_err("no echo");
     let text = e.to_string();

@@ -31,7 +31,7 @@ fn stream(t: &Trace, side: Side) -> &TracedStream {
 #[test]
 fn both_ends_sample_every_period_and_the_counters_match_the_bytes() {
     // 1 ms for 2 s: the server's samples alone are larger than an untraced result may be.
-    let r = run(&traced(Duration::from_millis(1), Amount::Seconds(2))).expect("test runs");
+    let r = run(&traced(Duration::from_millis(1), Amount::Seconds(2.0))).expect("test runs");
     let t = trace(&r);
     assert_eq!(t.period_us, 1000);
     assert_eq!(t.streams.len(), 2, "one stream, sampled on both ends");
@@ -105,7 +105,7 @@ fn every_stream_of_a_reverse_test_is_traced_on_both_ends() {
 /// Seed 002: bytes in flight keep hitting a small receive window.
 #[test]
 fn a_small_receive_window_is_diagnosed_as_the_limit() {
-    let mut s = traced(Duration::from_millis(10), Amount::Seconds(1));
+    let mut s = traced(Duration::from_millis(10), Amount::Seconds(1.0));
     s.recv_window = 4 * 1024;
     let r = run(&s).expect("test runs");
     let d = &trace(&r).diagnosis[0];
@@ -136,7 +136,7 @@ fn a_small_receive_window_is_diagnosed_as_the_limit() {
 /// advised.
 #[test]
 fn a_large_receive_buffer_is_not_blamed() {
-    let mut s = traced(Duration::from_millis(10), Amount::Seconds(1));
+    let mut s = traced(Duration::from_millis(10), Amount::Seconds(1.0));
     s.recv_window = 4 << 20;
     let r = run(&s).expect("test runs");
     let d = &trace(&r).diagnosis[0];

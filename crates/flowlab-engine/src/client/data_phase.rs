@@ -85,7 +85,7 @@ pub(super) fn run_data_phase(
             deadline = deadline.min(omit);
         }
         if let Amount::Seconds(t) = spec.amount {
-            deadline = deadline.min(omit + Duration::from_secs(t));
+            deadline = deadline.min(omit + Duration::from_secs_f64(t));
         }
         match control::wait_state(
             ctrl,
@@ -124,7 +124,7 @@ pub(super) fn run_data_phase(
             last_data = Instant::now();
         }
         let done = match spec.amount {
-            Amount::Seconds(t) => now >= omit + Duration::from_secs(t),
+            Amount::Seconds(t) => now >= omit + Duration::from_secs_f64(t),
             Amount::Bytes(_) | Amount::Blocks(_) => {
                 let target = match spec.amount {
                     Amount::Bytes(n) => n,

@@ -53,7 +53,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         spec.port = port;
         spec.protocol = protocol;
         spec.direction = direction;
-        spec.amount = Amount::Seconds(a.time);
+        spec.amount = Amount::Seconds(a.time as f64);
         spec.interval = None;
         // Round trips before and under each load (`test --latency`).
         spec.latency = Some(std::time::Duration::from_millis(10));

@@ -123,7 +123,7 @@ pub fn step_line(
                 }
             }
             let expected = match amount {
-                Amount::Seconds(s) => Some(Duration::from_secs(s + spec.omit)),
+                Amount::Seconds(s) => Some(Duration::from_secs_f64(s + spec.omit as f64)),
                 Amount::Bytes(_) | Amount::Blocks(_) => None,
             };
             argv.insert(0, "test".into());
@@ -192,11 +192,14 @@ fn duration_text(d: Duration) -> String {
     }
 }
 
-/// `amount` times `scale`, never below one second, byte or block.
+/// `amount` times `scale`, never below one byte or block, nor below a second (or the
+/// study's own time, when that was shorter); seconds to the millisecond.
 fn scaled(amount: Amount, scale: f64) -> Amount {
     let times = |n: u64| ((n as f64 * scale).round() as u64).max(1);
     match amount {
-        Amount::Seconds(s) => Amount::Seconds(times(s)),
+        Amount::Seconds(s) => {
+            Amount::Seconds(((s * scale * 1000.0).round() / 1000.0).max(s.min(1.0)))
+        }
         Amount::Bytes(b) => Amount::Bytes(times(b)),
         Amount::Blocks(k) => Amount::Blocks(times(k)),
     }
@@ -207,11 +210,10 @@ fn scaled(amount: Amount, scale: f64) -> Amount {
 /// none is given (the default ten seconds).
 fn rewrite(argv: &mut Vec<String>, amount: Amount) {
     let (short, long, value) = match amount {
-        Amount::Seconds(s) => ("-t", "--time", s),
-        Amount::Bytes(b) => ("-n", "--bytes", b),
-        Amount::Blocks(k) => ("-k", "--blockcount", k),
+        Amount::Seconds(s) => ("-t", "--time", s.to_string()),
+        Amount::Bytes(b) => ("-n", "--bytes", b.to_string()),
+        Amount::Blocks(k) => ("-k", "--blockcount", k.to_string()),
     };
-    let value = value.to_string();
     let mut i = 0;
     while i < argv.len() {
         let a = argv[i].as_str();

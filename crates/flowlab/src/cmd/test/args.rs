@@ -38,9 +38,9 @@ pub struct Args {
     /// Bytes per write (TCP, default 128K) or per datagram (UDP, default 1460).
     #[arg(short = 'l', long = "length", value_parser = units::parse_size, value_name = "SIZE")]
     pub length: Option<u64>,
-    /// Seconds to send (default 10).
+    /// Seconds to send (default 10), fractions allowed (1.5, or 1500ms); at most a day.
     #[arg(short, long, value_name = "SECONDS", group = "amount")]
-    pub time: Option<u64>,
+    pub time: Option<String>,
     /// Bytes to send in total per direction, exactly (e.g. 100M).
     #[arg(short = 'n', long = "bytes", value_parser = units::parse_size, value_name = "SIZE", group = "amount")]
     pub bytes: Option<u64>,
@@ -166,19 +166,16 @@ impl Args {
             (None, Protocol::Tcp) => spec::DEFAULT_TCP_LEN,
             (None, Protocol::Udp) => spec::DEFAULT_UDP_LEN,
         };
-        s.amount = match (self.time, self.bytes, self.blocks) {
-            (Some(0), _, _) => return Err("-t/--time must be at least 1 second".into()),
-            (Some(t), _, _) if t > MAX_TIME => {
-                return Err(Usage(format!(
-                    "-t/--time {t} is more than a day; at most {MAX_TIME} seconds (as iperf3)"
-                )));
+        s.amount = match (&self.time, self.bytes, self.blocks) {
+            (Some(t), _, _) => {
+                let t = crate::cli::seconds("-t/--time", t, false, MAX_TIME)?;
+                Amount::Seconds(t.as_secs_f64())
             }
-            (Some(t), _, _) => Amount::Seconds(t),
             (_, Some(0), _) => return Err("-n/--bytes must be more than 0".into()),
             (_, Some(n), _) => Amount::Bytes(n),
             (_, _, Some(0)) => return Err("-k/--blockcount must be more than 0".into()),
             (_, _, Some(k)) => Amount::Blocks(k),
-            _ => Amount::Seconds(10),
+            _ => Amount::Seconds(10.0),
         };
         if !(self.interval == 0.0 || (0.1..=3600.0).contains(&self.interval)) {
             return Err(Usage(format!(
@@ -330,7 +327,7 @@ fn password() -> Result<String, Usage> {
 }
 
 /// Longest `-t`: a day, iperf3's limit too.
-const MAX_TIME: u64 = 86_400;
+const MAX_TIME: f64 = 86_400.0;
 
 /// `-A N[,M]`: the client's CPU N, which this process must be allowed to run on (`allowed`),
 /// and the server's M (the server checks its own).
