@@ -35,6 +35,7 @@ pub mod csv;
 pub mod diagnose;
 pub mod fetch;
 pub mod html;
+pub mod iperf3_json;
 pub mod json;
 pub mod latency;
 pub mod metrics;
@@ -63,6 +64,8 @@ pub enum TestFormat {
     Json,
     /// One JSON object per line as the test runs (`--json-stream`).
     JsonStream,
+    /// One JSON document at the end in iperf3's shape (`--iperf3-json`).
+    Iperf3Json,
 }
 
 /// Whether `r` is of a UDP test (its columns differ).
@@ -84,6 +87,7 @@ pub fn test_output(r: &TestResult, format: TestFormat) -> serde_json::Result<Str
             out
         }
         TestFormat::Json => json::document(r)? + "\n",
+        TestFormat::Iperf3Json => serde_json::to_string_pretty(&iperf3_json::document(r))? + "\n",
         TestFormat::JsonStream => {
             let mut out = json::event_line("start", &r.start);
             for iv in &r.intervals {

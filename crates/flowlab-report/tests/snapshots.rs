@@ -54,6 +54,7 @@ fn pin_test_formats(r: &TestResult, tag: &str, json_document: bool) {
     pin!(format!("{tag}-json-stream"), out(TestFormat::JsonStream));
     if json_document {
         pin!(format!("{tag}-json"), out(TestFormat::Json));
+        pin!(format!("{tag}-iperf3-json"), out(TestFormat::Iperf3Json));
     }
 }
 

@@ -526,3 +526,138 @@ fn latency_probes_against_iperf3_are_refused_before_the_test() {
         "the one-off iperf3 server ran a test"
     );
 }
+
+/// Every key path of a JSON document (`a.b[].c`, arrays through their elements) with the
+/// type of its value.
+fn key_types(v: &Value, path: &str, out: &mut std::collections::BTreeMap<String, &'static str>) {
+    let kind = match v {
+        Value::Null => "null",
+        Value::Bool(_) => "bool",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    };
+    if !path.is_empty() {
+        out.insert(path.to_string(), kind);
+    }
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                let p = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
+                key_types(x, &p, out);
+            }
+        }
+        Value::Array(a) => {
+            for x in a {
+                key_types(x, &format!("{path}[]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// `flowlab test --iperf3-json` and a stock `iperf3 -c -J`, each against a stock
+/// `iperf3 -s`, for the same tests: the same key paths with values of the same types
+/// (but the documented few flowlab does not sample), and the values a script reads most
+/// (rates, bytes, duration, streams, protocol, reverse) in the same ranges.
+#[test]
+fn iperf3_json_has_iperf3_s_keys_and_values() {
+    if !require_tool("iperf3") {
+        return;
+    }
+    let _one_at_a_time = one_iperf3_server_at_a_time();
+    let cases: &[&[&str]] = &[
+        &["-t", "1"],
+        &["-t", "1", "-R", "-P", "2"],
+        &["-t", "1", "--bidir"],
+        // (iperf3's UDP default length is not flowlab's: both given one.)
+        &["-t", "1", "-u", "-b", "20M", "-l", "1400"],
+        &["-t", "1", "-u", "-b", "20M", "-l", "1400", "-R"],
+        &["-n", "50M", "-b", "200M"],
+    ];
+    let flowlab_bin = assert_cmd::cargo::cargo_bin("flowlab");
+    for args in cases {
+        let port = free_port();
+        let server = Iperf3Server::start(port);
+        let reference = iperf3_client(port, args);
+        drop(server);
+        let port = free_port();
+        let server = Iperf3Server::start(port);
+        let out = Command::new(&flowlab_bin)
+            .args([
+                "test",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+                "--iperf3-json",
+            ])
+            .args(*args)
+            .output()
+            .expect("flowlab runs");
+        drop(server);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let ours: Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+        let (mut want, mut got) = (Default::default(), Default::default());
+        key_types(&reference, "", &mut want);
+        key_types(&ours, "", &mut got);
+        for left_out in flowlab_report::iperf3_json::LEFT_OUT {
+            want.remove(left_out);
+        }
+        let missing: Vec<_> = want.keys().filter(|k| !got.contains_key(*k)).collect();
+        let extra: Vec<_> = got.keys().filter(|k| !want.contains_key(*k)).collect();
+        assert!(
+            missing.is_empty() && extra.is_empty(),
+            "{args:?}: missing {missing:?}, extra {extra:?}"
+        );
+        for (k, t) in &want {
+            assert_eq!(got[k], *t, "{args:?}: {k}");
+        }
+        // What scripts read: the same test described, rates of the same order.
+        for key in [
+            "protocol",
+            "num_streams",
+            "blksize",
+            "duration",
+            "bytes",
+            "reverse",
+        ] {
+            assert_eq!(
+                ours["start"]["test_start"][key], reference["start"]["test_start"][key],
+                "{args:?}: start.test_start.{key}"
+            );
+        }
+        for sum in ["sum_sent", "sum_received"] {
+            let rate = |v: &Value| v["end"][sum]["bits_per_second"].as_f64().expect("rate");
+            let (a, b) = (rate(&ours), rate(&reference));
+            assert!(a > 0.0 && b > 0.0, "{args:?}: {sum}: {a} against {b}");
+            // UDP at a set rate: the same to 10 %; TCP on loopback varies run to run.
+            let spread = if args.contains(&"-u") { 1.1 } else { 4.0 };
+            assert!(
+                a / b < spread && b / a < spread,
+                "{args:?}: {sum}: {a} against {b}"
+            );
+            let seconds = ours["end"][sum]["seconds"].as_f64().expect("seconds");
+            if args.contains(&"-t") {
+                assert!(
+                    (0.9..1.5).contains(&seconds),
+                    "{args:?}: {sum}: {seconds} s"
+                );
+            }
+        }
+        if args.contains(&"-n") {
+            assert!(
+                ours["end"]["sum_sent"]["bytes"].as_u64() >= Some(50 << 20),
+                "{ours}"
+            );
+        }
+    }
+}

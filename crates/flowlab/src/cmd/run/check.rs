@@ -105,8 +105,8 @@ pub fn step_line(
                 .collect();
             let parsed = TestLine::try_parse_from(&argv).map_err(|e| one_line(&e))?;
             let a = parsed.args;
-            if a.json || a.json_stream {
-                return Err("the runner records each test's -J document itself: leave out -J and --json-stream".into());
+            if a.json || a.json_stream || a.iperf3_json {
+                return Err("the runner records each test's -J document itself: leave out -J, --json-stream and --iperf3-json".into());
             }
             let spec = a.to_spec().map_err(|e| e.to_string())?;
             let mut amount = spec.amount;

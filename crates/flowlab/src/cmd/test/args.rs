@@ -128,8 +128,12 @@ pub struct Args {
     #[arg(short = 'A', long, value_name = "N[,M]")]
     pub affinity: Option<String>,
     /// Print one JSON document at the end.
-    #[arg(short = 'J', long, conflicts_with = "json_stream")]
+    #[arg(short = 'J', long, conflicts_with_all = ["json_stream", "iperf3_json"])]
     pub json: bool,
+    /// Print one JSON document at the end in iperf3's shape (iperf3 -J's keys), for tools
+    /// written for iperf3 (docs/json-schema.md).
+    #[arg(long, conflicts_with = "json_stream")]
+    pub iperf3_json: bool,
     /// Print one JSON line per event as it happens.
     #[arg(long)]
     pub json_stream: bool,

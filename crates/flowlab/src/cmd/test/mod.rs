@@ -24,13 +24,16 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         format: a.format,
         udp: a.udp,
         json_stream: a.json_stream,
-        quiet: a.json,
+        quiet: a.json || a.iperf3_json,
     };
     let result = match client::run(&spec, &mut printer, &interrupt) {
         Ok(result) => result,
         Err(e) => {
             if a.json {
                 println!("{}", json::test_error(&e.to_string())?);
+            } else if a.iperf3_json {
+                let doc = flowlab_report::iperf3_json::error_document(&e.to_string());
+                println!("{}", serde_json::to_string_pretty(&doc)?);
             } else if a.json_stream {
                 emit(&json::test_error_event(&e.to_string()));
             }
@@ -46,6 +49,9 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     }
     if a.json {
         println!("{}", json::document(&result)?);
+    } else if a.iperf3_json {
+        let doc = flowlab_report::iperf3_json::document(&result);
+        println!("{}", serde_json::to_string_pretty(&doc)?);
     } else if a.json_stream {
         emit(&json::finish(&result));
     } else {

@@ -1,0 +1,309 @@
+//! A test's result in iperf3's JSON shape (`flowlab test --iperf3-json`), so that tools
+//! written for `iperf3 -J` (plotters, collectors, scripts reading
+//! `end.sum_received.bits_per_second`) read flowlab's results unchanged. The keys and
+//! their meaning are iperf3 3.12's; flowlab's own `-J` schema (docs/json-schema.md) is
+//! richer and stays the default.
+//!
+//! Where iperf3 writes 0 for what one end cannot know (the receiving client's RTT and
+//! congestion window), so does this; what flowlab does not sample at all is left out
+//! rather than made up: [`LEFT_OUT`].
+
+use std::net::SocketAddr;
+use std::time::{Duration, UNIX_EPOCH};
+
+use serde_json::{Map, Value, json};
+
+use crate::result::{
+    EndStream, Interval, IntervalStream, SideTotals, StartInfo, StreamDirection, TestResult,
+};
+
+/// Keys of iperf3's document that flowlab does not fill (paths as `a.b[].c`): the send
+/// window and path MTU, which it does not sample.
+pub const LEFT_OUT: [&str; 3] = [
+    "intervals[].streams[].snd_wnd",
+    "intervals[].streams[].pmtu",
+    "end.streams[].sender.max_snd_wnd",
+];
+
+/// The document for `r`.
+pub fn document(r: &TestResult) -> Value {
+    let udp = r.start.spec["protocol"] == "udp";
+    let len = r.start.spec["len"].as_u64().unwrap_or(1).max(1);
+    let udp = udp.then_some(len);
+    let intervals: Vec<Value> = r.intervals.iter().map(|iv| interval(iv, udp)).collect();
+    let udp = udp.is_some();
+    json!({
+        "start": start(&r.start, udp),
+        "intervals": intervals,
+        "end": r.end.as_ref().map_or_else(|| json!({}), |_| end(r, udp)),
+    })
+}
+
+/// What iperf3 prints with `-J` when the test could not run.
+pub fn error_document(message: &str) -> Value {
+    json!({"start": {}, "intervals": [], "end": {}, "error": message})
+}
+
+/// Whether this end sends in `d` (the client sends up).
+fn sends(d: StreamDirection) -> bool {
+    d == StreamDirection::Up
+}
+
+fn host_port(address: &str) -> (String, u16) {
+    match address.parse::<SocketAddr>() {
+        Ok(a) => (a.ip().to_string(), a.port()),
+        Err(_) => (address.to_string(), 0),
+    }
+}
+
+fn start(s: &StartInfo, udp: bool) -> Value {
+    let spec = &s.spec;
+    let connected: Vec<Value> = s
+        .streams
+        .iter()
+        .map(|st| {
+            let (local_host, local_port) = host_port(&st.local);
+            let (remote_host, remote_port) = host_port(&st.remote);
+            json!({
+                "socket": st.id, "local_host": local_host, "local_port": local_port,
+                "remote_host": remote_host, "remote_port": remote_port,
+            })
+        })
+        .collect();
+    let amount = &spec["amount"];
+    let when = UNIX_EPOCH + Duration::from_secs(s.timestamp);
+    let mut out = json!({
+        "connected": connected,
+        "version": format!("flowlab {}", s.flowlab_version),
+        "system_info": format!("Linux {}", s.system.kernel.as_deref().unwrap_or("")),
+        "timestamp": {"time": httpdate::fmt_http_date(when), "timesecs": s.timestamp},
+        "connecting_to": {"host": spec["host"], "port": spec["port"]},
+        "cookie": s.cookie,
+        "target_bitrate": spec["bitrate"],
+        "sock_bufsize": spec["window"],
+        "sndbuf_actual": s.streams.first().map_or(0, |st| st.sndbuf),
+        "rcvbuf_actual": s.streams.first().map_or(0, |st| st.rcvbuf),
+        "test_start": {
+            "protocol": if udp { "UDP" } else { "TCP" },
+            "num_streams": spec["parallel"],
+            "blksize": spec["len"],
+            "omit": spec["omit"],
+            // iperf3's duration is whole seconds (0 when the test is of bytes or blocks).
+            "duration": amount["seconds"].as_f64().map_or(0, |t| t.ceil() as u64),
+            "bytes": amount["bytes"].as_u64().unwrap_or(0),
+            "blocks": amount["blocks"].as_u64().unwrap_or(0),
+            "reverse": u8::from(spec["direction"] == "reverse"),
+            "tos": 0,
+            "target_bitrate": spec["bitrate"],
+        },
+    });
+    if !udp {
+        out["tcp_mss_default"] = json!(s.streams.first().and_then(|st| st.mss).unwrap_or(0));
+    }
+    out
+}
+
+/// Datagrams in `bytes`: the receiver's count where it has one, else (the sending end)
+/// the bytes over the datagram length, every datagram being that long.
+fn packets(bytes: u64, udp: Option<&crate::result::UdpInterval>, len: u64) -> u64 {
+    udp.map_or(bytes / len, |u| u.packets)
+}
+
+/// One stream's interval; `udp` the datagram length of a UDP test.
+fn interval_stream(s: &IntervalStream, iv: &Interval, udp: Option<u64>) -> Value {
+    let mut v = json!({
+        "socket": s.id, "start": iv.start, "end": iv.end, "seconds": iv.end - iv.start,
+        "bytes": s.bytes, "bits_per_second": s.bits_per_second,
+    });
+    if let Some(t) = s.tcp.as_ref().filter(|_| sends(s.direction)) {
+        v["retransmits"] = json!(t.retransmits);
+        v["snd_cwnd"] = json!(t.cwnd_bytes);
+        v["rtt"] = json!(t.rtt_us);
+        v["rttvar"] = json!(t.rttvar_us);
+    }
+    if let Some(len) = udp {
+        v["packets"] = json!(packets(s.bytes, s.udp.as_ref(), len));
+        if let Some(u) = s.udp.as_ref().filter(|_| !sends(s.direction)) {
+            v["jitter_ms"] = json!(u.jitter_ms);
+            v["lost_packets"] = json!(u.lost);
+            v["lost_percent"] = json!(u.lost_percent);
+        }
+    }
+    v["omitted"] = json!(iv.omitted);
+    v["sender"] = json!(sends(s.direction));
+    v
+}
+
+/// An interval; `udp` the datagram length of a UDP test.
+fn interval(iv: &Interval, udp: Option<u64>) -> Value {
+    let streams: Vec<Value> = iv
+        .streams
+        .iter()
+        .map(|s| interval_stream(s, iv, udp))
+        .collect();
+    let mut out = json!({ "streams": streams });
+    for (i, sum) in iv.sums.iter().enumerate() {
+        let mut v = json!({
+            "start": iv.start, "end": iv.end, "seconds": iv.end - iv.start,
+            "bytes": sum.bytes, "bits_per_second": sum.bits_per_second,
+        });
+        if let Some(r) = sum
+            .retransmits
+            .filter(|_| udp.is_none() && sends(sum.direction))
+        {
+            v["retransmits"] = json!(r);
+        }
+        if let Some(len) = udp {
+            v["packets"] = json!(packets(sum.bytes, sum.udp.as_ref(), len));
+            if let Some(u) = sum.udp.as_ref().filter(|_| !sends(sum.direction)) {
+                v["jitter_ms"] = json!(u.jitter_ms);
+                v["lost_packets"] = json!(u.lost);
+                v["lost_percent"] = json!(u.lost_percent);
+            }
+        }
+        v["omitted"] = json!(iv.omitted);
+        v["sender"] = json!(sends(sum.direction));
+        // iperf3's --bidir: the second direction is `sum_bidir_reverse`.
+        let key = if i == 0 { "sum" } else { "sum_bidir_reverse" };
+        out[key] = v;
+    }
+    out
+}
+
+/// One side's totals as iperf3 writes them: `sender` is whether this end sent.
+fn totals(t: &SideTotals, socket: Option<i64>, local_sends: bool) -> Map<String, Value> {
+    let mut m = Map::new();
+    if let Some(id) = socket {
+        m.insert("socket".into(), json!(id));
+    }
+    m.insert("start".into(), json!(0));
+    m.insert("end".into(), json!(t.seconds));
+    m.insert("seconds".into(), json!(t.seconds));
+    m.insert("bytes".into(), json!(t.bytes));
+    m.insert("bits_per_second".into(), json!(t.bits_per_second));
+    m.insert("sender".into(), json!(local_sends));
+    m
+}
+
+/// The RTT and window maxima of a sending stream, over its intervals (µs and bytes), as
+/// iperf3 takes them from its own samples; 0 where this end did not send.
+fn tcp_extremes(r: &TestResult, id: i64, local_sends: bool) -> Map<String, Value> {
+    let samples: Vec<_> = r
+        .intervals
+        .iter()
+        .flat_map(|iv| iv.streams.iter())
+        .filter(|s| s.id == id && local_sends)
+        .filter_map(|s| s.tcp.as_ref())
+        .collect();
+    let rtts: Vec<u64> = samples
+        .iter()
+        .map(|t| t.rtt_us)
+        .filter(|&r| r > 0)
+        .collect();
+    let mean = if rtts.is_empty() {
+        0
+    } else {
+        rtts.iter().sum::<u64>() / rtts.len() as u64
+    };
+    let mut m = Map::new();
+    m.insert(
+        "max_snd_cwnd".into(),
+        json!(samples.iter().map(|t| t.cwnd_bytes).max().unwrap_or(0)),
+    );
+    m.insert(
+        "max_rtt".into(),
+        json!(rtts.iter().max().copied().unwrap_or(0)),
+    );
+    m.insert(
+        "min_rtt".into(),
+        json!(rtts.iter().min().copied().unwrap_or(0)),
+    );
+    m.insert("mean_rtt".into(), json!(mean));
+    m
+}
+
+fn end_stream(r: &TestResult, s: &EndStream, udp: bool) -> Value {
+    let local_sends = sends(s.direction);
+    if udp {
+        // iperf3's one `udp` object: the sender's bytes, the receiver's loss and jitter.
+        let mut m = s
+            .sender
+            .as_ref()
+            .or(s.receiver.as_ref())
+            .map(|t| totals(t, Some(s.id), local_sends))
+            .unwrap_or_default();
+        if let Some(u) = s.receiver.as_ref().and_then(|t| t.udp.as_ref()) {
+            m.insert("jitter_ms".into(), json!(u.jitter_ms));
+            m.insert("lost_packets".into(), json!(u.lost));
+            m.insert("packets".into(), json!(u.expected));
+            m.insert("lost_percent".into(), json!(u.lost_percent));
+            m.insert("out_of_order".into(), json!(u.out_of_order));
+        }
+        return json!({ "udp": m });
+    }
+    let mut out = Map::new();
+    if let Some(t) = &s.sender {
+        let mut m = totals(t, Some(s.id), local_sends);
+        m.insert("retransmits".into(), json!(t.retransmits.unwrap_or(0)));
+        m.extend(tcp_extremes(r, s.id, local_sends));
+        out.insert("sender".into(), Value::Object(m));
+    }
+    if let Some(t) = &s.receiver {
+        out.insert(
+            "receiver".into(),
+            Value::Object(totals(t, Some(s.id), local_sends)),
+        );
+    }
+    Value::Object(out)
+}
+
+fn end(r: &TestResult, udp: bool) -> Value {
+    let Some(e) = &r.end else {
+        return json!({});
+    };
+    let streams: Vec<Value> = e.streams.iter().map(|s| end_stream(r, s, udp)).collect();
+    let mut out = json!({ "streams": streams });
+    for (i, sum) in e.sums.iter().enumerate() {
+        let local_sends = sends(sum.direction);
+        let suffix = if i == 0 { "" } else { "_bidir_reverse" };
+        let udp_totals = sum.receiver.as_ref().and_then(|t| t.udp.as_ref());
+        let with_udp = |mut m: Map<String, Value>| {
+            if let Some(u) = udp_totals.filter(|_| udp) {
+                m.insert("jitter_ms".into(), json!(u.jitter_ms));
+                m.insert("lost_packets".into(), json!(u.lost));
+                m.insert("packets".into(), json!(u.expected));
+                m.insert("lost_percent".into(), json!(u.lost_percent));
+            }
+            Value::Object(m)
+        };
+        if let Some(t) = &sum.sender {
+            let mut m = totals(t, None, local_sends);
+            if !udp {
+                m.insert("retransmits".into(), json!(t.retransmits.unwrap_or(0)));
+            }
+            out[format!("sum_sent{suffix}")] = with_udp(m);
+        }
+        if let Some(t) = &sum.receiver {
+            out[format!("sum_received{suffix}")] = with_udp(totals(t, None, local_sends));
+            if udp && i == 0 {
+                // iperf3's UDP `sum`: the sender's bytes with the receiver's loss.
+                let base = sum.sender.as_ref().unwrap_or(t);
+                out["sum"] = with_udp(totals(base, None, local_sends));
+            }
+        }
+    }
+    let c = &e.cpu;
+    out["cpu_utilization_percent"] = json!({
+        "host_total": c.local_total, "host_user": c.local_user, "host_system": c.local_system,
+        "remote_total": c.remote_total, "remote_user": c.remote_user,
+        "remote_system": c.remote_system,
+    });
+    if !udp {
+        let up = e.sums.first().is_none_or(|s| sends(s.direction));
+        let (local, remote) = (&e.congestion_local, &e.congestion_remote);
+        let (sender, receiver) = if up { (local, remote) } else { (remote, local) };
+        out["sender_tcp_congestion"] = json!(sender.as_deref().unwrap_or(""));
+        out["receiver_tcp_congestion"] = json!(receiver.as_deref().unwrap_or(""));
+    }
+    out
+}
