@@ -6,6 +6,7 @@ use std::io::Read;
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 
 use flowlab_proto::fragment::{Admission, Decoder};
+use flowlab_report::spec::IpFamily;
 
 /// A server name that gives no address to connect to.
 #[derive(Debug, thiserror::Error)]
@@ -17,10 +18,21 @@ pub enum ResolveError {
     },
     #[error("cannot resolve '{0}': no address")]
     NoAddress(String),
+    #[error("'{host}' has no {} address ({flag})", family.name())]
+    NoAddressOf {
+        host: String,
+        family: IpFamily,
+        flag: &'static str,
+    },
 }
 
-/// Every address `host` resolves to, with `port` (at least one).
-pub fn addresses(host: &str, port: u16) -> Result<Vec<SocketAddr>, ResolveError> {
+/// Every address `host` resolves to, with `port` (at least one), of `family` alone when
+/// one is given (`-4`, `-6`).
+pub fn addresses(
+    host: &str,
+    port: u16,
+    family: Option<IpFamily>,
+) -> Result<Vec<SocketAddr>, ResolveError> {
     let addrs: Vec<SocketAddr> = (host, port)
         .to_socket_addrs()
         .map_err(|source| ResolveError::Lookup {
@@ -31,12 +43,25 @@ pub fn addresses(host: &str, port: u16) -> Result<Vec<SocketAddr>, ResolveError>
     if addrs.is_empty() {
         return Err(ResolveError::NoAddress(host.to_string()));
     }
-    Ok(addrs)
+    match family {
+        None => Ok(addrs),
+        Some(f) => {
+            let of: Vec<SocketAddr> = addrs.into_iter().filter(|a| f.holds(a)).collect();
+            if of.is_empty() {
+                return Err(ResolveError::NoAddressOf {
+                    host: host.to_string(),
+                    family: f,
+                    flag: if f == IpFamily::Ipv4 { "-4" } else { "-6" },
+                });
+            }
+            Ok(of)
+        }
+    }
 }
 
 /// The first address `host` resolves to, with `port`.
 pub fn address(host: &str, port: u16) -> Result<SocketAddr, ResolveError> {
-    Ok(addresses(host, port)?[0])
+    Ok(addresses(host, port, None)?[0])
 }
 
 /// A random session number, never zero, so that replies meant for another run are never
@@ -72,6 +97,16 @@ pub(crate) fn read_admission(c: &mut TcpStream) -> std::io::Result<Result<(), St
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_family_keeps_its_addresses_or_says_there_are_none() {
+        let v4 = addresses("127.0.0.1", 5201, Some(IpFamily::Ipv4)).expect("an IPv4 address");
+        assert!(v4.iter().all(|a| a.is_ipv4()));
+        let e = addresses("127.0.0.1", 5201, Some(IpFamily::Ipv6)).expect_err("no IPv6");
+        assert_eq!(e.to_string(), "'127.0.0.1' has no IPv6 address (-6)");
+        let e = addresses("::1", 5201, Some(IpFamily::Ipv4)).expect_err("no IPv4");
+        assert_eq!(e.to_string(), "'::1' has no IPv4 address (-4)");
+    }
 
     #[test]
     fn a_name_without_addresses_is_refused_by_name() {

@@ -91,6 +91,9 @@ pub struct TestSpec {
     /// `-A`: the CPU this end's data streams run on, and the server's.
     #[serde(skip_serializing_if = "Affinity::is_none")]
     pub affinity: Affinity,
+    /// `-4`/`-6`: only the server's addresses of this family are tried.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub family: Option<IpFamily>,
     /// The rate the path can carry each way, where the caller knows it (the binary does
     /// inside a flowlab topology): what `--trace`'s advice sizes windows for.
     #[serde(skip_serializing_if = "PathRates::is_empty")]
@@ -119,6 +122,32 @@ impl std::fmt::Debug for Credentials {
             .field("password", &"(hidden)")
             .field("pkcs1", &self.pkcs1)
             .finish()
+    }
+}
+
+/// An address family (`-4`, `-6`, as iperf3's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IpFamily {
+    Ipv4,
+    Ipv6,
+}
+
+impl IpFamily {
+    /// Whether `a` is of this family.
+    pub fn holds(self, a: &std::net::SocketAddr) -> bool {
+        match self {
+            IpFamily::Ipv4 => a.is_ipv4(),
+            IpFamily::Ipv6 => a.is_ipv6(),
+        }
+    }
+
+    /// `IPv4` or `IPv6`, as messages say it.
+    pub fn name(self) -> &'static str {
+        match self {
+            IpFamily::Ipv4 => "IPv4",
+            IpFamily::Ipv6 => "IPv6",
+        }
     }
 }
 
@@ -167,6 +196,7 @@ impl TestSpec {
             recv_window: 0,
             recv_congestion: None,
             affinity: Affinity::default(),
+            family: None,
             path_rates: PathRates::default(),
             credentials: None,
         }

@@ -689,6 +689,24 @@ fn iperf3_spellings_of_the_server_and_of_an_optional_value() {
     usage_error(&["test", "h", "-c", "h"], "--client");
 }
 
+/// `-4`/`-6` (iperf3's): only the server's addresses of that family are tried, and a
+/// server without one is refused by name and flag, before anything is sent.
+#[test]
+fn an_address_family_is_kept_to() {
+    let port = support::start_server(ServerConfig::default());
+    let out = flowlab_test(port, &["-4", "-t", "0.3", "-J"]);
+    assert_success(&out);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["start"]["spec"]["family"], "ipv4");
+    let out = flowlab_test(port, &["-6", "-t", "0.3"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim(),
+        "error: '127.0.0.1' has no IPv6 address (-6)"
+    );
+    usage_error(&["test", "h", "-4", "-6"], "--version4");
+}
+
 /// A server that cannot listen names the address and port it tried.
 #[test]
 fn a_bind_error_names_the_address_and_port() {

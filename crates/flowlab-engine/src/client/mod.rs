@@ -251,7 +251,7 @@ fn connect(spec: &TestSpec) -> Result<(TcpStream, SocketAddr, Cookie), ClientErr
 
 /// The spec's server's addresses (at least one).
 fn resolve(spec: &TestSpec) -> Result<Vec<SocketAddr>, ClientError> {
-    Ok(crate::reach::addresses(&spec.host, spec.port)?)
+    Ok(crate::reach::addresses(&spec.host, spec.port, spec.family)?)
 }
 
 /// What the negotiation settled: the server's hello (a flowlab server's), the data

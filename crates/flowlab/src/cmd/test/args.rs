@@ -123,6 +123,12 @@ pub struct Args {
     /// TCP congestion control of each stream's receiving end (replaces -C there).
     #[arg(long, value_name = "ALGO")]
     pub recv_congestion: Option<String>,
+    /// Only the server's IPv4 addresses (iperf3's -4).
+    #[arg(short = '4', long = "version4", conflicts_with = "ipv6")]
+    pub ipv4: bool,
+    /// Only the server's IPv6 addresses (iperf3's -6).
+    #[arg(short = '6', long = "version6")]
+    pub ipv6: bool,
     /// Run the data streams on CPU N (iperf3's -A); `N,M` also runs the server's on its
     /// CPU M.
     #[arg(short = 'A', long, value_name = "N[,M]")]
@@ -201,6 +207,11 @@ impl Args {
             _ => Direction::Forward,
         };
         s.bitrate = self.bitrate.unwrap_or(0);
+        s.family = match (self.ipv4, self.ipv6) {
+            (true, _) => Some(spec::IpFamily::Ipv4),
+            (_, true) => Some(spec::IpFamily::Ipv6),
+            _ => None,
+        };
         if self.omit > 600 {
             return Err("-O/--omit is limited to 600 seconds".into());
         }
