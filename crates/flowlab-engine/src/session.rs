@@ -302,23 +302,33 @@ fn signed(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-/// What the kernel granted a stream's socket: its buffers and congestion control.
+/// What the kernel granted a stream's socket: its buffers, congestion control, and the
+/// type of service where one is set.
 pub fn socket_settings(s: &RunningStream) -> SocketSettings {
+    let tos = |sock: &socket2::SockRef<'_>, peer: std::io::Result<std::net::SocketAddr>| {
+        peer.ok()
+            .and_then(|p| sock::tos(sock, p))
+            .filter(|&t| t > 0)
+    };
     match &s.transport {
         Transport::Tcp(t) => {
-            let b = sock::buffers(&socket2::SockRef::from(t.as_ref()));
+            let r = socket2::SockRef::from(t.as_ref());
+            let b = sock::buffers(&r);
             SocketSettings {
                 sndbuf: b.sndbuf,
                 rcvbuf: b.rcvbuf,
                 congestion: sock::congestion(t.as_ref()),
+                tos: tos(&r, t.peer_addr()),
             }
         }
         Transport::Udp(u) => {
-            let b = sock::buffers(&socket2::SockRef::from(u.as_ref()));
+            let r = socket2::SockRef::from(u.as_ref());
+            let b = sock::buffers(&r);
             SocketSettings {
                 sndbuf: b.sndbuf,
                 rcvbuf: b.rcvbuf,
                 congestion: None,
+                tos: tos(&r, u.peer_addr()),
             }
         }
     }

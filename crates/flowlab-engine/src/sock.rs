@@ -86,6 +86,34 @@ pub fn set_buffers(sock: &socket2::SockRef<'_>, bytes: u64) -> Result<BufferSize
     Ok(buffers(sock))
 }
 
+/// Sets the IP type of service of a socket whose packets go to `peer`: IP_TOS where
+/// they are IPv4 (an IPv6 socket's to a v4-mapped peer included), and the traffic class
+/// on an IPv6 socket.
+pub fn set_tos(
+    sock: &socket2::SockRef<'_>,
+    peer: std::net::SocketAddr,
+    tos: u8,
+) -> std::io::Result<()> {
+    if peer.ip().to_canonical().is_ipv4() {
+        sock.set_tos_v4(u32::from(tos))?;
+    }
+    if peer.is_ipv6() {
+        sock.set_tclass_v6(u32::from(tos))?;
+    }
+    Ok(())
+}
+
+/// The IP type of service of a socket whose packets go to `peer`, read back (see
+/// [`set_tos`]).
+pub fn tos(sock: &socket2::SockRef<'_>, peer: std::net::SocketAddr) -> Option<u8> {
+    let v = if peer.ip().to_canonical().is_ipv4() {
+        sock.tos_v4()
+    } else {
+        sock.tclass_v6()
+    };
+    v.ok().and_then(|v| u8::try_from(v).ok())
+}
+
 /// The send and receive buffer sizes of a socket.
 pub fn buffers(sock: &socket2::SockRef<'_>) -> BufferSizes {
     BufferSizes {

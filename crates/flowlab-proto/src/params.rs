@@ -56,6 +56,15 @@ pub struct TestParams {
         deserialize_with = "num"
     )]
     pub mss: u64,
+    /// The IP type of service (iperf3's `-S`/`--dscp`) of the data streams, both ends;
+    /// 0: not set.
+    #[serde(
+        rename = "TOS",
+        default,
+        skip_serializing_if = "is_zero",
+        deserialize_with = "num"
+    )]
+    pub tos: u64,
     #[serde(default, skip_serializing_if = "is_false", deserialize_with = "flag")]
     pub nodelay: bool,
     #[serde(default = "one", deserialize_with = "num")]

@@ -107,6 +107,10 @@ pub struct SocketSettings {
     /// TCP congestion control (absent for UDP).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub congestion: Option<String>,
+    /// The IP type of service (or IPv6 traffic class) on the socket, when the client
+    /// asked for one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tos: Option<u8>,
 }
 
 #[cfg(test)]

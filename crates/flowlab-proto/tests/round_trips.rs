@@ -75,7 +75,12 @@ fn stream() -> impl Strategy<Value = StreamResults> {
         ),
         (
             prop::collection::vec(any::<Option<u64>>(), 9),
-            prop::option::of((any::<u64>(), any::<u64>(), prop::option::of(text()))),
+            prop::option::of((
+                any::<u64>(),
+                any::<u64>(),
+                prop::option::of(text()),
+                any::<Option<u8>>(),
+            )),
             prop::option::of(trace()),
         ),
     )
@@ -99,10 +104,11 @@ fn stream() -> impl Strategy<Value = StreamResults> {
             foreign: extra[6],
             dsack_dups: extra[7],
             reordering: extra[8],
-            socket: socket.map(|(sndbuf, rcvbuf, congestion)| SocketSettings {
+            socket: socket.map(|(sndbuf, rcvbuf, congestion, tos)| SocketSettings {
                 sndbuf,
                 rcvbuf,
                 congestion,
+                tos,
             }),
             trace,
         })

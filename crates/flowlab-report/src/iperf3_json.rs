@@ -93,7 +93,7 @@ fn start(s: &StartInfo, udp: bool) -> Value {
             "bytes": amount["bytes"].as_u64().unwrap_or(0),
             "blocks": amount["blocks"].as_u64().unwrap_or(0),
             "reverse": u8::from(spec["direction"] == "reverse"),
-            "tos": 0,
+            "tos": spec["tos"].as_u64().unwrap_or(0),
             "target_bitrate": spec["bitrate"],
         },
     });

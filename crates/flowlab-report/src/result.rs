@@ -151,6 +151,10 @@ pub struct StreamInfo {
     pub rcvbuf: u64,
     pub congestion: Option<String>,
     pub mss: Option<u64>,
+    /// The IP type of service read back from the socket, when `-S`/`--dscp` asked for
+    /// one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tos: Option<u8>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

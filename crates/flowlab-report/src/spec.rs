@@ -91,6 +91,9 @@ pub struct TestSpec {
     /// `-A`: the CPU this end's data streams run on, and the server's.
     #[serde(skip_serializing_if = "Affinity::is_none")]
     pub affinity: Affinity,
+    /// `-S`/`--dscp`: the IP type of service of the data streams (0: not set).
+    #[serde(skip_serializing_if = "is_zero_u8")]
+    pub tos: u8,
     /// `-4`/`-6`: only the server's addresses of this family are tried.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub family: Option<IpFamily>,
@@ -123,6 +126,10 @@ impl std::fmt::Debug for Credentials {
             .field("pkcs1", &self.pkcs1)
             .finish()
     }
+}
+
+fn is_zero_u8(v: &u8) -> bool {
+    *v == 0
 }
 
 /// An address family (`-4`, `-6`, as iperf3's).
@@ -197,6 +204,7 @@ impl TestSpec {
             recv_congestion: None,
             affinity: Affinity::default(),
             family: None,
+            tos: 0,
             path_rates: PathRates::default(),
             credentials: None,
         }
@@ -264,6 +272,7 @@ impl TestSpec {
             num,
             blockcount,
             mss: u64::from(self.mss),
+            tos: u64::from(self.tos),
             nodelay: self.nodelay,
             parallel: u64::from(self.parallel),
             reverse: self.direction == Direction::Reverse,

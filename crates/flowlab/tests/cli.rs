@@ -707,6 +707,37 @@ fn an_address_family_is_kept_to() {
     usage_error(&["test", "h", "-4", "-6"], "--version4");
 }
 
+/// `-S`/`--dscp` set the type of service on the data sockets of both ends: read back
+/// from the client's sockets and from the server's (its results), TCP both ways and UDP.
+#[test]
+fn the_type_of_service_is_set_on_both_ends() {
+    let port = support::start_server(ServerConfig::default());
+    for args in [
+        &["-S", "0x28"][..],
+        &["--dscp", "af11", "-R"],
+        &["--tos", "40", "-u", "-b", "1M"],
+    ] {
+        let out = flowlab_test(port, &[args, &["-t", "0.3", "-J"]].concat());
+        assert_success(&out);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        assert_eq!(v["start"]["spec"]["tos"], 40, "{args:?}");
+        assert_eq!(
+            v["start"]["streams"][0]["tos"], 40,
+            "{args:?}: the client's socket"
+        );
+        assert_eq!(
+            v["end"]["streams"][0]["server_socket"]["tos"], 40,
+            "{args:?}: the server's socket"
+        );
+    }
+    usage_error(
+        &["test", "h", "-S", "256"],
+        "not a type of service 0 to 255",
+    );
+    usage_error(&["test", "h", "--dscp", "af51"], "not a DSCP");
+    usage_error(&["test", "h", "-S", "1", "--dscp", "1"], "--dscp");
+}
+
 /// A server that cannot listen names the address and port it tried.
 #[test]
 fn a_bind_error_names_the_address_and_port() {

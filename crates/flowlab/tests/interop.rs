@@ -661,3 +661,40 @@ fn iperf3_json_has_iperf3_s_keys_and_values() {
         }
     }
 }
+
+/// `-S`/`--dscp` cross the wire as iperf3's `TOS`: a stock `iperf3 -s` reports the value
+/// the flowlab client asked for.
+#[test]
+fn the_type_of_service_reaches_a_stock_iperf3_server() {
+    if !require_tool("iperf3") {
+        return;
+    }
+    let _one_at_a_time = one_iperf3_server_at_a_time();
+    for (flag, value, tos) in [("-S", "0x34", 52), ("--dscp", "ef", 184)] {
+        let port = free_port();
+        let server = Iperf3Server::start(port);
+        let out = Command::new(assert_cmd::cargo::cargo_bin("flowlab"))
+            .args([
+                "test",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+                "-t",
+                "0.5",
+                flag,
+                value,
+            ])
+            .output()
+            .expect("flowlab runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            server.json()["start"]["test_start"]["tos"],
+            tos,
+            "{flag} {value}"
+        );
+    }
+}

@@ -109,6 +109,15 @@ pub(super) fn create_streams(
         } else {
             StreamDirection::Down
         };
+        let tos = (spec.tos > 0)
+            .then(|| {
+                let peer = remote.parse().ok()?;
+                match &transport {
+                    Transport::Tcp(t) => sock::tos(&SockRef::from(t.as_ref()), peer),
+                    Transport::Udp(u) => sock::tos(&SockRef::from(u.as_ref()), peer),
+                }
+            })
+            .flatten();
         infos.push(StreamInfo {
             id,
             direction,
@@ -118,6 +127,7 @@ pub(super) fn create_streams(
             rcvbuf: bufs.rcvbuf,
             congestion,
             mss,
+            tos,
         });
         plans.push(StreamPlan {
             id,
@@ -158,6 +168,9 @@ fn open_tcp(
     )
     .map_err(OpenError::Io)?;
     sock::set_buffers(&SockRef::from(&s), window).map_err(OpenError::Sock)?;
+    if spec.tos > 0 {
+        sock::set_tos(&SockRef::from(&s), server, spec.tos).map_err(OpenError::Io)?;
+    }
     if spec.mss > 0 {
         sock::set_mss(&s, spec.mss).map_err(OpenError::Sock)?;
     }
@@ -186,6 +199,9 @@ fn open_udp(spec: &TestSpec, server: SocketAddr) -> std::io::Result<(UdpSocket, 
         crate::stream::UDP_DEFAULT_BUFFER
     };
     sock::set_buffers(&SockRef::from(&s), want).map_err(std::io::Error::other)?;
+    if spec.tos > 0 {
+        sock::set_tos(&SockRef::from(&s), server, spec.tos)?;
+    }
     s.connect(&server.into())?;
     let u: UdpSocket = s.into();
     let deadline = Instant::now() + spec.connect_timeout.max(Duration::from_secs(1));

@@ -124,6 +124,20 @@ pub(super) fn apply_options(t: &Transport, p: &TestParams, role: Role) {
     } else {
         0
     };
+    match u8::try_from(p.tos) {
+        Ok(0) => {}
+        Ok(tos) => {
+            let (sock, peer) = match t {
+                Transport::Tcp(s) => (SockRef::from(s.as_ref()), s.peer_addr()),
+                Transport::Udp(u) => (SockRef::from(u.as_ref()), u.peer_addr()),
+            };
+            if let Err(e) = peer.and_then(|peer| sock::set_tos(&sock, peer, tos)) {
+                tracing::warn!("TOS {tos}: {e}");
+            }
+        }
+        // As any option this end cannot honour: a warning, and the test runs without.
+        Err(_) => tracing::warn!("TOS {} asked for is not 0 to 255: not set", p.tos),
+    }
     match t {
         Transport::Tcp(s) => {
             let _ = sock::set_buffers(&SockRef::from(s.as_ref()), window);

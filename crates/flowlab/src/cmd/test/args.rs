@@ -123,6 +123,14 @@ pub struct Args {
     /// TCP congestion control of each stream's receiving end (replaces -C there).
     #[arg(long, value_name = "ALGO")]
     pub recv_congestion: Option<String>,
+    /// The IP type of service of the data streams, both ends, 0 to 255: decimal, octal
+    /// (064) or hex (0x34), as iperf3's -S.
+    #[arg(short = 'S', long = "tos", value_name = "N", value_parser = parse_tos, conflicts_with = "dscp")]
+    pub tos: Option<u8>,
+    /// The DSCP of the data streams: 0 to 63 (decimal, octal or hex) or a name (EF,
+    /// AF11…AF43, CS0…CS7, LE, VOICE-ADMIT); the type of service is it shifted left by 2.
+    #[arg(long, value_name = "N|NAME", value_parser = parse_dscp)]
+    pub dscp: Option<u8>,
     /// Only the server's IPv4 addresses (iperf3's -4).
     #[arg(short = '4', long = "version4", conflicts_with = "ipv6")]
     pub ipv4: bool,
@@ -207,6 +215,7 @@ impl Args {
             _ => Direction::Forward,
         };
         s.bitrate = self.bitrate.unwrap_or(0);
+        s.tos = self.tos.or(self.dscp.map(|d| d << 2)).unwrap_or(0);
         s.family = match (self.ipv4, self.ipv6) {
             (true, _) => Some(spec::IpFamily::Ipv4),
             (_, true) => Some(spec::IpFamily::Ipv6),
@@ -344,6 +353,56 @@ fn password() -> Result<String, Usage> {
 /// Longest `-t`: a day, iperf3's limit too.
 const MAX_TIME: f64 = 86_400.0;
 
+/// A number as iperf3 reads `-S`: decimal, octal with a leading 0, hex with 0x.
+fn c_number(text: &str) -> Option<u32> {
+    let t = text.trim();
+    if let Some(hex) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        u32::from_str_radix(hex, 16).ok()
+    } else if t.len() > 1 && t.starts_with('0') {
+        u32::from_str_radix(&t[1..], 8).ok()
+    } else {
+        t.parse().ok()
+    }
+}
+
+/// `-S`/`--tos`: 0 to 255.
+fn parse_tos(text: &str) -> Result<u8, String> {
+    c_number(text)
+        .and_then(|n| u8::try_from(n).ok())
+        .ok_or_else(|| format!("'{text}' is not a type of service 0 to 255 (52, 064 or 0x34)"))
+}
+
+/// `--dscp`: 0 to 63, or a code point's name (RFC 2474, 2597, 3246, 5865, 8622).
+fn parse_dscp(text: &str) -> Result<u8, String> {
+    let name = text.trim().to_ascii_uppercase();
+    let named = match name.as_str() {
+        "EF" => Some(46),
+        "VOICE-ADMIT" => Some(44),
+        "LE" => Some(1),
+        n => n
+            .strip_prefix("CS")
+            .and_then(|c| c.parse::<u8>().ok())
+            .filter(|c| *c <= 7)
+            .map(|c| c * 8)
+            .or_else(|| {
+                let af = n.strip_prefix("AF")?.as_bytes();
+                match af {
+                    [c @ b'1'..=b'4', d @ b'1'..=b'3'] => Some((c - b'0') * 8 + (d - b'0') * 2),
+                    _ => None,
+                }
+            }),
+    };
+    named
+        .or_else(|| {
+            c_number(text)
+                .and_then(|n| u8::try_from(n).ok())
+                .filter(|n| *n <= 63)
+        })
+        .ok_or_else(|| {
+            format!("'{text}' is not a DSCP: 0 to 63, or EF, AF11…AF43, CS0…CS7, LE, VOICE-ADMIT")
+        })
+}
+
 /// `-A N[,M]`: the client's CPU N, which this process must be allowed to run on (`allowed`),
 /// and the server's M (the server checks its own).
 fn affinity(text: &str, allowed: &[usize]) -> Result<spec::Affinity, Usage> {
@@ -387,6 +446,44 @@ mod affinity_tests {
         for bad in ["x", "1,", "-1", "1,2,3"] {
             let e = affinity(bad, &all).unwrap_err().0;
             assert!(e.contains("give a CPU number"), "{bad}: {e}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tos_tests {
+    use super::{parse_dscp, parse_tos};
+
+    #[test]
+    fn tos_is_read_as_iperf3_reads_it() {
+        for text in ["52", "064", "0x34", "0X34"] {
+            assert_eq!(parse_tos(text), Ok(52), "{text}");
+        }
+        assert_eq!(parse_tos("255"), Ok(255));
+        for bad in ["256", "-1", "0x100", "ef", "09"] {
+            assert!(parse_tos(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn dscp_takes_numbers_and_code_point_names() {
+        for (text, dscp) in [
+            ("46", 46),
+            ("ef", 46),
+            ("EF", 46),
+            ("af11", 10),
+            ("AF43", 38),
+            ("cs0", 0),
+            ("CS7", 56),
+            ("le", 1),
+            ("voice-admit", 44),
+            ("0x2e", 46),
+        ] {
+            assert_eq!(parse_dscp(text), Ok(dscp), "{text}");
+        }
+        for bad in ["64", "af44", "af51", "cs8", "best"] {
+            let e = parse_dscp(bad).expect_err(bad);
+            assert!(e.contains("0 to 63, or EF"), "{e}");
         }
     }
 }
