@@ -485,57 +485,85 @@ fn run_load(
             .unwrap_or_else(PoisonError::into_inner)
             .first()
             .and_then(|c| sock::congestion(&c.sock));
-        loop {
-            k += 1;
-            let due = shared.epoch + id * k;
-            while Instant::now() < due {
+        // Connections are added on a thread of their own: opening one can take a second
+        // (a SYN lost in the full queue waits for its retransmission), and the intervals
+        // must be counted on time, each over its own `id` seconds.
+        let (add_tx, add_rx) = mpsc::channel::<usize>();
+        let (failed_tx, failed_rx) = mpsc::channel::<String>();
+        let adding = AtomicBool::new(false);
+        std::thread::scope(|scope| -> Result<_, RpmError> {
+            let adding = &adding;
+            let open = &open;
+            std::thread::Builder::new()
+                .name("flowlab-rpm-open".into())
+                .spawn_scoped(scope, move || {
+                    for n in add_rx {
+                        if let Err(e) = open(n) {
+                            let _ = failed_tx.send(e.to_string());
+                        }
+                        adding.store(false, Ordering::Release);
+                    }
+                })
+                .map_err(RpmError::Thread)?;
+            loop {
+                k += 1;
+                let due = shared.epoch + id * k;
+                while Instant::now() < due {
+                    if stop.load(Ordering::Acquire) {
+                        break;
+                    }
+                    std::thread::sleep(
+                        due.saturating_duration_since(Instant::now())
+                            .min(Duration::from_millis(100)),
+                    );
+                }
                 if stop.load(Ordering::Acquire) {
                     break;
                 }
-                std::thread::sleep(
-                    due.saturating_duration_since(Instant::now())
-                        .min(Duration::from_millis(100)),
-                );
+                let open_now = conns.lock().unwrap_or_else(PoisonError::into_inner).clone();
+                // Download: bytes read; upload: bytes the server acknowledged.
+                let downloaded = shared.downloaded.load(Ordering::Relaxed);
+                let bytes = downloaded.saturating_sub(last)
+                    + open_now.iter().map(|c| uploaded(c)).sum::<u64>();
+                last = downloaded;
+                let per_direction = open_now.len() / l.directions().len();
+                let samples = shared
+                    .samples
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .clone();
+                let end = (id * k).as_secs_f64();
+                ramp.interval(end, bytes, per_direction, &samples);
+                if let Some(iv) = ramp.intervals.last() {
+                    observer.interval(l.name(), iv);
+                }
+                if ramp.done() || end >= p.max_seconds {
+                    break;
+                }
+                // A connection the server will not add (busy, gone) ends the ramp, not the
+                // load: what is open goes on being measured, and the result says why.
+                if let Ok(why) = failed_rx.try_recv() {
+                    ramp.stop_adding(why);
+                }
+                // One addition at a time: one still opening is waited for, not doubled.
+                let n = ramp.to_add(per_direction);
+                if n > 0 && !adding.swap(true, Ordering::AcqRel) && add_tx.send(n).is_err() {
+                    adding.store(false, Ordering::Release);
+                }
             }
-            if stop.load(Ordering::Acquire) {
-                break;
-            }
-            let open_now = conns.lock().unwrap_or_else(PoisonError::into_inner).clone();
-            // Download: bytes read; upload: bytes the server acknowledged.
-            let downloaded = shared.downloaded.load(Ordering::Relaxed);
-            let bytes =
-                downloaded.saturating_sub(last) + open_now.iter().map(|c| uploaded(c)).sum::<u64>();
-            last = downloaded;
-            let per_direction = open_now.len() / l.directions().len();
+            shared.done.store(true, Ordering::Release);
+            // The opener ends with its channel (after an opening under way).
+            drop(add_tx);
+            let _ = foreign.join();
+            let _ = selfp.join();
+            let end = shared.t().min((id * k).as_secs_f64());
             let samples = shared
                 .samples
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .clone();
-            let end = (id * k).as_secs_f64();
-            ramp.interval(end, bytes, per_direction, &samples);
-            if let Some(iv) = ramp.intervals.last() {
-                observer.interval(l.name(), iv);
-            }
-            if ramp.done() || end >= p.max_seconds {
-                break;
-            }
-            // A connection the server will not add (busy, gone) ends the ramp, not the
-            // load: what is open goes on being measured, and the result says why.
-            if let Err(e) = open(ramp.to_add(per_direction)) {
-                ramp.stop_adding(e.to_string());
-            }
-        }
-        shared.done.store(true, Ordering::Release);
-        let _ = foreign.join();
-        let _ = selfp.join();
-        let end = shared.t().min((id * k).as_secs_f64());
-        let samples = shared
-            .samples
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        Ok((ramp.finish(l.name(), samples, end), used))
+            Ok((ramp.finish(l.name(), samples, end), used))
+        })
     })();
     shared.done.store(true, Ordering::Release);
     let all = std::mem::take(&mut *conns.lock().unwrap_or_else(PoisonError::into_inner));
