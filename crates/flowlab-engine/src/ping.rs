@@ -79,6 +79,8 @@ pub struct PingSpec {
     /// TCP: how long to poll for each response before sleeping until it comes (zero:
     /// sleep at once). See [`sock::read_exact_stamped`].
     pub spin: Duration,
+    /// `-4`/`-6`: only the server's addresses of this family.
+    pub family: Option<flowlab_report::spec::IpFamily>,
 }
 
 impl PingSpec {
@@ -96,6 +98,7 @@ impl PingSpec {
             clocks_synced: false,
             until: None,
             spin: Duration::ZERO,
+            family: None,
         }
     }
 }
@@ -150,7 +153,7 @@ pub fn ping(
     if !spec.mode.sizes().contains(&spec.size) {
         return Err(PingError::Size(spec.size, spec.mode.name()));
     }
-    let address = reach::address(&spec.host, spec.port)?;
+    let address = reach::addresses(&spec.host, spec.port, spec.family)?[0];
     let run = match spec.mode {
         PingMode::Udp => ping_udp(spec, address, stop, observer)?,
         PingMode::Tcp | PingMode::Connect => ping_tcp(spec, address, stop, observer)?,

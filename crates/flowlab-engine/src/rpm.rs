@@ -66,6 +66,8 @@ pub struct RpmSpec {
     pub congestion: Option<String>,
     /// Foreign probes before any load.
     pub idle_probes: usize,
+    /// `-4`/`-6`: only the server's addresses of this family.
+    pub family: Option<flowlab_report::spec::IpFamily>,
 }
 
 impl RpmSpec {
@@ -77,6 +79,7 @@ impl RpmSpec {
             loads: vec![Load::Download, Load::Upload],
             congestion: None,
             idle_probes: 10,
+            family: None,
         }
     }
 }
@@ -131,7 +134,7 @@ pub fn run(
     stop: &AtomicBool,
     observer: &dyn RpmObserver,
 ) -> Result<RpmResult, RpmError> {
-    let address = reach::address(&spec.host, spec.port)?;
+    let address = reach::addresses(&spec.host, spec.port, spec.family)?[0];
     let started_unix = sock::unix_now_ns() as f64 / 1e9;
     // Idle: foreign probes one after the other, with nothing else running.
     let epoch = Instant::now();

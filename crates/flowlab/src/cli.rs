@@ -161,6 +161,28 @@ pub fn iperf3_habit(args: &[std::ffi::OsString]) -> Option<&'static str> {
     }
 }
 
+/// `-4`/`-6` (iperf3's, ping's): only the server's addresses of one family.
+#[derive(Debug, Clone, Copy, clap::Args)]
+pub struct FamilyArgs {
+    /// Only the server's IPv4 addresses (iperf3's -4).
+    #[arg(short = '4', long = "version4", conflicts_with = "ipv6")]
+    pub ipv4: bool,
+    /// Only the server's IPv6 addresses (iperf3's -6).
+    #[arg(short = '6', long = "version6")]
+    pub ipv6: bool,
+}
+
+impl FamilyArgs {
+    pub fn family(self) -> Option<flowlab_report::spec::IpFamily> {
+        use flowlab_report::spec::IpFamily;
+        match (self.ipv4, self.ipv6) {
+            (true, _) => Some(IpFamily::Ipv4),
+            (_, true) => Some(IpFamily::Ipv6),
+            _ => None,
+        }
+    }
+}
+
 /// Arguments that parse but do not go together, or a value out of range: the message
 /// names the flag. Exits with status 2, as clap's own refusals do.
 #[derive(Debug, thiserror::Error)]

@@ -705,6 +705,40 @@ fn an_address_family_is_kept_to() {
         "error: '127.0.0.1' has no IPv6 address (-6)"
     );
     usage_error(&["test", "h", "-4", "-6"], "--version4");
+    // ping and rpm keep to it too.
+    let p = port.to_string();
+    let out = flowlab()
+        .args([
+            "ping",
+            "127.0.0.1",
+            "-p",
+            &p,
+            "-4",
+            "-c",
+            "3",
+            "-i",
+            "0.01",
+            "-J",
+        ])
+        .timeout(std::time::Duration::from_secs(20))
+        .output()
+        .expect("ping");
+    assert_success(&out);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["start"]["address"], format!("127.0.0.1:{p}"));
+    for cmd in ["ping", "rpm"] {
+        let out = flowlab()
+            .args([cmd, "127.0.0.1", "-p", &p, "-6"])
+            .timeout(std::time::Duration::from_secs(20))
+            .output()
+            .expect("runs");
+        assert_eq!(out.status.code(), Some(1), "{cmd}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("'127.0.0.1' has no IPv6 address (-6)"),
+            "{cmd}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
 
 /// `-S`/`--dscp` set the type of service on the data sockets of both ends: read back

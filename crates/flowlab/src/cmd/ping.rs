@@ -14,6 +14,8 @@ use crate::cli::Usage;
 pub struct Args {
     /// The server (`flowlab serve`), a name or an address.
     pub host: String,
+    #[command(flatten)]
+    pub family: crate::cli::FamilyArgs,
     /// The server's port.
     #[arg(short, long, default_value_t = flowlab_proto::DEFAULT_PORT)]
     pub port: u16,
@@ -78,6 +80,7 @@ fn seconds(flag: &str, text: &str) -> Result<Duration, Usage> {
 impl Args {
     pub fn to_spec(&self) -> Result<PingSpec, Usage> {
         let mut s = PingSpec::new(&self.host, self.port);
+        s.family = self.family.family();
         s.count = self.count;
         if self.count == Some(0) {
             return Err("-c/--count must be at least 1".into());

@@ -13,6 +13,8 @@ use crate::cli::Usage;
 pub struct Args {
     /// The server (`flowlab serve`), a name or an address.
     pub host: String,
+    #[command(flatten)]
+    pub family: crate::cli::FamilyArgs,
     /// The server's port.
     #[arg(short, long, default_value_t = flowlab_proto::DEFAULT_PORT)]
     pub port: u16,
@@ -54,6 +56,7 @@ fn seconds(flag: &str, text: &str) -> Result<Duration, Usage> {
 impl Args {
     pub fn to_spec(&self) -> Result<RpmSpec, Usage> {
         let mut s = RpmSpec::new(&self.host, self.port);
+        s.family = self.family.family();
         s.loads = self
             .load
             .split(',')

@@ -131,12 +131,8 @@ pub struct Args {
     /// AF11…AF43, CS0…CS7, LE, VOICE-ADMIT); the type of service is it shifted left by 2.
     #[arg(long, value_name = "N|NAME", value_parser = parse_dscp)]
     pub dscp: Option<u8>,
-    /// Only the server's IPv4 addresses (iperf3's -4).
-    #[arg(short = '4', long = "version4", conflicts_with = "ipv6")]
-    pub ipv4: bool,
-    /// Only the server's IPv6 addresses (iperf3's -6).
-    #[arg(short = '6', long = "version6")]
-    pub ipv6: bool,
+    #[command(flatten)]
+    pub family: crate::cli::FamilyArgs,
     /// Run the data streams on CPU N (iperf3's -A); `N,M` also runs the server's on its
     /// CPU M.
     #[arg(short = 'A', long, value_name = "N[,M]")]
@@ -216,11 +212,7 @@ impl Args {
         };
         s.bitrate = self.bitrate.unwrap_or(0);
         s.tos = self.tos.or(self.dscp.map(|d| d << 2)).unwrap_or(0);
-        s.family = match (self.ipv4, self.ipv6) {
-            (true, _) => Some(spec::IpFamily::Ipv4),
-            (_, true) => Some(spec::IpFamily::Ipv6),
-            _ => None,
-        };
+        s.family = self.family.family();
         if self.omit > 600 {
             return Err("-O/--omit is limited to 600 seconds".into());
         }
