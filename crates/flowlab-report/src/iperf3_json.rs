@@ -28,10 +28,13 @@ pub const LEFT_OUT: [&str; 3] = [
 /// The document for `r`.
 pub fn document(r: &TestResult) -> Value {
     let udp = r.start.spec["protocol"] == "udp";
-    let len = r.start.spec["len"].as_u64().unwrap_or(1).max(1);
-    let udp = udp.then_some(len);
-    let intervals: Vec<Value> = r.intervals.iter().map(|iv| interval(iv, udp)).collect();
-    let udp = udp.is_some();
+    // A UDP test's datagram length, for the intervals' packet counts.
+    let datagram = udp.then(|| r.start.spec["len"].as_u64().unwrap_or(1).max(1));
+    let intervals: Vec<Value> = r
+        .intervals
+        .iter()
+        .map(|iv| interval(iv, datagram))
+        .collect();
     json!({
         "start": start(&r.start, udp),
         "intervals": intervals,
@@ -109,6 +112,28 @@ fn packets(bytes: u64, udp: Option<&crate::result::UdpInterval>, len: u64) -> u6
     udp.map_or(bytes / len, |u| u.packets)
 }
 
+/// The end of an interval row (a stream's or a sum), in iperf3's order: a UDP test's
+/// packets and, where this end received, loss and jitter; then `omitted` and `sender`.
+/// `udp` is the datagram length of a UDP test.
+fn interval_tail(
+    v: &mut Value,
+    iv: &Interval,
+    (bytes, direction): (u64, StreamDirection),
+    counted: Option<&crate::result::UdpInterval>,
+    udp: Option<u64>,
+) {
+    if let Some(len) = udp {
+        v["packets"] = json!(packets(bytes, counted, len));
+        if let Some(u) = counted.filter(|_| !sends(direction)) {
+            v["jitter_ms"] = json!(u.jitter_ms);
+            v["lost_packets"] = json!(u.lost);
+            v["lost_percent"] = json!(u.lost_percent);
+        }
+    }
+    v["omitted"] = json!(iv.omitted);
+    v["sender"] = json!(sends(direction));
+}
+
 /// One stream's interval; `udp` the datagram length of a UDP test.
 fn interval_stream(s: &IntervalStream, iv: &Interval, udp: Option<u64>) -> Value {
     let mut v = json!({
@@ -121,16 +146,7 @@ fn interval_stream(s: &IntervalStream, iv: &Interval, udp: Option<u64>) -> Value
         v["rtt"] = json!(t.rtt_us);
         v["rttvar"] = json!(t.rttvar_us);
     }
-    if let Some(len) = udp {
-        v["packets"] = json!(packets(s.bytes, s.udp.as_ref(), len));
-        if let Some(u) = s.udp.as_ref().filter(|_| !sends(s.direction)) {
-            v["jitter_ms"] = json!(u.jitter_ms);
-            v["lost_packets"] = json!(u.lost);
-            v["lost_percent"] = json!(u.lost_percent);
-        }
-    }
-    v["omitted"] = json!(iv.omitted);
-    v["sender"] = json!(sends(s.direction));
+    interval_tail(&mut v, iv, (s.bytes, s.direction), s.udp.as_ref(), udp);
     v
 }
 
@@ -153,16 +169,13 @@ fn interval(iv: &Interval, udp: Option<u64>) -> Value {
         {
             v["retransmits"] = json!(r);
         }
-        if let Some(len) = udp {
-            v["packets"] = json!(packets(sum.bytes, sum.udp.as_ref(), len));
-            if let Some(u) = sum.udp.as_ref().filter(|_| !sends(sum.direction)) {
-                v["jitter_ms"] = json!(u.jitter_ms);
-                v["lost_packets"] = json!(u.lost);
-                v["lost_percent"] = json!(u.lost_percent);
-            }
-        }
-        v["omitted"] = json!(iv.omitted);
-        v["sender"] = json!(sends(sum.direction));
+        interval_tail(
+            &mut v,
+            iv,
+            (sum.bytes, sum.direction),
+            sum.udp.as_ref(),
+            udp,
+        );
         // iperf3's --bidir: the second direction is `sum_bidir_reverse`.
         let key = if i == 0 { "sum" } else { "sum_bidir_reverse" };
         out[key] = v;

@@ -588,26 +588,24 @@ fn net_show_prints_the_plan_and_refuses_a_bad_file_in_one_line() {
         "name = \"x\"\nhosts = [\"h1\"]\n[[link]]\nends = [\"h1\", \"r9\"]\n",
     )
     .expect("write");
-    let out = flowlab()
-        .args(["net", "show"])
-        .arg(&bad)
-        .output()
-        .expect("runs");
-    assert_eq!(out.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    // `net show` of the bad file: it fails (status 1); its stderr.
+    let refused = || {
+        let out = flowlab()
+            .args(["net", "show"])
+            .arg(&bad)
+            .output()
+            .expect("runs");
+        assert_eq!(out.status.code(), Some(1));
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let stderr = refused();
     assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
     assert!(stderr.contains("unknown node 'r9'"), "{stderr}");
 
     // Where the TOML itself is at fault: the file, line and column, then the line with a
     // caret under the place.
     std::fs::write(&bad, "name = \"x\"\nhosts = [\"h1\"]\n[[link]\n").expect("write");
-    let out = flowlab()
-        .args(["net", "show"])
-        .arg(&bad)
-        .output()
-        .expect("runs");
-    assert_eq!(out.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = refused();
     let lines: Vec<&str> = stderr.trim_end().lines().collect();
     assert_eq!(
         lines[1..],

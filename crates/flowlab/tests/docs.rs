@@ -233,38 +233,6 @@ fn run_decides(line: &str) -> bool {
         || t.starts_with("- ")
 }
 
-/// A stock `iperf3 -s -1` on a free port, for the examples run against iperf3; killed
-/// when dropped.
-struct Iperf3(std::process::Child, u16);
-
-impl Iperf3 {
-    fn start() -> Iperf3 {
-        let port = support::free_port();
-        let child = std::process::Command::new("iperf3")
-            .args(["-s", "-1", "-p", &port.to_string()])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("iperf3 starts");
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while !support::listening_here(port) {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "iperf3 -s did not listen"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        Iperf3(child, port)
-    }
-}
-
-impl Drop for Iperf3 {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// The loopback examples, run here against a server (flowlab's in-process one, or a
 /// stock iperf3 where the docs' output shows one): each line the docs show has the shape
 /// of a line flowlab prints now. JSON examples are left to the schema tests
@@ -299,7 +267,10 @@ fn loopback_examples_print_what_the_docs_show() {
             .output
             .iter()
             .any(|l| l.contains("(iperf3)") || l.contains("not flowlab"))
-            .then(Iperf3::start);
+            .then(|| {
+                let p = support::free_port();
+                (support::Iperf3Server::start(p), p)
+            });
         // The server here, and at most 2 seconds of each.
         let port = iperf3.as_ref().map_or(port, |s| s.1);
         let mut args: Vec<String> = args.clone();

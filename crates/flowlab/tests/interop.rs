@@ -4,7 +4,7 @@
 
 mod support;
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use flowlab_engine::client::ClientError;
@@ -118,55 +118,6 @@ fn max_in_flight_per_stream() -> u64 {
             .unwrap_or_else(|| panic!("cannot read {path}"))
     };
     max("/proc/sys/net/ipv4/tcp_rmem") + max("/proc/sys/net/ipv4/tcp_wmem")
-}
-
-/// A one-off `iperf3 -s` with JSON output, killed if the test fails.
-struct Iperf3Server(Option<Child>);
-
-impl Iperf3Server {
-    fn start(port: u16) -> Self {
-        let mut child = Command::new("iperf3")
-            .args(["-s", "-1", "-J", "-p", &port.to_string(), "-B", "127.0.0.1"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start iperf3 -s");
-        // Wait until it listens, without connecting (a connection would use up the
-        // one-off server's single test) and without binding the port to see whether it
-        // is taken: iperf3's own bind failed while such a probe held it, once in a
-        // fresh-clone run ("iperf3 -s did not start").
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !support::listening_here(port) {
-            if let Ok(Some(status)) = child.try_wait() {
-                let out = child.wait_with_output().expect("iperf3 -s output");
-                panic!(
-                    "iperf3 -s on port {port} exited ({status}) before listening: {}",
-                    String::from_utf8_lossy(&out.stdout)
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "iperf3 -s did not listen on port {port} within 10 s"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Iperf3Server(Some(child))
-    }
-
-    fn json(mut self) -> Value {
-        let child = self.0.take().expect("child");
-        let out = child.wait_with_output().expect("iperf3 -s output");
-        serde_json::from_slice(&out.stdout).expect("iperf3 -s JSON")
-    }
-}
-
-impl Drop for Iperf3Server {
-    fn drop(&mut self) {
-        if let Some(c) = self.0.as_mut() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
 }
 
 #[test]

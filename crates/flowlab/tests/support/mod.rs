@@ -243,3 +243,52 @@ pub fn connect_from(source: [u8; 4], port: u16) -> std::net::TcpStream {
     s.connect(&to.into()).expect("connect");
     s.into()
 }
+
+/// A one-off `iperf3 -s` with JSON output, killed if the test fails.
+pub struct Iperf3Server(Option<std::process::Child>);
+
+impl Iperf3Server {
+    pub fn start(port: u16) -> Self {
+        let mut child = std::process::Command::new("iperf3")
+            .args(["-s", "-1", "-J", "-p", &port.to_string(), "-B", "127.0.0.1"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start iperf3 -s");
+        // Wait until it listens, without connecting (a connection would use up the
+        // one-off server's single test) and without binding the port to see whether it
+        // is taken: iperf3's own bind failed while such a probe held it, once in a
+        // fresh-clone run ("iperf3 -s did not start").
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !listening_here(port) {
+            if let Ok(Some(status)) = child.try_wait() {
+                let out = child.wait_with_output().expect("iperf3 -s output");
+                panic!(
+                    "iperf3 -s on port {port} exited ({status}) before listening: {}",
+                    String::from_utf8_lossy(&out.stdout)
+                );
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "iperf3 -s did not listen on port {port} within 10 s"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Iperf3Server(Some(child))
+    }
+
+    pub fn json(mut self) -> serde_json::Value {
+        let child = self.0.take().expect("child");
+        let out = child.wait_with_output().expect("iperf3 -s output");
+        serde_json::from_slice(&out.stdout).expect("iperf3 -s JSON")
+    }
+}
+
+impl Drop for Iperf3Server {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
