@@ -22,8 +22,31 @@ pub struct Cli {
     /// More diagnostics on stderr (-V, -VV; as iperf3's -V).
     #[arg(short = 'V', long, action = clap::ArgAction::Count, global = true)]
     pub verbose: u8,
+    #[command(flatten)]
+    pub output: OutputArgs,
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// Where output goes and how its lines begin, for every command (iperf3's options of
+/// these names).
+#[derive(Debug, clap::Args)]
+pub struct OutputArgs {
+    /// Append everything printed, output and errors, to FILE instead (as iperf3's
+    /// --logfile).
+    #[arg(long, value_name = "FILE", global = true)]
+    pub logfile: Option<std::path::PathBuf>,
+    /// Flush output at every line (iperf3's --forceflush; flowlab always does).
+    #[arg(long, global = true)]
+    pub forceflush: bool,
+    /// Begin each line of text output with the local time, as strftime(3) FORMAT (default
+    /// "%c "; as iperf3's --timestamps). JSON output is left as it is.
+    #[arg(long, value_name = "FORMAT", num_args = 0..=1, require_equals = true, default_missing_value = "%c ", global = true)]
+    pub timestamps: Option<String>,
+    /// Write this process's id to FILE while it runs, removed when it ends (as iperf3's
+    /// -I).
+    #[arg(short = 'I', long, value_name = "FILE", global = true)]
+    pub pidfile: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -66,6 +89,9 @@ pub enum Command {
     Completions(cmd::completions::Args),
     /// Print the manual page, or write one per command with `--dir` (docs/cli.md).
     Man(cmd::completions::ManArgs),
+    /// iperf3's own command line (`-s`, `-c HOST`, iperf3's options and defaults; -J in
+    /// iperf3's JSON shape): `alias iperf3='flowlab iperf3'` (docs/iperf3.md).
+    Iperf3(cmd::iperf3::RawArgs),
 }
 
 /// A clap refusal as one line that names the flag, not clap's whole usage block, with

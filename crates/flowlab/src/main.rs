@@ -16,26 +16,45 @@ use cli::{Cli, Command, Usage};
 const USAGE: u8 = 2;
 
 fn main() -> ExitCode {
-    let args: Vec<_> = std::env::args_os().collect();
-    let cli = match Cli::try_parse_from(cli::join_optional_values(args.clone())) {
+    let mut args: Vec<_> = std::env::args_os().collect();
+    // Run under the name `iperf3` (a link so named): iperf3's command line.
+    if args.first().is_some_and(|a| {
+        std::path::Path::new(a)
+            .file_name()
+            .is_some_and(|n| n == "iperf3")
+    }) {
+        args.splice(0..1, ["flowlab".into(), "iperf3".into()]);
+    }
+    let mut cli = match parse(args) {
         Ok(c) => c,
-        // Bare `flowlab` or `flowlab net`: the commands there are, as git and cargo do.
-        Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
-            let _ = e.print();
-            return ExitCode::from(USAGE);
-        }
-        Err(e) if e.use_stderr() => {
-            eprintln!("{}", cli::one_line(&e));
-            if let Some(hint) = cli::iperf3_habit(&args) {
-                eprintln!("hint: flowlab takes a command first: {hint}");
-            }
-            return ExitCode::from(USAGE);
-        }
-        Err(e) => {
-            let _ = e.print();
-            return ExitCode::SUCCESS;
-        }
+        Err(code) => return code,
     };
+    if let Command::Iperf3(raw) = &cli.command {
+        let line = match cmd::iperf3::translate(&raw.args) {
+            Ok(line) => line,
+            Err(cmd::iperf3::Refusal::Clap(e)) => return clap_refusal(&e, &[]),
+            Err(cmd::iperf3::Refusal::Usage(u)) => {
+                eprintln!("error: {u}");
+                return ExitCode::from(USAGE);
+            }
+        };
+        cli = match parse(line) {
+            Ok(c) => c,
+            Err(code) => return code,
+        };
+    }
+    if let Some(path) = &cli.output.logfile {
+        if let Err(e) = log_to(path) {
+            eprintln!("error: --logfile {}: {e}", path.display());
+            return ExitCode::FAILURE;
+        }
+    }
+    if let Some(format) = &cli.output.timestamps {
+        if let Err(e) = cmd::timestamp_lines(format) {
+            eprintln!("error: {e}");
+            return ExitCode::from(USAGE);
+        }
+    }
     let level = match cli.verbose {
         0 => "warn",
         1 => "info",
@@ -52,8 +71,21 @@ fn main() -> ExitCode {
                 && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
         )
         .init();
+    // A server writes its own, once detached (-D) and ready to remove it on a signal.
+    let pidfile = match (&cli.output.pidfile, &cli.command) {
+        (Some(path), command) if !matches!(command, Command::Serve(_)) => {
+            match cmd::PidFile::write(path) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    eprintln!("error: {}", chain(&e));
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+        _ => None,
+    };
     let outcome = match cli.command {
-        Command::Serve(a) => cmd::serve::run(&a),
+        Command::Serve(a) => cmd::serve::run(&a, &cli.output),
         Command::Test(a) => cmd::test::run(&a),
         Command::Ping(a) => cmd::ping::run(&a),
         Command::Rpm(a) => cmd::rpm::run(&a),
@@ -67,7 +99,10 @@ fn main() -> ExitCode {
         Command::Report(a) => cmd::report::run(&a),
         Command::Completions(a) => cmd::completions::run(&a),
         Command::Man(a) => cmd::completions::man(&a),
+        // Translated above into `serve` or `test`.
+        Command::Iperf3(_) => unreachable!("flowlab iperf3 runs as serve or test"),
     };
+    drop(pidfile);
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         // The reader went away (`flowlab man | head`): quiet, with the status of a
@@ -82,6 +117,45 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// The command line parsed, or the exit status after clap's help, version or refusal.
+fn parse(args: Vec<std::ffi::OsString>) -> Result<Cli, ExitCode> {
+    match Cli::try_parse_from(cli::join_optional_values(args.clone())) {
+        Ok(c) => Ok(c),
+        Err(e) => Err(clap_refusal(&e, &args)),
+    }
+}
+
+/// Prints clap's outcome as flowlab prints it: help and the version on stdout (success);
+/// the command list for a bare command, and a refusal in one line (usage status), with a
+/// hint when the words were iperf3's.
+fn clap_refusal(e: &clap::Error, args: &[std::ffi::OsString]) -> ExitCode {
+    // Bare `flowlab` or `flowlab net`: the commands there are, as git and cargo do.
+    if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+        let _ = e.print();
+        return ExitCode::from(USAGE);
+    }
+    if !e.use_stderr() {
+        let _ = e.print();
+        return ExitCode::SUCCESS;
+    }
+    eprintln!("{}", cli::one_line(e));
+    if let Some(hint) = cli::iperf3_habit(args) {
+        eprintln!("hint: flowlab takes a command first: {hint}");
+    }
+    ExitCode::from(USAGE)
+}
+
+/// Output and errors from now on appended to `path` (`--logfile`).
+fn log_to(path: &std::path::Path) -> std::io::Result<()> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?;
+    nix::unistd::dup2_stdout(&file)?;
+    nix::unistd::dup2_stderr(&file)?;
+    Ok(())
 }
 
 fn broken_pipe(e: &anyhow::Error) -> bool {

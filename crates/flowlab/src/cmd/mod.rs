@@ -4,6 +4,7 @@
 pub mod completions;
 pub mod fetch;
 pub mod fragments;
+pub mod iperf3;
 pub mod net;
 pub mod ping;
 pub mod plot;
@@ -34,11 +35,154 @@ pub fn install_ctrl_c() -> Arc<AtomicBool> {
     flag
 }
 
-/// Writes `text` to stdout at once (a log or JSON-stream line, table rows as they come).
+/// Writes `text` to stdout at once (a log line, table rows as they come), each line
+/// begun with the time under `--timestamps`.
 pub fn emit(text: &str) {
+    let mut out = std::io::stdout().lock();
+    match TIMESTAMPS.get() {
+        None => {
+            let _ = out.write_all(text.as_bytes());
+        }
+        Some(format) => {
+            let now = chrono::Local::now().format(format).to_string();
+            let mut at_start = LINE_START.load(Ordering::Acquire);
+            for piece in text.split_inclusive('\n') {
+                if at_start {
+                    let _ = out.write_all(now.as_bytes());
+                }
+                let _ = out.write_all(piece.as_bytes());
+                at_start = piece.ends_with('\n');
+            }
+            LINE_START.store(at_start, Ordering::Release);
+        }
+    }
+    let _ = out.flush();
+}
+
+/// Writes JSON text (a JSON-stream or log line) to stdout at once, as it is: never
+/// timestamped, so every line stays a JSON document.
+pub fn emit_json(text: &str) {
     let mut out = std::io::stdout().lock();
     let _ = out.write_all(text.as_bytes());
     let _ = out.flush();
+}
+
+/// A file holding this process's id while it runs (`-I/--pidfile`), removed when dropped.
+#[derive(Debug)]
+pub struct PidFile(std::path::PathBuf);
+
+impl PidFile {
+    /// Writes the id to `path`, which is removed when the guard is dropped.
+    pub fn write(path: &std::path::Path) -> anyhow::Result<PidFile> {
+        use anyhow::Context;
+        let path = std::path::absolute(path)
+            .with_context(|| format!("-I/--pidfile {}", path.display()))?;
+        std::fs::write(&path, format!("{}\n", std::process::id()))
+            .with_context(|| format!("-I/--pidfile {}", path.display()))?;
+        Ok(PidFile(path))
+    }
+
+    /// As [`PidFile::write`], and also removed when SIGINT, SIGTERM or SIGHUP ends the
+    /// process (a server runs until one does): they are blocked in this thread, and so in
+    /// every thread it starts from now on, and awaited by a thread of their own. Call it
+    /// before starting any other thread.
+    pub fn write_until_signalled(path: &std::path::Path) -> anyhow::Result<PidFile> {
+        use nix::sys::signal::{SigSet, Signal};
+        let file = PidFile::write(path)?;
+        let mut signals = SigSet::empty();
+        for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+            signals.add(s);
+        }
+        signals.thread_block()?;
+        let path = file.0.clone();
+        std::thread::Builder::new()
+            .name("flowlab-signals".into())
+            .spawn(move || {
+                let signal = signals.wait().map_or(0, |s| s as i32);
+                let _ = std::fs::remove_file(&path);
+                std::process::exit(128 + signal);
+            })?;
+        Ok(file)
+    }
+}
+
+impl Drop for PidFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Goes on in the background as daemon(3) does — a child in a session of its own, output
+/// to /dev/null unless `keep_output` (--logfile) — but the command returns only once the
+/// child has run `ready` (its pid file written): a script or systemd's `Type=forking`
+/// finds the pid file the moment `flowlab serve -D` returns, and an error of the child's
+/// is said on the terminal, with status 1. Call it before starting any thread: fork(2)
+/// keeps only the calling one.
+pub fn detach<T>(
+    keep_output: bool,
+    ready: impl FnOnce() -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    use nix::unistd::{ForkResult, fork, pipe, setsid};
+    use std::io::Read;
+    let (from_child, to_parent) = pipe()?;
+    // SAFETY: no other thread runs yet (see above), so the child is a whole process.
+    match unsafe { fork() }? {
+        ForkResult::Parent { .. } => {
+            drop(to_parent);
+            let mut said = String::new();
+            let _ = std::fs::File::from(from_child).read_to_string(&mut said);
+            match said.as_str() {
+                "ready" => std::process::exit(0),
+                "" => anyhow::bail!("-D/--daemon: the background process ended at once"),
+                error => {
+                    eprintln!("error: {error}");
+                    std::process::exit(1)
+                }
+            }
+        }
+        ForkResult::Child => {
+            drop(from_child);
+            let mut to_parent = std::fs::File::from(to_parent);
+            let started = (|| {
+                setsid()?;
+                let null = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open("/dev/null")?;
+                nix::unistd::dup2_stdin(&null)?;
+                if !keep_output {
+                    nix::unistd::dup2_stdout(&null)?;
+                    nix::unistd::dup2_stderr(&null)?;
+                }
+                ready()
+            })();
+            let said = match &started {
+                Ok(_) => "ready".to_string(),
+                Err(e) => format!("{e:#}"),
+            };
+            let _ = to_parent.write_all(said.as_bytes());
+            drop(to_parent);
+            started
+        }
+    }
+}
+
+/// The strftime(3) format `--timestamps` begins each line of text output with.
+static TIMESTAMPS: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+/// Whether the next text [`emit`] writes begins a line.
+static LINE_START: AtomicBool = AtomicBool::new(true);
+
+/// Begins every line [`emit`] writes from now on with the local time in `format`
+/// (strftime(3), as chrono reads it), or says what in the format is not understood.
+pub fn timestamp_lines(format: &str) -> Result<(), crate::cli::Usage> {
+    use chrono::format::{Item, StrftimeItems};
+    if StrftimeItems::new(format).any(|i| matches!(i, Item::Error)) {
+        return Err(crate::cli::Usage(format!(
+            "--timestamps={format}: not a strftime(3) format (e.g. --timestamps='%F %T ')"
+        )));
+    }
+    let _ = TIMESTAMPS.set(format.to_string());
+    Ok(())
 }
 
 /// A child process killed and reaped when dropped (servers, and clients on an early

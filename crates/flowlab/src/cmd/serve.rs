@@ -64,6 +64,10 @@ pub struct Args {
     /// Serve one test, then exit.
     #[arg(short = '1', long)]
     pub one_off: bool,
+    /// Run in the background once listening, detached from the terminal (as iperf3's -D):
+    /// output goes to --logfile, or nowhere; -I/--pidfile records the process to stop.
+    #[arg(short = 'D', long)]
+    pub daemon: bool,
     /// Log one JSON object per line instead of text.
     #[arg(short = 'J', long)]
     pub json: bool,
@@ -205,7 +209,7 @@ impl Args {
     }
 }
 
-pub fn run(a: &Args) -> anyhow::Result<()> {
+pub fn run(a: &Args, output: &crate::cli::OutputArgs) -> anyhow::Result<()> {
     let mut cfg = a.to_config()?;
     if let Some(dir) = &a.fragments {
         let mut service = flowlab_fragments::serve::FragmentService::open(
@@ -232,8 +236,23 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     };
     let server = Server::bind(cfg, Arc::new(Log { json: a.json }))
         .with_context(|| format!("cannot listen on {at}, TCP and UDP"))?;
+    // Detached only now, listening, so a port in use is still said on the terminal; and
+    // before any thread is started, as fork(2) keeps only the calling one.
+    let _pidfile = if a.daemon {
+        super::detach(output.logfile.is_some(), || pidfile(output))?
+    } else {
+        pidfile(output)?
+    };
     server.run()?;
     Ok(())
+}
+
+/// The pid file of -I/--pidfile, written, removed when the server ends.
+fn pidfile(output: &crate::cli::OutputArgs) -> anyhow::Result<Option<super::PidFile>> {
+    Ok(match &output.pidfile {
+        Some(path) => Some(super::PidFile::write_until_signalled(path)?),
+        None => None,
+    })
 }
 
 /// Server log lines on stdout: text, or one JSON object each.
@@ -243,11 +262,10 @@ struct Log {
 
 impl ServerLog for Log {
     fn event(&self, event: ServerEvent) {
-        let line = if self.json {
-            json::line(&event)
+        if self.json {
+            super::emit_json(&json::line(&event));
         } else {
-            table::server_event(&event) + "\n"
-        };
-        super::emit(&line);
+            super::emit(&(table::server_event(&event) + "\n"));
+        }
     }
 }

@@ -17,7 +17,7 @@ use super::prepare::Prepared;
 use super::topology;
 use super::trial::{self, Ready, Stage};
 use super::{check, servers};
-use crate::cmd::emit;
+use crate::cmd::{emit, emit_json};
 
 /// Runs `p`'s trials not recorded yet into `a.db`; what happened, for the summary.
 pub fn execute(p: &Prepared, a: &Args) -> anyhow::Result<RunSummary> {
@@ -41,7 +41,7 @@ pub fn execute(p: &Prepared, a: &Args) -> anyhow::Result<RunSummary> {
     };
     let out = |e: &TrialEvent| {
         if a.json {
-            emit(&json::event_line("trial", e));
+            emit_json(&json::event_line("trial", e));
         } else {
             emit(&table::study_trial(e));
         }

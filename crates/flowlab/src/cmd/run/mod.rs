@@ -24,7 +24,7 @@ use std::path::PathBuf;
 use clap::Args as ClapArgs;
 use flowlab_report::{json, table};
 
-use super::emit;
+use super::{emit, emit_json};
 use crate::cli::Usage;
 #[derive(Debug, ClapArgs)]
 pub struct Args {
@@ -73,7 +73,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     if a.dry_run {
         let summary = plan::summary(&prepared, a.scale);
         if a.json {
-            emit(&json::event_line("plan", &summary));
+            emit_json(&json::event_line("plan", &summary));
         } else {
             emit(&table::study_plan(&summary));
         }
@@ -81,7 +81,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     }
     let summary = execute::execute(&prepared, a)?;
     if a.json {
-        emit(&json::event_line("summary", &summary));
+        emit_json(&json::event_line("summary", &summary));
     } else {
         emit(&table::study_summary(&summary));
     }

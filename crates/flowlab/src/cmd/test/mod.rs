@@ -12,7 +12,7 @@ use flowlab_report::result::{Interval, StartInfo};
 use flowlab_report::units::UnitFormat;
 use flowlab_report::{json, table};
 
-use super::emit;
+use super::{emit, emit_json};
 
 pub fn run(a: &Args) -> anyhow::Result<()> {
     let mut spec = a.to_spec()?;
@@ -35,7 +35,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
                 let doc = flowlab_report::iperf3_json::error_document(&e.to_string());
                 println!("{}", serde_json::to_string_pretty(&doc)?);
             } else if a.json_stream {
-                emit(&json::test_error_event(&e.to_string()));
+                emit_json(&json::test_error_event(&e.to_string()));
             }
             return Err(e.into());
         }
@@ -53,7 +53,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         let doc = flowlab_report::iperf3_json::document(&result);
         println!("{}", serde_json::to_string_pretty(&doc)?);
     } else if a.json_stream {
-        emit(&json::finish(&result));
+        emit_json(&json::finish(&result));
     } else {
         emit(&table::finish(&result, a.udp, a.format));
     }
@@ -71,7 +71,7 @@ struct Printer {
 impl Observer for Printer {
     fn started(&mut self, s: &StartInfo) {
         if self.json_stream {
-            emit(&json::event_line("start", s));
+            emit_json(&json::event_line("start", s));
         } else if !self.quiet {
             emit(&(table::start(s) + &table::interval_header(self.udp)));
         }
@@ -79,7 +79,7 @@ impl Observer for Printer {
 
     fn interval(&mut self, iv: &Interval) {
         if self.json_stream {
-            emit(&json::event_line("interval", iv));
+            emit_json(&json::event_line("interval", iv));
         } else if !self.quiet {
             emit(&table::interval(iv, self.format));
         }

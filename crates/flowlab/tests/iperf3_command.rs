@@ -1,0 +1,307 @@
+//! `flowlab iperf3 ARGS…` and the binary run under the name `iperf3`: iperf3's command
+//! line, defaults and JSON, against stock iperf3 at the other end; and the options it
+//! shares with every command (`-D`, `-I`, `--logfile`, `--timestamps`).
+
+mod support;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::*;
+
+fn flowlab() -> Command {
+    Command::new(assert_cmd::cargo::cargo_bin("flowlab"))
+}
+
+fn json_of(out: &std::process::Output) -> Value {
+    assert!(out.status.success(), "{}", said(out));
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not one JSON document ({e}): {}", said(out)))
+}
+
+/// iperf3's line, as an iperf3 user types it, against a stock `iperf3 -s`: iperf3's
+/// UDP default rate (1 Mbit/s, where `flowlab test -u` is unlimited) and iperf3's JSON,
+/// whose counts agree with the stock server's own.
+#[test]
+fn iperf3s_line_runs_with_iperf3s_defaults_against_a_stock_server() {
+    if !require_tool("iperf3") {
+        return;
+    }
+    let port = free_port();
+    let server = Iperf3Server::start(port);
+    let out = flowlab()
+        .args(["iperf3", "-c", "127.0.0.1", "-p", &port.to_string()])
+        .args(["-u", "-t", "2", "-l", "1000", "-J"])
+        .output()
+        .expect("flowlab runs");
+    let ours = json_of(&out);
+    let theirs = server.json();
+    assert_eq!(ours["start"]["test_start"]["protocol"], "UDP", "{ours}");
+    let rate = ours["end"]["sum_sent"]["bits_per_second"]
+        .as_f64()
+        .expect("rate");
+    assert!(
+        (0.9e6..1.1e6).contains(&rate),
+        "iperf3's UDP default is 1 Mbit/s, sent {rate}"
+    );
+    let received = theirs["end"]["sum"]["packets"].as_u64().expect("packets");
+    let sent = ours["end"]["sum_sent"]["packets"]
+        .as_u64()
+        .expect("packets");
+    assert!(received > 0 && received <= sent, "{received} of {sent}");
+}
+
+/// A link named `iperf3` to flowlab is iperf3: `-s -1` serves a stock iperf3 client
+/// one test and exits, `-c` tests against flowlab's own server, `-v` names flowlab.
+#[test]
+fn a_link_named_iperf3_takes_iperf3s_command_line() {
+    if !require_tool("iperf3") {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let link = dir.path().join("iperf3");
+    std::os::unix::fs::symlink(assert_cmd::cargo::cargo_bin("flowlab"), &link).expect("link");
+    let version = Command::new(&link).arg("-v").output().expect("runs");
+    assert!(
+        String::from_utf8_lossy(&version.stdout).starts_with("flowlab "),
+        "{}",
+        said(&version)
+    );
+
+    let port = free_port();
+    let server = Command::new(&link)
+        .args(["-s", "-1", "-B", "127.0.0.1", "-p", &port.to_string()])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("serve");
+    let mut server = flowlab_server(server, port);
+    let out = Command::new("iperf3")
+        .args(["-c", "127.0.0.1", "-p", &port.to_string(), "-t", "1", "-J"])
+        .output()
+        .expect("iperf3 runs");
+    let theirs: Value = serde_json::from_slice(&out.stdout).expect("iperf3 JSON");
+    assert!(theirs.get("error").is_none(), "{theirs}");
+    assert!(theirs["end"]["sum_received"]["bytes"].as_u64() > Some(0));
+    let status = wait_for(&mut server.0, Duration::from_secs(10)).expect("-1: one test, then exit");
+    assert!(status.success(), "{status}");
+
+    let port = default_server();
+    let out = Command::new(&link)
+        .args([
+            "-c",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-t",
+            "1",
+            "-R",
+            "-J",
+        ])
+        .output()
+        .expect("runs");
+    let ours = json_of(&out);
+    assert_eq!(ours["start"]["test_start"]["reverse"], 1, "{ours}");
+    assert!(ours["end"]["sum_received"]["bytes"].as_u64() > Some(0));
+}
+
+/// `-D -I FILE --logfile FILE`: the server detaches once listening, its id in the pid
+/// file, its log lines (timestamped) in the log; SIGTERM stops it and removes the pid
+/// file.
+#[test]
+fn a_daemon_leaves_its_pid_and_log_and_cleans_up_when_stopped() {
+    if !require_tool("iperf3") {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (pidfile, log) = (dir.path().join("s.pid"), dir.path().join("s.log"));
+    let port = free_port();
+    let started = flowlab()
+        .args([
+            "iperf3",
+            "-s",
+            "-D",
+            "-B",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+        ])
+        .arg("-I")
+        .arg(&pidfile)
+        .arg("--logfile")
+        .arg(&log)
+        .arg("--timestamps=<%Y> ")
+        .output()
+        .expect("runs");
+    assert!(started.status.success(), "{}", said(&started));
+    // Written before the command returned (unlike iperf3's, which races its parent).
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .expect("pid file written")
+        .trim()
+        .parse()
+        .expect("a pid");
+    let daemon = Daemon(pid);
+    assert!(alive(pid), "the daemon runs");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !listening_here(port) {
+        assert!(Instant::now() < deadline, "the daemon does not listen");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = Command::new("iperf3")
+        .args(["-c", "127.0.0.1", "-p", &port.to_string(), "-t", "1"])
+        .output()
+        .expect("iperf3 runs");
+    assert!(out.status.success(), "{}", said(&out));
+    let year = format!("<{}> ", this_year());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let text = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("test 1: done") || Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(text.contains("test 1: done"), "{text}");
+    for line in text.lines() {
+        assert!(
+            line.starts_with(&year),
+            "{line:?} does not begin with {year:?}"
+        );
+    }
+    drop(daemon);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while pidfile.exists() || alive(pid) {
+        assert!(
+            Instant::now() < deadline,
+            "SIGTERM: pid file and process remain"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `--timestamps` begins every text line, never a JSON one; a format that is not
+/// strftime's is refused by flag.
+#[test]
+fn timestamps_begin_text_lines_and_leave_json_alone() {
+    let port = default_server();
+    let out = flowlab()
+        .args(["test", "127.0.0.1", "-p", &port.to_string(), "-t", "1"])
+        .arg("--timestamps=%Y| ")
+        .output()
+        .expect("runs");
+    assert!(out.status.success(), "{}", said(&out));
+    let year = format!("{}| ", this_year());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.lines().count() > 4, "{text}");
+    for line in text.lines() {
+        assert!(line.starts_with(&year), "{line:?}");
+    }
+    let out = flowlab()
+        .args([
+            "test",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-t",
+            "1",
+            "-J",
+        ])
+        .arg("--timestamps")
+        .output()
+        .expect("runs");
+    json_of(&out);
+    let out = flowlab()
+        .args(["test", "127.0.0.1", "--timestamps=%Q"])
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(2), "{}", said(&out));
+    assert!(
+        said(&out).contains("--timestamps=%Q: not a strftime(3) format"),
+        "{}",
+        said(&out)
+    );
+}
+
+/// What flowlab does not take is refused by iperf3's name for it, before anything runs.
+#[test]
+fn iperf3_options_flowlab_lacks_are_refused_by_name() {
+    for (args, says) in [
+        (
+            &["-c", "127.0.0.1", "--get-server-output"][..],
+            "--get-server-output: not in flowlab yet",
+        ),
+        (&["-s", "-u"], "-u/--udp is a client option; drop it or -s"),
+        (
+            &["-c", "127.0.0.1", "--sctp"],
+            "--sctp: flowlab does not measure SCTP",
+        ),
+        (&[], "give -s (serve) or -c HOST (test)"),
+    ] {
+        let out = flowlab().arg("iperf3").args(args).output().expect("runs");
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", said(&out));
+        assert!(said(&out).contains(says), "{args:?}: {}", said(&out));
+    }
+}
+
+/// The server child, waited for until it listens.
+struct Reaped(std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn flowlab_server(child: std::process::Child, port: u16) -> Reaped {
+    let mut child = Reaped(child);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !listening_here(port) {
+        assert!(
+            child.0.try_wait().expect("wait").is_none(),
+            "the server exited before listening"
+        );
+        assert!(Instant::now() < deadline, "the server does not listen");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
+fn wait_for(child: &mut std::process::Child, within: Duration) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if let Some(status) = child.try_wait().expect("wait") {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}
+
+/// A detached server, sent SIGTERM when dropped.
+struct Daemon(i32);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) with a pid this test read from the daemon's pid file.
+        unsafe {
+            libc::kill(self.0, libc::SIGTERM);
+        }
+    }
+}
+
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        !s.rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    })
+}
+
+/// This year, from date(1) (local time, as --timestamps prints it).
+fn this_year() -> String {
+    let out = Command::new("date").arg("+%Y").output().expect("date runs");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
