@@ -223,6 +223,7 @@ impl DataSession {
             }),
             streams,
             server_output_json: None,
+            server_output_text: None,
         }
     }
 }
@@ -319,6 +320,7 @@ pub fn socket_settings(s: &RunningStream) -> SocketSettings {
                 rcvbuf: b.rcvbuf,
                 congestion: sock::congestion(t.as_ref()),
                 tos: tos(&r, t.peer_addr()),
+                dont_fragment: None,
             }
         }
         Transport::Udp(u) => {
@@ -329,6 +331,11 @@ pub fn socket_settings(s: &RunningStream) -> SocketSettings {
                 rcvbuf: b.rcvbuf,
                 congestion: None,
                 tos: tos(&r, u.peer_addr()),
+                dont_fragment: u
+                    .peer_addr()
+                    .ok()
+                    .and_then(|p| sock::dont_fragment(u.as_ref(), p))
+                    .filter(|&df| df),
             }
         }
     }

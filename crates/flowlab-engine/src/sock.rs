@@ -114,6 +114,66 @@ pub fn tos(sock: &socket2::SockRef<'_>, peer: std::net::SocketAddr) -> Option<u8
     v.ok().and_then(|v| u8::try_from(v).ok())
 }
 
+/// Sets path MTU discovery on a UDP socket whose datagrams go to `peer` (iperf3's
+/// `--dont-fragment`): IPv4 datagrams leave with the DF bit and one larger than the path's
+/// MTU fails to send (EMSGSIZE) instead of being fragmented; the same for IPv6, which
+/// routers never fragment, on the sending host.
+pub fn set_dont_fragment<F: AsRawFd>(sock: &F, peer: std::net::SocketAddr) -> io::Result<()> {
+    let (level, name, value) = mtu_discover(peer);
+    let v: libc::c_int = value;
+    // SAFETY: the fd is open for the borrow; the option takes an int.
+    let rc = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            level,
+            name,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Whether [`set_dont_fragment`] is in force on the socket, read back.
+pub fn dont_fragment<F: AsRawFd>(sock: &F, peer: std::net::SocketAddr) -> Option<bool> {
+    let (level, name, value) = mtu_discover(peer);
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: the fd is open for the borrow; `v` and `len` are a valid int and its size.
+    let rc = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            level,
+            name,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    (rc == 0).then_some(v == value)
+}
+
+/// The option that sets path MTU discovery for packets to `peer`, and its "do" value:
+/// IPv4's where they are IPv4 (an IPv6 socket's to a v4-mapped peer included), as
+/// [`set_tos`].
+fn mtu_discover(peer: std::net::SocketAddr) -> (libc::c_int, libc::c_int, libc::c_int) {
+    if peer.ip().to_canonical().is_ipv4() {
+        (
+            libc::IPPROTO_IP,
+            libc::IP_MTU_DISCOVER,
+            libc::IP_PMTUDISC_DO,
+        )
+    } else {
+        (
+            libc::IPPROTO_IPV6,
+            libc::IPV6_MTU_DISCOVER,
+            libc::IPV6_PMTUDISC_DO,
+        )
+    }
+}
+
 /// The send and receive buffer sizes of a socket.
 pub fn buffers(sock: &socket2::SockRef<'_>) -> BufferSizes {
     BufferSizes {

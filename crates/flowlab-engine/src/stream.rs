@@ -56,6 +56,10 @@ pub struct DataConfig {
     pub trace: Option<Duration>,
     /// `-A`: the CPU each stream's thread runs on.
     pub affinity: Option<usize>,
+    /// `--fq-rate`: senders' sockets paced by the kernel to this, bits/s (0: not set).
+    pub fq_rate_bps: u64,
+    /// `--repeating-payload`: senders send iperf3's repeating digits.
+    pub repeating_payload: bool,
 }
 
 /// Writes reserved together ([`Budget::take_batch`]): `writes` of the asked length but the

@@ -14,10 +14,15 @@ use crate::stream::{DataConfig, Drain, StreamCounters, TestControl, is_timeout};
 use crate::trace::Tracer;
 
 /// The payload every write carries, page-aligned ([`PageBuf`]: the kernel's copy runs at
-/// full speed). Its content does not matter; a fixed, non-zero pattern keeps compression
-/// anywhere on the path from flattering the numbers.
-pub(crate) fn payload(len: usize) -> PageBuf {
-    PageBuf::filled(len, |i| (i.wrapping_mul(131) % 251) as u8)
+/// full speed). Its content does not matter; a fixed, non-zero pattern of 251 bytes keeps
+/// compression anywhere on the path from flattering the numbers. `repeating` (iperf3's
+/// `--repeating-payload`) is iperf3's pattern instead: the digits 0 to 9 over and over.
+pub(crate) fn payload(len: usize, repeating: bool) -> PageBuf {
+    if repeating {
+        PageBuf::filled(len, |i| b'0' + (i % 10) as u8)
+    } else {
+        PageBuf::filled(len, |i| (i.wrapping_mul(131) % 251) as u8)
+    }
 }
 
 /// The buffer a TCP receiver reads into: page-aligned ([`PageBuf`]), at least 128 KiB
@@ -44,6 +49,10 @@ pub(crate) fn send(
         // holds the long-run average.
         let _ = crate::sock::set_max_pacing_rate(sock, cfg.rate_bps / 8);
     }
+    if cfg.fq_rate_bps > 0 {
+        // `--fq-rate`: the kernel's pacing alone, as asked (over -b's, as iperf3's).
+        crate::sock::set_max_pacing_rate(sock, cfg.fq_rate_bps / 8).map_err(io::Error::other)?;
+    }
     // Stop-and-wait messages start with their length, so a short last one (-n not a
     // multiple of -l) is still recognised and acknowledged. Prefix and payload leave in
     // one write, and without Nagle: a message split over two writes, or a tail segment
@@ -54,7 +63,7 @@ pub(crate) fn send(
     if framed {
         sock.set_nodelay(true)?;
     }
-    let mut buf = payload(head + cfg.len);
+    let mut buf = payload(head + cfg.len, cfg.repeating_payload);
     let file = if cfg.zerocopy && !framed {
         Some(ZeroCopySource::new(&buf)?)
     } else {
@@ -328,10 +337,11 @@ mod tests {
             let r = receive_buffer(len);
             assert_eq!(r.as_ptr() as usize % crate::buf::ALIGN, 0);
             assert!(r.len() >= len.max(128 * 1024));
-            let p = payload(len);
+            let p = payload(len, false);
             assert_eq!(p.as_ptr() as usize % crate::buf::ALIGN, 0);
             assert_eq!(p.len(), len);
             assert_eq!(p[131], (131 * 131 % 251) as u8);
+            assert_eq!(&payload(len, true)[..12], b"012345678901");
         }
     }
 }

@@ -61,7 +61,11 @@ fn send_streaming(
     let len = datagram_len(cfg);
     let max_segs = (MAX_GSO_BYTES / len).clamp(1, MAX_SEGMENTS);
     let mut gso = max_segs > 1;
-    let mut buf = payload(len * max_segs);
+    let mut buf = payload(len * max_segs, cfg.repeating_payload);
+    if cfg.fq_rate_bps > 0 {
+        // `--fq-rate`: paced by the fq qdisc, where the interface has one.
+        crate::sock::set_max_pacing_rate(sock, cfg.fq_rate_bps / 8).map_err(io::Error::other)?;
+    }
     let mut fixed = (cfg.rate_bps > 0).then(|| Pacer::new(cfg.rate_bps, ctl.epoch.elapsed()));
     let mut backoff = (cfg.backoff && cfg.rate_bps == 0).then(|| Backoff::new(ctl.epoch.elapsed()));
     let mut batches = 0u64;
@@ -201,7 +205,7 @@ fn send_stop_and_wait(
 ) -> io::Result<()> {
     let hdr = DatagramHeader::len(cfg.counters_64bit);
     let len = datagram_len(cfg);
-    let mut buf = payload(len);
+    let mut buf = payload(len, cfg.repeating_payload);
     let mut ack = [0u8; 64];
     let mut seq = 0u64;
     // The socket's read timeout, changed only when the wait left before a resend drops
@@ -422,6 +426,8 @@ mod tests {
             backoff: false,
             trace: None,
             affinity: None,
+            fq_rate_bps: 0,
+            repeating_payload: false,
         };
         let ctl = TestControl::new(Budget::Blocks(3.into()));
         let c = StreamCounters::default();

@@ -88,6 +88,28 @@ pub struct TestParams {
     pub congestion: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
+    /// iperf3's `--extra-data`: a string both ends put in their JSON output.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extra_data: Option<String>,
+    /// iperf3's `--fq-rate`: the most a data socket sends, bits/s (SO_MAX_PACING_RATE);
+    /// 0: not set.
+    #[serde(
+        rename = "fqrate",
+        default,
+        skip_serializing_if = "is_zero",
+        deserialize_with = "num"
+    )]
+    pub fq_rate: u64,
+    /// iperf3's `--dont-fragment`: UDP datagrams leave with the IPv4 DF bit set (path MTU
+    /// discovery), so one larger than the path fails rather than being fragmented.
+    #[serde(default, skip_serializing_if = "is_false", deserialize_with = "flag")]
+    pub dont_fragment: bool,
+    /// iperf3's `--repeating-payload`: senders fill their buffers with iperf3's repeating
+    /// digits.
+    #[serde(default, skip_serializing_if = "is_false", deserialize_with = "flag")]
+    pub repeating_payload: bool,
+    /// The client wants the server's own output for the test in the results
+    /// (`server_output_text`, or `server_output_json` from a server printing JSON).
     #[serde(default, skip_serializing_if = "is_false", deserialize_with = "flag")]
     pub get_server_output: bool,
     #[serde(default, skip_serializing_if = "is_false", deserialize_with = "flag")]

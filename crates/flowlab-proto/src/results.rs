@@ -23,9 +23,13 @@ pub struct PeerResults {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub congestion_used: Option<String>,
     pub streams: Vec<StreamResults>,
-    /// The server's own text or JSON output, when the client asked for it.
+    /// The server's own output for the test, as JSON (a server that prints JSON), when
+    /// the client asked for it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_output_json: Option<serde_json::Value>,
+    /// The same as text (a server that prints text).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_output_text: Option<String>,
 }
 
 /// One stream's counts, from the side that reports them.
@@ -111,6 +115,10 @@ pub struct SocketSettings {
     /// asked for one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tos: Option<u8>,
+    /// UDP: path MTU discovery (the DF bit) on the socket, when the client asked for it
+    /// (`--dont-fragment`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dont_fragment: Option<bool>,
 }
 
 #[cfg(test)]

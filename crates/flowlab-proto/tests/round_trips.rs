@@ -80,6 +80,7 @@ fn stream() -> impl Strategy<Value = StreamResults> {
                 any::<u64>(),
                 prop::option::of(text()),
                 any::<Option<u8>>(),
+                any::<Option<bool>>(),
             )),
             prop::option::of(trace()),
         ),
@@ -104,12 +105,15 @@ fn stream() -> impl Strategy<Value = StreamResults> {
             foreign: extra[6],
             dsack_dups: extra[7],
             reordering: extra[8],
-            socket: socket.map(|(sndbuf, rcvbuf, congestion, tos)| SocketSettings {
-                sndbuf,
-                rcvbuf,
-                congestion,
-                tos,
-            }),
+            socket: socket.map(
+                |(sndbuf, rcvbuf, congestion, tos, dont_fragment)| SocketSettings {
+                    sndbuf,
+                    rcvbuf,
+                    congestion,
+                    tos,
+                    dont_fragment,
+                },
+            ),
             trace,
         })
 }
@@ -122,16 +126,20 @@ fn peer_results() -> impl Strategy<Value = PeerResults> {
         any::<i64>(),
         prop::option::of(text()),
         prop::collection::vec(stream(), 0..4),
+        prop::option::of(text()),
     )
         .prop_map(
-            |(total, user, system, retr, congestion_used, streams)| PeerResults {
-                cpu_util_total: total,
-                cpu_util_user: user,
-                cpu_util_system: system,
-                sender_has_retransmits: retr,
-                congestion_used,
-                streams,
-                server_output_json: None,
+            |(total, user, system, retr, congestion_used, streams, server_output_text)| {
+                PeerResults {
+                    cpu_util_total: total,
+                    cpu_util_user: user,
+                    cpu_util_system: system,
+                    sender_has_retransmits: retr,
+                    congestion_used,
+                    streams,
+                    server_output_json: None,
+                    server_output_text,
+                }
             },
         )
 }

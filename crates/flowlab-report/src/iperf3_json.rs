@@ -14,7 +14,8 @@ use std::time::{Duration, UNIX_EPOCH};
 use serde_json::{Map, Value, json};
 
 use crate::result::{
-    EndStream, Interval, IntervalStream, SideTotals, StartInfo, StreamDirection, TestResult,
+    EndStream, Interval, IntervalStream, ServerOutput, SideTotals, StartInfo, StreamDirection,
+    TestResult,
 };
 
 /// Keys of iperf3's document that flowlab does not fill (paths as `a.b[].c`): the send
@@ -35,11 +36,23 @@ pub fn document(r: &TestResult) -> Value {
         .iter()
         .map(|iv| interval(iv, datagram))
         .collect();
-    json!({
+    let mut doc = json!({
         "start": start(&r.start, udp),
         "intervals": intervals,
         "end": r.end.as_ref().map_or_else(|| json!({}), |_| end(r, udp)),
-    })
+    });
+    // Where iperf3 puts them: at the top, after the end.
+    for key in ["title", "extra_data"] {
+        if let Some(text) = r.start.spec[key].as_str() {
+            doc[key] = json!(text);
+        }
+    }
+    match r.end.as_ref().and_then(|e| e.server_output.as_ref()) {
+        Some(ServerOutput::Json(v)) => doc["server_output_json"] = v.clone(),
+        Some(ServerOutput::Text(t)) => doc["server_output_text"] = json!(t),
+        None => {}
+    }
+    doc
 }
 
 /// What iperf3 prints with `-J` when the test could not run.

@@ -223,6 +223,18 @@ pub struct EndInfo {
     pub congestion_remote: Option<String>,
     /// The test was cut short (Ctrl-C or a server-side limit); totals cover what ran.
     pub interrupted: bool,
+    /// The server's own output for the test (`--get-server-output`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_output: Option<ServerOutput>,
+}
+
+/// What a server printed for one test, sent to a client that asked for it (iperf3's
+/// `--get-server-output`): text lines, or JSON from a server that prints JSON.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ServerOutput {
+    Text(String),
+    Json(serde_json::Value),
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -541,6 +553,12 @@ pub fn summarize(
         congestion_local: local.congestion_used.clone(),
         congestion_remote: remote.and_then(|r| r.congestion_used.clone()),
         interrupted,
+        server_output: remote.and_then(|r| {
+            r.server_output_json
+                .clone()
+                .map(ServerOutput::Json)
+                .or_else(|| r.server_output_text.clone().map(ServerOutput::Text))
+        }),
     }
 }
 

@@ -97,6 +97,23 @@ pub struct TestSpec {
     /// `-4`/`-6`: only the server's addresses of this family are tried.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub family: Option<IpFamily>,
+    /// `--extra-data`: a string recorded with the result, and sent to the server.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub extra_data: Option<String>,
+    /// `--fq-rate`: the most each data socket sends, bits/s (SO_MAX_PACING_RATE, both
+    /// ends; 0: not set).
+    #[serde(skip_serializing_if = "is_zero_u64")]
+    pub fq_rate: u64,
+    /// `--dont-fragment`: UDP datagrams with the IPv4 DF bit, both ends.
+    #[serde(skip_serializing_if = "is_false")]
+    pub dont_fragment: bool,
+    /// `--repeating-payload`: senders fill their buffers with iperf3's repeating digits.
+    #[serde(skip_serializing_if = "is_false")]
+    pub repeating_payload: bool,
+    /// `--get-server-output`: the server's own output for the test comes back with its
+    /// results.
+    #[serde(skip_serializing_if = "is_false")]
+    pub get_server_output: bool,
     /// The rate the path can carry each way, where the caller knows it (the binary does
     /// inside a flowlab topology): what `--trace`'s advice sizes windows for.
     #[serde(skip_serializing_if = "PathRates::is_empty")]
@@ -205,6 +222,11 @@ impl TestSpec {
             affinity: Affinity::default(),
             family: None,
             tos: 0,
+            extra_data: None,
+            fq_rate: 0,
+            dont_fragment: false,
+            repeating_payload: false,
+            get_server_output: false,
             path_rates: PathRates::default(),
             credentials: None,
         }
@@ -283,7 +305,11 @@ impl TestSpec {
             pacing_timer: 1000,
             congestion: self.congestion.clone(),
             title: self.title.clone(),
-            get_server_output: false,
+            extra_data: self.extra_data.clone(),
+            fq_rate: self.fq_rate,
+            dont_fragment: self.dont_fragment,
+            repeating_payload: self.repeating_payload,
+            get_server_output: self.get_server_output,
             udp_counters_64bit: self.protocol == Protocol::Udp,
             zerocopy: self.zerocopy,
             client_version: Some(format!("flowlab {}", env!("CARGO_PKG_VERSION"))),
@@ -314,4 +340,12 @@ fn opt_secs<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S
         Some(d) => s.serialize_f64(d.as_secs_f64()),
         None => s.serialize_none(),
     }
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
 }

@@ -664,3 +664,138 @@ fn the_type_of_service_reaches_a_stock_iperf3_server() {
         );
     }
 }
+
+/// Runs `flowlab test 127.0.0.1 -p PORT ARGS -J` and returns its result.
+fn flowlab_json(port: u16, args: &[&str]) -> Value {
+    let out = Command::new(assert_cmd::cargo::cargo_bin("flowlab"))
+        .args(["test", "127.0.0.1", "-p", &port.to_string(), "-J"])
+        .args(args)
+        .output()
+        .expect("flowlab runs");
+    assert!(out.status.success(), "{args:?}: {}", said(&out));
+    serde_json::from_slice(&out.stdout).expect("one JSON document")
+}
+
+/// `--get-server-output` against a stock iperf3 server: its text lines from a text
+/// server, its JSON document from a `-J` one; and `--extra-data` reaches the server,
+/// which prints it in its own JSON.
+#[test]
+fn a_stock_servers_own_output_comes_back_with_the_extra_data() {
+    if !require_tool("iperf3") {
+        return;
+    }
+    let _one_at_a_time = one_iperf3_server_at_a_time();
+    let port = free_port();
+    let _server = Iperf3Server::start_text(port);
+    let r = flowlab_json(port, &["-t", "1", "--get-server-output"]);
+    let text = r["end"]["server_output"]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no server output text: {}", r["end"]));
+    assert!(
+        text.contains("Accepted connection from 127.0.0.1") && text.contains("receiver"),
+        "{text}"
+    );
+
+    let port = free_port();
+    let server = Iperf3Server::start(port);
+    let r = flowlab_json(
+        port,
+        &[
+            "-t",
+            "1",
+            "--get-server-output",
+            "--extra-data",
+            "run 7, rack B",
+        ],
+    );
+    assert_eq!(server.json()["extra_data"], "run 7, rack B");
+    let theirs = &r["end"]["server_output"]["json"];
+    let received = theirs["end"]["sum_received"]["bytes"]
+        .as_u64()
+        .expect("bytes");
+    assert_eq!(
+        Some(received),
+        r["end"]["sums"][0]["receiver"]["bytes"].as_u64(),
+        "the server's own count is the result's receiver count"
+    );
+}
+
+/// `--fq-rate` paces what flowlab sends (SO_MAX_PACING_RATE) under cubic and bbr alike:
+/// a stock iperf3 server counts the rate asked for.
+#[test]
+fn fq_rate_paces_what_a_stock_server_receives() {
+    if !require_tool("iperf3") {
+        return;
+    }
+    let _one_at_a_time = one_iperf3_server_at_a_time();
+    let available = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
+        .unwrap_or_default();
+    for cc in ["cubic", "bbr"] {
+        if !available.split_whitespace().any(|a| a == cc) {
+            assert!(std::env::var_os("CI").is_none(), "CI's kernel lacks {cc}");
+            skip(&format!("this kernel has no {cc}"));
+            continue;
+        }
+        let port = free_port();
+        let server = Iperf3Server::start(port);
+        flowlab_json(port, &["-t", "2", "--fq-rate", "100M", "-C", cc]);
+        let rate = server.json()["end"]["sum_received"]["bits_per_second"]
+            .as_f64()
+            .expect("rate");
+        assert!(
+            (80e6..=102e6).contains(&rate),
+            "{cc}: the server received {rate} bit/s, paced to 100 Mbit/s"
+        );
+    }
+}
+
+/// `--dont-fragment` and `--repeating-payload` are iperf3's parameters: a stock server
+/// takes them and the test runs; flowlab's own socket keeps the DF setting.
+#[test]
+fn dont_fragment_and_repeating_payload_run_against_a_stock_server() {
+    if !require_tool("iperf3") {
+        return;
+    }
+    let _one_at_a_time = one_iperf3_server_at_a_time();
+    let port = free_port();
+    let server = Iperf3Server::start(port);
+    let r = flowlab_json(
+        port,
+        &[
+            "-t",
+            "1",
+            "-u",
+            "-b",
+            "5M",
+            "--dont-fragment",
+            "--repeating-payload",
+        ],
+    );
+    assert_eq!(r["start"]["spec"]["dont_fragment"], true);
+    assert_eq!(r["start"]["spec"]["repeating_payload"], true);
+    let theirs = server.json();
+    assert!(
+        theirs["end"]["sum"]["packets"].as_u64() > Some(0),
+        "{}",
+        theirs["end"]
+    );
+}
+
+/// A stock iperf3 client's `--get-server-output` at a flowlab server: the server's log
+/// lines for the test come back as iperf3's `server_output_text`.
+#[test]
+fn a_stock_client_gets_a_flowlab_servers_output() {
+    if !require_tool("iperf3") {
+        return;
+    }
+    let port = default_server();
+    let v = iperf3_client(port, &["-t", "1", "--get-server-output"]);
+    let text = v["server_output_text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no server_output_text: {v}"));
+    let received = bytes(&v, "sum_received");
+    assert!(
+        text.contains("tcp from 127.0.0.1:") && text.contains(&format!("received {received} B")),
+        "{text}"
+    );
+}

@@ -227,8 +227,8 @@ fn timestamps_begin_text_lines_and_leave_json_alone() {
 fn iperf3_options_flowlab_lacks_are_refused_by_name() {
     for (args, says) in [
         (
-            &["-c", "127.0.0.1", "--get-server-output"][..],
-            "--get-server-output: not in flowlab yet",
+            &["-c", "127.0.0.1", "-L", "5"][..],
+            "-L/--flowlabel: not in flowlab yet",
         ),
         (&["-s", "-u"], "-u/--udp is a client option; drop it or -s"),
         (

@@ -1,10 +1,11 @@
 //! flowlab client against flowlab server on loopback: every protocol × mode × direction ×
-//! amount, with the client's and the server's byte counts agreeing.
+//! amount, with the client's and the server's byte counts agreeing; and iperf3's socket
+//! options as a flowlab server honours them.
 
 mod support;
 
 use flowlab_proto::params::{Mode, Protocol};
-use flowlab_report::result::StreamDirection;
+use flowlab_report::result::{ServerOutput, StreamDirection};
 use flowlab_report::spec::{Amount, Direction};
 use support::*;
 
@@ -385,4 +386,80 @@ fn affinity_pins_each_ends_stream_threads() {
         e.contains("CPU 4096 asked for (-A); this server runs on CPUs"),
         "{e}"
     );
+}
+
+/// `--fq-rate` paces what a flowlab server sends (`-R`), under cubic and bbr alike.
+#[test]
+fn fq_rate_paces_the_servers_sends() {
+    let available = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
+        .unwrap_or_default();
+    let port = default_server();
+    for cc in ["cubic", "bbr"] {
+        if !available.split_whitespace().any(|a| a == cc) {
+            assert!(std::env::var_os("CI").is_none(), "CI's kernel lacks {cc}");
+            skip(&format!("this kernel has no {cc}"));
+            continue;
+        }
+        let mut s = spec(port);
+        s.direction = Direction::Reverse;
+        s.amount = Amount::Seconds(2.0);
+        s.fq_rate = 100_000_000;
+        s.congestion = Some(cc.into());
+        let r = run(&s).expect("test runs");
+        let (_, received) = sum(&r, StreamDirection::Down);
+        assert!(
+            (80e6..=102e6).contains(&received.bits_per_second),
+            "{cc}: received {} bit/s, paced to 100 Mbit/s",
+            received.bits_per_second
+        );
+    }
+}
+
+/// `--dont-fragment` is set on the server's UDP socket as on the client's, read back.
+#[test]
+fn dont_fragment_is_on_the_servers_socket() {
+    let mut s = spec(default_server());
+    s.protocol = Protocol::Udp;
+    s.len = 1000;
+    s.bitrate = 5_000_000;
+    s.amount = Amount::Seconds(0.5);
+    s.dont_fragment = true;
+    let r = run(&s).expect("test runs");
+    let socket = end(&r).streams[0]
+        .server_socket
+        .clone()
+        .expect("the server's socket settings");
+    assert_eq!(socket.dont_fragment, Some(true), "{socket:?}");
+    s.dont_fragment = false;
+    let r = run(&s).expect("test runs");
+    assert_eq!(
+        end(&r).streams[0]
+            .server_socket
+            .as_ref()
+            .and_then(|s| s.dont_fragment),
+        None
+    );
+}
+
+/// `--get-server-output`: a flowlab server sends the lines its log has for the test;
+/// nothing comes when it is not asked for.
+#[test]
+fn the_servers_output_is_its_log_of_the_test() {
+    let mut s = spec(default_server());
+    s.amount = Amount::Seconds(0.5);
+    s.get_server_output = true;
+    let r = run(&s).expect("test runs");
+    let Some(ServerOutput::Text(text)) = &end(&r).server_output else {
+        panic!("no text output: {:?}", end(&r).server_output);
+    };
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert!(lines[0].contains(": tcp from 127.0.0.1:"), "{text}");
+    let (_, received) = sum(&r, StreamDirection::Up);
+    assert!(
+        lines[1].contains(&format!("received {} B", received.bytes)),
+        "{text}"
+    );
+    s.get_server_output = false;
+    assert_eq!(end(&run(&s).expect("test runs")).server_output, None);
 }

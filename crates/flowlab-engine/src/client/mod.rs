@@ -336,6 +336,8 @@ fn data_config(spec: &TestSpec, params: &TestParams, features: &[String]) -> Dat
         backoff: spec.wants_backoff() && has(feature::UDP_BACKOFF),
         trace: spec.trace.filter(|_| spec.protocol == Protocol::Tcp),
         affinity: spec.affinity.client,
+        fq_rate_bps: spec.fq_rate,
+        repeating_payload: spec.repeating_payload,
     }
 }
 

@@ -202,6 +202,9 @@ fn open_udp(spec: &TestSpec, server: SocketAddr) -> std::io::Result<(UdpSocket, 
     if spec.tos > 0 {
         sock::set_tos(&SockRef::from(&s), server, spec.tos)?;
     }
+    if spec.dont_fragment {
+        sock::set_dont_fragment(&s, server)?;
+    }
     s.connect(&server.into())?;
     let u: UdpSocket = s.into();
     let deadline = Instant::now() + spec.connect_timeout.max(Duration::from_secs(1));

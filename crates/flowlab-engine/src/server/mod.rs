@@ -23,6 +23,7 @@ use std::time::Duration;
 use flowlab_proto::Cookie;
 use flowlab_proto::probe;
 use flowlab_proto::udp::handshake_reply;
+use flowlab_report::result::ServerOutput;
 use flowlab_report::server::ServerEvent;
 use socket2::{Domain, Protocol as SockProtocol, SockRef, Socket, Type};
 
@@ -183,6 +184,12 @@ impl Default for ServerConfig {
 /// Where server events go.
 pub trait ServerLog: Send + Sync {
     fn event(&self, event: ServerEvent);
+
+    /// What this log says of one test (its `events`), for a client that asks for the
+    /// server's output (iperf3's `--get-server-output`): the lines a text log prints.
+    fn output(&self, events: &[ServerEvent]) -> ServerOutput {
+        ServerOutput::Text(flowlab_report::table::server_events(events))
+    }
 }
 
 /// A log that drops everything.

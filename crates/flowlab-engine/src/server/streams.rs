@@ -138,6 +138,14 @@ pub(super) fn apply_options(t: &Transport, p: &TestParams, role: Role) {
         // As any option this end cannot honour: a warning, and the test runs without.
         Err(_) => tracing::warn!("TOS {} asked for is not 0 to 255: not set", p.tos),
     }
+    if let (true, Transport::Udp(u)) = (p.dont_fragment, t) {
+        if let Err(e) = u
+            .peer_addr()
+            .and_then(|peer| sock::set_dont_fragment(u.as_ref(), peer))
+        {
+            tracing::warn!("--dont-fragment: {e}");
+        }
+    }
     match t {
         Transport::Tcp(s) => {
             let _ = sock::set_buffers(&SockRef::from(s.as_ref()), window);

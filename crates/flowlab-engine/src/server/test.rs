@@ -13,6 +13,7 @@ use flowlab_proto::params::{FLOWLAB_EXT_VERSION, Mode, Protocol, TestParams};
 use flowlab_proto::results::PeerResults;
 use flowlab_proto::state::{encode_server_error, error_code};
 use flowlab_proto::{Cookie, State};
+use flowlab_report::result::ServerOutput;
 use flowlab_report::server::ServerEvent;
 
 use super::refusal::{Refusal, block_len, validate};
@@ -82,7 +83,8 @@ pub(super) fn run_test(
     // Out of the handshake, whether it ended in a test or not.
     drop(handshake);
     let (params, proto, _slot) = negotiated?;
-    shared.log.event(started(id, peer, &params, proto));
+    let start = started(id, peer, &params, proto);
+    shared.log.event(start.clone());
     let n = params.stream_count() as usize;
     let transports = collect_streams(ctrl, peer, cookie, proto, n, shared)?;
     let data = data_config(&params, proto);
@@ -103,9 +105,16 @@ pub(super) fn run_test(
         session.cut();
         return Err(e);
     }
-    let (mine, wall) = own_results(&mut session);
+    let (mut mine, wall) = own_results(&mut session);
+    let done = finished(id, peer, &mine, &session, wall);
+    if params.get_server_output {
+        match shared.log.output(&[start, done.clone()]) {
+            ServerOutput::Text(t) => mine.server_output_text = Some(t),
+            ServerOutput::Json(v) => mine.server_output_json = Some(v),
+        }
+    }
     exchange_results(ctrl, cfg, &mine)?;
-    shared.log.event(finished(id, peer, &mine, &session, wall));
+    shared.log.event(done);
     Ok(())
 }
 
@@ -301,6 +310,8 @@ fn data_config(params: &TestParams, proto: Protocol) -> DataConfig {
             .and_then(|f| f.trace_us)
             .map(|us| Duration::from_micros(us).clamp(trace::MIN_PERIOD, trace::MAX_PERIOD)),
         affinity: params.server_affinity.map(|c| c as usize),
+        fq_rate_bps: params.fq_rate,
+        repeating_payload: params.repeating_payload,
     }
 }
 

@@ -22,7 +22,7 @@ pub use net::{net_down, net_plan, net_status, net_up};
 pub use net_check::net_check;
 pub use ping::{ping_header, ping_histogram, ping_reply, ping_summary};
 pub use rpm::{rpm_header, rpm_interval, rpm_summary};
-pub use server::server_event;
+pub use server::{server_event, server_events};
 pub use study::{study_plan, study_summary, study_trial};
 pub use system::system;
 pub use test::{end, finish, interval, interval_header, quick_case, quick_heading, start, whole};

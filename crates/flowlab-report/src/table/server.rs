@@ -3,6 +3,11 @@
 use crate::server::ServerEvent;
 
 /// `flowlab serve`'s log line for `event` (no newline).
+/// `events` as a text log prints them, a line each.
+pub fn server_events(events: &[ServerEvent]) -> String {
+    events.iter().map(|e| server_event(e) + "\n").collect()
+}
+
 pub fn server_event(event: &ServerEvent) -> String {
     match event {
         ServerEvent::Listening { address } => {

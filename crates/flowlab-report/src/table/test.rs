@@ -6,7 +6,8 @@ use std::fmt::Write as _;
 
 use crate::latency::TestLatency;
 use crate::result::{
-    EndInfo, Interval, SideTotals, StartInfo, StreamDirection, TestResult, UdpInterval,
+    EndInfo, Interval, ServerOutput, SideTotals, StartInfo, StreamDirection, TestResult,
+    UdpInterval,
 };
 use crate::units::{Bytes, Rate, UnitFormat};
 
@@ -280,6 +281,17 @@ pub fn end(e: &EndInfo, udp: bool, f: UnitFormat) -> String {
     }
     if e.interrupted {
         out.push_str("(interrupted: totals cover the part that ran)\n");
+    }
+    // As iperf3 prints it.
+    match &e.server_output {
+        Some(ServerOutput::Text(text)) => {
+            let _ = write!(out, "\nServer output:\n{text}");
+        }
+        Some(ServerOutput::Json(v)) => {
+            let text = serde_json::to_string_pretty(v).unwrap_or_default();
+            let _ = writeln!(out, "\nServer output:\n{text}");
+        }
+        None => {}
     }
     out
 }

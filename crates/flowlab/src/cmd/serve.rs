@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args as ClapArgs;
 use flowlab_engine::server::{Server, ServerAuth, ServerConfig, ServerLog};
+use flowlab_report::result::ServerOutput;
 use flowlab_report::server::ServerEvent;
 use flowlab_report::{json, table, units};
 
@@ -266,6 +267,16 @@ impl ServerLog for Log {
             super::emit_json(&json::line(&event));
         } else {
             super::emit(&(table::server_event(&event) + "\n"));
+        }
+    }
+
+    /// A JSON log sends its test's events as JSON (`server_output_json`), a text log its
+    /// lines.
+    fn output(&self, events: &[ServerEvent]) -> ServerOutput {
+        if self.json {
+            ServerOutput::Json(serde_json::to_value(events).unwrap_or_default())
+        } else {
+            ServerOutput::Text(table::server_events(events))
         }
     }
 }

@@ -137,6 +137,31 @@ pub struct Args {
     /// CPU M.
     #[arg(short = 'A', long, value_name = "N[,M]")]
     pub affinity: Option<String>,
+    /// A string sent to the server and recorded with the result (iperf3's, which puts it
+    /// in both ends' JSON); at most 1024 bytes.
+    #[arg(long, value_name = "STR")]
+    pub extra_data: Option<String>,
+    /// Ask for the server's own output for the test, printed after the result (iperf3's
+    /// "Server output:"); in the JSON, `end.server_output`.
+    #[arg(long)]
+    pub get_server_output: bool,
+    /// Senders fill their writes with the digits 0 to 9 over and over (iperf3's pattern)
+    /// instead of flowlab's 251-byte one; both ends.
+    #[arg(long)]
+    pub repeating_payload: bool,
+    /// UDP: set the IPv4 Don't Fragment bit (path MTU discovery) on both ends' data
+    /// sockets: a datagram larger than the path's MTU fails instead of being fragmented.
+    #[arg(long)]
+    pub dont_fragment: bool,
+    /// The most each data socket sends, bit/s (e.g. 100M), paced by the kernel
+    /// (SO_MAX_PACING_RATE) on both ends; TCP always, UDP where the interface's queueing
+    /// discipline is fq.
+    #[arg(long, value_parser = units::parse_rate, value_name = "RATE")]
+    pub fq_rate: Option<u64>,
+    /// Accepted for iperf3's command line: flowlab's UDP datagrams always carry 64-bit
+    /// counters.
+    #[arg(long)]
+    pub udp_counters_64bit: bool,
     /// Print one JSON document at the end.
     #[arg(short = 'J', long, conflicts_with_all = ["json_stream", "iperf3_json"])]
     pub json: bool,
@@ -319,6 +344,22 @@ impl Args {
                 pkcs1: self.use_pkcs1_padding,
             });
         }
+        if let Some(extra) = &self.extra_data {
+            if extra.len() > 1024 {
+                return Err(Usage(format!(
+                    "--extra-data is {} bytes; at most 1024",
+                    extra.len()
+                )));
+            }
+            s.extra_data = Some(extra.clone());
+        }
+        if self.dont_fragment && !self.udp {
+            return Err("--dont-fragment applies to UDP only (-u); TCP sets it itself".into());
+        }
+        s.dont_fragment = self.dont_fragment;
+        s.get_server_output = self.get_server_output;
+        s.repeating_payload = self.repeating_payload;
+        s.fq_rate = self.fq_rate.unwrap_or(0);
         s.congestion = self.congestion.clone();
         s.window = self.window.unwrap_or(0);
         s.nodelay = self.no_delay;
