@@ -155,6 +155,10 @@ pub struct StreamInfo {
     /// one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tos: Option<u8>,
+    /// TCP_USER_TIMEOUT read back from the socket, milliseconds, when `--snd-timeout`
+    /// asked for one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snd_timeout_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

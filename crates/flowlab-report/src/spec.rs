@@ -114,6 +114,24 @@ pub struct TestSpec {
     /// results.
     #[serde(skip_serializing_if = "is_false")]
     pub get_server_output: bool,
+    /// `-B`: the local address of the client's connections.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bind: Option<std::net::IpAddr>,
+    /// `--cport`: data stream `i` (client-send streams first) leaves from this port + `i`
+    /// (0: any port).
+    #[serde(skip_serializing_if = "is_zero_u16")]
+    pub cport: u16,
+    /// `--bind-dev`, or `HOST%DEV`: the client's connections are bound to this network
+    /// device (SO_BINDTODEVICE).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bind_dev: Option<String>,
+    /// `--snd-timeout`: a TCP data stream whose data goes unacknowledged this long fails
+    /// (TCP_USER_TIMEOUT on the client's sockets).
+    #[serde(serialize_with = "opt_secs", skip_serializing_if = "Option::is_none")]
+    pub snd_timeout: Option<Duration>,
+    /// `--rcv-timeout`: a test whose receiving streams get nothing this long fails.
+    #[serde(serialize_with = "opt_secs", skip_serializing_if = "Option::is_none")]
+    pub rcv_timeout: Option<Duration>,
     /// The rate the path can carry each way, where the caller knows it (the binary does
     /// inside a flowlab topology): what `--trace`'s advice sizes windows for.
     #[serde(skip_serializing_if = "PathRates::is_empty")]
@@ -227,6 +245,11 @@ impl TestSpec {
             dont_fragment: false,
             repeating_payload: false,
             get_server_output: false,
+            bind: None,
+            cport: 0,
+            bind_dev: None,
+            snd_timeout: None,
+            rcv_timeout: None,
             path_rates: PathRates::default(),
             credentials: None,
         }
@@ -347,5 +370,9 @@ fn is_false(b: &bool) -> bool {
 }
 
 fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
+}
+
+fn is_zero_u16(n: &u16) -> bool {
     *n == 0
 }

@@ -799,3 +799,72 @@ fn a_stock_client_gets_a_flowlab_servers_output() {
         "{text}"
     );
 }
+
+/// `--cport` and `-B` cross the wire: a stock iperf3 server sees the stream come from
+/// that address and port.
+#[test]
+fn a_stock_server_sees_the_stream_from_the_port_asked_for() {
+    if !require_tool("iperf3") {
+        return;
+    }
+    let _one_at_a_time = one_iperf3_server_at_a_time();
+    let port = free_port();
+    let server = Iperf3Server::start(port);
+    let cport = free_ports(1);
+    flowlab_json(
+        port,
+        &[
+            "-t",
+            "0.5",
+            "-B",
+            "127.0.0.1",
+            "--cport",
+            &cport.to_string(),
+        ],
+    );
+    let connected = &server.json()["start"]["connected"][0];
+    assert_eq!(connected["remote_host"], "127.0.0.1", "{connected}");
+    assert_eq!(connected["remote_port"], cport, "{connected}");
+}
+
+/// `--rcv-timeout`: a stock server that stops sending half-way (SIGSTOP) ends the test
+/// after that long, not at its time, with what was measured kept and marked
+/// interrupted.
+#[test]
+fn rcv_timeout_ends_a_test_whose_server_stops_sending() {
+    if !require_tool("iperf3") {
+        return;
+    }
+    let _one_at_a_time = one_iperf3_server_at_a_time();
+    let port = free_port();
+    let mut server = Command::new("iperf3")
+        .args(["-s", "-1", "-p", &port.to_string(), "-B", "127.0.0.1"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("iperf3 -s");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !listening_here(port) {
+        assert!(Instant::now() < deadline, "iperf3 -s does not listen");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid = server.id() as i32;
+    let stopper = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(1500));
+        // SAFETY: kill(2) on the child this test started.
+        unsafe { libc::kill(pid, libc::SIGSTOP) };
+    });
+    let started = Instant::now();
+    let r = flowlab_json(port, &["-t", "20", "-R", "--rcv-timeout", "500"]);
+    let took = started.elapsed();
+    stopper.join().expect("stopper");
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    let _ = server.kill();
+    let _ = server.wait();
+    assert!(
+        took < Duration::from_secs(10),
+        "took {took:?} of a 20 s test"
+    );
+    assert_eq!(r["end"]["interrupted"], true, "{}", r["end"]);
+    assert!(r["end"]["sums"][0]["receiver"]["bytes"].as_u64() > Some(0));
+}

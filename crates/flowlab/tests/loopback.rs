@@ -463,3 +463,49 @@ fn the_servers_output_is_its_log_of_the_test() {
     s.get_server_output = false;
     assert_eq!(end(&run(&s).expect("test runs")).server_output, None);
 }
+
+/// `-B`, `--cport` and `--bind-dev`: every stream leaves from the address asked for, from
+/// port cport + its place (client-send streams first, as iperf3 numbers them), on the
+/// device asked for; and the same ports serve the next test at once.
+#[test]
+fn streams_leave_from_the_address_ports_and_device_asked_for() {
+    let port = default_server();
+    let dev = is_root("--bind-dev (SO_BINDTODEVICE needs CAP_NET_RAW)");
+    for protocol in [Protocol::Tcp, Protocol::Udp] {
+        let mut s = spec(port);
+        s.protocol = protocol;
+        s.amount = Amount::Seconds(0.3);
+        if protocol == Protocol::Udp {
+            s.len = 1000;
+            s.bitrate = 5_000_000;
+        }
+        s.parallel = 2;
+        s.direction = Direction::Bidir;
+        s.bind = Some([127, 0, 0, 1].into());
+        s.cport = free_ports(4);
+        s.bind_dev = dev.then(|| "lo".to_string());
+        for run_no in 0..2 {
+            let r = run(&s).expect("test runs");
+            let local: Vec<String> = r.start.streams.iter().map(|st| st.local.clone()).collect();
+            let want: Vec<String> = (0..4)
+                .map(|i| format!("127.0.0.1:{}", s.cport + i))
+                .collect();
+            assert_eq!(local, want, "{protocol:?}, run {run_no}");
+            let (_, received) = sum(&r, StreamDirection::Down);
+            assert!(received.bytes > 0, "{protocol:?}: nothing came back");
+        }
+    }
+}
+
+/// `--snd-timeout` is TCP_USER_TIMEOUT on each TCP stream, read back.
+#[test]
+fn snd_timeout_is_each_streams_user_timeout() {
+    let mut s = spec(default_server());
+    s.amount = Amount::Seconds(0.3);
+    s.parallel = 2;
+    s.snd_timeout = Some(std::time::Duration::from_millis(2500));
+    let r = run(&s).expect("test runs");
+    for st in &r.start.streams {
+        assert_eq!(st.snd_timeout_ms, Some(2500), "stream {}", st.id);
+    }
+}

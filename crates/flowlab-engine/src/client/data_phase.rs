@@ -22,6 +22,8 @@ use crate::stream::Role;
 pub(super) enum PhaseEnd {
     Normal,
     ServerTerminated,
+    /// The receiving streams got nothing for `--rcv-timeout`.
+    Stalled(Duration),
 }
 
 /// Where the data phase's intervals go: to the observer as they end, into `intervals`,
@@ -122,6 +124,11 @@ pub(super) fn run_data_phase(
         if rx > last_rx {
             last_rx = rx;
             last_data = Instant::now();
+        }
+        if let Some(limit) = spec.rcv_timeout {
+            if session.has(Role::Receive) && last_data.elapsed() > limit {
+                return Ok(PhaseEnd::Stalled(limit));
+            }
         }
         let done = match spec.amount {
             Amount::Seconds(t) => now >= omit + Duration::from_secs_f64(t),

@@ -183,6 +183,15 @@ pub fn run(
     let ended = match outcome {
         Ok(PhaseEnd::Normal) => end_test(&mut ctrl, spec, &mut session)?,
         Ok(PhaseEnd::ServerTerminated) => Ended::terminated(),
+        // Ended here, as a server that stopped sending may not answer on the control
+        // connection either; what was measured is kept.
+        Ok(PhaseEnd::Stalled(limit)) => {
+            tracing::warn!(
+                "nothing received for {} ms (--rcv-timeout): the test ends here",
+                limit.as_millis()
+            );
+            Ended::terminated()
+        }
         Err(e) => {
             session.abort();
             return Err(e);
@@ -239,7 +248,7 @@ pub fn run(
 /// (sent).
 fn connect(spec: &TestSpec) -> Result<(TcpStream, SocketAddr, Cookie), ClientError> {
     let addrs = resolve(spec)?;
-    let mut ctrl = connect_any(&addrs, spec.connect_timeout)?;
+    let mut ctrl = connect_any(&addrs, spec)?;
     let server = ctrl.peer_addr().map_err(ControlError::Io)?;
     ctrl.set_nodelay(true).map_err(ControlError::Io)?;
     ctrl.set_read_timeout(Some(CONTROL_TIMEOUT))
@@ -251,7 +260,27 @@ fn connect(spec: &TestSpec) -> Result<(TcpStream, SocketAddr, Cookie), ClientErr
 
 /// The spec's server's addresses (at least one).
 fn resolve(spec: &TestSpec) -> Result<Vec<SocketAddr>, ClientError> {
-    Ok(crate::reach::addresses(&spec.host, spec.port, spec.family)?)
+    use flowlab_report::spec::IpFamily;
+    let addrs = crate::reach::addresses(&spec.host, spec.port, spec.family)?;
+    // With -B, only the server's addresses of the bound address's family.
+    let Some(ip) = spec.bind else {
+        return Ok(addrs);
+    };
+    let family = if ip.is_ipv4() {
+        IpFamily::Ipv4
+    } else {
+        IpFamily::Ipv6
+    };
+    let of: Vec<SocketAddr> = addrs.into_iter().filter(|a| family.holds(a)).collect();
+    if of.is_empty() {
+        return Err(crate::reach::ResolveError::NoAddressOf {
+            host: spec.host.clone(),
+            family,
+            flag: "the family of -B",
+        }
+        .into());
+    }
+    Ok(of)
 }
 
 /// What the negotiation settled: the server's hello (a flowlab server's), the data

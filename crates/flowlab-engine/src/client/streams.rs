@@ -17,15 +17,23 @@ use super::ClientError;
 use crate::sock::{self, SockError};
 use crate::stream::{Role, StreamPlan, Transport};
 
-/// The control connection: the first of `addrs` that accepts.
-pub(super) fn connect_any(
-    addrs: &[SocketAddr],
-    timeout: Duration,
-) -> Result<TcpStream, ClientError> {
+/// The control connection: the first of `addrs` that accepts, from the local address and
+/// device the spec binds to (`-B`, `--bind-dev`; any port).
+pub(super) fn connect_any(addrs: &[SocketAddr], spec: &TestSpec) -> Result<TcpStream, ClientError> {
     let mut last = None;
     for a in addrs {
-        match TcpStream::connect_timeout(a, timeout) {
-            Ok(s) => return Ok(s),
+        let connected = Socket::new(
+            Domain::for_address(*a),
+            Type::STREAM,
+            Some(SockProtocol::TCP),
+        )
+        .and_then(|s| {
+            bind_local(&s, spec, *a, 0)?;
+            s.connect_timeout(&(*a).into(), spec.connect_timeout)?;
+            Ok(s)
+        });
+        match connected {
+            Ok(s) => return Ok(s.into()),
             Err(e) => last = Some((a, e)),
         }
     }
@@ -75,7 +83,7 @@ pub(super) fn create_streams(
         let serr = |source| ClientError::Stream { id, source };
         let (transport, early) = match spec.protocol {
             Protocol::Tcp => (
-                Transport::Tcp(Arc::new(open_tcp(spec, server, cookie, role).map_err(
+                Transport::Tcp(Arc::new(open_tcp(spec, server, cookie, role, i).map_err(
                     |e| match e {
                         OpenError::Io(e) => serr(e),
                         OpenError::Sock(e) => ClientError::Sock(e),
@@ -84,7 +92,7 @@ pub(super) fn create_streams(
                 Vec::new(),
             ),
             Protocol::Udp => {
-                let (s, early) = open_udp(spec, server).map_err(serr)?;
+                let (s, early) = open_udp(spec, server, i).map_err(serr)?;
                 (Transport::Udp(Arc::new(s)), early)
             }
         };
@@ -118,6 +126,14 @@ pub(super) fn create_streams(
                 }
             })
             .flatten();
+        let snd_timeout_ms = match (&transport, spec.snd_timeout) {
+            (Transport::Tcp(t), Some(_)) => SockRef::from(t.as_ref())
+                .tcp_user_timeout()
+                .ok()
+                .flatten()
+                .map(|d| d.as_millis() as u64),
+            _ => None,
+        };
         infos.push(StreamInfo {
             id,
             direction,
@@ -128,6 +144,7 @@ pub(super) fn create_streams(
             congestion,
             mss,
             tos,
+            snd_timeout_ms,
         });
         plans.push(StreamPlan {
             id,
@@ -144,11 +161,53 @@ enum OpenError {
     Sock(SockError),
 }
 
+/// Binds `s`, whose packets go to `server`, as the spec asks: to its device (`--bind-dev`),
+/// then to its local address (`-B`) and `port` (0: any), or to the port alone. A port
+/// given is reused at once (SO_REUSEADDR), as tests run one after another.
+fn bind_local(s: &Socket, spec: &TestSpec, server: SocketAddr, port: u16) -> std::io::Result<()> {
+    let said = |what: String| {
+        move |e: std::io::Error| std::io::Error::new(e.kind(), format!("{what}: {e}"))
+    };
+    if let Some(dev) = &spec.bind_dev {
+        s.bind_device(Some(dev.as_bytes()))
+            .map_err(said(format!("--bind-dev {dev}")))?;
+    }
+    if spec.bind.is_none() && port == 0 {
+        return Ok(());
+    }
+    let ip = spec.bind.unwrap_or(match server {
+        SocketAddr::V4(_) => std::net::Ipv4Addr::UNSPECIFIED.into(),
+        SocketAddr::V6(_) => std::net::Ipv6Addr::UNSPECIFIED.into(),
+    });
+    if port != 0 {
+        s.set_reuse_address(true)?;
+    }
+    let local = SocketAddr::new(ip, port);
+    s.bind(&local.into())
+        .map_err(said(format!("cannot bind {local} (-B/--cport)")))
+}
+
+/// The local port of data stream `index` with `--cport` (0 without): iperf3's, the port
+/// plus the stream's place, client-send streams first.
+fn stream_port(spec: &TestSpec, index: usize) -> std::io::Result<u16> {
+    if spec.cport == 0 {
+        return Ok(0);
+    }
+    u16::try_from(usize::from(spec.cport) + index).map_err(|_| {
+        std::io::Error::other(format!(
+            "--cport {}: stream {} would need a port above 65535",
+            spec.cport,
+            index + 1
+        ))
+    })
+}
+
 fn open_tcp(
     spec: &TestSpec,
     server: SocketAddr,
     cookie: &Cookie,
     role: Role,
+    index: usize,
 ) -> Result<TcpStream, OpenError> {
     // `--recv-window` / `--recv-congestion` replace `-w` / `-C` on receiving sockets.
     let receiving = role == Role::Receive;
@@ -174,6 +233,12 @@ fn open_tcp(
     if spec.mss > 0 {
         sock::set_mss(&s, spec.mss).map_err(OpenError::Sock)?;
     }
+    if let Some(t) = spec.snd_timeout {
+        s.set_tcp_user_timeout(Some(t)).map_err(OpenError::Io)?;
+    }
+    stream_port(spec, index)
+        .and_then(|port| bind_local(&s, spec, server, port))
+        .map_err(OpenError::Io)?;
     s.connect_timeout(&server.into(), spec.connect_timeout)
         .map_err(OpenError::Io)?;
     let mut t: TcpStream = s.into();
@@ -187,7 +252,11 @@ fn open_tcp(
     Ok(t)
 }
 
-fn open_udp(spec: &TestSpec, server: SocketAddr) -> std::io::Result<(UdpSocket, Vec<Vec<u8>>)> {
+fn open_udp(
+    spec: &TestSpec,
+    server: SocketAddr,
+    index: usize,
+) -> std::io::Result<(UdpSocket, Vec<Vec<u8>>)> {
     let s = Socket::new(
         Domain::for_address(server),
         Type::DGRAM,
@@ -205,6 +274,7 @@ fn open_udp(spec: &TestSpec, server: SocketAddr) -> std::io::Result<(UdpSocket, 
     if spec.dont_fragment {
         sock::set_dont_fragment(&s, server)?;
     }
+    bind_local(&s, spec, server, stream_port(spec, index)?)?;
     s.connect(&server.into())?;
     let u: UdpSocket = s.into();
     let deadline = Instant::now() + spec.connect_timeout.max(Duration::from_secs(1));

@@ -53,6 +53,7 @@ struct Opt {
 const NOT_YET: &str = "not in flowlab yet (docs/iperf3.md)";
 const SCTP: &str = "flowlab does not measure SCTP";
 const ONE_LINE: &str = "flowlab serve logs one line per test, not intervals";
+const IDLE: &str = "flowlab serve's --idle-timeout SECONDS ends a test whose peer falls silent";
 
 const fn opt(
     short: Option<char>,
@@ -84,15 +85,15 @@ const OPTIONS: &[Opt] = &[
     opt(Some('I'), "pidfile", Some("file"), Flag("pidfile"), Flag("pidfile"), "write PID file"),
     opt(Some('F'), "file", Some("name"), Refused(NOT_YET), Refused(NOT_YET), "xmit/recv the specified file"),
     opt(Some('A'), "affinity", Some("n/n,m"), Refused("the client's -A n,m places the server's side of a test"), Flag("affinity"), "set CPU affinity"),
-    opt(Some('B'), "bind", Some("host[%dev]"), Special, Refused(NOT_YET), "bind to the interface associated with the address <host>"),
-    opt(None, "bind-dev", Some("dev"), Refused(NOT_YET), Refused(NOT_YET), "bind to the network interface with SO_BINDTODEVICE"),
+    opt(Some('B'), "bind", Some("host[%dev]"), Special, Flag("bind"), "bind to the interface associated with the address <host>"),
+    opt(None, "bind-dev", Some("dev"), Refused(NOT_YET), Flag("bind-dev"), "bind to the network interface with SO_BINDTODEVICE"),
     opt(Some('V'), "verbose", None, Special, Special, "more detailed output"),
     opt(Some('J'), "json", None, Flag("json"), Flag("iperf3-json"), "output in JSON format"),
     opt(None, "logfile", Some("f"), Flag("logfile"), Flag("logfile"), "send output to a log file"),
     opt(None, "forceflush", None, Flag("forceflush"), Flag("forceflush"), "force flushing output at every interval"),
     opt(None, "timestamps", Some("format"), Special, Special, "emit a timestamp at the start of each output line"),
-    opt(None, "rcv-timeout", Some("#"), Refused(NOT_YET), Refused(NOT_YET), "idle timeout for receiving data (ms)"),
-    opt(None, "snd-timeout", Some("#"), Refused(NOT_YET), Refused(NOT_YET), "timeout for unacknowledged TCP data (ms)"),
+    opt(None, "rcv-timeout", Some("#"), Refused(IDLE), Flag("rcv-timeout"), "idle timeout for receiving data (ms)"),
+    opt(None, "snd-timeout", Some("#"), Refused(NOT_YET), Flag("snd-timeout"), "timeout for unacknowledged TCP data (ms)"),
     opt(Some('d'), "debug", Some("#"), Special, Special, "emit debugging output"),
     opt(Some('v'), "version", None, Special, Special, "show version information and quit"),
     // Server.
@@ -118,7 +119,7 @@ const OPTIONS: &[Opt] = &[
     opt(Some('n'), "bytes", Some("#[KMG]"), Other, Flag("bytes"), "number of bytes to transmit (instead of -t)"),
     opt(Some('k'), "blockcount", Some("#[KMG]"), Other, Flag("blockcount"), "number of blocks (packets) to transmit (instead of -t or -n)"),
     opt(Some('l'), "length", Some("#[KMG]"), Other, Flag("length"), "length of buffer to read or write"),
-    opt(None, "cport", Some("port"), Other, Refused(NOT_YET), "bind to a specific client port"),
+    opt(None, "cport", Some("port"), Other, Flag("cport"), "bind to a specific client port"),
     opt(Some('P'), "parallel", Some("#"), Other, Flag("parallel"), "number of parallel client streams to run"),
     opt(Some('R'), "reverse", None, Other, Flag("reverse"), "run in reverse mode (server sends, client receives)"),
     opt(None, "bidir", None, Other, Flag("bidir"), "run in bidirectional mode"),
@@ -323,17 +324,19 @@ fn special(
             Some("") | None => out.push("--timestamps".into()),
             Some(f) => out.push(format!("--timestamps={f}").into()),
         },
-        "client" | "bind" => {
+        // (A client's HOST%DEV is flowlab test's too.)
+        "client" => {
+            // The host first, as one writes `flowlab test HOST …`.
+            out.insert(1, value.unwrap_or_default().into());
+        }
+        "bind" => {
             let v = value.unwrap_or_default();
             if let Some((_, dev)) = v.split_once('%') {
-                return refuse(format!("{name} {v}: binding to device {dev} is {NOT_YET}"));
+                return refuse(format!(
+                    "{name} {v}: a server bound to device {dev} is {NOT_YET}"
+                ));
             }
-            if o.long == "bind" {
-                out.extend(["--bind".into(), v.into()]);
-            } else {
-                // The host first, as one writes `flowlab test HOST …`.
-                out.insert(1, v.into());
-            }
+            out.extend(["--bind".into(), v.into()]);
         }
         "bitrate" => {
             let v = value.unwrap_or_default();
@@ -413,6 +416,10 @@ mod tests {
             ("-s -B 127.0.0.1 -d", "flowlab -VV serve --bind 127.0.0.1"),
             ("-c h --timestamps", "flowlab test h --timestamps"),
             ("-c h --timestamps=%T", "flowlab test h --timestamps=%T"),
+            (
+                "-c h%lo -B 127.0.0.1 --cport 5000",
+                "flowlab test h%lo --bind 127.0.0.1 --cport 5000",
+            ),
         ] {
             assert_eq!(flowlab(iperf3).as_deref(), Ok(ours), "{iperf3}");
         }
@@ -421,9 +428,12 @@ mod tests {
     #[test]
     fn what_flowlab_does_not_take_is_refused_by_name_and_reason() {
         for (iperf3, says) in [
-            ("-c h --cport 5000", "--cport: not in flowlab yet"),
+            ("-c h -L 5", "-L/--flowlabel: not in flowlab yet"),
             ("-c h --sctp", "--sctp: flowlab does not measure SCTP"),
-            ("-c h%eth0", "-c/--client h%eth0: binding to device eth0"),
+            (
+                "-s -B ::1%eth0",
+                "-B/--bind ::1%eth0: a server bound to device eth0",
+            ),
             ("-c h -b 10M/5", "-b/--bitrate 10M/5: the /burst count"),
             ("-s -u", "-u/--udp is a client option; drop it or -s"),
             ("-c h -1", "-1/--one-off is a server option; drop it or -c"),

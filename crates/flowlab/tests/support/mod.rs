@@ -113,6 +113,20 @@ pub fn free_port() -> u16 {
     }
 }
 
+/// The first of `n` consecutive loopback ports, TCP and UDP, all free now: outside the
+/// kernel's ephemeral range, so no connection is handed one meanwhile.
+pub fn free_ports(n: u16) -> u16 {
+    let free = |p: u16| {
+        std::net::TcpListener::bind(("127.0.0.1", p)).is_ok()
+            && std::net::UdpSocket::bind(("127.0.0.1", p)).is_ok()
+    };
+    let seed = std::process::id() as u16 % 997;
+    (0..2000u16)
+        .map(|i| 20_000 + (seed + i * 5) % 10_000)
+        .find(|&base| (base..base + n).all(free))
+        .expect("consecutive free ports between 20000 and 30000")
+}
+
 /// Says why the running test skips its work: on stderr, and as a line in the file that
 /// `FLOWLAB_SKIPPED` names, if set (scripts/test.sh counts them there: cargo shows the
 /// output of a passing test only with --nocapture).

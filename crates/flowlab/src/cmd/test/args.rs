@@ -158,6 +158,26 @@ pub struct Args {
     /// discipline is fq.
     #[arg(long, value_parser = units::parse_rate, value_name = "RATE")]
     pub fq_rate: Option<u64>,
+    /// The local address of the client's connections, with %DEV binding them to device DEV
+    /// too (iperf3's -B).
+    #[arg(short = 'B', long = "bind", value_name = "ADDRESS[%DEV]")]
+    pub bind: Option<String>,
+    /// Data stream N (from 0, client-send streams first) leaves from local port PORT + N
+    /// (iperf3's --cport).
+    #[arg(long, value_name = "PORT")]
+    pub cport: Option<u16>,
+    /// Bind the client's connections to network device DEV (SO_BINDTODEVICE; iperf3's
+    /// --bind-dev, also written HOST%DEV).
+    #[arg(long, value_name = "DEV")]
+    pub bind_dev: Option<String>,
+    /// TCP: a data stream whose data goes unacknowledged this many milliseconds fails
+    /// (TCP_USER_TIMEOUT; iperf3's --snd-timeout).
+    #[arg(long, value_name = "MS")]
+    pub snd_timeout: Option<u64>,
+    /// End the test, keeping what it measured, when its receiving streams get nothing for
+    /// this many milliseconds (iperf3's --rcv-timeout; default: never).
+    #[arg(long, value_name = "MS")]
+    pub rcv_timeout: Option<u64>,
     /// Accepted for iperf3's command line: flowlab's UDP datagrams always carry 64-bit
     /// counters.
     #[arg(long)]
@@ -183,7 +203,55 @@ impl Args {
             Protocol::Tcp
         };
         let host = self.host.clone().or_else(|| self.client.clone());
-        let mut s = TestSpec::new(host.ok_or("a server to test against: flowlab test HOST")?);
+        let host = host.ok_or("a server to test against: flowlab test HOST")?;
+        // iperf3's HOST%DEV: the host, and the device to bind to.
+        let (host, host_dev) = match host.split_once('%') {
+            Some((h, dev)) if !h.is_empty() && !dev.is_empty() => (h.to_string(), Some(dev)),
+            Some(_) => return Err(Usage(format!("{host}: give HOST%DEV, as iperf3 takes it"))),
+            None => (host.clone(), None),
+        };
+        let mut s = TestSpec::new(host);
+        let (bind, bind_dev) = match self
+            .bind
+            .as_deref()
+            .map(|b| b.split_once('%').unwrap_or((b, "")))
+        {
+            Some((addr, dev)) => {
+                let ip = addr
+                    .parse::<std::net::IpAddr>()
+                    .map_err(|_| Usage(format!("-B/--bind {addr}: not an IPv4 or IPv6 address")))?;
+                (Some(ip), Some(dev).filter(|d| !d.is_empty()))
+            }
+            None => (None, None),
+        };
+        let devices: Vec<&str> = [host_dev, bind_dev, self.bind_dev.as_deref()]
+            .into_iter()
+            .flatten()
+            .collect();
+        if devices.windows(2).any(|w| w[0] != w[1]) {
+            return Err(Usage(format!(
+                "--bind-dev: two devices given ({}); give one",
+                devices.join(", ")
+            )));
+        }
+        s.bind = bind;
+        s.bind_dev = devices.first().map(|d| d.to_string());
+        if self.cport == Some(0) {
+            return Err("--cport must be 1 to 65535 (leave it out for any port)".into());
+        }
+        s.cport = self.cport.unwrap_or(0);
+        for (ms, flag) in [
+            (self.snd_timeout, "--snd-timeout"),
+            (self.rcv_timeout, "--rcv-timeout"),
+        ] {
+            if let Some(ms) = ms.filter(|ms| !(1..=86_400_000).contains(ms)) {
+                return Err(Usage(format!(
+                    "{flag} {ms} must be 1 to 86400000 ms (a day)"
+                )));
+            }
+        }
+        s.snd_timeout = self.snd_timeout.map(Duration::from_millis);
+        s.rcv_timeout = self.rcv_timeout.map(Duration::from_millis);
         s.port = self.port;
         s.protocol = protocol;
         s.mode = if self.stop_and_wait {
@@ -230,6 +298,13 @@ impl Args {
             )));
         }
         s.parallel = self.parallel;
+        let streams = u32::from(s.cport) + self.parallel * if self.bidir { 2 } else { 1 } - 1;
+        if s.cport > 0 && streams > 65_535 {
+            return Err(Usage(format!(
+                "--cport {}: the last of the streams would need port {streams}, above 65535",
+                s.cport
+            )));
+        }
         s.direction = match (self.reverse, self.bidir) {
             (true, _) => Direction::Reverse,
             (_, true) => Direction::Bidir,
@@ -316,6 +391,7 @@ impl Args {
             (self.trace_csv.is_some(), "--trace-csv"),
             (self.recv_window.is_some(), "--recv-window"),
             (self.recv_congestion.is_some(), "--recv-congestion"),
+            (self.snd_timeout.is_some(), "--snd-timeout"),
         ];
         if let Some((_, flag)) = tcp_only.iter().find(|(set, _)| *set && self.udp) {
             return Err(Usage(format!("{flag} applies to TCP only; drop it or -u")));
