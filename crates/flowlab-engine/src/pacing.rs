@@ -9,7 +9,7 @@ use std::time::Duration;
 /// Longest backlog a sender may send at once after falling behind.
 pub const MAX_BURST: Duration = Duration::from_millis(5);
 
-/// Schedules bytes at a fixed rate.
+/// Schedules bytes at a fixed rate, byte by byte or in bursts.
 #[derive(Debug, Clone)]
 pub struct Pacer {
     bytes_per_sec: f64,
@@ -17,6 +17,8 @@ pub struct Pacer {
     scheduled: f64,
     /// Start of the schedule, shifted forward when the sender fell far behind.
     origin: Duration,
+    /// Bytes that leave together, due when the first of them is (0: none).
+    burst: f64,
 }
 
 impl Pacer {
@@ -26,13 +28,33 @@ impl Pacer {
             bytes_per_sec: bits_per_sec as f64 / 8.0,
             scheduled: 0.0,
             origin: now,
+            burst: 0.0,
         }
+    }
+
+    /// Sends in bursts of `bytes` (iperf3's `-b RATE/BURST`, and its `--pacing-timer`): a
+    /// burst is due when its first byte is, and its bytes leave back to back; the long-run
+    /// rate is the same. 0 paces byte by byte.
+    pub fn with_burst(mut self, bytes: u64) -> Self {
+        self.burst = bytes as f64;
+        self
+    }
+
+    /// The bytes left of the burst under way, when sending in bursts.
+    pub fn burst_left(&self) -> Option<f64> {
+        (self.burst > 0.0).then(|| self.burst - self.scheduled % self.burst)
     }
 
     /// How long to wait at `now` before `bytes` more may be sent; `Duration::ZERO` means
     /// send now. Call [`Pacer::sent`] after sending.
     pub fn wait(&mut self, now: Duration) -> Duration {
-        let due = self.origin + Duration::from_secs_f64(self.scheduled / self.bytes_per_sec);
+        // In bursts, a byte is due when its burst's first byte is.
+        let at = if self.burst > 0.0 {
+            (self.scheduled / self.burst).floor() * self.burst
+        } else {
+            self.scheduled
+        };
+        let due = self.origin + Duration::from_secs_f64(at / self.bytes_per_sec);
         if due > now {
             return due - now;
         }
@@ -277,6 +299,36 @@ mod tests {
         assert_eq!(p.wait(MS), Duration::ZERO);
         p.sent(2000);
         assert_eq!(p.wait(MS), 2 * MS);
+    }
+
+    #[test]
+    fn a_burst_leaves_back_to_back_and_keeps_the_rate() {
+        // 8 Mbit/s = 1000 bytes per ms, bursts of 4000 bytes: 4 writes of 1000 at 0,
+        // the next 4 at 4 ms.
+        let mut p = Pacer::new(8_000_000, Duration::ZERO).with_burst(4000);
+        for _ in 0..4 {
+            assert_eq!(p.wait(Duration::ZERO), Duration::ZERO);
+            p.sent(1000);
+        }
+        assert_eq!(p.burst_left(), Some(4000.0));
+        assert_eq!(p.wait(Duration::ZERO), 4 * MS);
+        assert_eq!(p.wait(4 * MS), Duration::ZERO);
+        p.sent(1000);
+        assert_eq!(p.burst_left(), Some(3000.0));
+        assert_eq!(p.wait(4 * MS), Duration::ZERO);
+        // Over a second: the rate, in bursts.
+        let mut q = Pacer::new(8_000_000, Duration::ZERO).with_burst(10_000);
+        let (mut now, mut sent) = (Duration::ZERO, 0);
+        while now < Duration::from_secs(1) {
+            let w = q.wait(now);
+            if w.is_zero() {
+                q.sent(1000);
+                sent += 1000;
+            } else {
+                now += w;
+            }
+        }
+        assert_eq!(sent, 1_000_000, "100 bursts, at 0, 10, … 990 ms");
     }
 
     #[test]

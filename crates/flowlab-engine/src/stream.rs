@@ -60,6 +60,24 @@ pub struct DataConfig {
     pub fq_rate_bps: u64,
     /// `--repeating-payload`: senders send iperf3's repeating digits.
     pub repeating_payload: bool,
+    /// Paced senders send this many bytes back to back ([`burst_bytes`]; 0: write by
+    /// write).
+    pub burst_bytes: u64,
+}
+
+/// The bytes a paced sender sends at once: `burst` blocks of `len` (iperf3's `-b
+/// RATE/BURST`), or what `rate_bps` moves in one `pacing_timer_us` when that timer is
+/// coarser than 1 ms — iperf3 sends what its timer finds due each tick; flowlab paces each
+/// write, at least as finely as iperf3's default 1 ms timer — whichever is more. 0: paced
+/// write by write.
+pub fn burst_bytes(rate_bps: u64, len: usize, burst: u64, pacing_timer_us: u64) -> u64 {
+    let blocks = burst.saturating_mul(len as u64);
+    let tick = if pacing_timer_us > 1000 {
+        (rate_bps as f64 / 8.0 * pacing_timer_us as f64 / 1e6) as u64
+    } else {
+        0
+    };
+    if rate_bps == 0 { 0 } else { blocks.max(tick) }
 }
 
 /// Writes reserved together ([`Budget::take_batch`]): `writes` of the asked length but the

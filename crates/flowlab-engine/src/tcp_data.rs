@@ -44,9 +44,9 @@ pub(crate) fn send(
     let (mut tracer, poll) = Tracer::for_stream(cfg, c);
     sock.set_write_timeout(Some(poll))?;
     sock.set_read_timeout(Some(poll))?;
-    if cfg.rate_bps > 0 {
+    if cfg.rate_bps > 0 && cfg.burst_bytes == 0 {
         // Kernel pacing smooths each write into evenly spaced segments; the pacer below
-        // holds the long-run average.
+        // holds the long-run average. (Bursts asked for are left as bursts.)
         let _ = crate::sock::set_max_pacing_rate(sock, cfg.rate_bps / 8);
     }
     if cfg.fq_rate_bps > 0 {
@@ -69,7 +69,8 @@ pub(crate) fn send(
     } else {
         None
     };
-    let mut pacer = (cfg.rate_bps > 0).then(|| Pacer::new(cfg.rate_bps, ctl.epoch.elapsed()));
+    let mut pacer = (cfg.rate_bps > 0)
+        .then(|| Pacer::new(cfg.rate_bps, ctl.epoch.elapsed()).with_burst(cfg.burst_bytes));
     let mut seq = 0u64;
     let result = loop {
         if ctl.stop_send.load(Ordering::Acquire) {

@@ -66,7 +66,8 @@ fn send_streaming(
         // `--fq-rate`: paced by the fq qdisc, where the interface has one.
         crate::sock::set_max_pacing_rate(sock, cfg.fq_rate_bps / 8).map_err(io::Error::other)?;
     }
-    let mut fixed = (cfg.rate_bps > 0).then(|| Pacer::new(cfg.rate_bps, ctl.epoch.elapsed()));
+    let mut fixed = (cfg.rate_bps > 0)
+        .then(|| Pacer::new(cfg.rate_bps, ctl.epoch.elapsed()).with_burst(cfg.burst_bytes));
     let mut backoff = (cfg.backoff && cfg.rate_bps == 0).then(|| Backoff::new(ctl.epoch.elapsed()));
     let mut batches = 0u64;
     let mut seq = 0u64;
@@ -95,8 +96,9 @@ fn send_streaming(
                 std::thread::sleep(wait.min(POLL));
                 continue;
             }
-            let due = (p.due_bytes(now) / len as f64).ceil() as usize;
-            want = want.min(due.max(1));
+            // A burst's datagrams go in one batch; otherwise what is due.
+            let due = p.burst_left().unwrap_or_else(|| p.due_bytes(now));
+            want = want.min(((due / len as f64).ceil() as usize).max(1));
         }
         // Reserve the batch at once and stamp it; only its last datagram may be short.
         let now_us = ctl.elapsed_us();
@@ -404,6 +406,67 @@ mod tests {
     use super::*;
     use crate::stream::Budget;
 
+    /// `-b RATE/BURST`: datagrams leave in bursts of BURST, back to back, a burst's time
+    /// apart: a receiver sees its long gaps only where a burst begins, and sees one there.
+    #[test]
+    fn bursts_leave_back_to_back_a_bursts_time_apart() {
+        let peer = UdpSocket::bind("127.0.0.1:0").expect("bind");
+        let sock = UdpSocket::bind("127.0.0.1:0").expect("bind");
+        sock.connect(peer.local_addr().expect("addr"))
+            .expect("connect");
+        // 8 Mbit/s = 1000 bytes a millisecond: bursts of 10 datagrams of 1000 bytes, 10 ms
+        // apart; 8 bursts.
+        let cfg = DataConfig {
+            mode: Mode::Streaming,
+            len: 1000,
+            rate_bps: 8_000_000,
+            counters_64bit: true,
+            rto: Duration::from_secs(1),
+            zerocopy: false,
+            close_when_done: false,
+            drain_to_eof: false,
+            backoff: false,
+            trace: None,
+            affinity: None,
+            fq_rate_bps: 0,
+            repeating_payload: false,
+            burst_bytes: 10_000,
+        };
+        let ctl = TestControl::new(Budget::Blocks(80.into()));
+        let c = StreamCounters::default();
+        let arrivals = std::thread::spawn(move || {
+            let mut buf = [0u8; 2048];
+            let mut seen = Vec::new();
+            peer.set_read_timeout(Some(Duration::from_secs(5)))
+                .expect("timeout");
+            while seen.len() < 80 {
+                let Ok(n) = peer.recv(&mut buf) else { break };
+                let seq = DatagramHeader::decode(&buf[..n], true).expect("header").seq;
+                seen.push((seq, Instant::now()));
+            }
+            seen
+        });
+        send(&sock, &cfg, &ctl, &c).expect("sent");
+        let seen = arrivals.join().expect("receiver");
+        assert_eq!(seen.len(), 80, "every datagram arrived on loopback");
+        // Where the gap before a datagram is 5 ms or more: at a burst's first datagram
+        // (sequence numbers 11, 21, …), never inside one.
+        let long: Vec<u64> = seen
+            .windows(2)
+            .filter(|w| w[1].1 - w[0].1 >= Duration::from_millis(5))
+            .map(|w| w[1].0)
+            .collect();
+        assert!(
+            long.iter().all(|seq| seq % 10 == 1),
+            "long gaps inside a burst, before {long:?}"
+        );
+        assert!(
+            long.len() >= 5,
+            "only {} of 7 gaps between bursts: {long:?}",
+            long.len()
+        );
+    }
+
     /// Three messages to a peer that ignores the first copy of the second: the sender
     /// waits one RTO for it (no sooner), sends it again once, and ends when the third
     /// is acknowledged.
@@ -428,6 +491,7 @@ mod tests {
             affinity: None,
             fq_rate_bps: 0,
             repeating_payload: false,
+            burst_bytes: 0,
         };
         let ctl = TestControl::new(Budget::Blocks(3.into()));
         let c = StreamCounters::default();

@@ -82,8 +82,12 @@ pub struct TestParams {
     /// Target bit rate per stream, bits/s (0: unlimited).
     #[serde(default, skip_serializing_if = "is_zero", deserialize_with = "num")]
     pub bandwidth: u64,
+    /// iperf3's pacing timer, µs (its default 1000).
     #[serde(default, skip_serializing_if = "is_zero", deserialize_with = "num")]
     pub pacing_timer: u64,
+    /// iperf3's `-b RATE/BURST`: blocks sent back to back (0: none).
+    #[serde(default, skip_serializing_if = "is_zero", deserialize_with = "num")]
+    pub burst: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub congestion: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

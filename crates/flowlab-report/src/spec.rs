@@ -44,6 +44,9 @@ pub const MAX_UDP_LEN: usize = 65_507;
 /// and more would wrap around to a few KiB.
 pub const MAX_WINDOW: u64 = i32::MAX as u64;
 
+/// iperf3's pacing timer when none is given, µs.
+pub const DEFAULT_PACING_TIMER_US: u64 = 1000;
+
 /// A throughput test, as the client runs it.
 #[derive(Debug, Clone, Serialize)]
 pub struct TestSpec {
@@ -114,6 +117,14 @@ pub struct TestSpec {
     /// results.
     #[serde(skip_serializing_if = "is_false")]
     pub get_server_output: bool,
+    /// `-b RATE/BURST`: blocks sent back to back at the target rate (0: paced block by
+    /// block).
+    #[serde(skip_serializing_if = "is_zero_u64")]
+    pub burst: u64,
+    /// `--pacing-timer`, µs: iperf3's pacing granularity (see the engine's `burst_bytes`);
+    /// absent: iperf3's default, 1000.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pacing_timer_us: Option<u64>,
     /// `-B`: the local address of the client's connections.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bind: Option<std::net::IpAddr>,
@@ -245,6 +256,8 @@ impl TestSpec {
             dont_fragment: false,
             repeating_payload: false,
             get_server_output: false,
+            burst: 0,
+            pacing_timer_us: None,
             bind: None,
             cport: 0,
             bind_dev: None,
@@ -325,7 +338,8 @@ impl TestSpec {
             window: self.window,
             len: self.len as u64,
             bandwidth: self.bitrate,
-            pacing_timer: 1000,
+            pacing_timer: self.pacing_timer_us.unwrap_or(DEFAULT_PACING_TIMER_US),
+            burst: self.burst,
             congestion: self.congestion.clone(),
             title: self.title.clone(),
             extra_data: self.extra_data.clone(),

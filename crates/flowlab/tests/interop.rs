@@ -868,3 +868,28 @@ fn rcv_timeout_ends_a_test_whose_server_stops_sending() {
     assert_eq!(r["end"]["interrupted"], true, "{}", r["end"]);
     assert!(r["end"]["sums"][0]["receiver"]["bytes"].as_u64() > Some(0));
 }
+
+/// `-b RATE/BURST` crosses the wire as iperf3's `burst` and keeps the rate: a stock
+/// iperf3 server receives the rate asked for, from flowlab sending in bursts.
+#[test]
+fn a_burst_keeps_the_rate_a_stock_server_measures() {
+    if !require_tool("iperf3") {
+        return;
+    }
+    let _one_at_a_time = one_iperf3_server_at_a_time();
+    let port = free_port();
+    let server = Iperf3Server::start(port);
+    let r = flowlab_json(port, &["-u", "-b", "10M/20", "-l", "1000", "-t", "2"]);
+    assert_eq!(r["start"]["spec"]["burst"], 20);
+    // (iperf 3.12's server writes 0 bytes in its UDP end summary, for its own clients
+    // too: its packets and seconds tell the rate.)
+    let theirs = server.json();
+    let sum = &theirs["end"]["sum"];
+    let packets = sum["packets"].as_f64().expect("packets");
+    let rate = packets * 1000.0 * 8.0 / sum["seconds"].as_f64().expect("seconds");
+    assert!(
+        (9e6..=10.5e6).contains(&rate),
+        "{rate} bit/s for 10M in bursts of 20: {sum}"
+    );
+    assert_eq!(sum["lost_packets"], 0, "{sum}");
+}

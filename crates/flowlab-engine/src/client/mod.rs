@@ -367,6 +367,13 @@ fn data_config(spec: &TestSpec, params: &TestParams, features: &[String]) -> Dat
         affinity: spec.affinity.client,
         fq_rate_bps: spec.fq_rate,
         repeating_payload: spec.repeating_payload,
+        burst_bytes: crate::stream::burst_bytes(
+            spec.bitrate,
+            spec.len,
+            spec.burst,
+            spec.pacing_timer_us
+                .unwrap_or(flowlab_report::spec::DEFAULT_PACING_TIMER_US),
+        ),
     }
 }
 

@@ -312,6 +312,12 @@ fn data_config(params: &TestParams, proto: Protocol) -> DataConfig {
         affinity: params.server_affinity.map(|c| c as usize),
         fq_rate_bps: params.fq_rate,
         repeating_payload: params.repeating_payload,
+        burst_bytes: crate::stream::burst_bytes(
+            params.bandwidth,
+            block_len(params, proto),
+            params.burst,
+            params.pacing_timer,
+        ),
     }
 }
 
@@ -490,6 +496,28 @@ fn idle_allowance(bandwidth: u64, len: usize, idle_timeout: Duration) -> Duratio
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A stock iperf3 client's `-b 8M/10 -l 1000 -u` (and its pacing timer) reach the
+    /// server's senders as bursts.
+    #[test]
+    fn an_iperf3_clients_burst_and_pacing_timer_set_the_servers_bursts() {
+        let params = |extra: &str| -> TestParams {
+            serde_json::from_str(&format!(
+                r#"{{"udp":true,"time":1,"parallel":1,"reverse":true,"len":1000,
+                    "bandwidth":8000000{extra}}}"#
+            ))
+            .expect("params")
+        };
+        let burst = |p: &TestParams| data_config(p, Protocol::Udp).burst_bytes;
+        assert_eq!(burst(&params(r#","pacing_timer":1000"#)), 0);
+        assert_eq!(burst(&params(r#","pacing_timer":1000,"burst":10"#)), 10_000);
+        // A 20 ms timer at 1 MB/s: 20 000 bytes a tick; the larger of it and the burst.
+        assert_eq!(burst(&params(r#","pacing_timer":20000"#)), 20_000);
+        assert_eq!(
+            burst(&params(r#","pacing_timer":20000,"burst":30"#)),
+            30_000
+        );
+    }
 
     #[test]
     fn a_test_ends_at_its_time_or_the_max_duration_whichever_is_sooner_plus_the_grace() {

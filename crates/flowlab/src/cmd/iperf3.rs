@@ -112,8 +112,8 @@ const OPTIONS: &[Opt] = &[
     opt(None, "nstreams", Some("#"), Other, Refused(SCTP), "number of SCTP streams"),
     opt(Some('u'), "udp", None, Other, Flag("udp"), "use UDP rather than TCP"),
     opt(None, "connect-timeout", Some("#"), Other, Flag("connect-timeout"), "timeout for control connection setup (ms)"),
-    opt(Some('b'), "bitrate", Some("#[KMG][/#]"), Other, Special, "target bitrate in bits/sec (0 for unlimited; default 1 Mbit/sec for UDP, unlimited for TCP)"),
-    opt(None, "pacing-timer", Some("#[KMG]"), Other, Refused(NOT_YET), "set the timing for pacing, in microseconds"),
+    opt(Some('b'), "bitrate", Some("#[KMG][/#]"), Other, Flag("bitrate"), "target bitrate in bits/sec (0 for unlimited; default 1 Mbit/sec for UDP, unlimited for TCP)"),
+    opt(None, "pacing-timer", Some("#[KMG]"), Other, Flag("pacing-timer"), "set the timing for pacing, in microseconds"),
     opt(None, "fq-rate", Some("#[KMG]"), Other, Flag("fq-rate"), "enable fair-queuing based socket pacing in bits/sec"),
     opt(Some('t'), "time", Some("#"), Other, Flag("time"), "time in seconds to transmit for (default 10 secs)"),
     opt(Some('n'), "bytes", Some("#[KMG]"), Other, Flag("bytes"), "number of bytes to transmit (instead of -t)"),
@@ -338,13 +338,6 @@ fn special(
             }
             out.extend(["--bind".into(), v.into()]);
         }
-        "bitrate" => {
-            let v = value.unwrap_or_default();
-            if v.contains('/') {
-                return refuse(format!("{name} {v}: the /burst count is {NOT_YET}"));
-            }
-            out.extend(["--bitrate".into(), v.into()]);
-        }
         "server-bitrate-limit" => {
             let v = value.unwrap_or_default();
             if v.contains('/') {
@@ -434,7 +427,6 @@ mod tests {
                 "-s -B ::1%eth0",
                 "-B/--bind ::1%eth0: a server bound to device eth0",
             ),
-            ("-c h -b 10M/5", "-b/--bitrate 10M/5: the /burst count"),
             ("-s -u", "-u/--udp is a client option; drop it or -s"),
             ("-c h -1", "-1/--one-off is a server option; drop it or -c"),
             (

@@ -65,8 +65,13 @@ pub struct Args {
     #[arg(long)]
     pub bidir: bool,
     /// Target rate per stream, bits/s (e.g. 100M); 0 = unlimited. UDP default: unlimited.
-    #[arg(short = 'b', long = "bitrate", value_parser = units::parse_rate, value_name = "RATE")]
-    pub bitrate: Option<u64>,
+    /// `/N` sends N blocks back to back at a time (iperf3's burst, 1 to 1000).
+    #[arg(short = 'b', long = "bitrate", value_parser = parse_bitrate, value_name = "RATE[/BURST]")]
+    pub bitrate: Option<Bitrate>,
+    /// iperf3's pacing timer, microseconds: a sender paced by -b sends what this long
+    /// moves at once (flowlab paces each write, as finely as iperf3's default 1000).
+    #[arg(long, value_name = "US")]
+    pub pacing_timer: Option<u64>,
     /// Seconds at the start not counted (TCP slow start).
     #[arg(short = 'O', long, default_value_t = 0, value_name = "SECONDS")]
     pub omit: u64,
@@ -310,7 +315,19 @@ impl Args {
             (_, true) => Direction::Bidir,
             _ => Direction::Forward,
         };
-        s.bitrate = self.bitrate.unwrap_or(0);
+        s.bitrate = self.bitrate.map_or(0, |b| b.bps);
+        s.burst = self.bitrate.map_or(0, |b| b.burst);
+        if s.burst > 0 && s.bitrate == 0 {
+            return Err("-b/--bitrate 0/N: a burst needs a rate to pace".into());
+        }
+        if let Some(us) = self.pacing_timer {
+            if !(1..=1_000_000).contains(&us) {
+                return Err(Usage(format!(
+                    "--pacing-timer {us} must be 1 to 1000000 microseconds"
+                )));
+            }
+            s.pacing_timer_us = Some(us);
+        }
         s.tos = self.tos.or(self.dscp.map(|d| d << 2)).unwrap_or(0);
         s.family = self.family.family();
         if self.omit > 600 {
@@ -459,6 +476,36 @@ fn password() -> Result<String, Usage> {
     })
 }
 
+/// `-b`'s value: the rate per stream and the blocks of a burst (0: none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bitrate {
+    pub bps: u64,
+    pub burst: u64,
+}
+
+/// `-b RATE[/BURST]`, as iperf3 takes it: a rate in flowlab's units, and at most 1000
+/// blocks a burst (iperf3's limit).
+fn parse_bitrate(text: &str) -> Result<Bitrate, String> {
+    // The burst is digits after the last `/`; `100Mbit/s` is a rate alone.
+    let (rate, burst) = match text.rsplit_once('/') {
+        Some((r, b)) if !b.is_empty() && b.trim().bytes().all(|c| c.is_ascii_digit()) => {
+            (r, Some(b))
+        }
+        _ => (text, None),
+    };
+    let bps = units::parse_rate(rate).map_err(|e| e.to_string())?;
+    let burst = match burst {
+        None => 0,
+        Some(b) => b
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .filter(|n| (1..=1000).contains(n))
+            .ok_or_else(|| format!("'{b}' after the / is not a burst of 1 to 1000 blocks"))?,
+    };
+    Ok(Bitrate { bps, burst })
+}
+
 /// Longest `-t`: a day, iperf3's limit too.
 const MAX_TIME: f64 = 86_400.0;
 
@@ -593,6 +640,24 @@ mod tos_tests {
         for bad in ["64", "af44", "af51", "cs8", "best"] {
             let e = parse_dscp(bad).expect_err(bad);
             assert!(e.contains("0 to 63, or EF"), "{e}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod bitrate_tests {
+    use super::{Bitrate, parse_bitrate};
+
+    #[test]
+    fn a_burst_is_the_digits_after_the_last_slash() {
+        let b = |bps, burst| Ok(Bitrate { bps, burst });
+        assert_eq!(parse_bitrate("10M"), b(10_000_000, 0));
+        assert_eq!(parse_bitrate("10M/20"), b(10_000_000, 20));
+        assert_eq!(parse_bitrate("40Mbit/s"), b(40_000_000, 0));
+        assert_eq!(parse_bitrate("40Mbit/s/5"), b(40_000_000, 5));
+        assert_eq!(parse_bitrate("12.5MB/s"), b(100_000_000, 0));
+        for bad in ["10M/0", "10M/1001", "10M/x"] {
+            assert!(parse_bitrate(bad).is_err(), "{bad}");
         }
     }
 }
