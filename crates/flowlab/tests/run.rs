@@ -667,13 +667,21 @@ fn nodes_and_paths_are_checked_before_anything_is_built() {
         "{}",
         text(&out)
     );
-    // A valid one shows the path's real address in its plan.
+    // A valid one shows the path's real address in its plan, and whose it is.
     let path = write_study(dir.path(), &study("node = \"h2\"", "from = \"h1\""));
     let out = run(dir.path(), &["--dry-run", path.to_str().expect("utf-8")]);
     assert!(out.status.success(), "{}", text(&out));
+    let plan = text(&out);
+    let step = plan
+        .lines()
+        .find(|l| l.contains("step 1: flowlab test 10.0."))
+        .unwrap_or_else(|| panic!("{plan}"));
+    let address = step
+        .split_whitespace()
+        .find(|w| w.starts_with("10.0."))
+        .expect("an address");
     assert!(
-        text(&out).contains("step 1: flowlab test 10.0."),
-        "{}",
-        text(&out)
+        step.ends_with(&format!("  (from h1; {address} is h2)")),
+        "{step}"
     );
 }

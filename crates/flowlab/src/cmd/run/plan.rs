@@ -87,9 +87,10 @@ pub fn summary(p: &Prepared, scale: f64) -> PlanSummary {
                     .steps
                     .iter()
                     .zip(&lines[c])
-                    .map(|(s, l)| {
+                    .enumerate()
+                    .map(|(i, (s, l))| {
                         format!(
-                            "{}{}: {}",
+                            "{}{}: {}{}",
                             s.name,
                             s.group
                                 .as_deref()
@@ -99,7 +100,8 @@ pub fn summary(p: &Prepared, scale: f64) -> PlanSummary {
                                 format!("ICMP echoes to {}", l.argv[1..].join(" "))
                             } else {
                                 format!("flowlab {}", l.argv.join(" "))
-                            }
+                            },
+                            names(p, i, &l.argv)
                         )
                     })
                     .collect(),
@@ -114,6 +116,33 @@ pub fn summary(p: &Prepared, scale: f64) -> PlanSummary {
             .collect(),
         estimated_seconds: estimate.as_secs_f64(),
         estimate_is_floor: floor,
+    }
+}
+
+/// Where step `i` runs and the nodes behind the addresses in its command `argv`, as the
+/// plan shows them beside it: `  (from h1; 10.0.2.1 is h4)`; nothing off a topology.
+fn names(p: &Prepared, i: usize, argv: &[String]) -> String {
+    let study = &p.study;
+    let mut said: Vec<String> = study.steps[i]
+        .from
+        .iter()
+        .map(|from| format!("from {from}"))
+        .collect();
+    for (s, server) in study.servers.iter().enumerate() {
+        let Some(node) = &server.node else { continue };
+        let address = p.host(i, s);
+        let named = format!("{address} is {node}");
+        let used = argv
+            .iter()
+            .any(|a| *a == address || a.strip_prefix(&address).is_some_and(|r| r.starts_with(':')));
+        if used && !address.is_empty() && !said.contains(&named) {
+            said.push(named);
+        }
+    }
+    if said.is_empty() {
+        String::new()
+    } else {
+        format!("  ({})", said.join("; "))
     }
 }
 
