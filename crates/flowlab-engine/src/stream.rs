@@ -63,6 +63,9 @@ pub struct DataConfig {
     /// Paced senders send this many bytes back to back ([`burst_bytes`]; 0: write by
     /// write).
     pub burst_bytes: u64,
+    /// `-F`: TCP senders send this file's content, from its start, and receivers write
+    /// what they read to it.
+    pub file: Option<Arc<std::fs::File>>,
 }
 
 /// The bytes a paced sender sends at once: `burst` blocks of `len` (iperf3's `-b

@@ -64,10 +64,10 @@ pub(crate) fn send(
         sock.set_nodelay(true)?;
     }
     let mut buf = payload(head + cfg.len, cfg.repeating_payload);
-    let file = if cfg.zerocopy && !framed {
-        Some(ZeroCopySource::new(&buf)?)
-    } else {
-        None
+    let mut file = match (&cfg.file, cfg.zerocopy && !framed) {
+        (Some(f), _) => Some(FileSource::reading(std::sync::Arc::clone(f))),
+        (None, true) => Some(FileSource::block(&buf)?),
+        (None, false) => None,
     };
     let mut pacer = (cfg.rate_bps > 0)
         .then(|| Pacer::new(cfg.rate_bps, ctl.epoch.elapsed()).with_burst(cfg.burst_bytes));
@@ -89,7 +89,7 @@ pub(crate) fn send(
         let Some(n) = ctl.budget.take(cfg.len) else {
             break Ok(());
         };
-        let sent = match &file {
+        let sent = match file.as_mut() {
             Some(f) => f.send(sock, n, ctl, tracer.as_mut()),
             None => {
                 if framed {
@@ -266,6 +266,10 @@ pub(crate) fn receive(
             Err(e) => return Err(e),
         };
         if got > 0 {
+            if let Some(f) = &cfg.file {
+                // `-F`: what was read, to the file; a write that fails ends the stream.
+                (&**f).write_all(&buf[..got])?;
+            }
             c.bytes.fetch_add(got as u64, Ordering::Relaxed);
             c.end_us.store(ctl.elapsed_us().max(1), Ordering::Relaxed);
             if let Some(len) = message {
@@ -291,14 +295,18 @@ pub(crate) fn receive(
     Ok(())
 }
 
-/// `-Z`: a memory-backed file holding one block, sent with sendfile(2) so the payload is
-/// never copied from user space.
-struct ZeroCopySource {
-    file: std::fs::File,
+/// Data sent with sendfile(2), never copied from user space: `-Z`'s memory-backed file
+/// holding one block, sent again and again; or `-F`'s file, read on from its start.
+struct FileSource {
+    file: std::sync::Arc<std::fs::File>,
+    /// Where the next send starts: the file's next byte (`-F`), or `None` for the
+    /// block's start each time (`-Z`).
+    at: Option<u64>,
 }
 
-impl ZeroCopySource {
-    fn new(block: &[u8]) -> io::Result<Self> {
+impl FileSource {
+    /// `-Z`: one block in memory.
+    fn block(block: &[u8]) -> io::Result<Self> {
         let fd = nix::sys::memfd::memfd_create(
             c"flowlab-zerocopy",
             nix::sys::memfd::MFdFlags::MFD_CLOEXEC,
@@ -306,23 +314,36 @@ impl ZeroCopySource {
         .map_err(io::Error::from)?;
         let mut file = std::fs::File::from(fd);
         file.write_all(block)?;
-        Ok(ZeroCopySource { file })
+        Ok(FileSource {
+            file: std::sync::Arc::new(file),
+            at: None,
+        })
     }
 
-    /// Sends the first `n` bytes of the block from the page cache (sendfile), with the
-    /// same retry, stop and trace rules as [`write_fully`].
+    /// `-F`: the file's content, once, from its start.
+    fn reading(file: std::sync::Arc<std::fs::File>) -> Self {
+        FileSource { file, at: Some(0) }
+    }
+
+    /// Sends the next `n` bytes (sendfile), with the same retry, stop and trace rules as
+    /// [`write_fully`]; fewer when the file ends first.
     fn send(
-        &self,
+        &mut self,
         sock: &TcpStream,
         n: usize,
         ctl: &TestControl,
         tracer: Option<&mut Tracer<'_>>,
     ) -> usize {
-        send_all(sock, n, ctl, tracer, |off| {
-            let mut at = off as libc::off_t;
+        let start = self.at.unwrap_or(0);
+        let sent = send_all(sock, n, ctl, tracer, |off| {
+            let mut at = (start + off as u64) as libc::off_t;
             nix::sys::sendfile::sendfile(sock.as_fd(), self.file.as_fd(), Some(&mut at), n - off)
                 .map_err(io::Error::from)
-        })
+        });
+        if let Some(at) = self.at.as_mut() {
+            *at += sent as u64;
+        }
+        sent
     }
 }
 

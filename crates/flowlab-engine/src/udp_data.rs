@@ -431,6 +431,7 @@ mod tests {
             fq_rate_bps: 0,
             repeating_payload: false,
             burst_bytes: 10_000,
+            file: None,
         };
         let ctl = TestControl::new(Budget::Blocks(80.into()));
         let c = StreamCounters::default();
@@ -492,6 +493,7 @@ mod tests {
             fq_rate_bps: 0,
             repeating_payload: false,
             burst_bytes: 0,
+            file: None,
         };
         let ctl = TestControl::new(Budget::Blocks(3.into()));
         let c = StreamCounters::default();

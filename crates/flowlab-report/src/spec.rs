@@ -125,6 +125,10 @@ pub struct TestSpec {
     /// absent: iperf3's default, 1000.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pacing_timer_us: Option<u64>,
+    /// `-F`: the file the client sends (its content, once, is the test's data) or, with
+    /// `-R`, writes what it receives to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file: Option<std::path::PathBuf>,
     /// `-B`: the local address of the client's connections.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bind: Option<std::net::IpAddr>,
@@ -258,6 +262,7 @@ impl TestSpec {
             get_server_output: false,
             burst: 0,
             pacing_timer_us: None,
+            file: None,
             bind: None,
             cport: 0,
             bind_dev: None,

@@ -136,6 +136,40 @@ fn invalid_flags_and_combinations() {
     usage_error(&["serve", "--max-tests", "0"], "--max-tests");
     usage_error(&["serve", "-p", "70000"], "--port");
     usage_error(&["quick", "-t", "0"], "--time");
+    // iperf3's options with their own rules.
+    usage_error(
+        &["test", "h", "-F", "no/such/file"],
+        "-F no/such/file: No such file",
+    );
+    usage_error(
+        &["test", "h", "-F", "Cargo.toml", "-u"],
+        "-F Cargo.toml is TCP only",
+    );
+    usage_error(
+        &["test", "h", "-F", "Cargo.toml", "-P", "2"],
+        "-F Cargo.toml is one stream",
+    );
+    usage_error(
+        &["test", "h", "-F", "Cargo.toml", "-t", "5"],
+        "drop -t/-n/-k",
+    );
+    usage_error(&["test", "h", "-b", "10M/2000"], "--bitrate");
+    usage_error(&["test", "h", "-b", "0/5"], "a burst needs a rate");
+    usage_error(
+        &["test", "h", "--cport", "65535", "-P", "2"],
+        "--cport 65535",
+    );
+    usage_error(&["test", "h", "-B", "not-an-ip"], "-B/--bind not-an-ip");
+    usage_error(
+        &["test", "h%a", "--bind-dev", "b"],
+        "two devices given (a, b)",
+    );
+    usage_error(
+        &["test", "h", "--dont-fragment"],
+        "--dont-fragment applies to UDP only",
+    );
+    usage_error(&["test", "h", "-u", "--snd-timeout", "5"], "--snd-timeout");
+    usage_error(&["test", "h", "--rcv-timeout", "0"], "--rcv-timeout 0");
 }
 
 #[test]

@@ -893,3 +893,51 @@ fn a_burst_keeps_the_rate_a_stock_server_measures() {
     );
     assert_eq!(sum["lost_packets"], 0, "{sum}");
 }
+
+/// `-F`: a file crosses to a stock iperf3 server's `-F` byte for byte, and back with `-R`.
+/// (Paced, as iperf 3.12's server stops reading at TEST_END and would miss the tail of
+/// an unpaced transfer, from its own client too.)
+#[test]
+fn a_file_crosses_to_and_from_a_stock_server_byte_for_byte() {
+    if !require_tool("iperf3") {
+        return;
+    }
+    let _one_at_a_time = one_iperf3_server_at_a_time();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (src, recv, got) = (
+        dir.path().join("src.bin"),
+        dir.path().join("recv.bin"),
+        dir.path().join("got.bin"),
+    );
+    // 3 MB that no compression could flatter: a 64-bit LCG's high bytes.
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let data: Vec<u8> = (0..3_000_000)
+        .map(|_| {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            (x >> 56) as u8
+        })
+        .collect();
+    std::fs::write(&src, &data).expect("write the file");
+
+    let port = free_port();
+    let server = Iperf3Server::start_with(port, &["-F".as_ref(), recv.as_os_str()]);
+    let r = flowlab_json(port, &["-F", src.to_str().expect("utf-8"), "-b", "200M"]);
+    assert_eq!(r["start"]["spec"]["amount"]["bytes"], 3_000_000);
+    drop(server.json());
+    assert!(
+        std::fs::read(&recv).expect("received") == data,
+        "what the server wrote differs"
+    );
+
+    let port = free_port();
+    let server = Iperf3Server::start_with(port, &["-F".as_ref(), src.as_os_str()]);
+    flowlab_json(
+        port,
+        &["-R", "-n", "3000000", "-F", got.to_str().expect("utf-8")],
+    );
+    drop(server.json());
+    assert!(
+        std::fs::read(&got).expect("written") == data,
+        "what flowlab wrote differs"
+    );
+}

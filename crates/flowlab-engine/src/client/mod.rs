@@ -58,6 +58,11 @@ pub enum ClientError {
     Unexpected(State),
     #[error("opening data stream {id}: {source}")]
     Stream { id: i64, source: std::io::Error },
+    #[error("-F {path}: {source}")]
+    File {
+        path: String,
+        source: std::io::Error,
+    },
     #[error(
         "--latency: {0} answered none of the {n} latency probes sent to its UDP port \
          (it is not a flowlab server with the echo service, or UDP to it is blocked); \
@@ -128,6 +133,8 @@ pub fn run(
         )),
         None => None,
     };
+    // Before the server hears of the test: a file that cannot be opened stops it here.
+    let file = data_file(spec)?;
     let (mut ctrl, server, cookie) = connect(spec)?;
     let Negotiated {
         hello,
@@ -140,7 +147,8 @@ pub fn run(
         .as_ref()
         .map(|h| h.features.clone())
         .unwrap_or_default();
-    let cfg = data_config(spec, &params, &features);
+    let mut cfg = data_config(spec, &params, &features);
+    cfg.file = file;
     // The machine state is read (a `tc` process, ioctls per interface) before any data
     // flows, not during the first measured interval.
     let system = crate::sysinfo::collect();
@@ -242,6 +250,23 @@ pub fn run(
         trace,
         latency,
     })
+}
+
+/// `-F`'s file, opened to be read (the client sends) or created anew (it receives).
+fn data_file(spec: &TestSpec) -> Result<Option<std::sync::Arc<std::fs::File>>, ClientError> {
+    let Some(path) = &spec.file else {
+        return Ok(None);
+    };
+    let file = if spec.direction == Direction::Reverse {
+        std::fs::File::create(path)
+    } else {
+        std::fs::File::open(path)
+    };
+    file.map(|f| Some(std::sync::Arc::new(f)))
+        .map_err(|source| ClientError::File {
+            path: path.display().to_string(),
+            source,
+        })
 }
 
 /// The control connection to the spec's server, its address, and the test's cookie
@@ -374,6 +399,7 @@ fn data_config(spec: &TestSpec, params: &TestParams, features: &[String]) -> Dat
             spec.pacing_timer_us
                 .unwrap_or(flowlab_report::spec::DEFAULT_PACING_TIMER_US),
         ),
+        file: None,
     }
 }
 

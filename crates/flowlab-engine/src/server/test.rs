@@ -318,6 +318,7 @@ fn data_config(params: &TestParams, proto: Protocol) -> DataConfig {
             params.burst,
             params.pacing_timer,
         ),
+        file: None,
     }
 }
 

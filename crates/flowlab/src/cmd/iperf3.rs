@@ -83,7 +83,7 @@ const OPTIONS: &[Opt] = &[
     opt(Some('f'), "format", Some("kmgtKMGT"), Refused(ONE_LINE), Flag("format"), "format to report: Kbits, Mbits, Gbits, Tbits"),
     opt(Some('i'), "interval", Some("#"), Refused(ONE_LINE), Flag("interval"), "seconds between periodic throughput reports"),
     opt(Some('I'), "pidfile", Some("file"), Flag("pidfile"), Flag("pidfile"), "write PID file"),
-    opt(Some('F'), "file", Some("name"), Refused(NOT_YET), Refused(NOT_YET), "xmit/recv the specified file"),
+    opt(Some('F'), "file", Some("name"), Refused(NOT_YET), Flag("file"), "xmit/recv the specified file"),
     opt(Some('A'), "affinity", Some("n/n,m"), Refused("the client's -A n,m places the server's side of a test"), Flag("affinity"), "set CPU affinity"),
     opt(Some('B'), "bind", Some("host[%dev]"), Special, Flag("bind"), "bind to the interface associated with the address <host>"),
     opt(None, "bind-dev", Some("dev"), Refused(NOT_YET), Flag("bind-dev"), "bind to the network interface with SO_BINDTODEVICE"),

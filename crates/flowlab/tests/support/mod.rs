@@ -263,18 +263,24 @@ pub struct Iperf3Server(Option<std::process::Child>);
 
 impl Iperf3Server {
     pub fn start(port: u16) -> Self {
-        Self::spawn(port, true)
+        Self::spawn(port, true, &[])
     }
 
     /// The same, printing text rather than JSON.
     pub fn start_text(port: u16) -> Self {
-        Self::spawn(port, false)
+        Self::spawn(port, false, &[])
     }
 
-    fn spawn(port: u16, json: bool) -> Self {
+    /// The same, with more of iperf3's options.
+    pub fn start_with(port: u16, args: &[&std::ffi::OsStr]) -> Self {
+        Self::spawn(port, true, args)
+    }
+
+    fn spawn(port: u16, json: bool, args: &[&std::ffi::OsStr]) -> Self {
         let mut child = std::process::Command::new("iperf3")
             .args(["-s", "-1", "-p", &port.to_string(), "-B", "127.0.0.1"])
             .args(json.then_some("-J"))
+            .args(args)
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null())
             .spawn()

@@ -163,6 +163,10 @@ pub struct Args {
     /// discipline is fq.
     #[arg(long, value_parser = units::parse_rate, value_name = "RATE")]
     pub fq_rate: Option<u64>,
+    /// TCP, one stream: send FILE's content, once, as the test's data (its size is the
+    /// amount); with -R, write what is received to FILE (iperf3's -F).
+    #[arg(short = 'F', long, value_name = "FILE")]
+    pub file: Option<std::path::PathBuf>,
     /// The local address of the client's connections, with %DEV binding them to device DEV
     /// too (iperf3's -B).
     #[arg(short = 'B', long = "bind", value_name = "ADDRESS[%DEV]")]
@@ -453,12 +457,47 @@ impl Args {
         s.get_server_output = self.get_server_output;
         s.repeating_payload = self.repeating_payload;
         s.fq_rate = self.fq_rate.unwrap_or(0);
+        if let Some(path) = &self.file {
+            self.file_test(&mut s, path)?;
+        }
         s.congestion = self.congestion.clone();
         s.window = self.window.unwrap_or(0);
         s.nodelay = self.no_delay;
         s.zerocopy = self.zerocopy;
         s.title = self.title.clone();
         Ok(s)
+    }
+}
+
+impl Args {
+    /// `-F FILE`: what it takes (a TCP test of one stream, one way) and, when the client
+    /// sends, the file's size as the amount.
+    fn file_test(&self, s: &mut TestSpec, path: &std::path::Path) -> Result<(), Usage> {
+        let flag = format!("-F {}", path.display());
+        let refusal = [
+            (self.udp, "is TCP only (as iperf3's); drop -u"),
+            (self.bidir, "goes one way; drop --bidir"),
+            (self.parallel > 1, "is one stream; drop -P"),
+            (self.zerocopy, "is sent with sendfile(2) already; drop -Z"),
+            (self.stop_and_wait, "streams; drop --stop-and-wait"),
+        ];
+        if let Some((_, why)) = refusal.iter().find(|(set, _)| *set) {
+            return Err(Usage(format!("{flag} {why}")));
+        }
+        if !self.reverse {
+            if self.time.is_some() || self.bytes.is_some() || self.blocks.is_some() {
+                return Err(Usage(format!(
+                    "{flag}: the file's size is the amount sent; drop -t/-n/-k"
+                )));
+            }
+            let meta = std::fs::metadata(path).map_err(|e| Usage(format!("{flag}: {e}")))?;
+            if !meta.is_file() || meta.len() == 0 {
+                return Err(Usage(format!("{flag}: not a file with data to send")));
+            }
+            s.amount = Amount::Bytes(meta.len());
+        }
+        s.file = Some(path.to_path_buf());
+        Ok(())
     }
 }
 
