@@ -85,6 +85,9 @@ pub struct TestParams {
     /// iperf3's pacing timer, µs (its default 1000).
     #[serde(default, skip_serializing_if = "is_zero", deserialize_with = "num")]
     pub pacing_timer: u64,
+    /// iperf3's `-L`: the IPv6 flow label of the client's data streams (0: none).
+    #[serde(default, skip_serializing_if = "is_zero", deserialize_with = "num")]
+    pub flowlabel: u64,
     /// iperf3's `-b RATE/BURST`: blocks sent back to back (0: none).
     #[serde(default, skip_serializing_if = "is_zero", deserialize_with = "num")]
     pub burst: u64,

@@ -125,6 +125,9 @@ pub struct TestSpec {
     /// absent: iperf3's default, 1000.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pacing_timer_us: Option<u64>,
+    /// `-L`: the IPv6 flow label of the data streams (20 bits; 0: none).
+    #[serde(skip_serializing_if = "is_zero_u32")]
+    pub flowlabel: u32,
     /// `-F`: the file the client sends (its content, once, is the test's data) or, with
     /// `-R`, writes what it receives to.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -263,6 +266,7 @@ impl TestSpec {
             burst: 0,
             pacing_timer_us: None,
             file: None,
+            flowlabel: 0,
             bind: None,
             cport: 0,
             bind_dev: None,
@@ -345,6 +349,7 @@ impl TestSpec {
             bandwidth: self.bitrate,
             pacing_timer: self.pacing_timer_us.unwrap_or(DEFAULT_PACING_TIMER_US),
             burst: self.burst,
+            flowlabel: u64::from(self.flowlabel),
             congestion: self.congestion.clone(),
             title: self.title.clone(),
             extra_data: self.extra_data.clone(),
@@ -389,6 +394,10 @@ fn is_false(b: &bool) -> bool {
 }
 
 fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
+}
+
+fn is_zero_u32(n: &u32) -> bool {
     *n == 0
 }
 

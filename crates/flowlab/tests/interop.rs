@@ -941,3 +941,58 @@ fn a_file_crosses_to_and_from_a_stock_server_byte_for_byte() {
         "what flowlab wrote differs"
     );
 }
+
+/// `-L`: the data stream to a stock iperf3 server over IPv6 carries the flow label, leased
+/// from the kernel's flow label manager (which lists it); to an IPv4 server it is refused
+/// by name.
+#[test]
+fn the_flow_label_is_leased_for_the_stream_to_a_stock_server() {
+    if !require_tool("iperf3") {
+        return;
+    }
+    if std::net::TcpListener::bind("[::1]:0").is_err() {
+        assert!(std::env::var_os("CI").is_none(), "CI has IPv6 loopback");
+        skip("no IPv6 loopback");
+        return;
+    }
+    let _one_at_a_time = one_iperf3_server_at_a_time();
+    let port = free_port();
+    let mut server = Command::new("iperf3")
+        .args(["-s", "-1", "-p", &port.to_string(), "-B", "::1"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("iperf3 -s");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !listening_here(port) {
+        assert!(Instant::now() < deadline, "iperf3 -s does not listen");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // A label no other test uses; the manager keeps it a few seconds after release.
+    let label = 0x5A000 | (std::process::id() & 0xFFF);
+    let out = Command::new(assert_cmd::cargo::cargo_bin("flowlab"))
+        .args(["test", "::1", "-p", &port.to_string(), "-t", "1", "-L"])
+        .arg(label.to_string())
+        .output()
+        .expect("flowlab runs");
+    let leased = std::fs::read_to_string("/proc/net/ip6_flowlabel").unwrap_or_default();
+    let _ = server.kill();
+    let _ = server.wait();
+    assert!(out.status.success(), "{}", said(&out));
+    assert!(
+        leased
+            .lines()
+            .any(|l| l.starts_with(&format!("{label:05X} "))),
+        "label {label:05X} not in /proc/net/ip6_flowlabel:\n{leased}"
+    );
+    let out = Command::new(assert_cmd::cargo::cargo_bin("flowlab"))
+        .args(["test", "127.0.0.1", "-t", "1", "-L", "7", "-p"])
+        .arg(default_server().to_string())
+        .output()
+        .expect("flowlab runs");
+    assert_eq!(out.status.code(), Some(1), "{}", said(&out));
+    assert!(
+        said(&out).contains("-L/--flowlabel: the server's address 127.0.0.1:"),
+        "{}",
+        said(&out)
+    );
+}

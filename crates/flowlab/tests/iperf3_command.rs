@@ -226,10 +226,7 @@ fn timestamps_begin_text_lines_and_leave_json_alone() {
 #[test]
 fn iperf3_options_flowlab_lacks_are_refused_by_name() {
     for (args, says) in [
-        (
-            &["-c", "127.0.0.1", "-L", "5"][..],
-            "-L/--flowlabel: not in flowlab yet",
-        ),
+        (&["-s", "-F", "x"][..], "-F/--file: not in flowlab yet"),
         (&["-s", "-u"], "-u/--udp is a client option; drop it or -s"),
         (
             &["-c", "127.0.0.1", "--sctp"],

@@ -187,6 +187,26 @@ fn bind_local(s: &Socket, spec: &TestSpec, server: SocketAddr, port: u16) -> std
         .map_err(said(format!("cannot bind {local} (-B/--cport)")))
 }
 
+/// Where a data stream connects: `server`, with `-L`'s flow label leased and carried
+/// when one is asked for (IPv6 only).
+fn labelled(s: &Socket, spec: &TestSpec, server: SocketAddr) -> std::io::Result<SocketAddr> {
+    if spec.flowlabel == 0 {
+        return Ok(server);
+    }
+    match server {
+        SocketAddr::V6(v6) if v6.ip().to_ipv4_mapped().is_none() => {
+            sock::set_flowlabel(s, v6, spec.flowlabel)
+                .map(SocketAddr::V6)
+                .map_err(|e| {
+                    std::io::Error::new(e.kind(), format!("-L/--flowlabel {}: {e}", spec.flowlabel))
+                })
+        }
+        _ => Err(std::io::Error::other(format!(
+            "-L/--flowlabel: the server's address {server} is IPv4; flow labels are IPv6's (-6)"
+        ))),
+    }
+}
+
 /// The local port of data stream `index` with `--cport` (0 without): iperf3's, the port
 /// plus the stream's place, client-send streams first.
 fn stream_port(spec: &TestSpec, index: usize) -> std::io::Result<u16> {
@@ -239,7 +259,8 @@ fn open_tcp(
     stream_port(spec, index)
         .and_then(|port| bind_local(&s, spec, server, port))
         .map_err(OpenError::Io)?;
-    s.connect_timeout(&server.into(), spec.connect_timeout)
+    let to = labelled(&s, spec, server).map_err(OpenError::Io)?;
+    s.connect_timeout(&to.into(), spec.connect_timeout)
         .map_err(OpenError::Io)?;
     let mut t: TcpStream = s.into();
     if spec.nodelay {
@@ -275,7 +296,7 @@ fn open_udp(
         sock::set_dont_fragment(&s, server)?;
     }
     bind_local(&s, spec, server, stream_port(spec, index)?)?;
-    s.connect(&server.into())?;
+    s.connect(&labelled(&s, spec, server)?.into())?;
     let u: UdpSocket = s.into();
     let deadline = Instant::now() + spec.connect_timeout.max(Duration::from_secs(1));
     let mut early = Vec::new();

@@ -131,7 +131,7 @@ const OPTIONS: &[Opt] = &[
     opt(Some('6'), "version6", None, Other, Flag("version6"), "only use IPv6"),
     opt(Some('S'), "tos", Some("N"), Other, Flag("tos"), "set the IP type of service, 0-255 (52, 064, 0x34)"),
     opt(None, "dscp", Some("N"), Other, Flag("dscp"), "set the IP dscp value, either 0-63 or symbolic"),
-    opt(Some('L'), "flowlabel", Some("N"), Other, Refused(NOT_YET), "set the IPv6 flow label"),
+    opt(Some('L'), "flowlabel", Some("N"), Other, Flag("flowlabel"), "set the IPv6 flow label"),
     opt(Some('Z'), "zerocopy", None, Other, Flag("zerocopy"), "use a 'zero copy' method of sending data"),
     opt(Some('O'), "omit", Some("N"), Other, Flag("omit"), "perform pre-test for N seconds and omit the pre-test statistics"),
     opt(Some('T'), "title", Some("str"), Other, Flag("title"), "a title (flowlab: recorded with the result)"),
@@ -421,7 +421,7 @@ mod tests {
     #[test]
     fn what_flowlab_does_not_take_is_refused_by_name_and_reason() {
         for (iperf3, says) in [
-            ("-c h -L 5", "-L/--flowlabel: not in flowlab yet"),
+            ("-c h -s", "cannot be used with"),
             ("-c h --sctp", "--sctp: flowlab does not measure SCTP"),
             (
                 "-s -B ::1%eth0",

@@ -163,6 +163,10 @@ pub struct Args {
     /// discipline is fq.
     #[arg(long, value_parser = units::parse_rate, value_name = "RATE")]
     pub fq_rate: Option<u64>,
+    /// The IPv6 flow label of the data streams, 1 to 1048575 (decimal, octal or hex; as
+    /// iperf3's -L); the server must be reached over IPv6.
+    #[arg(short = 'L', long, value_name = "N", value_parser = parse_flowlabel)]
+    pub flowlabel: Option<u32>,
     /// TCP, one stream: send FILE's content, once, as the test's data (its size is the
     /// amount); with -R, write what is received to FILE (iperf3's -F).
     #[arg(short = 'F', long, value_name = "FILE")]
@@ -460,6 +464,7 @@ impl Args {
         if let Some(path) = &self.file {
             self.file_test(&mut s, path)?;
         }
+        s.flowlabel = self.flowlabel.unwrap_or(0);
         s.congestion = self.congestion.clone();
         s.window = self.window.unwrap_or(0);
         s.nodelay = self.no_delay;
@@ -558,6 +563,13 @@ fn c_number(text: &str) -> Option<u32> {
     } else {
         t.parse().ok()
     }
+}
+
+/// `-L`/`--flowlabel`: 1 to 2^20 − 1.
+fn parse_flowlabel(text: &str) -> Result<u32, String> {
+    c_number(text)
+        .filter(|n| (1..=0x000F_FFFF).contains(n))
+        .ok_or_else(|| format!("'{text}' is not a flow label, 1 to 1048575 (0xFFFFF)"))
 }
 
 /// `-S`/`--tos`: 0 to 255.
