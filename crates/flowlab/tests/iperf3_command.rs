@@ -302,3 +302,65 @@ fn this_year() -> String {
     let out = Command::new("date").arg("+%Y").output().expect("date runs");
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
+
+/// `flowlab iperf3 -s -B ADDRESS%DEV` (and `--bind-dev`): the server's sockets are bound to
+/// the device and serve TCP and UDP there; a device that is not there is said by flag.
+#[test]
+fn a_server_bound_to_a_device_serves_there() {
+    let port = free_port();
+    let out = flowlab()
+        .args([
+            "iperf3",
+            "-s",
+            "-1",
+            "-p",
+            &port.to_string(),
+            "--bind-dev",
+            "nosuch0",
+        ])
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(1), "{}", said(&out));
+    assert!(said(&out).contains("--bind-dev nosuch0"), "{}", said(&out));
+    if !is_root("binding to a device (CAP_NET_RAW)") {
+        return;
+    }
+    for udp in [false, true] {
+        let port = free_port();
+        let server = flowlab()
+            .args([
+                "iperf3",
+                "-s",
+                "-1",
+                "-p",
+                &port.to_string(),
+                "-B",
+                "127.0.0.1%lo",
+            ])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("serve");
+        let mut server = flowlab_server(server, port);
+        let mut client = flowlab();
+        client.args([
+            "test",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-t",
+            "0.5",
+            "-J",
+        ]);
+        if udp {
+            client.args(["-u", "-b", "10M"]);
+        }
+        let r = json_of(&client.output().expect("runs"));
+        assert!(
+            r["end"]["sums"][0]["receiver"]["bytes"].as_u64() > Some(0),
+            "udp {udp}: {}",
+            r["end"]
+        );
+        let status = wait_for(&mut server.0, Duration::from_secs(10)).expect("-1 exits");
+        assert!(status.success(), "{status}");
+    }
+}

@@ -47,6 +47,9 @@ pub use limits::{Place, Places, source_key};
 pub struct ServerConfig {
     /// Address to bind; `None` binds every address, IPv6 and IPv4.
     pub bind: Option<IpAddr>,
+    /// The network device every socket is bound to (SO_BINDTODEVICE; iperf3's
+    /// `--bind-dev`), or any.
+    pub bind_dev: Option<String>,
     pub port: u16,
     /// Tests that may run at once.
     pub max_tests: usize,
@@ -161,6 +164,7 @@ impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
             bind: None,
+            bind_dev: None,
             port: flowlab_proto::DEFAULT_PORT,
             max_tests: 16,
             max_duration: None,
@@ -253,8 +257,17 @@ impl std::fmt::Debug for Server {
     }
 }
 
-fn bind_socket(addr: SocketAddr, ty: Type, proto: SockProtocol) -> std::io::Result<Socket> {
+fn bind_socket(
+    addr: SocketAddr,
+    ty: Type,
+    proto: SockProtocol,
+    dev: Option<&str>,
+) -> std::io::Result<Socket> {
     let s = Socket::new(Domain::for_address(addr), ty, Some(proto))?;
+    if let Some(dev) = dev {
+        s.bind_device(Some(dev.as_bytes()))
+            .map_err(|e| std::io::Error::new(e.kind(), format!("--bind-dev {dev}: {e}")))?;
+    }
     s.set_reuse_address(true)?;
     if addr.is_ipv6() && addr.ip().is_unspecified() {
         // Serve IPv4 clients too (as ::ffff:a.b.c.d).
@@ -277,7 +290,8 @@ impl Server {
         let mut last_err = None;
         for ip in ips {
             let addr = SocketAddr::new(ip, cfg.port);
-            let tcp = match bind_socket(addr, Type::STREAM, SockProtocol::TCP).and_then(|s| {
+            let dev = cfg.bind_dev.as_deref();
+            let tcp = match bind_socket(addr, Type::STREAM, SockProtocol::TCP, dev).and_then(|s| {
                 s.listen(128)?;
                 Ok(s)
             }) {
@@ -288,7 +302,7 @@ impl Server {
                 }
             };
             let local = tcp.local_addr()?;
-            let udp: UdpSocket = bind_socket(local, Type::DGRAM, SockProtocol::UDP)?.into();
+            let udp: UdpSocket = bind_socket(local, Type::DGRAM, SockProtocol::UDP, dev)?.into();
             let log: Arc<dyn ServerLog> = Arc::new(RateLimited::new(log, cfg.log_rate));
             let gate = RateGate::new(cfg.handshake_rate);
             let probe_gate = RateGate::new(cfg.probe_rate);
@@ -432,7 +446,8 @@ fn udp_listener(udp: UdpSocket, shared: Arc<Shared>) {
             let _ = udp.send_to(&reply, peer);
             continue;
         }
-        let opened = bind_socket(shared.local, Type::DGRAM, SockProtocol::UDP).and_then(|s| {
+        let dev = shared.cfg.bind_dev.as_deref();
+        let opened = bind_socket(shared.local, Type::DGRAM, SockProtocol::UDP, dev).and_then(|s| {
             s.connect(&peer.into())?;
             let u: UdpSocket = s.into();
             u.send(&reply)?;

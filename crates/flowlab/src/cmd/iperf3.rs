@@ -85,8 +85,8 @@ const OPTIONS: &[Opt] = &[
     opt(Some('I'), "pidfile", Some("file"), Flag("pidfile"), Flag("pidfile"), "write PID file"),
     opt(Some('F'), "file", Some("name"), Refused(NOT_YET), Flag("file"), "xmit/recv the specified file"),
     opt(Some('A'), "affinity", Some("n/n,m"), Refused("the client's -A n,m places the server's side of a test"), Flag("affinity"), "set CPU affinity"),
-    opt(Some('B'), "bind", Some("host[%dev]"), Special, Flag("bind"), "bind to the interface associated with the address <host>"),
-    opt(None, "bind-dev", Some("dev"), Refused(NOT_YET), Flag("bind-dev"), "bind to the network interface with SO_BINDTODEVICE"),
+    opt(Some('B'), "bind", Some("host[%dev]"), Flag("bind"), Flag("bind"), "bind to the interface associated with the address <host>"),
+    opt(None, "bind-dev", Some("dev"), Flag("bind-dev"), Flag("bind-dev"), "bind to the network interface with SO_BINDTODEVICE"),
     opt(Some('V'), "verbose", None, Special, Special, "more detailed output"),
     opt(Some('J'), "json", None, Flag("json"), Flag("iperf3-json"), "output in JSON format"),
     opt(None, "logfile", Some("f"), Flag("logfile"), Flag("logfile"), "send output to a log file"),
@@ -329,15 +329,6 @@ fn special(
             // The host first, as one writes `flowlab test HOST …`.
             out.insert(1, value.unwrap_or_default().into());
         }
-        "bind" => {
-            let v = value.unwrap_or_default();
-            if let Some((_, dev)) = v.split_once('%') {
-                return refuse(format!(
-                    "{name} {v}: a server bound to device {dev} is {NOT_YET}"
-                ));
-            }
-            out.extend(["--bind".into(), v.into()]);
-        }
         "server-bitrate-limit" => {
             let v = value.unwrap_or_default();
             if v.contains('/') {
@@ -423,10 +414,7 @@ mod tests {
         for (iperf3, says) in [
             ("-c h -s", "cannot be used with"),
             ("-c h --sctp", "--sctp: flowlab does not measure SCTP"),
-            (
-                "-s -B ::1%eth0",
-                "-B/--bind ::1%eth0: a server bound to device eth0",
-            ),
+            ("-s -A 1", "-A/--affinity: the client's -A n,m places"),
             ("-s -u", "-u/--udp is a client option; drop it or -s"),
             ("-c h -1", "-1/--one-off is a server option; drop it or -c"),
             (

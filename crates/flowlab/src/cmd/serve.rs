@@ -20,9 +20,13 @@ pub struct Args {
     /// Port for TCP and UDP.
     #[arg(short, long, default_value_t = flowlab_proto::DEFAULT_PORT)]
     pub port: u16,
-    /// Address to listen on (default: every IPv6 and IPv4 address).
-    #[arg(short = 'B', long = "bind", value_name = "ADDRESS")]
-    pub bind: Option<IpAddr>,
+    /// Address to listen on (default: every IPv6 and IPv4 address); %DEV binds to device
+    /// DEV too (as iperf3's -B).
+    #[arg(short = 'B', long = "bind", value_name = "ADDRESS[%DEV]")]
+    pub bind: Option<String>,
+    /// Bind every socket to network device DEV (SO_BINDTODEVICE; iperf3's --bind-dev).
+    #[arg(long, value_name = "DEV")]
+    pub bind_dev: Option<String>,
     /// Tests that may run at once; more are refused as busy.
     #[arg(long, default_value_t = 16)]
     pub max_tests: usize,
@@ -148,9 +152,11 @@ impl Args {
             (Some(key), Some(users)) => Some(Arc::new(self.server_auth(key, users)?)),
             _ => None,
         };
+        let (bind, bind_dev) = self.bind_and_device()?;
         Ok(ServerConfig {
             auth,
-            bind: self.bind,
+            bind,
+            bind_dev,
             port: self.port,
             max_duration: self.max_duration.map(Duration::from_secs),
             max_bitrate: self.max_bitrate,
@@ -173,6 +179,29 @@ impl Args {
 }
 
 impl Args {
+    /// `-B ADDRESS[%DEV]` and `--bind-dev DEV`: the address, and the one device.
+    fn bind_and_device(&self) -> Result<(Option<IpAddr>, Option<String>), Usage> {
+        let (address, dev) = match self
+            .bind
+            .as_deref()
+            .map(|b| b.split_once('%').unwrap_or((b, "")))
+        {
+            Some((a, dev)) => {
+                let ip = a
+                    .parse::<IpAddr>()
+                    .map_err(|_| Usage(format!("-B/--bind {a}: not an IPv4 or IPv6 address")))?;
+                (Some(ip), Some(dev).filter(|d| !d.is_empty()))
+            }
+            None => (None, None),
+        };
+        match (dev, self.bind_dev.as_deref()) {
+            (Some(a), Some(b)) if a != b => Err(Usage(format!(
+                "--bind-dev: two devices given ({a}, {b}); give one"
+            ))),
+            (a, b) => Ok((address, a.or(b).map(str::to_string))),
+        }
+    }
+
     /// The authentication the key and users files give.
     fn server_auth(&self, key: &Path, users: &Path) -> Result<ServerAuth, Usage> {
         use flowlab_proto::auth;
