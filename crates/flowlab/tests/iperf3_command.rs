@@ -364,3 +364,69 @@ fn a_server_bound_to_a_device_serves_there() {
         assert!(status.success(), "{status}");
     }
 }
+
+/// A server's `-A N` (iperf3's): every thread of the server runs on CPU N, those of a
+/// test too; a CPU the machine does not give flowlab is refused by flag.
+#[test]
+fn a_servers_affinity_holds_for_all_its_threads() {
+    let cpu = flowlab_engine::sock::allowed_cpus()[0];
+    let port = free_port();
+    let server = flowlab()
+        .args([
+            "iperf3",
+            "-s",
+            "-1",
+            "-A",
+            &cpu.to_string(),
+            "-p",
+            &port.to_string(),
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("serve");
+    let pid = server.id();
+    let mut server = flowlab_server(server, port);
+    let mut client = flowlab()
+        .args([
+            "test",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-t",
+            "1",
+            "-P",
+            "2",
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("test");
+    std::thread::sleep(Duration::from_millis(500));
+    let mut threads = 0;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).expect("tasks") {
+        let status =
+            std::fs::read_to_string(task.expect("task").path().join("status")).unwrap_or_default();
+        if let Some(list) = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        {
+            assert_eq!(list.trim(), cpu.to_string(), "{status}");
+            threads += 1;
+        }
+    }
+    assert!(
+        threads >= 3,
+        "the listener and the test's streams: {threads} threads"
+    );
+    assert!(client.wait().expect("test").success());
+    assert!(wait_for(&mut server.0, Duration::from_secs(10)).is_some_and(|s| s.success()));
+    let out = flowlab()
+        .args(["serve", "-A", "100000"])
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(2), "{}", said(&out));
+    assert!(
+        said(&out).contains("-A/--affinity 100000"),
+        "{}",
+        said(&out)
+    );
+}

@@ -84,7 +84,7 @@ const OPTIONS: &[Opt] = &[
     opt(Some('i'), "interval", Some("#"), Refused(ONE_LINE), Flag("interval"), "seconds between periodic throughput reports"),
     opt(Some('I'), "pidfile", Some("file"), Flag("pidfile"), Flag("pidfile"), "write PID file"),
     opt(Some('F'), "file", Some("name"), Refused(NOT_YET), Flag("file"), "xmit/recv the specified file"),
-    opt(Some('A'), "affinity", Some("n/n,m"), Refused("the client's -A n,m places the server's side of a test"), Flag("affinity"), "set CPU affinity"),
+    opt(Some('A'), "affinity", Some("n/n,m"), Flag("affinity"), Flag("affinity"), "set CPU affinity"),
     opt(Some('B'), "bind", Some("host[%dev]"), Flag("bind"), Flag("bind"), "bind to the interface associated with the address <host>"),
     opt(None, "bind-dev", Some("dev"), Flag("bind-dev"), Flag("bind-dev"), "bind to the network interface with SO_BINDTODEVICE"),
     opt(Some('V'), "verbose", None, Special, Special, "more detailed output"),
@@ -414,7 +414,7 @@ mod tests {
         for (iperf3, says) in [
             ("-c h -s", "cannot be used with"),
             ("-c h --sctp", "--sctp: flowlab does not measure SCTP"),
-            ("-s -A 1", "-A/--affinity: the client's -A n,m places"),
+            ("-s -F x", "-F/--file: not in flowlab yet"),
             ("-s -u", "-u/--udp is a client option; drop it or -s"),
             ("-c h -1", "-1/--one-off is a server option; drop it or -c"),
             (

@@ -24,6 +24,10 @@ pub struct Args {
     /// DEV too (as iperf3's -B).
     #[arg(short = 'B', long = "bind", value_name = "ADDRESS[%DEV]")]
     pub bind: Option<String>,
+    /// Run the whole server on CPU N (iperf3's -A for a server); a client's `-A ,M` still
+    /// places its own test's streams.
+    #[arg(short = 'A', long, value_name = "N")]
+    pub affinity: Option<usize>,
     /// Bind every socket to network device DEV (SO_BINDTODEVICE; iperf3's --bind-dev).
     #[arg(long, value_name = "DEV")]
     pub bind_dev: Option<String>,
@@ -241,6 +245,18 @@ impl Args {
 
 pub fn run(a: &Args, output: &crate::cli::OutputArgs) -> anyhow::Result<()> {
     let mut cfg = a.to_config()?;
+    if let Some(cpu) = a.affinity {
+        let allowed = flowlab_engine::sock::allowed_cpus();
+        if !allowed.contains(&cpu) {
+            return Err(Usage(format!(
+                "-A/--affinity {cpu}: this machine runs flowlab on CPUs {}, not {cpu}",
+                flowlab_engine::sock::cpu_list(&allowed)
+            ))
+            .into());
+        }
+        // Before any thread starts: they all inherit it.
+        flowlab_engine::sock::pin_thread(cpu).context("-A/--affinity")?;
+    }
     if let Some(dir) = &a.fragments {
         let mut service = flowlab_fragments::serve::FragmentService::open(
             dir,
