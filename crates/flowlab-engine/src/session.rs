@@ -321,6 +321,11 @@ pub fn socket_settings(s: &RunningStream) -> SocketSettings {
                 congestion: sock::congestion(t.as_ref()),
                 tos: tos(&r, t.peer_addr()),
                 dont_fragment: None,
+                snd_timeout_ms: r
+                    .tcp_user_timeout()
+                    .ok()
+                    .flatten()
+                    .map(|d| d.as_millis() as u64),
             }
         }
         Transport::Udp(u) => {
@@ -336,6 +341,7 @@ pub fn socket_settings(s: &RunningStream) -> SocketSettings {
                     .ok()
                     .and_then(|p| sock::dont_fragment(u.as_ref(), p))
                     .filter(|&df| df),
+                snd_timeout_ms: None,
             }
         }
     }

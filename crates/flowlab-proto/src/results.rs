@@ -119,6 +119,10 @@ pub struct SocketSettings {
     /// (`--dont-fragment`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dont_fragment: Option<bool>,
+    /// TCP: TCP_USER_TIMEOUT on the socket, ms, when the server sets one (`serve
+    /// --snd-timeout`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snd_timeout_ms: Option<u64>,
 }
 
 #[cfg(test)]

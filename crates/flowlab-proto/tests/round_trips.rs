@@ -81,6 +81,7 @@ fn stream() -> impl Strategy<Value = StreamResults> {
                 prop::option::of(text()),
                 any::<Option<u8>>(),
                 any::<Option<bool>>(),
+                any::<Option<u64>>(),
             )),
             prop::option::of(trace()),
         ),
@@ -106,12 +107,13 @@ fn stream() -> impl Strategy<Value = StreamResults> {
             dsack_dups: extra[7],
             reordering: extra[8],
             socket: socket.map(
-                |(sndbuf, rcvbuf, congestion, tos, dont_fragment)| SocketSettings {
+                |(sndbuf, rcvbuf, congestion, tos, dont_fragment, snd_timeout_ms)| SocketSettings {
                     sndbuf,
                     rcvbuf,
                     congestion,
                     tos,
                     dont_fragment,
+                    snd_timeout_ms,
                 },
             ),
             trace,

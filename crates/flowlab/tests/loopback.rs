@@ -509,3 +509,29 @@ fn snd_timeout_is_each_streams_user_timeout() {
         assert_eq!(st.snd_timeout_ms, Some(2500), "stream {}", st.id);
     }
 }
+
+/// `serve --snd-timeout`: TCP_USER_TIMEOUT on the server's side of every TCP stream, read
+/// back into the result.
+#[test]
+fn a_servers_snd_timeout_is_on_its_streams() {
+    let port = start_server(flowlab_engine::server::ServerConfig {
+        idle_timeout: std::time::Duration::from_secs(3),
+        snd_timeout: Some(std::time::Duration::from_millis(4000)),
+        ..Default::default()
+    });
+    let mut s = spec(port);
+    s.amount = Amount::Seconds(0.3);
+    s.direction = Direction::Reverse;
+    let r = run(&s).expect("test runs");
+    let socket = end(&r).streams[0].server_socket.clone().expect("settings");
+    assert_eq!(socket.snd_timeout_ms, Some(4000), "{socket:?}");
+    s.port = default_server();
+    let r = run(&s).expect("test runs");
+    assert_eq!(
+        end(&r).streams[0]
+            .server_socket
+            .as_ref()
+            .and_then(|s| s.snd_timeout_ms),
+        None
+    );
+}

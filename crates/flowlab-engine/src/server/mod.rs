@@ -50,6 +50,9 @@ pub struct ServerConfig {
     /// The network device every socket is bound to (SO_BINDTODEVICE; iperf3's
     /// `--bind-dev`), or any.
     pub bind_dev: Option<String>,
+    /// TCP data streams whose data goes unacknowledged this long fail (TCP_USER_TIMEOUT;
+    /// iperf3's `--snd-timeout`), or the system's default.
+    pub snd_timeout: Option<Duration>,
     pub port: u16,
     /// Tests that may run at once.
     pub max_tests: usize,
@@ -165,6 +168,7 @@ impl Default for ServerConfig {
         ServerConfig {
             bind: None,
             bind_dev: None,
+            snd_timeout: None,
             port: flowlab_proto::DEFAULT_PORT,
             max_tests: 16,
             max_duration: None,

@@ -93,7 +93,7 @@ pub(super) fn run_test(
     // at once); senders start a control round trip early, which the peer's socket
     // buffers absorb.
     let ctl = TestControl::new(budget(&params));
-    let plans = stream_plans(transports, &params);
+    let plans = stream_plans(transports, &params, cfg);
     let mut session = DataSession::start(plans, data, ctl, Duration::from_secs(params.omit))?;
     control::write_state(ctrl, State::TestStart)?;
     control::write_state(ctrl, State::TestRunning)?;
@@ -252,7 +252,11 @@ fn started(id: u64, peer: SocketAddr, params: &TestParams, proto: Protocol) -> S
 
 /// Each stream's role, set up as the client asked. Client-send streams come first, so
 /// the server receives on the first `parallel` streams of a bidirectional test.
-fn stream_plans(transports: Vec<Transport>, params: &TestParams) -> Vec<StreamPlan> {
+fn stream_plans(
+    transports: Vec<Transport>,
+    params: &TestParams,
+    cfg: &ServerConfig,
+) -> Vec<StreamPlan> {
     let p = params.parallel as usize;
     transports
         .into_iter()
@@ -264,6 +268,11 @@ fn stream_plans(transports: Vec<Transport>, params: &TestParams) -> Vec<StreamPl
                 Role::Receive
             };
             apply_options(&transport, params, role);
+            if let (Some(t), Transport::Tcp(s)) = (cfg.snd_timeout, &transport) {
+                if let Err(e) = socket2::SockRef::from(s.as_ref()).set_tcp_user_timeout(Some(t)) {
+                    tracing::warn!("--snd-timeout: {e}");
+                }
+            }
             StreamPlan {
                 id: crate::stream::stream_id(i),
                 role,

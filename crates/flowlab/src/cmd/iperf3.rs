@@ -93,7 +93,7 @@ const OPTIONS: &[Opt] = &[
     opt(None, "forceflush", None, Flag("forceflush"), Flag("forceflush"), "force flushing output at every interval"),
     opt(None, "timestamps", Some("format"), Special, Special, "emit a timestamp at the start of each output line"),
     opt(None, "rcv-timeout", Some("#"), Refused(IDLE), Flag("rcv-timeout"), "idle timeout for receiving data (ms)"),
-    opt(None, "snd-timeout", Some("#"), Refused(NOT_YET), Flag("snd-timeout"), "timeout for unacknowledged TCP data (ms)"),
+    opt(None, "snd-timeout", Some("#"), Flag("snd-timeout"), Flag("snd-timeout"), "timeout for unacknowledged TCP data (ms)"),
     opt(Some('d'), "debug", Some("#"), Special, Special, "emit debugging output"),
     opt(Some('v'), "version", None, Special, Special, "show version information and quit"),
     // Server.

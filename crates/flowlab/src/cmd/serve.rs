@@ -28,6 +28,10 @@ pub struct Args {
     /// places its own test's streams.
     #[arg(short = 'A', long, value_name = "N")]
     pub affinity: Option<usize>,
+    /// TCP: a test stream whose data goes unacknowledged this many milliseconds fails
+    /// (TCP_USER_TIMEOUT; iperf3's --snd-timeout).
+    #[arg(long, value_name = "MS")]
+    pub snd_timeout: Option<u64>,
     /// Bind every socket to network device DEV (SO_BINDTODEVICE; iperf3's --bind-dev).
     #[arg(long, value_name = "DEV")]
     pub bind_dev: Option<String>,
@@ -157,10 +161,16 @@ impl Args {
             _ => None,
         };
         let (bind, bind_dev) = self.bind_and_device()?;
+        if let Some(ms) = self.snd_timeout.filter(|ms| !(1..=86_400_000).contains(ms)) {
+            return Err(Usage(format!(
+                "--snd-timeout {ms} must be 1 to 86400000 ms (a day)"
+            )));
+        }
         Ok(ServerConfig {
             auth,
             bind,
             bind_dev,
+            snd_timeout: self.snd_timeout.map(Duration::from_millis),
             port: self.port,
             max_duration: self.max_duration.map(Duration::from_secs),
             max_bitrate: self.max_bitrate,
