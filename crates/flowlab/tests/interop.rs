@@ -996,3 +996,92 @@ fn the_flow_label_is_leased_for_the_stream_to_a_stock_server() {
         said(&out)
     );
 }
+
+/// `serve -F`: a stock iperf3 client's `-F` file lands byte for byte (unpaced: a flowlab
+/// server reads to the end), and the server's file reaches a stock `-R -F` client; a test
+/// that is not one TCP stream one way is refused with why.
+#[test]
+fn a_flowlab_server_moves_a_file_with_a_stock_client() {
+    if !require_tool("iperf3") {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (src, recv, got) = (
+        dir.path().join("src.bin"),
+        dir.path().join("recv.bin"),
+        dir.path().join("got.bin"),
+    );
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    let data: Vec<u8> = (0..2_000_000)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    std::fs::write(&src, &data).expect("write the file");
+    let serve = |file: &std::path::Path| {
+        let port = free_port();
+        let mut child = Command::new(assert_cmd::cargo::cargo_bin("flowlab"))
+            .args([
+                "serve",
+                "-1",
+                "-B",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+                "-F",
+            ])
+            .arg(file)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("serve");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !listening_here(port) {
+            assert!(child.try_wait().expect("wait").is_none(), "serve exited");
+            assert!(Instant::now() < deadline, "serve does not listen");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        (port, child)
+    };
+    let (port, mut server) = serve(&recv);
+    iperf3_client(port, &["-F", src.to_str().expect("utf-8")]);
+    assert!(server.wait().expect("serve").success());
+    assert!(
+        std::fs::read(&recv).expect("received") == data,
+        "what the server wrote differs"
+    );
+
+    let (port, mut server) = serve(&src);
+    iperf3_client(
+        port,
+        &["-R", "-n", "2000000", "-F", got.to_str().expect("utf-8")],
+    );
+    assert!(server.wait().expect("serve").success());
+    assert!(
+        std::fs::read(&got).expect("written") == data,
+        "what iperf3 wrote differs"
+    );
+
+    let (port, mut server) = serve(&recv);
+    let out = Command::new(assert_cmd::cargo::cargo_bin("flowlab"))
+        .args([
+            "test",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-u",
+            "-t",
+            "1",
+        ])
+        .output()
+        .expect("flowlab runs");
+    let _ = server.kill();
+    let _ = server.wait();
+    assert!(
+        said(&out).contains("this server moves a file (-F)"),
+        "{}",
+        said(&out)
+    );
+}

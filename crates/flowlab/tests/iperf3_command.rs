@@ -226,7 +226,10 @@ fn timestamps_begin_text_lines_and_leave_json_alone() {
 #[test]
 fn iperf3_options_flowlab_lacks_are_refused_by_name() {
     for (args, says) in [
-        (&["-s", "-F", "x"][..], "-F/--file: not in flowlab yet"),
+        (
+            &["-s", "--sctp"][..],
+            "--sctp is a client option; drop it or -s",
+        ),
         (&["-s", "-u"], "-u/--udp is a client option; drop it or -s"),
         (
             &["-c", "127.0.0.1", "--sctp"],

@@ -50,6 +50,9 @@ pub struct ServerConfig {
     /// The network device every socket is bound to (SO_BINDTODEVICE; iperf3's
     /// `--bind-dev`), or any.
     pub bind_dev: Option<String>,
+    /// `-F`: every test's data is this file — sent from it when the server sends, written
+    /// to it (anew) when the server receives; only TCP tests of one stream one way.
+    pub file: Option<std::path::PathBuf>,
     /// TCP data streams whose data goes unacknowledged this long fail (TCP_USER_TIMEOUT;
     /// iperf3's `--snd-timeout`), or the system's default.
     pub snd_timeout: Option<Duration>,
@@ -168,6 +171,7 @@ impl Default for ServerConfig {
         ServerConfig {
             bind: None,
             bind_dev: None,
+            file: None,
             snd_timeout: None,
             port: flowlab_proto::DEFAULT_PORT,
             max_tests: 16,

@@ -27,6 +27,11 @@ pub(super) enum Refusal {
     Extension(String),
     #[error("a socket buffer of {0} bytes asked for (-w); at most {max} can be set", max = MAX_WINDOW)]
     Window(u64),
+    #[error(
+        "this server moves a file (-F): it serves TCP tests of one stream one way, without \
+         stop-and-wait"
+    )]
+    FileTest,
     #[error("CPU {asked} asked for (-A); this server runs on CPUs {allowed}")]
     Affinity { asked: u64, allowed: String },
 }
@@ -79,6 +84,15 @@ pub(super) fn validate(p: &TestParams, cfg: &ServerConfig) -> Result<Protocol, R
                 asked: seconds,
             });
         }
+    }
+    let stop_and_wait = p
+        .flowlab
+        .as_ref()
+        .is_some_and(|f| f.mode == Mode::StopAndWait);
+    if cfg.file.is_some()
+        && (proto != Protocol::Tcp || p.parallel != 1 || p.bidirectional || stop_and_wait)
+    {
+        return Err(Refusal::FileTest);
     }
     if let Some(cpu) = p.server_affinity {
         let allowed = crate::sock::allowed_cpus();

@@ -87,7 +87,18 @@ pub(super) fn run_test(
     shared.log.event(start.clone());
     let n = params.stream_count() as usize;
     let transports = collect_streams(ctrl, peer, cookie, proto, n, shared)?;
-    let data = data_config(&params, proto);
+    let mut data = data_config(&params, proto);
+    if let Some(path) = &cfg.file {
+        // Sending: the file as it is; receiving: the file anew.
+        let file = if params.reverse {
+            std::fs::File::open(path)
+        } else {
+            std::fs::File::create(path)
+        };
+        data.file = Some(Arc::new(file.map_err(|e| {
+            TestError::Streams(format!("-F {}: {e}", path.display()))
+        })?));
+    }
     let idle_limit = idle_allowance(params.bandwidth, data.len, cfg.idle_timeout);
     // Receivers read before the client is told to send (an unread UDP socket overflows
     // at once); senders start a control round trip early, which the peer's socket

@@ -50,7 +50,6 @@ struct Opt {
     help: &'static str,
 }
 
-const NOT_YET: &str = "not in flowlab yet (docs/iperf3.md)";
 const SCTP: &str = "flowlab does not measure SCTP";
 const ONE_LINE: &str = "flowlab serve logs one line per test, not intervals";
 const IDLE: &str = "flowlab serve's --idle-timeout SECONDS ends a test whose peer falls silent";
@@ -83,7 +82,7 @@ const OPTIONS: &[Opt] = &[
     opt(Some('f'), "format", Some("kmgtKMGT"), Refused(ONE_LINE), Flag("format"), "format to report: Kbits, Mbits, Gbits, Tbits"),
     opt(Some('i'), "interval", Some("#"), Refused(ONE_LINE), Flag("interval"), "seconds between periodic throughput reports"),
     opt(Some('I'), "pidfile", Some("file"), Flag("pidfile"), Flag("pidfile"), "write PID file"),
-    opt(Some('F'), "file", Some("name"), Refused(NOT_YET), Flag("file"), "xmit/recv the specified file"),
+    opt(Some('F'), "file", Some("name"), Flag("file"), Flag("file"), "xmit/recv the specified file"),
     opt(Some('A'), "affinity", Some("n/n,m"), Flag("affinity"), Flag("affinity"), "set CPU affinity"),
     opt(Some('B'), "bind", Some("host[%dev]"), Flag("bind"), Flag("bind"), "bind to the interface associated with the address <host>"),
     opt(None, "bind-dev", Some("dev"), Flag("bind-dev"), Flag("bind-dev"), "bind to the network interface with SO_BINDTODEVICE"),
@@ -398,6 +397,11 @@ mod tests {
                 "flowlab serve --max-bitrate 100M",
             ),
             ("-s -B 127.0.0.1 -d", "flowlab -VV serve --bind 127.0.0.1"),
+            (
+                "-s -F f -A 1 --snd-timeout 9",
+                "flowlab serve --file f --affinity 1 --snd-timeout 9",
+            ),
+            ("-s -B ::1%lo", "flowlab serve --bind ::1%lo"),
             ("-c h --timestamps", "flowlab test h --timestamps"),
             ("-c h --timestamps=%T", "flowlab test h --timestamps=%T"),
             (
@@ -414,7 +418,6 @@ mod tests {
         for (iperf3, says) in [
             ("-c h -s", "cannot be used with"),
             ("-c h --sctp", "--sctp: flowlab does not measure SCTP"),
-            ("-s -F x", "-F/--file: not in flowlab yet"),
             ("-s -u", "-u/--udp is a client option; drop it or -s"),
             ("-c h -1", "-1/--one-off is a server option; drop it or -c"),
             (

@@ -28,6 +28,10 @@ pub struct Args {
     /// places its own test's streams.
     #[arg(short = 'A', long, value_name = "N")]
     pub affinity: Option<usize>,
+    /// Every test's data is FILE: sent from it when the server sends (-R), written to it
+    /// anew when it receives; TCP tests of one stream one way only (iperf3's -F).
+    #[arg(short = 'F', long, value_name = "FILE")]
+    pub file: Option<std::path::PathBuf>,
     /// TCP: a test stream whose data goes unacknowledged this many milliseconds fails
     /// (TCP_USER_TIMEOUT; iperf3's --snd-timeout).
     #[arg(long, value_name = "MS")]
@@ -171,6 +175,7 @@ impl Args {
             bind,
             bind_dev,
             snd_timeout: self.snd_timeout.map(Duration::from_millis),
+            file: self.file.clone(),
             port: self.port,
             max_duration: self.max_duration.map(Duration::from_secs),
             max_bitrate: self.max_bitrate,
