@@ -1085,3 +1085,47 @@ fn a_flowlab_server_moves_a_file_with_a_stock_client() {
         said(&out)
     );
 }
+
+/// `-O`: a stock iperf3 server is told to leave out the first second too — its own
+/// first interval is marked omitted, as flowlab's is — and both count only what follows.
+#[test]
+fn omitted_seconds_are_left_out_at_both_ends_with_a_stock_server() {
+    if !require_tool("iperf3") {
+        return;
+    }
+    let _one_at_a_time = one_iperf3_server_at_a_time();
+    let port = free_port();
+    let server = Iperf3Server::start(port);
+    let r = flowlab_json(port, &["-t", "2", "-O", "1", "-b", "100M"]);
+    let theirs = server.json();
+    assert_eq!(
+        theirs["start"]["test_start"]["omit"], 1,
+        "{}",
+        theirs["start"]
+    );
+    assert_eq!(theirs["intervals"][0]["sum"]["omitted"], true);
+    assert_eq!(r["intervals"][0]["omitted"], true, "{}", r["intervals"][0]);
+    assert!(
+        r["intervals"]
+            .as_array()
+            .expect("intervals")
+            .iter()
+            .skip(1)
+            .all(|iv| iv["omitted"] == false),
+        "{}",
+        r["intervals"]
+    );
+    // Two counted seconds at 100 Mbit/s, by either end's count.
+    let ours = r["end"]["sums"][0]["receiver"]["bytes"]
+        .as_f64()
+        .expect("bytes");
+    let counted = theirs["end"]["sum_received"]["bytes"]
+        .as_f64()
+        .expect("bytes");
+    for bytes in [ours, counted] {
+        assert!(
+            (20e6..=27e6).contains(&bytes),
+            "{bytes} bytes counted after the omitted second (25 MB at 100 Mbit/s)"
+        );
+    }
+}
