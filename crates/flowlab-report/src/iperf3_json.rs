@@ -333,3 +333,69 @@ fn end(r: &TestResult, udp: bool) -> Value {
     }
     out
 }
+
+/// A server's test in iperf3's shape (`flowlab serve --iperf3-json`, `flowlab iperf3 -s
+/// -J`), from its log's two events: who connected and what was asked (`start`), and what
+/// the server received and sent (`end.sum_received`, `end.sum_sent`). Reduced: the server
+/// keeps no intervals or per-stream rows, so `intervals` is empty and `end.streams` is
+/// left out. `None` unless `started` and `finished` are one test's.
+pub fn server_document(
+    started: &crate::server::ServerEvent,
+    finished: &crate::server::ServerEvent,
+) -> Option<Value> {
+    use crate::server::ServerEvent::{TestFinished, TestStarted};
+    let (
+        TestStarted {
+            test,
+            peer,
+            protocol,
+            streams,
+            reverse,
+            bidir,
+            client,
+        },
+        TestFinished {
+            test: same,
+            bytes_received,
+            bytes_sent,
+            seconds,
+            ..
+        },
+    ) = (started, finished)
+    else {
+        return None;
+    };
+    if test != same {
+        return None;
+    }
+    let (host, port) = host_port(peer);
+    // An IPv4 client of a dual-stack server, as iperf3 names it.
+    let host = host
+        .parse::<std::net::IpAddr>()
+        .map_or(host.clone(), |ip| ip.to_canonical().to_string());
+    let sum = |bytes: u64, sender: bool| {
+        json!({
+            "start": 0, "end": seconds, "seconds": seconds, "bytes": bytes,
+            "bits_per_second": if *seconds > 0.0 { bytes as f64 * 8.0 / seconds } else { 0.0 },
+            "sender": sender,
+        })
+    };
+    Some(json!({
+        "start": {
+            "version": format!("flowlab {}", env!("CARGO_PKG_VERSION")),
+            "accepted_connection": {"host": host, "port": port},
+            "client_version": client,
+            "test_start": {
+                "protocol": protocol.to_uppercase(),
+                "num_streams": streams,
+                "reverse": u8::from(*reverse),
+                "bidir": u8::from(*bidir),
+            },
+        },
+        "intervals": [],
+        "end": {
+            "sum_sent": sum(*bytes_sent, true),
+            "sum_received": sum(*bytes_received, false),
+        },
+    }))
+}

@@ -71,8 +71,9 @@ fn a_link_named_iperf3_takes_iperf3s_command_line() {
 
     let port = free_port();
     let server = Command::new(&link)
-        .args(["-s", "-1", "-B", "127.0.0.1", "-p", &port.to_string()])
-        .stdout(Stdio::null())
+        .args(["-s", "-1", "-J", "-p", &port.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
         .spawn()
         .expect("serve");
     let mut server = flowlab_server(server, port);
@@ -85,6 +86,20 @@ fn a_link_named_iperf3_takes_iperf3s_command_line() {
     assert!(theirs["end"]["sum_received"]["bytes"].as_u64() > Some(0));
     let status = wait_for(&mut server.0, Duration::from_secs(10)).expect("-1: one test, then exit");
     assert!(status.success(), "{status}");
+    // The server's `-J`: iperf3's shape, its count the one the client was told.
+    let mut printed = String::new();
+    std::io::Read::read_to_string(&mut server.0.stdout.take().expect("stdout"), &mut printed)
+        .expect("read");
+    let ours: Value = serde_json::from_str(&printed).expect("one JSON document");
+    assert_eq!(
+        ours["end"]["sum_received"]["bytes"], theirs["end"]["sum_received"]["bytes"],
+        "{ours}"
+    );
+    assert_eq!(
+        ours["start"]["accepted_connection"]["host"], "127.0.0.1",
+        "{ours}"
+    );
+    assert_eq!(ours["start"]["test_start"]["protocol"], "TCP");
 
     let port = default_server();
     let out = Command::new(&link)

@@ -87,7 +87,7 @@ const OPTIONS: &[Opt] = &[
     opt(Some('B'), "bind", Some("host[%dev]"), Flag("bind"), Flag("bind"), "bind to the interface associated with the address <host>"),
     opt(None, "bind-dev", Some("dev"), Flag("bind-dev"), Flag("bind-dev"), "bind to the network interface with SO_BINDTODEVICE"),
     opt(Some('V'), "verbose", None, Special, Special, "more detailed output"),
-    opt(Some('J'), "json", None, Flag("json"), Flag("iperf3-json"), "output in JSON format"),
+    opt(Some('J'), "json", None, Flag("iperf3-json"), Flag("iperf3-json"), "output in JSON format"),
     opt(None, "logfile", Some("f"), Flag("logfile"), Flag("logfile"), "send output to a log file"),
     opt(None, "forceflush", None, Flag("forceflush"), Flag("forceflush"), "force flushing output at every interval"),
     opt(None, "timestamps", Some("format"), Special, Special, "emit a timestamp at the start of each output line"),

@@ -86,8 +86,12 @@ pub struct Args {
     #[arg(short = 'D', long)]
     pub daemon: bool,
     /// Log one JSON object per line instead of text.
-    #[arg(short = 'J', long)]
+    #[arg(short = 'J', long, conflicts_with = "iperf3_json")]
     pub json: bool,
+    /// Print each test as one JSON document in iperf3's shape (what `iperf3 -s -J`
+    /// prints; reduced: docs/json-schema.md); other log lines go to stderr.
+    #[arg(long)]
+    pub iperf3_json: bool,
     /// Also serve the fragment set in DIR (made by `flowlab fragments`) on the same port.
     #[arg(long, value_name = "DIR")]
     pub fragments: Option<std::path::PathBuf>,
@@ -295,7 +299,12 @@ pub fn run(a: &Args, output: &crate::cli::OutputArgs) -> anyhow::Result<()> {
         Some(ip) => std::net::SocketAddr::new(ip, cfg.port).to_string(),
         None => format!("[::]:{} (every address)", cfg.port),
     };
-    let server = Server::bind(cfg, Arc::new(Log { json: a.json }))
+    let log = Log {
+        json: a.json,
+        iperf3: a.iperf3_json,
+        started: Default::default(),
+    };
+    let server = Server::bind(cfg, Arc::new(log))
         .with_context(|| format!("cannot listen on {at}, TCP and UDP"))?;
     // Detached only now, listening, so a port in use is still said on the terminal; and
     // before any thread is started, as fork(2) keeps only the calling one.
@@ -319,10 +328,50 @@ fn pidfile(output: &crate::cli::OutputArgs) -> anyhow::Result<Option<super::PidF
 /// Server log lines on stdout: text, or one JSON object each.
 struct Log {
     json: bool,
+    /// `--iperf3-json`: a document per test on stdout, the rest as text on stderr.
+    iperf3: bool,
+    /// With `iperf3`: each running test's start, until its end.
+    started: std::sync::Mutex<std::collections::HashMap<u64, ServerEvent>>,
+}
+
+impl Log {
+    /// `--iperf3-json`: a test's document once it ends (an error document if it
+    /// failed), every other event a text line on stderr.
+    fn iperf3_event(&self, event: ServerEvent) {
+        let mut started = self.started.lock().unwrap_or_else(|e| e.into_inner());
+        let doc = match &event {
+            ServerEvent::TestStarted { test, .. } => {
+                started.insert(*test, event.clone());
+                None
+            }
+            ServerEvent::TestFinished { test, .. } => started
+                .remove(test)
+                .and_then(|s| flowlab_report::iperf3_json::server_document(&s, &event)),
+            ServerEvent::TestFailed {
+                test: Some(test),
+                error,
+                ..
+            } => {
+                started.remove(test);
+                Some(flowlab_report::iperf3_json::error_document(error))
+            }
+            _ => None,
+        };
+        drop(started);
+        match doc {
+            Some(doc) => {
+                super::emit_json(&(serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n"))
+            }
+            None => eprintln!("{}", table::server_event(&event)),
+        }
+    }
 }
 
 impl ServerLog for Log {
     fn event(&self, event: ServerEvent) {
+        if self.iperf3 {
+            return self.iperf3_event(event);
+        }
         if self.json {
             super::emit_json(&json::line(&event));
         } else {
