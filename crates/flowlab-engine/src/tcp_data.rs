@@ -51,7 +51,8 @@ pub(crate) fn send(
     }
     if cfg.fq_rate_bps > 0 {
         // `--fq-rate`: the kernel's pacing alone, as asked (over -b's, as iperf3's).
-        crate::sock::set_max_pacing_rate(sock, cfg.fq_rate_bps / 8).map_err(io::Error::other)?;
+        crate::sock::set_max_pacing_rate(sock, cfg.fq_rate_bps / 8)
+            .map_err(|e| io::Error::other(format!("--fq-rate: {e}")))?;
     }
     // Stop-and-wait messages start with their length, so a short last one (-n not a
     // multiple of -l) is still recognised and acknowledged. Prefix and payload leave in
@@ -267,8 +268,12 @@ pub(crate) fn receive(
         };
         if got > 0 {
             if let Some(f) = &cfg.file {
-                // `-F`: what was read, to the file; a write that fails ends the stream.
-                (&**f).write_all(&buf[..got])?;
+                // `-F`: what was read, to the file; a write that fails ends the stream,
+                // and is said (a stream's own errors are only logged at debug level).
+                if let Err(e) = (&**f).write_all(&buf[..got]) {
+                    tracing::warn!("-F: writing what was received: {e}");
+                    return Err(e);
+                }
             }
             c.bytes.fetch_add(got as u64, Ordering::Relaxed);
             c.end_us.store(ctl.elapsed_us().max(1), Ordering::Relaxed);

@@ -25,13 +25,20 @@ fn main() -> ExitCode {
     }) {
         args.splice(0..1, ["flowlab".into(), "iperf3".into()]);
     }
-    let mut cli = match parse(args) {
+    let mut cli = match parse(args.clone()) {
         Ok(c) => c,
         Err(code) => return code,
     };
-    if let Command::Iperf3(raw) = &cli.command {
-        let line = match cmd::iperf3::translate(&raw.args) {
-            Ok(line) => line,
+    if let Command::Iperf3(_) = &cli.command {
+        // iperf3's words as they came: flowlab's own parse took some of them (`-V`, `-I`,
+        // `--logfile`) for its global options. flowlab's words before `iperf3` stay.
+        let at = args
+            .iter()
+            .skip(1)
+            .position(|a| a == "iperf3")
+            .map_or(1, |i| i + 1);
+        let line = match cmd::iperf3::translate(&args[at + 1..]) {
+            Ok(line) => [&line[..1], &args[1..at], &line[1..]].concat(),
             Err(cmd::iperf3::Refusal::Clap(e)) => return clap_refusal(&e, &[]),
             Err(cmd::iperf3::Refusal::Usage(u)) => {
                 eprintln!("error: {u}");

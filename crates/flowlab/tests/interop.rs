@@ -837,7 +837,7 @@ fn rcv_timeout_ends_a_test_whose_server_stops_sending() {
     }
     let _one_at_a_time = one_iperf3_server_at_a_time();
     let port = free_port();
-    let mut server = Command::new("iperf3")
+    let server = Command::new("iperf3")
         .args(["-s", "-1", "-p", &port.to_string(), "-B", "127.0.0.1"])
         .stdout(Stdio::null())
         .spawn()
@@ -848,6 +848,17 @@ fn rcv_timeout_ends_a_test_whose_server_stops_sending() {
         std::thread::sleep(Duration::from_millis(20));
     }
     let pid = server.id() as i32;
+    /// Wakes and kills the stopped server however the test ends.
+    struct Stopped(std::process::Child);
+    impl Drop for Stopped {
+        fn drop(&mut self) {
+            // SAFETY: kill(2) on the child this test started.
+            unsafe { libc::kill(self.0.id() as i32, libc::SIGCONT) };
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let server = Stopped(server);
     let stopper = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(1500));
         // SAFETY: kill(2) on the child this test started.
@@ -857,10 +868,7 @@ fn rcv_timeout_ends_a_test_whose_server_stops_sending() {
     let r = flowlab_json(port, &["-t", "20", "-R", "--rcv-timeout", "500"]);
     let took = started.elapsed();
     stopper.join().expect("stopper");
-    // SAFETY: as above.
-    unsafe { libc::kill(pid, libc::SIGCONT) };
-    let _ = server.kill();
-    let _ = server.wait();
+    drop(server);
     assert!(
         took < Duration::from_secs(10),
         "took {took:?} of a 20 s test"

@@ -179,7 +179,9 @@ fn bind_local(s: &Socket, spec: &TestSpec, server: SocketAddr, port: u16) -> std
         SocketAddr::V4(_) => std::net::Ipv4Addr::UNSPECIFIED.into(),
         SocketAddr::V6(_) => std::net::Ipv6Addr::UNSPECIFIED.into(),
     });
-    if port != 0 {
+    // TCP's TIME_WAIT would hold a given port a minute; a UDP port is not so held, and
+    // reusing one would share it with another socket.
+    if port != 0 && s.r#type()? == Type::STREAM {
         s.set_reuse_address(true)?;
     }
     let local = SocketAddr::new(ip, port);
@@ -254,7 +256,9 @@ fn open_tcp(
         sock::set_mss(&s, spec.mss).map_err(OpenError::Sock)?;
     }
     if let Some(t) = spec.snd_timeout {
-        s.set_tcp_user_timeout(Some(t)).map_err(OpenError::Io)?;
+        s.set_tcp_user_timeout(Some(t)).map_err(|e| {
+            OpenError::Io(std::io::Error::new(e.kind(), format!("--snd-timeout: {e}")))
+        })?;
     }
     stream_port(spec, index)
         .and_then(|port| bind_local(&s, spec, server, port))
@@ -293,7 +297,8 @@ fn open_udp(
         sock::set_tos(&SockRef::from(&s), server, spec.tos)?;
     }
     if spec.dont_fragment {
-        sock::set_dont_fragment(&s, server)?;
+        sock::set_dont_fragment(&s, server)
+            .map_err(|e| std::io::Error::new(e.kind(), format!("--dont-fragment: {e}")))?;
     }
     bind_local(&s, spec, server, stream_port(spec, index)?)?;
     s.connect(&labelled(&s, spec, server)?.into())?;

@@ -135,10 +135,16 @@ impl RateLimited {
 }
 
 impl ServerLog for RateLimited {
+    fn output(&self, events: &[ServerEvent]) -> flowlab_report::result::ServerOutput {
+        self.inner.output(events)
+    }
+
     fn event(&self, event: ServerEvent) {
+        // The end of a test that started is always said; refusals and failed
+        // connections are what a flood is made of.
         let limited = matches!(
             event,
-            ServerEvent::Refused { .. } | ServerEvent::TestFailed { .. }
+            ServerEvent::Refused { .. } | ServerEvent::TestFailed { test: None, .. }
         );
         let Ok(mut s) = self.state.lock() else {
             return;

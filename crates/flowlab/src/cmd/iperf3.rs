@@ -223,12 +223,15 @@ pub fn translate(args: &[OsString]) -> Result<Vec<OsString>, Refusal> {
         let to = if server { o.server } else { o.client };
         let name = spelling(o);
         match to {
-            Flag(long) => {
-                out.push(format!("--{long}").into());
-                if o.value.is_some() {
-                    out.extend(m.get_one::<OsString>(o.long).cloned());
+            // `--flag=value`, one word, so a value that begins with `-` stays a value.
+            Flag(long) => match o.value.and_then(|_| m.get_one::<OsString>(o.long)) {
+                Some(v) => {
+                    let mut word = OsString::from(format!("--{long}="));
+                    word.push(v);
+                    out.push(word);
                 }
-            }
+                None => out.push(format!("--{long}").into()),
+            },
             Refused(why) => {
                 return Err(Refusal::Usage(Usage(format!(
                     "flowlab iperf3: {name}: {why}"
@@ -250,7 +253,7 @@ pub fn translate(args: &[OsString]) -> Result<Vec<OsString>, Refusal> {
     if !server && m.get_flag("udp") {
         match m.get_one::<OsString>("bitrate") {
             // iperf3's UDP default: 1 Mbit/s.
-            None => out.extend(["--bitrate".into(), "1M".into()]),
+            None => out.push("--bitrate=1M".into()),
             // Unlimited UDP as iperf3 sends it: blindly, never slowing for the receiver.
             Some(b) if flowlab_report::units::parse_rate(&rate_part(b)) == Ok(0) => {
                 out.push("--no-backoff".into());
@@ -337,7 +340,7 @@ fn special(
                     v.split_once('/').map_or("", |(_, p)| p)
                 ));
             }
-            out.extend(["--max-bitrate".into(), v.into()]);
+            out.push(format!("--max-bitrate={v}").into());
         }
         other => unreachable!("--{other} is not special"),
     }
@@ -371,42 +374,46 @@ mod tests {
         for (iperf3, ours) in [
             (
                 "-c h -t 5 -P 4 -R",
-                "flowlab test h --time 5 --parallel 4 --reverse",
+                "flowlab test h --time=5 --parallel=4 --reverse",
             ),
-            ("-ch -t5 -J", "flowlab test h --iperf3-json --time 5"),
-            ("-c h -u", "flowlab test h --udp --bitrate 1M"),
+            ("-ch -t5 -J", "flowlab test h --iperf3-json --time=5"),
+            ("-c h -u", "flowlab test h --udp --bitrate=1M"),
             (
                 "-c h -u -b 0",
-                "flowlab test h --udp --bitrate 0 --no-backoff",
+                "flowlab test h --udp --bitrate=0 --no-backoff",
             ),
             (
                 "-c h -u -b 20M -l 1400",
-                "flowlab test h --udp --bitrate 20M --length 1400",
+                "flowlab test h --udp --bitrate=20M --length=1400",
             ),
             (
                 "-c h -J --bidir -VV",
                 "flowlab -V -V test h --iperf3-json --bidir",
             ),
-            ("-s -p 5202 -1", "flowlab serve --port 5202 --one-off"),
+            ("-s -p 5202 -1", "flowlab serve --port=5202 --one-off"),
             (
                 "-s -D -I /run/x.pid --logfile l",
-                "flowlab serve --pidfile /run/x.pid --logfile l --daemon",
+                "flowlab serve --pidfile=/run/x.pid --logfile=l --daemon",
             ),
             (
                 "-s --server-bitrate-limit 100M",
-                "flowlab serve --max-bitrate 100M",
+                "flowlab serve --max-bitrate=100M",
             ),
-            ("-s -B 127.0.0.1 -d", "flowlab -VV serve --bind 127.0.0.1"),
+            ("-s -B 127.0.0.1 -d", "flowlab -VV serve --bind=127.0.0.1"),
             (
                 "-s -F f -A 1 --snd-timeout 9",
-                "flowlab serve --file f --affinity 1 --snd-timeout 9",
+                "flowlab serve --file=f --affinity=1 --snd-timeout=9",
             ),
-            ("-s -B ::1%lo", "flowlab serve --bind ::1%lo"),
+            ("-s -B ::1%lo", "flowlab serve --bind=::1%lo"),
             ("-c h --timestamps", "flowlab test h --timestamps"),
+            (
+                "-c h --title=-x -k 1K",
+                "flowlab test h --blockcount=1K --title=-x",
+            ),
             ("-c h --timestamps=%T", "flowlab test h --timestamps=%T"),
             (
                 "-c h%lo -B 127.0.0.1 --cport 5000",
-                "flowlab test h%lo --bind 127.0.0.1 --cport 5000",
+                "flowlab test h%lo --bind=127.0.0.1 --cport=5000",
             ),
         ] {
             assert_eq!(flowlab(iperf3).as_deref(), Ok(ours), "{iperf3}");

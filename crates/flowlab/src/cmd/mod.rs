@@ -98,9 +98,21 @@ impl PidFile {
         std::thread::Builder::new()
             .name("flowlab-signals".into())
             .spawn(move || {
-                let signal = signals.wait().map_or(0, |s| s as i32);
+                let Ok(signal) = signals.wait() else {
+                    std::process::exit(1)
+                };
                 let _ = std::fs::remove_file(&path);
-                std::process::exit(128 + signal);
+                // Then die of the signal, as without a pid file (a service manager takes
+                // SIGTERM's death as a clean stop): its default action, unblocked here.
+                // SAFETY: setting the default disposition installs no handler.
+                let _ = unsafe {
+                    nix::sys::signal::signal(signal, nix::sys::signal::SigHandler::SigDfl)
+                };
+                let mut only = SigSet::empty();
+                only.add(signal);
+                let _ = only.thread_unblock();
+                let _ = nix::sys::signal::raise(signal);
+                std::process::exit(128 + signal as i32);
             })?;
         Ok(file)
     }
@@ -122,11 +134,17 @@ pub fn detach<T>(
     keep_output: bool,
     ready: impl FnOnce() -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {
+    use anyhow::Context;
     use nix::unistd::{ForkResult, fork, pipe, setsid};
     use std::io::Read;
-    let (from_child, to_parent) = pipe()?;
-    // SAFETY: no other thread runs yet (see above), so the child is a whole process.
-    match unsafe { fork() }? {
+    let threads = std::fs::read_dir("/proc/self/task").map_or(1, |d| d.count());
+    anyhow::ensure!(
+        threads == 1,
+        "-D/--daemon: {threads} threads run already; fork(2) would keep one"
+    );
+    let (from_child, to_parent) = pipe().context("-D/--daemon")?;
+    // SAFETY: no other thread runs (checked above), so the child is a whole process.
+    match unsafe { fork() }.context("-D/--daemon")? {
         ForkResult::Parent { .. } => {
             drop(to_parent);
             let mut said = String::new();

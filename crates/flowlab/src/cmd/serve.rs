@@ -187,7 +187,12 @@ impl Args {
             one_off: self.one_off,
             // One test, then exit: a second client is told the server is busy rather than
             // being cut off when the process ends.
-            max_tests: if self.one_off { 1 } else { self.max_tests },
+            // `-F`: one file, so one test at a time (as iperf3 serves them).
+            max_tests: if self.one_off || self.file.is_some() {
+                1
+            } else {
+                self.max_tests
+            },
             idle_timeout: Duration::from_secs(self.idle_timeout),
             handshake_timeout: Duration::from_secs(self.handshake_timeout),
             max_handshakes: self.max_handshakes,
@@ -382,6 +387,11 @@ impl ServerLog for Log {
     /// A JSON log sends its test's events as JSON (`server_output_json`), a text log its
     /// lines.
     fn output(&self, events: &[ServerEvent]) -> ServerOutput {
+        if let (true, [start, done]) = (self.iperf3, events) {
+            if let Some(doc) = flowlab_report::iperf3_json::server_document(start, done) {
+                return ServerOutput::Json(doc);
+            }
+        }
         if self.json {
             ServerOutput::Json(serde_json::to_value(events).unwrap_or_default())
         } else {

@@ -44,11 +44,12 @@ pub struct Args {
     /// Bytes to send in total per direction, exactly (e.g. 100M).
     #[arg(short = 'n', long = "bytes", value_parser = units::parse_size, value_name = "SIZE", group = "amount")]
     pub bytes: Option<u64>,
-    /// Writes or datagrams to send in total per direction.
+    /// Writes or datagrams to send in total per direction (K = 1024, as iperf3's).
     #[arg(
         short = 'k',
         long = "blockcount",
         value_name = "COUNT",
+        value_parser = units::parse_size,
         group = "amount"
     )]
     pub blocks: Option<u64>,

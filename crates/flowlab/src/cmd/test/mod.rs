@@ -57,6 +57,45 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     } else {
         emit(&table::finish(&result, a.udp, a.format));
     }
+    if let Some(path) = &spec.file {
+        file_moved_whole(path, &result)?;
+    }
+    Ok(())
+}
+
+/// `-F`: the whole file went (sending), or all that came is in it (receiving) — else the
+/// file changed under the test, or a read or write failed (a full disk); the result is
+/// printed all the same.
+fn file_moved_whole(
+    path: &std::path::Path,
+    result: &flowlab_report::result::TestResult,
+) -> anyhow::Result<()> {
+    use flowlab_report::result::StreamDirection;
+    let Some(end) = &result.end else {
+        return Ok(());
+    };
+    let count = |d: StreamDirection, sender: bool| {
+        end.sums.iter().find(|s| s.direction == d).and_then(|s| {
+            if sender { &s.sender } else { &s.receiver }
+                .as_ref()
+                .map(|t| t.bytes)
+        })
+    };
+    let on_disk = std::fs::metadata(path).map_or(0, |m| m.len());
+    if let Some(sent) = count(StreamDirection::Up, true) {
+        let whole = result.start.spec["amount"]["bytes"].as_u64().unwrap_or(0);
+        if sent < whole && !end.interrupted {
+            anyhow::bail!("-F {}: sent {sent} of its {whole} bytes", path.display());
+        }
+    }
+    if let Some(received) = count(StreamDirection::Down, false) {
+        if on_disk < received {
+            anyhow::bail!(
+                "-F {}: {on_disk} of the {received} bytes received were written",
+                path.display()
+            );
+        }
+    }
     Ok(())
 }
 
