@@ -132,19 +132,13 @@ fn a_daemon_leaves_its_pid_and_log_and_cleans_up_when_stopped() {
     let (pidfile, log) = (dir.path().join("s.pid"), dir.path().join("s.log"));
     let port = free_port();
     let started = flowlab()
-        .args([
-            "iperf3",
-            "-s",
-            "-D",
-            "-B",
-            "127.0.0.1",
-            "-p",
-            &port.to_string(),
-        ])
-        .arg("-I")
+        // iperf3's options before -s too, as iperf3 takes them (flowlab's own parse has
+        // global options of these names).
+        .args(["iperf3", "-I"])
         .arg(&pidfile)
         .arg("--logfile")
         .arg(&log)
+        .args(["-s", "-D", "-B", "127.0.0.1", "-p", &port.to_string()])
         .arg("--timestamps=<%Y> ")
         .output()
         .expect("runs");
