@@ -114,27 +114,38 @@ pub fn tos(sock: &socket2::SockRef<'_>, peer: std::net::SocketAddr) -> Option<u8
     v.ok().and_then(|v| u8::try_from(v).ok())
 }
 
-/// Sets path MTU discovery on a UDP socket whose datagrams go to `peer` (iperf3's
-/// `--dont-fragment`): IPv4 datagrams leave with the DF bit and one larger than the path's
-/// MTU fails to send (EMSGSIZE) instead of being fragmented; the same for IPv6, which
-/// routers never fragment, on the sending host.
-pub fn set_dont_fragment<F: AsRawFd>(sock: &F, peer: std::net::SocketAddr) -> io::Result<()> {
-    let (level, name, value) = mtu_discover(peer);
-    let v: libc::c_int = value;
-    // SAFETY: the fd is open for the borrow; the option takes an int.
+/// setsockopt(2) with a value of type `T`, whole (an int, a u64, one of the kernel's
+/// structs): the kernel reads `size_of::<T>()` bytes of it, and refuses a size that is not
+/// the option's.
+fn set_raw<F: AsRawFd, T>(
+    sock: &F,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: &T,
+) -> io::Result<()> {
+    // SAFETY: the fd is open for the borrow, and `value` is a live `T` of the size given.
     let rc = unsafe {
         libc::setsockopt(
             sock.as_raw_fd(),
             level,
             name,
-            (&v as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            (value as *const T).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
         )
     };
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// Sets path MTU discovery on a UDP socket whose datagrams go to `peer` (iperf3's
+/// `--dont-fragment`): IPv4 datagrams leave with the DF bit and one larger than the path's
+/// MTU fails to send (EMSGSIZE) instead of being fragmented; the same for IPv6, which
+/// routers never fragment, on the sending host.
+pub fn set_dont_fragment<F: AsRawFd>(sock: &F, peer: std::net::SocketAddr) -> io::Result<()> {
+    let (level, name, value) = mtu_discover(peer);
+    set_raw(sock, level, name, &value)
 }
 
 /// Whether [`set_dont_fragment`] is in force on the socket, read back.
@@ -211,33 +222,9 @@ pub fn set_flowlabel<F: AsRawFd>(
         linger: 0,
         pad: 0,
     };
-    // SAFETY: the fd is open for the borrow; the request is the kernel's struct, whole.
-    let rc = unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::IPPROTO_IPV6,
-            libc::IPV6_FLOWLABEL_MGR,
-            (&request as *const FlowlabelRequest).cast(),
-            std::mem::size_of::<FlowlabelRequest>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    set_raw(sock, libc::IPPROTO_IPV6, libc::IPV6_FLOWLABEL_MGR, &request)?;
     let on: libc::c_int = 1;
-    // SAFETY: as above; the option takes an int.
-    let rc = unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::IPPROTO_IPV6,
-            libc::IPV6_FLOWINFO_SEND,
-            (&on as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    set_raw(sock, libc::IPPROTO_IPV6, libc::IPV6_FLOWINFO_SEND, &on)?;
     // sin6_flowinfo goes to the kernel as it is: in network byte order.
     let mut to = server;
     to.set_flowinfo((label & 0x000F_FFFF).to_be());
@@ -256,23 +243,12 @@ pub fn buffers(sock: &socket2::SockRef<'_>) -> BufferSizes {
 /// writer blocks until fewer are waiting.
 pub fn set_notsent_lowat<F: AsRawFd>(sock: &F, bytes: u32) -> Result<(), SockError> {
     let v = bytes as libc::c_int;
-    // SAFETY: the fd is open for the borrow; the option takes an int.
-    let rc = unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_NOTSENT_LOWAT,
-            (&v as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        return Err(SockError::Option {
+    set_raw(sock, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT, &v).map_err(|source| {
+        SockError::Option {
             what: "TCP_NOTSENT_LOWAT",
-            source: io::Error::last_os_error(),
-        });
-    }
-    Ok(())
+            source,
+        }
+    })
 }
 
 /// The least not-sent queue of a load-generating connection, bytes: one frame.
@@ -292,25 +268,17 @@ pub fn pace_notsent(sock: &std::net::TcpStream) {
 /// Caps the kernel's pacing of a TCP socket (SO_MAX_PACING_RATE), so a `-b` target leaves
 /// the host as an even stream of segments rather than bursts of whole writes.
 pub fn set_max_pacing_rate<F: AsRawFd>(sock: &F, bytes_per_sec: u64) -> Result<(), SockError> {
-    let rate = bytes_per_sec;
-    // SAFETY: the fd is open for the borrow; the option takes a u64 (kernel ≥ 4.20) and
-    // older kernels read its low 32 bits.
-    let rc = unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_MAX_PACING_RATE,
-            (&rate as *const u64).cast(),
-            std::mem::size_of::<u64>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        return Err(SockError::Option {
-            what: "SO_MAX_PACING_RATE",
-            source: io::Error::last_os_error(),
-        });
-    }
-    Ok(())
+    // A u64 (kernel ≥ 4.20); older kernels read its low 32 bits.
+    set_raw(
+        sock,
+        libc::SOL_SOCKET,
+        libc::SO_MAX_PACING_RATE,
+        &bytes_per_sec,
+    )
+    .map_err(|source| SockError::Option {
+        what: "SO_MAX_PACING_RATE",
+        source,
+    })
 }
 
 /// The parts of the kernel's TCP_INFO flowlab reports per interval.

@@ -407,6 +407,27 @@ mod tests {
     use super::*;
     use crate::stream::Budget;
 
+    /// A stream's settings with nothing asked for but `mode`, 64-bit counters on.
+    fn config(mode: Mode) -> DataConfig {
+        DataConfig {
+            mode,
+            len: 1460,
+            rate_bps: 0,
+            counters_64bit: true,
+            rto: Duration::from_secs(1),
+            zerocopy: false,
+            close_when_done: false,
+            drain_to_eof: false,
+            backoff: false,
+            trace: None,
+            affinity: None,
+            fq_rate_bps: 0,
+            repeating_payload: false,
+            burst_bytes: 0,
+            file: None,
+        }
+    }
+
     /// `-b RATE/BURST`: datagrams leave in bursts of BURST, back to back, a burst's time
     /// apart: by the send times stamped in them (one per batch, so the receiver's own
     /// scheduling does not count), the long gaps are only where a burst begins.
@@ -419,21 +440,10 @@ mod tests {
         // 8 Mbit/s = 1000 bytes a millisecond: bursts of 10 datagrams of 1000 bytes, 10 ms
         // apart; 8 bursts.
         let cfg = DataConfig {
-            mode: Mode::Streaming,
             len: 1000,
             rate_bps: 8_000_000,
-            counters_64bit: true,
-            rto: Duration::from_secs(1),
-            zerocopy: false,
-            close_when_done: false,
-            drain_to_eof: false,
-            backoff: false,
-            trace: None,
-            affinity: None,
-            fq_rate_bps: 0,
-            repeating_payload: false,
             burst_bytes: 10_000,
-            file: None,
+            ..config(Mode::Streaming)
         };
         let ctl = TestControl::new(Budget::Blocks(80.into()));
         let c = StreamCounters::default();
@@ -483,21 +493,9 @@ mod tests {
             .expect("connect");
         let rto = Duration::from_millis(120);
         let cfg = DataConfig {
-            mode: Mode::StopAndWait,
             len: 100,
-            rate_bps: 0,
-            counters_64bit: true,
             rto,
-            zerocopy: false,
-            close_when_done: false,
-            drain_to_eof: false,
-            backoff: false,
-            trace: None,
-            affinity: None,
-            fq_rate_bps: 0,
-            repeating_payload: false,
-            burst_bytes: 0,
-            file: None,
+            ..config(Mode::StopAndWait)
         };
         let ctl = TestControl::new(Budget::Blocks(3.into()));
         let c = StreamCounters::default();

@@ -837,16 +837,12 @@ fn rcv_timeout_ends_a_test_whose_server_stops_sending() {
     }
     let _one_at_a_time = one_iperf3_server_at_a_time();
     let port = free_port();
-    let server = Command::new("iperf3")
+    let mut server = Command::new("iperf3")
         .args(["-s", "-1", "-p", &port.to_string(), "-B", "127.0.0.1"])
         .stdout(Stdio::null())
         .spawn()
         .expect("iperf3 -s");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !listening_here(port) {
-        assert!(Instant::now() < deadline, "iperf3 -s does not listen");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    await_listening(port, Some(&mut server), "iperf3 -s");
     let pid = server.id() as i32;
     /// Wakes and kills the stopped server however the test ends.
     struct Stopped(std::process::Child);
@@ -917,14 +913,7 @@ fn a_file_crosses_to_and_from_a_stock_server_byte_for_byte() {
         dir.path().join("recv.bin"),
         dir.path().join("got.bin"),
     );
-    // 3 MB that no compression could flatter: a 64-bit LCG's high bytes.
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
-    let data: Vec<u8> = (0..3_000_000)
-        .map(|_| {
-            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
-            (x >> 56) as u8
-        })
-        .collect();
+    let data = noise(3_000_000);
     std::fs::write(&src, &data).expect("write the file");
 
     let port = free_port();
@@ -970,11 +959,7 @@ fn the_flow_label_is_leased_for_the_stream_to_a_stock_server() {
         .stdout(Stdio::null())
         .spawn()
         .expect("iperf3 -s");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !listening_here(port) {
-        assert!(Instant::now() < deadline, "iperf3 -s does not listen");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    await_listening(port, Some(&mut server), "iperf3 -s");
     // A label no other test uses; the manager keeps it a few seconds after release.
     let label = 0x5A000 | (std::process::id() & 0xFFF);
     let out = Command::new(assert_cmd::cargo::cargo_bin("flowlab"))
@@ -1019,15 +1004,7 @@ fn a_flowlab_server_moves_a_file_with_a_stock_client() {
         dir.path().join("recv.bin"),
         dir.path().join("got.bin"),
     );
-    let mut x = 0x2545_F491_4F6C_DD1Du64;
-    let data: Vec<u8> = (0..2_000_000)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect();
+    let data = noise(2_000_000);
     std::fs::write(&src, &data).expect("write the file");
     let serve = |file: &std::path::Path| {
         let port = free_port();
@@ -1045,12 +1022,7 @@ fn a_flowlab_server_moves_a_file_with_a_stock_client() {
             .stdout(Stdio::null())
             .spawn()
             .expect("serve");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !listening_here(port) {
-            assert!(child.try_wait().expect("wait").is_none(), "serve exited");
-            assert!(Instant::now() < deadline, "serve does not listen");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        await_listening(port, Some(&mut child), "flowlab serve -F");
         (port, child)
     };
     let (port, mut server) = serve(&recv);

@@ -151,11 +151,7 @@ fn a_daemon_leaves_its_pid_and_log_and_cleans_up_when_stopped() {
         .expect("a pid");
     let daemon = Daemon(pid);
     assert!(alive(pid), "the daemon runs");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !listening_here(port) {
-        assert!(Instant::now() < deadline, "the daemon does not listen");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    await_listening(port, None, "the daemon");
     let out = Command::new("iperf3")
         .args(["-c", "127.0.0.1", "-p", &port.to_string(), "-t", "1"])
         .output()
@@ -264,15 +260,7 @@ impl Drop for Reaped {
 
 fn flowlab_server(child: std::process::Child, port: u16) -> Reaped {
     let mut child = Reaped(child);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !listening_here(port) {
-        assert!(
-            child.0.try_wait().expect("wait").is_none(),
-            "the server exited before listening"
-        );
-        assert!(Instant::now() < deadline, "the server does not listen");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    await_listening(port, Some(&mut child.0), "the server");
     child
 }
 

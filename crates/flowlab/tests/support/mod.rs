@@ -101,6 +101,36 @@ pub fn listening_here(port: u16) -> bool {
     listens_in(&tables, port)
 }
 
+/// `len` bytes no compression could flatter, the same each run: a 64-bit LCG's high bytes.
+pub fn noise(len: usize) -> Vec<u8> {
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    (0..len)
+        .map(|_| {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            (x >> 56) as u8
+        })
+        .collect()
+}
+
+/// Waits, 10 s at most, until a socket listens on TCP `port` here (`what`, a server);
+/// `child`, when given, must not exit meanwhile.
+pub fn await_listening(port: u16, mut child: Option<&mut std::process::Child>, what: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !listening_here(port) {
+        if let Some(c) = child.as_deref_mut() {
+            assert!(
+                c.try_wait().expect("wait").is_none(),
+                "{what} exited before listening on port {port}"
+            );
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what} does not listen on port {port} within 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// A free TCP and UDP port on loopback (for external servers).
 pub fn free_port() -> u16 {
     loop {
