@@ -552,8 +552,83 @@ pub fn pin_thread(cpu: usize) -> io::Result<()> {
     })
 }
 
+/// The scheduling slice a UDP receiving thread asks for: 100 µs, the shortest the
+/// kernel grants. See [`request_slice`].
+pub const RECEIVER_SLICE_NS: u64 = 100_000;
+
+/// Asks the scheduler for slices of `ns` for the calling thread (a normal thread's
+/// `sched_runtime` in `sched_setattr(2)`, EEVDF's custom slice: Linux 6.12 and later).
+/// A thread with a shorter slice gets an earlier deadline, so when it wakes it preempts
+/// a thread that has been running, instead of waiting out that thread's slice: what a
+/// receiver needs when it shares the CPUs with senders that never sleep (`-u -b 0 -P 2`
+/// on two cores), since its socket overflows while it waits. Its nice value and policy
+/// are kept; a thread not of the normal policy (batch, idle, real-time) is left alone.
+/// Returns the slice the kernel then reports, `None` where it keeps none (older kernels
+/// take the call and ignore it) or refuses.
+pub fn request_slice(ns: u64) -> Option<u64> {
+    let mut attr = thread_attr(0)?;
+    if attr.sched_policy != libc::SCHED_OTHER as u32 {
+        return None;
+    }
+    attr.size = std::mem::size_of::<libc::sched_attr>() as u32;
+    attr.sched_flags = 0;
+    attr.sched_runtime = ns;
+    // SAFETY: a valid sched_attr of the size it declares; pid 0 is this thread.
+    let r = unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const _, 0) };
+    if r != 0 {
+        tracing::debug!("sched_setattr: {}", io::Error::last_os_error());
+        return None;
+    }
+    thread_slice(0)
+}
+
+/// The slice the kernel keeps for thread `tid` (0: the calling thread), `None` where it
+/// reports none (before Linux 6.12) or the thread is gone.
+pub fn thread_slice(tid: i32) -> Option<u64> {
+    thread_attr(tid)
+        .map(|a| a.sched_runtime)
+        .filter(|&ns| ns > 0)
+}
+
+fn thread_attr(tid: i32) -> Option<libc::sched_attr> {
+    let size = std::mem::size_of::<libc::sched_attr>();
+    // SAFETY: all-zero is a valid sched_attr (integers only).
+    let mut attr: libc::sched_attr = unsafe { std::mem::zeroed() };
+    // SAFETY: the kernel writes at most `size` bytes into `attr`.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_sched_getattr,
+            tid,
+            &mut attr as *mut _,
+            size as u32,
+            0,
+        )
+    };
+    (r == 0).then_some(attr)
+}
+
 #[cfg(test)]
 mod tests {
+    /// A thread gets the slice it asks for where the kernel keeps slices (it reports
+    /// one for every normal thread then), and nothing changes where it does not; a
+    /// thread's slice is its own, not its process's.
+    #[test]
+    fn a_thread_gets_the_slice_it_asks_for() {
+        let before = super::thread_slice(0);
+        let asked = std::thread::spawn(|| super::request_slice(super::RECEIVER_SLICE_NS))
+            .join()
+            .expect("thread");
+        match before {
+            Some(_) => assert_eq!(asked, Some(super::RECEIVER_SLICE_NS)),
+            None => assert_eq!(asked, None),
+        }
+        assert_eq!(
+            super::thread_slice(0),
+            before,
+            "the asking thread's own only"
+        );
+    }
+
     #[test]
     fn cpu_lists_join_runs() {
         assert_eq!(super::cpu_list(&[0, 1, 2, 3, 6]), "0-3, 6");

@@ -281,6 +281,12 @@ pub(crate) fn receive(
     early: Vec<Vec<u8>>,
 ) -> io::Result<()> {
     sock.set_read_timeout(Some(POLL))?;
+    // A receiver that waits for a CPU while senders run lets its socket overflow: short
+    // slices let it preempt them when it wakes (docs/PERFORMANCE.md, UDP loss).
+    match sock::request_slice(sock::RECEIVER_SLICE_NS) {
+        Some(ns) => tracing::debug!("UDP receiver: scheduling slice {} µs", ns / 1000),
+        None => tracing::debug!("UDP receiver: this kernel keeps no scheduling slices"),
+    }
     let stop_and_wait = cfg.mode == Mode::StopAndWait;
     if !stop_and_wait {
         crate::sock::enable_udp_gro(sock);
@@ -480,6 +486,43 @@ mod tests {
             "only {} of 7 gaps between bursts: {long:?}",
             long.len()
         );
+    }
+
+    /// A UDP receiving thread runs with the short slice (where the kernel keeps slices:
+    /// it reports one for this thread then), from before its first datagram.
+    #[test]
+    fn a_receiving_thread_asks_for_short_slices() {
+        let sock = UdpSocket::bind("127.0.0.1:0").expect("bind");
+        let peer = UdpSocket::bind("127.0.0.1:0").expect("bind");
+        peer.connect(sock.local_addr().expect("addr"))
+            .expect("connect");
+        sock.connect(peer.local_addr().expect("addr"))
+            .expect("connect");
+        let ctl = TestControl::new(Budget::Unbounded);
+        let c = std::sync::Arc::new(StreamCounters::default());
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let receiver = {
+            let (ctl, c) = (ctl.clone(), c.clone());
+            std::thread::spawn(move || {
+                tid_tx.send(nix::unistd::gettid().as_raw()).expect("tid");
+                receive(&sock, &config(Mode::Streaming), &ctl, &c, Vec::new())
+            })
+        };
+        let tid = tid_rx.recv().expect("tid");
+        let mut datagram = vec![0u8; 1460];
+        stamp(&mut datagram, 1, 0, true);
+        // Until the receiver has counted a datagram: it asked for its slice before.
+        while c.blocks.load(Ordering::Relaxed) == 0 {
+            peer.send(&datagram).expect("send");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let slice = sock::thread_slice(tid);
+        ctl.cut();
+        receiver.join().expect("receiver").expect("received");
+        match sock::thread_slice(0) {
+            Some(_) => assert_eq!(slice, Some(sock::RECEIVER_SLICE_NS)),
+            None => assert_eq!(slice, None, "no slices on this kernel"),
+        }
     }
 
     /// Three messages to a peer that ignores the first copy of the second: the sender
