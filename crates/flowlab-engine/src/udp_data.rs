@@ -70,7 +70,6 @@ fn send_streaming(
     let mut fixed = (cfg.rate_bps > 0)
         .then(|| Pacer::new(cfg.rate_bps, ctl.epoch.elapsed()).with_burst(cfg.burst_bytes));
     let mut backoff = (cfg.backoff && cfg.rate_bps == 0).then(|| Backoff::new(ctl.epoch.elapsed()));
-    let mut batches = 0u64;
     let mut seq = 0u64;
     sock.set_write_timeout(Some(POLL))?;
     loop {
@@ -80,11 +79,10 @@ fn send_streaming(
         let mut want = if gso { max_segs } else { 1 };
         let now = ctl.epoch.elapsed();
         if let Some(b) = backoff.as_mut() {
-            batches += 1;
-            if batches % FEEDBACK_EVERY == 0 {
-                read_overflow_reports(sock, b, now, seq);
-                c.backoff_cuts.store(b.cuts(), Ordering::Relaxed);
-            }
+            // Before every batch: a report read a batch later is a probe too many, and
+            // the cost is one system call per up to 64 datagrams (docs/PERFORMANCE.md).
+            read_overflow_reports(sock, b, now, seq);
+            c.backoff_cuts.store(b.cuts(), Ordering::Relaxed);
         }
         let pacer = match (&mut fixed, &mut backoff) {
             (Some(p), _) => Some(p),
@@ -177,9 +175,6 @@ fn send_streaming(
 
 /// Reads between two looks at the receiving socket's queue (one system call each).
 const QUEUE_EVERY: u64 = 4;
-
-/// Batches between two looks for overflow reports (one system call each).
-const FEEDBACK_EVERY: u64 = 4;
 
 /// Reads every overflow report waiting on the socket, without blocking.
 fn read_overflow_reports(sock: &UdpSocket, b: &mut Backoff, now: Duration, sent_seq: u64) {
