@@ -556,41 +556,53 @@ pub fn pin_thread(cpu: usize) -> io::Result<()> {
 /// kernel grants. See [`request_slice`].
 pub const RECEIVER_SLICE_NS: u64 = 100_000;
 
+/// What became of a thread's request for a scheduling slice ([`request_slice`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Slice {
+    /// The kernel keeps this slice for the thread now, ns.
+    Granted(u64),
+    /// The kernel took the request but keeps no slices (before Linux 6.12).
+    NotKept,
+    /// The thread is not of the normal policy (batch, idle, real-time): left alone.
+    NotNormal,
+}
+
 /// Asks the scheduler for slices of `ns` for the calling thread (a normal thread's
-/// `sched_runtime` in `sched_setattr(2)`, EEVDF's custom slice: Linux 6.12 and later).
-/// A thread with a shorter slice gets an earlier deadline, so when it wakes it preempts
-/// a thread that has been running, instead of waiting out that thread's slice: what a
-/// receiver needs when it shares the CPUs with senders that never sleep (`-u -b 0 -P 2`
-/// on two cores), since its socket overflows while it waits. Its nice value and policy
-/// are kept; a thread not of the normal policy (batch, idle, real-time) is left alone.
-/// Returns the slice the kernel then reports, `None` where it keeps none (older kernels
-/// take the call and ignore it) or refuses.
-pub fn request_slice(ns: u64) -> Option<u64> {
+/// `sched_runtime` in `sched_setattr(2)`, EEVDF's custom slice: Linux 6.12 and later;
+/// the kernel keeps it within 0.1–100 ms). A thread with a shorter slice gets an earlier
+/// deadline, so when it wakes it preempts a thread that has been running, instead of
+/// waiting out that thread's slice: what a receiver needs when it shares the CPUs with
+/// senders that never sleep (`-u -b 0 -P 2` on two cores), since its socket overflows
+/// while it waits. It gets no more CPU time, only sooner. Its nice value, policy and
+/// reset-on-fork flag are kept; a thread not of the normal policy is left alone. An
+/// error is the kernel refusing (a seccomp filter, a sandbox).
+pub fn request_slice(ns: u64) -> io::Result<Slice> {
     let mut attr = thread_attr(0)?;
     if attr.sched_policy != libc::SCHED_OTHER as u32 {
-        return None;
+        return Ok(Slice::NotNormal);
     }
     attr.size = std::mem::size_of::<libc::sched_attr>() as u32;
-    attr.sched_flags = 0;
+    attr.sched_flags &= libc::SCHED_FLAG_RESET_ON_FORK as u64;
     attr.sched_runtime = ns;
     // SAFETY: a valid sched_attr of the size it declares; pid 0 is this thread.
     let r = unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const _, 0) };
     if r != 0 {
-        tracing::debug!("sched_setattr: {}", io::Error::last_os_error());
-        return None;
+        return Err(io::Error::last_os_error());
     }
-    thread_slice(0)
+    Ok(thread_slice(0).map_or(Slice::NotKept, Slice::Granted))
 }
 
 /// The slice the kernel keeps for thread `tid` (0: the calling thread), `None` where it
 /// reports none (before Linux 6.12) or the thread is gone.
 pub fn thread_slice(tid: i32) -> Option<u64> {
     thread_attr(tid)
+        .ok()
         .map(|a| a.sched_runtime)
         .filter(|&ns| ns > 0)
 }
 
-fn thread_attr(tid: i32) -> Option<libc::sched_attr> {
+/// Thread `tid`'s scheduling attributes (`sched_getattr(2)`; 0: the calling thread).
+pub fn thread_attr(tid: i32) -> io::Result<libc::sched_attr> {
     let size = std::mem::size_of::<libc::sched_attr>();
     // SAFETY: all-zero is a valid sched_attr (integers only).
     let mut attr: libc::sched_attr = unsafe { std::mem::zeroed() };
@@ -604,29 +616,94 @@ fn thread_attr(tid: i32) -> Option<libc::sched_attr> {
             0,
         )
     };
-    (r == 0).then_some(attr)
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(attr)
 }
 
 #[cfg(test)]
 mod tests {
-    /// A thread gets the slice it asks for where the kernel keeps slices (it reports
-    /// one for every normal thread then), and nothing changes where it does not; a
-    /// thread's slice is its own, not its process's.
-    #[test]
-    fn a_thread_gets_the_slice_it_asks_for() {
-        let before = super::thread_slice(0);
-        let asked = std::thread::spawn(|| super::request_slice(super::RECEIVER_SLICE_NS))
-            .join()
-            .expect("thread");
-        match before {
-            Some(_) => assert_eq!(asked, Some(super::RECEIVER_SLICE_NS)),
-            None => assert_eq!(asked, None),
+    /// What a normal thread asking for a slice must get here: the slice where the
+    /// kernel keeps slices (it reports one for every normal thread then), `NotKept`
+    /// where it does not (said, as a test that checks less); never an error.
+    fn expected_for_a_normal_thread() -> super::Slice {
+        match super::thread_slice(0) {
+            Some(_) => super::Slice::Granted(super::RECEIVER_SLICE_NS),
+            None => {
+                eprintln!("this kernel keeps no scheduling slices: only the call is checked");
+                super::Slice::NotKept
+            }
         }
+    }
+
+    /// Runs `f` in a new thread of the normal policy at nice 0 or more (whatever this
+    /// test runs under), with the calling thread's policy and nice afterwards.
+    fn in_thread<T: Send + 'static>(
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> (T, libc::sched_attr) {
+        std::thread::spawn(move || {
+            let mut attr = super::thread_attr(0).expect("sched_getattr");
+            if attr.sched_policy != libc::SCHED_OTHER as u32 {
+                // A test run under `chrt -b`/`-i`: back to normal, which needs no
+                // privilege for a thread's own policy at the same nice.
+                attr.sched_policy = libc::SCHED_OTHER as u32;
+                attr.sched_flags = 0;
+                attr.sched_priority = 0;
+                attr.sched_runtime = 0;
+                // SAFETY: a valid sched_attr of the size it declares.
+                let r = unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const _, 0) };
+                assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+            }
+            let out = f();
+            (out, super::thread_attr(0).expect("sched_getattr"))
+        })
+        .join()
+        .expect("thread")
+    }
+
+    /// A normal thread gets the slice it asks for (where the kernel keeps slices), keeps
+    /// its nice value, and the slice is its own, not its process's.
+    #[test]
+    fn a_thread_gets_the_slice_it_asks_for_and_keeps_its_nice() {
+        let want = in_thread(expected_for_a_normal_thread).0;
+        let before = super::thread_slice(0);
+        let (asked, after) = in_thread(|| {
+            // Nice 5 (raising one's own nice needs no privilege).
+            // SAFETY: setpriority on this thread (its id from gettid).
+            let tid = nix::unistd::gettid().as_raw() as libc::id_t;
+            assert_eq!(unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, 5) }, 0);
+            super::request_slice(super::RECEIVER_SLICE_NS).expect("the kernel takes it")
+        });
+        assert_eq!(asked, want);
+        assert_eq!(after.sched_nice, 5, "nice kept");
+        assert_eq!(after.sched_policy, libc::SCHED_OTHER as u32);
         assert_eq!(
             super::thread_slice(0),
             before,
             "the asking thread's own only"
         );
+    }
+
+    /// A batch thread is left as it is: it never preempts on waking, whatever its slice.
+    #[test]
+    fn a_batch_thread_is_left_alone() {
+        let (asked, after) = in_thread(|| {
+            let mut attr = super::thread_attr(0).expect("sched_getattr");
+            attr.sched_policy = libc::SCHED_BATCH as u32;
+            attr.sched_flags = 0;
+            // SAFETY: a valid sched_attr of the size it declares.
+            let r = unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const _, 0) };
+            assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+            let before = super::thread_attr(0).expect("sched_getattr").sched_runtime;
+            (
+                super::request_slice(super::RECEIVER_SLICE_NS).expect("no error"),
+                before,
+            )
+        });
+        assert_eq!(asked.0, super::Slice::NotNormal);
+        assert_eq!(after.sched_policy, libc::SCHED_BATCH as u32);
+        assert_eq!(after.sched_runtime, asked.1, "slice unchanged");
     }
 
     #[test]
