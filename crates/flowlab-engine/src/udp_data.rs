@@ -416,6 +416,17 @@ mod tests {
     use super::*;
     use crate::stream::Budget;
 
+    /// Two loopback UDP sockets connected to each other: the stream's and its peer's.
+    fn connected_pair() -> (UdpSocket, UdpSocket) {
+        let sock = UdpSocket::bind("127.0.0.1:0").expect("bind");
+        let peer = UdpSocket::bind("127.0.0.1:0").expect("bind");
+        peer.connect(sock.local_addr().expect("addr"))
+            .expect("connect");
+        sock.connect(peer.local_addr().expect("addr"))
+            .expect("connect");
+        (sock, peer)
+    }
+
     /// A stream's settings with nothing asked for but `mode`, 64-bit counters on.
     fn config(mode: Mode) -> DataConfig {
         DataConfig {
@@ -442,10 +453,7 @@ mod tests {
     /// scheduling does not count), the long gaps are only where a burst begins.
     #[test]
     fn bursts_leave_back_to_back_a_bursts_time_apart() {
-        let peer = UdpSocket::bind("127.0.0.1:0").expect("bind");
-        let sock = UdpSocket::bind("127.0.0.1:0").expect("bind");
-        sock.connect(peer.local_addr().expect("addr"))
-            .expect("connect");
+        let (sock, peer) = connected_pair();
         // 8 Mbit/s = 1000 bytes a millisecond: bursts of 10 datagrams of 1000 bytes, 10 ms
         // apart; 8 bursts.
         let cfg = DataConfig {
@@ -495,12 +503,7 @@ mod tests {
     /// it reports one for every normal thread then), from before its first datagram.
     #[test]
     fn a_receiving_thread_asks_for_short_slices() {
-        let sock = UdpSocket::bind("127.0.0.1:0").expect("bind");
-        let peer = UdpSocket::bind("127.0.0.1:0").expect("bind");
-        peer.connect(sock.local_addr().expect("addr"))
-            .expect("connect");
-        sock.connect(peer.local_addr().expect("addr"))
-            .expect("connect");
+        let (sock, peer) = connected_pair();
         let ctl = TestControl::new(Budget::Unbounded);
         let c = std::sync::Arc::new(StreamCounters::default());
         let (tid_tx, tid_rx) = std::sync::mpsc::channel();
@@ -543,10 +546,7 @@ mod tests {
     /// is acknowledged.
     #[test]
     fn stop_and_wait_resends_after_the_rto_and_only_then() {
-        let peer = UdpSocket::bind("127.0.0.1:0").expect("bind");
-        let sock = UdpSocket::bind("127.0.0.1:0").expect("bind");
-        sock.connect(peer.local_addr().expect("addr"))
-            .expect("connect");
+        let (sock, peer) = connected_pair();
         let rto = Duration::from_millis(120);
         let cfg = DataConfig {
             len: 100,

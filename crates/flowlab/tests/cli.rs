@@ -27,78 +27,57 @@ fn assert_success(out: &std::process::Output) {
     );
 }
 
-/// A usage error prints exactly one line that names the flag, and exits 2.
-fn usage_error(args: &[&str], names: &str) {
-    let out = flowlab()
-        .args(args)
-        .timeout(std::time::Duration::from_secs(10))
-        .output()
-        .expect("run");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
-    assert_eq!(
-        stderr.trim_end().lines().count(),
-        1,
-        "{args:?}: more than one line: {stderr}"
-    );
-    assert!(stderr.starts_with("error: "), "{args:?}: {stderr}");
-    assert!(
-        stderr.contains(names),
-        "{args:?}: '{names}' not named in: {stderr}"
-    );
-}
-
 #[test]
 fn invalid_flags_and_combinations() {
-    usage_error(&["test"], "<HOST>");
-    usage_error(&["test", "h", "--no-such-flag"], "--no-such-flag");
-    usage_error(&["test", "h", "-t", "0"], "-t/--time");
-    usage_error(&["test", "h", "-t", "ten"], "--time");
-    usage_error(&["test", "h", "-t", "1", "-n", "1M"], "--bytes");
-    usage_error(&["test", "h", "-R", "--bidir"], "--bidir");
-    usage_error(&["test", "h", "-u", "-C", "cubic"], "-C/--congestion");
-    usage_error(&["test", "h", "-u", "-l", "70000"], "-l/--length");
-    usage_error(&["test", "h", "-P", "0"], "-P/--parallel");
-    usage_error(&["test", "h", "-f", "x"], "--format");
-    usage_error(&["test", "h", "-n", "12Q"], "--bytes");
-    usage_error(&["test", "h", "--rto", "5"], "--rto");
+    support::usage_error(&["test"], "<HOST>");
+    support::usage_error(&["test", "h", "--no-such-flag"], "--no-such-flag");
+    support::usage_error(&["test", "h", "-t", "0"], "-t/--time");
+    support::usage_error(&["test", "h", "-t", "ten"], "--time");
+    support::usage_error(&["test", "h", "-t", "1", "-n", "1M"], "--bytes");
+    support::usage_error(&["test", "h", "-R", "--bidir"], "--bidir");
+    support::usage_error(&["test", "h", "-u", "-C", "cubic"], "-C/--congestion");
+    support::usage_error(&["test", "h", "-u", "-l", "70000"], "-l/--length");
+    support::usage_error(&["test", "h", "-P", "0"], "-P/--parallel");
+    support::usage_error(&["test", "h", "-f", "x"], "--format");
+    support::usage_error(&["test", "h", "-n", "12Q"], "--bytes");
+    support::usage_error(&["test", "h", "--rto", "5"], "--rto");
     // The default value given explicitly is still a flag that does not apply.
-    usage_error(&["test", "h", "--rto", "1000"], "--rto");
-    usage_error(
+    support::usage_error(&["test", "h", "--rto", "1000"], "--rto");
+    support::usage_error(
         &["test", "h", "-u", "--stop-and-wait", "--rto", "0"],
         "--rto",
     );
-    usage_error(&["test", "h", "--no-backoff"], "--no-backoff");
-    usage_error(
+    support::usage_error(&["test", "h", "--no-backoff"], "--no-backoff");
+    support::usage_error(
         &["test", "h", "-u", "-b", "1G", "--no-backoff"],
         "--no-backoff",
     );
-    usage_error(&["test", "h", "--trace=0.5ms"], "--trace");
-    usage_error(&["test", "h", "--trace=2s"], "--trace");
-    usage_error(&["test", "h", "--trace=often"], "--trace");
-    usage_error(&["test", "h", "-u", "--trace"], "--trace");
-    usage_error(&["test", "h", "-u", "--trace-csv", "x.csv"], "--trace-csv");
-    usage_error(&["test", "h", "--recv-window", "0"], "--recv-window");
-    usage_error(
+    support::usage_error(&["test", "h", "--trace=0.5ms"], "--trace");
+    support::usage_error(&["test", "h", "--trace=2s"], "--trace");
+    support::usage_error(&["test", "h", "--trace=often"], "--trace");
+    support::usage_error(&["test", "h", "-u", "--trace"], "--trace");
+    support::usage_error(&["test", "h", "-u", "--trace-csv", "x.csv"], "--trace-csv");
+    support::usage_error(&["test", "h", "--recv-window", "0"], "--recv-window");
+    support::usage_error(
         &["test", "h", "-u", "--recv-congestion", "reno"],
         "--recv-congestion",
     );
-    usage_error(&["plot", "r.json"], "--output");
-    usage_error(&["plot", "r.json", "-o", "x.svg", "-g", "pie"], "--graph");
-    usage_error(&["fetch", "--out", "d"], "--from");
-    usage_error(
+    support::usage_error(&["plot", "r.json"], "--output");
+    support::usage_error(&["plot", "r.json", "-o", "x.svg", "-g", "pie"], "--graph");
+    support::usage_error(&["fetch", "--out", "d"], "--from");
+    support::usage_error(
         &[
             "fetch", "--from", "a", "--from", "b", "--ratio", "1:2:3", "--out", "d",
         ],
         "--ratio",
     );
-    usage_error(
+    support::usage_error(
         &[
             "fetch", "--from", "a", "--from", "b", "--ratio", "0:1", "--out", "d",
         ],
         "--ratio",
     );
-    usage_error(
+    support::usage_error(
         &[
             "fetch",
             "--from",
@@ -112,11 +91,11 @@ fn invalid_flags_and_combinations() {
         ],
         "--sweep-ratios",
     );
-    usage_error(
+    support::usage_error(
         &["fetch", "--from", "a", "--repeat", "3", "--out", "d"],
         "--sweep-ratios",
     );
-    usage_error(
+    support::usage_error(
         &[
             "fragments",
             "make",
@@ -129,47 +108,47 @@ fn invalid_flags_and_combinations() {
         ],
         "--count",
     );
-    usage_error(&["serve", "--rate", "1G"], "--fragments");
-    usage_error(&["test", "h", "-i", "0.01"], "-i/--interval");
-    usage_error(&["test", "h", "-J", "--json-stream"], "--json-stream");
-    usage_error(&["test", "h", "-Z", "--stop-and-wait"], "-Z/--zerocopy");
-    usage_error(&["serve", "--max-tests", "0"], "--max-tests");
-    usage_error(&["serve", "-p", "70000"], "--port");
-    usage_error(&["quick", "-t", "0"], "--time");
+    support::usage_error(&["serve", "--rate", "1G"], "--fragments");
+    support::usage_error(&["test", "h", "-i", "0.01"], "-i/--interval");
+    support::usage_error(&["test", "h", "-J", "--json-stream"], "--json-stream");
+    support::usage_error(&["test", "h", "-Z", "--stop-and-wait"], "-Z/--zerocopy");
+    support::usage_error(&["serve", "--max-tests", "0"], "--max-tests");
+    support::usage_error(&["serve", "-p", "70000"], "--port");
+    support::usage_error(&["quick", "-t", "0"], "--time");
     // iperf3's options with their own rules.
-    usage_error(
+    support::usage_error(
         &["test", "h", "-F", "no/such/file"],
         "-F no/such/file: No such file",
     );
-    usage_error(
+    support::usage_error(
         &["test", "h", "-F", "Cargo.toml", "-u"],
         "-F Cargo.toml is TCP only",
     );
-    usage_error(
+    support::usage_error(
         &["test", "h", "-F", "Cargo.toml", "-P", "2"],
         "-F Cargo.toml is one stream",
     );
-    usage_error(
+    support::usage_error(
         &["test", "h", "-F", "Cargo.toml", "-t", "5"],
         "drop -t/-n/-k",
     );
-    usage_error(&["test", "h", "-b", "10M/2000"], "--bitrate");
-    usage_error(&["test", "h", "-b", "0/5"], "a burst needs a rate");
-    usage_error(
+    support::usage_error(&["test", "h", "-b", "10M/2000"], "--bitrate");
+    support::usage_error(&["test", "h", "-b", "0/5"], "a burst needs a rate");
+    support::usage_error(
         &["test", "h", "--cport", "65535", "-P", "2"],
         "--cport 65535",
     );
-    usage_error(&["test", "h", "-B", "not-an-ip"], "-B/--bind not-an-ip");
-    usage_error(
+    support::usage_error(&["test", "h", "-B", "not-an-ip"], "-B/--bind not-an-ip");
+    support::usage_error(
         &["test", "h%a", "--bind-dev", "b"],
         "two devices given (a, b)",
     );
-    usage_error(
+    support::usage_error(
         &["test", "h", "--dont-fragment"],
         "--dont-fragment applies to UDP only",
     );
-    usage_error(&["test", "h", "-u", "--snd-timeout", "5"], "--snd-timeout");
-    usage_error(&["test", "h", "--rcv-timeout", "0"], "--rcv-timeout 0");
+    support::usage_error(&["test", "h", "-u", "--snd-timeout", "5"], "--snd-timeout");
+    support::usage_error(&["test", "h", "--rcv-timeout", "0"], "--rcv-timeout 0");
 }
 
 #[test]
@@ -207,11 +186,11 @@ fn units_as_people_write_them_end_to_end() {
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
         assert_eq!(v["start"]["spec"]["bitrate"], 40_000_000, "-b {rate}");
     }
-    usage_error(
+    support::usage_error(
         &["test", "h", "-n", "10Mbit"],
         "a size in bytes: 1500, 64K or 64KiB",
     );
-    usage_error(
+    support::usage_error(
         &["test", "h", "-b", "10MB"],
         "or bytes a second as 12.5MB/s",
     );
@@ -241,7 +220,7 @@ fn a_fractional_time_runs_that_long() {
         // Not a whole second more (the wire's own unit), not less than asked.
         assert!((want..want + 0.5).contains(&ran), "-t {t}: ran {ran} s");
     }
-    usage_error(
+    support::usage_error(
         &["test", "h", "-t", "100000"],
         "-t/--time 100000: must be above 0",
     );
@@ -696,11 +675,11 @@ fn refusals_say_what_to_type_instead() {
     assert!(stderr.contains("type `flowlab serve`"), "{stderr}");
     let out = flowlab().args(["-c", "host"]).output().expect("runs");
     assert!(String::from_utf8_lossy(&out.stderr).contains("`flowlab test HOST`"));
-    usage_error(
+    support::usage_error(
         &["test", "h", "--paralel", "2"],
         "tip: a similar argument exists: '--parallel'",
     );
-    usage_error(&["tets"], "'test'");
+    support::usage_error(&["tets"], "'test'");
 }
 
 /// `-c HOST` is the same as HOST (iperf3's spelling), and `--trace 20ms` the same as
@@ -718,7 +697,7 @@ fn iperf3_spellings_of_the_server_and_of_an_optional_value() {
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(doc["start"]["spec"]["host"], "127.0.0.1");
     assert_eq!(doc["trace"]["period_us"], 20_000, "{}", doc["trace"]);
-    usage_error(&["test", "h", "-c", "h"], "--client");
+    support::usage_error(&["test", "h", "-c", "h"], "--client");
 }
 
 /// `-4`/`-6` (iperf3's): only the server's addresses of that family are tried, and a
@@ -736,7 +715,7 @@ fn an_address_family_is_kept_to() {
         String::from_utf8_lossy(&out.stderr).trim(),
         "error: '127.0.0.1' has no IPv6 address (-6)"
     );
-    usage_error(&["test", "h", "-4", "-6"], "--version4");
+    support::usage_error(&["test", "h", "-4", "-6"], "--version4");
     // ping and rpm keep to it too.
     let p = port.to_string();
     let out = flowlab()
@@ -796,12 +775,12 @@ fn the_type_of_service_is_set_on_both_ends() {
             "{args:?}: the server's socket"
         );
     }
-    usage_error(
+    support::usage_error(
         &["test", "h", "-S", "256"],
         "not a type of service 0 to 255",
     );
-    usage_error(&["test", "h", "--dscp", "af51"], "not a DSCP");
-    usage_error(&["test", "h", "-S", "1", "--dscp", "1"], "--dscp");
+    support::usage_error(&["test", "h", "--dscp", "af51"], "not a DSCP");
+    support::usage_error(&["test", "h", "-S", "1", "--dscp", "1"], "--dscp");
 }
 
 /// A server that cannot listen names the address and port it tried.

@@ -106,6 +106,12 @@ fn one_iperf3_server_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     IPERF3_SERVERS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// For a test that runs a stock iperf3: the guard that keeps such tests one at a time,
+/// or `None` where iperf3 is missing (`require_tool`: the test skips, or fails in CI).
+fn stock_iperf3() -> Option<std::sync::MutexGuard<'static, ()>> {
+    require_tool("iperf3").then(one_iperf3_server_at_a_time)
+}
+
 /// The most bytes one TCP stream can have in flight between a sender's write and the
 /// receiver's read: the largest send buffer plus the largest receive buffer the kernel
 /// grants (`tcp_wmem` and `tcp_rmem` maxima). A receiver that stops reading without
@@ -216,10 +222,9 @@ fn check_against(name: &str, r: &flowlab_report::result::TestResult, server: Val
 
 #[test]
 fn flowlab_only_features_stop_before_data_against_iperf3() {
-    if !require_tool("iperf3") {
+    let Some(_one_at_a_time) = stock_iperf3() else {
         return;
-    }
-    let _one_at_a_time = one_iperf3_server_at_a_time();
+    };
     let port = free_port();
     let _server = Iperf3Server::start(port);
     let mut s = spec(port);
@@ -455,10 +460,9 @@ fn flowlab_to_flowlab_authentication_with_oaep() {
 /// refused before it connects, so the one-off server is still waiting for its test.
 #[test]
 fn latency_probes_against_iperf3_are_refused_before_the_test() {
-    if !require_tool("iperf3") {
+    let Some(_one_at_a_time) = stock_iperf3() else {
         return;
-    }
-    let _one_at_a_time = one_iperf3_server_at_a_time();
+    };
     let port = free_port();
     let _server = Iperf3Server::start(port);
     let mut s = spec(port);
@@ -519,10 +523,9 @@ fn key_types(v: &Value, path: &str, out: &mut std::collections::BTreeMap<String,
 /// a set UDP rate kept as the reference keeps it.
 #[test]
 fn iperf3_json_has_iperf3_s_keys_and_values() {
-    if !require_tool("iperf3") {
+    let Some(_one_at_a_time) = stock_iperf3() else {
         return;
-    }
-    let _one_at_a_time = one_iperf3_server_at_a_time();
+    };
     let cases: &[&[&str]] = &[
         &["-t", "1"],
         &["-t", "1", "-R", "-P", "2"],
@@ -632,10 +635,9 @@ fn iperf3_json_has_iperf3_s_keys_and_values() {
 /// the flowlab client asked for.
 #[test]
 fn the_type_of_service_reaches_a_stock_iperf3_server() {
-    if !require_tool("iperf3") {
+    let Some(_one_at_a_time) = stock_iperf3() else {
         return;
-    }
-    let _one_at_a_time = one_iperf3_server_at_a_time();
+    };
     for (flag, value, tos) in [("-S", "0x34", 52), ("--dscp", "ef", 184)] {
         let port = free_port();
         let server = Iperf3Server::start(port);
@@ -681,10 +683,9 @@ fn flowlab_json(port: u16, args: &[&str]) -> Value {
 /// which prints it in its own JSON.
 #[test]
 fn a_stock_servers_own_output_comes_back_with_the_extra_data() {
-    if !require_tool("iperf3") {
+    let Some(_one_at_a_time) = stock_iperf3() else {
         return;
-    }
-    let _one_at_a_time = one_iperf3_server_at_a_time();
+    };
     let port = free_port();
     let _server = Iperf3Server::start_text(port);
     let r = flowlab_json(port, &["-t", "1", "--get-server-output"]);
@@ -724,10 +725,9 @@ fn a_stock_servers_own_output_comes_back_with_the_extra_data() {
 /// a stock iperf3 server counts the rate asked for.
 #[test]
 fn fq_rate_paces_what_a_stock_server_receives() {
-    if !require_tool("iperf3") {
+    let Some(_one_at_a_time) = stock_iperf3() else {
         return;
-    }
-    let _one_at_a_time = one_iperf3_server_at_a_time();
+    };
     let available = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
         .unwrap_or_default();
     for cc in ["cubic", "bbr"] {
@@ -753,10 +753,9 @@ fn fq_rate_paces_what_a_stock_server_receives() {
 /// takes them and the test runs; flowlab's own socket keeps the DF setting.
 #[test]
 fn dont_fragment_and_repeating_payload_run_against_a_stock_server() {
-    if !require_tool("iperf3") {
+    let Some(_one_at_a_time) = stock_iperf3() else {
         return;
-    }
-    let _one_at_a_time = one_iperf3_server_at_a_time();
+    };
     let port = free_port();
     let server = Iperf3Server::start(port);
     let r = flowlab_json(
@@ -804,10 +803,9 @@ fn a_stock_client_gets_a_flowlab_servers_output() {
 /// that address and port.
 #[test]
 fn a_stock_server_sees_the_stream_from_the_port_asked_for() {
-    if !require_tool("iperf3") {
+    let Some(_one_at_a_time) = stock_iperf3() else {
         return;
-    }
-    let _one_at_a_time = one_iperf3_server_at_a_time();
+    };
     let port = free_port();
     let server = Iperf3Server::start(port);
     let cport = free_ports(1);
@@ -832,10 +830,9 @@ fn a_stock_server_sees_the_stream_from_the_port_asked_for() {
 /// interrupted.
 #[test]
 fn rcv_timeout_ends_a_test_whose_server_stops_sending() {
-    if !require_tool("iperf3") {
+    let Some(_one_at_a_time) = stock_iperf3() else {
         return;
-    }
-    let _one_at_a_time = one_iperf3_server_at_a_time();
+    };
     let port = free_port();
     let mut server = Command::new("iperf3")
         .args(["-s", "-1", "-p", &port.to_string(), "-B", "127.0.0.1"])
@@ -877,10 +874,9 @@ fn rcv_timeout_ends_a_test_whose_server_stops_sending() {
 /// iperf3 server receives the rate asked for, from flowlab sending in bursts.
 #[test]
 fn a_burst_keeps_the_rate_a_stock_server_measures() {
-    if !require_tool("iperf3") {
+    let Some(_one_at_a_time) = stock_iperf3() else {
         return;
-    }
-    let _one_at_a_time = one_iperf3_server_at_a_time();
+    };
     let port = free_port();
     let server = Iperf3Server::start(port);
     let r = flowlab_json(port, &["-u", "-b", "10M/20", "-l", "1000", "-t", "2"]);
@@ -903,10 +899,9 @@ fn a_burst_keeps_the_rate_a_stock_server_measures() {
 /// an unpaced transfer, from its own client too.)
 #[test]
 fn a_file_crosses_to_and_from_a_stock_server_byte_for_byte() {
-    if !require_tool("iperf3") {
+    let Some(_one_at_a_time) = stock_iperf3() else {
         return;
-    }
-    let _one_at_a_time = one_iperf3_server_at_a_time();
+    };
     let dir = tempfile::tempdir().expect("tempdir");
     let (src, recv, got) = (
         dir.path().join("src.bin"),
@@ -1070,10 +1065,9 @@ fn a_flowlab_server_moves_a_file_with_a_stock_client() {
 /// first interval is marked omitted, as flowlab's is — and both count only what follows.
 #[test]
 fn omitted_seconds_are_left_out_at_both_ends_with_a_stock_server() {
-    if !require_tool("iperf3") {
+    let Some(_one_at_a_time) = stock_iperf3() else {
         return;
-    }
-    let _one_at_a_time = one_iperf3_server_at_a_time();
+    };
     let port = free_port();
     let server = Iperf3Server::start(port);
     let r = flowlab_json(port, &["-t", "2", "-O", "1", "-b", "100M"]);

@@ -215,15 +215,9 @@ fn timestamps_begin_text_lines_and_leave_json_alone() {
         .output()
         .expect("runs");
     json_of(&out);
-    let out = flowlab()
-        .args(["test", "127.0.0.1", "--timestamps=%Q"])
-        .output()
-        .expect("runs");
-    assert_eq!(out.status.code(), Some(2), "{}", said(&out));
-    assert!(
-        said(&out).contains("--timestamps=%Q: not a strftime(3) format"),
-        "{}",
-        said(&out)
+    usage_error(
+        &["test", "127.0.0.1", "--timestamps=%Q"],
+        "--timestamps=%Q: not a strftime(3) format",
     );
 }
 
@@ -242,9 +236,7 @@ fn iperf3_options_flowlab_lacks_are_refused_by_name() {
         ),
         (&[], "give -s (serve) or -c HOST (test)"),
     ] {
-        let out = flowlab().arg("iperf3").args(args).output().expect("runs");
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", said(&out));
-        assert!(said(&out).contains(says), "{args:?}: {}", said(&out));
+        usage_error(&[&["iperf3"][..], args].concat(), says);
     }
 }
 
@@ -424,14 +416,5 @@ fn a_servers_affinity_holds_for_all_its_threads() {
     );
     assert!(client.wait().expect("test").success());
     assert!(wait_for(&mut server.0, Duration::from_secs(10)).is_some_and(|s| s.success()));
-    let out = flowlab()
-        .args(["serve", "-A", "100000"])
-        .output()
-        .expect("runs");
-    assert_eq!(out.status.code(), Some(2), "{}", said(&out));
-    assert!(
-        said(&out).contains("-A/--affinity 100000"),
-        "{}",
-        said(&out)
-    );
+    usage_error(&["serve", "-A", "100000"], "-A/--affinity 100000");
 }

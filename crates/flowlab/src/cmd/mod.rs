@@ -285,3 +285,31 @@ pub fn read_token(
     }
     Ok(token)
 }
+
+/// `-B ADDRESS[%DEV]` with the other ways to name a device (a test's `HOST%DEV` before
+/// it, `--bind-dev DEV` after): the address to bind, and the one device they all name;
+/// two different devices are refused.
+pub fn bind_and_device(
+    host_dev: Option<&str>,
+    bind: Option<&str>,
+    bind_dev: Option<&str>,
+) -> Result<(Option<std::net::IpAddr>, Option<String>), crate::cli::Usage> {
+    use crate::cli::Usage;
+    let (address, dev) = match bind.map(|b| b.split_once('%').unwrap_or((b, ""))) {
+        Some((a, dev)) => {
+            let ip = a
+                .parse()
+                .map_err(|_| Usage(format!("-B/--bind {a}: not an IPv4 or IPv6 address")))?;
+            (Some(ip), Some(dev).filter(|d| !d.is_empty()))
+        }
+        None => (None, None),
+    };
+    let devices: Vec<&str> = [host_dev, dev, bind_dev].into_iter().flatten().collect();
+    if devices.windows(2).any(|w| w[0] != w[1]) {
+        return Err(Usage(format!(
+            "--bind-dev: two devices given ({}); give one",
+            devices.join(", ")
+        )));
+    }
+    Ok((address, devices.first().map(|d| d.to_string())))
+}

@@ -1,7 +1,6 @@
 //! `flowlab serve`: tests for flowlab and iperf3 clients, and fragment sets, on one port;
 //! a log line per event on stdout.
 
-use std::net::IpAddr;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -168,7 +167,8 @@ impl Args {
             (Some(key), Some(users)) => Some(Arc::new(self.server_auth(key, users)?)),
             _ => None,
         };
-        let (bind, bind_dev) = self.bind_and_device()?;
+        let (bind, bind_dev) =
+            super::bind_and_device(None, self.bind.as_deref(), self.bind_dev.as_deref())?;
         if let Some(ms) = self.snd_timeout.filter(|ms| !(1..=86_400_000).contains(ms)) {
             return Err(Usage(format!(
                 "--snd-timeout {ms} must be 1 to 86400000 ms (a day)"
@@ -207,29 +207,6 @@ impl Args {
 }
 
 impl Args {
-    /// `-B ADDRESS[%DEV]` and `--bind-dev DEV`: the address, and the one device.
-    fn bind_and_device(&self) -> Result<(Option<IpAddr>, Option<String>), Usage> {
-        let (address, dev) = match self
-            .bind
-            .as_deref()
-            .map(|b| b.split_once('%').unwrap_or((b, "")))
-        {
-            Some((a, dev)) => {
-                let ip = a
-                    .parse::<IpAddr>()
-                    .map_err(|_| Usage(format!("-B/--bind {a}: not an IPv4 or IPv6 address")))?;
-                (Some(ip), Some(dev).filter(|d| !d.is_empty()))
-            }
-            None => (None, None),
-        };
-        match (dev, self.bind_dev.as_deref()) {
-            (Some(a), Some(b)) if a != b => Err(Usage(format!(
-                "--bind-dev: two devices given ({a}, {b}); give one"
-            ))),
-            (a, b) => Ok((address, a.or(b).map(str::to_string))),
-        }
-    }
-
     /// The authentication the key and users files give.
     fn server_auth(&self, key: &Path, users: &Path) -> Result<ServerAuth, Usage> {
         use flowlab_proto::auth;

@@ -352,3 +352,25 @@ impl Drop for Iperf3Server {
         }
     }
 }
+
+/// A usage error prints exactly one line that names the flag, and exits 2.
+pub fn usage_error(args: &[&str], names: &str) {
+    let out = assert_cmd::Command::cargo_bin("flowlab")
+        .expect("the flowlab binary")
+        .args(args)
+        .timeout(std::time::Duration::from_secs(10))
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+    assert_eq!(
+        stderr.trim_end().lines().count(),
+        1,
+        "{args:?}: more than one line: {stderr}"
+    );
+    assert!(stderr.starts_with("error: "), "{args:?}: {stderr}");
+    assert!(
+        stderr.contains(names),
+        "{args:?}: '{names}' not named in: {stderr}"
+    );
+}

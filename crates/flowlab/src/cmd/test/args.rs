@@ -225,31 +225,10 @@ impl Args {
             None => (host.clone(), None),
         };
         let mut s = TestSpec::new(host);
-        let (bind, bind_dev) = match self
-            .bind
-            .as_deref()
-            .map(|b| b.split_once('%').unwrap_or((b, "")))
-        {
-            Some((addr, dev)) => {
-                let ip = addr
-                    .parse::<std::net::IpAddr>()
-                    .map_err(|_| Usage(format!("-B/--bind {addr}: not an IPv4 or IPv6 address")))?;
-                (Some(ip), Some(dev).filter(|d| !d.is_empty()))
-            }
-            None => (None, None),
-        };
-        let devices: Vec<&str> = [host_dev, bind_dev, self.bind_dev.as_deref()]
-            .into_iter()
-            .flatten()
-            .collect();
-        if devices.windows(2).any(|w| w[0] != w[1]) {
-            return Err(Usage(format!(
-                "--bind-dev: two devices given ({}); give one",
-                devices.join(", ")
-            )));
-        }
+        let (bind, bind_dev) =
+            crate::cmd::bind_and_device(host_dev, self.bind.as_deref(), self.bind_dev.as_deref())?;
         s.bind = bind;
-        s.bind_dev = devices.first().map(|d| d.to_string());
+        s.bind_dev = bind_dev;
         if self.cport == Some(0) {
             return Err("--cport must be 1 to 65535 (leave it out for any port)".into());
         }
