@@ -251,6 +251,35 @@ pub fn set_notsent_lowat<F: AsRawFd>(sock: &F, bytes: u32) -> Result<(), SockErr
     })
 }
 
+/// Sets a TCP socket's receive low-water mark (SO_RCVLOWAT): the kernel wakes a reader
+/// blocked on it only once this many bytes are queued (or the connection ends, or memory
+/// runs short), and a blocking read waits for that many (or its timeout). 1 is the default.
+/// On a buffer the user fixed (`-w`) the kernel caps it at half the buffer.
+pub fn set_rcvlowat<F: AsRawFd>(sock: &F, bytes: usize) -> Result<(), SockError> {
+    let v = bytes.min(libc::c_int::MAX as usize) as libc::c_int;
+    set_raw(sock, libc::SOL_SOCKET, libc::SO_RCVLOWAT, &v).map_err(|source| SockError::Option {
+        what: "SO_RCVLOWAT",
+        source,
+    })
+}
+
+/// A socket's receive low-water mark (SO_RCVLOWAT), as the kernel holds it.
+pub fn rcvlowat<F: AsRawFd>(sock: &F) -> Option<usize> {
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: the fd is open for the borrow; `v` and `len` are a valid int and its size.
+    let rc = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVLOWAT,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    (rc == 0).then_some(v as usize)
+}
+
 /// The least not-sent queue of a load-generating connection, bytes: one frame.
 pub const MIN_NOTSENT: u64 = 16 * 1024;
 

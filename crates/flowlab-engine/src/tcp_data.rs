@@ -216,6 +216,8 @@ pub(crate) fn receive(
         sock.set_nodelay(true)?;
     }
     let mut buf = receive_buffer(cfg.len);
+    // Streaming only: a stop-and-wait message must be read the moment it is whole.
+    let mut batch = (!stop_and_wait).then(|| WakeBatch::new(ctl.elapsed_us()));
     let mut drain = Drain::default();
     // Stop-and-wait: the 4-byte length prefix being read, and the message it announced.
     let mut prefix = [0u8; MESSAGE_PREFIX];
@@ -259,13 +261,30 @@ pub(crate) fn receive(
             Some(len) => len - in_message,
             None => buf.len(),
         };
-        let got = match sock.read(&mut buf[..want]) {
+        let marked = batch.as_ref().is_some_and(|b| b.mark > 1);
+        let read = if marked {
+            read_marked(sock, &mut buf[..want])
+        } else {
+            sock.read(&mut buf[..want])
+        };
+        let got = match read {
             Ok(0) => break,
             Ok(n) => n,
             Err(e) if is_timeout(&e) || e.kind() == io::ErrorKind::Interrupted => 0,
             Err(e) if e.kind() == io::ErrorKind::ConnectionReset => break,
             Err(e) => return Err(e),
         };
+        if let Some(b) = batch.as_mut() {
+            if let Some(mark) = b.after_read(got, want, ctl.elapsed_us()) {
+                match apply_mark(sock, mark) {
+                    Ok(set) => b.applied(set),
+                    Err(e) => {
+                        tracing::debug!("batching the receiver's wake-ups: {e}");
+                        batch = None;
+                    }
+                }
+            }
+        }
         if got > 0 {
             if let Some(f) = &cfg.file {
                 // `-F`: what was read, to the file; a write that fails ends the stream,
@@ -298,6 +317,119 @@ pub(crate) fn receive(
         t.finish(sock, ctl);
     }
     Ok(())
+}
+
+/// What a fast stream carries in this long sets its receiver's low-water mark
+/// ([`WakeBatch`]), µs: the most its bytes are counted late.
+const WAKE_SPAN_US: u64 = 100;
+/// The span over which [`WakeBatch`] measures a stream's rate, µs.
+const RATE_WINDOW_US: u64 = 10_000;
+/// No mark below one 64 KiB super-packet (GRO, loopback): it would batch nothing.
+const MIN_MARK: usize = 64 * 1024;
+/// The highest mark: more batches no more wake-ups away, and holds bytes longer.
+const MAX_MARK: usize = 256 * 1024;
+/// The longest wait for the mark while one is set, ms: bytes below it (the rate fell,
+/// the sender stopped) wait no longer than this to be read and counted.
+const MARKED_WAIT_MS: u16 = 1;
+
+/// Batches a fast TCP receiver's wake-ups with the socket's low-water mark (SO_RCVLOWAT).
+///
+/// A reader asleep on its socket is woken by the CPU that queues the next packet; on
+/// loopback that is the sender's CPU, the bottleneck, and each cross-CPU wake-up costs it
+/// time it would spend sending. Woken for every 64 KiB packet, flowlab's receiver took
+/// about a quarter more wake-ups per byte than iperf3's (whose slower loop lets more
+/// queue), and its sender ran 9–12 % slower (docs/PERFORMANCE.md, issue 14). So a stream
+/// that measures fast asks the kernel to wake its reader once per [`WAKE_SPAN_US`] of
+/// data instead (at least [`MIN_MARK`], at most [`MAX_MARK`], at most a quarter of the
+/// receive buffer); while one is set, reads wait at most [`MARKED_WAIT_MS`]
+/// ([`read_marked`]), and one that comes back short — the rate fell, the sender paused or
+/// stopped — drops the mark at once. Slower streams (below about 5 Gbit/s) never get one.
+#[derive(Debug)]
+struct WakeBatch {
+    /// The mark in force, bytes (1: the kernel's default, none).
+    mark: usize,
+    window_start_us: u64,
+    window_bytes: u64,
+}
+
+impl WakeBatch {
+    fn new(now_us: u64) -> Self {
+        WakeBatch {
+            mark: 1,
+            window_start_us: now_us,
+            window_bytes: 0,
+        }
+    }
+
+    /// Called after each read attempt: `got` bytes (0 for one that timed out) of the
+    /// `want` asked for, at `now_us`. Returns the mark that should be in force when it
+    /// should change; the caller sets it and reports what it set with [`Self::applied`].
+    fn after_read(&mut self, got: usize, want: usize, now_us: u64) -> Option<usize> {
+        if self.mark > 1 && got < self.mark.min(want) {
+            // Back before the mark was reached: its timeout, or the stream's end.
+            self.restart(now_us);
+            return Some(1);
+        }
+        self.window_bytes += got as u64;
+        let span = now_us.saturating_sub(self.window_start_us);
+        if span < RATE_WINDOW_US {
+            return None;
+        }
+        let carried = (self.window_bytes.saturating_mul(WAKE_SPAN_US) / span) as usize;
+        self.restart(now_us);
+        let target = if carried < MIN_MARK {
+            1
+        } else {
+            carried.min(MAX_MARK)
+        };
+        // Hysteresis: a rate wobbling by a few per cent is not worth a system call.
+        let moved = if target == 1 || self.mark == 1 {
+            target != self.mark
+        } else {
+            target * 4 > self.mark * 5 || target * 5 < self.mark * 4
+        };
+        moved.then_some(target)
+    }
+
+    /// The mark now in force.
+    fn applied(&mut self, mark: usize) {
+        self.mark = mark;
+    }
+
+    fn restart(&mut self, now_us: u64) {
+        self.window_start_us = now_us;
+        self.window_bytes = 0;
+    }
+}
+
+/// Sets `mark` as the socket's low-water mark, capped at a quarter of its receive buffer
+/// (so the kernel never grows the buffer or clamps the window for it); returns the mark
+/// set (1 where the cap leaves too little).
+fn apply_mark(sock: &TcpStream, mark: usize) -> io::Result<usize> {
+    let cap = socket2::SockRef::from(sock).recv_buffer_size()? / 4;
+    let mark = if mark > 1 && mark.min(cap) >= MIN_MARK {
+        mark.min(cap)
+    } else {
+        1
+    };
+    crate::sock::set_rcvlowat(sock, mark).map_err(io::Error::other)?;
+    Ok(mark)
+}
+
+/// One read while a mark is set: sleeps in poll(2) until the mark is queued (or the
+/// stream ends) but at most [`MARKED_WAIT_MS`] — poll's timer keeps to that, where the
+/// socket's own timeout would round it up to a scheduler tick (4–10 ms) — then takes what
+/// is queued without blocking. Nothing queued after the wait is a timeout (`WouldBlock`).
+fn read_marked(sock: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use nix::sys::socket::{MsgFlags, recv};
+    use std::os::fd::AsRawFd;
+    let mut fds = [PollFd::new(sock.as_fd(), PollFlags::POLLIN)];
+    match poll(&mut fds, PollTimeout::from(MARKED_WAIT_MS)) {
+        Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+        Err(e) => return Err(e.into()),
+    }
+    recv(sock.as_raw_fd(), buf, MsgFlags::MSG_DONTWAIT).map_err(io::Error::from)
 }
 
 /// Data sent with sendfile(2), never copied from user space: `-Z`'s memory-backed file
@@ -370,5 +502,134 @@ mod tests {
             assert_eq!(p[131], (131 * 131 % 251) as u8);
             assert_eq!(&payload(len, true)[..12], b"012345678901");
         }
+    }
+
+    /// Feeds `batch` reads of `read` bytes at `bytes_per_us` for `for_us` from `t0`; the
+    /// marks it asked for, each applied as asked.
+    fn feed(
+        batch: &mut WakeBatch,
+        t0: u64,
+        bytes_per_us: u64,
+        read: usize,
+        for_us: u64,
+    ) -> Vec<usize> {
+        let step = read as u64 / bytes_per_us;
+        let mut asked = Vec::new();
+        let mut t = t0;
+        while t < t0 + for_us {
+            t += step;
+            if let Some(m) = batch.after_read(read, 128 * 1024, t) {
+                batch.applied(m);
+                asked.push(m);
+            }
+        }
+        asked
+    }
+
+    /// Regression (issue 14): a receiver woken for every packet cost the sender's CPU a
+    /// wake-up per 64 KiB; a fast stream's reader is woken once per 100 µs of its data.
+    #[test]
+    fn a_fast_stream_is_woken_once_per_span_of_its_data() {
+        let mut b = WakeBatch::new(0);
+        // 20 Gbit/s: 2 500 bytes a µs, read 128 KiB at a time.
+        let asked = feed(&mut b, 0, 2_500, 128 * 1024, 50_000);
+        assert_eq!(
+            asked.len(),
+            1,
+            "one mark, kept while the rate holds: {asked:?}"
+        );
+        let want = 2_500 * WAKE_SPAN_US as usize;
+        assert!(
+            asked[0].abs_diff(want) < want / 20,
+            "{asked:?} against {want}"
+        );
+        // 100 Gbit/s: at most the cap.
+        let mut b = WakeBatch::new(0);
+        assert_eq!(feed(&mut b, 0, 12_500, 128 * 1024, 30_000), [MAX_MARK]);
+    }
+
+    #[test]
+    fn a_stream_below_a_packet_per_span_gets_no_mark() {
+        // 4 Gbit/s: 50 KB in 100 µs, under one 64 KiB packet.
+        let mut b = WakeBatch::new(0);
+        assert!(feed(&mut b, 0, 500, 16 * 1024, 100_000).is_empty());
+        assert_eq!(b.mark, 1);
+    }
+
+    #[test]
+    fn the_mark_follows_the_rate_with_hysteresis() {
+        let mut b = WakeBatch::new(0);
+        assert_eq!(feed(&mut b, 0, 2_000, 128 * 1024, 10_100).len(), 1);
+        let first = b.mark;
+        // Ten per cent faster: not worth a system call.
+        assert!(feed(&mut b, 10_100, 2_200, 128 * 1024, 30_000).is_empty());
+        assert_eq!(b.mark, first);
+        // Half as fast: follows (still above a packet a span).
+        let asked = feed(&mut b, 40_100, 1_000, 128 * 1024, 30_000);
+        assert_eq!(asked.len(), 1, "{asked:?}");
+        assert!(asked[0] < first * 3 / 5, "{asked:?} after {first}");
+        // Slower than a packet a span: dropped.
+        assert_eq!(feed(&mut b, 70_100, 300, 128 * 1024, 30_000), [1]);
+    }
+
+    #[test]
+    fn a_short_read_drops_the_mark_at_once() {
+        let mut b = WakeBatch::new(0);
+        feed(&mut b, 0, 2_500, 128 * 1024, 10_100);
+        assert!(b.mark > 1);
+        // Less than the mark came back: the timeout, or the stream's end.
+        assert_eq!(b.after_read(10_000, 128 * 1024, 10_200), Some(1));
+        b.applied(1);
+        let mut b = WakeBatch::new(0);
+        feed(&mut b, 0, 2_500, 128 * 1024, 10_100);
+        // A read that timed out with nothing.
+        assert_eq!(b.after_read(0, 128 * 1024, 11_200), Some(1));
+        // A read shorter than the mark but as long as the buffer is not short.
+        let mut b = WakeBatch::new(0);
+        feed(&mut b, 0, 2_500, 128 * 1024, 10_100);
+        assert_eq!(b.after_read(100_000, 100_000, 10_200), None);
+    }
+
+    /// The mark as the kernel holds it, capped by the receive buffer; bytes below it are
+    /// still read (after the short wait), and the stream's end is seen at once.
+    #[test]
+    fn a_mark_is_set_capped_and_released() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut tx = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (rx, _) = l.accept().unwrap();
+        // A fresh socket's buffer (the kernel's default, 128 KiB) leaves no room for one.
+        let fresh = socket2::SockRef::from(&rx).recv_buffer_size().unwrap();
+        if fresh / 4 < MIN_MARK {
+            assert_eq!(apply_mark(&rx, 200_000).unwrap(), 1);
+            assert_eq!(crate::sock::rcvlowat(&rx), Some(1));
+        }
+        socket2::SockRef::from(&rx)
+            .set_recv_buffer_size(2 << 20)
+            .unwrap();
+        let cap = socket2::SockRef::from(&rx).recv_buffer_size().unwrap() / 4;
+        let set = apply_mark(&rx, 200_000).unwrap();
+        assert_eq!(set, 200_000.min(cap));
+        assert!(set >= MIN_MARK, "buffer {} leaves no mark", cap * 4);
+        assert_eq!(crate::sock::rcvlowat(&rx), Some(set));
+        let mut buf = vec![0; 256 * 1024];
+        // Nothing queued: the wait ends as a timeout.
+        let e = read_marked(&rx, &mut buf).unwrap_err();
+        assert!(is_timeout(&e), "{e}");
+        // Fewer bytes than the mark: read after the wait, none held back.
+        tx.write_all(&[7; 1000]).unwrap();
+        let mut got = 0;
+        while got < 1000 {
+            match read_marked(&rx, &mut buf[got..]) {
+                Ok(n) => got += n,
+                Err(e) if is_timeout(&e) => {}
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert_eq!(got, 1000);
+        // The end of the stream is seen at once.
+        drop(tx);
+        assert_eq!(read_marked(&rx, &mut buf).unwrap(), 0);
+        assert_eq!(apply_mark(&rx, 1).unwrap(), 1);
+        assert_eq!(crate::sock::rcvlowat(&rx), Some(1));
     }
 }
