@@ -4,6 +4,7 @@ use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::AsFd;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use flowlab_proto::params::Mode;
 use flowlab_proto::udp::Ack;
@@ -261,13 +262,7 @@ pub(crate) fn receive(
             Some(len) => len - in_message,
             None => buf.len(),
         };
-        let marked = batch.as_ref().is_some_and(|b| b.mark > 1);
-        let read = if marked {
-            read_marked(sock, &mut buf[..want])
-        } else {
-            sock.read(&mut buf[..want])
-        };
-        let got = match read {
+        let got = match sock.read(&mut buf[..want]) {
             Ok(0) => break,
             Ok(n) => n,
             Err(e) if is_timeout(&e) || e.kind() == io::ErrorKind::Interrupted => 0,
@@ -275,14 +270,24 @@ pub(crate) fn receive(
             Err(e) => return Err(e),
         };
         if let Some(b) = batch.as_mut() {
-            if let Some(mark) = b.after_read(got, want, ctl.elapsed_us()) {
-                match apply_mark(sock, mark) {
+            // Told to stop: the data still coming is read as it arrives, no new mark.
+            let stopping = ctl.stop_recv.load(Ordering::Acquire);
+            let mark = match b.after_read(got, want, ctl.elapsed_us()) {
+                _ if stopping => (b.mark > 1).then_some(1),
+                m => m,
+            };
+            if let Some(mark) = mark {
+                match apply_mark(sock, mark, poll) {
                     Ok(set) => b.applied(set),
                     Err(e) => {
                         tracing::debug!("batching the receiver's wake-ups: {e}");
+                        let _ = sock.set_read_timeout(Some(poll));
                         batch = None;
                     }
                 }
+            }
+            if stopping && batch.as_ref().is_some_and(|b| b.mark == 1) {
+                batch = None;
             }
         }
         if got > 0 {
@@ -328,9 +333,12 @@ const RATE_WINDOW_US: u64 = 10_000;
 const MIN_MARK: usize = 64 * 1024;
 /// The highest mark: more batches no more wake-ups away, and holds bytes longer.
 const MAX_MARK: usize = 256 * 1024;
-/// The longest wait for the mark while one is set, ms: bytes below it (the rate fell,
-/// the sender stopped) wait no longer than this to be read and counted.
-const MARKED_WAIT_MS: u16 = 1;
+/// The read timeout while a mark is set: bytes below it (the rate fell, the sender
+/// paused) wait no longer than this to be read and counted. The kernel rounds a socket
+/// timeout up to a scheduler tick: 1 ms at HZ=1000, 4 ms at 250 (the reference machine),
+/// 10 ms at 100. (Waiting in poll(2), whose timer keeps to 1 ms, was tried: it left the
+/// two ends sharing one CPU in a quarter of the runs; docs/PERFORMANCE.md.)
+const MARKED_TIMEOUT: Duration = Duration::from_millis(1);
 
 /// Batches a fast TCP receiver's wake-ups with the socket's low-water mark (SO_RCVLOWAT).
 ///
@@ -338,12 +346,14 @@ const MARKED_WAIT_MS: u16 = 1;
 /// loopback that is the sender's CPU, the bottleneck, and each cross-CPU wake-up costs it
 /// time it would spend sending. Woken for every 64 KiB packet, flowlab's receiver took
 /// about a quarter more wake-ups per byte than iperf3's (whose slower loop lets more
-/// queue), and its sender ran 9–12 % slower (docs/PERFORMANCE.md, issue 14). So a stream
+/// queue), and the test ran 9–12 % slower (docs/PERFORMANCE.md, issue 14). So a stream
 /// that measures fast asks the kernel to wake its reader once per [`WAKE_SPAN_US`] of
 /// data instead (at least [`MIN_MARK`], at most [`MAX_MARK`], at most a quarter of the
-/// receive buffer); while one is set, reads wait at most [`MARKED_WAIT_MS`]
-/// ([`read_marked`]), and one that comes back short — the rate fell, the sender paused or
-/// stopped — drops the mark at once. Slower streams (below about 5 Gbit/s) never get one.
+/// receive buffer); while one is set, reads time out after [`MARKED_TIMEOUT`], and one
+/// that comes back short — the rate fell, the sender paused — drops the mark at once, as
+/// does being told to stop. Slower streams (below about 5 Gbit/s) never get one. (A read
+/// already waiting for the mark keeps its threshold until data, the end of the stream or
+/// its timeout ends it: the kernel fixes it when the read starts.)
 #[derive(Debug)]
 struct WakeBatch {
     /// The mark in force, bytes (1: the kernel's default, none).
@@ -403,9 +413,9 @@ impl WakeBatch {
 }
 
 /// Sets `mark` as the socket's low-water mark, capped at a quarter of its receive buffer
-/// (so the kernel never grows the buffer or clamps the window for it); returns the mark
-/// set (1 where the cap leaves too little).
-fn apply_mark(sock: &TcpStream, mark: usize) -> io::Result<usize> {
+/// (so the kernel never grows the buffer or clamps the window for it), with the read
+/// timeout that goes with it; returns the mark set (1 where the cap leaves too little).
+fn apply_mark(sock: &TcpStream, mark: usize, poll: Duration) -> io::Result<usize> {
     let cap = socket2::SockRef::from(sock).recv_buffer_size()? / 4;
     let mark = if mark > 1 && mark.min(cap) >= MIN_MARK {
         mark.min(cap)
@@ -413,23 +423,12 @@ fn apply_mark(sock: &TcpStream, mark: usize) -> io::Result<usize> {
         1
     };
     crate::sock::set_rcvlowat(sock, mark).map_err(io::Error::other)?;
+    sock.set_read_timeout(Some(if mark > 1 {
+        MARKED_TIMEOUT.min(poll)
+    } else {
+        poll
+    }))?;
     Ok(mark)
-}
-
-/// One read while a mark is set: sleeps in poll(2) until the mark is queued (or the
-/// stream ends) but at most [`MARKED_WAIT_MS`] — poll's timer keeps to that, where the
-/// socket's own timeout would round it up to a scheduler tick (4–10 ms) — then takes what
-/// is queued without blocking. Nothing queued after the wait is a timeout (`WouldBlock`).
-fn read_marked(sock: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
-    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-    use nix::sys::socket::{MsgFlags, recv};
-    use std::os::fd::AsRawFd;
-    let mut fds = [PollFd::new(sock.as_fd(), PollFlags::POLLIN)];
-    match poll(&mut fds, PollTimeout::from(MARKED_WAIT_MS)) {
-        Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-        Err(e) => return Err(e.into()),
-    }
-    recv(sock.as_raw_fd(), buf, MsgFlags::MSG_DONTWAIT).map_err(io::Error::from)
 }
 
 /// Data sent with sendfile(2), never copied from user space: `-Z`'s memory-backed file
@@ -590,46 +589,49 @@ mod tests {
         assert_eq!(b.after_read(100_000, 100_000, 10_200), None);
     }
 
-    /// The mark as the kernel holds it, capped by the receive buffer; bytes below it are
-    /// still read (after the short wait), and the stream's end is seen at once.
+    /// The mark and its timeout as the kernel holds them, capped by the receive buffer;
+    /// bytes below the mark are still read (after the timeout).
     #[test]
     fn a_mark_is_set_capped_and_released() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let mut tx = TcpStream::connect(l.local_addr().unwrap()).unwrap();
         let (rx, _) = l.accept().unwrap();
+        let poll = Duration::from_millis(50);
         // A fresh socket's buffer (the kernel's default, 128 KiB) leaves no room for one.
         let fresh = socket2::SockRef::from(&rx).recv_buffer_size().unwrap();
         if fresh / 4 < MIN_MARK {
-            assert_eq!(apply_mark(&rx, 200_000).unwrap(), 1);
+            assert_eq!(apply_mark(&rx, 200_000, poll).unwrap(), 1);
             assert_eq!(crate::sock::rcvlowat(&rx), Some(1));
         }
         socket2::SockRef::from(&rx)
             .set_recv_buffer_size(2 << 20)
             .unwrap();
         let cap = socket2::SockRef::from(&rx).recv_buffer_size().unwrap() / 4;
-        let set = apply_mark(&rx, 200_000).unwrap();
+        let set = apply_mark(&rx, 200_000, poll).unwrap();
         assert_eq!(set, 200_000.min(cap));
         assert!(set >= MIN_MARK, "buffer {} leaves no mark", cap * 4);
         assert_eq!(crate::sock::rcvlowat(&rx), Some(set));
-        let mut buf = vec![0; 256 * 1024];
-        // Nothing queued: the wait ends as a timeout.
-        let e = read_marked(&rx, &mut buf).unwrap_err();
-        assert!(is_timeout(&e), "{e}");
-        // Fewer bytes than the mark: read after the wait, none held back.
+        // The timeout asked for (the kernel rounds it up to its tick).
+        let t = rx.read_timeout().unwrap().unwrap();
+        assert!(
+            t >= MARKED_TIMEOUT && t <= Duration::from_millis(10),
+            "{t:?}"
+        );
+        // Fewer bytes than the mark: read after the timeout, none held back.
         tx.write_all(&[7; 1000]).unwrap();
+        let mut buf = vec![0; 256 * 1024];
         let mut got = 0;
         while got < 1000 {
-            match read_marked(&rx, &mut buf[got..]) {
+            match (&rx).read(&mut buf[got..]) {
                 Ok(n) => got += n,
                 Err(e) if is_timeout(&e) => {}
                 Err(e) => panic!("{e}"),
             }
         }
         assert_eq!(got, 1000);
-        // The end of the stream is seen at once.
-        drop(tx);
-        assert_eq!(read_marked(&rx, &mut buf).unwrap(), 0);
-        assert_eq!(apply_mark(&rx, 1).unwrap(), 1);
+        assert_eq!(apply_mark(&rx, 1, poll).unwrap(), 1);
         assert_eq!(crate::sock::rcvlowat(&rx), Some(1));
+        let t = rx.read_timeout().unwrap().unwrap();
+        assert!(t >= poll && t <= poll + Duration::from_millis(10), "{t:?}");
     }
 }
