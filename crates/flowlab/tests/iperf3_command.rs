@@ -184,6 +184,54 @@ fn a_daemon_leaves_its_pid_and_log_and_cleans_up_when_stopped() {
     }
 }
 
+/// `-I FILE` naming a running process is refused, the file left to its owner; a leftover
+/// naming no live process is replaced.
+#[test]
+fn a_pid_file_of_a_running_server_is_not_taken_over() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pidfile = dir.path().join("s.pid");
+    let serve = |port: u16| {
+        let mut c = flowlab();
+        c.args(["serve", "-B", "127.0.0.1", "-p", &port.to_string(), "-I"])
+            .arg(&pidfile);
+        c
+    };
+    let port = free_port();
+    let first = flowlab_server(serve(port).spawn().expect("spawns"), port);
+    let first_pid = first.0.id().to_string();
+    let held = || std::fs::read_to_string(&pidfile).unwrap_or_default();
+    assert_eq!(held().trim(), first_pid);
+    let mut second = Reaped(
+        serve(free_port())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawns"),
+    );
+    let status = wait_for(&mut second.0, Duration::from_secs(10))
+        .expect("a second server started on the first's pid file");
+    assert!(!status.success());
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut second.0.stderr.take().expect("piped"), &mut err)
+        .expect("stderr");
+    assert!(
+        err.contains(&pidfile.display().to_string()) && err.contains(&first_pid),
+        "names neither the file nor its process: {err}"
+    );
+    assert_eq!(
+        held().trim(),
+        first_pid,
+        "the first server's file was taken"
+    );
+    drop(first);
+    // A leftover: the id of a process that has ended.
+    let mut gone = std::process::Command::new("true").spawn().expect("true");
+    gone.wait().expect("wait");
+    std::fs::write(&pidfile, format!("{}\n", gone.id())).expect("write");
+    let port = free_port();
+    let third = flowlab_server(serve(port).spawn().expect("spawns"), port);
+    assert_eq!(held().trim(), third.0.id().to_string());
+}
+
 /// `--timestamps` begins every text line, never a JSON one; a format that is not
 /// strftime's is refused by flag.
 #[test]

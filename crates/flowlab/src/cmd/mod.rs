@@ -72,11 +72,32 @@ pub fn emit_json(text: &str) {
 pub struct PidFile(std::path::PathBuf);
 
 impl PidFile {
-    /// Writes the id to `path`, which is removed when the guard is dropped.
+    /// Writes the id to `path`, which is removed when the guard is dropped. A file that
+    /// names another process still running is left alone and refused (as iperf3 does):
+    /// that is another server's, which would lose it. One naming no live process (a
+    /// crash's leftover) is replaced.
     pub fn write(path: &std::path::Path) -> anyhow::Result<PidFile> {
         use anyhow::Context;
         let path = std::path::absolute(path)
             .with_context(|| format!("-I/--pidfile {}", path.display()))?;
+        let held = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|text| text.trim().parse::<i32>().ok())
+            .filter(|&pid| pid > 0 && pid as u32 != std::process::id());
+        if let Some(pid) = held {
+            let pid = nix::unistd::Pid::from_raw(pid);
+            // Signal 0 checks the process exists; EPERM: it does, someone else's.
+            if matches!(
+                nix::sys::signal::kill(pid, None),
+                Ok(()) | Err(nix::errno::Errno::EPERM)
+            ) {
+                anyhow::bail!(
+                    "-I/--pidfile {}: process {pid} is running and holds it (another \
+                     server?); stop it or name another file",
+                    path.display()
+                );
+            }
+        }
         std::fs::write(&path, format!("{}\n", std::process::id()))
             .with_context(|| format!("-I/--pidfile {}", path.display()))?;
         Ok(PidFile(path))
