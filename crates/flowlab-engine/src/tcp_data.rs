@@ -291,16 +291,19 @@ pub(crate) fn receive(
             }
         }
         if got > 0 {
+            // Counted first: these bytes were received whatever becomes of them below.
+            c.bytes.fetch_add(got as u64, Ordering::Relaxed);
+            c.end_us.store(ctl.elapsed_us().max(1), Ordering::Relaxed);
             if let Some(f) = &cfg.file {
                 // `-F`: what was read, to the file; a write that fails ends the stream,
                 // and is said (a stream's own errors are only logged at debug level).
+                // The count above is then more than the file holds, which the command
+                // reports as its error (even when the first write failed).
                 if let Err(e) = (&**f).write_all(&buf[..got]) {
                     tracing::warn!("-F: writing what was received: {e}");
                     return Err(e);
                 }
             }
-            c.bytes.fetch_add(got as u64, Ordering::Relaxed);
-            c.end_us.store(ctl.elapsed_us().max(1), Ordering::Relaxed);
             if let Some(len) = message {
                 in_message += got;
                 if in_message == len {
@@ -358,6 +361,8 @@ const MARKED_TIMEOUT: Duration = Duration::from_millis(1);
 struct WakeBatch {
     /// The mark in force, bytes (1: the kernel's default, none).
     mark: usize,
+    /// The mark last asked for (the one in force may be lower: the buffer caps it).
+    asked: usize,
     window_start_us: u64,
     window_bytes: u64,
 }
@@ -366,6 +371,7 @@ impl WakeBatch {
     fn new(now_us: u64) -> Self {
         WakeBatch {
             mark: 1,
+            asked: 1,
             window_start_us: now_us,
             window_bytes: 0,
         }
@@ -378,6 +384,7 @@ impl WakeBatch {
         if self.mark > 1 && got < self.mark.min(want) {
             // Back before the mark was reached: its timeout, or the stream's end.
             self.restart(now_us);
+            self.asked = 1;
             return Some(1);
         }
         self.window_bytes += got as u64;
@@ -393,11 +400,14 @@ impl WakeBatch {
             carried.min(MAX_MARK)
         };
         // Hysteresis: a rate wobbling by a few per cent is not worth a system call.
-        let moved = if target == 1 || self.mark == 1 {
-            target != self.mark
+        let moved = if target == 1 || self.asked == 1 {
+            target != self.asked
         } else {
-            target * 4 > self.mark * 5 || target * 5 < self.mark * 4
+            target * 4 > self.asked * 5 || target * 5 < self.asked * 4
         };
+        if moved {
+            self.asked = target;
+        }
         moved.then_some(target)
     }
 
@@ -569,6 +579,23 @@ mod tests {
         assert!(asked[0] < first * 3 / 5, "{asked:?} after {first}");
         // Slower than a packet a span: dropped.
         assert_eq!(feed(&mut b, 70_100, 300, 128 * 1024, 30_000), [1]);
+    }
+
+    #[test]
+    fn a_mark_the_buffer_capped_is_not_asked_for_again() {
+        let mut b = WakeBatch::new(0);
+        let mut t = 0;
+        let mut asked = Vec::new();
+        // 25 Gbit/s for 50 ms, the buffer capping every mark at 100 000 bytes.
+        while t < 50_000 {
+            t += 50;
+            if let Some(m) = b.after_read(128 * 1024, 128 * 1024, t) {
+                b.applied(m.min(100_000));
+                asked.push(m);
+            }
+        }
+        assert_eq!(asked, [MAX_MARK]);
+        assert_eq!(b.mark, 100_000);
     }
 
     #[test]

@@ -165,6 +165,23 @@ fn json_output_is_one_versioned_document() {
     assert!(v["start"]["peer"]["system"]["congestion_default"].is_string());
 }
 
+/// `-R -F FILE` onto a disk that refuses the first write: the bytes received are
+/// still reported, and the command fails naming the file (it exited 0 when not a byte
+/// was written, as nothing had been counted either).
+#[test]
+fn a_receiving_file_that_cannot_be_written_fails_the_test() {
+    let port = support::start_server(ServerConfig::default());
+    let out = flowlab_test(port, &["-R", "-t", "1", "-F", "/dev/full", "-J"]);
+    assert!(!out.status.success(), "exit 0 with nothing written");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("-F /dev/full") && err.contains("written"),
+        "{err}"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("the result");
+    assert!(v["end"]["sums"][0]["receiver"]["bytes"].as_u64() > Some(0));
+}
+
 /// Sizes and rates as people write them: `-n 2MB` is SI (2 000 000 bytes), `-n 2MiB`
 /// and `-n 2M` binary; `-b 40Mbit/s` and `-b 5MB/s` the same 40 Mbit/s; a size in bits
 /// is refused with the forms that are accepted.
