@@ -200,7 +200,19 @@ fn a_pid_file_of_a_running_server_is_not_taken_over() {
     let first = flowlab_server(serve(port).spawn().expect("spawns"), port);
     let first_pid = first.0.id().to_string();
     let held = || std::fs::read_to_string(&pidfile).unwrap_or_default();
-    assert_eq!(held().trim(), first_pid);
+    // A server writes its pid file once it listens, so a moment after the port shows.
+    let holds = |pid: &str| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while held().trim() != pid {
+            assert!(
+                Instant::now() < deadline,
+                "{pid} never written: {:?}",
+                held()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    holds(&first_pid);
     let mut second = Reaped(
         serve(free_port())
             .stderr(std::process::Stdio::piped())
@@ -229,7 +241,7 @@ fn a_pid_file_of_a_running_server_is_not_taken_over() {
     std::fs::write(&pidfile, format!("{}\n", gone.id())).expect("write");
     let port = free_port();
     let third = flowlab_server(serve(port).spawn().expect("spawns"), port);
-    assert_eq!(held().trim(), third.0.id().to_string());
+    holds(&third.0.id().to_string());
 }
 
 /// `--timestamps` begins every text line, never a JSON one; a format that is not
