@@ -151,19 +151,7 @@ pub fn set_dont_fragment<F: AsRawFd>(sock: &F, peer: std::net::SocketAddr) -> io
 /// Whether [`set_dont_fragment`] is in force on the socket, read back.
 pub fn dont_fragment<F: AsRawFd>(sock: &F, peer: std::net::SocketAddr) -> Option<bool> {
     let (level, name, value) = mtu_discover(peer);
-    let mut v: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: the fd is open for the borrow; `v` and `len` are a valid int and its size.
-    let rc = unsafe {
-        libc::getsockopt(
-            sock.as_raw_fd(),
-            level,
-            name,
-            (&mut v as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    };
-    (rc == 0).then_some(v == value)
+    get_int(sock, level, name).map(|v| v == value)
 }
 
 /// The option that sets path MTU discovery for packets to `peer`, and its "do" value:
@@ -265,19 +253,24 @@ pub fn set_rcvlowat<F: AsRawFd>(sock: &F, bytes: usize) -> Result<(), SockError>
 
 /// A socket's receive low-water mark (SO_RCVLOWAT), as the kernel holds it.
 pub fn rcvlowat<F: AsRawFd>(sock: &F) -> Option<usize> {
+    get_int(sock, libc::SOL_SOCKET, libc::SO_RCVLOWAT).map(|v| v as usize)
+}
+
+/// An int-valued socket option, as the kernel holds it (`None`: the call failed).
+fn get_int<F: AsRawFd>(sock: &F, level: libc::c_int, name: libc::c_int) -> Option<libc::c_int> {
     let mut v: libc::c_int = 0;
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: the fd is open for the borrow; `v` and `len` are a valid int and its size.
     let rc = unsafe {
         libc::getsockopt(
             sock.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVLOWAT,
+            level,
+            name,
             (&mut v as *mut libc::c_int).cast(),
             &mut len,
         )
     };
-    (rc == 0).then_some(v as usize)
+    (rc == 0).then_some(v)
 }
 
 /// The least not-sent queue of a load-generating connection, bytes: one frame.

@@ -269,10 +269,11 @@ pub(crate) fn receive(
             Err(e) if e.kind() == io::ErrorKind::ConnectionReset => break,
             Err(e) => return Err(e),
         };
+        let now_us = ctl.elapsed_us();
         if let Some(b) = batch.as_mut() {
             // Told to stop: the data still coming is read as it arrives, no new mark.
             let stopping = ctl.stop_recv.load(Ordering::Acquire);
-            let mark = match b.after_read(got, want, ctl.elapsed_us()) {
+            let mark = match b.after_read(got, want, now_us) {
                 _ if stopping => (b.mark > 1).then_some(1),
                 m => m,
             };
@@ -294,7 +295,7 @@ pub(crate) fn receive(
         if got > 0 {
             // Counted first: these bytes were received whatever becomes of them below.
             c.bytes.fetch_add(got as u64, Ordering::Relaxed);
-            c.end_us.store(ctl.elapsed_us().max(1), Ordering::Relaxed);
+            c.end_us.store(now_us.max(1), Ordering::Relaxed);
             if let Some(f) = &cfg.file {
                 // `-F`: what was read, to the file; a write that fails ends the stream,
                 // and is said (a stream's own errors are only logged at debug level).
