@@ -540,6 +540,22 @@ pub fn allowed_cpus() -> Vec<usize> {
     }
 }
 
+/// True when the calling thread may run on one CPU only (pinned: `-A`, a server's
+/// `server_affinity`, `taskset`) and the machine has others online, so the peer on this
+/// host can run beside it rather than on its CPU.
+pub fn pinned_alone() -> bool {
+    // SAFETY: sysconf(3) reads a system value; it has no preconditions.
+    let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    allowed_cpus().len() == 1 && online > 1
+}
+
+/// Reads what `sock` holds now, without waiting: `WouldBlock` when it holds nothing
+/// (recv(2) with MSG_DONTWAIT; the socket stays blocking for every other call).
+pub fn recv_now<F: AsFd>(sock: &F, buf: &mut [u8]) -> io::Result<usize> {
+    use nix::sys::socket::{MsgFlags, recv};
+    recv(sock.as_fd().as_raw_fd(), buf, MsgFlags::MSG_DONTWAIT).map_err(io::Error::from)
+}
+
 /// CPUs as a list: `0-3, 6`.
 pub fn cpu_list(cpus: &[usize]) -> String {
     let mut parts: Vec<String> = Vec::new();
@@ -726,6 +742,59 @@ mod tests {
         assert_eq!(asked.0, super::Slice::NotNormal);
         assert_eq!(after.sched_policy, libc::SCHED_BATCH as u32);
         assert_eq!(after.sched_runtime, asked.1, "slice unchanged");
+    }
+
+    /// A thread pinned to one CPU is alone on it when others are online; one that may
+    /// run on several is not.
+    #[test]
+    fn a_thread_pinned_to_one_cpu_of_several_is_alone() {
+        let cpus = super::allowed_cpus();
+        // SAFETY: sysconf(3) has no preconditions.
+        let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+        let first = cpus[0];
+        let (before, after) = std::thread::spawn(move || {
+            let before = super::pinned_alone();
+            super::pin_thread(first).expect("pin");
+            (before, super::pinned_alone())
+        })
+        .join()
+        .expect("thread");
+        assert_eq!(before, cpus.len() == 1 && online > 1);
+        assert_eq!(after, online > 1);
+    }
+
+    /// `recv_now` never waits on a blocking socket: nothing queued is `WouldBlock` at
+    /// once; what is queued comes back, up to the buffer.
+    #[test]
+    fn recv_now_takes_what_is_queued_without_waiting() {
+        use std::io::Write;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut tx = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (rx, _) = l.accept().unwrap();
+        let mut buf = [0u8; 16];
+        let t = std::time::Instant::now();
+        let e = super::recv_now(&rx, &mut buf).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock);
+        assert!(t.elapsed() < std::time::Duration::from_secs(1));
+        tx.write_all(b"0123456789abcdefXYZ").unwrap();
+        let mut got = Vec::new();
+        while got.len() < 19 {
+            match super::recv_now(&rx, &mut buf) {
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::yield_now(),
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert_eq!(got, b"0123456789abcdefXYZ");
+        drop(tx);
+        let mut n = 1;
+        while n != 0 {
+            n = match super::recv_now(&rx, &mut buf) {
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => 1,
+                Err(e) => panic!("{e}"),
+            };
+        }
     }
 
     #[test]
