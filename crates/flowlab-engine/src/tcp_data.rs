@@ -416,8 +416,12 @@ impl SpinRead {
 }
 
 /// What a fast stream carries in this long sets its receiver's low-water mark
-/// ([`WakeBatch`]), µs: the most its bytes are counted late.
+/// ([`WakeBatch`]), µs (at least [`MIN_MARK`]).
 const WAKE_SPAN_US: u64 = 100;
+/// A stream gets a mark when it carries [`MIN_MARK`] in this long, µs (about 2.6
+/// Gbit/s): the most its bytes are counted late. Twice [`WAKE_SPAN_US`], so that a
+/// stream of several (`-P 8` on loopback, 3 Gbit/s each) is woken every other packet.
+const BATCH_SPAN_US: u64 = 200;
 /// The span over which [`WakeBatch`] measures a stream's rate, µs.
 const RATE_WINDOW_US: u64 = 10_000;
 /// No mark below one 64 KiB super-packet (GRO, loopback): it would batch nothing.
@@ -442,7 +446,8 @@ const MARKED_TIMEOUT: Duration = Duration::from_millis(1);
 /// data instead (at least [`MIN_MARK`], at most [`MAX_MARK`], at most an eighth of the
 /// receive buffer); while one is set, reads time out after [`MARKED_TIMEOUT`], and one
 /// that comes back short — the rate fell, the sender paused — drops the mark at once, as
-/// does being told to stop. Slower streams (below about 5 Gbit/s) never get one. (A read
+/// does being told to stop. Slower streams (below [`MIN_MARK`] in [`BATCH_SPAN_US`],
+/// about 2.6 Gbit/s) never get one. (A read
 /// already waiting for the mark keeps its threshold until data, the end of the stream or
 /// its timeout ends it: the kernel fixes it when the read starts.)
 #[derive(Debug)]
@@ -478,12 +483,13 @@ impl WakeBatch {
         if span < RATE_WINDOW_US {
             return None;
         }
-        let carried = (self.window_bytes.saturating_mul(WAKE_SPAN_US) / span) as usize;
+        let per_us = |us: u64| (self.window_bytes.saturating_mul(us) / span) as usize;
+        let (eligible, carried) = (per_us(BATCH_SPAN_US), per_us(WAKE_SPAN_US));
         self.restart(now_us);
-        let target = if carried < MIN_MARK {
+        let target = if eligible < MIN_MARK {
             1
         } else {
-            carried.min(MAX_MARK)
+            carried.clamp(MIN_MARK, MAX_MARK)
         };
         // Hysteresis: a rate wobbling by a few per cent is not worth a system call.
         let moved = if target == 1 || self.mark == 1 {
@@ -647,11 +653,20 @@ mod tests {
     }
 
     #[test]
-    fn a_stream_below_a_packet_per_span_gets_no_mark() {
-        // 4 Gbit/s: 50 KB in 100 µs, under one 64 KiB packet.
+    fn a_stream_below_a_packet_per_batch_span_gets_no_mark() {
+        // 2 Gbit/s: 50 KB in 200 µs, under one 64 KiB packet.
         let mut b = WakeBatch::new(0);
-        assert!(feed(&mut b, 0, 500, 16 * 1024, 100_000).is_empty());
+        assert!(feed(&mut b, 0, 250, 16 * 1024, 100_000).is_empty());
         assert_eq!(b.mark, 1);
+    }
+
+    /// One of several streams (`-P 8` on loopback: 3 Gbit/s each) is woken every other
+    /// packet: the least mark, though 100 µs of its data is less.
+    #[test]
+    fn a_stream_of_a_packet_per_batch_span_gets_the_least_mark() {
+        // 3 Gbit/s: 75 KB in 200 µs, 37.5 KB in 100 µs.
+        let mut b = WakeBatch::new(0);
+        assert_eq!(feed(&mut b, 0, 375, 128 * 1024, 100_000), [MIN_MARK]);
     }
 
     #[test]
