@@ -528,7 +528,8 @@ pub fn thread_cpu_us() -> (u64, u64) {
     (us(ru.ru_utime), us(ru.ru_stime))
 }
 
-/// The CPUs this process may run on (its affinity mask), in order.
+/// The CPUs the calling thread may run on (its affinity mask; a thread inherits its
+/// process's), in order.
 pub fn allowed_cpus() -> Vec<usize> {
     use nix::sched::{CpuSet, sched_getaffinity};
     use nix::unistd::Pid;
@@ -540,13 +541,19 @@ pub fn allowed_cpus() -> Vec<usize> {
     }
 }
 
-/// True when the calling thread may run on one CPU only (pinned: `-A`, a server's
-/// `server_affinity`, `taskset`) and the machine has others online, so the peer on this
-/// host can run beside it rather than on its CPU.
-pub fn pinned_alone() -> bool {
+/// The CPUs online on this machine (whatever this process may use of them).
+pub fn online_cpus() -> usize {
     // SAFETY: sysconf(3) reads a system value; it has no preconditions.
-    let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-    allowed_cpus().len() == 1 && online > 1
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    n.max(1) as usize
+}
+
+/// True when the calling thread may run on one CPU only (pinned: `-A`, a server's
+/// `server_affinity`, `serve -A`, `taskset`) and the machine has others online, where a
+/// peer on this host may run. Other threads may share that CPU (a test's other streams,
+/// a whole server pinned with `serve -A`); nothing here knows.
+pub fn pinned_to_one_cpu() -> bool {
+    allowed_cpus().len() == 1 && online_cpus() > 1
 }
 
 /// Reads what `sock` holds now, without waiting: `WouldBlock` when it holds nothing
@@ -744,18 +751,17 @@ mod tests {
         assert_eq!(after.sched_runtime, asked.1, "slice unchanged");
     }
 
-    /// A thread pinned to one CPU is alone on it when others are online; one that may
-    /// run on several is not.
+    /// A thread pinned to one CPU says so when others are online; one that may run on
+    /// several does not.
     #[test]
-    fn a_thread_pinned_to_one_cpu_of_several_is_alone() {
+    fn a_thread_pinned_to_one_cpu_of_several_says_so() {
         let cpus = super::allowed_cpus();
-        // SAFETY: sysconf(3) has no preconditions.
-        let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+        let online = super::online_cpus();
         let first = cpus[0];
         let (before, after) = std::thread::spawn(move || {
-            let before = super::pinned_alone();
+            let before = super::pinned_to_one_cpu();
             super::pin_thread(first).expect("pin");
-            (before, super::pinned_alone())
+            (before, super::pinned_to_one_cpu())
         })
         .join()
         .expect("thread");

@@ -241,6 +241,9 @@ pub struct StreamCounters {
     pub rcvbuf_drops: AtomicU64,
     /// UDP senders with backoff: how often they slowed down on an overflow report.
     pub backoff_cuts: AtomicU64,
+    /// TCP receivers pinned to a CPU: reads that polled and found data (they poll while
+    /// data flows fast; `tcp_data::SpinRead`).
+    pub polled_reads: AtomicU64,
     /// `--trace` samples of a TCP stream's socket, oldest first: handed over by its
     /// thread's tracer when the thread stops.
     pub trace: Mutex<Vec<flowlab_proto::trace::TraceSample>>,
