@@ -349,8 +349,6 @@ pub(crate) fn receive(
 
 /// How long a pinned receiver polls past the last data, µs ([`SpinRead`]).
 const SPIN_US: u64 = 50;
-/// The span over which [`SpinRead`] measures the rate and judges whether polling pays, µs.
-const SPIN_WINDOW_US: u64 = 10_000;
 /// How long polling rests after a span in which it did not pay, µs.
 const SPIN_REST_US: u64 = 100_000;
 
@@ -362,12 +360,12 @@ const SPIN_REST_US: u64 = 100_000;
 /// it sleeps is processed by the sender's CPU, the bottleneck. A reader that sleeps
 /// between reads therefore leaves the sender nearly all of it. So a receiving thread
 /// pinned to one CPU (with others online, where the sender may run) whose stream carried
-/// at least [`MIN_MARK`] per [`BATCH_SPAN_US`] over the last [`SPIN_WINDOW_US`] (about
+/// at least [`MIN_MARK`] per [`BATCH_SPAN_US`] over the last [`RATE_WINDOW_US`] (about
 /// 2.6 Gbit/s, as for [`WakeBatch`]) keeps reading without waiting (MSG_DONTWAIT) for
 /// [`SPIN_US`] past its last data, and only then sleeps in a blocking read; its CPU is
 /// busy while data flows fast, as a pinned thread's CPU is meant to be. Polling that does
 /// not pay — more than one spell of [`SPIN_US`] running out empty for every eight polls
-/// that found data, over [`SPIN_WINDOW_US`]: packets further apart than a spell — rests
+/// that found data, over [`RATE_WINDOW_US`]: packets further apart than a spell — rests
 /// for [`SPIN_REST_US`]. (A sender on the same CPU is not detected: there the polls
 /// mostly find data too. Measured in docs/PERFORMANCE.md, issue 14: `flowlab test -R -A
 /// 0,1` against `iperf3 -s`, 14 Gbit/s with batched wake-ups, 20 without, 38 polling.)
@@ -415,10 +413,10 @@ impl SpinRead {
             self.misses += 1;
         }
         let span = now_us.saturating_sub(self.window_start_us);
-        if span < SPIN_WINDOW_US {
+        if span < RATE_WINDOW_US {
             return;
         }
-        self.fast = self.bytes.saturating_mul(BATCH_SPAN_US) / span >= MIN_MARK as u64;
+        self.fast = fast_enough(self.bytes, span);
         if self.misses.saturating_mul(8) > self.hits {
             self.rest_until_us = now_us + SPIN_REST_US;
         }
@@ -436,8 +434,14 @@ const WAKE_SPAN_US: u64 = 100;
 /// Gbit/s): the most its bytes are counted late. Twice [`WAKE_SPAN_US`], so that a
 /// stream of several (`-P 8` on loopback, 3 Gbit/s each) is woken every other packet.
 const BATCH_SPAN_US: u64 = 2 * WAKE_SPAN_US;
-/// The span over which [`WakeBatch`] measures a stream's rate, µs.
+/// The span over which [`WakeBatch`] and [`SpinRead`] measure a stream's rate, µs.
 const RATE_WINDOW_US: u64 = 10_000;
+
+/// Whether `bytes` over `span_us` is a stream fast enough to batch or poll for: at least
+/// [`MIN_MARK`] in [`BATCH_SPAN_US`] (about 2.6 Gbit/s).
+fn fast_enough(bytes: u64, span_us: u64) -> bool {
+    span_us > 0 && bytes.saturating_mul(BATCH_SPAN_US) / span_us >= MIN_MARK as u64
+}
 /// No mark below one 64 KiB super-packet (GRO, loopback): it would batch nothing.
 const MIN_MARK: usize = 64 * 1024;
 /// The highest mark: more batches no more wake-ups away, and holds bytes longer.
@@ -497,14 +501,13 @@ impl WakeBatch {
         if span < RATE_WINDOW_US {
             return None;
         }
-        let per_us = |us: u64| (self.window_bytes.saturating_mul(us) / span) as usize;
-        let (eligible, carried) = (per_us(BATCH_SPAN_US), per_us(WAKE_SPAN_US));
-        self.restart(now_us);
-        let target = if eligible < MIN_MARK {
-            1
-        } else {
+        let carried = (self.window_bytes.saturating_mul(WAKE_SPAN_US) / span) as usize;
+        let target = if fast_enough(self.window_bytes, span) {
             carried.clamp(MIN_MARK, MAX_MARK)
+        } else {
+            1
         };
+        self.restart(now_us);
         // Hysteresis: a rate wobbling by a few per cent is not worth a system call.
         let moved = if target == 1 || self.mark == 1 {
             target != self.mark
@@ -739,7 +742,7 @@ mod tests {
     /// Feeds `p` a fast stream from `t` for one span: 128 KiB every 20 µs (52 Gbit/s),
     /// each found by a poll; the time after.
     fn fast_span(p: &mut SpinRead, mut t: u64) -> u64 {
-        let end = t + SPIN_WINDOW_US;
+        let end = t + RATE_WINDOW_US;
         while t <= end {
             p.after_read(128 * 1024, p.polls(t), t);
             t += 20;
@@ -776,7 +779,7 @@ mod tests {
     fn a_slow_stream_is_not_polled() {
         let mut p = SpinRead::new(0);
         let mut t = 0;
-        while t < 5 * SPIN_WINDOW_US {
+        while t < 5 * RATE_WINDOW_US {
             p.after_read(65_536, false, t);
             assert!(!p.polls(t), "at {t} µs");
             t += 500;
@@ -790,14 +793,14 @@ mod tests {
         // One span's reads of 512 KiB, `hits` found by polls and the rest by blocking
         // reads, then one spell running out; returns the time after the span's judgement.
         fn span(p: &mut SpinRead, t: u64, hits: u64, blocking: u64) -> u64 {
-            let step = SPIN_WINDOW_US / (hits + blocking + 2);
+            let step = RATE_WINDOW_US / (hits + blocking + 2);
             let mut at = t;
             for i in 0..hits + blocking {
                 at += step;
                 p.after_read(512 * 1024, i < hits, at);
             }
             p.after_read(0, true, at + SPIN_US);
-            let end = t + SPIN_WINDOW_US;
+            let end = t + RATE_WINDOW_US;
             p.after_read(512 * 1024, false, end);
             end
         }

@@ -180,7 +180,7 @@ const QUEUE_EVERY: u64 = 4;
 fn read_overflow_reports(sock: &UdpSocket, b: &mut Backoff, now: Duration, sent_seq: u64) {
     let mut buf = [0u8; 64];
     loop {
-        match nix::sys::socket::recv(sock.as_raw_fd(), &mut buf, MsgFlags::MSG_DONTWAIT) {
+        match sock::recv_now(sock, &mut buf) {
             Ok(n) => {
                 if let Ok(o) = Overflow::decode(&buf[..n]) {
                     b.on_overflow(now, o.drops, o.seq, sent_seq);
@@ -188,7 +188,7 @@ fn read_overflow_reports(sock: &UdpSocket, b: &mut Backoff, now: Duration, sent_
                     b.on_queue_high(now, q.count, q.seq, sent_seq);
                 }
             }
-            Err(nix::Error::EINTR) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             // EAGAIN: nothing (more) waiting; ECONNREFUSED: a stale ICMP error.
             Err(_) => return,
         }

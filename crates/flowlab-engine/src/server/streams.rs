@@ -92,11 +92,7 @@ pub(super) fn collect_streams(
 /// Answers, without blocking, the handshakes waiting on a connected UDP stream socket.
 fn answer_repeated_handshakes(s: &UdpSocket) {
     let mut buf = [0u8; 64];
-    while let Ok(n) = nix::sys::socket::recv(
-        std::os::fd::AsRawFd::as_raw_fd(s),
-        &mut buf,
-        nix::sys::socket::MsgFlags::MSG_DONTWAIT,
-    ) {
+    while let Ok(n) = crate::sock::recv_now(s, &mut buf) {
         if let Some(reply) = handshake_reply(&buf[..n]) {
             let _ = s.send(&reply);
         }
