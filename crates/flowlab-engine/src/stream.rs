@@ -241,8 +241,9 @@ pub struct StreamCounters {
     pub rcvbuf_drops: AtomicU64,
     /// UDP senders with backoff: how often they slowed down on an overflow report.
     pub backoff_cuts: AtomicU64,
-    /// TCP receivers pinned to a CPU: reads that polled and found data (they poll while
-    /// data flows fast; `tcp_data::SpinRead`).
+    /// Receivers pinned to a CPU: reads made without waiting that found data (TCP's poll
+    /// while data flows fast, `tcp_data::SpinRead`; UDP's nap between batches,
+    /// `udp_data::NapRead`).
     pub polled_reads: AtomicU64,
     /// `--trace` samples of a TCP stream's socket, oldest first: handed over by its
     /// thread's tracer when the thread stops.

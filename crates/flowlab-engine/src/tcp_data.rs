@@ -434,12 +434,13 @@ const WAKE_SPAN_US: u64 = 100;
 /// Gbit/s): the most its bytes are counted late. Twice [`WAKE_SPAN_US`], so that a
 /// stream of several (`-P 8` on loopback, 3 Gbit/s each) is woken every other packet.
 const BATCH_SPAN_US: u64 = 2 * WAKE_SPAN_US;
-/// The span over which [`WakeBatch`] and [`SpinRead`] measure a stream's rate, µs.
-const RATE_WINDOW_US: u64 = 10_000;
+/// The span over which [`WakeBatch`] and [`SpinRead`] (and UDP's `NapRead`) measure a
+/// stream's rate, µs.
+pub(crate) const RATE_WINDOW_US: u64 = 10_000;
 
 /// Whether `bytes` over `span_us` is a stream fast enough to batch or poll for: at least
 /// [`MIN_MARK`] in [`BATCH_SPAN_US`] (about 2.6 Gbit/s).
-fn fast_enough(bytes: u64, span_us: u64) -> bool {
+pub(crate) fn fast_enough(bytes: u64, span_us: u64) -> bool {
     span_us > 0 && bytes.saturating_mul(BATCH_SPAN_US) / span_us >= MIN_MARK as u64
 }
 /// No mark below one 64 KiB super-packet (GRO, loopback): it would batch nothing.

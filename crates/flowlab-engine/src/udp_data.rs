@@ -19,7 +19,7 @@ use crate::buf::PageBuf;
 use crate::pacing::{Backoff, Pacer, QueueWatch};
 use crate::sock;
 use crate::stream::{DataConfig, Drain, POLL, StreamCounters, TestControl, is_timeout};
-use crate::tcp_data::payload;
+use crate::tcp_data::{RATE_WINDOW_US, fast_enough, payload};
 use crate::udp_stats::{UdpReceiverStats, Verdict};
 
 /// Most datagrams one GSO send carries (the kernel's UDP_MAX_SEGMENTS is 64 or more).
@@ -337,14 +337,19 @@ pub(crate) fn receive(
     let mut buf = PageBuf::zeroed(1 << 17);
     let mut cmsg_space = nix::cmsg_space!(i32, u32);
     let mut drain = Drain::default();
+    // A fast stream at full speed into a thread pinned to a CPU is read in batches, not
+    // woken per datagram batch; paced tests never nap (their jitter would show it).
+    let mut nap = (!stop_and_wait && cfg.rate_bps == 0 && sock::pinned_to_one_cpu())
+        .then(|| NapRead::new(ctl.elapsed_us()));
     loop {
         let mut iov = [IoSliceMut::new(&mut buf)];
-        let got = match recvmsg::<()>(
-            sock.as_raw_fd(),
-            &mut iov,
-            Some(&mut cmsg_space),
-            MsgFlags::empty(),
-        ) {
+        let without_waiting = nap.as_ref().is_some_and(|n| !n.blocks());
+        let flags = if without_waiting {
+            MsgFlags::MSG_DONTWAIT
+        } else {
+            MsgFlags::empty()
+        };
+        let got = match recvmsg::<()>(sock.as_raw_fd(), &mut iov, Some(&mut cmsg_space), flags) {
             Ok(msg) => {
                 let mut seg = msg.bytes;
                 if let Ok(cmsgs) = msg.cmsgs() {
@@ -365,6 +370,15 @@ pub(crate) fn receive(
             Err(nix::Error::EAGAIN | nix::Error::EINTR | nix::Error::ECONNREFUSED) => None,
             Err(e) => return Err(e.into()),
         };
+        if let Some(n) = nap.as_mut() {
+            let bytes = got.map_or(0, |(bytes, _)| bytes);
+            if without_waiting && bytes > 0 {
+                c.polled_reads.fetch_add(1, Ordering::Relaxed);
+            }
+            if n.after_read(bytes, ctl.elapsed_us()) {
+                std::thread::sleep(Duration::from_micros(NAP_US));
+            }
+        }
         if let Some((n, _)) = got.filter(|&(n, _)| n == CONNECT_MSG.len()) {
             // The client missed our handshake reply and asks again (a datagram this short
             // is never data: the header alone is 12 bytes).
@@ -408,6 +422,76 @@ pub(crate) fn receive(
         if drain.done(ctl, ours > 0, false) {
             return Ok(());
         }
+    }
+}
+
+/// How long a pinned UDP receiver sleeps when it finds its queue empty, µs ([`NapRead`]).
+const NAP_US: u64 = 50;
+
+/// Reads a fast UDP stream at full speed into a thread pinned to a CPU in batches.
+///
+/// A receiver asleep in `recvmsg` is woken by every batch of datagrams its sender
+/// queues, and (with its short scheduling slice) preempts whatever runs there to read two
+/// or three of them: the wake-ups, not the copies, are most of its cost. So a receiving
+/// thread pinned to one CPU (with others online), of a test at full speed (`-b 0`), whose
+/// stream carried at least 2.6 Gbit/s over the last [`RATE_WINDOW_US`] (as TCP's
+/// batching asks, `tcp_data::fast_enough`) reads without waiting while datagrams are
+/// there; when it finds none it sleeps [`NAP_US`] once, and only if there are still none
+/// does it wait in a blocking read. Paced tests (`-b RATE`) never nap: a datagram read up
+/// to [`NAP_US`] late would add to the jitter they report. Unpinned receivers do not
+/// either: there senders overrun them. (Measured in docs/PERFORMANCE.md, issue 14, "a
+/// pinned UDP receiver naps".)
+#[derive(Debug)]
+struct NapRead {
+    /// The last read found nothing after a nap: the next one waits.
+    napped: bool,
+    /// The next read waits for data.
+    waiting: bool,
+    /// Whether the last span's rate was fast enough to nap for.
+    fast: bool,
+    window_start_us: u64,
+    bytes: u64,
+}
+
+impl NapRead {
+    fn new(now_us: u64) -> Self {
+        NapRead {
+            napped: false,
+            waiting: true,
+            fast: false,
+            window_start_us: now_us,
+            bytes: 0,
+        }
+    }
+
+    /// Whether the next read waits for data.
+    fn blocks(&self) -> bool {
+        self.waiting || !self.fast
+    }
+
+    /// Called after each read: `got` bytes (0: none, or a timeout) at `now_us`; true when
+    /// the receiver should nap now.
+    fn after_read(&mut self, got: usize, now_us: u64) -> bool {
+        self.bytes += got as u64;
+        let span = now_us.saturating_sub(self.window_start_us);
+        if span >= RATE_WINDOW_US {
+            self.fast = fast_enough(self.bytes, span);
+            self.window_start_us = now_us;
+            self.bytes = 0;
+        }
+        if got > 0 {
+            (self.napped, self.waiting) = (false, false);
+            return false;
+        }
+        if self.waiting || !self.fast {
+            return false; // a blocking read's timeout
+        }
+        if self.napped {
+            (self.napped, self.waiting) = (false, true);
+            return false;
+        }
+        self.napped = true;
+        true
     }
 }
 
@@ -539,6 +623,150 @@ mod tests {
             (_, inherited) => inherited,
         };
         assert_eq!(slice, want);
+    }
+
+    /// Feeds `p` 64 KiB every 100 µs (about 5 Gbit/s) for one rate window from `t`;
+    /// returns the time after it.
+    fn fast_window(p: &mut NapRead, mut t: u64) -> u64 {
+        let end = t + RATE_WINDOW_US;
+        while t <= end {
+            assert!(!p.after_read(64 * 1024, t), "no nap after data");
+            t += 100;
+        }
+        t
+    }
+
+    /// A receiver naps only for a stream of 2.6 Gbit/s and up: slower, every read waits.
+    #[test]
+    fn a_slow_stream_is_never_read_with_naps() {
+        let mut p = NapRead::new(0);
+        assert!(p.blocks(), "waits until a window was fast");
+        let mut t = 0;
+        // 8 KiB every 100 µs: about 0.66 Gbit/s, for three windows.
+        while t < 3 * RATE_WINDOW_US {
+            assert!(!p.after_read(8 * 1024, t));
+            assert!(p.blocks(), "at {t} µs");
+            assert!(!p.after_read(0, t + 1), "no nap at {t} µs");
+            t += 100;
+        }
+    }
+
+    /// Fast: reads go on without waiting while data is there; the first read that finds
+    /// none naps, the next that finds none waits, and data ends the wait.
+    #[test]
+    fn a_fast_receiver_naps_once_then_waits() {
+        let mut p = NapRead::new(0);
+        let t = fast_window(&mut p, 0);
+        assert!(!p.after_read(64 * 1024, t));
+        assert!(!p.blocks(), "data there: the next read does not wait");
+        assert!(p.after_read(0, t + 10), "an empty queue: nap");
+        assert!(!p.blocks(), "after the nap, a look without waiting");
+        assert!(!p.after_read(0, t + 70), "empty again: no second nap");
+        assert!(p.blocks(), "then a read that waits");
+        assert!(!p.after_read(0, t + 80), "its timeout is no reason to nap");
+        assert!(!p.after_read(1460, t + 90));
+        assert!(!p.blocks(), "data again: reads without waiting");
+        assert!(p.after_read(0, t + 95), "and the next empty queue naps");
+    }
+
+    /// A window below the rate turns napping off until a fast one.
+    #[test]
+    fn napping_stops_when_the_stream_slows() {
+        let mut p = NapRead::new(0);
+        let t = fast_window(&mut p, 0);
+        // A slow window: one datagram, then the window closes.
+        assert!(!p.after_read(1460, t + 10));
+        assert!(!p.after_read(1460, t + RATE_WINDOW_US + 10));
+        assert!(p.blocks(), "a slow window: reads wait");
+        assert!(!p.after_read(0, t + RATE_WINDOW_US + 20), "no nap");
+        let t = fast_window(&mut p, t + RATE_WINDOW_US + 30);
+        assert!(!p.after_read(64 * 1024, t));
+        assert!(!p.blocks(), "fast again");
+    }
+
+    /// A receiving thread pinned to one CPU naps between batches of a fast stream at full
+    /// speed (it reads without waiting and finds data), and ends when told; the same
+    /// stream into a receiver of a paced test never does.
+    #[test]
+    fn a_pinned_receiver_at_full_speed_naps_and_a_paced_one_does_not() {
+        let cpus = sock::allowed_cpus();
+        let online = sock::online_cpus();
+        if online < 2 {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI must have two CPUs or more"
+            );
+            eprintln!("skipped: one CPU online, so no receiver naps");
+            return;
+        }
+        let cpu = *cpus.last().expect("a CPU");
+        for rate_bps in [0, 1_000_000_000] {
+            let (sock, peer) = connected_pair();
+            let _ = socket2::SockRef::from(&sock).set_recv_buffer_size(8 << 20);
+            let ctl = TestControl::new(Budget::Unbounded);
+            let c = std::sync::Arc::new(StreamCounters::default());
+            let (done_tx, done_rx) = std::sync::mpsc::channel();
+            {
+                let (ctl, c) = (ctl.clone(), c.clone());
+                std::thread::spawn(move || {
+                    sock::pin_thread(cpu).expect("pin");
+                    let pinned = sock::pinned_to_one_cpu();
+                    let cfg = DataConfig {
+                        len: 8192,
+                        rate_bps,
+                        affinity: Some(cpu),
+                        ..config(Mode::Streaming)
+                    };
+                    let r = receive(&sock, &cfg, &ctl, &c, Vec::new());
+                    let _ = done_tx.send((r, pinned));
+                });
+            }
+            // 8 KiB datagrams for 300 ms, as fast as one thread sends them (64 KiB every
+            // 200 µs is 2.6 Gbit/s, eight sends), with a pause now and then for the
+            // queue to run dry.
+            let mut datagram = vec![0u8; 8192];
+            let (mut seq, mut sent) = (0u64, 0u64);
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_millis(300) {
+                for _ in 0..256 {
+                    seq += 1;
+                    stamp(&mut datagram, seq, 0, true);
+                    if peer.send(&datagram).is_ok() {
+                        sent += datagram.len() as u64;
+                    }
+                }
+                std::thread::sleep(Duration::from_micros(300));
+            }
+            // Until the count stops growing (a datagram the socket dropped is never
+            // read), then stop.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let mut last = u64::MAX;
+            while Instant::now() < deadline {
+                let now = c.bytes.load(Ordering::Relaxed);
+                if now == last {
+                    break;
+                }
+                last = now;
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            ctl.cut();
+            // Bounded: a receiver that never ends fails the test, not the suite.
+            let (result, pinned) = done_rx
+                .recv_timeout(Duration::from_secs(60))
+                .expect("the receiver ends within 60 s");
+            result.expect("received");
+            assert!(pinned, "pinned to CPU {cpu} of {online}");
+            let (bytes, polled) = (
+                c.bytes.load(Ordering::Relaxed),
+                c.polled_reads.load(Ordering::Relaxed),
+            );
+            assert!(bytes > 0 && bytes <= sent, "{bytes} of {sent} bytes");
+            if rate_bps == 0 {
+                assert!(polled > 0, "a fast stream at full speed: read between naps");
+            } else {
+                assert_eq!(polled, 0, "a paced test's receiver never naps");
+            }
+        }
     }
 
     /// Three messages to a peer that ignores the first copy of the second: the sender
