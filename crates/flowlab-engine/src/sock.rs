@@ -582,6 +582,15 @@ pub fn cpu_list(cpus: &[usize]) -> String {
     parts.join(", ")
 }
 
+/// Sets `sock`'s receive buffer to `bytes` past `net.core.rmem_max` (SO_RCVBUFFORCE,
+/// which needs CAP_NET_ADMIN, as CI has); false when refused. For tests that need a
+/// buffer of a known size whatever the host's sysctls.
+#[cfg(test)]
+pub(crate) fn force_recv_buffer(sock: &impl AsRawFd, bytes: usize) -> bool {
+    libc::c_int::try_from(bytes)
+        .is_ok_and(|b| set_raw(sock, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &b).is_ok())
+}
+
 /// Pins the calling thread to `cpu` (`-A`).
 pub fn pin_thread(cpu: usize) -> io::Result<()> {
     use nix::sched::{CpuSet, sched_setaffinity};

@@ -923,17 +923,7 @@ mod tests {
         }
         // A buffer with room for a mark: forced past net.core.rmem_max where allowed (root,
         // as CI), else as big as that lets it be.
-        let big: libc::c_int = 2 << 20;
-        // SAFETY: the fd is open; `big` is a live int of the size given.
-        let forced = unsafe {
-            libc::setsockopt(
-                std::os::fd::AsRawFd::as_raw_fd(&rx),
-                libc::SOL_SOCKET,
-                libc::SO_RCVBUFFORCE,
-                (&big as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        } == 0;
+        let forced = crate::sock::force_recv_buffer(&rx, 2 << 20);
         if !forced {
             socket2::SockRef::from(&rx)
                 .set_recv_buffer_size(2 << 20)
