@@ -582,6 +582,22 @@ pub fn cpu_list(cpus: &[usize]) -> String {
     parts.join(", ")
 }
 
+/// For tests of a pinned thread: the CPU to pin to (the last this process may use) when
+/// others are online too, else `None` after saying why the test is skipped; CI must have
+/// two CPUs or more.
+#[cfg(test)]
+pub(crate) fn cpu_to_pin_or_skip(what: &str) -> Option<usize> {
+    if online_cpus() < 2 {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must have two CPUs or more"
+        );
+        eprintln!("skipped: one CPU online, so {what}");
+        return None;
+    }
+    allowed_cpus().last().copied()
+}
+
 /// Sets `sock`'s receive buffer to `bytes` past `net.core.rmem_max` (SO_RCVBUFFORCE,
 /// which needs CAP_NET_ADMIN, as CI has); false when refused. For tests that need a
 /// buffer of a known size whatever the host's sysctls.
