@@ -338,10 +338,18 @@ fn check(args: &[&str]) -> (serde_json::Value, String) {
 /// and depends on when its losses come (h1–h9 once 0.71 of its rate over 10 s in CI):
 /// no floor is asserted, but a shortfall is allowed only where `check` says it is the
 /// shallow queue's, in so many words, and no path may carry more than its rate.
-fn assert_seed_paths(doc: &serde_json::Value, seed: &[(&str, &str, f64, f64)], cc: &str) {
+/// Judges a `net check` document of seed 001's paths; `judged_bps` is each path's rate to
+/// hold against its floor (the median over the checks taken, [`portfolio_fidelity`]).
+fn assert_seed_paths(
+    doc: &serde_json::Value,
+    seed: &[(&str, &str, f64, f64)],
+    cc: &str,
+    judged_bps: &[f64],
+) {
     let paths = doc["paths"].as_array().expect("paths");
     assert_eq!(paths.len(), seed.len());
-    for (p, &(from, to, rtt, rate)) in paths.iter().zip(seed) {
+    assert_eq!(judged_bps.len(), seed.len());
+    for ((p, &(from, to, rtt, rate)), &judged) in paths.iter().zip(seed).zip(judged_bps) {
         assert_eq!(
             (p["from"].as_str(), p["to"].as_str()),
             (Some(from), Some(to))
@@ -355,12 +363,13 @@ fn assert_seed_paths(doc: &serde_json::Value, seed: &[(&str, &str, f64, f64)], c
         );
         let bps = p["measured_bps"].as_f64().expect("rate");
         let shortfall_allowed = cc == "cubic" || (from, to) == ("h1", "h9");
-        let low = match (cc, from, to) {
-            ("cubic", ..) => 0.0,
-            (_, "h1", "h9") => 0.75,
-            _ => 0.90,
-        } * rate;
-        assert!((low..=1.02 * rate).contains(&bps), "{cc}: {p}");
+        // Above the rate in no check; below the floor not in the checks' median.
+        assert!(bps <= 1.02 * rate, "{cc}: {p}");
+        let low = rate_floor(cc, from, to) * rate;
+        assert!(
+            judged >= low,
+            "{cc} {from}-{to}: median {judged} bit/s: {p}"
+        );
         // The queue bound holds for the 95th percentile; the highest echo alone can be
         // held up by the host's scheduling (see docs/net.md), so it is only reported.
         let loaded = p["loaded_rtt_p95_ms"].as_f64().expect("loaded RTT");
@@ -416,11 +425,38 @@ const SEED_001: &[(&str, &str, f64, f64)] = &[
     ("h7", "h9", 60.0, 20e6),
 ];
 
+/// The least share of its rate a path of seed 001 carries with `cc`. Cubic: none (a
+/// loss-based sender may not fill a path whose queue is short of its BDP, and the check
+/// says so). BBR v1 paces at the rate it measures, but probes each eighth round trip with
+/// a quarter of a BDP more, so where the bottleneck queue is shallower than that (L3's 16
+/// packets: h7–h9 0.16 of its BDP, h1–h9 0.12) it loses some of each probe: h1–h9, whose
+/// sender also sees the most loss-prone start, is held to 0.75.
+fn rate_floor(cc: &str, from: &str, to: &str) -> f64 {
+    match (cc, from, to) {
+        ("cubic", ..) => 0.0,
+        (_, "h1", "h9") => 0.75,
+        _ => 0.90,
+    }
+}
+
 /// A check is taken again when a path missed its bounds while the hypervisor took this
-/// share of the CPU (percent) or more …
+/// share of the CPU (percent) or more, or when a path's rate, as the median over the
+/// checks taken, is below its floor …
 const STOLEN: f64 = 10.0;
 /// … up to this many checks in all.
 const STOLEN_ATTEMPTS: u32 = 3;
+
+/// The median of `xs` (the mean of the middle two for an even count).
+fn median_of(xs: &[f64]) -> f64 {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
 
 /// The highest share of the CPU stolen during any path's load of a `net check` document.
 fn most_stolen(doc: &serde_json::Value) -> f64 {
@@ -445,6 +481,12 @@ fn portfolio_fidelity(backend: &str) {
         // over the queue bound) and bbr's pacing, which does not make up lost time
         // (86 % of r2–r3's rate with 29 % stolen on the development VM). Such a check is
         // taken again, at most twice; the last one is judged whatever its steal.
+        // A path's rate over three seconds varies from check to check: bbr's h7–h9, in
+        // twelve checks on the development VM, 0.905–0.970 of its rate, four of them
+        // 0.905–0.917, and once in a CI-like run 0.897 (docs/net.md). So the floor is
+        // held against the median of the checks taken, and a rate below it asks for
+        // another check (three at most: a path short in two of them fails).
+        let mut rates: Vec<Vec<f64>> = vec![Vec::new(); SEED_001.len()];
         for attempt in 1..=STOLEN_ATTEMPTS {
             let (doc, stderr) = check(&[
                 portfolio,
@@ -466,13 +508,28 @@ fn portfolio_fidelity(backend: &str) {
                     .all(|p| p["congestion"] == cc),
                 "{stderr}"
             );
-            let judged = std::panic::catch_unwind(|| assert_seed_paths(&doc, SEED_001, cc));
+            let paths = doc["paths"].as_array().expect("paths");
+            for (all, p) in rates.iter_mut().zip(paths) {
+                all.push(p["measured_bps"].as_f64().expect("rate"));
+            }
+            let judged_bps: Vec<f64> = rates.iter().map(|r| median_of(r)).collect();
+            let short = SEED_001
+                .iter()
+                .zip(&judged_bps)
+                .any(|(&(from, to, _, rate), &bps)| bps < rate_floor(cc, from, to) * rate);
+            let judged = std::panic::catch_unwind(|| {
+                assert_seed_paths(&doc, SEED_001, cc, &judged_bps);
+            });
             let stolen = most_stolen(&doc);
             match judged {
                 Ok(()) => break,
                 Err(_) if attempt < STOLEN_ATTEMPTS && stolen >= STOLEN => eprintln!(
                     "{cc}: a path missed its bounds while the hypervisor took up to \
                      {stolen:.0} % of the CPU: checked again"
+                ),
+                Err(_) if attempt < STOLEN_ATTEMPTS && short => eprintln!(
+                    "{cc}: a path's median rate over {attempt} check(s) is below its \
+                     floor: checked again"
                 ),
                 Err(e) => std::panic::resume_unwind(e),
             }
