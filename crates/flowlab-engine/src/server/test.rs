@@ -57,11 +57,12 @@ impl TestError {
 }
 
 /// The flowlab extensions this server has (told to flowlab clients in its hello).
-const FEATURES: [&str; 6] = [
+const FEATURES: [&str; 7] = [
     feature::STOP_AND_WAIT,
     feature::EXACT_BYTES,
     feature::CLEAN_CLOSE,
     feature::UDP_BACKOFF,
+    feature::UDP_WINDOW,
     feature::TRACE,
     feature::RECEIVER_TUNING,
 ];
@@ -322,6 +323,9 @@ fn data_config(params: &TestParams, proto: Protocol) -> DataConfig {
         close_when_done: true,
         drain_to_eof: is_flowlab(params),
         backoff: params.flowlab.as_ref().is_some_and(|f| f.udp_backoff)
+            && mode == Mode::Streaming
+            && params.bandwidth == 0,
+        window: params.flowlab.as_ref().is_some_and(|f| f.udp_window)
             && mode == Mode::Streaming
             && params.bandwidth == 0,
         trace: params
