@@ -286,15 +286,21 @@ impl Backoff {
 }
 
 /// Datagrams of `len` bytes an unlimited-rate UDP sender may have unread before its
-/// receiver's first progress report (which gives the receiver's own window): 16 KiB of
-/// them, at most 8, at least one, so that even a buffer at the kernel's least (4.6 KB
-/// per datagram) is not overrun at the start.
+/// receiver's first progress report (which gives the receiver's own window), and what a
+/// wait for a report that ran out lets go: 16 KiB of them, at most 8, at least one (a
+/// small buffer's worth: the kernel's default gives 416 KiB).
 pub fn first_window(len: usize) -> u64 {
     (16 * 1024 / len.max(1)).clamp(1, 8) as u64
 }
-/// How long a sender held back by its receiver's window waits for a progress report
-/// before it lets one more window go (the reports may be lost on a lossy path).
+/// How long a sender held back by its receiver's window waits for a progress report, at
+/// least, before it lets a few more datagrams go ([`first_window`]; a report may be lost
+/// on a lossy path): this or twice the least round trip, whichever is longer …
 pub const WINDOW_WAIT: Duration = Duration::from_millis(10);
+/// … but never longer than this.
+pub const WINDOW_WAIT_MAX: Duration = Duration::from_secs(1);
+/// The largest window a report may give, datagrams (a receive buffer of 2 GiB as the
+/// kernel counts it, at the least truesize): more is not a window but a broken report.
+pub const MAX_WINDOW: u64 = 1 << 21;
 /// Delivery-rate samples [`ReceiverWindow`] keeps: the allowance for the path follows the
 /// highest of the last few.
 const RATE_SAMPLES: usize = 8;
@@ -337,6 +343,11 @@ pub struct ReceiverWindow {
     read: u64,
     /// Datagrams the receiver can hold beyond `read`.
     window: u64,
+    /// Waits that ran out let the sender go up to this sequence number, whatever the
+    /// reports say (a probe of [`first_window`] datagrams each).
+    released: u64,
+    /// What a wait that ran out lets go, datagrams.
+    probe: u64,
     /// Least round trip seen: a datagram's send stamp to the report that echoed it.
     rtt_min_us: Option<u64>,
     /// Start of the current delivery-rate sample: (time, `read` then).
@@ -352,6 +363,8 @@ impl ReceiverWindow {
         ReceiverWindow {
             read: 0,
             window: first_window(len),
+            released: 0,
+            probe: first_window(len),
             rtt_min_us: None,
             sample_from: None,
             rates: [0.0; RATE_SAMPLES],
@@ -360,10 +373,15 @@ impl ReceiverWindow {
     }
 
     /// The receiver has read up to `seq`, last a datagram stamped `sent_us`, and can hold
-    /// `window` datagrams more; `now_us` is when this sender learnt it.
-    pub fn on_progress(&mut self, now_us: u64, seq: u64, sent_us: u64, window: u64) {
+    /// `window` datagrams more; `now_us` is when this sender learnt it, having sent up to
+    /// `sent`. A report of datagrams not sent yet is not the receiver's (forged, or of
+    /// another test) and is ignored; a window past [`MAX_WINDOW`] is taken as that.
+    pub fn on_progress(&mut self, now_us: u64, seq: u64, sent_us: u64, window: u64, sent: u64) {
+        if seq > sent {
+            return;
+        }
         self.read = self.read.max(seq);
-        self.window = window.max(1);
+        self.window = window.clamp(1, MAX_WINDOW);
         if let Some(rtt) = now_us.checked_sub(sent_us) {
             self.rtt_min_us = Some(self.rtt_min_us.map_or(rtt, |m| m.min(rtt)));
         }
@@ -382,7 +400,18 @@ impl ReceiverWindow {
 
     /// Datagrams this sender may send now, having sent up to sequence number `sent`.
     pub fn room(&self, sent: u64) -> u64 {
-        (self.read + self.window + self.path_allowance()).saturating_sub(sent)
+        self.read
+            .saturating_add(self.window)
+            .saturating_add(self.path_allowance())
+            .max(self.released)
+            .saturating_sub(sent)
+    }
+
+    /// How long to wait for a report while held: [`WINDOW_WAIT`] or twice the least round
+    /// trip (a report cannot come sooner), at most [`WINDOW_WAIT_MAX`].
+    pub fn wait(&self) -> Duration {
+        let rtts = Duration::from_micros(self.rtt_min_us.unwrap_or(0).saturating_mul(2));
+        rtts.clamp(WINDOW_WAIT, WINDOW_WAIT_MAX)
     }
 
     /// What the path itself holds: twice the highest recent delivery rate over the least
@@ -392,10 +421,12 @@ impl ReceiverWindow {
         (2.0 * rate * self.rtt_min_us.unwrap_or(0) as f64) as u64
     }
 
-    /// No report came for [`WINDOW_WAIT`] while the window held this sender at `sent`:
-    /// lets one more window go.
+    /// The wait ([`Self::wait`]) ran out with this sender held at `sent`: lets a probe of
+    /// [`first_window`] datagrams go (as TCP probes a zero window), not a whole window: a
+    /// receiver that has not run for that long must not be flooded. What the reports said
+    /// (progress, rate) is kept apart.
     pub fn timed_out(&mut self, sent: u64) {
-        self.read = self.read.max(sent);
+        self.released = sent.saturating_add(self.probe);
     }
 }
 
@@ -642,17 +673,43 @@ mod tests {
         assert_eq!(w.room(0), 8);
         assert_eq!(w.room(8), 0);
         assert_eq!(ReceiverWindow::new(65_000).room(0), 1);
+        assert_eq!(w.wait(), WINDOW_WAIT);
         // Read up to 50 of 64, room for 1000 more: 986 may go (no rate measured yet, so
         // nothing for the path).
-        w.on_progress(100, 50, 90, 1000);
+        w.on_progress(100, 50, 90, 1000, 64);
         assert_eq!(w.room(64), 986);
         assert_eq!(w.room(1050), 0);
         // A report about older datagrams (reordered) does not take the progress back.
-        w.on_progress(120, 40, 95, 1000);
+        w.on_progress(120, 40, 95, 1000, 64);
         assert_eq!(w.room(64), 986);
-        // No report while held: after the wait one more window goes.
+        // No report while held: after the wait a probe of the first window goes, no more.
         w.timed_out(1050);
-        assert_eq!(w.room(1050), 1000);
+        assert_eq!(w.room(1050), 8);
+        assert_eq!(w.room(1058), 0);
+        // The next report counts from what was read, probes or not.
+        w.on_progress(200, 1058, 150, 1000, 1058);
+        assert_eq!(w.room(1058), 1000);
+    }
+
+    /// Reports of datagrams not sent yet (forged, stray) are ignored; a window past any
+    /// buffer is capped; nothing overflows.
+    #[test]
+    fn a_window_ignores_reports_it_cannot_believe() {
+        let mut w = ReceiverWindow::new(1460);
+        w.on_progress(100, u64::MAX, 0, u64::MAX, 8);
+        assert_eq!(
+            w.room(8),
+            0,
+            "a report of unsent datagrams moved the window"
+        );
+        w.on_progress(100, 8, 0, u64::MAX, 8);
+        assert_eq!(w.room(8), MAX_WINDOW);
+        w.on_progress(u64::MAX, 8, 0, u64::MAX, 8);
+        assert_eq!(w.room(u64::MAX), 0);
+        // A round trip of 10 s waits at most 1 s.
+        let mut far = ReceiverWindow::new(1460);
+        far.on_progress(10_000_000, 1, 0, 10, 8);
+        assert_eq!(far.wait(), WINDOW_WAIT_MAX);
     }
 
     #[test]
@@ -662,18 +719,48 @@ mod tests {
         let mut w = ReceiverWindow::new(1460);
         for k in 0..=20u64 {
             let now = 10_000 + k * 1_000;
-            w.on_progress(now, k * 1_000, now - 10_000, 100);
+            w.on_progress(now, k * 1_000, now - 10_000, 100, k * 1_000 + 10_000);
         }
         // Samples span the least round trip (10 ms): one datagram a µs; the path holds
         // twice 10 000 datagrams beside the receiver's 100.
         assert_eq!(w.room(20_000), 100 + 20_000);
+        // A report cannot come back sooner than a round trip: waits are two of them.
+        assert_eq!(w.wait(), Duration::from_millis(20));
         // A short path (loopback: a 12 µs round trip) adds little to the window.
         let mut l = ReceiverWindow::new(1460);
         for k in 0..=5u64 {
             let now = 12 + k * 1_000;
-            l.on_progress(now, k * 3_000, now - 12, 1365);
+            l.on_progress(now, k * 3_000, now - 12, 1365, k * 3_000 + 100);
         }
         assert_eq!(l.room(15_000), 1365 + 72);
+    }
+
+    /// On a path of 60 ms, the first report comes after the waits have run out several
+    /// times: the probes they let go are not taken for the receiver's progress, so the
+    /// delivery rate and the path's share are the receiver's, not the timer's.
+    #[test]
+    fn probes_on_a_long_path_do_not_inflate_the_window() {
+        let mut w = ReceiverWindow::new(1460);
+        let mut sent = 0u64;
+        // 60 ms without a report: six waits of 10 ms run out, eight datagrams each.
+        for _ in 0..6 {
+            sent += w.room(sent);
+            assert_eq!(w.room(sent), 0);
+            w.timed_out(sent);
+        }
+        sent += w.room(sent);
+        assert_eq!(sent, 56);
+        // Then the receiver reads one datagram a µs, reports every ms what it read 60 ms
+        // after it was sent, and the sender keeps its window full.
+        for k in 0..=130u64 {
+            let now = 60_000 + k * 1_000;
+            w.on_progress(now, 8 + k * 1_000, now - 60_000, 1000, sent);
+            sent += w.room(sent);
+        }
+        // Rate samples span the least round trip: two of them so far, one datagram a µs
+        // each. Twice that over 60 ms beside the window: not more.
+        assert_eq!(w.room(130_008), 1000 + 120_000);
+        assert_eq!(w.wait(), Duration::from_millis(120));
     }
 
     #[test]

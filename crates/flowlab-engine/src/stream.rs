@@ -246,8 +246,8 @@ pub struct StreamCounters {
     /// UDP senders with backoff: how often they slowed down on an overflow report.
     pub backoff_cuts: AtomicU64,
     /// UDP senders with a receiver window: how often they waited for the receiver's
-    /// progress, and how many of those waits ended without a report (counted for the
-    /// tests and the debug log; not reported).
+    /// progress, and how many of those waits ran out before a report let them go on
+    /// (counted for the tests and the debug log; not reported).
     pub window_waits: AtomicU64,
     pub window_timeouts: AtomicU64,
     /// Receivers pinned to a CPU: reads made without waiting that found data (TCP's poll

@@ -169,9 +169,10 @@ impl QueueHigh {
 }
 
 /// flowlab receiver progress, the flow control of an unlimited-rate UDP sender: the
-/// receiver has read up to sequence number `seq` (the highest so far), the datagram it
-/// read last was stamped `sent_us` by its sender (echoed, so the sender measures the
-/// round trip on its own clock), and it can hold `window` datagrams beyond `seq`. Sent
+/// highest sequence number in the read this reports is `seq` (the sender keeps the
+/// highest it heard), that datagram was stamped `sent_us` by its sender (echoed, so the
+/// sender measures the round trip on its own clock), and the receiver can hold `window`
+/// datagrams beyond what it read. Sent
 /// every few datagrams read, if both ends negotiated
 /// [`crate::hello::feature::UDP_WINDOW`]; the sender keeps no more than the window (and
 /// what the path itself holds) unread (the engine's `ReceiverWindow`).

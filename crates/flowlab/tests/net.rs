@@ -328,7 +328,9 @@ fn check(args: &[&str]) -> (serde_json::Value, String) {
 }
 
 /// Issue 5's fidelity bounds on every path of a `net check` document, and the values the
-/// seed's tables give (from, to, RTT ms, bottleneck bit/s), for a load under `cc`.
+/// seed's tables give (from, to, RTT ms, bottleneck bit/s), for a load under `cc`;
+/// `judged_bps` is each path's rate to hold against its floor (the median over the checks
+/// taken, [`portfolio_fidelity`]).
 ///
 /// Every queue of the seed holds less than its path's bandwidth-delay product (0.12 to
 /// 0.51 of it), which a loss-based sender needs to keep the link busy after it backs off.
@@ -338,8 +340,6 @@ fn check(args: &[&str]) -> (serde_json::Value, String) {
 /// and depends on when its losses come (h1–h9 once 0.71 of its rate over 10 s in CI):
 /// no floor is asserted, but a shortfall is allowed only where `check` says it is the
 /// shallow queue's, in so many words, and no path may carry more than its rate.
-/// Judges a `net check` document of seed 001's paths; `judged_bps` is each path's rate to
-/// hold against its floor (the median over the checks taken, [`portfolio_fidelity`]).
 fn assert_seed_paths(
     doc: &serde_json::Value,
     seed: &[(&str, &str, f64, f64)],
@@ -362,7 +362,6 @@ fn assert_seed_paths(
             "{cc} {from}-{to}: RTT {measured_rtt} ms"
         );
         let bps = p["measured_bps"].as_f64().expect("rate");
-        let shortfall_allowed = cc == "cubic" || (from, to) == ("h1", "h9");
         // Above the rate in no check; below the floor not in the checks' median.
         assert!(bps <= 1.02 * rate, "{cc}: {p}");
         let low = rate_floor(cc, from, to) * rate;
@@ -370,6 +369,9 @@ fn assert_seed_paths(
             judged >= low,
             "{cc} {from}-{to}: median {judged} bit/s: {p}"
         );
+        // So this check's shortfall, which `check` flags below 0.90 of the rate, is
+        // allowed where the floor is lower or the checks' median meets it.
+        let shortfall_allowed = judged >= low;
         // The queue bound holds for the 95th percentile; the highest echo alone can be
         // held up by the host's scheduling (see docs/net.md), so it is only reported.
         let loaded = p["loaded_rtt_p95_ms"].as_f64().expect("loaded RTT");
@@ -446,16 +448,11 @@ const STOLEN: f64 = 10.0;
 /// … up to this many checks in all.
 const STOLEN_ATTEMPTS: u32 = 3;
 
-/// The median of `xs` (the mean of the middle two for an even count).
+/// The lower median of `xs` (of two, the lower: a short check is not averaged away).
 fn median_of(xs: &[f64]) -> f64 {
     let mut v = xs.to_vec();
     v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
+    v[(v.len() - 1) / 2]
 }
 
 /// The highest share of the CPU stolen during any path's load of a `net check` document.
@@ -484,8 +481,9 @@ fn portfolio_fidelity(backend: &str) {
         // A path's rate over three seconds varies from check to check: bbr's h7–h9, in
         // twelve checks on the development VM, 0.905–0.970 of its rate, four of them
         // 0.905–0.917, and once in a CI-like run 0.897 (docs/net.md). So the floor is
-        // held against the median of the checks taken, and a rate below it asks for
-        // another check (three at most: a path short in two of them fails).
+        // held against the median of the checks taken (of two, the lower), and a rate
+        // below it, in a check or that median, asks for another check (three at most: a
+        // path short in two of them fails).
         let mut rates: Vec<Vec<f64>> = vec![Vec::new(); SEED_001.len()];
         for attempt in 1..=STOLEN_ATTEMPTS {
             let (doc, stderr) = check(&[
@@ -513,10 +511,14 @@ fn portfolio_fidelity(backend: &str) {
                 all.push(p["measured_bps"].as_f64().expect("rate"));
             }
             let judged_bps: Vec<f64> = rates.iter().map(|r| median_of(r)).collect();
+            // A path below its floor in this check or in the median: another check.
             let short = SEED_001
                 .iter()
-                .zip(&judged_bps)
-                .any(|(&(from, to, _, rate), &bps)| bps < rate_floor(cc, from, to) * rate);
+                .zip(&rates)
+                .any(|(&(from, to, _, rate), r)| {
+                    let low = rate_floor(cc, from, to) * rate;
+                    median_of(r) < low || r.last().is_some_and(|&bps| bps < low)
+                });
             let judged = std::panic::catch_unwind(|| {
                 assert_seed_paths(&doc, SEED_001, cc, &judged_bps);
             });
@@ -528,8 +530,8 @@ fn portfolio_fidelity(backend: &str) {
                      {stolen:.0} % of the CPU: checked again"
                 ),
                 Err(_) if attempt < STOLEN_ATTEMPTS && short => eprintln!(
-                    "{cc}: a path's median rate over {attempt} check(s) is below its \
-                     floor: checked again"
+                    "{cc}: a path's rate is below its floor in this check or the median \
+                     of {attempt}: checked again"
                 ),
                 Err(e) => std::panic::resume_unwind(e),
             }

@@ -340,15 +340,16 @@ impl Args {
             }
             s.rto = Duration::from_millis(rto);
         }
-        if self.no_backoff && !(self.udp && !self.stop_and_wait && s.bitrate == 0) {
-            return Err(
-                "--no-backoff applies only to UDP at unlimited rate (-u, no -b or -b 0)".into(),
-            );
-        }
-        if self.no_window && !(self.udp && !self.stop_and_wait && s.bitrate == 0) {
-            return Err(
-                "--no-window applies only to UDP at unlimited rate (-u, no -b or -b 0)".into(),
-            );
+        let udp_unlimited = self.udp && !self.stop_and_wait && s.bitrate == 0;
+        for (given, flag) in [
+            (self.no_backoff, "--no-backoff"),
+            (self.no_window, "--no-window"),
+        ] {
+            if given && !udp_unlimited {
+                return Err(Usage(format!(
+                    "{flag} applies only to UDP at unlimited rate (-u, no -b or -b 0)"
+                )));
+            }
         }
         s.udp_backoff = !self.no_backoff;
         s.udp_window = !self.no_window;
