@@ -873,7 +873,6 @@ mod tests {
                 close_when_done: false,
                 drain_to_eof: true,
                 backoff: false,
-                window: false,
                 trace: None,
                 affinity: Some(cpu),
                 fq_rate_bps: 0,
