@@ -442,8 +442,8 @@ fn rate_floor(cc: &str, from: &str, to: &str) -> f64 {
 }
 
 /// A check is taken again when a path missed its bounds while the hypervisor took this
-/// share of the CPU (percent) or more, or when a path's rate, as the median over the
-/// checks taken, is below its floor …
+/// share of the CPU (percent) or more, or when a path's rate in that check, or its median
+/// over the checks taken, is below its floor …
 const STOLEN: f64 = 10.0;
 /// … up to this many checks in all.
 const STOLEN_ATTEMPTS: u32 = 3;
@@ -512,13 +512,12 @@ fn portfolio_fidelity(backend: &str) {
             }
             let judged_bps: Vec<f64> = rates.iter().map(|r| median_of(r)).collect();
             // A path below its floor in this check or in the median: another check.
-            let short = SEED_001
-                .iter()
-                .zip(&rates)
-                .any(|(&(from, to, _, rate), r)| {
+            let short = SEED_001.iter().zip(&judged_bps).zip(&rates).any(
+                |((&(from, to, _, rate), &median), r)| {
                     let low = rate_floor(cc, from, to) * rate;
-                    median_of(r) < low || r.last().is_some_and(|&bps| bps < low)
-                });
+                    median < low || r.last().is_some_and(|&bps| bps < low)
+                },
+            );
             let judged = std::panic::catch_unwind(|| {
                 assert_seed_paths(&doc, SEED_001, cc, &judged_bps);
             });
