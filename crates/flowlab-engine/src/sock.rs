@@ -355,6 +355,15 @@ pub fn tcp_info<F: AsRawFd>(sock: &F) -> Option<TcpInfo> {
     })
 }
 
+/// Bytes a TCP socket has queued to send that its peer has not acknowledged yet (sent
+/// or not: SIOCOUTQ). `None` if the socket cannot tell.
+pub fn unacknowledged<F: AsRawFd>(sock: &F) -> Option<usize> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: SIOCOUTQ (TIOCOUTQ) writes one int through the pointer to a live local.
+    let rc = unsafe { libc::ioctl(sock.as_raw_fd(), libc::TIOCOUTQ, &mut n) };
+    (rc == 0).then(|| usize::try_from(n).unwrap_or(0))
+}
+
 /// One `--trace` sample of a TCP socket: TCP_INFO as far as this kernel provides it, and
 /// the socket's buffer sizes. `None` if the socket is gone.
 pub fn trace_sample(sock: &std::net::TcpStream, t_us: u64) -> Option<TraceSample> {
@@ -861,5 +870,39 @@ mod tests {
         assert_eq!(got.rcvbuf, 128 * 1024);
         let info = tcp_info(&s).unwrap();
         assert!(info.snd_mss > 0 && info.snd_cwnd_bytes > 0);
+    }
+
+    /// SIOCOUTQ counts what the peer has not acknowledged: bytes beyond what a receiver
+    /// that does not read can buffer stay counted, and once it reads them all the count
+    /// is zero.
+    #[test]
+    fn unacknowledged_counts_until_the_peer_has_it_all() {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let mut tx =
+            std::net::TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
+        let (mut rx, _) = listener.accept().expect("accept");
+        // Small buffers: little to write before both are full, and quick to read.
+        let _ = socket2::SockRef::from(&rx).set_recv_buffer_size(16 * 1024);
+        let _ = socket2::SockRef::from(&tx).set_send_buffer_size(16 * 1024);
+        tx.set_nonblocking(true).expect("nonblocking");
+        let mut sent = 0usize;
+        let block = [7u8; 65536];
+        // Writes until the peer's buffer and this one are full.
+        while let Ok(n) = tx.write(&block) {
+            sent += n;
+        }
+        let queued = super::unacknowledged(&tx).expect("SIOCOUTQ");
+        assert!(queued > 0 && queued <= sent, "{queued} of {sent}");
+        let mut buf = vec![0u8; 65536];
+        let mut got = 0usize;
+        while got < sent {
+            got += rx.read(&mut buf).expect("read");
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while super::unacknowledged(&tx) != Some(0) {
+            assert!(std::time::Instant::now() < deadline, "still unacknowledged");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
     }
 }

@@ -11,7 +11,7 @@ use flowlab_proto::udp::Ack;
 
 use crate::buf::PageBuf;
 use crate::pacing::Pacer;
-use crate::stream::{DataConfig, Drain, StreamCounters, TestControl, is_timeout};
+use crate::stream::{DRAIN_MAX, DataConfig, Drain, StreamCounters, TestControl, is_timeout};
 use crate::trace::Tracer;
 
 /// The payload every write carries, page-aligned ([`PageBuf`]: the kernel's copy runs at
@@ -74,6 +74,7 @@ pub(crate) fn send(
     let mut pacer = (cfg.rate_bps > 0)
         .then(|| Pacer::new(cfg.rate_bps, ctl.epoch.elapsed()).with_burst(cfg.burst_bytes));
     let mut seq = 0u64;
+    let mut spent = false;
     let result = loop {
         if ctl.stop_send.load(Ordering::Acquire) {
             break Ok(());
@@ -89,6 +90,7 @@ pub(crate) fn send(
             }
         }
         let Some(n) = ctl.budget.take(cfg.len) else {
+            spent = true;
             break Ok(());
         };
         let sent = match file.as_mut() {
@@ -124,8 +126,33 @@ pub(crate) fn send(
     }
     if cfg.close_when_done {
         let _ = sock.shutdown(Shutdown::Write);
+    } else if spent {
+        // A peer that does not read to end-of-file (a stock iperf3) closes its streams
+        // when TEST_END arrives and loses what it has not read by then: the test's
+        // amount is delivered before this stream ends (and the client sends TEST_END).
+        await_delivered(sock, ctl);
     }
     result
+}
+
+/// Waits until the peer has acknowledged everything this stream sent: at most
+/// [`DRAIN_MAX`], less when the test is stopped or cut meanwhile. (iperf 3.12's server
+/// reads its streams and the control connection in one loop and closes the streams on
+/// TEST_END; sending TEST_END right after the last write, flowlab's client lost the tail
+/// of a `-F` transfer to it in 5 of 25 tries on a loaded machine, and none after this.)
+fn await_delivered(sock: &TcpStream, ctl: &TestControl) {
+    let since = std::time::Instant::now();
+    let stopped = || ctl.stop_send.load(Ordering::Acquire) || ctl.cut.load(Ordering::Acquire);
+    loop {
+        if stopped() || since.elapsed() > DRAIN_MAX {
+            return;
+        }
+        match crate::sock::unacknowledged(sock) {
+            Some(0) => return,
+            Some(_) => std::thread::sleep(Duration::from_millis(1)),
+            None => return,
+        }
+    }
 }
 
 /// Writes all of `buf` unless the test is stopped meanwhile; returns the bytes written.

@@ -112,6 +112,25 @@ pub fn noise(len: usize) -> Vec<u8> {
         .collect()
 }
 
+/// Where `got` departs from `want`, for a failed byte-for-byte comparison: both lengths
+/// and the first offset that differs (`None` when they are equal).
+pub fn first_difference(got: &[u8], want: &[u8]) -> Option<String> {
+    let at = got.iter().zip(want).position(|(a, b)| a != b);
+    match at {
+        None if got.len() == want.len() => None,
+        None => Some(format!(
+            "{} bytes where {} were expected, equal as far as both go",
+            got.len(),
+            want.len()
+        )),
+        Some(i) => Some(format!(
+            "{} bytes where {} were expected, the first difference at byte {i}",
+            got.len(),
+            want.len()
+        )),
+    }
+}
+
 /// Waits, 10 s at most, until a socket listens on TCP `port` here (`what`, a server);
 /// `child`, when given, must not exit meanwhile.
 pub fn await_listening(port: u16, mut child: Option<&mut std::process::Child>, what: &str) {
