@@ -1133,3 +1133,35 @@ fn colour_only_on_a_terminal_and_never_under_no_color() {
     assert!(!logged(true, true), "colour under NO_COLOR");
     assert!(!logged(false, false), "colour into a pipe");
 }
+
+/// `-w` past what the kernel grants without privilege (`net.core.wmem_max`/`rmem_max`,
+/// whatever this host has them at): the test runs with what it got and says so, naming
+/// what was granted; a window within them says nothing.
+#[test]
+fn a_window_the_kernel_cuts_short_is_told() {
+    let cap = support::core_sysctl("rmem_max").max(support::core_sysctl("wmem_max"));
+    let port = support::start_server(ServerConfig::default());
+    let asked = cap + (1 << 20);
+    let out = flowlab_test(port, &["-n", "1M", "-w", &asked.to_string(), "-J"]);
+    assert_success(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let granted = v["start"]["streams"][0]["rcvbuf"].as_u64().expect("rcvbuf") / 2;
+    assert_eq!(
+        granted,
+        support::core_sysctl("rmem_max"),
+        "capped at rmem_max"
+    );
+    assert!(
+        stderr.contains(&format!("-w {asked}: the kernel granted"))
+            && stderr.contains(&format!("a receive buffer of {granted} bytes")),
+        "{stderr}"
+    );
+    let out = flowlab_test(port, &["-n", "1M", "-w", "64K", "-J"]);
+    assert_success(&out);
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("the kernel granted"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -141,6 +141,9 @@ pub fn run(
         plans,
         infos,
     } = negotiate(&mut ctrl, spec, &params, server, &cookie)?;
+    if let Some(short) = streams::short_buffers(spec.window, &infos) {
+        tracing::warn!("{short}");
+    }
     let directions: Vec<(i64, StreamDirection)> =
         infos.iter().map(|i| (i.id, i.direction)).collect();
     let features = hello

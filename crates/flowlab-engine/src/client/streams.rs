@@ -342,3 +342,62 @@ fn open_udp(
     u.set_read_timeout(None)?;
     Ok((u, early))
 }
+
+/// What to tell a user whose `-w window` the kernel did not grant in full on this end's
+/// sockets (`infos`, buffers as the kernel reports them: twice what it grants), or
+/// `None`. Without privilege the kernel caps SO_SNDBUF/SO_RCVBUF at `net.core.wmem_max`
+/// and `rmem_max` (212992 by default); iperf3 refuses the test then, flowlab runs it with
+/// what it got (reported per stream) and says so.
+pub(super) fn short_buffers(window: u64, infos: &[StreamInfo]) -> Option<String> {
+    let asked = window.saturating_mul(2);
+    let least = |f: fn(&StreamInfo) -> u64| infos.iter().map(f).min().unwrap_or(asked);
+    let (snd, rcv) = (least(|i| i.sndbuf), least(|i| i.rcvbuf));
+    (window > 0 && (snd < asked || rcv < asked)).then(|| {
+        format!(
+            "-w {window}: the kernel granted a send buffer of {} and a receive buffer of {} \
+             bytes of the {window} asked (net.core.wmem_max and rmem_max cap them); the \
+             test runs with what it got",
+            snd / 2,
+            rcv / 2
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use flowlab_report::result::{StreamDirection, StreamInfo};
+
+    fn info(sndbuf: u64, rcvbuf: u64) -> StreamInfo {
+        StreamInfo {
+            id: 1,
+            direction: StreamDirection::Up,
+            local: String::new(),
+            remote: String::new(),
+            sndbuf,
+            rcvbuf,
+            congestion: None,
+            mss: None,
+            tos: None,
+            snd_timeout_ms: None,
+        }
+    }
+
+    #[test]
+    fn a_window_granted_short_is_told_with_what_was_granted() {
+        // Granted in full (reported doubled): nothing to say; nor without -w.
+        assert_eq!(
+            super::short_buffers(1 << 20, &[info(2 << 20, 2 << 20)]),
+            None
+        );
+        assert_eq!(super::short_buffers(0, &[info(4608, 131_072)]), None);
+        // A receive buffer capped by the default rmem_max on one of two streams.
+        let said = super::short_buffers(1 << 20, &[info(2 << 20, 2 << 20), info(2 << 20, 425_984)])
+            .expect("a short buffer is told");
+        assert!(
+            said.contains(
+                "send buffer of 1048576 and a receive buffer of 212992 bytes of the 1048576 asked"
+            ),
+            "{said}"
+        );
+    }
+}

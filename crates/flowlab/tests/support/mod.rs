@@ -112,6 +112,16 @@ pub fn noise(len: usize) -> Vec<u8> {
         .collect()
 }
 
+/// This host's `net.core.NAME` (`rmem_max`, `wmem_max`: what the kernel grants a socket's
+/// buffers without privilege).
+pub fn core_sysctl(name: &str) -> u64 {
+    let path = format!("/proc/sys/net/core/{name}");
+    std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{path} unreadable"))
+}
+
 /// Where `got` departs from `want`, for a failed byte-for-byte comparison: both lengths
 /// and the first offset that differs (`None` when they are equal).
 pub fn first_difference(got: &[u8], want: &[u8]) -> Option<String> {
