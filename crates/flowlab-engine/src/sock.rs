@@ -572,20 +572,6 @@ pub fn recv_now<F: AsFd>(sock: &F, buf: &mut [u8]) -> io::Result<usize> {
     recv(sock.as_fd().as_raw_fd(), buf, MsgFlags::MSG_DONTWAIT).map_err(io::Error::from)
 }
 
-/// Waits until `sock` has something to read or `timeout` passed (rounded up to a
-/// millisecond); an interrupted wait returns early. Readiness is not reported: the caller
-/// reads without waiting next.
-pub fn wait_readable<F: AsFd>(sock: &F, timeout: std::time::Duration) -> io::Result<()> {
-    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-    let ms = timeout.as_micros().div_ceil(1000);
-    let ms = u16::try_from(ms).unwrap_or(u16::MAX);
-    let mut fds = [PollFd::new(sock.as_fd(), PollFlags::POLLIN)];
-    match poll(&mut fds, PollTimeout::from(ms)) {
-        Ok(_) | Err(nix::Error::EINTR) => Ok(()),
-        Err(e) => Err(e.into()),
-    }
-}
-
 /// CPUs as a list: `0-3, 6`.
 pub fn cpu_list(cpus: &[usize]) -> String {
     let mut parts: Vec<String> = Vec::new();
@@ -900,11 +886,24 @@ mod tests {
         let _ = socket2::SockRef::from(&rx).set_recv_buffer_size(16 * 1024);
         let _ = socket2::SockRef::from(&tx).set_send_buffer_size(16 * 1024);
         tx.set_nonblocking(true).expect("nonblocking");
+        rx.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .expect("read timeout");
         let mut sent = 0usize;
         let block = [7u8; 65536];
-        // Writes until the peer's buffer and this one are full.
-        while let Ok(n) = tx.write(&block) {
-            sent += n;
+        // Writes until the peer's buffer and this one are full: refused for 50 ms on end
+        // (a busy machine may process loopback later than the write returns).
+        let mut refused_since = None;
+        while refused_since.is_none_or(|t: std::time::Instant| t.elapsed().as_millis() < 50) {
+            match tx.write(&block) {
+                Ok(n) => {
+                    sent += n;
+                    refused_since = None;
+                }
+                Err(_) => {
+                    refused_since.get_or_insert_with(std::time::Instant::now);
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+            }
         }
         let queued = super::unacknowledged(&tx).expect("SIOCOUTQ");
         assert!(queued > 0 && queued <= sent, "{queued} of {sent}");

@@ -11,7 +11,7 @@ use flowlab_proto::udp::Ack;
 
 use crate::buf::PageBuf;
 use crate::pacing::Pacer;
-use crate::stream::{DRAIN_MAX, DataConfig, Drain, StreamCounters, TestControl, is_timeout};
+use crate::stream::{DataConfig, Drain, StreamCounters, TestControl, is_timeout};
 use crate::trace::Tracer;
 
 /// The payload every write carries, page-aligned ([`PageBuf`]: the kernel's copy runs at
@@ -127,31 +127,41 @@ pub(crate) fn send(
     if cfg.close_when_done {
         let _ = sock.shutdown(Shutdown::Write);
     } else if spent {
-        // A peer that does not read to end-of-file (a stock iperf3) closes its streams
-        // when TEST_END arrives and loses what it has not read by then: the test's
-        // amount is delivered before this stream ends (and the client sends TEST_END).
-        await_delivered(sock, ctl);
+        // A peer that does not read to end-of-file (a stock iperf3, a flowlab server
+        // before clean-close) closes its streams when TEST_END arrives and loses what it
+        // has not read by then: the test's amount is at least acknowledged (in the
+        // peer's receive buffer, maybe not read yet) before this stream ends and the
+        // client sends TEST_END.
+        await_acknowledged(sock, ctl);
     }
     result
 }
 
-/// Waits until the peer has acknowledged everything this stream sent: at most
-/// [`DRAIN_MAX`], less when the test is stopped or cut meanwhile. (iperf 3.12's server
-/// reads its streams and the control connection in one loop and closes the streams on
-/// TEST_END; sending TEST_END right after the last write, flowlab's client lost the tail
-/// of a `-F` transfer to it in 5 of 25 tries on a loaded machine, and none after this.)
-fn await_delivered(sock: &TcpStream, ctl: &TestControl) {
-    let since = std::time::Instant::now();
-    let stopped = || ctl.stop_send.load(Ordering::Acquire) || ctl.cut.load(Ordering::Acquire);
-    loop {
-        if stopped() || since.elapsed() > DRAIN_MAX {
+/// How long [`await_acknowledged`] waits without the peer acknowledging anything more
+/// before it gives up (a stalled or vanished peer; a slow path keeps acknowledging).
+const ACK_STALL: Duration = Duration::from_secs(1);
+
+/// Waits until the peer has acknowledged everything this stream sent (SIOCOUTQ empty),
+/// polling every millisecond; gives up when nothing more was acknowledged for
+/// [`ACK_STALL`], when the connection failed, or when the test is stopped. (iperf 3.12's
+/// server reads its streams and the control connection in one loop and closes the
+/// streams on TEST_END; sending TEST_END right after the last write, flowlab's client lost
+/// the tail of a paced `-F` transfer to it in 5 of 25 tries on a loaded machine, and none
+/// after this.)
+fn await_acknowledged(sock: &TcpStream, ctl: &TestControl) {
+    let mut last = (usize::MAX, std::time::Instant::now());
+    while !ctl.stop_send.load(Ordering::Acquire) {
+        // A reset connection keeps its queue counted forever.
+        if !matches!(sock.take_error(), Ok(None)) {
             return;
         }
         match crate::sock::unacknowledged(sock) {
-            Some(0) => return,
-            Some(_) => std::thread::sleep(Duration::from_millis(1)),
-            None => return,
+            Some(0) | None => return,
+            Some(n) if n < last.0 => last = (n, std::time::Instant::now()),
+            Some(_) if last.1.elapsed() > ACK_STALL => return,
+            Some(_) => {}
         }
+        std::thread::sleep(Duration::from_millis(1));
     }
 }
 
@@ -900,7 +910,6 @@ mod tests {
                 close_when_done: false,
                 drain_to_eof: true,
                 backoff: false,
-                window: false,
                 trace: None,
                 affinity: Some(cpu),
                 fq_rate_bps: 0,

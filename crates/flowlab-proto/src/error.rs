@@ -19,8 +19,6 @@ pub enum ProtoError {
     NotOverflow,
     #[error("not a receiver-queue message")]
     NotQueueHigh,
-    #[error("not a receiver-progress message")]
-    NotProgress,
     #[error("bad fragment-protocol message: {0}")]
     BadFragmentMessage(&'static str),
     #[error("bad latency probe: {0}")]

@@ -189,10 +189,6 @@ pub struct FlowlabParams {
     /// UDP at unlimited rate: receivers send `udp::Overflow` and senders back off on it.
     #[serde(default, skip_serializing_if = "is_false")]
     pub udp_backoff: bool,
-    /// UDP at unlimited rate: receivers send `udp::Progress` and senders keep within the
-    /// window it gives.
-    #[serde(default, skip_serializing_if = "is_false")]
-    pub udp_window: bool,
     /// `--trace`: sample TCP_INFO of every TCP stream this often, µs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace_us: Option<u64>,
@@ -281,7 +277,6 @@ mod tests {
                 rto_ms: Some(250),
                 require: vec!["stop-and-wait".into()],
                 udp_backoff: false,
-                udp_window: false,
                 trace_us: Some(10_000),
                 recv_window: Some(65_536),
                 recv_congestion: Some("reno".into()),

@@ -52,11 +52,6 @@ fn invalid_flags_and_combinations() {
         &["test", "h", "-u", "-b", "1G", "--no-backoff"],
         "--no-backoff",
     );
-    support::usage_error(&["test", "h", "--no-window"], "--no-window");
-    support::usage_error(
-        &["test", "h", "-u", "-b", "1G", "--no-window"],
-        "--no-window",
-    );
     support::usage_error(&["test", "h", "--trace=0.5ms"], "--trace");
     support::usage_error(&["test", "h", "--trace=2s"], "--trace");
     support::usage_error(&["test", "h", "--trace=often"], "--trace");
@@ -1140,8 +1135,17 @@ fn colour_only_on_a_terminal_and_never_under_no_color() {
 #[test]
 fn a_window_the_kernel_cuts_short_is_told() {
     let cap = support::core_sysctl("rmem_max").max(support::core_sysctl("wmem_max"));
-    let port = support::start_server(ServerConfig::default());
     let asked = cap + (1 << 20);
+    if asked > flowlab_report::spec::MAX_WINDOW {
+        // A -w past the cap would be refused as too large (the kernel takes an int).
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI's maxima are below 2 GiB"
+        );
+        support::skip("net.core.rmem_max/wmem_max within 1 MiB of 2 GiB");
+        return;
+    }
+    let port = support::start_server(ServerConfig::default());
     let out = flowlab_test(port, &["-n", "1M", "-w", &asked.to_string(), "-J"]);
     assert_success(&out);
     let stderr = String::from_utf8_lossy(&out.stderr);

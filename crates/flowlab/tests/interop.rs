@@ -918,12 +918,9 @@ fn a_file_crosses_to_and_from_a_stock_server_byte_for_byte() {
     let r = flowlab_json(port, &["-F", src.to_str().expect("utf-8"), "-b", "200M"]);
     assert_eq!(r["start"]["spec"]["amount"]["bytes"], 3_000_000);
     drop(server.json());
-    let diff = first_difference(&std::fs::read(&recv).expect("received"), &data);
-    assert!(
-        diff.is_none(),
-        "what the server wrote differs: {}",
-        diff.unwrap_or_default()
-    );
+    if let Some(d) = first_difference(&std::fs::read(&recv).expect("received"), &data) {
+        panic!("what the server wrote differs: {d}");
+    }
 
     let port = free_port();
     let server = Iperf3Server::start_with(port, &["-F".as_ref(), src.as_os_str()]);
@@ -932,12 +929,9 @@ fn a_file_crosses_to_and_from_a_stock_server_byte_for_byte() {
         &["-R", "-n", "3000000", "-F", got.to_str().expect("utf-8")],
     );
     drop(server.json());
-    let diff = first_difference(&std::fs::read(&got).expect("written"), &data);
-    assert!(
-        diff.is_none(),
-        "what flowlab wrote differs: {}",
-        diff.unwrap_or_default()
-    );
+    if let Some(d) = first_difference(&std::fs::read(&got).expect("written"), &data) {
+        panic!("what flowlab wrote differs: {d}");
+    }
 }
 
 /// `-L`: the data stream to a stock iperf3 server over IPv6 carries the flow label, leased
@@ -1029,12 +1023,9 @@ fn a_flowlab_server_moves_a_file_with_a_stock_client() {
     let (port, mut server) = serve(&recv);
     iperf3_client(port, &["-F", src.to_str().expect("utf-8")]);
     assert!(server.wait().expect("serve").success());
-    let diff = first_difference(&std::fs::read(&recv).expect("received"), &data);
-    assert!(
-        diff.is_none(),
-        "what the server wrote differs: {}",
-        diff.unwrap_or_default()
-    );
+    if let Some(d) = first_difference(&std::fs::read(&recv).expect("received"), &data) {
+        panic!("what the server wrote differs: {d}");
+    }
 
     let (port, mut server) = serve(&src);
     iperf3_client(
@@ -1042,12 +1033,9 @@ fn a_flowlab_server_moves_a_file_with_a_stock_client() {
         &["-R", "-n", "2000000", "-F", got.to_str().expect("utf-8")],
     );
     assert!(server.wait().expect("serve").success());
-    let diff = first_difference(&std::fs::read(&got).expect("written"), &data);
-    assert!(
-        diff.is_none(),
-        "what iperf3 wrote differs: {}",
-        diff.unwrap_or_default()
-    );
+    if let Some(d) = first_difference(&std::fs::read(&got).expect("written"), &data) {
+        panic!("what iperf3 wrote differs: {d}");
+    }
 
     let (port, mut server) = serve(&recv);
     let out = Command::new(assert_cmd::cargo::cargo_bin("flowlab"))

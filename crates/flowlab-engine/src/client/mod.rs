@@ -141,7 +141,7 @@ pub fn run(
         plans,
         infos,
     } = negotiate(&mut ctrl, spec, &params, server, &cookie)?;
-    if let Some(short) = streams::short_buffers(spec.window, &infos) {
+    if let Some(short) = streams::short_buffers(spec.window, spec.recv_window, &infos) {
         tracing::warn!("{short}");
     }
     let directions: Vec<(i64, StreamDirection)> =
@@ -391,7 +391,6 @@ fn data_config(spec: &TestSpec, params: &TestParams, features: &[String]) -> Dat
         close_when_done: has(feature::CLEAN_CLOSE),
         drain_to_eof: has(feature::CLEAN_CLOSE),
         backoff: spec.wants_backoff() && has(feature::UDP_BACKOFF),
-        window: spec.wants_window() && has(feature::UDP_WINDOW),
         trace: spec.trace.filter(|_| spec.protocol == Protocol::Tcp),
         affinity: spec.affinity.client,
         fq_rate_bps: spec.fq_rate,

@@ -343,34 +343,53 @@ fn open_udp(
     Ok((u, early))
 }
 
-/// What to tell a user whose `-w window` the kernel did not grant in full on this end's
-/// sockets (`infos`, buffers as the kernel reports them: twice what it grants), or
-/// `None`. Without privilege the kernel caps SO_SNDBUF/SO_RCVBUF at `net.core.wmem_max`
-/// and `rmem_max` (212992 by default); iperf3 refuses the test then, flowlab runs it with
-/// what it got (reported per stream) and says so.
-pub(super) fn short_buffers(window: u64, infos: &[StreamInfo]) -> Option<String> {
-    let asked = window.saturating_mul(2);
-    let least = |f: fn(&StreamInfo) -> u64| infos.iter().map(f).min().unwrap_or(asked);
-    let (snd, rcv) = (least(|i| i.sndbuf), least(|i| i.rcvbuf));
-    (window > 0 && (snd < asked || rcv < asked)).then(|| {
-        format!(
-            "-w {window}: the kernel granted a send buffer of {} and a receive buffer of {} \
-             bytes of the {window} asked (net.core.wmem_max and rmem_max cap them); the \
-             test runs with what it got",
-            snd / 2,
-            rcv / 2
-        )
-    })
+/// What to tell a user whose `-w` (or, on receiving TCP streams, `--recv-window`) the
+/// kernel did not grant in full on this end's sockets (`infos`, buffers as the kernel
+/// reports them: twice what it grants), or `None`. Without privilege the kernel caps
+/// SO_SNDBUF/SO_RCVBUF at `net.core.wmem_max` and `rmem_max` (212992 by default); flowlab
+/// runs the test with what it got (reported per stream) and says so. (iperf3 refuses a
+/// `-w` above twice the cap, and runs a smaller one cut short without a word.)
+pub(super) fn short_buffers(window: u64, recv_window: u64, infos: &[StreamInfo]) -> Option<String> {
+    let mut said: Vec<String> = Vec::new();
+    for info in infos {
+        let (flag, asked) = if info.direction == StreamDirection::Down && recv_window > 0 {
+            ("--recv-window", recv_window)
+        } else {
+            ("-w", window)
+        };
+        let mut parts = Vec::new();
+        let mut caps = Vec::new();
+        if asked > 0 && info.sndbuf < asked.saturating_mul(2) {
+            parts.push(format!("a send buffer of {} bytes", info.sndbuf / 2));
+            caps.push("net.core.wmem_max");
+        }
+        if asked > 0 && info.rcvbuf < asked.saturating_mul(2) {
+            parts.push(format!("a receive buffer of {} bytes", info.rcvbuf / 2));
+            caps.push("net.core.rmem_max");
+        }
+        if !parts.is_empty() {
+            let verb = if caps.len() > 1 { "cap" } else { "caps" };
+            let line = format!(
+                "{flag} {asked}: the kernel granted {} ({} {verb} what it grants)",
+                parts.join(" and "),
+                caps.join(" and ")
+            );
+            if !said.contains(&line) {
+                said.push(line);
+            }
+        }
+    }
+    (!said.is_empty()).then(|| format!("{}; the test runs with what it got", said.join("; ")))
 }
 
 #[cfg(test)]
 mod tests {
     use flowlab_report::result::{StreamDirection, StreamInfo};
 
-    fn info(sndbuf: u64, rcvbuf: u64) -> StreamInfo {
+    fn info(direction: StreamDirection, sndbuf: u64, rcvbuf: u64) -> StreamInfo {
         StreamInfo {
             id: 1,
-            direction: StreamDirection::Up,
+            direction,
             local: String::new(),
             remote: String::new(),
             sndbuf,
@@ -384,19 +403,41 @@ mod tests {
 
     #[test]
     fn a_window_granted_short_is_told_with_what_was_granted() {
+        let up = |snd, rcv| info(StreamDirection::Up, snd, rcv);
+        let down = |snd, rcv| info(StreamDirection::Down, snd, rcv);
         // Granted in full (reported doubled): nothing to say; nor without -w.
         assert_eq!(
-            super::short_buffers(1 << 20, &[info(2 << 20, 2 << 20)]),
+            super::short_buffers(1 << 20, 0, &[up(2 << 20, 2 << 20)]),
             None
         );
-        assert_eq!(super::short_buffers(0, &[info(4608, 131_072)]), None);
-        // A receive buffer capped by the default rmem_max on one of two streams.
-        let said = super::short_buffers(1 << 20, &[info(2 << 20, 2 << 20), info(2 << 20, 425_984)])
-            .expect("a short buffer is told");
+        assert_eq!(super::short_buffers(0, 0, &[up(4608, 131_072)]), None);
+        // A receive buffer capped by the default rmem_max on one of two streams, said
+        // once for both.
+        let said = super::short_buffers(
+            1 << 20,
+            0,
+            &[
+                up(2 << 20, 425_984),
+                up(2 << 20, 425_984),
+                up(2 << 20, 2 << 20),
+            ],
+        )
+        .expect("a short buffer is told");
+        assert_eq!(
+            said,
+            "-w 1048576: the kernel granted a receive buffer of 212992 bytes \
+             (net.core.rmem_max caps what it grants); the test runs with what it got"
+        );
+        // --recv-window on a receiving stream: judged against it, not -w.
+        assert_eq!(
+            super::short_buffers(1 << 20, 64 << 10, &[down(2 << 20, 128 << 10)]),
+            None,
+            "64 KiB asked and granted"
+        );
+        let said = super::short_buffers(0, 8 << 20, &[down(425_984, 425_984)])
+            .expect("--recv-window cut short");
         assert!(
-            said.contains(
-                "send buffer of 1048576 and a receive buffer of 212992 bytes of the 1048576 asked"
-            ),
+            said.starts_with("--recv-window 8388608: the kernel granted a send buffer of 212992 bytes and a receive buffer of 212992 bytes"),
             "{said}"
         );
     }
