@@ -6,6 +6,8 @@
 
 use std::time::Duration;
 
+use flowlab_proto::udp::Progress;
+
 /// Longest backlog a sender may send at once after falling behind.
 pub const MAX_BURST: Duration = Duration::from_millis(5);
 
@@ -285,9 +287,219 @@ impl Backoff {
     }
 }
 
+/// Datagrams of `len` bytes an unlimited-rate UDP sender may have unread before its
+/// receiver's first progress report (which gives the receiver's own window), and what a
+/// wait for a report that ran out lets go: 16 KiB of them, at most 8, at least one (a
+/// small buffer's worth: the kernel's default gives 416 KiB).
+pub fn first_window(len: usize) -> u64 {
+    (16 * 1024 / len.max(1)).clamp(1, 8) as u64
+}
+/// How long a sender held back by its receiver's window waits for a progress report, at
+/// least, before it lets a few more datagrams go ([`first_window`]; a report may be lost
+/// on a lossy path): this or twice the least round trip, whichever is longer …
+pub const WINDOW_WAIT: Duration = Duration::from_millis(10);
+/// … but never longer than this.
+pub const WINDOW_WAIT_MAX: Duration = Duration::from_secs(1);
+/// The largest window a report may give, datagrams (a receive buffer of 2 GiB as the
+/// kernel counts it, at the least truesize): more is not a window but a broken report.
+pub const MAX_WINDOW: u64 = 1 << 21;
+/// Delivery-rate samples [`ReceiverWindow`] keeps: the allowance for the path follows the
+/// highest of the last few.
+const RATE_SAMPLES: usize = 8;
+/// Shortest span of a delivery-rate sample, µs (and at least the least round trip).
+const RATE_SAMPLE_US: u64 = 1_000;
+
+/// The receive buffer's share of datagrams a receiver offers as its window: half, so that
+/// the reports' lag and the sender's allowance for the path fit in the other half.
+pub fn receiver_window(rcvbuf: u64, len: usize) -> u64 {
+    (rcvbuf / datagram_truesize(len) / 2).max(1)
+}
+
+/// What one queued datagram of `len` bytes costs a socket's receive buffer as the kernel
+/// counts it (`skb->truesize`: the data's allocation, the `sk_buff` and its shared info),
+/// estimated high: the next power of two plus 1 KiB. Measured on Linux 6.18 (SO_MEMINFO
+/// after queueing 440 datagrams on loopback): 1460 bytes cost 2304 each sent one by one,
+/// 1479 sent with GSO and read with GRO; 64 bytes cost 832. Estimated: 3072 and 1088.
+fn datagram_truesize(len: usize) -> u64 {
+    len.next_power_of_two() as u64 + 1024
+}
+
+/// The receiver reports its progress every this many datagrams read (at most one report
+/// a read): a sixteenth of its window.
+pub fn progress_every(window: u64) -> u64 {
+    (window / 16).max(1)
+}
+
+/// The flow control of an unlimited-rate UDP sender whose receiver reports its progress
+/// (`udp::Progress`): the sender keeps no more datagrams unread than the receiver's window
+/// plus what the path holds, twice the highest delivery rate measured over the least
+/// round trip (so that on a longer path the window alone does not cap the rate: each
+/// round trip may deliver more, as in TCP's slow start, until the path or the receiver
+/// limits it), at most the window again (the receiver's whole buffer).
+/// A sender over its limit waits for the next report, so it yields the CPU to its
+/// receiver instead of filling the socket while that receiver waits for one. Sans-IO:
+/// callers pass the time in µs on the sender's test clock, the clock of the stamps the
+/// reports echo.
+#[derive(Debug, Clone)]
+pub struct ReceiverWindow {
+    /// The highest sequence number the receiver has read, as reported.
+    read: u64,
+    /// Datagrams the receiver can hold beyond `read`.
+    window: u64,
+    /// The window the receiver's reports gave (it offers one for the whole stream: a
+    /// report of a larger one is not believed).
+    reported_window: Option<u64>,
+    /// Waits that ran out let the sender go up to this sequence number, whatever the
+    /// reports say (a probe of [`first_window`] datagrams each).
+    released: u64,
+    /// What a wait that ran out lets go, datagrams.
+    probe: u64,
+    /// Waits that ran out since the last report of progress: each doubles the next.
+    probes: u32,
+    /// Least round trip seen: a datagram's send stamp to the report that echoed it.
+    rtt_min_us: Option<u64>,
+    /// Start of the current delivery-rate sample: (time, `read` then).
+    sample_from: Option<(u64, u64)>,
+    /// The last delivery rates, datagrams per µs (0: none yet).
+    rates: [f64; RATE_SAMPLES],
+    next_rate: usize,
+}
+
+impl ReceiverWindow {
+    /// A sender's window for datagrams of `len` bytes, before any report.
+    pub fn new(len: usize) -> Self {
+        ReceiverWindow {
+            read: 0,
+            window: first_window(len),
+            reported_window: None,
+            released: 0,
+            probe: first_window(len),
+            probes: 0,
+            rtt_min_us: None,
+            sample_from: None,
+            rates: [0.0; RATE_SAMPLES],
+            next_rate: 0,
+        }
+    }
+
+    /// The receiver has read up to `seq` (`p.seq`), last a datagram stamped `p.sent_us`
+    /// that waited `p.held_us` in its socket, and can hold `p.window` datagrams more;
+    /// `now_us` is when this sender learnt it, having sent up to `sent`. A report of
+    /// datagrams not sent yet is not the receiver's (forged, or of another test) and is
+    /// ignored; a window past [`MAX_WINDOW`] is taken as that.
+    ///
+    /// The round trip is the report's time less the datagram's wait in the receiver's
+    /// socket: that wait is the window's own queue, not the path's. Counted in, a
+    /// receiver that is behind would make its queue look like path, the path's share
+    /// would grow with it and the queue with the share until the socket overflowed (a
+    /// receiver behind by 700 µs grew the share from ~120 to 3 606 datagrams on a loaded
+    /// machine).
+    pub fn on_progress(&mut self, now_us: u64, p: &Progress, sent: u64) {
+        let Progress {
+            seq,
+            sent_us,
+            held_us,
+            window,
+        } = *p;
+        if seq > sent {
+            return;
+        }
+        if seq > self.read {
+            self.read = seq;
+            self.probes = 0;
+        }
+        let window = window.clamp(1, MAX_WINDOW);
+        self.window = self.reported_window.map_or(window, |w| w.min(window));
+        self.reported_window = Some(self.window);
+        // A wait longer than the report took (a clock stepped, a forged report) leaves no
+        // round trip to measure: no sample, rather than one of 0 kept for good.
+        if let Some(rtt) = now_us
+            .checked_sub(sent_us)
+            .and_then(|t| t.checked_sub(held_us))
+            .filter(|&t| t > 0)
+        {
+            self.rtt_min_us = Some(self.rtt_min_us.map_or(rtt, |m| m.min(rtt)));
+        }
+        let span = RATE_SAMPLE_US.max(self.rtt_min_us.unwrap_or(0));
+        match self.sample_from {
+            Some((t, from)) if now_us.saturating_sub(t) >= span => {
+                self.rates[self.next_rate] =
+                    self.read.saturating_sub(from) as f64 / (now_us - t) as f64;
+                self.next_rate = (self.next_rate + 1) % RATE_SAMPLES;
+                self.sample_from = Some((now_us, self.read));
+            }
+            Some(_) => {}
+            None => self.sample_from = Some((now_us, self.read)),
+        }
+    }
+
+    /// Datagrams this sender may send now, having sent up to sequence number `sent`.
+    pub fn room(&self, sent: u64) -> u64 {
+        self.read
+            .saturating_add(self.window)
+            .saturating_add(self.path_allowance())
+            .max(self.released)
+            .saturating_sub(sent)
+    }
+
+    /// How long to wait for a report while held: [`WINDOW_WAIT`] or twice the least round
+    /// trip (a report cannot come sooner), doubled for every wait that ran out since the
+    /// last progress (as TCP's persist timer), at most [`WINDOW_WAIT_MAX`].
+    pub fn wait(&self) -> Duration {
+        let rtts = Duration::from_micros(self.rtt_min_us.unwrap_or(0).saturating_mul(2));
+        let first = rtts.clamp(WINDOW_WAIT, WINDOW_WAIT_MAX);
+        first
+            .saturating_mul(1 << self.probes.min(16))
+            .min(WINDOW_WAIT_MAX)
+    }
+
+    /// What the path itself holds: twice the highest recent delivery rate over the least
+    /// round trip, datagrams, but never more than the window: the receiver offers half its
+    /// buffer, so window and path together stay within the whole of it whatever the
+    /// measurements say (a receiver that stops reading gets all the path held). On a long
+    /// path that caps the rate at twice the window a round trip, as a receive buffer caps
+    /// TCP's; a larger `-w` lifts it.
+    fn path_allowance(&self) -> u64 {
+        let rate = self.rates.iter().copied().fold(0.0, f64::max);
+        ((2.0 * rate * self.rtt_min_us.unwrap_or(0) as f64) as u64).min(self.window)
+    }
+
+    /// The wait ([`Self::wait`]) ran out with this sender held at `sent`: lets a probe of
+    /// [`first_window`] datagrams go (as TCP probes a zero window), not a whole window: a
+    /// receiver that has not run for that long must not be flooded, and the next wait is
+    /// twice as long. What the reports said (progress, rate) is kept apart.
+    pub fn timed_out(&mut self, sent: u64) {
+        self.released = sent.saturating_add(self.probe);
+        self.probes = self.probes.saturating_add(1);
+    }
+}
+
+impl std::fmt::Display for ReceiverWindow {
+    /// `N datagrams + M for the path (least round trip T µs)`, for the debug log.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} datagrams + {} for the path (least round trip {} µs)",
+            self.window,
+            self.path_allowance(),
+            self.rtt_min_us.map_or("-".into(), |r| r.to_string())
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A progress report of a datagram read as soon as it arrived.
+    fn report(seq: u64, sent_us: u64, window: u64) -> Progress {
+        Progress {
+            seq,
+            sent_us,
+            held_us: 0,
+            window,
+        }
+    }
 
     const MS: Duration = Duration::from_millis(1);
 
@@ -506,5 +718,203 @@ mod tests {
             b.on_overflow(2 * MS, i, i * 10, i * 10);
         }
         assert_eq!(b.limit_bps(), Some(BACKOFF_FLOOR as u64));
+    }
+
+    #[test]
+    fn a_window_holds_the_sender_until_the_receiver_reports() {
+        let mut w = ReceiverWindow::new(1460);
+        // Before any report: the first window, 8 datagrams of 1460 bytes (one of 64 KB).
+        assert_eq!(w.room(0), 8);
+        assert_eq!(w.room(8), 0);
+        assert_eq!(ReceiverWindow::new(65_000).room(0), 1);
+        assert_eq!(w.wait(), WINDOW_WAIT);
+        // Read up to 50 of 64, room for 1000 more: 986 may go (no rate measured yet, so
+        // nothing for the path).
+        w.on_progress(100, &report(50, 90, 1000), 64);
+        assert_eq!(w.room(64), 986);
+        assert_eq!(w.room(1050), 0);
+        // A report about older datagrams (reordered) does not take the progress back.
+        w.on_progress(120, &report(40, 95, 1000), 64);
+        assert_eq!(w.room(64), 986);
+        // No report while held: after the wait a probe of the first window goes, no more.
+        w.timed_out(1050);
+        assert_eq!(w.room(1050), 8);
+        assert_eq!(w.room(1058), 0);
+        // The next report counts from what was read, probes or not.
+        w.on_progress(200, &report(1058, 150, 1000), 1058);
+        assert_eq!(w.room(1058), 1000);
+    }
+
+    /// Reports of datagrams not sent yet (forged, stray) are ignored; a window past any
+    /// buffer is capped; nothing overflows.
+    #[test]
+    fn a_window_ignores_reports_it_cannot_believe() {
+        let mut w = ReceiverWindow::new(1460);
+        w.on_progress(100, &report(u64::MAX, 0, u64::MAX), 8);
+        assert_eq!(
+            w.room(8),
+            0,
+            "a report of unsent datagrams moved the window"
+        );
+        w.on_progress(100, &report(8, 0, u64::MAX), 8);
+        assert_eq!(w.room(8), MAX_WINDOW);
+        w.on_progress(u64::MAX, &report(8, 0, u64::MAX), 8);
+        assert_eq!(w.room(u64::MAX), 0);
+        // A round trip of 10 s waits at most 1 s.
+        let mut far = ReceiverWindow::new(1460);
+        far.on_progress(10_000_000, &report(1, 0, 10), 8);
+        assert_eq!(far.wait(), WINDOW_WAIT_MAX);
+    }
+
+    #[test]
+    fn a_long_path_gets_its_bandwidth_delay_product_up_to_the_window() {
+        // A 10 ms round trip; the receiver reads a datagram a µs and reports every ms,
+        // each report echoing the stamp of a datagram sent 10 ms before; its buffer is
+        // large (a window of 30 000 datagrams, as with -w 64M).
+        let mut w = ReceiverWindow::new(1460);
+        for k in 0..=20u64 {
+            let now = 10_000 + k * 1_000;
+            w.on_progress(
+                now,
+                &report(k * 1_000, now - 10_000, 30_000),
+                k * 1_000 + 10_000,
+            );
+        }
+        // Samples span the least round trip (10 ms): one datagram a µs; the path holds
+        // twice 10 000 datagrams beside the receiver's 30 000.
+        assert_eq!(w.room(20_000), 30_000 + 20_000);
+        // A report cannot come back sooner than a round trip: waits are two of them.
+        assert_eq!(w.wait(), Duration::from_millis(20));
+        // The same path into a receiver with room for 100: the path gets 100 more, not
+        // 20 000 (the receiver's buffer must hold what the path held if it stops reading).
+        w.on_progress(31_000, &report(21_000, 21_000, 100), 30_000);
+        assert_eq!(w.room(21_000), 100 + 100);
+        // A short path (loopback: a 12 µs round trip) adds little to the window.
+        let mut l = ReceiverWindow::new(1460);
+        for k in 0..=5u64 {
+            let now = 12 + k * 1_000;
+            l.on_progress(now, &report(k * 3_000, now - 12, 1365), k * 3_000 + 100);
+        }
+        assert_eq!(l.room(15_000), 1365 + 72);
+    }
+
+    /// A receiver that is behind (a loaded machine): every datagram it reports waited
+    /// 690 µs in its socket of the report's 700 µs. That wait is the window's own queue:
+    /// the path's share follows the 10 µs that remain, not 700 µs (which gave the path
+    /// 2 × 2 × 700 = 2 800 datagrams beside a window of 1 365 and overflowed the socket).
+    #[test]
+    fn a_receivers_queue_is_not_taken_for_path() {
+        let mut w = ReceiverWindow::new(1460);
+        for k in 0..=20u64 {
+            let now = 1_000 + k * 1_000;
+            let p = Progress {
+                seq: k * 2_000,
+                sent_us: now - 700,
+                held_us: 690,
+                window: 1365,
+            };
+            w.on_progress(now, &p, k * 2_000 + 1365);
+        }
+        // Two datagrams a µs over a round trip of 10 µs: 40 for the path.
+        assert_eq!(w.room(40_000), 1365 + 40);
+        // A wait longer than the report's time (a clock stepped, a forged report) is no
+        // round trip at all: no sample (not one of 0, kept as the least for good), and the
+        // next true one counts.
+        let mut z = ReceiverWindow::new(1460);
+        let p = Progress {
+            seq: 8,
+            sent_us: 100,
+            held_us: 5_000,
+            window: 1365,
+        };
+        z.on_progress(200, &p, 8);
+        assert!(z.to_string().ends_with("(least round trip - µs)"), "{z}");
+        assert_eq!(z.room(8), 1365);
+        let p = Progress {
+            seq: 16,
+            sent_us: 250,
+            held_us: 10,
+            window: 1365,
+        };
+        z.on_progress(300, &p, 16);
+        assert!(z.to_string().ends_with("(least round trip 40 µs)"), "{z}");
+    }
+
+    /// The receiver offers one window for the whole stream: a later report of a larger one
+    /// (forged, or stray) does not lift the limit; a smaller one lowers it.
+    #[test]
+    fn a_window_never_grows_once_reported() {
+        let mut w = ReceiverWindow::new(1460);
+        w.on_progress(100, &report(8, 50, 69), 8);
+        assert_eq!(w.room(8), 69);
+        w.on_progress(200, &report(8, 150, MAX_WINDOW), 8);
+        assert_eq!(w.room(8), 69, "a larger window was believed");
+        w.on_progress(300, &report(8, 250, 10), 8);
+        assert_eq!(w.room(8), 10);
+    }
+
+    /// A receiver that does not report (stopped, or its reports lost) gets a probe after
+    /// each wait, and each wait is twice the one before, up to 1 s: over a stall of 60 ms
+    /// three probes go (10 + 20 + 40 ms), not six; progress starts over at 10 ms.
+    #[test]
+    fn waits_for_a_silent_receiver_double() {
+        let mut w = ReceiverWindow::new(1460);
+        w.on_progress(100, &report(8, 50, 100), 8);
+        let mut sent = 8 + w.room(8);
+        let waits: Vec<u64> = (0..9)
+            .map(|_| {
+                let ms = w.wait().as_millis() as u64;
+                w.timed_out(sent);
+                sent += w.room(sent);
+                ms
+            })
+            .collect();
+        assert_eq!(waits, [10, 20, 40, 80, 160, 320, 640, 1000, 1000]);
+        assert_eq!(sent, 108 + 9 * 8, "a probe of 8 datagrams a wait");
+        w.on_progress(2_000_000, &report(sent, 1_999_900, 100), sent);
+        assert_eq!(w.wait(), WINDOW_WAIT, "progress starts the waits over");
+    }
+
+    /// On a path of 60 ms, the first report comes after the waits have run out several
+    /// times: the probes they let go are not taken for the receiver's progress, so the
+    /// delivery rate and the path's share are the receiver's, not the timer's.
+    #[test]
+    fn probes_on_a_long_path_do_not_inflate_the_window() {
+        let mut w = ReceiverWindow::new(1460);
+        let mut sent = 0u64;
+        // 60 ms without a report: six waits of 10 ms run out, eight datagrams each.
+        for _ in 0..6 {
+            sent += w.room(sent);
+            assert_eq!(w.room(sent), 0);
+            w.timed_out(sent);
+        }
+        sent += w.room(sent);
+        assert_eq!(sent, 56);
+        // Then the receiver reads one datagram a µs, reports every ms what it read 60 ms
+        // after it was sent, and the sender keeps its window full.
+        for k in 0..=130u64 {
+            let now = 60_000 + k * 1_000;
+            w.on_progress(now, &report(8 + k * 1_000, now - 60_000, 150_000), sent);
+            sent += w.room(sent);
+        }
+        // Rate samples span the least round trip: two of them so far, one datagram a µs
+        // each. Twice that over 60 ms beside the window: not more.
+        assert_eq!(w.room(130_008), 150_000 + 120_000);
+        assert_eq!(w.wait(), Duration::from_millis(120));
+    }
+
+    #[test]
+    fn a_receiver_offers_half_its_buffer_and_reports_sixteen_times_a_window() {
+        // 8 MiB as the kernel reports a 4 MiB SO_RCVBUF: 1460-byte datagrams estimated at
+        // 3072 bytes each.
+        assert_eq!(receiver_window(8 << 20, 1460), 1365);
+        assert_eq!(progress_every(1365), 85);
+        // The kernel's default buffer (rmem_max 212992, reported doubled).
+        assert_eq!(receiver_window(425_984, 1460), 69);
+        // Small datagrams still count their sk_buff; a buffer too small for two datagrams
+        // still offers one.
+        assert_eq!(receiver_window(425_984, 64), 195);
+        assert_eq!(receiver_window(4096, 65_000), 1);
+        assert_eq!(progress_every(10), 1);
     }
 }

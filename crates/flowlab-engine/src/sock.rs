@@ -572,6 +572,20 @@ pub fn recv_now<F: AsFd>(sock: &F, buf: &mut [u8]) -> io::Result<usize> {
     recv(sock.as_fd().as_raw_fd(), buf, MsgFlags::MSG_DONTWAIT).map_err(io::Error::from)
 }
 
+/// Waits until `sock` has something to read or `timeout` passed (rounded up to a
+/// millisecond); an interrupted wait returns early. Readiness is not reported: the caller
+/// reads without waiting next.
+pub fn wait_readable<F: AsFd>(sock: &F, timeout: std::time::Duration) -> io::Result<()> {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    let ms = timeout.as_micros().div_ceil(1000);
+    let ms = u16::try_from(ms).unwrap_or(u16::MAX);
+    let mut fds = [PollFd::new(sock.as_fd(), PollFlags::POLLIN)];
+    match poll(&mut fds, PollTimeout::from(ms)) {
+        Ok(_) | Err(nix::Error::EINTR) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// CPUs as a list: `0-3, 6`.
 pub fn cpu_list(cpus: &[usize]) -> String {
     let mut parts: Vec<String> = Vec::new();

@@ -52,6 +52,10 @@ pub struct DataConfig {
     /// UDP at unlimited rate, both ends flowlab: receivers report their socket's overflow
     /// drops to the sender, which backs off ([`crate::pacing::Backoff`]).
     pub backoff: bool,
+    /// UDP at unlimited rate, both ends flowlab: receivers report their progress and the
+    /// room in their socket, and senders keep within it
+    /// ([`crate::pacing::ReceiverWindow`]).
+    pub window: bool,
     /// `--trace`: TCP streams sample TCP_INFO this often.
     pub trace: Option<Duration>,
     /// `-A`: the CPU each stream's thread runs on.
@@ -241,6 +245,11 @@ pub struct StreamCounters {
     pub rcvbuf_drops: AtomicU64,
     /// UDP senders with backoff: how often they slowed down on an overflow report.
     pub backoff_cuts: AtomicU64,
+    /// UDP senders with a receiver window: how often they waited for the receiver's
+    /// progress, and how many of those waits ran out before a report let them go on
+    /// (counted for the tests and the debug log; not reported).
+    pub window_waits: AtomicU64,
+    pub window_timeouts: AtomicU64,
     /// Receivers pinned to a CPU: reads made without waiting that found data (TCP's poll
     /// while data flows fast, `tcp_data::SpinRead`; UDP's nap between batches,
     /// `udp_data::NapRead`).

@@ -910,6 +910,7 @@ mod tests {
                 close_when_done: false,
                 drain_to_eof: true,
                 backoff: false,
+                window: false,
                 trace: None,
                 affinity: Some(cpu),
                 fq_rate_bps: 0,

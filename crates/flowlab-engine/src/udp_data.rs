@@ -12,11 +12,13 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use flowlab_proto::params::Mode;
-use flowlab_proto::udp::{Ack, CONNECT_MSG, DatagramHeader, Overflow, QueueHigh, handshake_reply};
+use flowlab_proto::udp::{
+    Ack, CONNECT_MSG, DatagramHeader, Overflow, Progress, QueueHigh, handshake_reply,
+};
 use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
 
 use crate::buf::PageBuf;
-use crate::pacing::{Backoff, Pacer, QueueWatch};
+use crate::pacing::{Backoff, Pacer, QueueWatch, ReceiverWindow, progress_every, receiver_window};
 use crate::sock;
 use crate::stream::{DataConfig, Drain, POLL, StreamCounters, TestControl, is_timeout};
 use crate::tcp_data::{RATE_WINDOW_US, fast_enough, payload};
@@ -70,19 +72,46 @@ fn send_streaming(
     let mut fixed = (cfg.rate_bps > 0)
         .then(|| Pacer::new(cfg.rate_bps, ctl.epoch.elapsed()).with_burst(cfg.burst_bytes));
     let mut backoff = (cfg.backoff && cfg.rate_bps == 0).then(|| Backoff::new(ctl.epoch.elapsed()));
+    let mut window = (cfg.window && cfg.rate_bps == 0).then(|| ReceiverWindow::new(len));
+    // Since when the receiver's window has held this sender back.
+    let mut held_since: Option<Duration> = None;
     let mut seq = 0u64;
     sock.set_write_timeout(Some(POLL))?;
     loop {
         if ctl.stop_send.load(Ordering::Acquire) {
+            log_window(window.as_ref(), c);
             return Ok(());
         }
         let mut want = if gso { max_segs } else { 1 };
         let now = ctl.epoch.elapsed();
-        if let Some(b) = backoff.as_mut() {
+        if backoff.is_some() || window.is_some() {
             // Before every batch: a report read a batch later is a probe too many, and
             // the cost is one system call per up to 64 datagrams (docs/PERFORMANCE.md).
-            read_overflow_reports(sock, b, now, seq);
+            read_reports(sock, backoff.as_mut(), window.as_mut(), now, seq);
+        }
+        if let Some(b) = &backoff {
             c.backoff_cuts.store(b.cuts(), Ordering::Relaxed);
+        }
+        if let Some(w) = window.as_mut() {
+            let mut room = w.room(seq);
+            if room == 0 {
+                // As many datagrams unread as the receiver can hold: wait for its next
+                // report, leaving the CPU to it; when none came in time, probe.
+                let since = *held_since.get_or_insert_with(|| {
+                    c.window_waits.fetch_add(1, Ordering::Relaxed);
+                    now
+                });
+                let held = now.saturating_sub(since);
+                if held < w.wait() {
+                    sock::wait_readable(sock, (w.wait() - held).min(POLL))?;
+                    continue;
+                }
+                c.window_timeouts.fetch_add(1, Ordering::Relaxed);
+                w.timed_out(seq);
+                room = w.room(seq);
+            }
+            held_since = None;
+            want = want.min(usize::try_from(room).unwrap_or(usize::MAX));
         }
         let pacer = match (&mut fixed, &mut backoff) {
             (Some(p), _) => Some(p),
@@ -102,6 +131,7 @@ fn send_streaming(
         // Reserve the batch at once and stamp it; only its last datagram may be short.
         let now_us = ctl.elapsed_us();
         let Some(batch) = ctl.budget.take_batch(len, want) else {
+            log_window(window.as_ref(), c);
             return Ok(());
         };
         let segs = batch.writes;
@@ -173,19 +203,43 @@ fn send_streaming(
     }
 }
 
+/// Logs (debug) what a sender's receiver window came to and how often it waited.
+fn log_window(window: Option<&ReceiverWindow>, c: &StreamCounters) {
+    if let Some(w) = window {
+        tracing::debug!(
+            "UDP sender: receiver window {w}; waited for it {} times, {} of them in vain",
+            c.window_waits.load(Ordering::Relaxed),
+            c.window_timeouts.load(Ordering::Relaxed)
+        );
+    }
+}
+
 /// Reads between two looks at the receiving socket's queue (one system call each).
 const QUEUE_EVERY: u64 = 4;
 
-/// Reads every overflow report waiting on the socket, without blocking.
-fn read_overflow_reports(sock: &UdpSocket, b: &mut Backoff, now: Duration, sent_seq: u64) {
+/// Reads every report of the receiver's waiting on the socket, without blocking: overflow
+/// and queue reports for the backoff, progress for the window; `now` is the test clock.
+fn read_reports(
+    sock: &UdpSocket,
+    mut backoff: Option<&mut Backoff>,
+    mut window: Option<&mut ReceiverWindow>,
+    now: Duration,
+    sent_seq: u64,
+) {
     let mut buf = [0u8; 64];
     loop {
         match sock::recv_now(sock, &mut buf) {
             Ok(n) => {
-                if let Ok(o) = Overflow::decode(&buf[..n]) {
-                    b.on_overflow(now, o.drops, o.seq, sent_seq);
-                } else if let Ok(q) = QueueHigh::decode(&buf[..n]) {
-                    b.on_queue_high(now, q.count, q.seq, sent_seq);
+                let got = &buf[..n];
+                if let (Some(w), Ok(p)) = (window.as_deref_mut(), Progress::decode(got)) {
+                    let now_us = now.as_micros() as u64;
+                    w.on_progress(now_us, &p, sent_seq);
+                } else if let Some(b) = backoff.as_deref_mut() {
+                    if let Ok(o) = Overflow::decode(got) {
+                        b.on_overflow(now, o.drops, o.seq, sent_seq);
+                    } else if let Ok(q) = QueueHigh::decode(got) {
+                        b.on_queue_high(now, q.count, q.seq, sent_seq);
+                    }
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -299,12 +353,14 @@ pub(crate) fn receive(
     let _ = nix::sys::socket::setsockopt(sock, nix::sys::socket::sockopt::RxqOvfl, &1);
     let mut reported_drops = 0u64;
     let (mut queue, mut reads) = (QueueWatch::default(), 0u64);
-    // Counts a read's datagrams; returns how many belonged to the stream (not foreign)
-    // and, for stop-and-wait, the sequence numbers to acknowledge.
-    let account = |data: &[u8], seg: usize, now_us: u64| -> (u64, Vec<u64>) {
+    // Counts a read's datagrams; returns how many belonged to the stream (not foreign),
+    // for stop-and-wait the sequence numbers to acknowledge, and the highest sequence
+    // number read with its send stamp.
+    let account = |data: &[u8], seg: usize, now_us: u64| -> (u64, Vec<u64>, Option<(u64, u64)>) {
         let mut acks = Vec::new();
+        let mut highest: Option<(u64, u64)> = None;
         let Ok(mut guard) = c.udp.lock() else {
-            return (0, acks);
+            return (0, acks, highest);
         };
         let stats: &mut UdpReceiverStats =
             guard.get_or_insert_with(|| UdpReceiverStats::new(datagram_len(cfg)));
@@ -322,10 +378,13 @@ pub(crate) fn receive(
             if stop_and_wait {
                 acks.push(h.seq);
             }
+            if highest.is_none_or(|(seq, _)| h.seq > seq) {
+                highest = Some((h.seq, h.micros()));
+            }
         }
         c.bytes.fetch_add(bytes, Ordering::Relaxed);
         c.blocks.fetch_add(datagrams, Ordering::Relaxed);
-        (datagrams, acks)
+        (datagrams, acks, highest)
     };
     for d in &early {
         // Stop-and-wait: a message that beat the handshake is acknowledged like any other.
@@ -335,14 +394,30 @@ pub(crate) fn receive(
     }
     // Page-aligned, like every data buffer (crate::buf): GRO hands over up to 64 KiB a read.
     let mut buf = PageBuf::zeroed(1 << 17);
-    let mut cmsg_space = nix::cmsg_space!(i32, u32);
+    let mut cmsg_space = nix::cmsg_space!(i32, u32, libc::timespec);
     let mut drain = Drain::default();
     // A fast stream at full speed into a thread pinned to a CPU is read in batches, not
     // woken per datagram batch; paced tests never nap (their jitter would show it), nor
     // does a receiver whose buffer a nap could fill.
-    let roomy = socket2::SockRef::from(sock)
-        .recv_buffer_size()
-        .is_ok_and(|b| b >= NAP_MIN_RCVBUF);
+    let rcvbuf = socket2::SockRef::from(sock).recv_buffer_size().unwrap_or(0);
+    let roomy = rcvbuf >= NAP_MIN_RCVBUF;
+    // The window offered to a sender that keeps within it, and how often it hears of
+    // this receiver's progress: every `every` sequence numbers (datagrams lost on the
+    // path count, so loss never holds the sender back), the first read at once (the
+    // sender starts with a smaller window), and when no datagram came for a while after
+    // some that were not reported (the sender may be waiting for them: its probes).
+    let offered = cfg.window.then(|| {
+        let window = receiver_window(rcvbuf as u64, datagram_len(cfg));
+        (window, progress_every(window))
+    });
+    let mut reported: Option<u64> = None;
+    let mut unreported: Option<Progress> = None;
+    // The reports say how long what they report waited here, from the kernel's arrival
+    // stamps (datagrams queued before this are stamped when read: a wait of 0, which only
+    // makes a round trip look longer, and the path's share is capped).
+    if offered.is_some() && !sock::enable_rx_timestamps(sock) {
+        tracing::debug!("UDP receiver: no arrival stamps; its reports count no wait");
+    }
     let mut nap = (!stop_and_wait && cfg.rate_bps == 0 && roomy && sock::pinned_to_one_cpu())
         .then(|| NapRead::new(ctl.elapsed_us()));
     loop {
@@ -353,6 +428,8 @@ pub(crate) fn receive(
         } else {
             MsgFlags::empty()
         };
+        // When what this read returns arrived (the kernel's stamp, for the window's reports).
+        let mut arrived_ns = None;
         let got = match recvmsg::<()>(sock.as_raw_fd(), &mut iov, Some(&mut cmsg_space), flags) {
             Ok(msg) => {
                 let mut seg = msg.bytes;
@@ -364,6 +441,12 @@ pub(crate) fn receive(
                             }
                             ControlMessageOwned::RxqOvfl(d) => {
                                 c.rcvbuf_drops.store(u64::from(d), Ordering::Relaxed);
+                            }
+                            ControlMessageOwned::ScmTimestampns(t) => {
+                                arrived_ns = u64::try_from(t.tv_sec()).ok().and_then(|s| {
+                                    let ns = u64::try_from(t.tv_nsec()).ok()?;
+                                    s.checked_mul(1_000_000_000)?.checked_add(ns)
+                                });
                             }
                             _ => {}
                         }
@@ -397,10 +480,29 @@ pub(crate) fn receive(
         // drain waiting: a storm of them after the test must not stretch the result.
         let mut ours = 0;
         if let Some((n, seg)) = got {
-            let acks;
-            (ours, acks) = account(&buf[..n], seg, now_us);
+            let (acks, highest);
+            (ours, acks, highest) = account(&buf[..n], seg, now_us);
             if ours > 0 {
                 c.end_us.store(now_us.max(1), Ordering::Relaxed);
+            }
+            if let (Some((window, every)), Some((seq, sent_us))) = (offered, highest) {
+                // How long it waited in the socket: the sender takes that out of its
+                // round trip (the queue is the window's, not the path's).
+                let held_us =
+                    arrived_ns.map_or(0, |at| sock::unix_now_ns().saturating_sub(at) / 1_000);
+                let p = Progress {
+                    seq,
+                    sent_us,
+                    held_us,
+                    window,
+                };
+                if reported.is_none_or(|r| seq >= r.saturating_add(every)) {
+                    reported = Some(seq);
+                    unreported = None;
+                    let _ = sock.send(&p.encode());
+                } else if reported.is_some_and(|r| seq > r) {
+                    unreported = Some(p);
+                }
             }
             for seq in acks {
                 let _ = sock.send(&Ack { seq }.encode());
@@ -413,15 +515,24 @@ pub(crate) fn receive(
             }
             // The early warning: the queue past half the buffer, looked at every few
             // reads (one system call each), so that the sender slows down before the
-            // kernel must drop.
+            // kernel must drop. Not to a sender that keeps within this receiver's window
+            // (half the buffer, the reports' lag and the path's allowance on top).
             reads += 1;
-            if cfg.backoff && reads % QUEUE_EVERY == 0 {
+            if cfg.backoff && offered.is_none() && reads % QUEUE_EVERY == 0 {
                 if let Some(count) = sock::receive_queue(sock)
                     .and_then(|(queued, capacity)| queue.observe(queued, capacity))
                 {
                     let seq = c.udp_counts().map_or(0, |u| u.highest_seq);
                     let _ = sock.send(&QueueHigh { count, seq }.encode());
                 }
+            }
+        }
+        if got.is_none() && !without_waiting {
+            // A read waited in vain: what was read since the last report is all there
+            // is; a sender held at its limit learns it now, not after its probes.
+            if let Some(p) = unreported.take() {
+                reported = Some(p.seq);
+                let _ = sock.send(&p.encode());
             }
         }
         if drain.done(ctl, ours > 0, false) {
@@ -534,6 +645,7 @@ mod tests {
             close_when_done: false,
             drain_to_eof: false,
             backoff: false,
+            window: false,
             trace: None,
             affinity: None,
             fq_rate_bps: 0,
@@ -693,6 +805,199 @@ mod tests {
         let t = fast_window(&mut p, t + RATE_WINDOW_US + 30);
         assert!(!p.after_read(64 * 1024, t));
         assert!(!p.blocks(), "fast again");
+    }
+
+    /// A progress report says how long the datagrams it reports waited in the receiving
+    /// socket (from the kernel's arrival stamp), so that the sender does not take the
+    /// receiver's queue for path. A receiver with a window turns the stamps on; eight
+    /// datagrams that then waited 50 ms before the receiver ran are reported as having
+    /// waited about that long.
+    #[test]
+    fn a_progress_report_says_how_long_its_datagrams_waited() {
+        let cfg = DataConfig {
+            window: true,
+            ..config(Mode::Streaming)
+        };
+        // Runs a receiver on `rx` until told, keeping a handle on its socket.
+        let start = |rx: UdpSocket| {
+            let ctl = TestControl::new(Budget::Unbounded);
+            let c = std::sync::Arc::new(StreamCounters::default());
+            let (ctl2, cfg) = (ctl.clone(), cfg.clone());
+            let handle = rx.try_clone().expect("clone");
+            let t = std::thread::spawn(move || receive(&rx, &cfg, &ctl2, &c, Vec::new()));
+            (ctl, t, handle)
+        };
+        let first_report = |tx: &UdpSocket| {
+            tx.set_read_timeout(Some(Duration::from_secs(5)))
+                .expect("timeout");
+            let mut buf = [0u8; 64];
+            let n = tx.recv(&mut buf).expect("a report within 5 s");
+            Progress::decode(&buf[..n]).expect("a progress report")
+        };
+        let blind = DataConfig {
+            window: false,
+            ..cfg.clone()
+        };
+        let send_eight = |tx: &UdpSocket| {
+            let ctl = TestControl::new(Budget::Blocks(8u64.into()));
+            send(tx, &blind, &ctl, &StreamCounters::default()).expect("sent");
+        };
+        // The receiver turns the arrival stamps on.
+        let (tx, rx) = connected_pair();
+        let (ctl, t, handle) = start(rx);
+        send_eight(&tx);
+        first_report(&tx);
+        assert!(
+            nix::sys::socket::getsockopt(&handle, nix::sys::socket::sockopt::ReceiveTimestampns)
+                .expect("read"),
+            "the receiver turned the arrival stamps on"
+        );
+        ctl.cut();
+        t.join().expect("receiver").expect("received");
+        // Stamps on (as the receiver had them before its sender started), eight datagrams
+        // wait 50 ms before the receiver runs.
+        let (tx, rx) = connected_pair();
+        assert!(sock::enable_rx_timestamps(&rx));
+        // Taken before they are sent: they cannot have waited longer than since then.
+        let stamped = Instant::now();
+        send_eight(&tx);
+        std::thread::sleep(Duration::from_millis(50));
+        let (ctl, t, _) = start(rx);
+        let p = first_report(&tx);
+        let waited = stamped.elapsed();
+        ctl.cut();
+        t.join().expect("receiver").expect("received");
+        // The receiver reports its first read at once: one of the eight datagrams or more.
+        assert!((1..=8).contains(&p.seq), "reported {}", p.seq);
+        assert!(
+            (45_000..=waited.as_micros() as u64 + 1_000).contains(&p.held_us),
+            "waited {} µs in the socket, reported {} µs",
+            waited.as_micros(),
+            p.held_us
+        );
+        assert!(p.window > 0);
+    }
+
+    /// A receiver reports its progress by sequence number, not by datagrams read, so that
+    /// loss on the path never holds its sender back; and when nothing more comes after
+    /// datagrams it has not reported, it reports them (a held sender learns at once that
+    /// all it sent was read). With the socket's default buffer (on a stock kernel a window
+    /// of 69 datagrams, a report every 4 sequence numbers): datagrams 1, 1 + 2 × 4 and
+    /// 1 + 7 × 4 (the rest lost) are three reports, where three datagrams read would be
+    /// one; the next sequence number alone is reported once the receiver waited in vain.
+    #[test]
+    fn progress_is_reported_past_loss_and_when_the_stream_pauses() {
+        let (tx, rx) = connected_pair();
+        let rcvbuf = socket2::SockRef::from(&rx)
+            .recv_buffer_size()
+            .expect("size");
+        let window = receiver_window(rcvbuf as u64, 1460);
+        let cfg = DataConfig {
+            window: true,
+            ..config(Mode::Streaming)
+        };
+        let ctl = TestControl::new(Budget::Unbounded);
+        let c = std::sync::Arc::new(StreamCounters::default());
+        let receiver = {
+            let (ctl, c, cfg) = (ctl.clone(), c.clone(), cfg.clone());
+            std::thread::spawn(move || receive(&rx, &cfg, &ctl, &c, Vec::new()))
+        };
+        tx.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        let every = progress_every(window);
+        let mut datagram = vec![0u8; 1460];
+        let mut reports = Vec::new();
+        for seq in [1, 1 + every * 2, 1 + every * 7, 2 + every * 7] {
+            let h = DatagramHeader {
+                sec: 0,
+                usec: 0,
+                seq,
+            };
+            h.encode(&mut datagram, true);
+            tx.send(&datagram).expect("send");
+            if seq == 2 + every * 7 {
+                // Not yet: one more sequence number is no report until the receiver waits.
+                std::thread::sleep(Duration::from_millis(5));
+                let mut buf = [0u8; 64];
+                tx.set_nonblocking(true).expect("nonblocking");
+                assert!(tx.recv(&mut buf).is_err(), "reported before a pause");
+                tx.set_nonblocking(false).expect("blocking");
+            }
+            let mut buf = [0u8; 64];
+            let n = tx.recv(&mut buf).expect("a report within 5 s");
+            reports.push(Progress::decode(&buf[..n]).expect("a progress report").seq);
+        }
+        ctl.cut();
+        receiver.join().expect("receiver").expect("received");
+        assert_eq!(
+            reports,
+            [1, 1 + every * 2, 1 + every * 7, 2 + every * 7],
+            "one report a datagram (every {every}), the last after a pause"
+        );
+    }
+
+    /// Issue 14: between two flowlab ends at full speed the sender keeps within its
+    /// receiver's window. Its first window sent, the sender waits for a report (the
+    /// receiver starts only then); from there on the receiver's progress releases it —
+    /// without reports it would creep on by probes of 8 datagrams every 10 ms and take
+    /// over four minutes — and the receiving socket never overflows though the sender
+    /// alone could fill it many times over. Without the window this sender would not
+    /// wait at all.
+    #[test]
+    fn a_sender_at_full_speed_keeps_within_its_receivers_window() {
+        let (tx, rx) = connected_pair();
+        // 1 MiB (2 MiB as the kernel counts it): a window of 341 datagrams. Past rmem_max
+        // where allowed (root, as CI), else as big as that lets it be.
+        if !sock::force_recv_buffer(&rx, 1 << 20) {
+            let _ = socket2::SockRef::from(&rx).set_recv_buffer_size(1 << 20);
+        }
+        let cfg = DataConfig {
+            backoff: true,
+            window: true,
+            ..config(Mode::Streaming)
+        };
+        let datagrams = 200_000u64;
+        let sending = std::sync::Arc::new(StreamCounters::default());
+        let (sent_tx, sent_rx) = std::sync::mpsc::channel();
+        {
+            let (cfg, c) = (cfg.clone(), sending.clone());
+            std::thread::spawn(move || {
+                let ctl = TestControl::new(Budget::Blocks(datagrams.into()));
+                let _ = sent_tx.send(send(&tx, &cfg, &ctl, &c));
+            });
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while sending.window_waits.load(Ordering::Relaxed) == 0 {
+            assert!(Instant::now() < deadline, "the sender never waited");
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        let ctl = TestControl::new(Budget::Unbounded);
+        let c = std::sync::Arc::new(StreamCounters::default());
+        let receiver = {
+            let (ctl, c) = (ctl.clone(), c.clone());
+            std::thread::spawn(move || receive(&rx, &cfg, &ctl, &c, Vec::new()))
+        };
+        sent_rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the sender finished within a minute: its receiver's reports let it go")
+            .expect("sent");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while c.blocks.load(Ordering::Relaxed) < datagrams && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        ctl.cut();
+        receiver.join().expect("receiver").expect("received");
+        assert_eq!(
+            c.rcvbuf_drops.load(Ordering::Relaxed),
+            0,
+            "the socket overflowed"
+        );
+        assert_eq!(
+            c.blocks.load(Ordering::Relaxed),
+            datagrams,
+            "every datagram read"
+        );
+        assert_eq!(sending.blocks.load(Ordering::Relaxed), datagrams);
     }
 
     /// A receiving thread pinned to one CPU naps between batches of a fast stream at full

@@ -19,6 +19,8 @@ pub enum ProtoError {
     NotOverflow,
     #[error("not a receiver-queue message")]
     NotQueueHigh,
+    #[error("not a receiver-progress message")]
+    NotProgress,
     #[error("bad fragment-protocol message: {0}")]
     BadFragmentMessage(&'static str),
     #[error("bad latency probe: {0}")]

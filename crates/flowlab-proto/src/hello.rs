@@ -35,6 +35,9 @@ pub mod feature {
     /// UDP receivers report their socket's overflow drops and unlimited-rate senders back
     /// off on them (`udp::Overflow`).
     pub const UDP_BACKOFF: &str = "udp-backoff";
+    /// UDP receivers report their progress and the room in their socket, and
+    /// unlimited-rate senders keep no more than that unread (`udp::Progress`).
+    pub const UDP_WINDOW: &str = "udp-window";
     /// The server samples TCP_INFO of its streams (`--trace`) and returns the samples.
     pub const TRACE: &str = "trace";
     /// The server applies `recv_window` and `recv_congestion` to its receiving sockets.

@@ -166,7 +166,8 @@ impl TestParams {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Mode {
-    /// Write as fast as allowed, never waiting for the receiver.
+    /// Write as fast as allowed, never waiting for each message's acknowledgement (UDP
+    /// at unlimited rate between flowlab ends still keeps within the receiver's window).
     #[default]
     Streaming,
     /// Each message waits for the receiver's acknowledgement before the next.
@@ -189,6 +190,10 @@ pub struct FlowlabParams {
     /// UDP at unlimited rate: receivers send `udp::Overflow` and senders back off on it.
     #[serde(default, skip_serializing_if = "is_false")]
     pub udp_backoff: bool,
+    /// UDP at unlimited rate: receivers send `udp::Progress` and senders keep within the
+    /// window it gives.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub udp_window: bool,
     /// `--trace`: sample TCP_INFO of every TCP stream this often, µs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace_us: Option<u64>,
@@ -277,6 +282,7 @@ mod tests {
                 rto_ms: Some(250),
                 require: vec!["stop-and-wait".into()],
                 udp_backoff: false,
+                udp_window: false,
                 trace_us: Some(10_000),
                 recv_window: Some(65_536),
                 recv_congestion: Some("reno".into()),

@@ -168,6 +168,56 @@ impl QueueHigh {
     }
 }
 
+/// flowlab receiver progress, the flow control of an unlimited-rate UDP sender: the
+/// highest sequence number in the read this reports is `seq` (the sender keeps the
+/// highest it heard), that datagram was stamped `sent_us` by its sender (echoed, so the
+/// sender measures the round trip on its own clock) and waited `held_us` in the
+/// receiver's socket before it was read (from the kernel's arrival stamp; the sender takes
+/// it out of the round trip, which is the path's, not the receiver's queue), and the
+/// receiver can hold `window` datagrams beyond what it read. Sent every few datagrams
+/// read, if both ends negotiated [`crate::hello::feature::UDP_WINDOW`]; the sender keeps
+/// no more than the window (and what the path itself holds) unread (the engine's
+/// `ReceiverWindow`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    pub seq: u64,
+    pub sent_us: u64,
+    pub held_us: u64,
+    pub window: u64,
+}
+
+impl Progress {
+    pub const LEN: usize = 36;
+    const MAGIC: [u8; 4] = *b"FLRP";
+
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        let mut out = [0u8; Self::LEN];
+        out[..4].copy_from_slice(&Self::MAGIC);
+        out[4..12].copy_from_slice(&self.seq.to_be_bytes());
+        out[12..20].copy_from_slice(&self.sent_us.to_be_bytes());
+        out[20..28].copy_from_slice(&self.held_us.to_be_bytes());
+        out[28..].copy_from_slice(&self.window.to_be_bytes());
+        out
+    }
+
+    pub fn decode(buf: &[u8]) -> Result<Self, ProtoError> {
+        if buf.len() != Self::LEN || buf[..4] != Self::MAGIC {
+            return Err(ProtoError::NotProgress);
+        }
+        let word = |at: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&buf[at..at + 8]);
+            u64::from_be_bytes(w)
+        };
+        Ok(Progress {
+            seq: word(4),
+            sent_us: word(12),
+            held_us: word(20),
+            window: word(28),
+        })
+    }
+}
+
 /// A receiver's 20-byte report: `magic`, then two big-endian u64s.
 fn report(magic: [u8; 4], a: u64, b: u64) -> [u8; 20] {
     let mut out = [0u8; 20];
@@ -209,6 +259,26 @@ mod tests {
             Err(ProtoError::NotQueueHigh)
         );
         assert_eq!(QueueHigh::decode(b"FLQH"), Err(ProtoError::NotQueueHigh));
+    }
+
+    #[test]
+    fn progress_round_trips_and_is_no_other_report() {
+        let p = Progress {
+            seq: 1 << 40,
+            sent_us: 3_000_000_007,
+            held_us: 700,
+            window: 1024,
+        };
+        assert_eq!(Progress::decode(&p.encode()), Ok(p));
+        assert_eq!(Overflow::decode(&p.encode()), Err(ProtoError::NotOverflow));
+        assert_eq!(
+            QueueHigh::decode(&p.encode()),
+            Err(ProtoError::NotQueueHigh)
+        );
+        assert_eq!(Ack::decode(&p.encode()), Err(ProtoError::NotAnAck));
+        let o = Overflow { drops: 1, seq: 2 }.encode();
+        assert_eq!(Progress::decode(&o), Err(ProtoError::NotProgress));
+        assert_eq!(Progress::decode(b"FLRP"), Err(ProtoError::NotProgress));
     }
 
     #[test]

@@ -10,7 +10,7 @@ use flowlab_proto::frame::{self, MAX_PARAMS_LEN, MAX_RESULTS_LEN};
 use flowlab_proto::hello::ServerHello;
 use flowlab_proto::params::TestParams;
 use flowlab_proto::results::PeerResults;
-use flowlab_proto::udp::{self, Ack, DatagramHeader, Overflow};
+use flowlab_proto::udp::{self, Ack, DatagramHeader, Overflow, Progress, QueueHigh};
 use flowlab_proto::{Cookie, ProtoError, State};
 use proptest::prelude::*;
 use serde_json::Value;
@@ -61,6 +61,7 @@ fn key() -> impl Strategy<Value = String> {
             "rto_ms",
             "require",
             "udp_backoff",
+            "udp_window",
             "streams",
             "id",
             "bytes",
@@ -165,14 +166,40 @@ proptest! {
     }
 
     #[test]
-    fn small_udp_messages_are_told_apart(buf in prop::collection::vec(any::<u8>(), 0..32)) {
+    fn small_udp_messages_are_told_apart(
+        mut buf in prop::collection::vec(any::<u8>(), 0..48),
+        magic in prop::sample::select(vec![
+            &b""[..], b"FLAK", b"FLOV", b"FLQH", b"FLRP", b"FLPR\x01", b"FLPQ\x01",
+        ]),
+        len in prop::sample::select(vec![None, Some(Ack::LEN), Some(Overflow::LEN), Some(Progress::LEN), Some(flowlab_proto::probe::HEADER_LEN)]),
+    ) {
+        // Most inputs carry a magic, many at the length that goes with it, so the
+        // accepting paths run too: a report is never read as another, nor as a probe.
+        if let Some(len) = len {
+            buf.resize(len, 0);
+        }
+        let n = magic.len().min(buf.len());
+        buf[..n].copy_from_slice(&magic[..n]);
         let ack = Ack::decode(&buf).is_ok();
         let overflow = Overflow::decode(&buf).is_ok();
+        let queue = QueueHigh::decode(&buf).is_ok();
+        let progress = Progress::decode(&buf).is_ok();
         let handshake = udp::handshake_reply(&buf).is_some();
+        let probe_reply = flowlab_proto::probe::Reply::decode(&buf).is_ok();
+        let probe_request = flowlab_proto::probe::is_request(&buf);
         // At most one reading of any datagram.
-        prop_assert!(u8::from(ack) + u8::from(overflow) + u8::from(handshake) <= 1);
+        let readings = [ack, overflow, queue, progress, handshake, probe_reply, probe_request];
+        prop_assert!(readings.iter().filter(|&&r| r).count() <= 1, "{:?}", readings);
         prop_assert_eq!(ack, buf.len() == Ack::LEN && buf.starts_with(b"FLAK"));
         prop_assert_eq!(overflow, buf.len() == Overflow::LEN && buf.starts_with(b"FLOV"));
+        prop_assert_eq!(queue, buf.len() == QueueHigh::LEN && buf.starts_with(b"FLQH"));
+        prop_assert_eq!(progress, buf.len() == Progress::LEN && buf.starts_with(b"FLRP"));
+    }
+
+    #[test]
+    fn progress_reports_round_trip(seq: u64, sent_us: u64, held_us: u64, window: u64) {
+        let p = Progress { seq, sent_us, held_us, window };
+        prop_assert_eq!(Progress::decode(&p.encode()), Ok(p));
     }
 
     #[test]

@@ -81,6 +81,9 @@ pub struct TestSpec {
     /// UDP at unlimited rate against a flowlab peer: back off when the receiving socket
     /// overflows (`--no-backoff` clears it).
     pub udp_backoff: bool,
+    /// UDP at unlimited rate against a flowlab peer, with backoff: keep within the
+    /// receiver's window (`--no-window` clears it).
+    pub udp_window: bool,
     /// `--trace`: sample TCP_INFO of every TCP stream on both ends this often.
     #[serde(serialize_with = "opt_secs")]
     pub trace: Option<Duration>,
@@ -251,6 +254,7 @@ impl TestSpec {
             rto: Duration::from_secs(1),
             title: None,
             udp_backoff: true,
+            udp_window: true,
             trace: None,
             latency: None,
             recv_window: 0,
@@ -306,6 +310,12 @@ impl TestSpec {
             && self.protocol == Protocol::Udp
             && self.mode == Mode::Streaming
             && self.bitrate == 0
+    }
+
+    /// Whether the sender asks for the receiver's window as well: wherever it asks for
+    /// backoff, unless turned off.
+    pub fn wants_window(&self) -> bool {
+        self.udp_window && self.wants_backoff()
     }
 
     /// The flowlab extensions this test cannot run without.
@@ -369,6 +379,7 @@ impl TestSpec {
                 rto_ms: (self.mode == Mode::StopAndWait).then_some(self.rto.as_millis() as u64),
                 require: self.required_features(),
                 udp_backoff: self.wants_backoff(),
+                udp_window: self.wants_window(),
                 trace_us: self.trace.map(|d| d.as_micros() as u64),
                 recv_window: (self.recv_window > 0).then_some(self.recv_window),
                 recv_congestion: self.recv_congestion.clone(),

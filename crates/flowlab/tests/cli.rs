@@ -52,6 +52,11 @@ fn invalid_flags_and_combinations() {
         &["test", "h", "-u", "-b", "1G", "--no-backoff"],
         "--no-backoff",
     );
+    support::usage_error(&["test", "h", "--no-window"], "--no-window");
+    support::usage_error(
+        &["test", "h", "-u", "-b", "1G", "--no-window"],
+        "--no-window",
+    );
     support::usage_error(&["test", "h", "--trace=0.5ms"], "--trace");
     support::usage_error(&["test", "h", "--trace=2s"], "--trace");
     support::usage_error(&["test", "h", "--trace=often"], "--trace");

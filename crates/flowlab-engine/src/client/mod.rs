@@ -391,6 +391,7 @@ fn data_config(spec: &TestSpec, params: &TestParams, features: &[String]) -> Dat
         close_when_done: has(feature::CLEAN_CLOSE),
         drain_to_eof: has(feature::CLEAN_CLOSE),
         backoff: spec.wants_backoff() && has(feature::UDP_BACKOFF),
+        window: spec.wants_window() && has(feature::UDP_WINDOW),
         trace: spec.trace.filter(|_| spec.protocol == Protocol::Tcp),
         affinity: spec.affinity.client,
         fq_rate_bps: spec.fq_rate,

@@ -57,11 +57,12 @@ impl TestError {
 }
 
 /// The flowlab extensions this server has (told to flowlab clients in its hello).
-const FEATURES: [&str; 6] = [
+const FEATURES: [&str; 7] = [
     feature::STOP_AND_WAIT,
     feature::EXACT_BYTES,
     feature::CLEAN_CLOSE,
     feature::UDP_BACKOFF,
+    feature::UDP_WINDOW,
     feature::TRACE,
     feature::RECEIVER_TUNING,
 ];
@@ -308,6 +309,8 @@ fn budget(params: &TestParams) -> Budget {
 /// How the data streams run, from the client's parameters.
 fn data_config(params: &TestParams, proto: Protocol) -> DataConfig {
     let mode = params.flowlab.as_ref().map_or(Mode::Streaming, |f| f.mode);
+    // Streaming at unlimited rate: where the backoff and the receiver window apply.
+    let unlimited = mode == Mode::Streaming && params.bandwidth == 0;
     DataConfig {
         mode,
         len: block_len(params, proto),
@@ -321,9 +324,8 @@ fn data_config(params: &TestParams, proto: Protocol) -> DataConfig {
         zerocopy: params.zerocopy,
         close_when_done: true,
         drain_to_eof: is_flowlab(params),
-        backoff: params.flowlab.as_ref().is_some_and(|f| f.udp_backoff)
-            && mode == Mode::Streaming
-            && params.bandwidth == 0,
+        backoff: unlimited && params.flowlab.as_ref().is_some_and(|f| f.udp_backoff),
+        window: unlimited && params.flowlab.as_ref().is_some_and(|f| f.udp_window),
         trace: params
             .flowlab
             .as_ref()

@@ -31,10 +31,15 @@ pub struct Args {
     /// Stop-and-wait over UDP: retransmission timeout, milliseconds [default: 1000].
     #[arg(long, value_name = "MS")]
     pub rto: Option<u64>,
-    /// UDP at unlimited rate: do not slow down when the receiving socket overflows
-    /// (send blindly, as iperf3 does). Only a flowlab server reports overflows.
+    /// UDP at unlimited rate: do not slow down when the receiving socket overflows, nor
+    /// wait for the receiver's progress (send blindly, as iperf3 does). Only a flowlab
+    /// server reports either.
     #[arg(long)]
     pub no_backoff: bool,
+    /// UDP at unlimited rate: do not wait for the flowlab receiver's progress (keep no
+    /// more unread than its window); slow down only when its socket overflows.
+    #[arg(long)]
+    pub no_window: bool,
     /// Bytes per write (TCP, default 128K) or per datagram (UDP, default 1460).
     #[arg(short = 'l', long = "length", value_parser = units::parse_size, value_name = "SIZE")]
     pub length: Option<u64>,
@@ -335,12 +340,19 @@ impl Args {
             }
             s.rto = Duration::from_millis(rto);
         }
-        if self.no_backoff && !(self.udp && !self.stop_and_wait && s.bitrate == 0) {
-            return Err(
-                "--no-backoff applies only to UDP at unlimited rate (-u, no -b or -b 0)".into(),
-            );
+        let udp_unlimited = self.udp && !self.stop_and_wait && s.bitrate == 0;
+        for (given, flag) in [
+            (self.no_backoff, "--no-backoff"),
+            (self.no_window, "--no-window"),
+        ] {
+            if given && !udp_unlimited {
+                return Err(Usage(format!(
+                    "{flag} applies only to UDP at unlimited rate (-u, no -b or -b 0)"
+                )));
+            }
         }
         s.udp_backoff = !self.no_backoff;
+        s.udp_window = !self.no_window;
         let trace = match (&self.trace, &self.trace_csv) {
             (Some(p), _) => Some(p.as_str()),
             (None, Some(_)) => Some("10ms"),
