@@ -808,10 +808,8 @@ mod tests {
         for k in 0..=20u64 {
             let now = 1_000 + k * 1_000;
             let p = Progress {
-                seq: k * 2_000,
-                sent_us: now - 700,
                 held_us: 690,
-                window: 1365,
+                ..report(k * 2_000, now - 700, 1365)
             };
             w.on_progress(now, &p, k * 2_000 + 1365);
         }
@@ -821,22 +819,11 @@ mod tests {
         // round trip at all: no sample (not one of 0, kept as the least for good), and the
         // next true one counts.
         let mut z = ReceiverWindow::new(1460);
-        let p = Progress {
-            seq: 8,
-            sent_us: 100,
-            held_us: 5_000,
-            window: 1365,
-        };
-        z.on_progress(200, &p, 8);
+        let held = |held_us, p: Progress| Progress { held_us, ..p };
+        z.on_progress(200, &held(5_000, report(8, 100, 1365)), 8);
         assert!(z.to_string().ends_with("(least round trip - µs)"), "{z}");
         assert_eq!(z.room(8), 1365);
-        let p = Progress {
-            seq: 16,
-            sent_us: 250,
-            held_us: 10,
-            window: 1365,
-        };
-        z.on_progress(300, &p, 16);
+        z.on_progress(300, &held(10, report(16, 250, 1365)), 16);
         assert!(z.to_string().ends_with("(least round trip 40 µs)"), "{z}");
     }
 

@@ -30,6 +30,12 @@ fn number(path: impl AsRef<Path>) -> Option<u64> {
     read(path)?.parse().ok()
 }
 
+/// A number under `/proc/sys/net/core` (`rmem_max`, `wmem_max`, …), `None` where it is
+/// not readable.
+pub fn net_core(name: &str) -> Option<u64> {
+    number(Path::new("/proc/sys/net/core").join(name))
+}
+
 /// Parses a sysctl of three numbers (`tcp_rmem`).
 pub fn triple(text: &str) -> Option<[u64; 3]> {
     let v: Vec<u64> = text
@@ -100,10 +106,10 @@ pub fn collect() -> SystemInfo {
         congestion_default: read(ipv4.join("tcp_congestion_control")),
         tcp_rmem: read(ipv4.join("tcp_rmem")).and_then(|s| triple(&s)),
         tcp_wmem: read(ipv4.join("tcp_wmem")).and_then(|s| triple(&s)),
-        rmem_max: number(core.join("rmem_max")),
-        wmem_max: number(core.join("wmem_max")),
-        rmem_default: number(core.join("rmem_default")),
-        wmem_default: number(core.join("wmem_default")),
+        rmem_max: net_core("rmem_max"),
+        wmem_max: net_core("wmem_max"),
+        rmem_default: net_core("rmem_default"),
+        wmem_default: net_core("wmem_default"),
         tcp,
         default_qdisc: read(core.join("default_qdisc")),
         interfaces: interfaces(),

@@ -411,7 +411,7 @@ pub(crate) fn receive(
         (window, progress_every(window))
     });
     let mut reported: Option<u64> = None;
-    let mut unreported: Option<Progress> = None;
+    let mut unreported: Option<ReadOf> = None;
     // The reports say how long what they report waited here, from the kernel's arrival
     // stamps (datagrams queued before this are stamped when read: a wait of 0, which only
     // makes a round trip look longer, and the path's share is capped).
@@ -486,22 +486,18 @@ pub(crate) fn receive(
                 c.end_us.store(now_us.max(1), Ordering::Relaxed);
             }
             if let (Some((window, every)), Some((seq, sent_us))) = (offered, highest) {
-                // How long it waited in the socket: the sender takes that out of its
-                // round trip (the queue is the window's, not the path's).
-                let held_us =
-                    arrived_ns.map_or(0, |at| sock::unix_now_ns().saturating_sub(at) / 1_000);
-                let p = Progress {
+                let read = ReadOf {
                     seq,
                     sent_us,
-                    held_us,
-                    window,
+                    arrived_ns,
+                    read_us: now_us,
                 };
                 if reported.is_none_or(|r| seq >= r.saturating_add(every)) {
                     reported = Some(seq);
                     unreported = None;
-                    let _ = sock.send(&p.encode());
+                    let _ = sock.send(&read.progress(window, ctl).encode());
                 } else if reported.is_some_and(|r| seq > r) {
-                    unreported = Some(p);
+                    unreported = Some(read);
                 }
             }
             for seq in acks {
@@ -530,13 +526,43 @@ pub(crate) fn receive(
         if got.is_none() && !without_waiting {
             // A read waited in vain: what was read since the last report is all there
             // is; a sender held at its limit learns it now, not after its probes.
-            if let Some(p) = unreported.take() {
-                reported = Some(p.seq);
-                let _ = sock.send(&p.encode());
+            if let (Some(read), Some((window, _))) = (unreported.take(), offered) {
+                reported = Some(read.seq);
+                let _ = sock.send(&read.progress(window, ctl).encode());
             }
         }
         if drain.done(ctl, ours > 0, false) {
             return Ok(());
+        }
+    }
+}
+
+/// A read a receiver's progress report is of: its highest sequence number and that
+/// datagram's send stamp, when the read's first packet arrived (the kernel's stamp, ns
+/// since the Unix epoch) and when it was read (µs on the test clock). Kept as it is, so
+/// that a read costs no clock reading of its own; a report's clocks are read when sent.
+#[derive(Debug, Clone, Copy)]
+struct ReadOf {
+    seq: u64,
+    sent_us: u64,
+    arrived_ns: Option<u64>,
+    read_us: u64,
+}
+
+impl ReadOf {
+    /// The report of this read, with how long it waited in the socket (time since it
+    /// arrived less time since it was read): the sender takes that out of its round trip
+    /// (the queue is the window's, not the path's).
+    fn progress(&self, window: u64, ctl: &TestControl) -> Progress {
+        let held_us = self.arrived_ns.map_or(0, |at| {
+            let since_arrival = sock::unix_now_ns().saturating_sub(at) / 1_000;
+            since_arrival.saturating_sub(ctl.elapsed_us().saturating_sub(self.read_us))
+        });
+        Progress {
+            seq: self.seq,
+            sent_us: self.sent_us,
+            held_us,
+            window,
         }
     }
 }

@@ -112,14 +112,10 @@ pub fn noise(len: usize) -> Vec<u8> {
         .collect()
 }
 
-/// This host's `net.core.NAME` (`rmem_max`, `wmem_max`: what the kernel grants a socket's
-/// buffers without privilege).
+/// A number under /proc/sys/net/core (the engine's reader, as `flowlab sysinfo` shows it).
 pub fn core_sysctl(name: &str) -> u64 {
-    let path = format!("/proc/sys/net/core/{name}");
-    std::fs::read_to_string(&path)
-        .ok()
-        .and_then(|t| t.trim().parse().ok())
-        .unwrap_or_else(|| panic!("{path} unreadable"))
+    flowlab_engine::sysinfo::net_core(name)
+        .unwrap_or_else(|| panic!("/proc/sys/net/core/{name} unreadable"))
 }
 
 /// Where `got` departs from `want`, for a failed byte-for-byte comparison: both lengths
