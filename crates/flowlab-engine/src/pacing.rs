@@ -325,9 +325,12 @@ fn datagram_truesize(len: usize) -> u64 {
 }
 
 /// The receiver reports its progress every this many datagrams read (at most one report
-/// a read): a sixteenth of its window.
-pub fn progress_every(window: u64) -> u64 {
-    (window / 16).max(1)
+/// a read): a sixteenth of its window; a quarter for a paced sender, which is held only
+/// when its receiver stops (every report costs the receiver a send: at a sixteenth of
+/// the kernel's default buffer, one every 4 datagrams, a paced 1 Gbit/s receiver used
+/// 40 % more CPU than without reports).
+pub fn progress_every(window: u64, paced: bool) -> u64 {
+    (window / if paced { 4 } else { 16 }).max(1)
 }
 
 /// The flow control of an unlimited-rate UDP sender whose receiver reports its progress
@@ -335,7 +338,8 @@ pub fn progress_every(window: u64) -> u64 {
 /// plus what the path holds, twice the highest delivery rate measured over the least
 /// round trip (so that on a longer path the window alone does not cap the rate: each
 /// round trip may deliver more, as in TCP's slow start, until the path or the receiver
-/// limits it), at most the window again (the receiver's whole buffer).
+/// limits it), at most the window again (the receiver's whole buffer). A paced sender's
+/// share follows its rate instead ([`ReceiverWindow::paced`]).
 /// A sender over its limit waits for the next report, so it yields the CPU to its
 /// receiver instead of filling the socket while that receiver waits for one. Sans-IO:
 /// callers pass the time in µs on the sender's test clock, the clock of the stamps the
@@ -363,6 +367,14 @@ pub struct ReceiverWindow {
     /// The last delivery rates, datagrams per µs (0: none yet).
     rates: [f64; RATE_SAMPLES],
     next_rate: usize,
+    /// A paced sender's rate, datagrams per µs: what the path holds at it is allowed
+    /// whatever the window ([`ReceiverWindow::paced`]).
+    paced_per_us: Option<f64>,
+    /// A paced sender's round trip until the reports measure one, µs.
+    first_rtt_us: u64,
+    /// The round trip smoothed as TCP's (gain 1/8, a sample counting at most twice it),
+    /// µs: a paced sender's share follows it, queues on the path included.
+    srtt_us: Option<f64>,
 }
 
 impl ReceiverWindow {
@@ -379,6 +391,31 @@ impl ReceiverWindow {
             sample_from: None,
             rates: [0.0; RATE_SAMPLES],
             next_rate: 0,
+            paced_per_us: None,
+            first_rtt_us: 0,
+            srtt_us: None,
+        }
+    }
+
+    /// The window of a sender paced at `bits_per_sec` (`-b RATE`, > 0) with datagrams of
+    /// `len` bytes, on a path whose round trip is about `rtt` (the control connection's
+    /// least; zero if unknown). A paced test must send at the rate asked on any path, so
+    /// the path's share is twice what the rate puts in flight over the smoothed round
+    /// trip (less the waits in the receiver's socket), not capped at the window (the rate
+    /// is the user's, not measured, so it cannot feed on itself), and not the least round
+    /// trip: a queue on the path (a bloated bottleneck the test overruns on purpose) is
+    /// path, and must not hold the sender. Until a report measures the round trip, `rtt`
+    /// stands for it, so on a long path the first round trip goes at the rate while on
+    /// loopback the sender waits for its receiver's first read (a receiver slow to start,
+    /// as on a busy host, overflowed there). What the window keeps out is the overflow of a receiver that
+    /// stops reading for longer than its buffer lasts at the rate: the sender stops soon
+    /// after it, and the pacer's credit (at most `MAX_BURST`) is spent at the receiver's
+    /// pace when it reads again.
+    pub fn paced(len: usize, bits_per_sec: u64, rtt: Duration) -> Self {
+        ReceiverWindow {
+            paced_per_us: Some(bits_per_sec as f64 / 8.0 / len.max(1) as f64 / 1e6),
+            first_rtt_us: u64::try_from(rtt.as_micros()).unwrap_or(u64::MAX),
+            ..Self::new(len)
         }
     }
 
@@ -419,6 +456,11 @@ impl ReceiverWindow {
             .filter(|&t| t > 0)
         {
             self.rtt_min_us = Some(self.rtt_min_us.map_or(rtt, |m| m.min(rtt)));
+            // One late sample (a report read late by a busy sender, a forged stamp) counts
+            // at most twice the smoothed value: the share grows by at most an eighth a
+            // report, a queue building on the path still gets its share within a few.
+            let s = self.srtt_us.unwrap_or(rtt as f64);
+            self.srtt_us = Some(s + ((rtt as f64).min(2.0 * s) - s) / 8.0);
         }
         let span = RATE_SAMPLE_US.max(self.rtt_min_us.unwrap_or(0));
         match self.sample_from {
@@ -431,6 +473,11 @@ impl ReceiverWindow {
             Some(_) => {}
             None => self.sample_from = Some((now_us, self.read)),
         }
+    }
+
+    /// Whether a report of the receiver's has come (its window is known).
+    pub fn has_reported(&self) -> bool {
+        self.reported_window.is_some()
     }
 
     /// Datagrams this sender may send now, having sent up to sequence number `sent`.
@@ -458,10 +505,15 @@ impl ReceiverWindow {
     /// buffer, so window and path together stay within the whole of it whatever the
     /// measurements say (a receiver that stops reading gets all the path held). On a long
     /// path that caps the rate at twice the window a round trip, as a receive buffer caps
-    /// TCP's; a larger `-w` lifts it.
+    /// TCP's; a larger `-w` lifts it. A paced sender's share is at least twice what its
+    /// rate puts in flight over the smoothed round trip, uncapped.
     fn path_allowance(&self) -> u64 {
+        let rtt = self.rtt_min_us.unwrap_or(0) as f64;
         let rate = self.rates.iter().copied().fold(0.0, f64::max);
-        ((2.0 * rate * self.rtt_min_us.unwrap_or(0) as f64) as u64).min(self.window)
+        let measured = ((2.0 * rate * rtt) as u64).min(self.window);
+        let srtt = self.srtt_us.unwrap_or(self.first_rtt_us as f64);
+        let paced = self.paced_per_us.map_or(0, |r| (2.0 * r * srtt) as u64);
+        measured.max(paced)
     }
 
     /// The wait ([`Self::wait`]) ran out with this sender held at `sent`: lets a probe of
@@ -475,15 +527,20 @@ impl ReceiverWindow {
 }
 
 impl std::fmt::Display for ReceiverWindow {
-    /// `N datagrams + M for the path (least round trip T µs)`, for the debug log.
+    /// `N datagrams + M for the path (least round trip T µs)`, for the debug log; a paced
+    /// sender's adds `, smoothed S µs`, which its share follows.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} datagrams + {} for the path (least round trip {} µs)",
+            "{} datagrams + {} for the path (least round trip {} µs",
             self.window,
             self.path_allowance(),
             self.rtt_min_us.map_or("-".into(), |r| r.to_string())
-        )
+        )?;
+        if let (Some(_), Some(s)) = (self.paced_per_us, self.srtt_us) {
+            write!(f, ", smoothed {s:.0} µs")?;
+        }
+        f.write_str(")")
     }
 }
 
@@ -890,18 +947,101 @@ mod tests {
         assert_eq!(w.wait(), Duration::from_millis(120));
     }
 
+    /// A paced sender (`-b 1G`, 1460-byte datagrams: 85.6 a ms): on a long path its share
+    /// is what the rate puts in flight, from the control connection's round trip before
+    /// the first report, then from the reports', not capped at a small window, so the
+    /// rate asked goes through; on loopback it waits for its receiver's first read, and
+    /// a receiver that stops reading stops it within its window and a few datagrams.
     #[test]
-    fn a_receiver_offers_half_its_buffer_and_reports_sixteen_times_a_window() {
+    fn a_paced_sender_keeps_its_rate_and_stops_with_its_receiver() {
+        let ms = Duration::from_millis(1);
+        let mut w = ReceiverWindow::paced(1460, 1_000_000_000, 100 * ms);
+        // Before any report: 8 datagrams for the receiver, twice 100 ms at the rate for
+        // the path.
+        assert_eq!(w.room(0), 8 + 17_123);
+        // A 100 ms round trip into the kernel's default buffer (a window of 69): for 300
+        // ms, reports every ms of what was sent 100 ms before, the receiver keeping up.
+        let long_path = |w: &mut ReceiverWindow| {
+            for k in 0..=300u64 {
+                let now = 100_000 + k * 1_000;
+                w.on_progress(now, &report(k * 86, now - 100_000, 69), k * 86 + 8_560);
+            }
+        };
+        long_path(&mut w);
+        // Twice the rate over 100 ms (17 123 datagrams) beside the window: the sender,
+        // 8 560 ahead of what was read (what one round trip holds), is not held.
+        assert_eq!(w.room(25_800 + 8_560), 69 + 17_123 - 8_560);
+        // An unlimited sender's share on the same path is capped at the window: it is
+        // held at twice the window a round trip, far below the rate.
+        let mut u = ReceiverWindow::new(1460);
+        long_path(&mut u);
+        assert_eq!(u.room(25_800), 69 + 69);
+        assert_eq!(u.room(25_800 + 8_560), 0);
+        // Loopback, a 20 µs round trip: before the receiver's first read, 8 + 3 datagrams
+        // (a receiver slow to start on a busy host overflowed when the sender was not
+        // held); with the round trip unknown, 8.
+        let mut l = ReceiverWindow::paced(1460, 1_000_000_000, Duration::from_micros(20));
+        assert_eq!(l.room(0), 8 + 3);
+        assert_eq!(
+            ReceiverWindow::paced(1460, 1_000_000_000, Duration::ZERO).room(0),
+            8
+        );
+        // It reads up to 500 and stops. The sender may have 69 + 3 unread, no more,
+        // until the next report or a wait runs out.
+        l.on_progress(1_000, &report(500, 980, 69), 510);
+        assert_eq!(l.room(510), 500 + 69 + 3 - 510);
+        assert_eq!(l.room(572), 0);
+        assert_eq!(l.wait(), WINDOW_WAIT);
+        l.timed_out(572);
+        assert_eq!(l.room(572), first_window(1460), "a probe after the wait");
+    }
+
+    /// A report the sender read 100 ms late (it was busy, or sleeping between bursts)
+    /// counts as twice the smoothed round trip, not as 100 ms: a paced sender's share on
+    /// loopback stays a few datagrams instead of 2 000.
+    #[test]
+    fn a_late_report_barely_moves_a_paced_senders_share() {
+        let mut w = ReceiverWindow::paced(1460, 1_000_000_000, Duration::from_micros(20));
+        w.on_progress(1_000, &report(500, 980, 69), 510);
+        assert_eq!(w.room(500), 69 + 3);
+        w.on_progress(101_000, &report(600, 1_000, 69), 610);
+        assert_eq!(w.room(600), 69 + 3);
+    }
+
+    /// A paced test overrunning a bloated bottleneck on purpose (`-b 100M` into less,
+    /// the kernel's default buffers: a window of 69): the queue there grows by a ms
+    /// every ms to 200 ms and stays, the round trip from 10 to 210 ms. What waits in that
+    /// queue is path, not the receiver's: the sender is never held (with the least round
+    /// trip for its share it would be, 1 800 datagrams unread against 69 + 171).
+    #[test]
+    fn a_queue_on_the_path_does_not_hold_a_paced_sender() {
+        let per_ms = 100e6 / 8.0 / 1460.0 / 1e3;
+        let mut w = ReceiverWindow::paced(1460, 100_000_000, Duration::from_millis(10));
+        for t in 10..=400u64 {
+            let rtt = 10 + (t - 10).min(200);
+            let sent = (t as f64 * per_ms) as u64;
+            if t >= rtt {
+                let read = ((t - rtt) as f64 * per_ms) as u64;
+                w.on_progress(t * 1_000, &report(read, (t - rtt) * 1_000, 69), sent);
+            }
+            assert!(w.room(sent) > 0, "held at {t} ms: {w}");
+        }
+    }
+
+    #[test]
+    fn a_receiver_offers_half_its_buffer_and_reports_sixteen_times_a_window_four_if_paced() {
         // 8 MiB as the kernel reports a 4 MiB SO_RCVBUF: 1460-byte datagrams estimated at
         // 3072 bytes each.
         assert_eq!(receiver_window(8 << 20, 1460), 1365);
-        assert_eq!(progress_every(1365), 85);
+        assert_eq!(progress_every(1365, false), 85);
+        assert_eq!(progress_every(1365, true), 341);
         // The kernel's default buffer (rmem_max 212992, reported doubled).
         assert_eq!(receiver_window(425_984, 1460), 69);
         // Small datagrams still count their sk_buff; a buffer too small for two datagrams
         // still offers one.
         assert_eq!(receiver_window(425_984, 64), 195);
         assert_eq!(receiver_window(4096, 65_000), 1);
-        assert_eq!(progress_every(10), 1);
+        assert_eq!(progress_every(10, false), 1);
+        assert_eq!(progress_every(69, true), 17);
     }
 }

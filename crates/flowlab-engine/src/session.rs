@@ -22,6 +22,7 @@ pub struct Snapshot {
     pub sw_retransmits: u64,
     pub rcvbuf_drops: u64,
     pub backoff_cuts: u64,
+    pub receiver_holds: u64,
     pub udp: Option<UdpCounts>,
     pub tcp: Option<sock::TcpInfo>,
 }
@@ -80,6 +81,7 @@ impl DataSession {
                     sw_retransmits: c.sw_retransmits.load(Ordering::Relaxed),
                     rcvbuf_drops: c.rcvbuf_drops.load(Ordering::Relaxed),
                     backoff_cuts: c.backoff_cuts.load(Ordering::Relaxed),
+                    receiver_holds: c.receiver_holds.load(Ordering::Relaxed),
                     udp: c.udp_counts(),
                     tcp: match &s.transport {
                         Transport::Tcp(t) if s.role == Role::Send => sock::tcp_info(t.as_ref()),
@@ -206,7 +208,7 @@ impl DataSession {
             .streams
             .iter()
             .zip(final_snap.iter().zip(&self.baseline))
-            .map(|(s, (end, base))| stream_results(s, end, base, self.cfg.backoff))
+            .map(|(s, (end, base))| stream_results(s, end, base, &self.cfg))
             .collect();
         PeerResults {
             cpu_util_total: total,
@@ -248,8 +250,9 @@ fn stream_results(
     s: &RunningStream,
     end: &Snapshot,
     base: &Snapshot,
-    backoff: bool,
+    cfg: &DataConfig,
 ) -> StreamResults {
+    let udp_sender = s.role == Role::Send && matches!(s.transport, Transport::Udp(_));
     let end_us = stream_end_us(s, end);
     let seconds = end_us.saturating_sub(base.at_us) as f64 / 1e6;
     let udp = end.udp.map(|u| (u, base.udp.unwrap_or_default()));
@@ -290,8 +293,12 @@ fn stream_results(
         dsack_dups: tcp_delta(|t| t.dsack_dups),
         reordering: tcp_delta(|t| t.reord_seen),
         rcvbuf_drops: udp.map(|_| end.rcvbuf_drops.saturating_sub(base.rcvbuf_drops)),
-        backoff_cuts: (backoff && s.role == Role::Send && matches!(s.transport, Transport::Udp(_)))
+        backoff_cuts: (cfg.backoff && udp_sender)
             .then(|| end.backoff_cuts.saturating_sub(base.backoff_cuts)),
+        // At unlimited rate waiting for the receiver is how the sender goes; paced, it
+        // means the receiver did not keep up with the rate.
+        receiver_holds: (cfg.window && cfg.rate_bps > 0 && udp_sender)
+            .then(|| end.receiver_holds.saturating_sub(base.receiver_holds)),
         foreign: udp.map(|(u, b)| u.since(&b).foreign),
         socket: None,
         trace: None,

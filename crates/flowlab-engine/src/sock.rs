@@ -391,6 +391,19 @@ pub fn trace_sample(sock: &std::net::TcpStream, t_us: u64) -> Option<TraceSample
     Some(sample)
 }
 
+/// The least round trip a TCP connection has seen (`tcpi_min_rtt`, Linux 4.6: its
+/// handshake's at least, which no delayed acknowledgement lengthens; the smoothed one on
+/// an older kernel), or `None` if the socket cannot tell.
+pub fn least_rtt(sock: &std::net::TcpStream) -> Option<std::time::Duration> {
+    let s = trace_sample(sock, 0)?;
+    // The kernel's least starts at u32::MAX ("none yet").
+    s.min_rtt_us
+        .filter(|&us| us < u64::from(u32::MAX))
+        .or(s.srtt_us)
+        .filter(|&us| us > 0)
+        .map(std::time::Duration::from_micros)
+}
+
 /// A socket's receive queue: (bytes allocated to it, its receive buffer), both as the
 /// kernel accounts them (SO_MEMINFO, Linux 4.12; `None` before that).
 pub fn receive_queue<F: AsRawFd>(sock: &F) -> Option<(u64, u64)> {

@@ -52,10 +52,12 @@ pub struct DataConfig {
     /// UDP at unlimited rate, both ends flowlab: receivers report their socket's overflow
     /// drops to the sender, which backs off ([`crate::pacing::Backoff`]).
     pub backoff: bool,
-    /// UDP at unlimited rate, both ends flowlab: receivers report their progress and the
-    /// room in their socket, and senders keep within it
-    /// ([`crate::pacing::ReceiverWindow`]).
+    /// UDP streaming, both ends flowlab: receivers report their progress and the room in
+    /// their socket, and senders keep within it ([`crate::pacing::ReceiverWindow`]).
     pub window: bool,
+    /// The control connection's least round trip when the test started: a paced sender's
+    /// estimate of what the path holds until its receiver's reports measure it.
+    pub path_rtt: Option<Duration>,
     /// `--trace`: TCP streams sample TCP_INFO this often.
     pub trace: Option<Duration>,
     /// `-A`: the CPU each stream's thread runs on.
@@ -249,6 +251,10 @@ pub struct StreamCounters {
     /// progress, and how many of those waits ran out before a report let them go on
     /// (counted for the tests and the debug log; not reported).
     pub window_waits: AtomicU64,
+    /// Of those waits, the ones after the receiver's first report (the first is how a
+    /// stream starts on a short path, not the receiver falling behind): in a paced test,
+    /// times the receiver did not keep up (reported as `receiver_holds`).
+    pub receiver_holds: AtomicU64,
     pub window_timeouts: AtomicU64,
     /// Receivers pinned to a CPU: reads made without waiting that found data (TCP's poll
     /// while data flows fast, `tcp_data::SpinRead`; UDP's nap between batches,

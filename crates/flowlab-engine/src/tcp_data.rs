@@ -911,6 +911,7 @@ mod tests {
                 drain_to_eof: true,
                 backoff: false,
                 window: false,
+                path_rtt: None,
                 trace: None,
                 affinity: Some(cpu),
                 fq_rate_bps: 0,

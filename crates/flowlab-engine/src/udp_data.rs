@@ -72,7 +72,10 @@ fn send_streaming(
     let mut fixed = (cfg.rate_bps > 0)
         .then(|| Pacer::new(cfg.rate_bps, ctl.epoch.elapsed()).with_burst(cfg.burst_bytes));
     let mut backoff = (cfg.backoff && cfg.rate_bps == 0).then(|| Backoff::new(ctl.epoch.elapsed()));
-    let mut window = (cfg.window && cfg.rate_bps == 0).then(|| ReceiverWindow::new(len));
+    let mut window = cfg.window.then(|| match cfg.rate_bps {
+        0 => ReceiverWindow::new(len),
+        rate => ReceiverWindow::paced(len, rate, cfg.path_rtt.unwrap_or_default()),
+    });
     // Since when the receiver's window has held this sender back.
     let mut held_since: Option<Duration> = None;
     let mut seq = 0u64;
@@ -99,6 +102,9 @@ fn send_streaming(
                 // report, leaving the CPU to it; when none came in time, probe.
                 let since = *held_since.get_or_insert_with(|| {
                     c.window_waits.fetch_add(1, Ordering::Relaxed);
+                    if w.has_reported() {
+                        c.receiver_holds.fetch_add(1, Ordering::Relaxed);
+                    }
                     now
                 });
                 let held = now.saturating_sub(since);
@@ -408,13 +414,13 @@ pub(crate) fn receive(
     // some that were not reported (the sender may be waiting for them: its probes).
     let offered = cfg.window.then(|| {
         let window = receiver_window(rcvbuf as u64, datagram_len(cfg));
-        (window, progress_every(window))
+        (window, progress_every(window, cfg.rate_bps > 0))
     });
     let mut reported: Option<u64> = None;
     let mut unreported: Option<ReadOf> = None;
     // The reports say how long what they report waited here, from the kernel's arrival
     // stamps (datagrams queued before this are stamped when read: a wait of 0, which only
-    // makes a round trip look longer, and the path's share is capped).
+    // makes a round trip look longer).
     if offered.is_some() && !sock::enable_rx_timestamps(sock) {
         tracing::debug!("UDP receiver: no arrival stamps; its reports count no wait");
     }
@@ -550,14 +556,16 @@ struct ReadOf {
 }
 
 impl ReadOf {
-    /// The report of this read, with how long it waited in the socket (time since it
-    /// arrived less time since it was read): the sender takes that out of its round trip
-    /// (the queue is the window's, not the path's).
+    /// The report of this read, with how long the datagram has been at this receiver:
+    /// from its arrival (the kernel's stamp; without one, from its read) to now, its wait
+    /// in the socket and any before the report (an idle report's 50 ms). The sender takes
+    /// that out of its round trip: the queue is the window's, a late report the
+    /// receiver's, neither the path's.
     fn progress(&self, window: u64, ctl: &TestControl) -> Progress {
-        let held_us = self.arrived_ns.map_or(0, |at| {
-            let since_arrival = sock::unix_now_ns().saturating_sub(at) / 1_000;
-            since_arrival.saturating_sub(ctl.elapsed_us().saturating_sub(self.read_us))
-        });
+        let held_us = match self.arrived_ns {
+            Some(at) => sock::unix_now_ns().saturating_sub(at) / 1_000,
+            None => ctl.elapsed_us().saturating_sub(self.read_us),
+        };
         Progress {
             seq: self.seq,
             sent_us: self.sent_us,
@@ -672,6 +680,7 @@ mod tests {
             drain_to_eof: false,
             backoff: false,
             window: false,
+            path_rtt: None,
             trace: None,
             affinity: None,
             fq_rate_bps: 0,
@@ -930,7 +939,7 @@ mod tests {
         };
         tx.set_read_timeout(Some(Duration::from_secs(5)))
             .expect("timeout");
-        let every = progress_every(window);
+        let every = progress_every(window, false);
         let mut datagram = vec![0u8; 1460];
         let mut reports = Vec::new();
         for seq in [1, 1 + every * 2, 1 + every * 7, 2 + every * 7] {

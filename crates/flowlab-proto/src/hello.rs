@@ -38,6 +38,9 @@ pub mod feature {
     /// UDP receivers report their progress and the room in their socket, and
     /// unlimited-rate senders keep no more than that unread (`udp::Progress`).
     pub const UDP_WINDOW: &str = "udp-window";
+    /// Paced UDP senders keep within the receiver's window too, and receivers report
+    /// their progress in paced tests.
+    pub const UDP_WINDOW_PACED: &str = "udp-window-paced";
     /// The server samples TCP_INFO of its streams (`--trace`) and returns the samples.
     pub const TRACE: &str = "trace";
     /// The server applies `recv_window` and `recv_congestion` to its receiving sockets.

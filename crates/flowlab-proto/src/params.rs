@@ -167,7 +167,7 @@ impl TestParams {
 #[serde(rename_all = "kebab-case")]
 pub enum Mode {
     /// Write as fast as allowed, never waiting for each message's acknowledgement (UDP
-    /// at unlimited rate between flowlab ends still keeps within the receiver's window).
+    /// between flowlab ends still keeps within the receiver's window).
     #[default]
     Streaming,
     /// Each message waits for the receiver's acknowledgement before the next.
@@ -190,7 +190,8 @@ pub struct FlowlabParams {
     /// UDP at unlimited rate: receivers send `udp::Overflow` and senders back off on it.
     #[serde(default, skip_serializing_if = "is_false")]
     pub udp_backoff: bool,
-    /// UDP at unlimited rate: receivers send `udp::Progress` and senders keep within the
+    /// UDP streaming (at unlimited rate, or paced where the server offers
+    /// `udp-window-paced`): receivers send `udp::Progress` and senders keep within the
     /// window it gives.
     #[serde(default, skip_serializing_if = "is_false")]
     pub udp_window: bool,

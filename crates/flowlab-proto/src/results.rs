@@ -94,6 +94,10 @@ pub struct StreamResults {
     /// flowlab UDP sender with receiver-overflow backoff: times it slowed down.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backoff_cuts: Option<u64>,
+    /// flowlab paced UDP sender keeping within the receiver's window: times the receiver
+    /// held it back (it did not keep up with the rate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receiver_holds: Option<u64>,
     /// flowlab server: what the kernel granted this stream's socket.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub socket: Option<SocketSettings>,

@@ -168,14 +168,16 @@ impl QueueHigh {
     }
 }
 
-/// flowlab receiver progress, the flow control of an unlimited-rate UDP sender: the
+/// flowlab receiver progress, the flow control of a UDP sender (unlimited or paced): the
 /// highest sequence number in the read this reports is `seq` (the sender keeps the
 /// highest it heard), that datagram was stamped `sent_us` by its sender (echoed, so the
-/// sender measures the round trip on its own clock) and waited `held_us` in the
-/// receiver's socket before it was read (from the kernel's arrival stamp; the sender takes
-/// it out of the round trip, which is the path's, not the receiver's queue), and the
+/// sender measures the round trip on its own clock) and had been `held_us` at the
+/// receiver when the report was sent (from the kernel's arrival stamp: its wait in the
+/// socket and any before the report; the sender takes it out of the round trip, which is
+/// the path's, not the receiver's), and the
 /// receiver can hold `window` datagrams beyond what it read. Sent every few datagrams
-/// read, if both ends negotiated [`crate::hello::feature::UDP_WINDOW`]; the sender keeps
+/// read, if both ends negotiated [`crate::hello::feature::UDP_WINDOW`] (and, in a paced
+/// test, [`crate::hello::feature::UDP_WINDOW_PACED`]); the sender keeps
 /// no more than the window (and what the path itself holds) unread (the engine's
 /// `ReceiverWindow`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

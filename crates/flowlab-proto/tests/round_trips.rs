@@ -74,7 +74,7 @@ fn stream() -> impl Strategy<Value = StreamResults> {
             finite(),
         ),
         (
-            prop::collection::vec(any::<Option<u64>>(), 9),
+            prop::collection::vec(any::<Option<u64>>(), 10),
             prop::option::of((
                 any::<u64>(),
                 any::<u64>(),
@@ -106,6 +106,7 @@ fn stream() -> impl Strategy<Value = StreamResults> {
             foreign: extra[6],
             dsack_dups: extra[7],
             reordering: extra[8],
+            receiver_holds: extra[9],
             socket: socket.map(
                 |(sndbuf, rcvbuf, congestion, tos, dont_fragment, snd_timeout_ms)| SocketSettings {
                     sndbuf,

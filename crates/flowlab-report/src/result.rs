@@ -283,6 +283,10 @@ pub struct SideTotals {
     /// UDP sender at unlimited rate with receiver-overflow backoff (flowlab peers): how
     /// often it slowed down.
     pub backoff_cuts: Option<u64>,
+    /// Paced UDP sender keeping within the receiver's window (flowlab peers): how often
+    /// the receiver held it back, not keeping up with the rate. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receiver_holds: Option<u64>,
     pub udp: Option<UdpTotals>,
 }
 
@@ -417,6 +421,7 @@ fn sender_totals(s: &StreamResults) -> SideTotals {
         packets: u64::try_from(s.packets).ok(),
         sw_retransmits: s.sw_retransmits,
         backoff_cuts: s.backoff_cuts,
+        receiver_holds: s.receiver_holds,
         udp: None,
     }
 }
@@ -516,6 +521,7 @@ pub fn summarize(
                 packets: opt_sum(|p| p.packets),
                 sw_retransmits: opt_sum(|p| p.sw_retransmits),
                 backoff_cuts: opt_sum(|p| p.backoff_cuts),
+                receiver_holds: opt_sum(|p| p.receiver_holds),
                 udp,
             })
         };

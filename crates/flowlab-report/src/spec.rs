@@ -312,10 +312,13 @@ impl TestSpec {
             && self.bitrate == 0
     }
 
-    /// Whether the sender asks for the receiver's window as well: wherever it asks for
-    /// backoff, unless turned off.
+    /// Whether the sender keeps within the receiver's window: UDP streaming, paced or at
+    /// unlimited rate with backoff, unless turned off (`--no-window`).
     pub fn wants_window(&self) -> bool {
-        self.udp_window && self.wants_backoff()
+        self.udp_window
+            && self.protocol == Protocol::Udp
+            && self.mode == Mode::Streaming
+            && (self.bitrate > 0 || self.wants_backoff())
     }
 
     /// The flowlab extensions this test cannot run without.

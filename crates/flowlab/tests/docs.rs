@@ -176,7 +176,7 @@ fn every_command_in_the_docs_parses() {
 /// 23x for the receiver`, `rcvbuf drops 6199`, `foreign 2`: the row's parts are two
 /// spaces apart).
 fn shape(line: &str) -> String {
-    const OPTIONAL: [&str; 4] = ["retr ", "slowed ", "rcvbuf drops ", "foreign "];
+    const OPTIONAL: [&str; 5] = ["retr ", "slowed ", "held ", "rcvbuf drops ", "foreign "];
     let line: Vec<&str> = line
         .split("  ")
         .filter(|part| !OPTIONAL.iter().any(|o| part.starts_with(o)))

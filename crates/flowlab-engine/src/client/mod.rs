@@ -152,6 +152,7 @@ pub fn run(
         .unwrap_or_default();
     let mut cfg = data_config(spec, &params, &features);
     cfg.file = file;
+    cfg.path_rtt = crate::sock::least_rtt(&ctrl);
     // The machine state is read (a `tc` process, ioctls per interface) before any data
     // flows, not during the first measured interval.
     let system = crate::sysinfo::collect();
@@ -391,7 +392,13 @@ fn data_config(spec: &TestSpec, params: &TestParams, features: &[String]) -> Dat
         close_when_done: has(feature::CLEAN_CLOSE),
         drain_to_eof: has(feature::CLEAN_CLOSE),
         backoff: spec.wants_backoff() && has(feature::UDP_BACKOFF),
-        window: spec.wants_window() && has(feature::UDP_WINDOW),
+        // A paced test's window needs a server that reports in paced tests too: one that
+        // offers only `udp-window` would leave the sender waiting for reports.
+        window: spec.wants_window()
+            && has(feature::UDP_WINDOW)
+            && (spec.bitrate == 0 || has(feature::UDP_WINDOW_PACED)),
+        // Set from the control connection when the test starts.
+        path_rtt: None,
         trace: spec.trace.filter(|_| spec.protocol == Protocol::Tcp),
         affinity: spec.affinity.client,
         fq_rate_bps: spec.fq_rate,
@@ -552,5 +559,37 @@ fn refusal(ctrl: &mut TcpStream, state: State) -> ClientError {
         }
         State::ServerTerminate => ClientError::ServerTerminated,
         other => ClientError::Unexpected(other),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether a UDP test's sender keeps within the receiver's window, against a server
+    /// offering `features`.
+    fn windowed(bitrate: u64, features: &[&str]) -> bool {
+        let mut spec = TestSpec::new("127.0.0.1");
+        spec.protocol = Protocol::Udp;
+        spec.bitrate = bitrate;
+        let features: Vec<String> = features.iter().map(|f| f.to_string()).collect();
+        data_config(&spec, &spec.to_params(), &features).window
+    }
+
+    /// A paced test keeps within the window only against a server that reports in paced
+    /// tests too: one offering only `udp-window` (builds before it) would leave the
+    /// sender waiting for reports that never come.
+    #[test]
+    fn a_paced_window_needs_a_server_that_reports_in_paced_tests() {
+        let both = [
+            feature::UDP_BACKOFF,
+            feature::UDP_WINDOW,
+            feature::UDP_WINDOW_PACED,
+        ];
+        let unpaced_only = [feature::UDP_BACKOFF, feature::UDP_WINDOW];
+        assert!(windowed(0, &both) && windowed(0, &unpaced_only));
+        assert!(windowed(1_000_000_000, &both));
+        assert!(!windowed(1_000_000_000, &unpaced_only));
+        assert!(!windowed(1_000_000_000, &[]), "a stock iperf3 server");
     }
 }

@@ -57,12 +57,13 @@ impl TestError {
 }
 
 /// The flowlab extensions this server has (told to flowlab clients in its hello).
-const FEATURES: [&str; 7] = [
+const FEATURES: [&str; 8] = [
     feature::STOP_AND_WAIT,
     feature::EXACT_BYTES,
     feature::CLEAN_CLOSE,
     feature::UDP_BACKOFF,
     feature::UDP_WINDOW,
+    feature::UDP_WINDOW_PACED,
     feature::TRACE,
     feature::RECEIVER_TUNING,
 ];
@@ -89,6 +90,7 @@ pub(super) fn run_test(
     let n = params.stream_count() as usize;
     let transports = collect_streams(ctrl, peer, cookie, proto, n, shared)?;
     let mut data = data_config(&params, proto);
+    data.path_rtt = crate::sock::least_rtt(ctrl);
     if let Some(path) = &cfg.file {
         // Sending: the file as it is; receiving: the file anew.
         let file = if params.reverse {
@@ -309,8 +311,9 @@ fn budget(params: &TestParams) -> Budget {
 /// How the data streams run, from the client's parameters.
 fn data_config(params: &TestParams, proto: Protocol) -> DataConfig {
     let mode = params.flowlab.as_ref().map_or(Mode::Streaming, |f| f.mode);
-    // Streaming at unlimited rate: where the backoff and the receiver window apply.
-    let unlimited = mode == Mode::Streaming && params.bandwidth == 0;
+    // The receiver window applies to streaming, the backoff only at unlimited rate.
+    let streaming = mode == Mode::Streaming;
+    let unlimited = streaming && params.bandwidth == 0;
     DataConfig {
         mode,
         len: block_len(params, proto),
@@ -325,7 +328,9 @@ fn data_config(params: &TestParams, proto: Protocol) -> DataConfig {
         close_when_done: true,
         drain_to_eof: is_flowlab(params),
         backoff: unlimited && params.flowlab.as_ref().is_some_and(|f| f.udp_backoff),
-        window: unlimited && params.flowlab.as_ref().is_some_and(|f| f.udp_window),
+        window: streaming && params.flowlab.as_ref().is_some_and(|f| f.udp_window),
+        // Set from the control connection when the test starts.
+        path_rtt: None,
         trace: params
             .flowlab
             .as_ref()
@@ -540,6 +545,37 @@ mod tests {
             burst(&params(r#","pacing_timer":20000,"burst":30"#)),
             30_000
         );
+    }
+
+    /// The server keeps within (sending) and reports its progress for (receiving) the
+    /// window in any UDP streaming test whose client asks for it, paced or not; never
+    /// when the client does not ask (builds before the paced window, stock iperf3), and
+    /// the backoff stays at unlimited rate only.
+    #[test]
+    fn the_window_follows_the_clients_ask_paced_or_not() {
+        let config = |bandwidth: u64, flowlab: &str| {
+            let p: TestParams = serde_json::from_str(&format!(
+                r#"{{"udp":true,"time":1,"parallel":1,"len":1460,"bandwidth":{bandwidth}{flowlab}}}"#
+            ))
+            .expect("params");
+            let c = data_config(&p, Protocol::Udp);
+            (c.window, c.backoff)
+        };
+        let asks = r#","flowlab":{"version":1,"udp_backoff":true,"udp_window":true}"#;
+        let paced_ask = r#","flowlab":{"version":1,"udp_window":true}"#;
+        assert_eq!(config(0, asks), (true, true));
+        assert_eq!(config(1_000_000_000, paced_ask), (true, false));
+        assert_eq!(
+            config(1_000_000_000, r#","flowlab":{"version":1}"#),
+            (false, false)
+        );
+        assert_eq!(
+            config(1_000_000_000, ""),
+            (false, false),
+            "a stock iperf3 client"
+        );
+        let stop_and_wait = r#","flowlab":{"version":1,"mode":"stop-and-wait","udp_window":true}"#;
+        assert_eq!(config(0, stop_and_wait), (false, false));
     }
 
     #[test]

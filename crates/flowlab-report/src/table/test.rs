@@ -207,6 +207,9 @@ fn side_row(
     if let Some(n) = t.backoff_cuts.filter(|&n| n > 0) {
         let _ = write!(out, "  slowed {n}x for the receiver");
     }
+    if let Some(n) = t.receiver_holds.filter(|&n| n > 0) {
+        let _ = write!(out, "  held {n}x by the receiver");
+    }
     if let Some(u) = t.udp {
         let _ = write!(
             out,

@@ -252,13 +252,14 @@ pub fn translate(args: &[OsString]) -> Result<Vec<OsString>, Refusal> {
     }
     if !server && m.get_flag("udp") {
         match m.get_one::<OsString>("bitrate") {
-            // iperf3's UDP default: 1 Mbit/s.
-            None => out.push("--bitrate=1M".into()),
+            // iperf3's UDP default: 1 Mbit/s, at the rate whatever the receiver does.
+            None => out.extend(["--bitrate=1M".into(), "--no-window".into()]),
             // Unlimited UDP as iperf3 sends it: blindly, never slowing for the receiver.
             Some(b) if flowlab_report::units::parse_rate(&rate_part(b)) == Ok(0) => {
                 out.push("--no-backoff".into());
             }
-            Some(_) => {}
+            // Paced as iperf3 paces: never waiting for the receiver.
+            Some(_) => out.push("--no-window".into()),
         }
     }
     global.extend(out);
@@ -377,14 +378,14 @@ mod tests {
                 "flowlab test h --time=5 --parallel=4 --reverse",
             ),
             ("-ch -t5 -J", "flowlab test h --iperf3-json --time=5"),
-            ("-c h -u", "flowlab test h --udp --bitrate=1M"),
+            ("-c h -u", "flowlab test h --udp --bitrate=1M --no-window"),
             (
                 "-c h -u -b 0",
                 "flowlab test h --udp --bitrate=0 --no-backoff",
             ),
             (
                 "-c h -u -b 20M -l 1400",
-                "flowlab test h --udp --bitrate=20M --length=1400",
+                "flowlab test h --udp --bitrate=20M --length=1400 --no-window",
             ),
             (
                 "-c h -J --bidir -VV",

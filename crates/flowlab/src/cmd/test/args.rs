@@ -36,8 +36,9 @@ pub struct Args {
     /// server reports either.
     #[arg(long)]
     pub no_backoff: bool,
-    /// UDP at unlimited rate: do not wait for the flowlab receiver's progress (keep no
-    /// more unread than its window); slow down only when its socket overflows.
+    /// UDP: do not wait for the flowlab receiver's progress (keep no more unread than its
+    /// window); at unlimited rate slow down only when its socket overflows, paced (-b)
+    /// send at the rate whatever the receiver does.
     #[arg(long)]
     pub no_window: bool,
     /// Bytes per write (TCP, default 128K) or per datagram (UDP, default 1460).
@@ -340,16 +341,16 @@ impl Args {
             }
             s.rto = Duration::from_millis(rto);
         }
-        let udp_unlimited = self.udp && !self.stop_and_wait && s.bitrate == 0;
-        for (given, flag) in [
-            (self.no_backoff, "--no-backoff"),
-            (self.no_window, "--no-window"),
-        ] {
-            if given && !udp_unlimited {
-                return Err(Usage(format!(
-                    "{flag} applies only to UDP at unlimited rate (-u, no -b or -b 0)"
-                )));
-            }
+        let udp_streaming = self.udp && !self.stop_and_wait;
+        if self.no_backoff && !(udp_streaming && s.bitrate == 0) {
+            return Err(Usage(
+                "--no-backoff applies only to UDP at unlimited rate (-u, no -b or -b 0)".into(),
+            ));
+        }
+        if self.no_window && !udp_streaming {
+            return Err(Usage(
+                "--no-window applies only to UDP streaming (-u, not --stop-and-wait)".into(),
+            ));
         }
         s.udp_backoff = !self.no_backoff;
         s.udp_window = !self.no_window;
