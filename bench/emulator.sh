@@ -18,8 +18,11 @@
 # median over the runs: what the emulator itself added). Needs python3.
 #
 # Env: BENCH_SECONDS (default 10), BENCH_REPEAT (default 3), FLOWLAB (the build to
-#      measure, default target/release/flowlab).
+#      measure, default target/release/flowlab), BENCH_BASE (an earlier build: its
+#      emulator's CPU at 30 Mbit/s is measured too, alternating run by run with FLOWLAB's,
+#      and the ratio of the medians printed).
 set -euo pipefail
+shopt -s inherit_errexit  # a failing step inside $(…) stops the script too
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 FLOWLAB="${FLOWLAB:-$ROOT/target/release/flowlab}"
@@ -31,6 +34,8 @@ command -v python3 >/dev/null || die "python3 not found (needed to read the JSON
 [[ $EUID -eq 0 ]] || die "needs root (network namespaces)"
 [[ "$T" =~ ^[0-9]+$ && "$T" -ge 1 ]] || die "BENCH_SECONDS must be a positive integer"
 [[ "$REPEAT" =~ ^[0-9]+$ && "$REPEAT" -ge 1 ]] || die "BENCH_REPEAT must be a positive integer"
+BASE="${BENCH_BASE:-}"
+[[ -z "$BASE" || -x "$BASE" ]] || die "BENCH_BASE: $BASE is not an executable"
 if [[ ! -x "$FLOWLAB" ]]; then
     (cd "$ROOT" && cargo build --release) || die "cargo build --release failed"
 fi
@@ -49,7 +54,7 @@ NETEM=no
 if "$FLOWLAB" net up --backend netem "$DIR/bemu.toml" >/dev/null 2>&1; then NETEM=yes; fi
 "$FLOWLAB" net down bemu >/dev/null 2>&1 || true
 
-echo "# command:  $0  (BENCH_SECONDS=$T BENCH_REPEAT=$REPEAT)"
+echo "# command:  $0  (BENCH_SECONDS=$T BENCH_REPEAT=$REPEAT${BASE:+ BENCH_BASE=$BASE})"
 echo "# date:     $(date -u '+%Y-%m-%dT%H:%M:%SZ')"
 echo "# machine:  nproc=$(nproc)  kernel=$(uname -r)  netem: $NETEM"
 echo "# tcp cc:   $(cat /proc/sys/net/ipv4/tcp_congestion_control) (the system's default, which every TCP test here runs)"
@@ -108,17 +113,36 @@ PY
 # over the load's seconds, per run (the check's idle echoes before the load are counted
 # in, so this errs high).
 hz=$(getconf CLK_TCK)
-cpu=()
-for _ in $(seq "$REPEAT"); do
-    "$FLOWLAB" net up --backend userspace "$DIR/b30.toml" >/dev/null
-    pid=$("$FLOWLAB" net status | sed -n 's/^b30: .*emulator pid \([0-9]*\).*/\1/p')
+cpu_run() { # build: prints its emulator's CPU, % of one core, over one check's load
+    local f=$1 pid before after load
+    "$f" net up --backend userspace "$DIR/b30.toml" >/dev/null
+    pid=$("$f" net status | sed -n 's/^b30: .*emulator pid \([0-9]*\).*/\1/p')
     [[ -n "$pid" ]] || die "no emulator found for b30"
     before=$(awk '{print $14 + $15}' "/proc/$pid/stat")
-    load=$("$FLOWLAB" net check "$DIR/b30.toml" -t "$T" -J | python3 -c "import json,sys; print(json.load(sys.stdin)['load_seconds'])")
+    load=$("$f" net check "$DIR/b30.toml" -t "$T" -J | python3 -c "import json,sys; print(json.load(sys.stdin)['load_seconds'])")
     after=$(awk '{print $14 + $15}' "/proc/$pid/stat")
-    "$FLOWLAB" net down b30 >/dev/null
-    cpu+=("$(python3 -c "print(f'{100 * ($after - $before) / $hz / $load:.1f}')")")
+    "$f" net down b30 >/dev/null
+    python3 -c "print(f'{100 * ($after - $before) / $hz / $load:.1f}')"
+}
+cpu=() base_cpu=()
+for _ in $(seq "$REPEAT"); do
+    cpu+=("$(cpu_run "$FLOWLAB")")
+    if [[ -n "$BASE" ]]; then base_cpu+=("$(cpu_run "$BASE")"); fi
 done
+summary() { # runs' figures: min / median / max, and the spread when over 25 %
+    python3 -c "
+import statistics, sys
+v = [float(x) for x in sys.argv[1:]]
+m = statistics.median(v)
+spread = (max(v) - min(v)) / m * 100 if m else 0
+flag = f'  SPREAD {spread:.0f} % (over 25 %)' if spread > 25 else ''
+print(f'  min / median / max: {min(v):.1f} / {m:.1f} / {max(v):.1f} %{flag}')" "$@"
+}
 echo
 echo "emulator CPU at 30 Mbit/s (one link, TCP through it), % of one core per run: ${cpu[*]}"
-python3 -c "import statistics,sys; v=[float(x) for x in sys.argv[1:]]; print(f'  min / median / max: {min(v):.1f} / {statistics.median(v):.1f} / {max(v):.1f} %')" "${cpu[@]}"
+summary "${cpu[@]}"
+if [[ -n "$BASE" ]]; then
+    echo "the same for BENCH_BASE ($BASE), alternating with it: ${base_cpu[*]}"
+    summary "${base_cpu[@]}"
+    python3 -c "import statistics,sys; n=int(sys.argv[1]); v=[float(x) for x in sys.argv[2:]]; print(f'  median ratio this / base: {statistics.median(v[:n]) / statistics.median(v[n:]):.2f}')" "${#cpu[@]}" "${cpu[@]}" "${base_cpu[@]}"
+fi

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::emulator::{DelayLine, SendCost, Verdict, WakeMargin};
+use crate::emulator::{DelayLine, SendCost, Verdict, WakeMargin, arrivals_can_wait};
 
 /// One direction's emulation, as the `up` process hands it to the emulator.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -542,14 +542,15 @@ impl Pool {
 }
 
 /// Reads every frame waiting on `from` (up to a few batches, so that due frames are not
-/// held back behind a flood) into `line`, stamped with its arrival time.
+/// held back behind a flood) into `line`, stamped with its arrival time. Says whether
+/// it read them all (false: a flood, more are waiting).
 fn receive(
     from: &PacketSocket,
     line: &mut DelayLine<Frame>,
     counters: &Counters,
     batch: &mut Batch,
     clock: &Clock,
-) -> io::Result<()> {
+) -> io::Result<bool> {
     for _ in 0..8 {
         for i in 0..BATCH {
             batch.iov[i] = libc::iovec {
@@ -633,10 +634,23 @@ fn receive(
             }
         }
         if got < BATCH {
-            break;
+            return Ok(true);
         }
     }
-    Ok(())
+    Ok(false)
+}
+
+/// [`receive`] from `from`, saying since when the socket is known to be empty (None: a
+/// flood is left waiting).
+fn read_all(
+    from: &PacketSocket,
+    line: &mut DelayLine<Frame>,
+    counters: &Counters,
+    batch: &mut Batch,
+    clock: &Clock,
+) -> io::Result<Option<u64>> {
+    let before = clock.now();
+    Ok(receive(from, line, counters, batch, clock)?.then_some(before))
 }
 
 /// When a frame stamped `wall` (wall-clock ns) by the kernel arrived, on the emulator's
@@ -768,6 +782,14 @@ fn transmit(
     }
 }
 
+/// Whether `e` says the socket's interface went away (the topology was taken down).
+fn link_gone(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENETDOWN | libc::ENODEV | libc::ENXIO)
+    )
+}
+
 /// Forwards one link's frames both ways between sockets `a` and `b` until their
 /// interfaces go away (the topology was taken down) or an error occurs.
 fn forward(
@@ -809,12 +831,17 @@ fn forward(
     };
     let mut batch = Batch::new(if link.gso { SUPER_FRAME } else { FRAME });
     let mut stats_due = Duration::from_secs(1);
-    // Timer wake-ups come late (40–120 µs from an idle vCPU on the development VM, more
-    // than the configured delay can absorb when a path crosses several links): the
-    // thread asks to be woken that much early, learnt as it goes, and spins the rest.
+    // Timer wake-ups come late (25 µs at the median, 95 µs at the 99th percentile from an
+    // idle vCPU on the development VM, more than the configured delay can absorb when a
+    // path crosses several links): the thread asks to be woken early by a margin learnt
+    // as it goes, and spins the rest.
     let mut wake = WakeMargin::new();
     // Frames a→b are written to `b`, whose transmit stamps measure that direction.
     let (mut cost_ab, mut cost_ba) = (SendCost::new(), SendCost::new());
+    // When each socket was last seen empty (by a read that left nothing, or a poll that
+    // found nothing), on the emulator's clock: what arrived since may be unread. None
+    // when not known (a read left a flood waiting, a poll was interrupted).
+    let (mut empty_a, mut empty_b) = (Some(0), Some(0));
     loop {
         let now = clock.now();
         let slept_at = now;
@@ -835,17 +862,28 @@ fn forward(
                 tv_nsec: (wait % 1_000_000_000) as libc::c_long,
             }
         });
+        // A socket whose frames cannot be due before the thread wakes anyway is not
+        // watched for them (`arrivals_can_wait`); it is read once the thread is up and
+        // the frames then due have gone.
+        let waits = |line: &DelayLine<Frame>, cost: &SendCost, empty: Option<u64>| {
+            let (Some(since), Some(next)) = (empty, next) else {
+                return false;
+            };
+            arrivals_can_wait(since, next, line.least_delay_ns(), cost.estimate())
+        };
+        let (wait_a, wait_b) = (waits(&ab, &cost_ab, empty_a), waits(&ba, &cost_ba, empty_b));
+        let watch = |waits: bool| if waits { 0 } else { libc::POLLIN };
         // POLLERR comes back whether asked for or not: transmit stamps on the error
         // queue, or the socket's error when its interface went away.
         let mut fds = [
             libc::pollfd {
                 fd: a.fd.as_raw_fd(),
-                events: libc::POLLIN,
+                events: watch(wait_a),
                 revents: 0,
             },
             libc::pollfd {
                 fd: b.fd.as_raw_fd(),
-                events: libc::POLLIN,
+                events: watch(wait_b),
                 revents: 0,
             },
         ];
@@ -858,6 +896,7 @@ fn forward(
                 std::ptr::null(),
             )
         };
+        let woke = clock.now();
         if rc < 0 {
             let e = io::Error::last_os_error();
             if e.kind() != io::ErrorKind::Interrupted {
@@ -888,7 +927,7 @@ fn forward(
                 // is gone. Any other error is said and forwarding goes on.
                 None => match socket.error() {
                     0 => {}
-                    libc::ENETDOWN | libc::ENODEV | libc::ENXIO => return Ok(()),
+                    e if link_gone(&io::Error::from_raw_os_error(e)) => return Ok(()),
                     e => eprintln!(
                         "flowlab net emulator: link {}: {}",
                         link.name,
@@ -897,11 +936,24 @@ fn forward(
                 },
             }
         }
-        if fds[0].revents & libc::POLLIN != 0 {
-            receive(&a, &mut ab, &counters.a_to_b, &mut batch, &clock)?;
-        }
-        if fds[1].revents & libc::POLLIN != 0 {
-            receive(&b, &mut ba, &counters.b_to_a, &mut batch, &clock)?;
+        // A watched socket is read if the poll said so, and was otherwise empty when the
+        // poll returned (an interrupted poll said nothing). Unwatched ones wait until the
+        // due frames have gone: nothing on them can be due sooner.
+        for (waited, fd, socket, line, c, empty) in [
+            (wait_a, &fds[0], &a, &mut ab, &counters.a_to_b, &mut empty_a),
+            (wait_b, &fds[1], &b, &mut ba, &counters.b_to_a, &mut empty_b),
+        ] {
+            if waited {
+                continue;
+            }
+            *empty = if fd.revents & libc::POLLIN != 0 {
+                match read_all(socket, line, c, &mut batch, &clock) {
+                    Err(e) if link_gone(&e) => return Ok(()),
+                    r => r?,
+                }
+            } else {
+                (rc >= 0).then_some(woke)
+            };
         }
         let mut now = clock.now();
         if rc == 0 {
@@ -909,7 +961,7 @@ fn forward(
                 // Woken by the timer: learn how late (only from real sleeps, or a backlog
                 // would count as lateness), then spin to the due time.
                 if t > slept_at {
-                    wake.learn(now.saturating_sub(t));
+                    wake.learn(woke.saturating_sub(t));
                 }
                 while now < due && due - now <= margin {
                     std::hint::spin_loop();
@@ -921,6 +973,17 @@ fn forward(
             |line, to, cost, counters| transmit(line, now, to, cost, counters, &mut batch, &clock);
         send(&mut ab, &b, &mut cost_ab, &counters.a_to_b)?;
         send(&mut ba, &a, &mut cost_ba, &counters.b_to_a)?;
+        for (waited, socket, line, c, empty) in [
+            (wait_a, &a, &mut ab, &counters.a_to_b, &mut empty_a),
+            (wait_b, &b, &mut ba, &counters.b_to_a, &mut empty_b),
+        ] {
+            if waited {
+                *empty = match read_all(socket, line, c, &mut batch, &clock) {
+                    Err(e) if link_gone(&e) => return Ok(()),
+                    r => r?,
+                };
+            }
+        }
         if Duration::from_nanos(now) >= stats_due {
             stats_due += Duration::from_secs(1);
             counters
