@@ -104,14 +104,14 @@ impl Default for WakeMargin {
 /// empty at `since`: yes when none of them could be due before the thread is up anyway.
 /// A frame arriving at `since` or later is due to be written no sooner than `since +
 /// least_delay − send_cost`; if `next` comes [`ARRIVAL_SLACK`] before that, the thread
-/// reads the frame when it wakes for `next`, and the kernel's arrival stamp keeps its
-/// delay exact. On a link carrying a steady flow this nearly halves the thread's
+/// reads the frame once it has woken for `next` and sent the frames then due, and the
+/// kernel's arrival stamp keeps its delay exact. On a link carrying a steady flow this nearly halves the thread's
 /// wake-ups (each frame woke it twice, arriving and leaving). Never through a sleep
 /// ending more than [`ARRIVAL_HORIZON`] after `since`: a stamp older than 10 ms is taken
 /// for a clock step and not believed, so a frame left waiting must be read long before.
-pub fn arrivals_can_wait(now: u64, next: u64, least_delay: u64, send_cost: u64) -> bool {
+pub fn arrivals_can_wait(since: u64, next: u64, least_delay: u64, send_cost: u64) -> bool {
     let earliest = least_delay.saturating_sub(send_cost).min(ARRIVAL_HORIZON);
-    next.saturating_sub(now) + ARRIVAL_SLACK <= earliest
+    next.saturating_sub(since) + ARRIVAL_SLACK <= earliest
 }
 
 /// Time kept in hand between a wake-up and the earliest a frame left waiting in its

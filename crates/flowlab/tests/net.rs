@@ -802,6 +802,168 @@ fn the_rtt_through_the_emulator_does_not_grow_with_the_links_crossed() {
     assert!((added - 40.0).abs() <= 0.3, "{seen}");
 }
 
+/// Sends `count` probes from `from` to `to`, bound to its address (each carrying its sending time, wall clock
+/// ns) 1.1–1.5 ms apart, and returns each one's time from its sending to the kernel's
+/// arrival stamp on `to`, in µs, sorted.
+fn one_way_us(from: &std::net::UdpSocket, to: &std::net::UdpSocket, count: usize) -> Vec<f64> {
+    use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg, setsockopt, sockopt};
+    use std::os::fd::AsRawFd;
+    let wall = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_nanos() as i128
+    };
+    setsockopt(to, sockopt::ReceiveTimestampns, &true).expect("SO_TIMESTAMPNS");
+    to.set_read_timeout(Some(Duration::from_secs(2)))
+        .expect("timeout");
+    let receiver = to.try_clone().expect("clone");
+    let reader = std::thread::spawn(move || {
+        let mut got = Vec::new();
+        let mut buf = [0u8; 64];
+        while got.len() < count {
+            let mut iov = [std::io::IoSliceMut::new(&mut buf)];
+            let mut space = nix::cmsg_space!(nix::sys::time::TimeSpec);
+            let Ok(msg) = recvmsg::<()>(
+                receiver.as_raw_fd(),
+                &mut iov,
+                Some(&mut space),
+                MsgFlags::empty(),
+            ) else {
+                break;
+            };
+            let stamp = msg
+                .cmsgs()
+                .expect("control messages")
+                .find_map(|c| match c {
+                    ControlMessageOwned::ScmTimestampns(t) => {
+                        Some(i128::from(t.tv_sec()) * 1_000_000_000 + i128::from(t.tv_nsec()))
+                    }
+                    _ => None,
+                });
+            if msg.bytes == 16 {
+                got.push((stamp.expect("an arrival stamp"), buf));
+            }
+        }
+        got
+    });
+    let to_addr = to.local_addr().expect("addr");
+    for i in 0..count {
+        from.send_to(&wall().to_le_bytes(), to_addr).expect("probe");
+        std::thread::sleep(Duration::from_micros(1_100 + (i as u64 * 137) % 400));
+    }
+    let got = reader.join().expect("reader");
+    assert!(
+        got.len() * 100 >= count * 99,
+        "{} of {count} probes came",
+        got.len()
+    );
+    let mut us: Vec<f64> = got
+        .iter()
+        .map(|(stamp, buf)| {
+            let sent = i128::from_le_bytes(buf[..16].try_into().expect("16 bytes"));
+            (stamp - sent) as f64 / 1000.0
+        })
+        .collect();
+    us.sort_by(f64::total_cmp);
+    us
+}
+
+/// Regression (issue 14): while the emulator's thread sleeps towards a frame, it leaves a
+/// socket unwatched only if nothing arriving there could be due before it wakes — judged
+/// by the delay of that socket's own direction. On a link 2 ms one way and 0.4 ms back,
+/// with a sparse stream the long way keeping the thread asleep up to 1.6 ms at a time,
+/// datagrams the short way must keep their 0.4 ms: a rule judging them by the long way's
+/// delay would leave them in their socket until the stream's next frame left, most of
+/// them late by up to 1.2 ms. Some do wait, legitimately: those arriving within 0.28 ms
+/// of a departure (the delay less the send cost and 0.1 ms of slack).
+///
+/// Judged against the same probes without the stream (the thread then watches both
+/// sockets all the time), measured alternately, the lower 90th percentile of two rounds
+/// each: the host's interference shows in some rounds, a rule's error in every one. On
+/// the development VM both measured 15–24 µs over the 0.4 ms; with the rule fed the
+/// long way's delay for both sockets, 1 056 µs with the stream.
+#[test]
+fn arrivals_the_short_way_keep_their_delay_while_the_emulator_sleeps_for_the_long_way() {
+    let Some(_serial) = root_and_serial() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tmp");
+    let file = write_topology(
+        dir.path(),
+        "tasym",
+        "name = \"tasym\"\nhosts = [\"a\", \"b\"]\n[[link]]\nends = [\"a\", \"b\"]\n\
+         delay = \"2ms\"\nreverse = { delay = \"400us\" }\n",
+    );
+    let _guard = Down("tasym");
+    up(&file, &["--backend", "userspace"]);
+    let bound = |ns: &str, ip: &str| {
+        let ip: std::net::Ipv4Addr = ip.parse().expect("ip");
+        flowlab_net::netns::run_in(ns, move || std::net::UdpSocket::bind((ip, 0)))
+            .unwrap_or_else(|e| panic!("a UDP socket in {ns}: {e}"))
+    };
+    // The plan's addresses (the namespaces' hosts files say the same).
+    let hosts = std::fs::read_to_string("/etc/netns/fl-tasym-a/hosts").expect("hosts file");
+    let address = |name: &str| -> String {
+        hosts
+            .lines()
+            .find_map(|l| {
+                let mut f = l.split_whitespace();
+                let ip = f.next()?;
+                (f.next() == Some(name)).then(|| ip.to_string())
+            })
+            .unwrap_or_else(|| panic!("{name} in the hosts file: {hosts}"))
+    };
+    let (a_ip, b_ip) = (address("a"), address("b"));
+    let at_a = bound("fl-tasym-a", &a_ip);
+    let at_b = bound("fl-tasym-b", &b_ip);
+    // The stream's frames are sent to a socket nobody reads (its overflow is silent).
+    let sink = bound("fl-tasym-b", &b_ip);
+    let sink_addr = sink.local_addr().expect("addr");
+    let cpu = flowlab_engine::sysinfo::CpuTimes::now();
+    let p = |us: &[f64], q: f64| us[((us.len() - 1) as f64 * q) as usize] - 400.0;
+    let mut rounds: Vec<(&str, f64, f64, f64)> = Vec::new();
+    for round in 0..4 {
+        let streaming = round % 2 == 1;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stream = streaming.then(|| {
+            let (stop, from) = (stop.clone(), at_a.try_clone().expect("clone"));
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    from.send_to(&[0u8; 64], sink_addr).expect("stream");
+                    std::thread::sleep(Duration::from_micros(1_500));
+                }
+            })
+        });
+        // The stream's first frames reach the far end before the probes start.
+        std::thread::sleep(Duration::from_millis(if streaming { 10 } else { 0 }));
+        let us = one_way_us(&at_b, &at_a, 1000);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(s) = stream {
+            s.join().expect("stream thread");
+        }
+        let way = if streaming { "stream" } else { "quiet" };
+        rounds.push((way, p(&us, 0.0), p(&us, 0.5), p(&us, 0.9)));
+    }
+    let lowest = |way: &str| {
+        rounds
+            .iter()
+            .filter(|r| r.0 == way)
+            .map(|r| r.3)
+            .fold(f64::INFINITY, f64::min)
+    };
+    let (quiet, busy) = (lowest("quiet"), lowest("stream"));
+    let seen = format!(
+        "over the 0.4 ms, 90th percentile: {busy:.0} µs with the stream, {quiet:.0} µs \
+         without; (least, median, 90th) µs per round: {rounds:.0?} {}",
+        steal_since(cpu)
+    );
+    eprintln!("{seen}");
+    assert!(busy <= quiet + 150.0, "{seen}");
+    // Open until here: a closed port would answer the stream the short way (ICMP).
+    drop(sink);
+}
+
 #[test]
 fn pairs_run_together_share_the_bottleneck_and_routers_can_be_ends() {
     let Some(_serial) = root_and_serial() else {
