@@ -8,6 +8,10 @@
 # counters that moved (nstat: out-of-order queueing, undone recoveries, loss probes,
 # timeouts, receive-queue and backlog drops). Then totals per case. Root not needed;
 # nstat from iproute2. About 3 minutes.
+# BENCH_RPS=1 (root) adds a fourth placement, `rps`: unpinned, with receive packet
+# steering on lo for every CPU (/sys/class/net/lo/queues/rx-0/rps_cpus), so that each
+# flow's segments queue on one CPU's backlog whichever CPU sent them; the mask is put
+# back after each such run and on exit. About 4 minutes.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 B="$ROOT/target/release/flowlab"
@@ -15,18 +19,32 @@ PORT="${BENCH_PORT:-5963}"
 [[ -x "$B" ]] || (cd "$ROOT" && cargo build --release -p flowlab)
 command -v nstat >/dev/null || { echo "loopback_retr.sh: needs nstat (iproute2)" >&2; exit 2; }
 out="$(mktemp)"
-trap 'rm -f "$out" /tmp/loopback_retr.$$.json' EXIT
-echo "# command:  bench/loopback_retr.sh  (BENCH_RUNS=${BENCH_RUNS:-7})"
+RPS=/sys/class/net/lo/queues/rx-0/rps_cpus
+modes=(unpinned "-A 0" "-A 0,0")
+# A mask of every CPU in the kernel's format: hex, in comma-separated groups of 32 bits.
+every_cpu() {
+  python3 -c 'import os; m = format((1 << os.cpu_count()) - 1, "x"); print(",".join(m[max(0, i - 8):i] for i in reversed(range(len(m), 0, -8))))'
+}
+if [[ "${BENCH_RPS:-0}" == 1 ]]; then
+  [[ -w "$RPS" ]] || { echo "loopback_retr.sh: BENCH_RPS=1 needs root and $RPS" >&2; exit 2; }
+  rps_was="$(cat "$RPS")"
+  modes+=(rps)
+fi
+trap 'rm -f "$out" /tmp/loopback_retr.$$.json; [[ -n "${rps_was:-}" ]] && echo "$rps_was" > "$RPS"; true' EXIT
+echo "# command:  bench/loopback_retr.sh  (BENCH_RUNS=${BENCH_RUNS:-7} BENCH_RPS=${BENCH_RPS:-0})"
 echo "# date:     $(date -u '+%Y-%m-%dT%H:%M:%SZ')"
 echo "# machine:  $(nproc) cores, kernel $(uname -r); system default congestion control $(cat /proc/sys/net/ipv4/tcp_congestion_control); each case sets its own (-C)"
 echo "# flowlab:  $("$B" --version 2>&1 | head -n1) ($(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'))"
 for cc in cubic bbr; do
   for i in $(seq 1 "${BENCH_RUNS:-7}"); do
-    for mode in unpinned "-A 0" "-A 0,0"; do
-      args=(); [[ "$mode" != unpinned ]] && read -ra args <<< "$mode"
+    for mode in "${modes[@]}"; do
+      args=(); [[ "$mode" == -A* ]] && read -ra args <<< "$mode"
+      # One write: sysfs takes each write(2) as a whole mask (a lone newline clears it).
+      [[ "$mode" == rps ]] && echo "$(every_cpu)" > "$RPS"
       "$B" serve -1 -p "$PORT" >/dev/null 2>&1 & sleep 0.3
       nstat -n
       "$B" test 127.0.0.1 -p "$PORT" -t 3 -C "$cc" "${args[@]}" -J > /tmp/loopback_retr.$$.json; wait
+      [[ "$mode" == rps ]] && { [[ "$(cat "$RPS")" != "$rps_was" ]] || { echo "loopback_retr.sh: the mask did not take" >&2; exit 1; }; echo "$rps_was" > "$RPS"; }
       n=$(nstat | awk '/TcpExtTCPOFOQueue|TcpExtTCPDSACKUndo|TcpExtTCPLossProbes|TcpExtTCPTimeouts|TcpExtTCPRcvQDrop|TcpExtTCPBacklogDrop/{printf "%s=%s ",$1,$2}')
       python3 - "$cc" "$mode" "$n" /tmp/loopback_retr.$$.json <<'PY' | tee -a "$out"
 import json, sys
@@ -45,8 +63,10 @@ python3 - "$out" <<'PY'
 import re, sys
 rows = open(sys.argv[1]).read().splitlines()
 for cc in ("cubic", "bbr"):
-    for mode in ("unpinned", "-A 0", "-A 0,0"):
+    for mode in ("unpinned", "-A 0", "-A 0,0", "rps"):
         r = [l for l in rows if l.startswith(f"{cc:<6} {mode:<9} ")]
+        if not r:
+            continue
         retr = sum(int(re.search(r"retr +(\d+)", l).group(1)) for l in r)
         dsack = sum(int(re.search(r"\(D-SACK\) +(\d+)", l).group(1)) for l in r)
         zero = sum(1 for l in r if re.search(r"retr +0 ", l))

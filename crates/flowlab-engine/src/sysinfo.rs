@@ -131,9 +131,27 @@ fn interfaces() -> Vec<InterfaceInfo> {
             mtu: number(format!("/sys/class/net/{name}/mtu")),
             qdisc: qdiscs.get(&name).cloned(),
             offloads: offloads(&name),
+            rps_cpus: rps_masks(&name),
             name,
         })
         .collect()
+}
+
+/// Each receive queue's steering mask (`queues/rx-N/rps_cpus`), rx-0 first; none where
+/// the kernel has no RPS.
+fn rps_masks(name: &str) -> Vec<String> {
+    let Ok(dir) = fs::read_dir(format!("/sys/class/net/{name}/queues")) else {
+        return Vec::new();
+    };
+    let mut queues: Vec<(u32, String)> = dir
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let n = e.file_name().to_str()?.strip_prefix("rx-")?.parse().ok()?;
+            Some((n, read(e.path().join("rps_cpus"))?))
+        })
+        .collect();
+    queues.sort();
+    queues.into_iter().map(|(_, mask)| mask).collect()
 }
 
 /// Root qdisc per interface, from `tc -j qdisc show` (iproute2).

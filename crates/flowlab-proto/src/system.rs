@@ -54,4 +54,10 @@ pub struct InterfaceInfo {
     /// those the driver does not report are absent.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub offloads: std::collections::BTreeMap<String, bool>,
+    /// Receive packet steering: for each receive queue, rx-0 first, the CPUs its packets
+    /// are queued to as `/sys/class/net/DEV/queues/rx-N/rps_cpus` reads (a hex mask, in
+    /// comma-separated groups of 32 bits); all zeros: not steered, each packet queued on
+    /// the CPU that received it. Empty where the kernel has no RPS.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rps_cpus: Vec<String>,
 }

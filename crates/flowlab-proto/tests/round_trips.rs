@@ -166,6 +166,7 @@ fn system() -> impl Strategy<Value = SystemInfo> {
                 any::<Option<u64>>(),
                 prop::option::of(text()),
                 prop::collection::btree_map(text(), any::<bool>(), 0..3),
+                prop::collection::vec(text(), 0..3),
             ),
             0..3,
         ),
@@ -185,11 +186,12 @@ fn system() -> impl Strategy<Value = SystemInfo> {
             default_qdisc,
             interfaces: ifs
                 .into_iter()
-                .map(|(name, mtu, qdisc, offloads)| InterfaceInfo {
+                .map(|(name, mtu, qdisc, offloads, rps_cpus)| InterfaceInfo {
                     name,
                     mtu,
                     qdisc,
                     offloads,
+                    rps_cpus,
                 })
                 .collect(),
         })

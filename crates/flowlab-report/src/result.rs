@@ -572,6 +572,78 @@ pub fn summarize(
     }
 }
 
+/// Retransmissions of a TCP test across loopback while lo steered no packets: lo queues
+/// each packet on the CPU that sent it, so one flow's segments sent from two CPUs (the
+/// sender's writes on its own, the sends its ACKs set off in the other's softirq) can
+/// overtake each other, and the receiver's SACKs of the ones ahead look like loss to
+/// the sender. Gone with both ends on one CPU, or with lo's packets steered (each flow
+/// then queued on one CPU): docs/PERFORMANCE.md, "Retransmissions on loopback".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoopbackReordering {
+    /// Segments the test's TCP senders retransmitted.
+    pub retransmits: u64,
+    /// Of them, reported back as received twice (D-SACK); None when a sender does not
+    /// say (iperf3). Some(0) only with reordering seen: D-SACKs still on their way at
+    /// the end, or not sent.
+    pub not_needed: Option<u64>,
+    /// The steering mask for every CPU the client could use (as `rps_cpus` takes it),
+    /// when the kernel steers at all and the CPU count is known.
+    pub steer_all: Option<String>,
+}
+
+/// [`LoopbackReordering`] when `r` is one: TCP senders that retransmitted, to a loopback
+/// address, with lo's receive queues unsteered as the client read them at the start —
+/// and not when the senders said that none of it was needed (D-SACK) and that they saw
+/// no reordering: that would be loss, which reordering does not explain.
+pub fn loopback_reordering(r: &TestResult) -> Option<LoopbackReordering> {
+    let remote: std::net::SocketAddr = r.start.remote.parse().ok()?;
+    if !remote.ip().is_loopback() {
+        return None;
+    }
+    let lo = r.start.system.interfaces.iter().find(|i| i.name == "lo")?;
+    let unsteered = |mask: &String| mask.chars().all(|c| c == '0' || c == ',');
+    if !lo.rps_cpus.iter().all(unsteered) {
+        return None;
+    }
+    let senders: Vec<&SideTotals> = r
+        .end
+        .as_ref()?
+        .sums
+        .iter()
+        .filter_map(|s| s.sender.as_ref())
+        .collect();
+    let retransmits = senders.iter().filter_map(|s| s.retransmits).sum::<u64>();
+    let not_needed = senders.iter().map(|s| s.dsack_dups).sum::<Option<u64>>();
+    let reordered = senders.iter().map(|s| s.reordering).sum::<Option<u64>>();
+    if retransmits == 0 || (not_needed == Some(0) && reordered == Some(0)) {
+        return None;
+    }
+    let steer_all = r
+        .start
+        .system
+        .cpus
+        .filter(|&n| n > 0 && !lo.rps_cpus.is_empty())
+        .map(every_cpu_mask);
+    Some(LoopbackReordering {
+        retransmits,
+        not_needed,
+        steer_all,
+    })
+}
+
+/// A mask of CPUs 0 … n−1 as sysfs writes CPU masks: hex, in comma-separated groups of
+/// 32 bits, the highest first.
+fn every_cpu_mask(n: u64) -> String {
+    let full = n / 32;
+    let rest = n % 32;
+    let mut groups: Vec<String> = Vec::new();
+    if rest > 0 {
+        groups.push(format!("{:x}", (1u32 << rest) - 1));
+    }
+    groups.extend((0..full).map(|_| "ffffffff".to_string()));
+    groups.join(",")
+}
+
 /// The spec as JSON for [`StartInfo::spec`].
 pub fn spec_json(spec: &TestSpec) -> serde_json::Value {
     serde_json::to_value(spec).unwrap_or(serde_json::Value::Null)
@@ -580,6 +652,16 @@ pub fn spec_json(spec: &TestSpec) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_masks_are_hex_in_groups_of_32_bits_the_highest_first() {
+        assert_eq!(every_cpu_mask(1), "1");
+        assert_eq!(every_cpu_mask(2), "3");
+        assert_eq!(every_cpu_mask(31), "7fffffff");
+        assert_eq!(every_cpu_mask(32), "ffffffff");
+        assert_eq!(every_cpu_mask(33), "1,ffffffff");
+        assert_eq!(every_cpu_mask(72), "ff,ffffffff,ffffffff");
+    }
 
     fn stream(id: i64, bytes: u64, secs: f64) -> StreamResults {
         StreamResults {

@@ -169,6 +169,132 @@ fn the_system_a_test_ran_on() {
     );
 }
 
+/// Issue 14: on loopback, with lo steering no packets, a sender's retransmissions are
+/// reordering between the CPUs' queues (docs/PERFORMANCE.md): the table says so under the
+/// totals, with what removes them — and says nothing where that is not the explanation.
+#[test]
+fn retransmissions_across_unsteered_loopback_are_called_reordering() {
+    let mut r = result("tcp-p2.json");
+    assert_eq!(r.start.remote, "127.0.0.1:6012");
+    r.start.system.cpus = Some(2);
+    let lo = |r: &mut TestResult| {
+        r.start
+            .system
+            .interfaces
+            .iter_mut()
+            .find(|i| i.name == "lo")
+            .expect("lo in the fixture")
+            .rps_cpus = vec!["0".to_string()];
+    };
+    lo(&mut r);
+    let sender = |r: &mut TestResult, retr: u64, dsack: Option<u64>| {
+        let s = r.end.as_mut().expect("end").sums[0]
+            .sender
+            .as_mut()
+            .expect("sender");
+        s.retransmits = Some(retr);
+        s.dsack_dups = dsack;
+        s.reordering = dsack.map(|_| 7);
+    };
+    sender(&mut r, 4, Some(3));
+    let tables = |r: &TestResult| {
+        [
+            table::test::finish(r, false, UnitFormat::Adaptive),
+            table::whole(r, UnitFormat::Adaptive),
+        ]
+    };
+    for t in tables(&r) {
+        assert!(
+            t.contains(
+                "Loopback: 3 of the 4 retransmissions were not needed (D-SACK): lo queues each \
+                 packet on the CPU that sent it (no receive packet steering), so one flow's \
+                 segments sent from two CPUs overtake each other; both ends on one CPU \
+                 (-A N,N), or lo's packets steered (as root: echo 3 > \
+                 /sys/class/net/lo/queues/rx-0/rps_cpus), removes them.\n"
+            ),
+            "{t}"
+        );
+    }
+    let said = |r: &TestResult| tables(r).iter().any(|t| t.contains("Loopback:"));
+    // A sender that does not say what was needed (iperf3): "can be".
+    let mut iperf3 = r.clone();
+    sender(&mut iperf3, 4, None);
+    assert!(
+        tables(&iperf3)[0].contains("Loopback: the 4 retransmissions can be reordering: "),
+        "{}",
+        tables(&iperf3)[0]
+    );
+    // Reordering seen but nothing D-SACKed (yet): "can be".
+    let mut undsacked = r.clone();
+    sender(&mut undsacked, 2, Some(0));
+    assert!(
+        tables(&undsacked)[0].contains("Loopback: the 2 retransmissions can be reordering: "),
+        "{}",
+        tables(&undsacked)[0]
+    );
+    // Counted in words where the numbers alone read badly.
+    let mut all = r.clone();
+    sender(&mut all, 4, Some(4));
+    assert!(tables(&all)[0].contains("Loopback: all 4 retransmissions were not needed (D-SACK): "));
+    let mut two = r.clone();
+    sender(&mut two, 2, Some(2));
+    assert!(tables(&two)[0].contains("Loopback: both retransmissions were not needed (D-SACK): "));
+    let mut one = r.clone();
+    sender(&mut one, 1, Some(1));
+    assert!(tables(&one)[0].contains("Loopback: the one retransmission was not needed (D-SACK): "));
+    // 40 CPUs: the mask in two groups, as sysfs takes it.
+    let mut many = r.clone();
+    many.start.system.cpus = Some(40);
+    assert!(tables(&many)[0].contains("echo ff,ffffffff > "));
+    // A kernel without steering: only the one CPU.
+    let mut no_rps = r.clone();
+    no_rps
+        .start
+        .system
+        .interfaces
+        .iter_mut()
+        .for_each(|i| i.rps_cpus.clear());
+    assert!(tables(&no_rps)[0].contains("; both ends on one CPU (-A N,N) removes them.\n"));
+    // Not said: nothing retransmitted; none of it reported twice (loss, not reordering);
+    // lo already steered; another address; a result without lo (an older document).
+    let mut quiet = r.clone();
+    sender(&mut quiet, 0, Some(0));
+    let mut lost = r.clone();
+    sender(&mut lost, 4, Some(0));
+    lost.end.as_mut().expect("end").sums[0]
+        .sender
+        .as_mut()
+        .expect("sender")
+        .reordering = Some(0);
+    let mut steered = r.clone();
+    steered
+        .start
+        .system
+        .interfaces
+        .iter_mut()
+        .filter(|i| i.name == "lo")
+        .for_each(|i| i.rps_cpus = vec!["3".to_string()]);
+    let mut remote = r.clone();
+    remote.start.remote = "10.0.3.2:5201".to_string();
+    let mut unknown = r.clone();
+    unknown.start.system.interfaces.clear();
+    for (case, r) in [
+        ("nothing retransmitted", &quiet),
+        ("no D-SACK, no reordering", &lost),
+        ("steered", &steered),
+        ("not loopback", &remote),
+        ("no lo", &unknown),
+    ] {
+        assert!(!said(r), "{case}: {}", tables(r)[0]);
+    }
+    // The system table shows the masks.
+    assert!(
+        table::system(&r.start.system).contains("qdisc noqueue  rps_cpus 0  offloads:"),
+        "{}",
+        table::system(&r.start.system)
+    );
+}
+
 #[test]
 fn quick_prints_the_totals_alone() {
     pin!(

@@ -274,6 +274,15 @@ fn sysinfo_describes_this_machine() {
             .as_array()
             .is_some_and(|l| l.iter().any(|i| i["name"] == "lo" && i["mtu"] == 65536))
     );
+    // lo's receive packet steering, as sysfs reads (absent on a kernel without RPS).
+    let lo = v["interfaces"]
+        .as_array()
+        .and_then(|l| l.iter().find(|i| i["name"] == "lo"))
+        .expect("lo");
+    match std::fs::read_to_string("/sys/class/net/lo/queues/rx-0/rps_cpus") {
+        Ok(mask) => assert_eq!(lo["rps_cpus"][0], mask.trim(), "{lo}"),
+        Err(_) => assert!(lo.get("rps_cpus").is_none(), "{lo}"),
+    }
     let text = flowlab().arg("sysinfo").output().expect("runs");
     assert_success(&text);
     let text = String::from_utf8_lossy(&text.stdout);

@@ -221,14 +221,15 @@ fn shape(line: &str) -> String {
     words.join(" ")
 }
 
-/// Lines whose content the run decides (which limit, which advice, D-SACK or not), or
-/// that are the docs' own elisions.
+/// Lines whose content the run decides (which limit, which advice, D-SACK or not, whether
+/// a loopback test retransmitted), or that are the docs' own elisions.
 fn run_decides(line: &str) -> bool {
     let t = line.trim_start();
     t.is_empty()
         || t.starts_with("...")
         || t.starts_with('…')
         || t.starts_with("What limited")
+        || t.starts_with("Loopback:")
         || t.starts_with("evidence:")
         || t.starts_with("- ")
 }

@@ -44,10 +44,16 @@ pub fn system(s: &flowlab_proto::system::SystemInfo) -> String {
             .iter()
             .map(|(k, on)| format!("{k} {}", if *on { "on" } else { "off" }))
             .collect();
+        // Receive packet steering, per receive queue (shown where the kernel has it).
+        let rps = if i.rps_cpus.is_empty() {
+            String::new()
+        } else {
+            format!("  rps_cpus {}", i.rps_cpus.join(" "))
+        };
         line(
             &format!("interface {}", i.name),
             format!(
-                "mtu {}  qdisc {}  offloads: {}",
+                "mtu {}  qdisc {}{rps}  offloads: {}",
                 n(i.mtu),
                 or_unknown(&i.qdisc),
                 if offloads.is_empty() {

@@ -6,8 +6,8 @@ use std::fmt::Write as _;
 
 use crate::latency::TestLatency;
 use crate::result::{
-    EndInfo, Interval, ServerOutput, SideTotals, StartInfo, StreamDirection, TestResult,
-    UdpInterval,
+    EndInfo, Interval, LoopbackReordering, ServerOutput, SideTotals, StartInfo, StreamDirection,
+    TestResult, UdpInterval, loopback_reordering,
 };
 use crate::units::{Bytes, Rate, UnitFormat};
 
@@ -306,6 +306,9 @@ pub fn finish(r: &TestResult, udp: bool, f: UnitFormat) -> String {
     if let Some(e) = &r.end {
         out += &end(e, udp, f);
     }
+    if let Some(l) = loopback_reordering(r) {
+        out += &loopback(&l);
+    }
     if let Some(l) = &r.latency {
         out += &latency(l);
     }
@@ -322,10 +325,41 @@ pub fn whole(r: &TestResult, f: UnitFormat) -> String {
     if let Some(e) = &r.end {
         out.push_str(&end(e, crate::is_udp(r), f));
     }
+    if let Some(l) = loopback_reordering(r) {
+        out += &loopback(&l);
+    }
     if let Some(l) = &r.latency {
         out += &latency_line(l);
     }
     out
+}
+
+/// Why a test across loopback retransmitted ([`loopback_reordering`]), and what removes it.
+pub fn loopback(l: &LoopbackReordering) -> String {
+    let r = l.retransmits;
+    let said = match l.not_needed {
+        Some(1) if r == 1 => "the one retransmission was not needed (D-SACK)".to_string(),
+        Some(2) if r == 2 => "both retransmissions were not needed (D-SACK)".to_string(),
+        Some(n) if n == r => format!("all {r} retransmissions were not needed (D-SACK)"),
+        Some(n) if n > 0 => format!("{n} of the {r} retransmissions were not needed (D-SACK)"),
+        _ if r == 1 => "the one retransmission can be reordering".to_string(),
+        _ => format!("the {r} retransmissions can be reordering"),
+    };
+    let steer = l
+        .steer_all
+        .as_ref()
+        .map(|m| {
+            format!(
+                ", or lo's packets steered (as root: echo {m} > \
+                 /sys/class/net/lo/queues/rx-0/rps_cpus),"
+            )
+        })
+        .unwrap_or_default();
+    format!(
+        "Loopback: {said}: lo queues each packet on the CPU that sent it (no receive \
+         packet steering), so one flow's segments sent from two CPUs overtake each other; \
+         both ends on one CPU (-A N,N){steer} removes them.\n"
+    )
 }
 
 /// A test's round trips in one line: idle and loaded median and p99, what the load added.
