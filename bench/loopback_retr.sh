@@ -19,6 +19,7 @@ PORT="${BENCH_PORT:-5963}"
 [[ -x "$B" ]] || (cd "$ROOT" && cargo build --release -p flowlab)
 command -v nstat >/dev/null || { echo "loopback_retr.sh: needs nstat (iproute2)" >&2; exit 2; }
 out="$(mktemp)"
+trap 'rm -f "$out" /tmp/loopback_retr.$$.json; [[ -n "${rps_was:-}" ]] && echo "$rps_was" > "$RPS"; true' EXIT
 RPS=/sys/class/net/lo/queues/rx-0/rps_cpus
 modes=(unpinned "-A 0" "-A 0,0")
 # A mask of every CPU in the kernel's format: hex, in comma-separated groups of 32 bits.
@@ -28,9 +29,10 @@ every_cpu() {
 if [[ "${BENCH_RPS:-0}" == 1 ]]; then
   [[ -w "$RPS" ]] || { echo "loopback_retr.sh: BENCH_RPS=1 needs root and $RPS" >&2; exit 2; }
   rps_was="$(cat "$RPS")"
+  # Steered already, every placement would be: the comparison needs lo as it comes.
+  [[ "$rps_was" =~ ^[0,]+$ ]] || { echo "loopback_retr.sh: lo is steered already (rps_cpus $rps_was)" >&2; rps_was=; exit 2; }
   modes+=(rps)
 fi
-trap 'rm -f "$out" /tmp/loopback_retr.$$.json; [[ -n "${rps_was:-}" ]] && echo "$rps_was" > "$RPS"; true' EXIT
 echo "# command:  bench/loopback_retr.sh  (BENCH_RUNS=${BENCH_RUNS:-7} BENCH_RPS=${BENCH_RPS:-0})"
 echo "# date:     $(date -u '+%Y-%m-%dT%H:%M:%SZ')"
 echo "# machine:  $(nproc) cores, kernel $(uname -r); system default congestion control $(cat /proc/sys/net/ipv4/tcp_congestion_control); each case sets its own (-C)"
@@ -39,12 +41,16 @@ for cc in cubic bbr; do
   for i in $(seq 1 "${BENCH_RUNS:-7}"); do
     for mode in "${modes[@]}"; do
       args=(); [[ "$mode" == -A* ]] && read -ra args <<< "$mode"
-      # One write: sysfs takes each write(2) as a whole mask (a lone newline clears it).
-      [[ "$mode" == rps ]] && echo "$(every_cpu)" > "$RPS"
+      if [[ "$mode" == rps ]]; then
+        # One write: sysfs takes each write(2) as a whole mask (a lone newline clears it).
+        mask="$(every_cpu)"
+        echo "$mask" > "$RPS"
+        [[ "$(cat "$RPS")" =~ ^[0,]+$ ]] && { echo "loopback_retr.sh: the mask $mask did not take" >&2; exit 1; }
+      fi
       "$B" serve -1 -p "$PORT" >/dev/null 2>&1 & sleep 0.3
       nstat -n
       "$B" test 127.0.0.1 -p "$PORT" -t 3 -C "$cc" "${args[@]}" -J > /tmp/loopback_retr.$$.json; wait
-      [[ "$mode" == rps ]] && { [[ "$(cat "$RPS")" != "$rps_was" ]] || { echo "loopback_retr.sh: the mask did not take" >&2; exit 1; }; echo "$rps_was" > "$RPS"; }
+      [[ "$mode" == rps ]] && echo "$rps_was" > "$RPS"
       n=$(nstat | awk '/TcpExtTCPOFOQueue|TcpExtTCPDSACKUndo|TcpExtTCPLossProbes|TcpExtTCPTimeouts|TcpExtTCPRcvQDrop|TcpExtTCPBacklogDrop/{printf "%s=%s ",$1,$2}')
       python3 - "$cc" "$mode" "$n" /tmp/loopback_retr.$$.json <<'PY' | tee -a "$out"
 import json, sys

@@ -586,25 +586,28 @@ pub struct LoopbackReordering {
     /// say (iperf3). Some(0) only with reordering seen: D-SACKs still on their way at
     /// the end, or not sent.
     pub not_needed: Option<u64>,
-    /// The steering mask for every CPU the client could use (as `rps_cpus` takes it),
-    /// when the kernel steers at all and the CPU count is known.
-    pub steer_all: Option<String>,
+    /// A steering mask (as `rps_cpus` takes it) of CPUs 0 … n−1, n the CPUs the client
+    /// may use (any mask that is not zero keeps each flow on one CPU's queue).
+    pub steer_all: String,
 }
 
 /// [`LoopbackReordering`] when `r` is one: TCP senders that retransmitted, to a loopback
 /// address, with lo's receive queues unsteered as the client read them at the start —
 /// and not when the senders said that none of it was needed (D-SACK) and that they saw
-/// no reordering: that would be loss, which reordering does not explain.
+/// no reordering: that would be loss, which reordering does not explain. Nothing is
+/// said where lo's masks were not recorded (a document from before they were, or a
+/// kernel without RPS), or the CPU count is unknown.
 pub fn loopback_reordering(r: &TestResult) -> Option<LoopbackReordering> {
     let remote: std::net::SocketAddr = r.start.remote.parse().ok()?;
-    if !remote.ip().is_loopback() {
+    if !remote.ip().to_canonical().is_loopback() {
         return None;
     }
     let lo = r.start.system.interfaces.iter().find(|i| i.name == "lo")?;
     let unsteered = |mask: &String| mask.chars().all(|c| c == '0' || c == ',');
-    if !lo.rps_cpus.iter().all(unsteered) {
+    if lo.rps_cpus.is_empty() || !lo.rps_cpus.iter().all(unsteered) {
         return None;
     }
+    let cpus = r.start.system.cpus.filter(|&n| n > 0)?;
     let senders: Vec<&SideTotals> = r
         .end
         .as_ref()?
@@ -618,16 +621,10 @@ pub fn loopback_reordering(r: &TestResult) -> Option<LoopbackReordering> {
     if retransmits == 0 || (not_needed == Some(0) && reordered == Some(0)) {
         return None;
     }
-    let steer_all = r
-        .start
-        .system
-        .cpus
-        .filter(|&n| n > 0 && !lo.rps_cpus.is_empty())
-        .map(every_cpu_mask);
     Some(LoopbackReordering {
         retransmits,
         not_needed,
-        steer_all,
+        steer_all: every_cpu_mask(cpus),
     })
 }
 

@@ -802,7 +802,7 @@ fn the_rtt_through_the_emulator_does_not_grow_with_the_links_crossed() {
     assert!((added - 40.0).abs() <= 0.3, "{seen}");
 }
 
-/// Sends `count` probes from `from` to `to`, bound to its address (each carrying its sending time, wall clock
+/// Sends `count` probes from `from` to `to` (a socket bound to its host's address), each carrying its sending time, wall clock
 /// ns) 1.1–1.5 ms apart, and returns each one's time from its sending to the kernel's
 /// arrival stamp on `to`, in µs, sorted.
 fn one_way_us(from: &std::net::UdpSocket, to: &std::net::UdpSocket, count: usize) -> Vec<f64> {
@@ -922,26 +922,41 @@ fn arrivals_the_short_way_keep_their_delay_while_the_emulator_sleeps_for_the_lon
     let sink_addr = sink.local_addr().expect("addr");
     let cpu = flowlab_engine::sysinfo::CpuTimes::now();
     let p = |us: &[f64], q: f64| us[((us.len() - 1) as f64 * q) as usize] - 400.0;
+    /// The stream's thread, stopped and joined when dropped (also when a round fails:
+    /// its socket would keep the namespace alive).
+    struct Stream(
+        std::sync::Arc<std::sync::atomic::AtomicBool>,
+        Option<std::thread::JoinHandle<()>>,
+    );
+    impl Drop for Stream {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+            if let Some(t) = self.1.take() {
+                let _ = t.join();
+            }
+        }
+    }
     let mut rounds: Vec<(&str, f64, f64, f64)> = Vec::new();
     for round in 0..4 {
         let streaming = round % 2 == 1;
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let stream = streaming.then(|| {
-            let (stop, from) = (stop.clone(), at_a.try_clone().expect("clone"));
-            std::thread::spawn(move || {
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    from.send_to(&[0u8; 64], sink_addr).expect("stream");
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let (stopped, from) = (stop.clone(), at_a.try_clone().expect("clone"));
+            let thread = std::thread::spawn(move || {
+                while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                    // A send refused (the namespace going away after a failure) ends it.
+                    if from.send_to(&[0u8; 64], sink_addr).is_err() {
+                        break;
+                    }
                     std::thread::sleep(Duration::from_micros(1_500));
                 }
-            })
+            });
+            Stream(stop, Some(thread))
         });
         // The stream's first frames reach the far end before the probes start.
         std::thread::sleep(Duration::from_millis(if streaming { 10 } else { 0 }));
         let us = one_way_us(&at_b, &at_a, 1000);
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        if let Some(s) = stream {
-            s.join().expect("stream thread");
-        }
+        drop(stream);
         let way = if streaming { "stream" } else { "quiet" };
         rounds.push((way, p(&us, 0.0), p(&us, 0.5), p(&us, 0.9)));
     }

@@ -285,7 +285,12 @@ pub fn end(e: &EndInfo, udp: bool, f: UnitFormat) -> String {
     if e.interrupted {
         out.push_str("(interrupted: totals cover the part that ran)\n");
     }
-    // As iperf3 prints it.
+    out
+}
+
+/// What the server printed for the test (`--get-server-output`), as iperf3 shows it.
+fn server_output(e: &EndInfo) -> String {
+    let mut out = String::new();
     match &e.server_output {
         Some(ServerOutput::Text(text)) => {
             let _ = write!(out, "\nServer output:\n{text}");
@@ -309,6 +314,9 @@ pub fn finish(r: &TestResult, udp: bool, f: UnitFormat) -> String {
     if let Some(l) = loopback_reordering(r) {
         out += &loopback(&l);
     }
+    if let Some(e) = &r.end {
+        out += &server_output(e);
+    }
     if let Some(l) = &r.latency {
         out += &latency(l);
     }
@@ -328,6 +336,9 @@ pub fn whole(r: &TestResult, f: UnitFormat) -> String {
     if let Some(l) = loopback_reordering(r) {
         out += &loopback(&l);
     }
+    if let Some(e) = &r.end {
+        out += &server_output(e);
+    }
     if let Some(l) = &r.latency {
         out += &latency_line(l);
     }
@@ -337,28 +348,21 @@ pub fn whole(r: &TestResult, f: UnitFormat) -> String {
 /// Why a test across loopback retransmitted ([`loopback_reordering`]), and what removes it.
 pub fn loopback(l: &LoopbackReordering) -> String {
     let r = l.retransmits;
+    // D-SACKs of retransmissions made before an omitted start (-O) can count too.
     let said = match l.not_needed {
-        Some(1) if r == 1 => "the one retransmission was not needed (D-SACK)".to_string(),
-        Some(2) if r == 2 => "both retransmissions were not needed (D-SACK)".to_string(),
-        Some(n) if n == r => format!("all {r} retransmissions were not needed (D-SACK)"),
+        Some(n) if n >= r && r == 1 => "the one retransmission was not needed (D-SACK)".into(),
+        Some(n) if n >= r && r == 2 => "neither retransmission was needed (D-SACK)".into(),
+        Some(n) if n >= r => format!("none of the {r} retransmissions was needed (D-SACK)"),
         Some(n) if n > 0 => format!("{n} of the {r} retransmissions were not needed (D-SACK)"),
-        _ if r == 1 => "the one retransmission can be reordering".to_string(),
-        _ => format!("the {r} retransmissions can be reordering"),
+        _ if r == 1 => "the one retransmission may come from reordering".to_string(),
+        _ => format!("the {r} retransmissions may all come from reordering"),
     };
-    let steer = l
-        .steer_all
-        .as_ref()
-        .map(|m| {
-            format!(
-                ", or lo's packets steered (as root: echo {m} > \
-                 /sys/class/net/lo/queues/rx-0/rps_cpus),"
-            )
-        })
-        .unwrap_or_default();
     format!(
         "Loopback: {said}: lo queues each packet on the CPU that sent it (no receive \
-         packet steering), so one flow's segments sent from two CPUs overtake each other; \
-         both ends on one CPU (-A N,N){steer} removes them.\n"
+         packet steering), so one flow's segments sent from two CPUs can overtake each \
+         other; running both ends on one CPU (-A N,N), or steering lo's packets (as root: \
+         echo {} > /sys/class/net/lo/queues/rx-0/rps_cpus), prevents it.\n",
+        l.steer_all
     )
 }
 
