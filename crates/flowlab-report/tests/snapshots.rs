@@ -230,38 +230,37 @@ fn retransmissions_across_unsteered_loopback_are_called_reordering() {
             .unwrap_or_else(|| panic!("no Loopback line: {t}"))
             .to_string()
     };
-    // A sender that does not say what was needed (iperf3), or saw reordering but had
-    // nothing D-SACKed (yet): "may".
-    assert_eq!(
-        opening(4, None),
-        "the 4 retransmissions may all come from reordering"
-    );
-    assert_eq!(
-        opening(1, None),
-        "the one retransmission may come from reordering"
-    );
-    assert_eq!(
-        opening(2, Some(0)),
-        "the 2 retransmissions may all come from reordering"
-    );
-    // Counted in words where the numbers alone read badly; D-SACKs of retransmissions
-    // made before an omitted start can outnumber those counted.
-    assert_eq!(
-        opening(4, Some(4)),
-        "none of the 4 retransmissions was needed (D-SACK)"
-    );
-    assert_eq!(
-        opening(4, Some(5)),
-        "none of the 4 retransmissions was needed (D-SACK)"
-    );
-    assert_eq!(
-        opening(2, Some(2)),
-        "neither retransmission was needed (D-SACK)"
-    );
-    assert_eq!(
-        opening(1, Some(1)),
-        "the one retransmission was not needed (D-SACK)"
-    );
+    for (retr, dsack, want) in [
+        // A sender that does not say what was needed (iperf3), or saw reordering but
+        // had nothing D-SACKed (yet): "may".
+        (
+            4,
+            None,
+            "the 4 retransmissions may all come from reordering",
+        ),
+        (1, None, "the one retransmission may come from reordering"),
+        (
+            2,
+            Some(0),
+            "the 2 retransmissions may all come from reordering",
+        ),
+        // Counted in words where the numbers alone read badly; D-SACKs of
+        // retransmissions made before an omitted start can outnumber those counted.
+        (
+            4,
+            Some(4),
+            "none of the 4 retransmissions was needed (D-SACK)",
+        ),
+        (
+            4,
+            Some(5),
+            "none of the 4 retransmissions was needed (D-SACK)",
+        ),
+        (2, Some(2), "neither retransmission was needed (D-SACK)"),
+        (1, Some(1), "the one retransmission was not needed (D-SACK)"),
+    ] {
+        assert_eq!(opening(retr, dsack), want);
+    }
     // 40 CPUs: the mask in two groups, as sysfs takes it.
     let mut many = r.clone();
     many.start.system.cpus = Some(40);

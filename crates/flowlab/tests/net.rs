@@ -888,37 +888,30 @@ fn arrivals_the_short_way_keep_their_delay_while_the_emulator_sleeps_for_the_lon
     let Some(_serial) = root_and_serial() else {
         return;
     };
+    let text = "name = \"tasym\"\nhosts = [\"a\", \"b\"]\n[[link]]\nends = [\"a\", \"b\"]\n\
+                delay = \"2ms\"\nreverse = { delay = \"400us\" }\n";
     let dir = tempfile::tempdir().expect("tmp");
-    let file = write_topology(
-        dir.path(),
-        "tasym",
-        "name = \"tasym\"\nhosts = [\"a\", \"b\"]\n[[link]]\nends = [\"a\", \"b\"]\n\
-         delay = \"2ms\"\nreverse = { delay = \"400us\" }\n",
-    );
+    let file = write_topology(dir.path(), "tasym", text);
     let _guard = Down("tasym");
     up(&file, &["--backend", "userspace"]);
-    let bound = |ns: &str, ip: &str| {
-        let ip: std::net::Ipv4Addr = ip.parse().expect("ip");
-        flowlab_net::netns::run_in(ns, move || std::net::UdpSocket::bind((ip, 0)))
+    // A UDP socket in `node`'s namespace, bound to its address in the topology's plan.
+    let topology = flowlab_net::topology::Topology::parse(text).expect("topology");
+    let plan = flowlab_net::topology::Plan::of(&topology);
+    let addresses = flowlab_net::build::interfaces(&plan);
+    let bound = |node: &str| {
+        let (_, ip, _) = addresses
+            .iter()
+            .find(|(n, _, _)| n == node)
+            .unwrap_or_else(|| panic!("{node} in the plan"));
+        let ip = std::net::Ipv4Addr::from(*ip);
+        let ns = flowlab_net::build::ns_name("tasym", node);
+        flowlab_net::netns::run_in(&ns, move || std::net::UdpSocket::bind((ip, 0)))
             .unwrap_or_else(|e| panic!("a UDP socket in {ns}: {e}"))
     };
-    // The plan's addresses (the namespaces' hosts files say the same).
-    let hosts = std::fs::read_to_string("/etc/netns/fl-tasym-a/hosts").expect("hosts file");
-    let address = |name: &str| -> String {
-        hosts
-            .lines()
-            .find_map(|l| {
-                let mut f = l.split_whitespace();
-                let ip = f.next()?;
-                (f.next() == Some(name)).then(|| ip.to_string())
-            })
-            .unwrap_or_else(|| panic!("{name} in the hosts file: {hosts}"))
-    };
-    let (a_ip, b_ip) = (address("a"), address("b"));
-    let at_a = bound("fl-tasym-a", &a_ip);
-    let at_b = bound("fl-tasym-b", &b_ip);
+    let at_a = bound("a");
+    let at_b = bound("b");
     // The stream's frames are sent to a socket nobody reads (its overflow is silent).
-    let sink = bound("fl-tasym-b", &b_ip);
+    let sink = bound("b");
     let sink_addr = sink.local_addr().expect("addr");
     let cpu = flowlab_engine::sysinfo::CpuTimes::now();
     let p = |us: &[f64], q: f64| us[((us.len() - 1) as f64 * q) as usize] - 400.0;
