@@ -15,7 +15,11 @@
 # echoes during the whole TCP test, each 10 ms after the previous reply; "load max" is the
 # highest over all runs), and the emulator's own lateness under the load (the 99th
 # percentile of its frames' lateness summed over the two crossings of a round trip,
-# median over the runs: what the emulator itself added). Needs python3.
+# median over the runs: what the emulator itself added), and the part of it the
+# emulator's wake-ups account for ("woke p99": the same sum over each frame's part, how
+# late it would have been written the moment the emulator's thread woke from its sleep;
+# the rest came after the thread woke: its own work, or the CPU taken from it). Needs
+# python3.
 # Then, where cyclictest (Debian rt-tests) is installed, the host's own floor under that
 # lateness: a real-time thread on each CPU (SCHED_FIFO 1, no timer slack) asking to be
 # woken every 400 µs, nothing else running, BENCH_SECONDS long, the CPUs' idle states
@@ -99,13 +103,14 @@ for line in open(sys.argv[1]):
     name, doc = line.split(" ", 1)
     runs.setdefault(name, []).append(json.loads(doc))
 direct = statistics.median(r["measured_bps"] for r in runs["direct"])
-def p99(rs):
-    """The emulator's own lateness under the load, summed over a round trip's crossings,
-    99th percentile (median over the runs, µs); '-' without an emulator."""
-    v = [r.get("emulator_late_p99_ms") for r in rs]
+def p99(rs, key="emulator_late_p99_ms"):
+    """The emulator's own lateness under the load (or `key`'s part of it), summed over a
+    round trip's crossings, 99th percentile (median over the runs, µs); '-' without an
+    emulator."""
+    v = [r.get(key) for r in rs]
     v = [x for x in v if x is not None]
     return f"{statistics.median(v) * 1000:.0f} µs" if v else "-"
-print(f"{'case':<16} {'Gbit/s':>7} {'/direct':>8} {'/rate':>6} {'RTT file':>9} {'idle':>7} {'load med':>9} {'load max':>9} {'emu late p99':>13}")
+print(f"{'case':<16} {'Gbit/s':>7} {'/direct':>8} {'/rate':>6} {'RTT file':>9} {'idle':>7} {'load med':>9} {'load max':>9} {'emu late p99':>13} {'woke p99':>9}")
 for name, rs in runs.items():
     bps = statistics.median(r["measured_bps"] for r in rs)
     rate = rs[0]["implied_bps"]
@@ -116,7 +121,7 @@ for name, rs in runs.items():
     print(f"{name:<16} {bps/1e9:7.2f} {bps/direct:8.2f} {(f'{bps/rate:.2f}' if rate else '-'):>6} "
           f"{rs[0]['implied_rtt_ms']:6.1f} ms {med('measured_rtt_ms'):>4} ms "
           f"{med('loaded_rtt_median_ms'):>6} ms {(f'{max(highest):.2f}' if highest else '?'):>6} ms"
-          f" {p99(rs):>10}")
+          f" {p99(rs):>10} {p99(rs, 'emulator_woke_late_p99_ms'):>9}")
 PY
 
 # The emulator's own CPU at the seed's rate: one link of 30 Mbit/s with 5 ms each way,

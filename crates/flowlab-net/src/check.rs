@@ -42,6 +42,10 @@ pub struct Measured {
     pub emulator_late_p95: Option<Duration>,
     /// The same sum's 99th percentile: reported, not judged.
     pub emulator_late_p99: Option<Duration>,
+    /// The 99th percentile of the sum of the part of each frame's lateness that the
+    /// emulator thread's wake-up accounts for (`forward::woke_part`): at most
+    /// `emulator_late_p99`; the rest came after the thread woke. Reported, not judged.
+    pub emulator_woke_late_p99: Option<Duration>,
     /// Share of UDP datagrams lost.
     pub loss: Option<f64>,
     /// The path carried other pairs' traffic too (`net check --together`): its rate is

@@ -87,6 +87,11 @@ pub struct Counters {
     /// Forwarded frames by lateness ([`late_bucket`]): its quantiles are what the
     /// emulator's own waiting for a CPU added to a crossing.
     pub late_histogram: [AtomicU64; LATE_BUCKETS],
+    /// Forwarded frames by the part of their lateness the thread's wake-up accounts for
+    /// ([`woke_part`]): how late each would have been, written the moment the thread
+    /// woke from its sleep. The rest of a frame's lateness came after the thread woke
+    /// (its own work on other frames, or the CPU taken from it meanwhile).
+    pub woke_late_histogram: [AtomicU64; LATE_BUCKETS],
 }
 
 impl Default for Counters {
@@ -103,6 +108,7 @@ impl Default for Counters {
             late_total_ns: AtomicU64::new(0),
             send_cost_ns: AtomicU64::new(0),
             late_histogram: std::array::from_fn(|_| AtomicU64::new(0)),
+            woke_late_histogram: std::array::from_fn(|_| AtomicU64::new(0)),
         }
     }
 }
@@ -126,6 +132,14 @@ pub fn late_bucket(late_ns: u64) -> usize {
     let mantissa = ((u128::from(late_ns) << 16) >> octave) as u64;
     let j = THRESHOLDS.iter().filter(|&&t| mantissa >= t).count();
     (1 + 4 * octave + j - 40).min(LATE_BUCKETS - 1)
+}
+
+/// The part of a frame's lateness that the thread's wake-up accounts for: how late the
+/// frame due at `due` would have reached the next node had it been written the moment
+/// the thread woke (`woke`; None when it did not sleep before writing it), handing it on
+/// taking `cost`; never more than the frame's whole lateness, `late`.
+pub fn woke_part(woke: Option<u64>, cost: u64, due: u64, late: u64) -> u64 {
+    woke.map_or(0, |w| (w + cost).saturating_sub(due).min(late))
 }
 
 /// The upper edge of bucket `i`, µs (bucket 0: 1 µs; the last: unbounded, `None`).
@@ -165,6 +179,10 @@ pub struct DirectionStats {
     /// left out.
     #[serde(default)]
     pub late_histogram: Vec<u64>,
+    /// Forwarded frames per bucket of the part of their lateness the thread's wake-up
+    /// accounts for ([`woke_part`]), trailing empty buckets left out.
+    #[serde(default)]
+    pub woke_late_histogram: Vec<u64>,
 }
 
 impl DirectionStats {
@@ -177,10 +195,21 @@ impl DirectionStats {
     /// were: (lateness, frames) per non-empty bucket, each lateness its bucket's upper
     /// edge (at most 19 % over; the latest frame's for the last bucket).
     pub fn late_since(&self, earlier: &DirectionStats) -> Vec<(Duration, u64)> {
+        self.buckets_since(&self.late_histogram, &earlier.late_histogram)
+    }
+
+    /// The part of that lateness the thread's wake-ups account for ([`woke_part`]), in
+    /// the same form: a frame's part is at most its lateness, so each quantile of this
+    /// is at most the same quantile of [`late_since`](Self::late_since).
+    pub fn woke_late_since(&self, earlier: &DirectionStats) -> Vec<(Duration, u64)> {
+        self.buckets_since(&self.woke_late_histogram, &earlier.woke_late_histogram)
+    }
+
+    fn buckets_since(&self, now: &[u64], earlier: &[u64]) -> Vec<(Duration, u64)> {
         (0..LATE_BUCKETS)
             .filter_map(|i| {
                 let at = |h: &[u64]| h.get(i).copied().unwrap_or(0);
-                let n = at(&self.late_histogram).saturating_sub(at(&earlier.late_histogram));
+                let n = at(now).saturating_sub(at(earlier));
                 let us = late_bucket_edge_us(i).unwrap_or(self.max_late_us as f64);
                 (n > 0).then(|| (Duration::from_secs_f64(us / 1e6), n))
             })
@@ -201,15 +230,19 @@ impl From<&Counters> for DirectionStats {
             max_late_us: c.max_late_us.load(Relaxed),
             late_total_ns: c.late_total_ns.load(Relaxed),
             send_cost_ns: c.send_cost_ns.load(Relaxed),
-            late_histogram: {
-                let mut h: Vec<u64> = c.late_histogram.iter().map(|b| b.load(Relaxed)).collect();
-                while h.last() == Some(&0) {
-                    h.pop();
-                }
-                h
-            },
+            late_histogram: trimmed(&c.late_histogram),
+            woke_late_histogram: trimmed(&c.woke_late_histogram),
         }
     }
+}
+
+/// A histogram's counts without its trailing empty buckets.
+fn trimmed(histogram: &[AtomicU64]) -> Vec<u64> {
+    let mut h: Vec<u64> = histogram.iter().map(|b| b.load(Relaxed)).collect();
+    while h.last() == Some(&0) {
+        h.pop();
+    }
+    h
 }
 
 /// One link's line in the stats file.
@@ -671,17 +704,22 @@ fn on_clock(wall: i128, offset: i128, now: u64) -> u64 {
 
 /// Writes to `to` every frame of `line` that will be due by the time it reaches the next
 /// node if written at `now` (`cost` estimates how long that takes), and asks for a
-/// transmit stamp on one frame now and then to keep that estimate up to date.
+/// transmit stamp on one frame now and then to keep that estimate up to date. `woke` is
+/// when the thread woke from its sleep (None if it did not sleep): each frame's lateness
+/// is counted, and the part of it that wake-up accounts for ([`woke_part`]).
+#[allow(clippy::too_many_arguments)]
 fn transmit(
     line: &mut DelayLine<Frame>,
     now: u64,
+    woke: Option<u64>,
     to: &PacketSocket,
     cost: &mut SendCost,
     counters: &Counters,
     batch: &mut Batch,
     clock: &Clock,
 ) -> io::Result<()> {
-    let arrives = now + cost.estimate();
+    let estimate = cost.estimate();
+    let arrives = now + estimate;
     loop {
         batch.out.clear();
         let mut late_ns = 0;
@@ -691,6 +729,8 @@ fn transmit(
                     let late = arrives - due;
                     late_ns += late;
                     counters.late_histogram[late_bucket(late)].fetch_add(1, Relaxed);
+                    let woke_late = woke_part(woke, estimate, due, late);
+                    counters.woke_late_histogram[late_bucket(woke_late)].fetch_add(1, Relaxed);
                     if late > LATE {
                         counters.late.fetch_add(1, Relaxed);
                         counters.max_late_us.fetch_max(late / 1000, Relaxed);
@@ -955,12 +995,16 @@ fn forward(
                 (rc >= 0).then_some(woke)
             };
         }
+        // Whether the thread slept in the poll (it had nothing due yet): only then is a
+        // frame's lateness partly the wake-up's. A poll that returned at once found a
+        // backlog, late for what the thread did before.
+        let slept = target.is_none_or(|t| t > slept_at);
         let mut now = clock.now();
         if rc == 0 {
             if let (Some(t), Some(due)) = (target, next) {
                 // Woken by the timer: learn how late (only from real sleeps, or a backlog
                 // would count as lateness), then spin to the due time.
-                if t > slept_at {
+                if slept {
                     wake.learn(woke.saturating_sub(t));
                 }
                 while now < due && due - now <= margin {
@@ -969,8 +1013,10 @@ fn forward(
                 }
             }
         }
-        let mut send =
-            |line, to, cost, counters| transmit(line, now, to, cost, counters, &mut batch, &clock);
+        let woke = slept.then_some(woke);
+        let mut send = |line, to, cost, counters| {
+            transmit(line, now, woke, to, cost, counters, &mut batch, &clock)
+        };
         send(&mut ab, &b, &mut cost_ab, &counters.a_to_b)?;
         send(&mut ba, &a, &mut cost_ba, &counters.b_to_a)?;
         for (waited, socket, line, c, empty) in [
@@ -1147,5 +1193,43 @@ mod tests {
         assert!(now.late_since(&now).is_empty());
         // The stats file leaves out trailing empty buckets.
         assert_eq!(now.late_histogram.len(), late_bucket(3_000_000) + 1);
+    }
+
+    #[test]
+    fn a_frames_lateness_is_the_wake_ups_only_as_far_as_the_thread_woke_past_its_due_time() {
+        const US: u64 = 1_000;
+        let cost = 10 * US;
+        // Due at the next node at 1000 µs, so to be written by 990 µs.
+        let due = 1_000 * US;
+        // Woke 30 µs past the write time and wrote it 50 µs past: 30 of the 50 are the
+        // wake-up's, the rest came after.
+        assert_eq!(woke_part(Some(1_020 * US), cost, due, 50 * US), 30 * US);
+        // Woke in time (and spun to it) but wrote it late: none is the wake-up's.
+        assert_eq!(woke_part(Some(900 * US), cost, due, 50 * US), 0);
+        // Did not sleep (a backlog): none.
+        assert_eq!(woke_part(None, cost, due, 50 * US), 0);
+        // Never more than the whole lateness (a frame written later than it was due, by
+        // a cost estimate that shrank meanwhile, still counts once).
+        assert_eq!(woke_part(Some(2_000 * US), cost, due, 50 * US), 50 * US);
+
+        // The two histograms are read apart: the wake-ups' part from its own.
+        let c = Counters::default();
+        let earlier = DirectionStats::from(&c);
+        for (late, woke) in [(200 * US, 150 * US), (200 * US, 0), (40 * US, 0)] {
+            c.late_histogram[late_bucket(late)].fetch_add(1, Relaxed);
+            c.woke_late_histogram[late_bucket(woke)].fetch_add(1, Relaxed);
+        }
+        let now = DirectionStats::from(&c);
+        let us = |v: Vec<(Duration, u64)>| -> Vec<(u64, u64)> {
+            v.iter().map(|&(d, n)| (d.as_micros() as u64, n)).collect()
+        };
+        let under_1us = 1;
+        assert_eq!(
+            us(now.woke_late_since(&earlier)),
+            [(under_1us, 2), (152, 1)],
+            "{now:?}"
+        );
+        assert_eq!(us(now.late_since(&earlier)), [(45, 1), (215, 2)], "{now:?}");
+        assert_eq!(now.woke_late_histogram.len(), late_bucket(150 * US) + 1);
     }
 }

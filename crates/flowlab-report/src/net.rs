@@ -143,6 +143,13 @@ pub struct CheckedPath {
     /// emulator, and in documents of flowlab before it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub emulator_late_p99_ms: Option<f64>,
+    /// The part of that lateness the emulator's thread's wake-ups account for: the 99th
+    /// percentile of the same sum taken over each frame's part (how late it would have
+    /// been, written the moment the thread woke from its sleep). At most
+    /// `emulator_late_p99_ms`; the difference came after the thread woke (its own work,
+    /// or the CPU taken from it meanwhile). Reported, not judged; absent as that one is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub emulator_woke_late_p99_ms: Option<f64>,
     /// Highest and median ICMP echo RTT during the TCP test.
     pub loaded_rtt_ms: Option<f64>,
     pub loaded_rtt_median_ms: Option<f64>,

@@ -67,6 +67,7 @@ pub fn measure(jobs: &[Job<'_>], load: &Load) -> anyhow::Result<Vec<PairResult>>
                 host_delay_p95: percentile(&loaded.host_echoes, 0.95),
                 emulator_late_p95: loaded.emulator_late.0,
                 emulator_late_p99: loaded.emulator_late.1,
+                emulator_woke_late_p99: loaded.emulator_woke_late,
                 loss: loss.flatten(),
                 shared: jobs.len() > 1,
             },
@@ -209,6 +210,8 @@ struct Loaded {
     steal: Option<f64>,
     /// The emulator's lateness over the echo's crossings, 95th and 99th percentiles.
     emulator_late: (Option<Duration>, Option<Duration>),
+    /// The part of it the emulator's wake-ups account for, 99th percentile.
+    emulator_woke_late: Option<Duration>,
 }
 
 /// Every job's TCP test at once, with echoes per pair alongside (one every path RTT +
@@ -256,8 +259,14 @@ fn under_load(jobs: &[Job<'_>], load: &Load) -> anyhow::Result<Vec<Loaded>> {
                 .as_deref()
                 .zip(emulator_after.as_deref())
                 .map_or((None, None), |(before, after)| {
-                    let q = |p| emulator_late(&job.crossings, before, after, p);
+                    let q = |p| emulator_late(&job.crossings, before, after, Part::All, p);
                     (q(0.95), q(0.99))
+                }),
+            emulator_woke_late: emulator_before
+                .as_deref()
+                .zip(emulator_after.as_deref())
+                .and_then(|(before, after)| {
+                    emulator_late(&job.crossings, before, after, Part::Woke, 0.99)
                 }),
         })
         .collect())
@@ -362,14 +371,24 @@ fn emulator_stats(topo: &str, written_after: SystemTime) -> Option<Vec<LinkStats
     serde_json::from_str(&std::fs::read_to_string(file).ok()?).ok()
 }
 
-/// The `q` quantile of the emulator's lateness added up over `crossings`, from each
-/// crossing's frames between the two snapshots ([`quantile_of_sum`]): what its waiting
-/// for a CPU may have added to an echo. A crossing that carried no frame meanwhile adds
-/// nothing.
+/// Which part of the emulator's frames' lateness [`emulator_late`] adds up.
+#[derive(Clone, Copy)]
+enum Part {
+    /// All of it.
+    All,
+    /// The part the thread's wake-ups account for (`DirectionStats::woke_late_since`).
+    Woke,
+}
+
+/// The `q` quantile of the emulator's lateness (or `part` of it) added up over
+/// `crossings`, from each crossing's frames between the two snapshots
+/// ([`quantile_of_sum`]): what its waiting for a CPU may have added to an echo. A
+/// crossing that carried no frame meanwhile adds nothing.
 fn emulator_late(
     crossings: &[(&str, bool)],
     before: &[LinkStats],
     after: &[LinkStats],
+    part: Part,
     q: f64,
 ) -> Option<Duration> {
     let stages: Vec<Vec<(Duration, u64)>> = crossings
@@ -377,10 +396,14 @@ fn emulator_late(
         .filter_map(|&(link, from_a)| {
             let find = |all: &[LinkStats]| all.iter().find(|l| l.link == link).cloned();
             let (b, a) = (find(before)?, find(after)?);
-            let late = if from_a {
-                a.a_to_b.late_since(&b.a_to_b)
+            let (now, earlier) = if from_a {
+                (&a.a_to_b, &b.a_to_b)
             } else {
-                a.b_to_a.late_since(&b.b_to_a)
+                (&a.b_to_a, &b.b_to_a)
+            };
+            let late = match part {
+                Part::All => now.late_since(earlier),
+                Part::Woke => now.woke_late_since(earlier),
             };
             (!late.is_empty()).then_some(late)
         })
