@@ -16,9 +16,9 @@
 # highest over all runs), and the emulator's own lateness under the load (the 99th
 # percentile of its frames' lateness summed over the two crossings of a round trip,
 # median over the runs: what the emulator itself added), and the part of it the
-# emulator's wake-ups account for ("woke p99": the same sum over each frame's part, how
-# late it would have been written the moment the emulator's thread woke from its sleep;
-# the rest came after the thread woke: its own work, or the CPU taken from it). Needs
+# emulator's wake-ups account for ("woke p99": the same sum over the part of each
+# frame's lateness that passed while the emulator's thread was in its poll; the rest
+# passed while it was up: its own work, or the CPU taken from it). Needs
 # python3.
 # Then, where cyclictest (Debian rt-tests) is installed, the host's own floor under that
 # lateness: a real-time thread on each CPU (SCHED_FIFO 1, no timer slack) asking to be

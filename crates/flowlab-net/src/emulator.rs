@@ -99,6 +99,39 @@ impl Default for WakeMargin {
     }
 }
 
+/// When the emulator's thread was last in its poll (asleep, or asking whether anything
+/// had come), on its clock: the part of a frame's lateness that passed while the thread
+/// was there is its wake-up's, the host's timer and scheduler's; the rest passed while
+/// the thread was up (its own work on other frames, or the CPU taken from it).
+#[derive(Debug, Clone, Default)]
+pub struct RecentPolls {
+    /// (entered, returned), ns; the latest [`RecentPolls::KEPT`], oldest overwritten.
+    spans: [(u64, u64); RecentPolls::KEPT],
+    next: usize,
+}
+
+impl RecentPolls {
+    /// Polls kept. A frame that became due while the thread slept leaves in that pass,
+    /// or in the next one if it waited unread in its socket; only a backlog holds it
+    /// over more polls, and a backlog's polls return at once.
+    pub const KEPT: usize = 4;
+
+    /// Notes a poll entered at `entered` and returned at `returned`.
+    pub fn record(&mut self, entered: u64, returned: u64) {
+        self.spans[self.next] = (entered, returned.max(entered));
+        self.next = (self.next + 1) % Self::KEPT;
+    }
+
+    /// How much of `from..to` the thread spent in its recent polls, ns: at most
+    /// `to − from`, the polls being one after another.
+    pub fn within(&self, from: u64, to: u64) -> u64 {
+        self.spans
+            .iter()
+            .map(|&(entered, returned)| returned.min(to).saturating_sub(entered.max(from)))
+            .sum()
+    }
+}
+
 /// Whether frames arriving for a line may wait in their socket, unread, while the
 /// emulator's thread sleeps until `next` (ns on its clock), the socket having been seen
 /// empty at `since`: yes when none of them could be due before the thread is up anyway.
@@ -329,6 +362,28 @@ mod tests {
             w.learn(l);
         }
         (f64::from(covered) / f64::from(n), margins / u64::from(n))
+    }
+
+    #[test]
+    fn only_the_time_spent_in_polls_within_a_span_is_counted() {
+        let mut polls = RecentPolls::default();
+        assert_eq!(polls.within(0, 1_000), 0);
+        // Asleep 100–400, up 400–450, asleep 450–600 (returned at once at 600–601).
+        polls.record(100, 400);
+        polls.record(450, 600);
+        polls.record(600, 601);
+        assert_eq!(polls.within(0, 1_000), 300 + 150 + 1);
+        // A frame overdue from 350 and written at 500: 50 of it asleep before the thread
+        // woke at 400, and 50 in the next poll; the 50 in between were the thread's.
+        assert_eq!(polls.within(350, 500), 100);
+        // Overdue only while the thread was up: none.
+        assert_eq!(polls.within(410, 440), 0);
+        // Only the latest KEPT polls are remembered.
+        for i in 0..RecentPolls::KEPT as u64 {
+            polls.record(1_000 + 10 * i, 1_005 + 10 * i);
+        }
+        assert_eq!(polls.within(0, 400), 0);
+        assert_eq!(polls.within(0, 2_000), 5 * RecentPolls::KEPT as u64);
     }
 
     #[test]

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::emulator::{DelayLine, SendCost, Verdict, WakeMargin, arrivals_can_wait};
+use crate::emulator::{DelayLine, RecentPolls, SendCost, Verdict, WakeMargin, arrivals_can_wait};
 
 /// One direction's emulation, as the `up` process hands it to the emulator.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -87,10 +87,9 @@ pub struct Counters {
     /// Forwarded frames by lateness ([`late_bucket`]): its quantiles are what the
     /// emulator's own waiting for a CPU added to a crossing.
     pub late_histogram: [AtomicU64; LATE_BUCKETS],
-    /// Forwarded frames by the part of their lateness the thread's wake-up accounts for
-    /// ([`woke_part`]): how late each would have been, written the moment the thread
-    /// woke from its sleep. The rest of a frame's lateness came after the thread woke
-    /// (its own work on other frames, or the CPU taken from it meanwhile).
+    /// Forwarded frames by the part of their lateness that passed while the emulator's
+    /// thread was in its poll ([`RecentPolls`]): its wake-ups'. The rest passed while
+    /// the thread was up (its own work on other frames, or the CPU taken from it).
     pub woke_late_histogram: [AtomicU64; LATE_BUCKETS],
 }
 
@@ -134,14 +133,6 @@ pub fn late_bucket(late_ns: u64) -> usize {
     (1 + 4 * octave + j - 40).min(LATE_BUCKETS - 1)
 }
 
-/// The part of a frame's lateness that the thread's wake-up accounts for: how late the
-/// frame due at `due` would have reached the next node had it been written the moment
-/// the thread woke (`woke`; None when it did not sleep before writing it), handing it on
-/// taking `cost`; never more than the frame's whole lateness, `late`.
-pub fn woke_part(woke: Option<u64>, cost: u64, due: u64, late: u64) -> u64 {
-    woke.map_or(0, |w| (w + cost).saturating_sub(due).min(late))
-}
-
 /// The upper edge of bucket `i`, µs (bucket 0: 1 µs; the last: unbounded, `None`).
 fn late_bucket_edge_us(i: usize) -> Option<f64> {
     (i < LATE_BUCKETS - 1).then(|| 2f64.powf(i as f64 / 4.0))
@@ -179,8 +170,9 @@ pub struct DirectionStats {
     /// left out.
     #[serde(default)]
     pub late_histogram: Vec<u64>,
-    /// Forwarded frames per bucket of the part of their lateness the thread's wake-up
-    /// accounts for ([`woke_part`]), trailing empty buckets left out.
+    /// Forwarded frames per bucket of the part of their lateness that passed while the
+    /// thread was in its poll ([`Counters::woke_late_histogram`]), trailing empty
+    /// buckets left out (empty from an emulator older than it).
     #[serde(default)]
     pub woke_late_histogram: Vec<u64>,
 }
@@ -198,11 +190,15 @@ impl DirectionStats {
         self.buckets_since(&self.late_histogram, &earlier.late_histogram)
     }
 
-    /// The part of that lateness the thread's wake-ups account for ([`woke_part`]), in
-    /// the same form: a frame's part is at most its lateness, so each quantile of this
-    /// is at most the same quantile of [`late_since`](Self::late_since).
-    pub fn woke_late_since(&self, earlier: &DirectionStats) -> Vec<(Duration, u64)> {
-        self.buckets_since(&self.woke_late_histogram, &earlier.woke_late_histogram)
+    /// The part of that lateness that passed while the thread was in its poll, in the
+    /// same form (None from an emulator that did not count it). A frame's part is at
+    /// most its lateness, so each quantile of this is at most the same quantile of
+    /// [`late_since`](Self::late_since), but for frames counted between the reads of
+    /// the two histograms (a snapshot is not atomic).
+    pub fn woke_late_since(&self, earlier: &DirectionStats) -> Option<Vec<(Duration, u64)>> {
+        let uncounted = self.woke_late_histogram.is_empty() && !self.late_histogram.is_empty();
+        (!uncounted)
+            .then(|| self.buckets_since(&self.woke_late_histogram, &earlier.woke_late_histogram))
     }
 
     fn buckets_since(&self, now: &[u64], earlier: &[u64]) -> Vec<(Duration, u64)> {
@@ -210,7 +206,12 @@ impl DirectionStats {
             .filter_map(|i| {
                 let at = |h: &[u64]| h.get(i).copied().unwrap_or(0);
                 let n = at(now).saturating_sub(at(earlier));
-                let us = late_bucket_edge_us(i).unwrap_or(self.max_late_us as f64);
+                // The last bucket's frames at the latest seen, which is read before the
+                // histograms and so may lag them: never under the bucket's lower edge.
+                let us = late_bucket_edge_us(i).unwrap_or_else(|| {
+                    let lower = late_bucket_edge_us(LATE_BUCKETS - 2).unwrap_or(0.0);
+                    (self.max_late_us as f64).max(lower)
+                });
                 (n > 0).then(|| (Duration::from_secs_f64(us / 1e6), n))
             })
             .collect()
@@ -704,22 +705,20 @@ fn on_clock(wall: i128, offset: i128, now: u64) -> u64 {
 
 /// Writes to `to` every frame of `line` that will be due by the time it reaches the next
 /// node if written at `now` (`cost` estimates how long that takes), and asks for a
-/// transmit stamp on one frame now and then to keep that estimate up to date. `woke` is
-/// when the thread woke from its sleep (None if it did not sleep): each frame's lateness
-/// is counted, and the part of it that wake-up accounts for ([`woke_part`]).
-#[allow(clippy::too_many_arguments)]
+/// transmit stamp on one frame now and then to keep that estimate up to date. Each
+/// frame's lateness is counted, and the part of it that passed while the thread was in
+/// its poll.
 fn transmit(
     line: &mut DelayLine<Frame>,
-    now: u64,
-    woke: Option<u64>,
+    at: Pass<'_>,
     to: &PacketSocket,
     cost: &mut SendCost,
     counters: &Counters,
     batch: &mut Batch,
     clock: &Clock,
 ) -> io::Result<()> {
-    let estimate = cost.estimate();
-    let arrives = now + estimate;
+    let Pass { now, polls } = at;
+    let arrives = now + cost.estimate();
     loop {
         batch.out.clear();
         let mut late_ns = 0;
@@ -729,7 +728,8 @@ fn transmit(
                     let late = arrives - due;
                     late_ns += late;
                     counters.late_histogram[late_bucket(late)].fetch_add(1, Relaxed);
-                    let woke_late = woke_part(woke, estimate, due, late);
+                    // Overdue since it had to be written, `late` before `now`.
+                    let woke_late = polls.within(now - late.min(now), now);
                     counters.woke_late_histogram[late_bucket(woke_late)].fetch_add(1, Relaxed);
                     if late > LATE {
                         counters.late.fetch_add(1, Relaxed);
@@ -822,6 +822,14 @@ fn transmit(
     }
 }
 
+/// A pass of the forwarding loop writing its due frames: when (each frame's lateness is
+/// measured at it), and when the thread was last in its poll.
+#[derive(Clone, Copy)]
+struct Pass<'a> {
+    now: u64,
+    polls: &'a RecentPolls,
+}
+
 /// Whether `e` says the socket's interface went away (the topology was taken down).
 fn link_gone(e: &io::Error) -> bool {
     matches!(
@@ -882,6 +890,7 @@ fn forward(
     // found nothing), on the emulator's clock: what arrived since may be unread. None
     // when not known (a read left a flood waiting, a poll was interrupted).
     let (mut empty_a, mut empty_b) = (Some(0), Some(0));
+    let mut polls = RecentPolls::default();
     loop {
         let now = clock.now();
         let slept_at = now;
@@ -927,6 +936,7 @@ fn forward(
                 revents: 0,
             },
         ];
+        let entered = clock.now();
         // SAFETY: `fds` and the optional timeout live for the call.
         let rc = unsafe {
             libc::ppoll(
@@ -937,6 +947,7 @@ fn forward(
             )
         };
         let woke = clock.now();
+        polls.record(entered, woke);
         if rc < 0 {
             let e = io::Error::last_os_error();
             if e.kind() != io::ErrorKind::Interrupted {
@@ -995,16 +1006,12 @@ fn forward(
                 (rc >= 0).then_some(woke)
             };
         }
-        // Whether the thread slept in the poll (it had nothing due yet): only then is a
-        // frame's lateness partly the wake-up's. A poll that returned at once found a
-        // backlog, late for what the thread did before.
-        let slept = target.is_none_or(|t| t > slept_at);
         let mut now = clock.now();
         if rc == 0 {
             if let (Some(t), Some(due)) = (target, next) {
                 // Woken by the timer: learn how late (only from real sleeps, or a backlog
                 // would count as lateness), then spin to the due time.
-                if slept {
+                if t > slept_at {
                     wake.learn(woke.saturating_sub(t));
                 }
                 while now < due && due - now <= margin {
@@ -1013,10 +1020,9 @@ fn forward(
                 }
             }
         }
-        let woke = slept.then_some(woke);
-        let mut send = |line, to, cost, counters| {
-            transmit(line, now, woke, to, cost, counters, &mut batch, &clock)
-        };
+        let at = Pass { now, polls: &polls };
+        let mut send =
+            |line, to, cost, counters| transmit(line, at, to, cost, counters, &mut batch, &clock);
         send(&mut ab, &b, &mut cost_ab, &counters.a_to_b)?;
         send(&mut ba, &a, &mut cost_ba, &counters.b_to_a)?;
         for (waited, socket, line, c, empty) in [
@@ -1196,23 +1202,9 @@ mod tests {
     }
 
     #[test]
-    fn a_frames_lateness_is_the_wake_ups_only_as_far_as_the_thread_woke_past_its_due_time() {
+    fn the_polls_part_of_the_lateness_is_read_from_its_own_histogram() {
         const US: u64 = 1_000;
-        let cost = 10 * US;
-        // Due at the next node at 1000 µs, so to be written by 990 µs.
-        let due = 1_000 * US;
-        // Woke 30 µs past the write time and wrote it 50 µs past: 30 of the 50 are the
-        // wake-up's, the rest came after.
-        assert_eq!(woke_part(Some(1_020 * US), cost, due, 50 * US), 30 * US);
-        // Woke in time (and spun to it) but wrote it late: none is the wake-up's.
-        assert_eq!(woke_part(Some(900 * US), cost, due, 50 * US), 0);
-        // Did not sleep (a backlog): none.
-        assert_eq!(woke_part(None, cost, due, 50 * US), 0);
-        // Never more than the whole lateness (a frame written later than it was due, by
-        // a cost estimate that shrank meanwhile, still counts once).
-        assert_eq!(woke_part(Some(2_000 * US), cost, due, 50 * US), 50 * US);
-
-        // The two histograms are read apart: the wake-ups' part from its own.
+        // The two histograms are read apart: the polls' part from its own.
         let c = Counters::default();
         let earlier = DirectionStats::from(&c);
         for (late, woke) in [(200 * US, 150 * US), (200 * US, 0), (40 * US, 0)] {
@@ -1225,11 +1217,32 @@ mod tests {
         };
         let under_1us = 1;
         assert_eq!(
-            us(now.woke_late_since(&earlier)),
+            us(now.woke_late_since(&earlier).expect("counted")),
             [(under_1us, 2), (152, 1)],
             "{now:?}"
         );
         assert_eq!(us(now.late_since(&earlier)), [(45, 1), (215, 2)], "{now:?}");
         assert_eq!(now.woke_late_histogram.len(), late_bucket(150 * US) + 1);
+        // An emulator from before the split counted lateness only: its part is unknown,
+        // not nothing.
+        let older = DirectionStats {
+            woke_late_histogram: Vec::new(),
+            ..now.clone()
+        };
+        assert_eq!(older.woke_late_since(&earlier), None);
+        // Nothing forwarded at all: nothing to split.
+        assert_eq!(earlier.woke_late_since(&earlier), Some(Vec::new()));
+    }
+
+    #[test]
+    fn the_last_buckets_frames_are_never_read_as_under_its_lower_edge() {
+        let c = Counters::default();
+        let earlier = DirectionStats::from(&c);
+        // A frame 200 ms late counted, the latest seen not yet raised (read before).
+        c.late_histogram[LATE_BUCKETS - 1].fetch_add(1, Relaxed);
+        c.max_late_us.store(600, Relaxed);
+        let since = DirectionStats::from(&c).late_since(&earlier);
+        assert_eq!(since.len(), 1);
+        assert!(since[0].0 >= Duration::from_micros(110_000), "{since:?}");
     }
 }

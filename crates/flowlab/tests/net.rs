@@ -388,19 +388,19 @@ fn assert_seed_paths(
                 .is_some_and(|s| (0.0..=100.0).contains(&s)),
             "{p}"
         );
-        // The emulator's own lateness is measured where there is one, and only there;
-        // the part of it its wake-ups account for is a part of each frame's, so of its
-        // quantile too.
+        // The emulator's own lateness is measured where there is one, and only there.
+        // The part that passed while its thread was in its poll is a part of each
+        // frame's, so of its quantile too, but for the frames counted between the reads
+        // of the two histograms (a snapshot is not atomic): a bucket (19 %) and a step of
+        // the 10 µs grid allowed for them.
         let late = &p["emulator_late_p95_ms"];
         let (late_p99, woke_p99) = (&p["emulator_late_p99_ms"], &p["emulator_woke_late_p99_ms"]);
         match doc["backend"].as_str() {
             Some("userspace") => {
                 assert!(late.as_f64().is_some_and(|l| l >= 0.0), "{p}");
                 let (all, woke) = (late_p99.as_f64(), woke_p99.as_f64());
-                assert!(
-                    all.zip(woke).is_some_and(|(a, w)| (0.0..=a).contains(&w)),
-                    "{p}"
-                );
+                let within = |a: f64, w: f64| (0.0..=a * 2f64.powf(0.25) + 0.01).contains(&w);
+                assert!(all.zip(woke).is_some_and(|(a, w)| within(a, w)), "{p}");
             }
             _ => assert!(
                 late.is_null() && late_p99.is_null() && woke_p99.is_null(),

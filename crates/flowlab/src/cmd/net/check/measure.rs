@@ -250,24 +250,25 @@ fn under_load(jobs: &[Job<'_>], load: &Load) -> anyhow::Result<Vec<Loaded>> {
         .iter()
         .zip(tcp?)
         .zip(echoes)
-        .map(|((job, result), (echoes, host_echoes))| Loaded {
-            result,
-            echoes,
-            host_echoes,
-            steal,
-            emulator_late: emulator_before
+        .map(|((job, result), (echoes, host_echoes))| {
+            let (emulator_late, emulator_woke_late) = emulator_before
                 .as_deref()
                 .zip(emulator_after.as_deref())
-                .map_or((None, None), |(before, after)| {
-                    let q = |p| emulator_late(&job.crossings, before, after, Part::All, p);
-                    (q(0.95), q(0.99))
-                }),
-            emulator_woke_late: emulator_before
-                .as_deref()
-                .zip(emulator_after.as_deref())
-                .and_then(|(before, after)| {
-                    emulator_late(&job.crossings, before, after, Part::Woke, 0.99)
-                }),
+                .map_or(((None, None), None), |(before, after)| {
+                    let q = |part, p| emulator_late(&job.crossings, before, after, part, p);
+                    (
+                        (q(Part::All, 0.95), q(Part::All, 0.99)),
+                        q(Part::Woke, 0.99),
+                    )
+                });
+            Loaded {
+                result,
+                echoes,
+                host_echoes,
+                steal,
+                emulator_late,
+                emulator_woke_late,
+            }
         })
         .collect())
 }
@@ -376,14 +377,16 @@ fn emulator_stats(topo: &str, written_after: SystemTime) -> Option<Vec<LinkStats
 enum Part {
     /// All of it.
     All,
-    /// The part the thread's wake-ups account for (`DirectionStats::woke_late_since`).
+    /// The part that passed while its thread was in its poll
+    /// (`DirectionStats::woke_late_since`): its wake-ups'.
     Woke,
 }
 
 /// The `q` quantile of the emulator's lateness (or `part` of it) added up over
 /// `crossings`, from each crossing's frames between the two snapshots
 /// ([`quantile_of_sum`]): what its waiting for a CPU may have added to an echo. A
-/// crossing that carried no frame meanwhile adds nothing.
+/// crossing that carried no frame meanwhile adds nothing; an emulator that did not count
+/// the part asked for gives None.
 fn emulator_late(
     crossings: &[(&str, bool)],
     before: &[LinkStats],
@@ -391,22 +394,24 @@ fn emulator_late(
     part: Part,
     q: f64,
 ) -> Option<Duration> {
-    let stages: Vec<Vec<(Duration, u64)>> = crossings
-        .iter()
-        .filter_map(|&(link, from_a)| {
-            let find = |all: &[LinkStats]| all.iter().find(|l| l.link == link).cloned();
-            let (b, a) = (find(before)?, find(after)?);
-            let (now, earlier) = if from_a {
-                (&a.a_to_b, &b.a_to_b)
-            } else {
-                (&a.b_to_a, &b.b_to_a)
-            };
-            let late = match part {
-                Part::All => now.late_since(earlier),
-                Part::Woke => now.woke_late_since(earlier),
-            };
-            (!late.is_empty()).then_some(late)
-        })
-        .collect();
+    let mut stages = Vec::new();
+    for &(link, from_a) in crossings {
+        let find = |all: &[LinkStats]| all.iter().find(|l| l.link == link).cloned();
+        let (Some(b), Some(a)) = (find(before), find(after)) else {
+            continue;
+        };
+        let (now, earlier) = if from_a {
+            (&a.a_to_b, &b.a_to_b)
+        } else {
+            (&a.b_to_a, &b.b_to_a)
+        };
+        let late = match part {
+            Part::All => now.late_since(earlier),
+            Part::Woke => now.woke_late_since(earlier)?,
+        };
+        if !late.is_empty() {
+            stages.push(late);
+        }
+    }
     quantile_of_sum(&stages, q)
 }
