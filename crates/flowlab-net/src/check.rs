@@ -42,9 +42,11 @@ pub struct Measured {
     pub emulator_late_p95: Option<Duration>,
     /// The same sum's 99th percentile: reported, not judged.
     pub emulator_late_p99: Option<Duration>,
-    /// The 99th percentile of the sum of the part of each frame's lateness that the
-    /// emulator thread's wake-up accounts for (`forward::woke_part`): at most
-    /// `emulator_late_p99`; the rest came after the thread woke. Reported, not judged.
+    /// The 99th percentile of the same sum taken over the part of each frame's lateness
+    /// that passed while the emulator's thread was in its poll (its wake-ups'; see
+    /// `forward::Counters::woke_late_histogram`): at most `emulator_late_p99`, but for a
+    /// snapshot's non-atomic reads; the rest passed while the thread was up. Reported,
+    /// not judged; `None` without an emulator or from one older than the split.
     pub emulator_woke_late_p99: Option<Duration>,
     /// Share of UDP datagrams lost.
     pub loss: Option<f64>,

@@ -113,7 +113,10 @@ pub struct RecentPolls {
 impl RecentPolls {
     /// Polls kept. A frame that became due while the thread slept leaves in that pass,
     /// or in the next one if it waited unread in its socket; only a backlog holds it
-    /// over more polls, and a backlog's polls return at once.
+    /// over more polls, and a backlog's polls return at once. A backlog of more than
+    /// four passes (a pass reads up to 512 frames a socket: after a stall of tens of
+    /// milliseconds at 1 Gbit/s) leaves its later frames' wait in the stall's poll
+    /// uncounted, as the thread's.
     pub const KEPT: usize = 4;
 
     /// Notes a poll entered at `entered` and returned at `returned`.
@@ -129,6 +132,12 @@ impl RecentPolls {
             .iter()
             .map(|&(entered, returned)| returned.min(to).saturating_sub(entered.max(from)))
             .sum()
+    }
+
+    /// The part of a frame's lateness `late` that passed in the recent polls, the frame
+    /// being written at `now`: it has been overdue since `late` before `now`.
+    pub fn overdue_within(&self, late: u64, now: u64) -> u64 {
+        self.within(now.saturating_sub(late), now)
     }
 }
 
@@ -378,6 +387,14 @@ mod tests {
         assert_eq!(polls.within(350, 500), 100);
         // Overdue only while the thread was up: none.
         assert_eq!(polls.within(410, 440), 0);
+        // A frame written at 500, 150 late: overdue since 350, 50 of it in the first
+        // poll and 50 in the second; one written at 700, 300 late (overdue since 400):
+        // the second poll's 150 and the third's 1.
+        assert_eq!(polls.overdue_within(150, 500), 100);
+        assert_eq!(polls.overdue_within(300, 700), 151);
+        // On time: none; overdue since before the clock began: every poll so far.
+        assert_eq!(polls.overdue_within(0, 500), 0);
+        assert_eq!(polls.overdue_within(u64::MAX, 700), 451);
         // Only the latest KEPT polls are remembered.
         for i in 0..RecentPolls::KEPT as u64 {
             polls.record(1_000 + 10 * i, 1_005 + 10 * i);

@@ -113,7 +113,7 @@ impl Default for Counters {
 }
 
 /// Buckets of the lateness histogram: under 1 µs, then a quarter octave each from 1 µs
-/// to 2^17 µs (131 ms), the last one holding everything later.
+/// to 2^16.75 µs (110 ms), the last one holding everything later.
 pub const LATE_BUCKETS: usize = 1 + 4 * 17;
 
 /// The histogram bucket of a frame written `late_ns` after it was due:
@@ -185,7 +185,8 @@ impl DirectionStats {
 
     /// How late the frames forwarded since `earlier` (a snapshot of the same direction)
     /// were: (lateness, frames) per non-empty bucket, each lateness its bucket's upper
-    /// edge (at most 19 % over; the latest frame's for the last bucket).
+    /// edge (at most 19 % over; for the last bucket the latest frame's, or its lower
+    /// edge, 110 ms, if that is more).
     pub fn late_since(&self, earlier: &DirectionStats) -> Vec<(Duration, u64)> {
         self.buckets_since(&self.late_histogram, &earlier.late_histogram)
     }
@@ -728,8 +729,7 @@ fn transmit(
                     let late = arrives - due;
                     late_ns += late;
                     counters.late_histogram[late_bucket(late)].fetch_add(1, Relaxed);
-                    // Overdue since it had to be written, `late` before `now`.
-                    let woke_late = polls.within(now - late.min(now), now);
+                    let woke_late = polls.overdue_within(late, now);
                     counters.woke_late_histogram[late_bucket(woke_late)].fetch_add(1, Relaxed);
                     if late > LATE {
                         counters.late.fetch_add(1, Relaxed);

@@ -143,11 +143,12 @@ pub struct CheckedPath {
     /// emulator, and in documents of flowlab before it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub emulator_late_p99_ms: Option<f64>,
-    /// The part of that lateness the emulator's thread's wake-ups account for: the 99th
-    /// percentile of the same sum taken over each frame's part (how late it would have
-    /// been, written the moment the thread woke from its sleep). At most
-    /// `emulator_late_p99_ms`; the difference came after the thread woke (its own work,
-    /// or the CPU taken from it meanwhile). Reported, not judged; absent as that one is.
+    /// The part of that lateness the emulator's wake-ups account for: the 99th
+    /// percentile of the same sum taken over the part of each frame's lateness that
+    /// passed while the emulator's thread was in its poll. At most
+    /// `emulator_late_p99_ms`; the rest passed while the thread was up (its own work, or
+    /// the CPU taken from it). Reported, not judged; absent without an emulator, and
+    /// from an emulator older than the split.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub emulator_woke_late_p99_ms: Option<f64>,
     /// Highest and median ICMP echo RTT during the TCP test.
