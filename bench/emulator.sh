@@ -18,8 +18,12 @@
 # median over the runs: what the emulator itself added), and the part of it the
 # emulator's wake-ups account for ("woke p99": the same sum over the part of each
 # frame's lateness that passed while the emulator's thread was in its poll; the rest
-# passed while it was up: its own work, or the CPU taken from it). Needs
-# python3.
+# passed while it was up: its own work, or the CPU taken from it), and how late the
+# emulator thread came back from its sleeps after the time it asked to be woken
+# ("wake-up p99": the 99th percentile of its wake-ups under the load, by its timer or by
+# a frame while it waited for a CPU, median over the runs: what the scheduler gave it
+# under the load, to read against the host timer line below, taken with nothing else
+# running). Needs python3.
 # Then, where cyclictest (Debian rt-tests) is installed, the host's own floor under that
 # lateness: a real-time thread on each CPU (SCHED_FIFO 1, no timer slack) asking to be
 # woken every 400 µs, nothing else running, BENCH_SECONDS long, the CPUs' idle states
@@ -110,7 +114,7 @@ def p99(rs, key="emulator_late_p99_ms"):
     v = [r.get(key) for r in rs]
     v = [x for x in v if x is not None]
     return f"{statistics.median(v) * 1000:.0f} µs" if v else "-"
-print(f"{'case':<16} {'Gbit/s':>7} {'/direct':>8} {'/rate':>6} {'RTT file':>9} {'idle':>7} {'load med':>9} {'load max':>9} {'emu late p99':>13} {'woke p99':>9}")
+print(f"{'case':<16} {'Gbit/s':>7} {'/direct':>8} {'/rate':>6} {'RTT file':>9} {'idle':>7} {'load med':>9} {'load max':>9} {'emu late p99':>13} {'woke p99':>9} {'wake-up p99':>12}")
 for name, rs in runs.items():
     bps = statistics.median(r["measured_bps"] for r in rs)
     rate = rs[0]["implied_bps"]
@@ -121,7 +125,8 @@ for name, rs in runs.items():
     print(f"{name:<16} {bps/1e9:7.2f} {bps/direct:8.2f} {(f'{bps/rate:.2f}' if rate else '-'):>6} "
           f"{rs[0]['implied_rtt_ms']:6.1f} ms {med('measured_rtt_ms'):>4} ms "
           f"{med('loaded_rtt_median_ms'):>6} ms {(f'{max(highest):.2f}' if highest else '?'):>6} ms"
-          f" {p99(rs):>10} {p99(rs, 'emulator_woke_late_p99_ms'):>9}")
+          f" {p99(rs):>10} {p99(rs, 'emulator_woke_late_p99_ms'):>9}"
+          f" {p99(rs, 'emulator_wakeup_late_p99_ms'):>12}")
 PY
 
 # The emulator's own CPU at the seed's rate: one link of 30 Mbit/s with 5 ms each way,

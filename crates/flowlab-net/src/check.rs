@@ -48,6 +48,13 @@ pub struct Measured {
     /// snapshot's non-atomic reads; the rest passed while the thread was up. Reported,
     /// not judged; `None` without an emulator or from one older than the split.
     pub emulator_woke_late_p99: Option<Duration>,
+    /// How late the emulator's threads of the links the echo crosses came back from
+    /// their sleeps after the time they asked for (`forward::LinkStats::
+    /// wakeup_late_since`), 99th percentile over their wake-ups pooled (on the same 10 µs
+    /// grid): the host's scheduler as the emulator met it under the load. Reported, not
+    /// judged; `None` without an emulator, without late wake-ups, or from an emulator
+    /// that did not count them.
+    pub emulator_wakeup_late_p99: Option<Duration>,
     /// Share of UDP datagrams lost.
     pub loss: Option<f64>,
     /// The path carried other pairs' traffic too (`net check --together`): its rate is

@@ -141,11 +141,27 @@ fn late_bucket_edge_us(i: usize) -> Option<f64> {
 /// A frame written this much after its due time counts as late, ns.
 pub const LATE: u64 = 500_000;
 
-/// The counters of one link, both directions.
-#[derive(Debug, Default)]
+/// The counters of one link, both directions, and of its thread.
+#[derive(Debug)]
 pub struct LinkCounters {
     pub a_to_b: Counters,
     pub b_to_a: Counters,
+    /// The thread's wake-ups by how late it came back from a sleep after the time it
+    /// asked for ([`late_bucket`]; which sleeps count: `Slept::settle`): what the host's
+    /// scheduler gave it, to compare with the frames'
+    /// lateness (a wake-up later than the margin makes its frames late by the
+    /// overshoot) and with another program's wake-ups on the same host.
+    pub wakeup_late_histogram: [AtomicU64; LATE_BUCKETS],
+}
+
+impl Default for LinkCounters {
+    fn default() -> Self {
+        LinkCounters {
+            a_to_b: Counters::default(),
+            b_to_a: Counters::default(),
+            wakeup_late_histogram: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
 }
 
 /// A snapshot of [`Counters`], for the stats file.
@@ -203,20 +219,26 @@ impl DirectionStats {
     }
 
     fn buckets_since(&self, now: &[u64], earlier: &[u64]) -> Vec<(Duration, u64)> {
-        (0..LATE_BUCKETS)
-            .filter_map(|i| {
-                let at = |h: &[u64]| h.get(i).copied().unwrap_or(0);
-                let n = at(now).saturating_sub(at(earlier));
-                // The last bucket's frames at the latest seen, which is read before the
-                // histograms and so may lag them: never under the bucket's lower edge.
-                let us = late_bucket_edge_us(i).unwrap_or_else(|| {
-                    let lower = late_bucket_edge_us(LATE_BUCKETS - 2).unwrap_or(0.0);
-                    (self.max_late_us as f64).max(lower)
-                });
-                (n > 0).then(|| (Duration::from_secs_f64(us / 1e6), n))
-            })
-            .collect()
+        buckets_between(now, earlier, self.max_late_us)
     }
+}
+
+/// The counts of histogram `now` less those of the same histogram's earlier snapshot,
+/// as (lateness, count) per non-empty bucket, each lateness its bucket's upper edge; the
+/// last bucket's at `latest_us` (the latest seen, which is read before the histograms
+/// and so may lag them), never under the bucket's lower edge (110 ms).
+fn buckets_between(now: &[u64], earlier: &[u64], latest_us: u64) -> Vec<(Duration, u64)> {
+    (0..LATE_BUCKETS)
+        .filter_map(|i| {
+            let at = |h: &[u64]| h.get(i).copied().unwrap_or(0);
+            let n = at(now).saturating_sub(at(earlier));
+            let us = late_bucket_edge_us(i).unwrap_or_else(|| {
+                let lower = late_bucket_edge_us(LATE_BUCKETS - 2).unwrap_or(0.0);
+                (latest_us as f64).max(lower)
+            });
+            (n > 0).then(|| (Duration::from_secs_f64(us / 1e6), n))
+        })
+        .collect()
 }
 
 impl From<&Counters> for DirectionStats {
@@ -253,6 +275,34 @@ pub struct LinkStats {
     pub link: String,
     pub a_to_b: DirectionStats,
     pub b_to_a: DirectionStats,
+    /// The link thread's wake-ups per bucket of their lateness
+    /// ([`LinkCounters::wakeup_late_histogram`]), trailing empty buckets left out; None
+    /// from an emulator older than it.
+    #[serde(default)]
+    pub wakeup_late_histogram: Option<Vec<u64>>,
+}
+
+impl LinkStats {
+    /// A snapshot of link `name`'s counters.
+    pub fn of(name: &str, c: &LinkCounters) -> Self {
+        LinkStats {
+            link: name.to_owned(),
+            a_to_b: (&c.a_to_b).into(),
+            b_to_a: (&c.b_to_a).into(),
+            wakeup_late_histogram: Some(trimmed(&c.wakeup_late_histogram)),
+        }
+    }
+
+    /// How late the thread came back from its sleeps since `earlier` (a snapshot of the
+    /// same link) after the time it asked for: (lateness, wake-ups) per non-empty bucket, each
+    /// lateness its bucket's upper edge (the last bucket's its lower edge, 110 ms: a
+    /// lower bound there). None when either snapshot is from an emulator that did not
+    /// count them.
+    pub fn wakeup_late_since(&self, earlier: &LinkStats) -> Option<Vec<(Duration, u64)>> {
+        let now = self.wakeup_late_histogram.as_deref()?;
+        let before = earlier.wakeup_late_histogram.as_deref()?;
+        Some(buckets_between(now, before, 0))
+    }
 }
 
 /// Frames up to this long are read whole (MTU 1500 plus headers, with room to spare).
@@ -830,6 +880,40 @@ struct Pass<'a> {
     polls: &'a RecentPolls,
 }
 
+/// A poll of the forwarding loop, as it ended.
+struct Slept {
+    /// When it asked to be woken: None without a timeout, or when that time had passed
+    /// as it began (a backlog's pass, not a sleep).
+    asked: Option<u64>,
+    /// When it returned.
+    woke: u64,
+    /// What it returned: 0 when the timer ended it, more when a socket did, less when a
+    /// signal interrupted it.
+    rc: libc::c_int,
+}
+
+impl Slept {
+    /// How late the thread came back after the time it asked for: learnt for the margin
+    /// when the timer woke it, and counted in `wakeups` whenever it came back at or
+    /// after that time — by the timer, or by a frame that came while it waited for a
+    /// CPU (whose poll then returns the frame, not the timeout: leaving it out would
+    /// leave out the wake-ups that waited longest on a busy host). A poll ended by a
+    /// frame before its time, or by a signal, was no late wake-up.
+    fn settle(&self, wake: &mut WakeMargin, wakeups: &[AtomicU64; LATE_BUCKETS]) {
+        let Some(t) = self.asked else {
+            return;
+        };
+        if self.rc < 0 || (self.rc > 0 && self.woke < t) {
+            return;
+        }
+        let late = self.woke.saturating_sub(t);
+        if self.rc == 0 {
+            wake.learn(late);
+        }
+        wakeups[late_bucket(late)].fetch_add(1, Relaxed);
+    }
+}
+
 /// Whether `e` says the socket's interface went away (the topology was taken down).
 fn link_gone(e: &io::Error) -> bool {
     matches!(
@@ -949,6 +1033,12 @@ fn forward(
         // From the top of the pass: its setup before the poll (well under a µs) is
         // counted in rather than read off the clock a second time.
         polls.record(slept_at, woke);
+        let slept = Slept {
+            asked: target.filter(|&t| t > slept_at),
+            woke,
+            rc,
+        };
+        slept.settle(&mut wake, &counters.wakeup_late_histogram);
         if rc < 0 {
             let e = io::Error::last_os_error();
             if e.kind() != io::ErrorKind::Interrupted {
@@ -1009,12 +1099,8 @@ fn forward(
         }
         let mut now = clock.now();
         if rc == 0 {
-            if let (Some(t), Some(due)) = (target, next) {
-                // Woken by the timer: learn how late (only from real sleeps, or a backlog
-                // would count as lateness), then spin to the due time.
-                if t > slept_at {
-                    wake.learn(woke.saturating_sub(t));
-                }
+            if let Some(due) = next {
+                // Woken by the timer: spin to the due time.
                 while now < due && due - now <= margin {
                     std::hint::spin_loop();
                     now = clock.now();
@@ -1112,13 +1198,7 @@ pub fn run(
     }
     ready();
     let snapshot = |all: &[(String, Arc<LinkCounters>)]| -> Vec<LinkStats> {
-        all.iter()
-            .map(|(name, c)| LinkStats {
-                link: name.clone(),
-                a_to_b: (&c.a_to_b).into(),
-                b_to_a: (&c.b_to_a).into(),
-            })
-            .collect()
+        all.iter().map(|(name, c)| LinkStats::of(name, c)).collect()
     };
     while !threads.iter().all(|t| t.is_finished()) {
         std::thread::sleep(Duration::from_secs(1));
@@ -1233,6 +1313,134 @@ mod tests {
         assert_eq!(older.woke_late_since(&earlier), None);
         // Nothing forwarded at all: nothing to split.
         assert_eq!(earlier.woke_late_since(&earlier), Some(Vec::new()));
+    }
+
+    #[test]
+    fn transmit_writes_the_due_frames_and_books_their_lateness_and_its_polls_part() {
+        use std::os::unix::net::UnixDatagram;
+        const US: u64 = 1_000;
+        // Any datagram socket takes sendmmsg: a pair stands in for the next node's.
+        let (ours, theirs) = UnixDatagram::pair().expect("socket pair");
+        let to = PacketSocket {
+            fd: OwnedFd::from(ours),
+        };
+        let mut line = DelayLine::new(Duration::from_millis(1), Duration::ZERO, 0.0, 16, 1);
+        let frame = |byte: u8| {
+            let mut buf = new_buffer(FRAME);
+            buf[..3].fill(byte);
+            Frame { buf, len: 3 }
+        };
+        // Due at 1.0 ms and at 1.3 ms.
+        line.push(0, frame(b'a'));
+        line.push(300 * US, frame(b'b'));
+        // The thread was in its poll until 1.15 ms (woken late), up since: at 1.2 ms
+        // the first frame is 200 µs late, 150 of them passed in the poll.
+        let mut polls = RecentPolls::default();
+        polls.record(400 * US, 1_150 * US);
+        let now = 1_200 * US;
+        let mut cost = SendCost::new();
+        // A stamp already pending: no control message (a Unix socket refuses one).
+        cost.sent_sample(now);
+        let counters = Counters::default();
+        let mut batch = Batch::new(FRAME);
+        let clock = Clock {
+            start: Instant::now(),
+        };
+        let pass = Pass { now, polls: &polls };
+        transmit(
+            &mut line, pass, &to, &mut cost, &counters, &mut batch, &clock,
+        )
+        .expect("transmit");
+        let mut got = [0u8; 16];
+        assert_eq!(theirs.recv(&mut got).expect("the due frame"), 3);
+        assert_eq!(&got[..3], b"aaa");
+        theirs.set_nonblocking(true).expect("nonblocking");
+        assert!(
+            theirs.recv(&mut got).is_err(),
+            "a frame not yet due was written"
+        );
+        assert_eq!(line.len(), 1);
+        let stats = DirectionStats::from(&counters);
+        assert_eq!((stats.forwarded, stats.forwarded_bytes), (1, 3));
+        assert_eq!(stats.late_total_ns, 200 * US);
+        let only = |bucket: usize| {
+            let mut h = vec![0; bucket + 1];
+            h[bucket] = 1;
+            h
+        };
+        assert_eq!(stats.late_histogram, only(late_bucket(200 * US)));
+        assert_eq!(stats.woke_late_histogram, only(late_bucket(150 * US)));
+        // Not late enough to count as late.
+        assert_eq!((stats.late, stats.max_late_us), (0, 0));
+    }
+
+    #[test]
+    fn a_wake_up_is_counted_when_the_thread_came_back_at_or_after_its_time() {
+        const US: u64 = 1_000;
+        let counted = |slept: Slept| {
+            let mut wake = WakeMargin::new();
+            let before = wake.margin();
+            let wakeups = LinkCounters::default().wakeup_late_histogram;
+            slept.settle(&mut wake, &wakeups);
+            let h = trimmed(&wakeups);
+            (
+                h.iter().sum::<u64>(),
+                h.len().checked_sub(1),
+                wake.margin() != before,
+            )
+        };
+        let asked = Some(1_000 * US);
+        let at = |woke: u64, rc| Slept { asked, woke, rc };
+        let bucket = |late| Some(late_bucket(late));
+        // The timer, 30 µs late: counted, and learnt for the margin.
+        assert_eq!(counted(at(1_030 * US, 0)), (1, bucket(30 * US), true));
+        // A frame woke it after its time (the timer had fired while it waited for a
+        // CPU): counted, not learnt (a frame's wake-up says nothing of the timer's).
+        assert_eq!(counted(at(1_200 * US, 1)), (1, bucket(200 * US), false));
+        // A frame woke it before its time, a signal interrupted it, or it never slept
+        // (no timeout, or one already past): no wake-up to count.
+        assert_eq!(counted(at(900 * US, 1)), (0, None, false));
+        assert_eq!(counted(at(1_200 * US, -1)), (0, None, false));
+        let never = |asked| Slept {
+            asked,
+            woke: 1_200 * US,
+            rc: 0,
+        };
+        assert_eq!(counted(never(None)), (0, None, false));
+    }
+
+    #[test]
+    fn the_threads_wake_ups_are_read_per_link_and_absent_from_an_older_emulator() {
+        const US: u64 = 1_000;
+        let c = LinkCounters::default();
+        let stats = |c: &LinkCounters| LinkStats::of("l", c);
+        c.wakeup_late_histogram[late_bucket(30 * US)].fetch_add(5, Relaxed);
+        let earlier = stats(&c);
+        for late in [30 * US, 30 * US, 400 * US] {
+            c.wakeup_late_histogram[late_bucket(late)].fetch_add(1, Relaxed);
+        }
+        let now = stats(&c);
+        let us = |v: Vec<(Duration, u64)>| -> Vec<(u64, u64)> {
+            v.iter().map(|&(d, n)| (d.as_micros() as u64, n)).collect()
+        };
+        // Only the wake-ups since `earlier`, each at its bucket's upper edge.
+        assert_eq!(
+            us(now.wakeup_late_since(&earlier).expect("counted")),
+            [(32, 2), (430, 1)]
+        );
+        // Either snapshot from an emulator without them: unknown, not none; and the
+        // stats file of one reads so.
+        let older = LinkStats {
+            wakeup_late_histogram: None,
+            ..earlier.clone()
+        };
+        assert_eq!(now.wakeup_late_since(&older), None);
+        assert_eq!(older.wakeup_late_since(&earlier), None);
+        let text = serde_json::to_string(&older).expect("json");
+        let text = text.replace(",\"wakeup_late_histogram\":null", "");
+        assert!(!text.contains("wakeup"), "{text}");
+        let read: LinkStats = serde_json::from_str(&text).expect("an older line");
+        assert_eq!(read.wakeup_late_histogram, None);
     }
 
     #[test]

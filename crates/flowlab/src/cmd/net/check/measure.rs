@@ -68,6 +68,7 @@ pub fn measure(jobs: &[Job<'_>], load: &Load) -> anyhow::Result<Vec<PairResult>>
                 emulator_late_p95: loaded.emulator_late.0,
                 emulator_late_p99: loaded.emulator_late.1,
                 emulator_woke_late_p99: loaded.emulator_woke_late,
+                emulator_wakeup_late_p99: loaded.emulator_wakeup_late,
                 loss: loss.flatten(),
                 shared: jobs.len() > 1,
             },
@@ -212,6 +213,9 @@ struct Loaded {
     emulator_late: (Option<Duration>, Option<Duration>),
     /// The part of it the emulator's wake-ups account for, 99th percentile.
     emulator_woke_late: Option<Duration>,
+    /// How late the threads of the links crossed came back from their sleeps, 99th
+    /// percentile.
+    emulator_wakeup_late: Option<Duration>,
 }
 
 /// Every job's TCP test at once, with echoes per pair alongside (one every path RTT +
@@ -251,14 +255,15 @@ fn under_load(jobs: &[Job<'_>], load: &Load) -> anyhow::Result<Vec<Loaded>> {
         .zip(tcp?)
         .zip(echoes)
         .map(|((job, result), (echoes, host_echoes))| {
-            let (emulator_late, emulator_woke_late) = emulator_before
+            let (emulator_late, emulator_woke_late, emulator_wakeup_late) = emulator_before
                 .as_deref()
                 .zip(emulator_after.as_deref())
-                .map_or(((None, None), None), |(before, after)| {
+                .map_or(((None, None), None, None), |(before, after)| {
                     let q = |part, p| emulator_late(&job.crossings, before, after, part, p);
                     (
                         (q(Part::All, 0.95), q(Part::All, 0.99)),
                         q(Part::Woke, 0.99),
+                        emulator_wakeup_late(&job.crossings, before, after, 0.99),
                     )
                 });
             Loaded {
@@ -268,6 +273,7 @@ fn under_load(jobs: &[Job<'_>], load: &Load) -> anyhow::Result<Vec<Loaded>> {
                 steal,
                 emulator_late,
                 emulator_woke_late,
+                emulator_wakeup_late,
             }
         })
         .collect())
@@ -372,6 +378,30 @@ fn emulator_stats(topo: &str, written_after: SystemTime) -> Option<Vec<LinkStats
     serde_json::from_str(&std::fs::read_to_string(file).ok()?).ok()
 }
 
+/// The `q` quantile of how late the emulator's threads of the links in `crossings` came
+/// back from their sleeps (each link once, its wake-ups between the two snapshots pooled
+/// with the others'), on [`quantile_of_sum`]'s grid. None when no sleep of theirs ended at
+/// or after its time meanwhile, or an emulator did not count them.
+fn emulator_wakeup_late<'a>(
+    crossings: &[(&str, bool)],
+    before: &'a [LinkStats],
+    after: &'a [LinkStats],
+    q: f64,
+) -> Option<Duration> {
+    let mut links: Vec<&str> = crossings.iter().map(|&(link, _)| link).collect();
+    links.sort_unstable();
+    links.dedup();
+    let mut pooled = Vec::new();
+    for link in links {
+        let find = |all: &'a [LinkStats]| all.iter().find(|l| l.link == link);
+        let (Some(b), Some(a)) = (find(before), find(after)) else {
+            continue;
+        };
+        pooled.extend(a.wakeup_late_since(b)?);
+    }
+    quantile_of_sum(&[pooled], q)
+}
+
 /// Which part of the emulator's frames' lateness [`emulator_late`] adds up.
 #[derive(Clone, Copy)]
 enum Part {
@@ -414,4 +444,58 @@ fn emulator_late(
         }
     }
     quantile_of_sum(&stages, q)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn link(name: &str, wakeups: Option<&[(usize, u64)]>) -> LinkStats {
+        LinkStats {
+            link: name.into(),
+            wakeup_late_histogram: wakeups.map(|w| {
+                let mut h = vec![0; flowlab_net::forward::LATE_BUCKETS];
+                for &(bucket, n) in w {
+                    h[bucket] = n;
+                }
+                h
+            }),
+            ..LinkStats::default()
+        }
+    }
+
+    #[test]
+    fn each_crossed_links_wake_ups_are_pooled_once() {
+        // Buckets 20 and 36: 32 and 512 µs at their upper edges, 40 and 520 µs on the
+        // 10 µs grid.
+        let before = [
+            link("l1", Some(&[])),
+            link("l2", Some(&[])),
+            link("l3", Some(&[])),
+        ];
+        let after = [
+            link("l1", Some(&[(20, 98)])),
+            link("l2", Some(&[(36, 2)])),
+            // Not crossed: its late wake-ups do not count.
+            link("l3", Some(&[(36, 1000)])),
+        ];
+        let there_and_back = [("l1", true), ("l2", true), ("l2", false), ("l1", false)];
+        let q = |q| emulator_wakeup_late(&there_and_back, &before, &after, q);
+        // 100 wake-ups, 2 of them late.
+        assert_eq!(q(0.98), Some(Duration::from_micros(40)));
+        assert_eq!(q(0.99), Some(Duration::from_micros(520)));
+        // Each link's thread counted once however often it is crossed: l2's twice and
+        // l1's once would make 4 late in 102.
+        let one_way = [("l1", true), ("l2", true)];
+        let uneven = [("l1", true), ("l2", true), ("l2", false)];
+        for crossings in [&one_way[..], &uneven[..]] {
+            let at = |q| emulator_wakeup_late(crossings, &before, &after, q);
+            assert_eq!((at(0.98), at(0.99)), (q(0.98), q(0.99)), "{crossings:?}");
+        }
+        // No timer wake-up meanwhile: nothing to say.
+        assert_eq!(emulator_wakeup_late(&one_way, &before, &before, 0.99), None);
+        // An emulator that did not count them: unknown.
+        let older = [link("l1", None), link("l2", None)];
+        assert_eq!(emulator_wakeup_late(&one_way, &older, &older, 0.99), None);
+    }
 }

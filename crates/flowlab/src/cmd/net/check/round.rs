@@ -128,6 +128,7 @@ pub fn measure(
             emulator_late_p95_ms: m.emulator_late_p95.map(ms),
             emulator_late_p99_ms: m.emulator_late_p99.map(ms),
             emulator_woke_late_p99_ms: m.emulator_woke_late_p99.map(ms),
+            emulator_wakeup_late_p99_ms: m.emulator_wakeup_late_p99.map(ms),
             loaded_rtt_ms: m.loaded_rtt.map(ms),
             loaded_rtt_median_ms: m.loaded_rtt_median.map(ms),
             loaded_rtt_p95_ms: m.loaded_rtt_p95.map(ms),
