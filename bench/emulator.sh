@@ -21,9 +21,9 @@
 # passed while it was up: its own work, or the CPU taken from it), and how late the
 # emulator thread came back from its sleeps after the time it asked to be woken
 # ("wake-up p99": the 99th percentile of its wake-ups under the load, by its timer or by
-# a frame while it waited for a CPU, median over the runs: what the scheduler gave it
-# under the load, to read against the host timer line below, taken with nothing else
-# running). Needs python3.
+# a socket event that ended a sleep at or after its time, as when it got a CPU late,
+# median over the runs: what the scheduler gave it under the load, to read against the
+# host timer line below, taken with nothing else running). Needs python3.
 # Then, where cyclictest (Debian rt-tests) is installed, the host's own floor under that
 # lateness: a real-time thread on each CPU (SCHED_FIFO 1, no timer slack) asking to be
 # woken every 400 µs, nothing else running, BENCH_SECONDS long, the CPUs' idle states

@@ -52,8 +52,8 @@ pub struct Measured {
     /// their sleeps after the time they asked for (`forward::LinkStats::
     /// wakeup_late_since`), 99th percentile over their wake-ups pooled (on the same 10 µs
     /// grid): the host's scheduler as the emulator met it under the load. Reported, not
-    /// judged; `None` without an emulator, without late wake-ups, or from an emulator
-    /// that did not count them.
+    /// judged; `None` without an emulator, when no sleep of theirs ended at or after
+    /// its time, or from an emulator that did not count them.
     pub emulator_wakeup_late_p99: Option<Duration>,
     /// Share of UDP datagrams lost.
     pub loss: Option<f64>,

@@ -895,10 +895,11 @@ struct Slept {
 impl Slept {
     /// How late the thread came back after the time it asked for: learnt for the margin
     /// when the timer woke it, and counted in `wakeups` whenever it came back at or
-    /// after that time — by the timer, or by a frame that came while it waited for a
-    /// CPU (whose poll then returns the frame, not the timeout: leaving it out would
-    /// leave out the wake-ups that waited longest on a busy host). A poll ended by a
-    /// frame before its time, or by a signal, was no late wake-up.
+    /// after that time — by the timer, or by a socket event (a frame, a transmit stamp)
+    /// that ended the poll then, as when the thread got a CPU only after its time
+    /// (the poll then returns the event, not the timeout: leaving it out would leave
+    /// out the wake-ups that waited longest on a busy host). A poll a socket ended
+    /// before its time, or a signal interrupted, was no late wake-up.
     fn settle(&self, wake: &mut WakeMargin, wakeups: &[AtomicU64; LATE_BUCKETS]) {
         let Some(t) = self.asked else {
             return;

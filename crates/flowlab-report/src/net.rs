@@ -152,13 +152,15 @@ pub struct CheckedPath {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub emulator_woke_late_p99_ms: Option<f64>,
     /// How late the emulator's threads of the links an echo crosses came back from
-    /// their sleeps after the time each asked to be woken (by the timer, or by a frame
-    /// while they waited for a CPU): the 99th percentile of their wake-ups during the
+    /// their sleeps after the time each asked to be woken (by the timer, or by a socket
+    /// event that ended a sleep at or after that time): the 99th percentile of their
+    /// wake-ups during the
     /// TCP test, pooled (each link's thread once). What the host's scheduler gave the
     /// emulator under the load, to read beside `emulator_woke_late_p99_ms` (a wake-up
     /// later than the thread's margin makes its frames late) and beside another
     /// program's wake-ups (cyclictest's). Reported, not judged; absent without an
-    /// emulator, without late wake-ups, and from an emulator older than it.
+    /// emulator, when no sleep of theirs ended at or after its time, and from an
+    /// emulator older than it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub emulator_wakeup_late_p99_ms: Option<f64>,
     /// Highest and median ICMP echo RTT during the TCP test.
