@@ -329,7 +329,8 @@ fn window(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
                     .iter()
                     .filter_map(|x| {
                         let f = x.in_flight_bytes()?;
-                        fills(f, x.snd_wnd?, x.snd_mss?).then(|| (secs(x), f as f64))
+                        fills(f, x.snd_wnd?, x.snd_mss?, x.notsent_bytes)
+                            .then(|| (secs(x), f as f64))
                     })
                     .collect(),
             });

@@ -49,10 +49,19 @@ pub const QUEUE_MIN_US: u64 = 1_000;
 /// 4 KiB receive buffer on loopback, sampled 62 times on a busy host, never once caught
 /// bytes in flight, so no sample counted as at the window though the kernel counted the
 /// whole second as receive-window limited.
-pub fn fills(flight: u64, window: u64, mss: u64) -> bool {
+///
+/// With `waiting` bytes written but not yet sent (`notsent_bytes`), a window is also
+/// full when the sender's next segment — a whole one, or all that waits if less — does
+/// not fit in what is left of it: the kernel's own window test (`tcp_snd_wnd_test`),
+/// which sends nothing then (no part of a segment into a small window: sender-side
+/// silly-window avoidance) and counts the time as receive-window limited. A fresh clone
+/// on another host caught such a sender in all 61 samples: an 8 KiB window open,
+/// nothing in flight, 4 MB waiting behind a 32 KiB segment.
+pub fn fills(flight: u64, window: u64, mss: u64, waiting: Option<u64>) -> bool {
     window == 0
         || flight as f64 >= 0.9 * window as f64
         || (mss * 8 <= window && flight + mss >= window)
+        || waiting.is_some_and(|w| w > 0 && flight + w.min(mss) > window)
 }
 
 /// What held a sender back.
@@ -169,8 +178,9 @@ pub struct Evidence {
     /// Largest bytes in flight seen, and the peer's largest advertised window.
     pub peak_in_flight: Option<u64>,
     pub max_receive_window: Option<u64>,
-    /// Samples where bytes in flight reached the peer's window (within one segment), of
-    /// those that show both (`window_samples`).
+    /// Samples where bytes in flight reached the peer's window (within one segment, or
+    /// the next segment did not fit: [`fills`]), of those that show both
+    /// (`window_samples`).
     pub window_full_samples: u64,
     #[serde(default)]
     pub window_samples: u64,
@@ -317,7 +327,8 @@ fn sample_shares(streams: &[&[TraceSample]]) -> Option<Shares> {
         let (Some(flight), Some(mss)) = (s.in_flight_bytes(), s.snd_mss) else {
             continue;
         };
-        let near = |limit: Option<u64>| limit.is_some_and(|l| fills(flight, l, mss));
+        let near =
+            |limit: Option<u64>| limit.is_some_and(|l| fills(flight, l, mss, s.notsent_bytes));
         let i = if near(s.snd_wnd) {
             0
         } else if near(s.cwnd_bytes()) {
@@ -363,7 +374,7 @@ fn evidence(streams: &[&[TraceSample]], rate: Option<&PathRate>) -> Evidence {
         for (i, s) in stream.iter().enumerate() {
             if let (Some(f), Some(w), Some(m)) = (s.in_flight_bytes(), s.snd_wnd, s.snd_mss) {
                 window_samples += 1;
-                if fills(f, w, m) {
+                if fills(f, w, m, s.notsent_bytes) {
                     window_full_samples += 1;
                     let recent = stream[i.saturating_sub(READER_LOOKBACK)..i]
                         .iter()
@@ -769,9 +780,9 @@ mod tests {
     /// in flight, so no sample counted as at the window.
     #[test]
     fn a_closed_window_is_full_whatever_is_in_flight() {
-        assert!(fills(0, 0, 65_483));
-        assert!(fills(0, 0, 1448));
-        assert!(!fills(0, 4096, 65_483));
+        assert!(fills(0, 0, 65_483, None));
+        assert!(fills(0, 0, 1448, Some(0)));
+        assert!(!fills(0, 4096, 65_483, None));
         let closed: Vec<TraceSample> = window_limited_under_bbr(10, 0)
             .into_iter()
             .map(|s| TraceSample {
@@ -781,6 +792,46 @@ mod tests {
             })
             .collect();
         let d = diagnose_direction(StreamDirection::Up, &[&closed], None).unwrap();
+        assert_eq!(
+            (d.evidence.window_full_samples, d.evidence.window_samples),
+            (10, 10)
+        );
+        assert_eq!(d.primary, Limit::ReceiveWindow, "{d:?}");
+    }
+
+    /// CI on another host (a fresh clone): a 4 KiB receive buffer on loopback, the
+    /// receiver's window open at 8 KiB in all 61 samples but nothing in flight — the
+    /// sender's next segment (32 KiB, with 4 MB written and waiting) did not fit, so the
+    /// kernel sent nothing and counted the whole second as receive-window limited.
+    #[test]
+    fn a_window_too_small_for_the_next_segment_is_full() {
+        let (mss, window) = (32_768, 8_192);
+        assert!(fills(0, window, mss, Some(4_096_000)));
+        // What waits is less than a segment and more than the window: still held back.
+        assert!(fills(0, window, mss, Some(window + 1)));
+        // Nothing waits, or what waits fits: the window does not hold the sender.
+        assert!(!fills(0, window, mss, Some(0)));
+        assert!(!fills(0, window, mss, None));
+        assert!(!fills(0, window, mss, Some(window)));
+        // A window of four segments with room left for the next one is not full,
+        // however much waits (three segments in flight are under 90 % of it); with one
+        // byte less room it is.
+        let four = 4 * mss;
+        assert!(!fills(0, four, mss, Some(4_096_000)));
+        assert!(!fills(3 * mss, four, mss, Some(4_096_000)));
+        assert!(fills(3 * mss + 1, four, mss, Some(4_096_000)));
+        assert!(!fills(3 * mss + 1, four, mss, None));
+        let held: Vec<TraceSample> = window_limited_under_bbr(10, 0)
+            .into_iter()
+            .map(|s| TraceSample {
+                unacked: Some(0),
+                snd_mss: Some(mss),
+                snd_wnd: Some(window),
+                notsent_bytes: Some(4_096_000),
+                ..s
+            })
+            .collect();
+        let d = diagnose_direction(StreamDirection::Up, &[&held], None).unwrap();
         assert_eq!(
             (d.evidence.window_full_samples, d.evidence.window_samples),
             (10, 10)
