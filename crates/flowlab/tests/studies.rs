@@ -24,55 +24,72 @@ fn flowlab() -> assert_cmd::Command {
     assert_cmd::Command::cargo_bin("flowlab").expect("the flowlab binary")
 }
 
+/// Two studies run at a time (the six took three minutes one after another): each on
+/// its own copy of its topology, so they share nothing but the CPUs, and a trial that
+/// fails for any reason fails the test.
 #[test]
 fn every_shipped_study_runs_small_and_reports() {
-    for (i, study) in studies().into_iter().enumerate() {
-        let name = study
-            .file_stem()
-            .expect("name")
-            .to_string_lossy()
-            .to_string();
-        // A study on a topology needs root: in CI it must run; elsewhere it is skipped
-        // with a printed reason.
-        let text = std::fs::read_to_string(&study).expect("read");
-        if text.lines().any(|l| l.starts_with("topology")) && !root() {
-            continue;
+    let studies = studies();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(study) = studies.get(i) else { break };
+                    a_shipped_study_runs_small_and_reports(study, i);
+                }
+            });
         }
-        let dir = tempfile::tempdir().expect("tempdir");
-        let study = beside_renamed_topology(&study, &text, dir.path(), i);
-        let out = flowlab()
-            .current_dir(dir.path())
-            .arg("run")
-            .arg(&study)
-            .args(["--scale", "0.01", "--repeat", "2"])
-            .timeout(Duration::from_secs(300))
-            .output()
-            .expect("run");
-        let said = String::from_utf8_lossy(&out.stdout).to_string()
-            + &String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "{name}: {said}");
-        assert!(
-            said.contains(&format!("study {name}: ")) && said.contains(" 0 failed"),
-            "{name}: {said}"
-        );
-        let out = flowlab()
-            .current_dir(dir.path())
-            .args(["report", "results.db", "-o", "report.html"])
-            .timeout(Duration::from_secs(60))
-            .output()
-            .expect("report");
-        assert!(
-            out.status.success(),
-            "{name}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let html = std::fs::read_to_string(dir.path().join("report.html")).expect("report.html");
-        assert!(html.contains(&format!("<h1>Study {name}</h1>")), "{name}");
-        assert!(
-            html.matches("<section class=\"metric\">").count() >= 2,
-            "{name}: tables per metric"
-        );
+    });
+}
+
+fn a_shipped_study_runs_small_and_reports(study: &std::path::Path, i: usize) {
+    let name = study
+        .file_stem()
+        .expect("name")
+        .to_string_lossy()
+        .to_string();
+    // A study on a topology needs root: in CI it must run; elsewhere it is skipped
+    // with a printed reason.
+    let text = std::fs::read_to_string(study).expect("read");
+    if text.lines().any(|l| l.starts_with("topology")) && !root() {
+        return;
     }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let study = beside_renamed_topology(study, &text, dir.path(), i);
+    let out = flowlab()
+        .current_dir(dir.path())
+        .arg("run")
+        .arg(&study)
+        .args(["--scale", "0.01", "--repeat", "2"])
+        .timeout(Duration::from_secs(300))
+        .output()
+        .expect("run");
+    let said =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{name}: {said}");
+    assert!(
+        said.contains(&format!("study {name}: ")) && said.contains(" 0 failed"),
+        "{name}: {said}"
+    );
+    let out = flowlab()
+        .current_dir(dir.path())
+        .args(["report", "results.db", "-o", "report.html"])
+        .timeout(Duration::from_secs(60))
+        .output()
+        .expect("report");
+    assert!(
+        out.status.success(),
+        "{name}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let html = std::fs::read_to_string(dir.path().join("report.html")).expect("report.html");
+    assert!(html.contains(&format!("<h1>Study {name}</h1>")), "{name}");
+    assert!(
+        html.matches("<section class=\"metric\">").count() >= 2,
+        "{name}: tables per metric"
+    );
 }
 
 /// A study on a topology runs from a copy in `dir` beside a copy of its topology renamed
