@@ -1,7 +1,7 @@
 //! From results to numbers to draw (no drawing here).
 
 use flowlab_proto::trace::TraceSample;
-use flowlab_report::diagnose::fills;
+use flowlab_report::diagnose::window_full;
 use flowlab_report::latency::TestLatency;
 use flowlab_report::result::{StreamDirection, TracedStream};
 use flowlab_report::units::unit_name;
@@ -327,11 +327,7 @@ fn window(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
                     .trace
                     .samples
                     .iter()
-                    .filter_map(|x| {
-                        let f = x.in_flight_bytes()?;
-                        fills(f, x.snd_wnd?, x.snd_mss?, x.notsent_bytes)
-                            .then(|| (secs(x), f as f64))
-                    })
+                    .filter_map(|x| window_full(x)?.then_some((secs(x), x.snd_wnd? as f64)))
                     .collect(),
             });
         }

@@ -17,13 +17,14 @@
 //! the window test; under bbr it mostly stops earlier, at the pacing or congestion-window
 //! test, so a sender whose bytes in flight sit at the peer's window all the time is
 //! counted as network limited. What the trace saw therefore has the last word: the
-//! receive-window share is at least the share of samples whose bytes in flight fill the
-//! peer's window (needs `snd_wnd`, 5.4), the difference taken from the network's share,
-//! then the application's (`method` "kernel+samples").
+//! receive-window share is at least the share of samples whose sender was at the peer's
+//! window ([`window_full`]: what it had sent filled the window, or its next segment did
+//! not fit; needs `snd_wnd`, 5.4), the difference taken from the network's share, then
+//! the application's (`method` "kernel+samples").
 //!
-//! On older kernels the samples are classified one by one instead: bytes in flight within
-//! one segment of the peer's window is the receive window; within one segment of the
-//! congestion window is the network; else the application.
+//! On older kernels the samples are classified one by one instead: a sender at the
+//! peer's window is the receive window; bytes in flight filling the congestion window
+//! ([`fills`]) is the network; else the application.
 //!
 //! Advice sizes a window for the path: its lowest RTT times the rate it can carry, when
 //! known ([`PathRate`]: a flowlab topology's bottleneck, or the `-b` target) — never the
@@ -52,16 +53,30 @@ pub const QUEUE_MIN_US: u64 = 1_000;
 ///
 /// With `waiting` bytes written but not yet sent (`notsent_bytes`), a window is also
 /// full when the sender's next segment — a whole one, or all that waits if less — does
-/// not fit in what is left of it: the kernel's own window test (`tcp_snd_wnd_test`),
-/// which sends nothing then (no part of a segment into a small window: sender-side
-/// silly-window avoidance) and counts the time as receive-window limited. A fresh clone
-/// on another host caught such a sender in all 61 samples: an 8 KiB window open,
-/// nothing in flight, 4 MB waiting behind a 32 KiB segment.
+/// not fit in what is left of it, however large a segment is next to the window: the
+/// kernel's own window test (`tcp_snd_wnd_test`). The kernel then sends no part of a
+/// segment into the window until its probe timer fires (sender-side silly-window
+/// avoidance), and counts the time as receive-window limited. A fresh clone on another
+/// host caught such a sender in all 61 samples: an 8 KiB window open, nothing in
+/// flight, 4 MB waiting behind a 32 KiB segment.
+///
+/// Against the receiver's window, `flight` is what [`window_full`] gives: every byte
+/// sent and not yet acknowledged.
 pub fn fills(flight: u64, window: u64, mss: u64, waiting: Option<u64>) -> bool {
     window == 0
         || flight as f64 >= 0.9 * window as f64
         || (mss * 8 <= window && flight + mss >= window)
         || waiting.is_some_and(|w| w > 0 && flight + w.min(mss) > window)
+}
+
+/// Whether a sample's sender was at the receiver's window ([`fills`]), if the sample
+/// shows it. The window counts from the first byte not yet acknowledged, so what it
+/// holds is every segment sent since (`unacked`), those the receiver has selectively
+/// acknowledged and those taken as lost included — not the bytes in flight, which leave
+/// them out.
+pub fn window_full(s: &TraceSample) -> Option<bool> {
+    let mss = s.snd_mss?;
+    Some(fills(s.unacked? * mss, s.snd_wnd?, mss, s.notsent_bytes))
 }
 
 /// What held a sender back.
@@ -178,8 +193,8 @@ pub struct Evidence {
     /// Largest bytes in flight seen, and the peer's largest advertised window.
     pub peak_in_flight: Option<u64>,
     pub max_receive_window: Option<u64>,
-    /// Samples where bytes in flight reached the peer's window (within one segment, or
-    /// the next segment did not fit: [`fills`]), of those that show both
+    /// Samples whose sender was at the peer's window ([`window_full`]: what it had sent
+    /// filled the window, or its next segment did not fit), of those that show it
     /// (`window_samples`).
     pub window_full_samples: u64,
     #[serde(default)]
@@ -327,11 +342,12 @@ fn sample_shares(streams: &[&[TraceSample]]) -> Option<Shares> {
         let (Some(flight), Some(mss)) = (s.in_flight_bytes(), s.snd_mss) else {
             continue;
         };
-        let near =
-            |limit: Option<u64>| limit.is_some_and(|l| fills(flight, l, mss, s.notsent_bytes));
-        let i = if near(s.snd_wnd) {
+        let i = if window_full(s) == Some(true) {
             0
-        } else if near(s.cwnd_bytes()) {
+        } else if s
+            .cwnd_bytes()
+            .is_some_and(|c| fills(flight, c, mss, s.notsent_bytes))
+        {
             2
         } else {
             3
@@ -348,8 +364,8 @@ fn sample_shares(streams: &[&[TraceSample]]) -> Option<Shares> {
 }
 
 impl Evidence {
-    /// The share of samples whose bytes in flight filled the peer's window, if any sample
-    /// showed both.
+    /// The share of samples whose sender was at the peer's window ([`window_full`]), if
+    /// any sample showed it.
     pub fn window_full_share(&self) -> Option<f64> {
         (self.window_samples > 0)
             .then(|| self.window_full_samples as f64 / self.window_samples as f64)
@@ -372,9 +388,9 @@ fn evidence(streams: &[&[TraceSample]], rate: Option<&PathRate>) -> Evidence {
     let (mut window_samples, mut window_full_samples, mut reader_full_samples) = (0, 0, 0);
     for stream in streams {
         for (i, s) in stream.iter().enumerate() {
-            if let (Some(f), Some(w), Some(m)) = (s.in_flight_bytes(), s.snd_wnd, s.snd_mss) {
+            if let (Some(full), Some(w)) = (window_full(s), s.snd_wnd) {
                 window_samples += 1;
-                if fills(f, w, m, s.notsent_bytes) {
+                if full {
                     window_full_samples += 1;
                     let recent = stream[i.saturating_sub(READER_LOOKBACK)..i]
                         .iter()
@@ -480,7 +496,7 @@ fn rate_words(bps: u64) -> String {
 fn receive_window_advice(pct: f64, e: &Evidence, rate: Option<&PathRate>) -> String {
     let window = e.max_receive_window.unwrap_or(0);
     let mut t = format!(
-        "receive-window limited {pct:.0} % of the time (bytes in flight reached the receiver's \
+        "receive-window limited {pct:.0} % of the time (the sender was at the receiver's \
          window{}{})",
         e.max_receive_window
             .map(|w| format!(" of {}", human(w)))
@@ -814,13 +830,13 @@ mod tests {
         assert!(!fills(0, window, mss, None));
         assert!(!fills(0, window, mss, Some(window)));
         // A window of four segments with room left for the next one is not full,
-        // however much waits (three segments in flight are under 90 % of it); with one
-        // byte less room it is.
+        // however much waits (three segments sent are under 90 % of it); one byte
+        // smaller, it is.
         let four = 4 * mss;
         assert!(!fills(0, four, mss, Some(4_096_000)));
         assert!(!fills(3 * mss, four, mss, Some(4_096_000)));
-        assert!(fills(3 * mss + 1, four, mss, Some(4_096_000)));
-        assert!(!fills(3 * mss + 1, four, mss, None));
+        assert!(fills(3 * mss, four - 1, mss, Some(4_096_000)));
+        assert!(!fills(3 * mss, four - 1, mss, None));
         let held: Vec<TraceSample> = window_limited_under_bbr(10, 0)
             .into_iter()
             .map(|s| TraceSample {
@@ -837,6 +853,31 @@ mod tests {
             (10, 10)
         );
         assert_eq!(d.primary, Limit::ReceiveWindow, "{d:?}");
+    }
+
+    /// The window counts from the first unacknowledged byte: segments the receiver has
+    /// selectively acknowledged, or that are taken as lost, still take their room in it,
+    /// though they are no longer in flight.
+    #[test]
+    fn the_window_holds_every_segment_not_yet_acknowledged() {
+        let s = TraceSample {
+            unacked: Some(4),
+            sacked: Some(2),
+            lost: Some(1),
+            retrans: Some(0),
+            snd_mss: Some(1448),
+            snd_wnd: Some(4 * 1448),
+            notsent_bytes: Some(0),
+            ..TraceSample::default()
+        };
+        assert_eq!(s.in_flight_bytes(), Some(1448));
+        assert_eq!(window_full(&s), Some(true));
+        let room = TraceSample {
+            unacked: Some(2),
+            ..s
+        };
+        assert_eq!(window_full(&room), Some(false));
+        assert_eq!(window_full(&TraceSample::default()), None);
     }
 
     /// Regression (issue 11): under bbr the kernel's own clock counted a sender whose

@@ -24,11 +24,17 @@ fn flowlab() -> assert_cmd::Command {
     assert_cmd::Command::cargo_bin("flowlab").expect("the flowlab binary")
 }
 
-/// Two studies run at a time (the six took three minutes one after another): each on
-/// its own copy of its topology, so they share nothing but the CPUs, and a trial that
+/// Measuring runs at once in this binary: the shipped studies two at a time, alone, or
+/// the other tests, whose bounds (a group's start spread, a link's rate) assume no more
+/// than one other run beside them.
+static RUNS: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// Two studies run at a time (the six took three minutes one after another), each on its
+/// own copy of its topology, and no other test of this binary beside them; a trial that
 /// fails for any reason fails the test.
 #[test]
 fn every_shipped_study_runs_small_and_reports() {
+    let _alone = RUNS.write().unwrap_or_else(|e| e.into_inner());
     let studies = studies();
     let next = std::sync::atomic::AtomicUsize::new(0);
     std::thread::scope(|s| {
@@ -56,7 +62,7 @@ fn a_shipped_study_runs_small_and_reports(study: &std::path::Path, i: usize) {
     if text.lines().any(|l| l.starts_with("topology")) && !root() {
         return;
     }
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{name}: tempdir: {e}"));
     let study = beside_renamed_topology(study, &text, dir.path(), i);
     let out = flowlab()
         .current_dir(dir.path())
@@ -65,7 +71,7 @@ fn a_shipped_study_runs_small_and_reports(study: &std::path::Path, i: usize) {
         .args(["--scale", "0.01", "--repeat", "2"])
         .timeout(Duration::from_secs(300))
         .output()
-        .expect("run");
+        .unwrap_or_else(|e| panic!("{name}: flowlab run: {e}"));
     let said =
         String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{name}: {said}");
@@ -78,7 +84,7 @@ fn a_shipped_study_runs_small_and_reports(study: &std::path::Path, i: usize) {
         .args(["report", "results.db", "-o", "report.html"])
         .timeout(Duration::from_secs(60))
         .output()
-        .expect("report");
+        .unwrap_or_else(|e| panic!("{name}: flowlab report: {e}"));
     assert!(
         out.status.success(),
         "{name}: {}",
@@ -192,6 +198,7 @@ fn a_study_brings_its_topology_up_runs_groups_together_and_takes_it_down() {
     if !root() {
         return;
     }
+    let _beside_one_other = RUNS.read().unwrap_or_else(|e| e.into_inner());
     let (dir, said, out) = run_on_small("stsml", TOPOLOGY_STUDY);
     assert!(out.status.success(), "{said}");
     assert!(
@@ -274,6 +281,7 @@ fn a_study_builds_each_cells_network_with_its_link_values() {
     if !root() {
         return;
     }
+    let _beside_one_other = RUNS.read().unwrap_or_else(|e| e.into_inner());
     let (dir, said, out) = run_on_small("stlnk", LINK_STUDY);
     assert!(out.status.success(), "{said}");
     assert!(said.contains("study link-rates: 4 ok, 0 failed"), "{said}");

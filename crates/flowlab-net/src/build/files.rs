@@ -36,7 +36,18 @@ pub(super) fn netns_etc(ns: &str) -> PathBuf {
 /// Writes `hosts` as namespace `ns`'s `/etc/hosts`.
 pub(super) fn write_hosts(ns: &str, hosts: &str) -> Result<(), NetError> {
     let dir = netns_etc(ns);
-    std::fs::create_dir_all(&dir).map_err(|e| NetError::Io(dir.clone(), e))?;
+    // Another topology coming down removes `/etc/netns` once it is empty, which it can be
+    // between this call making it and making `dir` in it: then make both again.
+    let mut made = std::fs::create_dir_all(&dir);
+    for _ in 0..3 {
+        match &made {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                made = std::fs::create_dir_all(&dir)
+            }
+            _ => break,
+        }
+    }
+    made.map_err(|e| NetError::Io(dir.clone(), e))?;
     let path = dir.join("hosts");
     std::fs::write(&path, hosts).map_err(|e| NetError::Io(path, e))
 }
