@@ -6,7 +6,8 @@
 //!
 //! - [`Graph::Throughput`]: bit rate per interval, per stream and summed (seed 002).
 //! - [`Graph::Window`]: congestion window, bytes in flight and the receiver's window, with
-//!   the samples where bytes in flight filled the window marked (seed 002's "window full").
+//!   the samples where the sender was at the receiver's window marked on it (seed 002's
+//!   "window full", `flowlab_report::diagnose::window_full`).
 //! - [`Graph::Rtt`]: smoothed RTT with a ±rttvar band, and the minimum RTT.
 //! - [`Graph::TimeSeq`]: bytes sent and acknowledged over time, retransmissions marked
 //!   (seed 004's time/sequence graph).

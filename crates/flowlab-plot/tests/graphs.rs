@@ -72,7 +72,7 @@ fn throughput_has_a_line_per_direction_in_readable_units() {
 }
 
 #[test]
-fn window_graph_marks_where_bytes_in_flight_filled_the_window() {
+fn window_graph_marks_on_the_receivers_window_where_the_sender_was_at_it() {
     let small = panels(Graph::Window, &[load("small-window")]).expect("panels");
     let large = panels(Graph::Window, &[load("large-window")]).expect("panels");
     let names: Vec<&str> = small[0].series.iter().map(|s| s.name.as_str()).collect();
@@ -83,6 +83,11 @@ fn window_graph_marks_where_bytes_in_flight_filled_the_window() {
     let full = |p: &[flowlab_plot::Panel]| p[0].markers[0].points.len();
     assert!(full(&small) > 5, "a 64 KB window is full most of the time");
     assert!(full(&small) > 4 * full(&large).max(1));
+    // Each ring sits on the receiver's window line, at a sample of it.
+    let window = &small[0].series[2].points;
+    for ring in &small[0].markers[0].points {
+        assert!(window.contains(ring), "{ring:?} is not on the window line");
+    }
 }
 
 #[test]

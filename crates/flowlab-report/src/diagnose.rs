@@ -60,8 +60,8 @@ pub const QUEUE_MIN_US: u64 = 1_000;
 /// host caught such a sender in all 61 samples: an 8 KiB window open, nothing in
 /// flight, 4 MB waiting behind a 32 KiB segment.
 ///
-/// Against the receiver's window, `flight` is what [`window_full`] gives: every byte
-/// sent and not yet acknowledged.
+/// Against the receiver's window, `flight` is what [`window_full`] gives: the segments
+/// sent and not yet cumulatively acknowledged, each counted as a whole segment.
 pub fn fills(flight: u64, window: u64, mss: u64, waiting: Option<u64>) -> bool {
     window == 0
         || flight as f64 >= 0.9 * window as f64
@@ -70,10 +70,12 @@ pub fn fills(flight: u64, window: u64, mss: u64, waiting: Option<u64>) -> bool {
 }
 
 /// Whether a sample's sender was at the receiver's window ([`fills`]), if the sample
-/// shows it. The window counts from the first byte not yet acknowledged, so what it
-/// holds is every segment sent since (`unacked`), those the receiver has selectively
-/// acknowledged and those taken as lost included — not the bytes in flight, which leave
-/// them out.
+/// shows it. The window counts from the first byte not yet cumulatively acknowledged,
+/// so what it holds is every segment sent since (`unacked`), those the receiver has
+/// selectively acknowledged and those taken as lost included — not the bytes in flight,
+/// which leave them out. TCP_INFO counts segments, so each is taken as a whole MSS: a
+/// sender of part-filled segments (one that had little to send) can be counted at the
+/// window before it is, as bytes in flight always were.
 pub fn window_full(s: &TraceSample) -> Option<bool> {
     let mss = s.snd_mss?;
     Some(fills(s.unacked? * mss, s.snd_wnd?, mss, s.notsent_bytes))
