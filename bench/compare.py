@@ -19,13 +19,25 @@ Server modes: `one-off` (a fresh server per run: flowlab serve -1, iperf3 -s -1)
 UDP: flowlab test -u -b 0 → flowlab serve against iperf3 at the same flags, -P 1…4,
 with and without -A; the table shows the loss (receiver's lost ÷ expected).
 
+With --control every case gets a third side, the second side's setup run again (iperf3
+against itself, interleaved with the other two, the order rotating run by run): what the
+same tool gives against itself on this host, at this host's spread, beside what flowlab
+gives against it.
+
+Each comparison gets a verdict from a one-sided Mann-Whitney U test of its two sides'
+runs (scipy's, exact at these sizes): "slower" when the first side's runs are shown
+slower than the second's at p < 0.05, "faster" the other way, "unresolved" otherwise; the
+summary counts them, for flowlab against iperf3 and for the control. Two identical tools
+come out "slower" in about one case in twenty by chance alone; the control shows how
+often on this host, whose runs are not independent draws (it has slow and fast phases).
+
 Throughput is what the receiver counted (flowlab: end.sums[].receiver; iperf3:
 end.sum_received), retransmissions the sender's (flowlab: end.sums[].sender; iperf3:
 end.sum_sent). Each run's figures are printed as they come.
 
 Usage: compare.py [--seconds T] [--runs N] [--cc cubic,bbr] [--streams 1,2,4,8]
                   [--modes one-off,long,pinned,udp] [--pairs both,receiver,reverse]
-                  [--port P]
+                  [--port P] [--control]
 """
 
 import argparse
@@ -40,7 +52,13 @@ import sys
 import tempfile
 import time
 
+try:
+    from scipy.stats import mannwhitneyu
+except ImportError:  # checked in main(), with what to install
+    mannwhitneyu = None
+
 SPREAD_FLAG = 0.25
+ALPHA = 0.05
 HOST = "127.0.0.1"
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -201,6 +219,19 @@ def spread(xs):
     return (max(xs) - min(xs)) / m if m else 0.0
 
 
+def verdict(a, b):
+    """The one-sided Mann-Whitney U test of runs `a` against runs `b`: ("slower", p) when
+    `a` is shown slower at p < ALPHA, ("faster", p) when shown faster, else
+    ("unresolved", the smaller of the two p)."""
+    slower = mannwhitneyu(a, b, alternative="less").pvalue
+    faster = mannwhitneyu(a, b, alternative="greater").pvalue
+    if slower < ALPHA:
+        return "slower", slower
+    if faster < ALPHA:
+        return "faster", faster
+    return "unresolved", min(slower, faster)
+
+
 def mmm(xs, spec=".2f"):
     return f"{min(xs):{spec}} / {statistics.median(xs):{spec}} / {max(xs):{spec}}"
 
@@ -241,8 +272,16 @@ class Driver:
         return figures(doc, udp)
 
     def case(self, name, a, b, udp):
+        c = None
+        if self.args.control:
+            c = Side(b.label + " again", b.client_tool, b.server_tool, b.flags)
         for i in range(self.args.runs):
-            order = (a, b) if i % 2 == 0 else (b, a)
+            if c is None:
+                order = (a, b) if i % 2 == 0 else (b, a)
+            else:  # each side first, middle and last in turn, forwards and backwards
+                order = [(a, b, c)[(k + i) % 3] for k in range(3)]
+                if (i // 3) % 2:
+                    order.reverse()
             for side in order:
                 g, r, loss = self.once(side, udp)
                 side.gbps.append(g)
@@ -252,13 +291,13 @@ class Driver:
                 print(f"  {name:<28} run {i + 1}  {side.label:<15} {g:8.2f} Gbit/s  {extra}",
                       flush=True)
                 time.sleep(0.3)
-        self.rows.append((name, a, b, udp))
-        self.print_row(name, a, b, udp)
+        self.rows.append((name, a, b, udp, c))
+        print(self.row_text(name, a, b, udp, c), flush=True)
 
     @staticmethod
-    def row_text(name, a, b, udp):
+    def row_text(name, a, b, udp, c):
         flags = [f"{s.label} spread {100 * spread(s.gbps):.0f} %"
-                 for s in (a, b) if spread(s.gbps) > SPREAD_FLAG]
+                 for s in (a, b, c) if s is not None and spread(s.gbps) > SPREAD_FLAG]
         med = statistics.median(a.gbps) / statistics.median(b.gbps)
         low = min(a.gbps) / min(b.gbps) if min(b.gbps) else float("nan")
         if udp:
@@ -269,30 +308,58 @@ class Driver:
                 known = [r for r in s.retr if r is not None]
                 return f"{statistics.median(known):g}" if known else "-"
             extra = f"{retr(a)} | {retr(b)}"
-        return (f"| {name} | {mmm(a.gbps)} | {mmm(b.gbps)} | {med:.3f} | {low:.3f} | {extra} "
-                f"| {'; '.join(flags) or 'ok'} |")
-
-    def print_row(self, name, a, b, udp):
-        print(self.row_text(name, a, b, udp), flush=True)
+        v, p = verdict(a.gbps, b.gbps)
+        control = ""
+        if c is not None:
+            cv, cp = verdict(c.gbps, b.gbps)
+            control = (f" {mmm(c.gbps)} | {statistics.median(c.gbps) / statistics.median(b.gbps):.3f}"
+                       f" | {min(c.gbps) / min(b.gbps):.3f} | {cv} (p {cp:.3f}) |")
+        return (f"| {name} | {mmm(a.gbps)} | {mmm(b.gbps)} | {med:.3f} | {low:.3f} "
+                f"| {v} (p {p:.3f}) |{control} {extra} | {'; '.join(flags) or 'ok'} |")
 
     def summary(self):
         tcp = [r for r in self.rows if not r[3]]
         udp = [r for r in self.rows if r[3]]
+        control = self.args.control
+        cols = ("| iperf3 again | its median ratio | its min ratio | its verdict " if control
+                else "")
+        aligns = "|---|---:|---:|---" if control else ""
         if tcp:
             print("\n## TCP: receiver Gbit/s, min / median / max; ratios flowlab ÷ iperf3 "
                   "(the first side ÷ the second)\n")
-            print("| case | flowlab side | iperf3 side | median ratio | min ratio "
-                  "| retr (median) flowlab | iperf3 | spread |")
-            print("|---|---|---|---:|---:|---:|---:|---|")
+            print(f"| case | flowlab side | iperf3 side | median ratio | min ratio | verdict "
+                  f"{cols}| retr (median) flowlab | iperf3 | spread |")
+            print(f"|---|---|---|---:|---:|---{aligns}|---:|---:|---|")
             for r in tcp:
                 print(self.row_text(*r))
+            self.tally(tcp)
         if udp:
             print("\n## UDP -b 0: receiver goodput Gbit/s, min / median / max; loss %\n")
-            print("| case | flowlab | iperf3 | median ratio | min ratio | loss median flowlab "
-                  "| iperf3 | flowlab's worst | spread |")
-            print("|---|---|---|---:|---:|---:|---:|---:|---|")
+            print(f"| case | flowlab | iperf3 | median ratio | min ratio | verdict {cols}"
+                  "| loss median flowlab | iperf3 | flowlab's worst | spread |")
+            print(f"|---|---|---|---:|---:|---{aligns}|---:|---:|---:|---|")
             for r in udp:
                 print(self.row_text(*r))
+            self.tally(udp)
+
+    @staticmethod
+    def tally(rows):
+        """The matrix's counts: medians and minimums at or above the other side's, and the
+        verdicts, for flowlab against iperf3 and, with --control, iperf3 against itself."""
+        def counts(pairs):
+            verdicts = [verdict(x.gbps, y.gbps)[0] for x, y in pairs]
+            return (sum(statistics.median(x.gbps) >= statistics.median(y.gbps) for x, y in pairs),
+                    sum(min(x.gbps) >= min(y.gbps) for x, y in pairs),
+                    verdicts.count("slower"), verdicts.count("faster"))
+        n = len(rows)
+        lines = [("flowlab ÷ iperf3", counts([(r[1], r[2]) for r in rows]))]
+        if all(r[4] is not None for r in rows):
+            lines.append(("iperf3 ÷ iperf3 (control)", counts([(r[4], r[2]) for r in rows])))
+        print(f"\nOf {n} cases (verdicts: one-sided Mann-Whitney U, p < {ALPHA}; by chance "
+              f"alone about {ALPHA * n:.1f} cases each way for two identical tools):")
+        for label, (med, low, slower, faster) in lines:
+            print(f"  {label:<26} median ≥ 1 in {med}, minimum ≥ 1 in {low}; "
+                  f"shown slower in {slower}, shown faster in {faster}")
 
     def run(self):
         a = self.args
@@ -334,7 +401,11 @@ def main():
     ap.add_argument("--modes", type=csv_list(str), default=["one-off", "long", "pinned", "udp"])
     ap.add_argument("--pairs", type=csv_list(str), default=["both", "receiver", "reverse"])
     ap.add_argument("--port", type=int, default=5401)
+    ap.add_argument("--control", action="store_true",
+                    help="run the second side's setup a second time in every case")
     args = ap.parse_args()
+    if mannwhitneyu is None:
+        sys.exit("compare.py: scipy not found (apt-get install python3-scipy)")
     if args.runs < 7:
         sys.exit("compare.py: at least 7 runs each (--runs)")
     for m in args.modes:

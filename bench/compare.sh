@@ -13,13 +13,18 @@
 # prints min / median / max of the receiver's Gbit/s per side, the ratios of the medians
 # and of the minimums (flowlab ÷ iperf3), the senders' median retransmissions, and a
 # flag on a side whose runs spread by more than 25 % of its median (bimodal runs are
-# flagged, never averaged away). bench/compare.py has the details.
+# flagged, never averaged away), and a verdict from a one-sided Mann-Whitney U test (is a
+# side shown slower or faster than the other?). --control runs iperf3's side a second
+# time in every case, interleaved: iperf3 against itself, the host's own noise floor.
+# bench/compare.py has the details.
 #
 # Usage:   bench/compare.sh [compare.py options]   e.g. --cc cubic --streams 1 --modes one-off
 # Env:     BENCH_SECONDS (-t, default 3), BENCH_RUNS (default 7), BENCH_PORT (default
-#          5401; the next port too), IPERF3 (default: iperf3 on PATH).
-# Takes about (cases × 2 × runs × (T + 0.6 s)): the whole matrix at the defaults, 54
-# cases, about 45 minutes. Keep the machine otherwise idle.
+#          5401; the next port too), IPERF3 (default: iperf3 on PATH), PYTHON (default
+#          python3; it needs scipy: apt-get install python3-scipy).
+# Takes about (cases × 2 × runs × (T + 0.4 s)): the whole TCP matrix at the defaults, 54
+# cases, about 42 minutes; with --control half as long again. Keep the machine otherwise
+# idle.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -28,17 +33,19 @@ die() { echo "compare.sh: error: $*" >&2; exit 2; }
 
 IPERF3="${IPERF3:-$(command -v iperf3 || true)}"
 [[ -n "$IPERF3" && -x "$IPERF3" ]] || die "iperf3 not found (apt-get install iperf3, or IPERF3=/path)"
-command -v python3 >/dev/null || die "python3 not found"
+PYTHON="${PYTHON:-python3}"
+command -v "$PYTHON" >/dev/null || die "$PYTHON not found"
+"$PYTHON" -c 'import scipy.stats' 2>/dev/null || die "$PYTHON has no scipy (apt-get install python3-scipy, or PYTHON=/path)"
 if [[ ! -x "$FLOWLAB" ]]; then
     echo "# $FLOWLAB missing: building it (cargo build --release -p flowlab)" >&2
     (cd "$ROOT" && cargo build --release -p flowlab) || die "cargo build --release failed"
 fi
 
-echo "# command:  bench/compare.sh $*  (BENCH_SECONDS=${BENCH_SECONDS:-3} BENCH_RUNS=${BENCH_RUNS:-7})"
+echo "# command:  bench/compare.sh${*:+$(printf ' %q' "$@")}  (BENCH_SECONDS=${BENCH_SECONDS:-3} BENCH_RUNS=${BENCH_RUNS:-7})"
 echo "# date:     $(date -u '+%Y-%m-%dT%H:%M:%SZ')"
 echo "# iperf3:   $("$IPERF3" --version 2>&1 | head -n1)"
 echo "# flowlab:  $("$FLOWLAB" --version 2>&1 | head -n1) ($(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'))"
 echo "# steal:    $(awk '/^cpu /{print $9}' /proc/stat) ticks before"
-python3 "$ROOT/bench/compare.py" --flowlab "$FLOWLAB" --iperf3 "$IPERF3" \
+"$PYTHON" "$ROOT/bench/compare.py" --flowlab "$FLOWLAB" --iperf3 "$IPERF3" \
     --seconds "${BENCH_SECONDS:-3}" --runs "${BENCH_RUNS:-7}" --port "${BENCH_PORT:-5401}" "$@"
 echo "# steal:    $(awk '/^cpu /{print $9}' /proc/stat) ticks after"

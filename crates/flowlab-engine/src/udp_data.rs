@@ -589,8 +589,8 @@ const NAP_MIN_RCVBUF: usize = 2 << 20;
 /// queues, and (with its short scheduling slice) preempts whatever runs there to read two
 /// or three of them: the wake-ups, not the copies, are most of its cost. So a receiving
 /// thread pinned to one CPU (with others online), of a test at full speed (`-b 0`), whose
-/// stream carried at least 2.6 Gbit/s over the last [`RATE_WINDOW_US`] (as TCP's
-/// batching asks, `tcp_data::fast_enough`) reads without waiting while datagrams are
+/// stream carried at least 2.6 Gbit/s over the last [`RATE_WINDOW_US`] (as a pinned TCP
+/// receiver's polling asks, `tcp_data::fast_enough`) reads without waiting while datagrams are
 /// there; when it finds none it sleeps [`NAP_US`] once, and only if there are still none
 /// does it wait in a blocking read. Paced tests (`-b RATE`) never nap: a datagram read up
 /// to [`NAP_US`] late would add to the jitter they report. Unpinned receivers do not

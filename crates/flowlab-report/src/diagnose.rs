@@ -374,9 +374,10 @@ impl Evidence {
     }
 }
 
-/// How many samples back a window is compared with to tell that it shrank. Recent ones
-/// only: a receive buffer set after the handshake (`--recv-window`) leaves the first
-/// window advertised far larger than any later one, and that is no sign of a slow reader.
+/// How many samples before and after a window it is compared with to tell that it shrank
+/// and reopened. Recent ones only, and reopened too: a receive buffer set after the
+/// handshake (`--recv-window`) leaves the first window advertised far larger than any
+/// later one, and that is no sign of a slow reader.
 const READER_LOOKBACK: usize = 10;
 
 /// What a window must hold for `bps` over `rtt_us`, in bytes (rounded up).
@@ -394,12 +395,12 @@ fn evidence(streams: &[&[TraceSample]], rate: Option<&PathRate>) -> Evidence {
                 window_samples += 1;
                 if full {
                     window_full_samples += 1;
-                    let recent = stream[i.saturating_sub(READER_LOOKBACK)..i]
-                        .iter()
-                        .filter_map(|s| s.snd_wnd)
-                        .max()
-                        .unwrap_or(0);
-                    reader_full_samples += u64::from(2 * w < recent);
+                    let widest = |near: &[TraceSample]| {
+                        near.iter().filter_map(|s| s.snd_wnd).max().unwrap_or(0)
+                    };
+                    let before = widest(&stream[i.saturating_sub(READER_LOOKBACK)..i]);
+                    let after = widest(&stream[i + 1..(i + 1 + READER_LOOKBACK).min(stream.len())]);
+                    reader_full_samples += u64::from(2 * w < before && 2 * w < after);
                 }
             }
         }
@@ -988,14 +989,15 @@ mod tests {
     #[test]
     fn a_window_shrunk_by_unread_data_blames_the_reader_not_the_buffer() {
         // The window keeps reopening to 1 MB, then the receiving application falls
-        // behind and it shrinks to 64 KiB, which bytes in flight then fill.
+        // behind and it shrinks to 64 KiB, which bytes in flight then fill. The last
+        // four samples see no reopening after them.
         let mut s = window_limited_under_bbr(100, 100);
         for x in s.iter_mut().step_by(5) {
             x.snd_wnd = Some(1_000_000);
             x.unacked = Some(10);
         }
         let d = diagnose_direction(StreamDirection::Up, &[&s], None).unwrap();
-        assert_eq!(d.evidence.reader_full_samples, 80);
+        assert_eq!(d.evidence.reader_full_samples, 76);
         assert!(
             d.advice[0].contains("so the reader (its CPU, on loopback) is the limit")
                 && !d.advice[0].contains("--recv-window"),
@@ -1003,12 +1005,12 @@ mod tests {
             d.advice
         );
         // A first window far larger than the later ones (a buffer set after the
-        // handshake) is not that.
+        // handshake) is not that: the window never reopens.
         let mut small = window_limited_under_bbr(100, 100);
         small[0].snd_wnd = Some(1_000_000);
         small[0].unacked = Some(10);
         let d = diagnose_direction(StreamDirection::Up, &[&small], None).unwrap();
-        assert_eq!(d.evidence.reader_full_samples, 10);
+        assert_eq!(d.evidence.reader_full_samples, 0);
         assert!(d.advice[0].contains("--recv-window"), "{:?}", d.advice);
     }
 

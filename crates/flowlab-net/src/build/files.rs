@@ -18,14 +18,29 @@ pub(super) fn state_file(dir: &Path, topo: &str) -> PathBuf {
 
 pub(super) fn record(dir: &Path, topo: &str, ns: &str) -> Result<(), NetError> {
     use std::io::Write;
-    std::fs::create_dir_all(dir).map_err(|e| NetError::Io(dir.to_path_buf(), e))?;
     let path = state_file(dir, topo);
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
-        .map_err(|e| NetError::Io(path.clone(), e))?;
+    let mut f = in_made_dir(dir, || {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+    })
+    .map_err(|e| NetError::Io(path.clone(), e))?;
     writeln!(f, "{ns}").map_err(|e| NetError::Io(path, e))
+}
+
+/// Makes `dir` (and its parents), then runs `make`, which puts something in it. Another
+/// topology coming down removes these directories once they are empty (the state
+/// directory, `/etc/netns`), which they can be between the two steps: then both are done
+/// again, a few times at most.
+fn in_made_dir<T>(dir: &Path, mut make: impl FnMut() -> std::io::Result<T>) -> std::io::Result<T> {
+    let mut tries = 0;
+    loop {
+        match std::fs::create_dir_all(dir).and_then(|()| make()) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && tries < 3 => tries += 1,
+            done => return done,
+        }
+    }
 }
 
 /// Where `ip netns exec NS` finds the files it mounts over `/etc` (the hosts file).
@@ -36,20 +51,8 @@ pub(super) fn netns_etc(ns: &str) -> PathBuf {
 /// Writes `hosts` as namespace `ns`'s `/etc/hosts`.
 pub(super) fn write_hosts(ns: &str, hosts: &str) -> Result<(), NetError> {
     let dir = netns_etc(ns);
-    // Another topology coming down removes `/etc/netns` once it is empty, which it can be
-    // between this call making it and making `dir` in it: then make both again.
-    let mut made = std::fs::create_dir_all(&dir);
-    for _ in 0..3 {
-        match &made {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                made = std::fs::create_dir_all(&dir)
-            }
-            _ => break,
-        }
-    }
-    made.map_err(|e| NetError::Io(dir.clone(), e))?;
     let path = dir.join("hosts");
-    std::fs::write(&path, hosts).map_err(|e| NetError::Io(path, e))
+    in_made_dir(&dir, || std::fs::write(&path, hosts)).map_err(|e| NetError::Io(path, e))
 }
 
 /// Removes what [`write_hosts`] wrote for every namespace starting with `prefix`, and
@@ -135,5 +138,38 @@ mod tests {
         );
         assert_eq!(last_words("a\nb\nc\nd\n"), ["b", "c", "d"]);
         assert!(last_words("").is_empty());
+    }
+
+    #[test]
+    fn a_directory_removed_before_its_first_file_is_made_again() {
+        let top = std::env::temp_dir().join(format!("flowlab-made-{}", std::process::id()));
+        let dir = top.join("net");
+        let path = dir.join("t.list");
+        // The first attempt finds its directories gone, as when another topology's `net
+        // down` removes them, emptied, between their making and the file's.
+        let mut attempts = 0;
+        in_made_dir(&dir, || {
+            attempts += 1;
+            if attempts == 1 {
+                std::fs::remove_dir(&dir)?;
+                std::fs::remove_dir(&top)?;
+            }
+            std::fs::write(&path, "fl-t-a\n")
+        })
+        .unwrap();
+        assert_eq!(attempts, 2);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "fl-t-a\n");
+        // Gone every time: the error, after a bounded number of tries.
+        let mut attempts = 0;
+        let err = in_made_dir(&dir, || {
+            attempts += 1;
+            std::fs::remove_file(&path).ok();
+            std::fs::remove_dir(&dir)?;
+            std::fs::write(&path, "x")
+        })
+        .unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
+        assert_eq!(attempts, 4);
+        std::fs::remove_dir_all(&top).unwrap();
     }
 }
