@@ -471,8 +471,8 @@ const WAKE_SPAN_US: u64 = 100;
 /// the longest its bytes wait for the mark before they are read and counted, half of
 /// [`MARKED_TIMEOUT`], so that a stream at that rate fills its mark before its read times
 /// out. Each of several streams is slower than one alone: `-P 8` on loopback under bbr
-/// carries about 2 Gbit/s a stream, and its receiver, woken for every packet, had the
-/// sender at 0.6–0.8 of iperf3's (docs/PERFORMANCE.md, issue 14).
+/// carries about 2 Gbit/s a stream, and its eight threads, woken for every packet, made
+/// the test 0.75–0.96 as fast as iperf3's at the median (docs/PERFORMANCE.md, issue 14).
 const MARK_SPAN_US: u64 = 500;
 /// A pinned receiver polls ([`SpinRead`]; UDP's `NapRead` naps) when its stream carries
 /// [`MIN_MARK`] in this long, µs (about 2.6 Gbit/s): a CPU kept busy only for streams
@@ -729,9 +729,9 @@ mod tests {
     }
 
     /// Regression (issue 14): one of several streams (`-P 8` on loopback under bbr, 2
-    /// Gbit/s each) had no mark, and its receiver, woken for every packet, held the
-    /// sender at 0.6–0.8 of iperf3's. It gets the least mark, though 100 µs of its data
-    /// is less.
+    /// Gbit/s each) had no mark, and its eight threads, woken for every packet, made the
+    /// test 0.75–0.96 as fast as iperf3's. It gets the least mark, though 100 µs of its
+    /// data is less.
     #[test]
     fn a_stream_of_a_packet_per_mark_span_gets_the_least_mark() {
         // 2 Gbit/s: 125 KB in 500 µs, 25 KB in 100 µs.
