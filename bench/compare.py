@@ -2,7 +2,8 @@
 """bench/compare.py — flowlab against iperf3 on loopback, the receiver matrix of issue 14.
 
 Every case is a pair of setups that differ only in the tool under test; the two run
-alternately (A B, then B A, …), RUNS times each, and the case prints min / median / max
+alternately (A B, then B A, …; with --control three, in all six orders over six runs,
+so use a multiple of six runs for each to take each position equally), RUNS times each, and the case prints min / median / max
 of each side, the ratio of the medians and of the minimums (flowlab ÷ iperf3), the
 median retransmissions, and a flag on any side whose runs spread (max − min) by more
 than 25 % of its median: bimodal runs show up as a flag, not as an average.
@@ -312,8 +313,9 @@ class Driver:
         control = ""
         if c is not None:
             cv, cp = verdict(c.gbps, b.gbps)
+            c_low = min(c.gbps) / min(b.gbps) if min(b.gbps) else float("nan")
             control = (f" {mmm(c.gbps)} | {statistics.median(c.gbps) / statistics.median(b.gbps):.3f}"
-                       f" | {min(c.gbps) / min(b.gbps):.3f} | {cv} (p {cp:.3f}) |")
+                       f" | {c_low:.3f} | {cv} (p {cp:.3f}) |")
         return (f"| {name} | {mmm(a.gbps)} | {mmm(b.gbps)} | {med:.3f} | {low:.3f} "
                 f"| {v} (p {p:.3f}) |{control} {extra} | {'; '.join(flags) or 'ok'} |")
 
@@ -425,7 +427,8 @@ def main():
           f"{default_cc}; UDP cases none")
     print(f"# tcp_rmem: {open('/proc/sys/net/ipv4/tcp_rmem').read().split()}  "
           f"rmem_max: {open('/proc/sys/net/core/rmem_max').read().strip()}")
-    print(f"# runs:     {args.runs} per side, alternating, -t {args.seconds}\n")
+    order = "rotating through the six orders of three" if args.control else "alternating"
+    print(f"# runs:     {args.runs} per side, {order}, -t {args.seconds}\n")
     d = Driver(args)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:

@@ -397,7 +397,7 @@ const SPIN_REST_US: u64 = 100_000;
 /// it sleeps is processed by the sender's CPU, the bottleneck. A reader that sleeps
 /// between reads therefore leaves the sender nearly all of it. So a receiving thread
 /// pinned to one CPU (with others online, where the sender may run) whose stream carried
-/// at least [`MIN_MARK`] per [`BATCH_SPAN_US`] over the last [`RATE_WINDOW_US`] (about
+/// at least [`MIN_MARK`] per [`POLL_SPAN_US`] over the last [`RATE_WINDOW_US`] (about
 /// 2.6 Gbit/s) keeps reading without waiting (MSG_DONTWAIT) for
 /// [`SPIN_US`] past its last data, and only then sleeps in a blocking read; its CPU is
 /// busy while data flows fast, as a pinned thread's CPU is meant to be. Polling that does
@@ -477,15 +477,17 @@ const MARK_SPAN_US: u64 = 500;
 /// A pinned receiver polls ([`SpinRead`]; UDP's `NapRead` naps) when its stream carries
 /// [`MIN_MARK`] in this long, µs (about 2.6 Gbit/s): a CPU kept busy only for streams
 /// that fast.
-const BATCH_SPAN_US: u64 = 2 * WAKE_SPAN_US;
+const POLL_SPAN_US: u64 = 200;
+// A stream at the mark's threshold fills its mark before the read it waits in times out.
+const _: () = assert!(2 * MARK_SPAN_US as u128 <= MARKED_TIMEOUT.as_micros());
 /// The span over which [`WakeBatch`] and [`SpinRead`] (and UDP's `NapRead`) measure a
 /// stream's rate, µs.
 pub(crate) const RATE_WINDOW_US: u64 = 10_000;
 
 /// Whether `bytes` over `span_us` is a stream fast enough to poll for: at least
-/// [`MIN_MARK`] in [`BATCH_SPAN_US`] (about 2.6 Gbit/s).
+/// [`MIN_MARK`] in [`POLL_SPAN_US`] (about 2.6 Gbit/s).
 pub(crate) fn fast_enough(bytes: u64, span_us: u64) -> bool {
-    span_us > 0 && bytes.saturating_mul(BATCH_SPAN_US) / span_us >= MIN_MARK as u64
+    span_us > 0 && bytes.saturating_mul(POLL_SPAN_US) / span_us >= MIN_MARK as u64
 }
 
 /// Whether `bytes` over `span_us` is a stream fast enough for a low-water mark
@@ -754,8 +756,9 @@ mod tests {
         let asked = feed(&mut b, 40_100, 1_000, 128 * 1024, 30_000);
         assert_eq!(asked.len(), 1, "{asked:?}");
         assert!(asked[0] < first * 3 / 5, "{asked:?} after {first}");
-        // Slower than a packet a span: dropped.
-        assert_eq!(feed(&mut b, 70_100, 100, 32 * 1024, 30_000), [1]);
+        // Slower than a packet a span (0.96 Gbit/s, reads no shorter than the mark):
+        // dropped for the rate.
+        assert_eq!(feed(&mut b, 70_100, 120, 128 * 1024, 30_000), [1]);
     }
 
     #[test]

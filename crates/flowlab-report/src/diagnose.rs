@@ -202,9 +202,9 @@ pub struct Evidence {
     #[serde(default)]
     pub window_samples: u64,
     /// Of the window-full samples, those whose window had shrunk to less than half of
-    /// the largest the peer advertised in the ten samples before on the stream: the
-    /// peer's buffer held data its application had not read yet, so the reader, not the
-    /// buffer's size, was short.
+    /// the largest the peer advertised in the ten samples before on the stream, and
+    /// reopened beyond twice it later on the stream: the peer's buffer held data its
+    /// application had not read yet, so the reader, not the buffer's size, was short.
     #[serde(default)]
     pub reader_full_samples: u64,
     /// Highest delivery rate (bytes/s), lowest RTT (µs) and their product (bytes).
@@ -374,10 +374,10 @@ impl Evidence {
     }
 }
 
-/// How many samples before and after a window it is compared with to tell that it shrank
-/// and reopened. Recent ones only, and reopened too: a receive buffer set after the
-/// handshake (`--recv-window`) leaves the first window advertised far larger than any
-/// later one, and that is no sign of a slow reader.
+/// How many samples before a window it is compared with to tell that it shrank (and any
+/// later sample, that it reopened). Recent ones only, and reopened too: a receive buffer
+/// set after the handshake (`--recv-window`) leaves the first window advertised far
+/// larger than any later one, and that is no sign of a slow reader.
 const READER_LOOKBACK: usize = 10;
 
 /// What a window must hold for `bps` over `rtt_us`, in bytes (rounded up).
@@ -399,7 +399,7 @@ fn evidence(streams: &[&[TraceSample]], rate: Option<&PathRate>) -> Evidence {
                         near.iter().filter_map(|s| s.snd_wnd).max().unwrap_or(0)
                     };
                     let before = widest(&stream[i.saturating_sub(READER_LOOKBACK)..i]);
-                    let after = widest(&stream[i + 1..(i + 1 + READER_LOOKBACK).min(stream.len())]);
+                    let after = widest(&stream[i + 1..]);
                     reader_full_samples += u64::from(2 * w < before && 2 * w < after);
                 }
             }
