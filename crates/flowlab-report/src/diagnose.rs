@@ -390,17 +390,23 @@ fn evidence(streams: &[&[TraceSample]], rate: Option<&PathRate>) -> Evidence {
     let max = |f: fn(&TraceSample) -> Option<u64>| all().filter_map(f).max();
     let (mut window_samples, mut window_full_samples, mut reader_full_samples) = (0, 0, 0);
     for stream in streams {
+        // The widest window advertised after each sample, in one pass from the end (a
+        // trace of an hour holds hundreds of thousands of samples).
+        let mut later = vec![0; stream.len()];
+        for i in (1..stream.len()).rev() {
+            later[i - 1] = later[i].max(stream[i].snd_wnd.unwrap_or(0));
+        }
         for (i, s) in stream.iter().enumerate() {
             if let (Some(full), Some(w)) = (window_full(s), s.snd_wnd) {
                 window_samples += 1;
                 if full {
                     window_full_samples += 1;
-                    let widest = |near: &[TraceSample]| {
-                        near.iter().filter_map(|s| s.snd_wnd).max().unwrap_or(0)
-                    };
-                    let before = widest(&stream[i.saturating_sub(READER_LOOKBACK)..i]);
-                    let after = widest(&stream[i + 1..]);
-                    reader_full_samples += u64::from(2 * w < before && 2 * w < after);
+                    let before = stream[i.saturating_sub(READER_LOOKBACK)..i]
+                        .iter()
+                        .filter_map(|s| s.snd_wnd)
+                        .max()
+                        .unwrap_or(0);
+                    reader_full_samples += u64::from(2 * w < before && 2 * w < later[i]);
                 }
             }
         }
