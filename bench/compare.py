@@ -31,6 +31,9 @@ slower than the second's at p < 0.05, "faster" the other way, "unresolved" other
 summary counts them, for flowlab against iperf3 and for the control. Two identical tools
 come out "slower" in about one case in twenty by chance alone; the control shows how
 often on this host, whose runs are not independent draws (it has slow and fast phases).
+Across the cases the summary also gives the geometric mean of the median ratios and a
+sign test (scipy's binomial test, one-sided) of how many lie below 1: a gap too small for
+any case's runs to show alone, but on the same side in nearly every case.
 
 Throughput is what the receiver counted (flowlab: end.sums[].receiver; iperf3:
 end.sum_received), retransmissions the sender's (flowlab: end.sums[].sender; iperf3:
@@ -54,9 +57,9 @@ import tempfile
 import time
 
 try:
-    from scipy.stats import mannwhitneyu
+    from scipy.stats import binomtest, mannwhitneyu
 except ImportError:  # checked in main(), with what to install
-    mannwhitneyu = None
+    binomtest = mannwhitneyu = None
 
 SPREAD_FLAG = 0.25
 ALPHA = 0.05
@@ -350,18 +353,31 @@ class Driver:
         verdicts, for flowlab against iperf3 and, with --control, iperf3 against itself."""
         def counts(pairs):
             verdicts = [verdict(x.gbps, y.gbps)[0] for x, y in pairs]
+            ratios = [statistics.median(x.gbps) / statistics.median(y.gbps)
+                      for x, y in pairs if statistics.median(y.gbps) > 0]
             return (sum(statistics.median(x.gbps) >= statistics.median(y.gbps) for x, y in pairs),
                     sum(min(x.gbps) >= min(y.gbps) for x, y in pairs),
-                    verdicts.count("slower"), verdicts.count("faster"))
+                    verdicts.count("slower"), verdicts.count("faster"), ratios)
         n = len(rows)
         lines = [("flowlab ÷ iperf3", counts([(r[1], r[2]) for r in rows]))]
         if all(r[4] is not None for r in rows):
             lines.append(("iperf3 ÷ iperf3 (control)", counts([(r[4], r[2]) for r in rows])))
         print(f"\nOf {n} cases (verdicts: one-sided Mann-Whitney U, p < {ALPHA}; by chance "
               f"alone about {ALPHA * n:.1f} cases each way for two identical tools):")
-        for label, (med, low, slower, faster) in lines:
+        for label, (med, low, slower, faster, ratios) in lines:
             print(f"  {label:<26} median ≥ 1 in {med}, minimum ≥ 1 in {low}; "
                   f"shown slower in {slower}, shown faster in {faster}")
+        # Across the cases: the geometric mean of the median ratios, and a sign test of
+        # how many lie below 1 (each case one vote: are the cases below 1 more than
+        # chance would put there?).
+        for label, (*_, ratios) in lines:
+            if not ratios or min(ratios) <= 0:
+                continue
+            below = sum(r < 1 for r in ratios)
+            mean = statistics.geometric_mean(ratios)
+            sign = binomtest(below, len(ratios), 0.5, alternative="greater").pvalue
+            print(f"  {label:<26} geometric mean of the median ratios {mean:.3f}; "
+                  f"below 1 in {below} of {len(ratios)}, sign test p {sign:.3f}")
 
     def run(self):
         a = self.args

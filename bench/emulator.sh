@@ -8,8 +8,11 @@
 #   emu-unlimited  5 ms delay, no rate limit, TCP as fast as it goes
 #   emu-1G-load    the same link, TCP paced at 1 Gbit/s: is the delay kept under load?
 #   emu-1G-link    5 ms delay and a 1 Gbit/s tbf rate (queue 1000): fidelity at 1 Gbit/s
-# and, where the kernel has sch_netem, the last three again on the netem backend; then
-# the emulator's own CPU at the seed's 30 Mbit/s (one link, TCP through it).
+#   …-awake        the two 1 Gbit/s cases with `--keep-cpus-awake` (the emulator holds
+#                  every CPU out of its deep idle states: docs/net.md)
+# and, where the kernel has sch_netem, the three emulated cases again on the netem
+# backend; then the emulator's own CPU at the seed's 30 Mbit/s (one link, TCP through
+# it), without and with --keep-cpus-awake, run by run alternating.
 # Printed per case: TCP throughput (median of BENCH_REPEAT runs), its ratio to direct,
 # idle RTT (median of 20 ICMP echoes) and the median and highest RTT under load (ICMP
 # echoes during the whole TCP test, each 10 ms after the previous reply; "load max" is the
@@ -28,7 +31,9 @@
 # lateness: a real-time thread on each CPU (SCHED_FIFO 1, no timer slack) asking to be
 # woken every 400 µs, nothing else running, BENCH_SECONDS long, the CPUs' idle states
 # left as they are (--laptop: cyclictest otherwise holds them shallow, which the
-# emulator does not), and how late those wake-ups came (percentiles over all CPUs). The
+# emulator does not by default), and how late those wake-ups came (percentiles over all
+# CPUs); then the same with the idle states held shallow (no --laptop: cyclictest holds
+# /dev/cpu_dma_latency at 0, as the emulator does with --keep-cpus-awake). The
 # emulator sleeps until a frame is due less its wake margin (the 90th percentile of its
 # own wake-ups' lateness) and spins the rest, so a wake-up later than that margin makes
 # its frames late by the overshoot: the host's tail beyond the margin is a floor under
@@ -93,6 +98,8 @@ run() { # case name, topology, backend, extra check flags
     run emu-unlimited bemu userspace
     run emu-1G-load bemu userspace -b 1G
     run emu-1G-link b1g userspace
+    run emu-1G-load-awake bemu userspace -b 1G --keep-cpus-awake
+    run emu-1G-link-awake b1g userspace --keep-cpus-awake
     if [[ $NETEM == yes ]]; then
         run netem-unlimited bemu netem
         run netem-1G-load bemu netem -b 1G
@@ -134,9 +141,10 @@ PY
 # over the load's seconds, per run (the check's idle echoes before the load are counted
 # in, so this errs high).
 hz=$(getconf CLK_TCK)
-cpu_run() { # build: prints its emulator's CPU, % of one core, over one check's load
+cpu_run() { # build [up flags]: prints its emulator's CPU, % of one core, over one check's load
     local f=$1 pid before after load
-    "$f" net up --backend userspace "$DIR/b30.toml" >/dev/null
+    shift
+    "$f" net up --backend userspace "$@" "$DIR/b30.toml" >/dev/null
     pid=$("$f" net status | sed -n 's/^b30: .*emulator pid \([0-9]*\).*/\1/p')
     [[ -n "$pid" ]] || die "no emulator found for b30"
     before=$(awk '{print $14 + $15}' "/proc/$pid/stat")
@@ -145,9 +153,10 @@ cpu_run() { # build: prints its emulator's CPU, % of one core, over one check's 
     "$f" net down b30 >/dev/null
     python3 -c "print(f'{100 * ($after - $before) / $hz / $load:.1f}')"
 }
-cpu=() base_cpu=()
+cpu=() base_cpu=() awake_cpu=()
 for _ in $(seq "$REPEAT"); do
     cpu+=("$(cpu_run "$FLOWLAB")")
+    awake_cpu+=("$(cpu_run "$FLOWLAB" --keep-cpus-awake)")
     if [[ -n "$BASE" ]]; then base_cpu+=("$(cpu_run "$BASE")"); fi
 done
 summary() { # runs' figures: min / median / max, and the spread when over 25 %
@@ -162,6 +171,8 @@ print(f'  min / median / max: {min(v):.1f} / {m:.1f} / {max(v):.1f} %{flag}')" "
 echo
 echo "emulator CPU at 30 Mbit/s (one link, TCP through it), % of one core per run: ${cpu[*]}"
 summary "${cpu[@]}"
+echo "the same with --keep-cpus-awake, alternating with it (idle CPUs poll meanwhile, which no process is charged for): ${awake_cpu[*]}"
+summary "${awake_cpu[@]}"
 if [[ -n "$BASE" ]]; then
     echo "the same for BENCH_BASE ($BASE), alternating with it: ${base_cpu[*]}"
     summary "${base_cpu[@]}"
@@ -170,13 +181,18 @@ fi
 
 # The host's timer wake-ups, the floor under the emulator's lateness (see the header).
 echo
+for idle in "--laptop" ""; do
+what="the CPUs' idle states as they are"
+[[ -z $idle ]] && what="the CPUs held awake"
 if ! command -v cyclictest >/dev/null; then
     echo "host timer wake-ups: cyclictest not installed (apt-get install rt-tests): the host's floor not measured"
-elif ! cyclictest -q --smp --laptop -i 400 -l $((T * 2500)) --policy fifo -p 1 \
+    break
+elif ! cyclictest -q --smp $idle -i 400 -l $((T * 2500)) --policy fifo -p 1 \
         -h 10000 --histfile="$DIR/wakeups" >/dev/null 2>"$DIR/cyclictest.err"; then
     echo "host timer wake-ups: cyclictest failed ($(head -n1 "$DIR/cyclictest.err")): the host's floor not measured"
+    break
 else
-    python3 - "$DIR/wakeups" "$T" <<'PY'
+    python3 - "$DIR/wakeups" "$T" "$what" <<'PY'
 import sys
 counts, overflows, most = {}, 0, 0
 for line in open(sys.argv[1]):
@@ -198,8 +214,10 @@ def quantile(q):
     return "≥10000"
 late = sum(n for us, n in counts.items() if us > 500) + overflows
 print(f"host timer wake-ups (cyclictest -i 400 --policy fifo -p 1, every CPU, {sys.argv[2]} s,"
-      f" nothing else running): {total}, µs late: p50 {quantile(0.5)}, p90 {quantile(0.9)},"
-      f" p99 {quantile(0.99)}, p99.9 {quantile(0.999)}, max {most}; over 500 µs: {late}")
+      f" {sys.argv[3]}, nothing else running): {total}, µs late: p50 {quantile(0.5)},"
+      f" p90 {quantile(0.9)}, p99 {quantile(0.99)}, p99.9 {quantile(0.999)}, max {most};"
+      f" over 500 µs: {late}")
 PY
 fi
+done
 echo "# steal:    $(awk '/^cpu /{print $9}' /proc/stat) ticks after"

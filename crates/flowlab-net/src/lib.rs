@@ -7,12 +7,14 @@
 //! - [`build`]: namespaces, veths, bridges, addresses, routes and `tc` shaping, the
 //!   choice of backend, and their removal.
 //! - [`emulator`]: the user-space emulator's model of a link direction (delay, jitter,
-//!   loss), sans-IO; [`forward`]: its AF_PACKET forwarding threads.
+//!   loss), sans-IO; [`forward`]: its AF_PACKET forwarding threads; [`awake`]: keeping
+//!   the CPUs out of deep idle states while it runs, when asked.
 //! - [`netns`]: doing things inside a namespace from this process; [`probe`]: ICMP RTT
 //!   probes from inside one.
 //! - [`locate`]: which topology and node a process runs in, and its paths' bottlenecks.
 //! - [`status`]: the topologies that are up, how they were built, what their emulator did.
 
+pub mod awake;
 pub mod build;
 pub mod check;
 pub mod emulator;

@@ -16,6 +16,7 @@ pub fn built(state: &State) -> Built {
             backend: b.to_string(),
             emulator_pid: state.emulator_pid,
             links: state.emulated_links.clone(),
+            cpus_kept_awake: state.cpus_kept_awake,
         },
     }
 }

@@ -92,6 +92,10 @@ pub struct NetCheck {
     pub topology: String,
     /// The emulation backend, or "none needed (tbf only)".
     pub backend: String,
+    /// The user-space emulator held the CPUs out of deep idle states
+    /// (`--keep-cpus-awake`); false in documents from before it existed.
+    #[serde(default)]
+    pub cpus_kept_awake: bool,
     /// Every pair's TCP test ran at once.
     pub together: bool,
     /// The system's default congestion control.
@@ -209,11 +213,13 @@ pub enum Built {
     /// Rate and queue by tbf only: no link has delay, jitter or loss.
     TbfOnly,
     /// Delay, jitter and loss emulated by `backend` (`netem` or `userspace`), on `links`
-    /// by the emulator process `emulator_pid` (user-space backend only).
+    /// by the emulator process `emulator_pid` (user-space backend only), which holds the
+    /// CPUs out of deep idle states when `cpus_kept_awake` (`--keep-cpus-awake`).
     Emulated {
         backend: String,
         emulator_pid: Option<u32>,
         links: Vec<String>,
+        cpus_kept_awake: bool,
     },
 }
 

@@ -418,14 +418,22 @@ fn net_up_down_and_status_of_each_kind_of_topology() {
         backend: "userspace".into(),
         emulator_pid: Some(4242),
         links: vec!["L1".into(), "L2".into()],
+        cpus_kept_awake: false,
+    };
+    let awake = Built::Emulated {
+        backend: "userspace".into(),
+        emulator_pid: Some(4243),
+        links: vec!["L1".into()],
+        cpus_kept_awake: true,
     };
     let netem = Built::Emulated {
         backend: "netem".into(),
         emulator_pid: None,
         links: Vec::new(),
+        cpus_kept_awake: false,
     };
     let mut text = String::new();
-    for built in [&Built::TbfOnly, &emulated, &netem] {
+    for built in [&Built::TbfOnly, &emulated, &awake, &netem] {
         text += &table::net_up("port", 14, built);
     }
     text += &table::net_down("port", 14);
@@ -590,6 +598,7 @@ fn net_check_pairs_together_under_cubic_then_the_default() {
 fn net_check_with_deviations_loss_an_unlimited_path_and_a_quiet_host() {
     let (_, mut c) = net_check("net-check.json", &[Some("cubic")]);
     c.congestion_chosen = true;
+    c.cpus_kept_awake = true;
     let p = &mut c.paths;
     // r1–r2 missed its rate and its queue bound; its idle RTT went unmeasured.
     p[0].measured_rtt_ms = None;

@@ -319,6 +319,96 @@ fn the_netem_backend_is_used_where_present_and_refused_where_not() {
     assert!(namespaces_of("port").is_empty());
 }
 
+/// `--keep-cpus-awake`: the emulator holds a CPU latency request of 0 µs while it runs
+/// (the kernel's /dev/cpu_dma_latency reads the least request held), `net status` and
+/// `net check` say so, and the request goes with the topology; without the flag none is
+/// held, and a topology with nothing to emulate refuses the flag, naming it.
+#[test]
+fn the_emulator_keeps_the_cpus_awake_only_when_asked_and_only_while_it_runs() {
+    let Some(_serial) = root_and_serial() else {
+        return;
+    };
+    let latency = flowlab_net::awake::cpu_latency_us;
+    let Some(before) = latency() else {
+        support::skip("this kernel has no /dev/cpu_dma_latency (PM QoS)");
+        return;
+    };
+    if before == 0 {
+        support::skip("another process holds the CPUs awake already: nothing to tell apart");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tmp");
+    let two = |name: &str, link: &str| {
+        let text = format!(
+            "name = \"{name}\"\nhosts = [\"a\", \"b\"]\n[[link]]\nends = [\"a\", \"b\"]\n{link}\n"
+        );
+        write_topology(dir.path(), name, &text)
+    };
+    // Nothing to emulate: refused before anything is built.
+    let _plain = Down("tawak1");
+    let out = flowlab()
+        .args(["net", "up", "--keep-cpus-awake"])
+        .arg(two("tawak1", r#"rate = "100M""#))
+        .output()
+        .expect("up");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("--keep-cpus-awake"),
+        "{err}"
+    );
+    assert!(namespaces_of("tawak1").is_empty());
+    // Asked for: held while the emulator runs, and said.
+    let delayed = two("tawak2", r#"delay = "1ms""#);
+    let _awake = Down("tawak2");
+    up(&delayed, &["--backend", "userspace", "--keep-cpus-awake"]);
+    assert_eq!(latency(), Some(0), "held while the topology is up");
+    let status = flowlab().args(["net", "status"]).output().expect("status");
+    let status = String::from_utf8_lossy(&status.stdout);
+    assert!(status.contains("CPUs kept awake"), "{status}");
+    // What a one-second check of a–b says about it.
+    let checked = || {
+        check(&[
+            "--pairs",
+            "a-b",
+            "-t",
+            "1",
+            delayed.to_str().expect("utf-8"),
+        ])
+        .0
+    };
+    let doc = checked();
+    assert_eq!(doc["cpus_kept_awake"], true, "{doc}");
+    let out = flowlab()
+        .args(["net", "down", "tawak2"])
+        .output()
+        .expect("down");
+    assert!(out.status.success());
+    assert_eq!(latency(), Some(before), "let go with the topology");
+    // Not asked for: nothing held, and a check that asks for it is refused.
+    up(&delayed, &["--backend", "userspace"]);
+    assert_eq!(latency(), Some(before), "held only when asked for");
+    let out = flowlab()
+        .args([
+            "net",
+            "check",
+            "--keep-cpus-awake",
+            "--pairs",
+            "a-b",
+            "-t",
+            "1",
+        ])
+        .arg(&delayed)
+        .output()
+        .expect("check");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("up without --keep-cpus-awake"),
+        "{err}"
+    );
+    let doc = checked();
+    assert_eq!(doc["cpus_kept_awake"], false, "{doc}");
+}
+
 /// Runs `net check -J` and returns its document and stderr, asserting it succeeded.
 fn check(args: &[&str]) -> (serde_json::Value, String) {
     let out = flowlab()

@@ -127,6 +127,9 @@ pub struct UpOptions {
     /// the links as JSON ([`crate::forward::EmulatedLink`]) on its stdin; it prints
     /// `ready` once it forwards.
     pub emulator: PathBuf,
+    /// The emulator holds the CPUs out of deep idle states while it runs
+    /// ([`crate::awake`]); only the user-space backend can.
+    pub keep_cpus_awake: bool,
 }
 
 /// What `up` built, kept in `<state dir>/<topology>.json` for `status` and `down`.
@@ -141,6 +144,9 @@ pub struct State {
     /// The topology as it was brought up (older states lack it).
     #[serde(default)]
     pub topology: Option<Topology>,
+    /// Its emulator holds the CPUs out of deep idle states (`--keep-cpus-awake`).
+    #[serde(default)]
+    pub cpus_kept_awake: bool,
 }
 
 /// The middle namespace of link `index` under the user-space backend (a dot cannot

@@ -22,7 +22,9 @@ pub(super) fn start_emulator(
         // The emulator may be reached as /proc/<pid>/exe (flowlab's own binary): its
         // name in `ps` is still flowlab.
         .arg0("flowlab")
-        .args(["net", "_emulate", "--state-dir"])
+        .args(["net", "_emulate"])
+        .args(opts.keep_cpus_awake.then_some(KEEP_CPUS_AWAKE))
+        .arg("--state-dir")
         .arg(dir)
         .arg(topo)
         .stdin(std::process::Stdio::piped())
@@ -68,17 +70,33 @@ pub(super) fn start_emulator(
     Ok(pid)
 }
 
-/// Whether process `pid` is the emulator of topology `topo` (its command line ends in
-/// `net _emulate --state-dir DIR <topo>`).
+/// The emulator's flag for holding the CPUs out of deep idle states.
+const KEEP_CPUS_AWAKE: &str = "--keep-cpus-awake";
+
+/// Whether process `pid` is the emulator of topology `topo`.
 pub(super) fn is_emulator(pid: u32, topo: &str) -> bool {
-    let Ok(raw) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|raw| emulates(&raw, topo))
+}
+
+/// Whether a command line (`/proc/PID/cmdline`: NUL-separated) is that of topology
+/// `topo`'s emulator: it ends in `net _emulate [--keep-cpus-awake] --state-dir DIR <topo>`.
+fn emulates(cmdline: &[u8], topo: &str) -> bool {
+    let args: Vec<&[u8]> = cmdline
+        .split(|&b| b == 0)
+        .filter(|a| !a.is_empty())
+        .collect();
+    let Some((&last, rest)) = args.split_last() else {
         return false;
     };
-    let args: Vec<&[u8]> = raw.split(|&b| b == 0).filter(|a| !a.is_empty()).collect();
-    let n = args.len();
-    n >= 5
-        && args[n - 5..n - 2] == [b"net".as_slice(), b"_emulate", b"--state-dir"]
-        && args[n - 1] == topo.as_bytes()
+    let Some(head) = rest.len().checked_sub(2).map(|n| &rest[..n]) else {
+        return false;
+    };
+    let head = head
+        .strip_suffix(&[KEEP_CPUS_AWAKE.as_bytes()])
+        .unwrap_or(head);
+    last == topo.as_bytes()
+        && rest[rest.len() - 2] == b"--state-dir"
+        && head.ends_with(&[b"net".as_slice(), b"_emulate"])
 }
 
 /// Emulator processes of `topo` running now: the recorded ones and any other found in
@@ -157,5 +175,43 @@ pub(super) fn stop(pids: &[u32]) {
             signal(libc::SIGKILL);
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_emulator_is_known_by_its_command_line_with_or_without_the_awake_flag() {
+        let line = |args: &[&str]| args.join("\0").into_bytes();
+        let plain = line(&["flowlab", "net", "_emulate", "--state-dir", "/run/x", "lab"]);
+        let awake = line(&[
+            "flowlab",
+            "net",
+            "_emulate",
+            "--keep-cpus-awake",
+            "--state-dir",
+            "/run/x",
+            "lab",
+        ]);
+        assert!(emulates(&plain, "lab"));
+        assert!(emulates(&awake, "lab"));
+        assert!(!emulates(&plain, "lab2"), "another topology's");
+        assert!(!emulates(&line(&["flowlab", "net", "up", "lab"]), "lab"));
+        assert!(!emulates(
+            &line(&[
+                "flowlab",
+                "net",
+                "_emulate",
+                "--bogus",
+                "--state-dir",
+                "/run/x",
+                "lab"
+            ]),
+            "lab"
+        ));
+        assert!(!emulates(&line(&["--state-dir", "/run/x", "lab"]), "lab"));
+        assert!(!emulates(b"", "lab"));
     }
 }

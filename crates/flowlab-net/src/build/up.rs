@@ -45,6 +45,12 @@ pub fn up(t: &Topology, dir: &Path, opts: &UpOptions) -> Result<State, NetError>
             }
         })
     };
+    if opts.keep_cpus_awake && backend != Some(Backend::Userspace) {
+        return Err(NetError::Unsupported(match backend {
+            None => "--keep-cpus-awake: no link of this topology has delay, jitter or loss, so it has no emulator to keep the CPUs awake for".to_string(),
+            Some(b) => format!("--keep-cpus-awake: only the user-space emulator keeps the CPUs awake, and this topology's links would be emulated by {b}; add --backend userspace"),
+        }));
+    }
     let result = build(t, dir, backend, &emulated, opts);
     if result.is_err() {
         let _ = down(&t.name, dir);
@@ -77,9 +83,11 @@ fn build(
         emulator_pid: None,
         emulated_links: links.iter().map(|l| l.name.clone()).collect(),
         topology: Some(t.clone()),
+        cpus_kept_awake: false,
     };
     if !links.is_empty() {
         state.emulator_pid = Some(start_emulator(&t.name, dir, &links, opts)?);
+        state.cpus_kept_awake = opts.keep_cpus_awake;
     }
     write_state(dir, &t.name, &state)?;
     Ok(state)

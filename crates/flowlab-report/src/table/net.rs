@@ -107,9 +107,15 @@ fn built(b: &Built) -> String {
             backend,
             emulator_pid: Some(pid),
             links,
+            cpus_kept_awake,
         } => format!(
-            "{backend} backend (emulator pid {pid}, links {})",
-            links.join(", ")
+            "{backend} backend (emulator pid {pid}, links {}{})",
+            links.join(", "),
+            if *cpus_kept_awake {
+                "; CPUs kept awake"
+            } else {
+                ""
+            }
         ),
         Built::Emulated { backend, .. } => format!("{backend} backend"),
     }

@@ -17,8 +17,14 @@ pub fn net_check(c: &NetCheck) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "topology {}, emulation backend: {}",
-        c.topology, c.backend
+        "topology {}, emulation backend: {}{}",
+        c.topology,
+        c.backend,
+        if c.cpus_kept_awake {
+            " (CPUs kept awake)"
+        } else {
+            ""
+        }
     );
     let what = if together {
         "every pair's TCP test at once"

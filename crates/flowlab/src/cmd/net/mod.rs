@@ -75,6 +75,9 @@ pub enum Command {
     /// The user-space link emulator (started by `up`; reads its links as JSON on stdin).
     #[command(name = "_emulate", hide = true)]
     Emulate {
+        /// Hold the CPUs out of deep idle states while it runs.
+        #[arg(long)]
+        keep_cpus_awake: bool,
         /// Where its counters go (the `up`'s state directory).
         #[arg(long)]
         state_dir: std::path::PathBuf,
@@ -99,6 +102,12 @@ pub struct BackendArg {
     /// emulator, or auto (netem when the kernel has it). Rate and queue are always tbf.
     #[arg(long, default_value = "auto", value_name = "auto|netem|userspace")]
     pub backend: build::Backend,
+    /// Keep every CPU out of its deep idle states while the user-space emulator runs (a
+    /// CPU latency request of 0 µs, /dev/cpu_dma_latency): its timer wake-ups come sooner
+    /// and its frames leave closer to their time, while idle CPUs poll instead of
+    /// sleeping (power; a VM's host sees its vCPUs busy). docs/net.md.
+    #[arg(long)]
+    pub keep_cpus_awake: bool,
 }
 
 pub fn run(c: Command) -> anyhow::Result<()> {
@@ -116,7 +125,7 @@ pub fn run(c: Command) -> anyhow::Result<()> {
         }
         Command::Up { file, backend } => {
             let t = load_topology(&file)?;
-            let state = build::up(&t, &build::state_dir(), &up_options(backend.backend)?)?;
+            let state = build::up(&t, &build::state_dir(), &up_options(&backend)?)?;
             let built = flowlab_net::status::built(&state);
             print!("{}", table::net_up(&t.name, t.nodes.len(), &built));
         }
@@ -159,13 +168,14 @@ pub fn run(c: Command) -> anyhow::Result<()> {
                 loss_packets,
                 together,
             },
-            up_options(backend.backend)?,
+            up_options(&backend)?,
             json,
         )?,
         Command::Emulate {
+            keep_cpus_awake,
             state_dir,
             topology,
-        } => emulate(&state_dir, &topology)?,
+        } => emulate(&state_dir, &topology, keep_cpus_awake)?,
     }
     Ok(())
 }
@@ -180,11 +190,12 @@ fn load_topology(file: &Path) -> anyhow::Result<Topology> {
     })
 }
 
-/// How `up` builds: on `backend`, with this binary as the user-space emulator.
-fn up_options(backend: build::Backend) -> anyhow::Result<build::UpOptions> {
+/// How `up` builds: as `backend` asks, with this binary as the user-space emulator.
+fn up_options(backend: &BackendArg) -> anyhow::Result<build::UpOptions> {
     Ok(build::UpOptions {
-        backend,
+        backend: backend.backend,
         emulator: crate::cmd::own_binary().context("finding flowlab's own binary")?,
+        keep_cpus_awake: backend.keep_cpus_awake,
     })
 }
 
@@ -214,13 +225,20 @@ fn exec(topology: Option<String>, node: &str, command: &[String]) -> anyhow::Res
 }
 
 /// The user-space link emulator: reads its links from stdin, says `ready` on stdout once
-/// it forwards, and writes its counters to the stats file until the links go away.
-fn emulate(state_dir: &Path, topology: &str) -> anyhow::Result<()> {
+/// it forwards, and writes its counters to the stats file until the links go away; with
+/// `keep_cpus_awake`, holds the CPUs out of deep idle states meanwhile (or fails to
+/// start, saying why).
+fn emulate(state_dir: &Path, topology: &str, keep_cpus_awake: bool) -> anyhow::Result<()> {
     use std::io::{Read, Write};
     let mut input = String::new();
     std::io::stdin().read_to_string(&mut input)?;
     let links: Vec<flowlab_net::forward::EmulatedLink> =
         serde_json::from_str(&input).context("the emulator's links on stdin")?;
+    // After the links are read: `up` is done writing them, and reads why from the log.
+    let _awake = keep_cpus_awake
+        .then(flowlab_net::awake::CpusAwake::hold)
+        .transpose()
+        .context("--keep-cpus-awake")?;
     let stats = build::stats_file(state_dir, topology);
     let tmp = stats.with_extension("json.tmp");
     flowlab_net::forward::run(

@@ -187,6 +187,7 @@ pub fn up(net: &Net, network: usize, changes_links: bool) -> anyhow::Result<Up> 
     let opts = UpOptions {
         backend: build::Backend::Auto,
         emulator: crate::cmd::own_binary().context("finding flowlab's own binary")?,
+        keep_cpus_awake: false,
     };
     build::up(&net.networks[network], &dir, &opts)
         .with_context(|| format!("bringing up topology {} ({})", name, net.file.display()))?;

@@ -85,6 +85,13 @@ pub fn run(
                 up.backend
             );
         }
+        let awake = state.as_ref().is_some_and(|s| s.cpus_kept_awake);
+        if up.keep_cpus_awake && !awake {
+            anyhow::bail!(
+                "topology {} is up without --keep-cpus-awake: measure it without the flag, or take it down first",
+                t.name
+            );
+        }
         (Teardown(None), state)
     } else {
         let state = build::up(&t, &build::state_dir(), &up)?;
@@ -134,6 +141,7 @@ pub fn run(
     let check = NetCheck {
         topology: t.name.clone(),
         backend,
+        cpus_kept_awake: state.as_ref().is_some_and(|s| s.cpus_kept_awake),
         together: load.together,
         congestion_default: default_cc,
         load_seconds: load.seconds,
