@@ -26,10 +26,24 @@ pub(crate) fn payload(len: usize, repeating: bool) -> PageBuf {
     }
 }
 
-/// The buffer a TCP receiver reads into: page-aligned ([`PageBuf`]), at least 128 KiB
-/// (iperf3's default block) so that one read can take what a wake-up finds queued.
+/// The least a TCP receiver reads at a time, bytes: four times iperf3's 128 KiB block
+/// (which iperf3's receiver reads by), whatever block the sender writes. One read takes
+/// what a wake-up finds queued (at least twice [`MAX_MARK`]), and a receiver that copies
+/// longer per read keeps more of the stream's kernel work on its own CPU: on loopback a
+/// packet that arrives while the reader is inside `recvmsg` waits on the socket's backlog
+/// for the reader to process, one that arrives while it sleeps is processed by the
+/// sender's CPU, the bottleneck. Measured (docs/PERFORMANCE.md, issue 14, 2026-11-27):
+/// a stock `iperf3 -c -C cubic` into a long-running `flowlab serve`, one stream,
+/// 57.6 Gbit/s at the median reading 1 MiB at a time, 56.7 at 512 KiB, 53.2 at 128 KiB,
+/// iperf3's own server 54.5; under bbr 23.3 against 20.2 at 128 KiB; eight streams under
+/// bbr 30.1 against 21.3. 512 KiB a stream takes nearly all of it at half the memory of
+/// 1 MiB (`-P 128`: 64 MiB).
+pub(crate) const RECEIVE_BYTES: usize = 512 * 1024;
+
+/// The buffer a TCP receiver reads into: page-aligned ([`PageBuf`]), at least
+/// [`RECEIVE_BYTES`], and at least the stream's block.
 pub(crate) fn receive_buffer(len: usize) -> PageBuf {
-    PageBuf::zeroed(len.max(128 * 1024))
+    PageBuf::zeroed(len.max(RECEIVE_BYTES))
 }
 
 /// Bytes of the length that starts each stop-and-wait message.
@@ -499,6 +513,7 @@ fn carries_a_mark(bytes: u64, span_us: u64) -> bool {
 const MIN_MARK: usize = 64 * 1024;
 /// The highest mark: more batches no more wake-ups away, and holds bytes longer.
 const MAX_MARK: usize = 256 * 1024;
+const _: () = assert!(RECEIVE_BYTES >= 2 * MAX_MARK);
 /// The read timeout while a mark is set: bytes below it (the rate fell, the sender
 /// paused) wait no longer than this to be read and counted. The kernel rounds a socket
 /// timeout up to a scheduler tick: 1 ms at HZ=1000, 4 ms at 250 (the reference machine),
@@ -669,7 +684,9 @@ mod tests {
         for len in [1000, 128 * 1024, 1 << 20] {
             let r = receive_buffer(len);
             assert_eq!(r.as_ptr() as usize % crate::buf::ALIGN, 0);
-            assert!(r.len() >= len.max(128 * 1024));
+            // Regression (issue 14): the receiver read 128 KiB at a time whatever the
+            // block, and a single cubic stream on loopback ran ~3 % slower than iperf3's.
+            assert!(r.len() >= len.max(512 * 1024));
             let p = payload(len, false);
             assert_eq!(p.as_ptr() as usize % crate::buf::ALIGN, 0);
             assert_eq!(p.len(), len);
