@@ -81,7 +81,9 @@ echo "# command:  $0  (BENCH_SECONDS=$T BENCH_REPEAT=$REPEAT${BASE:+ BENCH_BASE=
 echo "# date:     $(date -u '+%Y-%m-%dT%H:%M:%SZ')"
 echo "# machine:  nproc=$(nproc)  kernel=$(uname -r)  netem: $NETEM"
 echo "# tcp cc:   $(cat /proc/sys/net/ipv4/tcp_congestion_control) (the system's default, which every TCP test here runs)"
-echo "# flowlab:  $("$FLOWLAB" --version)"
+DIRTY=""
+[[ -n "$(git -C "$ROOT" status --porcelain --untracked-files=no 2>/dev/null)" ]] && DIRTY="+changes"
+echo "# flowlab:  $("$FLOWLAB" --version) (the checkout: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$DIRTY; FLOWLAB is built only when missing)"
 echo "# steal:    $(awk '/^cpu /{print $9}' /proc/stat) ticks before"
 echo
 
@@ -121,7 +123,7 @@ def p99(rs, key="emulator_late_p99_ms"):
     v = [r.get(key) for r in rs]
     v = [x for x in v if x is not None]
     return f"{statistics.median(v) * 1000:.0f} µs" if v else "-"
-print(f"{'case':<16} {'Gbit/s':>7} {'/direct':>8} {'/rate':>6} {'RTT file':>9} {'idle':>7} {'load med':>9} {'load max':>9} {'emu late p99':>13} {'woke p99':>9} {'wake-up p99':>12}")
+print(f"{'case':<18} {'Gbit/s':>7} {'/direct':>8} {'/rate':>6} {'RTT file':>9} {'idle':>7} {'load med':>9} {'load max':>9} {'emu late p99':>13} {'woke p99':>9} {'wake-up p99':>12}")
 for name, rs in runs.items():
     bps = statistics.median(r["measured_bps"] for r in rs)
     rate = rs[0]["implied_bps"]
@@ -129,7 +131,7 @@ for name, rs in runs.items():
         v = [r[k] for r in rs if r[k] is not None]
         return f"{statistics.median(v):.2f}" if v else "?"
     highest = [r["loaded_rtt_ms"] for r in rs if r["loaded_rtt_ms"] is not None]
-    print(f"{name:<16} {bps/1e9:7.2f} {bps/direct:8.2f} {(f'{bps/rate:.2f}' if rate else '-'):>6} "
+    print(f"{name:<18} {bps/1e9:7.2f} {bps/direct:8.2f} {(f'{bps/rate:.2f}' if rate else '-'):>6} "
           f"{rs[0]['implied_rtt_ms']:6.1f} ms {med('measured_rtt_ms'):>4} ms "
           f"{med('loaded_rtt_median_ms'):>6} ms {(f'{max(highest):.2f}' if highest else '?'):>6} ms"
           f" {p99(rs):>10} {p99(rs, 'emulator_woke_late_p99_ms'):>9}"

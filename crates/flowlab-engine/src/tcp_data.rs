@@ -29,10 +29,11 @@ pub(crate) fn payload(len: usize, repeating: bool) -> PageBuf {
 /// The least a TCP receiver reads at a time, bytes: four times iperf3's 128 KiB block
 /// (which iperf3's receiver reads by), whatever block the sender writes. One read takes
 /// what a wake-up finds queued (at least twice [`MAX_MARK`]), and a receiver that copies
-/// longer per read keeps more of the stream's kernel work on its own CPU: on loopback a
-/// packet that arrives while the reader is inside `recvmsg` waits on the socket's backlog
-/// for the reader to process, one that arrives while it sleeps is processed by the
-/// sender's CPU, the bottleneck. Measured (docs/PERFORMANCE.md, issue 14, 2026-11-27):
+/// longer per read likely keeps more of the stream's kernel work on its own CPU (not
+/// measured with counters): on loopback a packet that arrives while the reader is inside
+/// `recvmsg` waits on the socket's backlog for the reader to process, one that arrives
+/// while it sleeps is processed by the sender's CPU, the bottleneck. Measured
+/// (docs/PERFORMANCE.md "Reading 512 KiB at a time", issue 14, 2026-11-27):
 /// a stock `iperf3 -c -C cubic` into a long-running `flowlab serve`, one stream,
 /// 57.6 Gbit/s at the median reading 1 MiB at a time, 56.7 at 512 KiB, 53.2 at 128 KiB,
 /// iperf3's own server 54.5; under bbr 23.3 against 20.2 at 128 KiB; eight streams under

@@ -87,10 +87,19 @@ pub fn run(
         }
         let awake = state.as_ref().is_some_and(|s| s.cpus_kept_awake);
         if up.keep_cpus_awake && !awake {
-            anyhow::bail!(
-                "topology {} is up without --keep-cpus-awake: measure it without the flag, or take it down first",
-                t.name
-            );
+            match running {
+                Some(build::Backend::Userspace) => anyhow::bail!(
+                    "topology {} is up without --keep-cpus-awake: measure it without the flag, or take it down first",
+                    t.name
+                ),
+                // Brought up again, it would be refused the flag all the same.
+                _ => anyhow::bail!(
+                    "--keep-cpus-awake: topology {} is up on {}, and only the user-space emulator keeps the CPUs awake",
+                    t.name,
+                    running.map_or("tbf alone (nothing to emulate)".to_string(), |b| b
+                        .to_string())
+                ),
+            }
         }
         (Teardown(None), state)
     } else {
