@@ -913,6 +913,9 @@ fn a_burst_keeps_the_rate_a_stock_server_measures() {
 /// server has acknowledged the whole file (paced, the server has read nearly all of it by
 /// then; without the wait it missed the tail in 5 of 25 tries on a loaded machine; at
 /// full speed the acknowledged tail can be megabytes it has not read, lost in 6 of 25).
+/// What it had acknowledged but not read can still be lost, so towards the server the
+/// file must arrive as a prefix with at most a socket's worth missing; back, where flowlab
+/// reads, it must arrive whole.
 #[test]
 fn a_file_crosses_to_and_from_a_stock_server_byte_for_byte() {
     let Some(_one_at_a_time) = stock_iperf3() else {
@@ -931,8 +934,24 @@ fn a_file_crosses_to_and_from_a_stock_server_byte_for_byte() {
     let server = Iperf3Server::start_with(port, &["-F".as_ref(), recv.as_os_str()]);
     let r = flowlab_json(port, &["-F", src.to_str().expect("utf-8"), "-b", "200M"]);
     assert_eq!(r["start"]["spec"]["amount"]["bytes"], 3_000_000);
-    drop(server.json());
-    if let Some(d) = first_difference(&std::fs::read(&recv).expect("received"), &data) {
+    let theirs = server.json();
+    // What the server wrote is what it read, and a prefix of the file byte for byte. It
+    // may lack a tail: iperf 3.12's server stops reading at TEST_END, and what it had
+    // acknowledged but not yet read is lost (a fresh clone's full suite once: 2 949 067
+    // of 3 000 000) — no more than its socket held.
+    let wrote = std::fs::read(&recv).expect("received");
+    assert_eq!(
+        theirs["end"]["sum_received"]["bytes"].as_u64(),
+        Some(wrote.len() as u64),
+        "the server's count against its file"
+    );
+    assert!(
+        data.len() - wrote.len() <= max_in_flight_per_stream() as usize,
+        "the server wrote {} of {} bytes",
+        wrote.len(),
+        data.len()
+    );
+    if let Some(d) = first_difference(&wrote, &data[..wrote.len().min(data.len())]) {
         panic!("what the server wrote differs: {d}");
     }
 
