@@ -28,6 +28,8 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=bench/lib.sh
+source "$ROOT/bench/lib.sh"
 FLOWLAB="$ROOT/target/release/flowlab"
 die() { echo "compare.sh: error: $*" >&2; exit 2; }
 
@@ -38,15 +40,13 @@ command -v "$PYTHON" >/dev/null || die "$PYTHON not found"
 "$PYTHON" -c 'import scipy.stats' 2>/dev/null || die "$PYTHON has no scipy (apt-get install python3-scipy, or PYTHON=/path)"
 # Always built (a no-op when up to date), so that the binary is the checkout's.
 (cd "$ROOT" && cargo build --release -p flowlab --quiet) || die "cargo build --release failed"
-DIRTY=""
-[[ -n "$(git -C "$ROOT" status --porcelain --untracked-files=no 2>/dev/null)" ]] && DIRTY="+changes"
 
 ARGS=""
 (($#)) && ARGS="$(printf ' %q' "$@")"
 echo "# command:  bench/compare.sh$ARGS  (BENCH_SECONDS=${BENCH_SECONDS:-3} BENCH_RUNS=${BENCH_RUNS:-7})"
 echo "# date:     $(date -u '+%Y-%m-%dT%H:%M:%SZ')"
 echo "# iperf3:   $("$IPERF3" --version 2>&1 | head -n1)"
-echo "# flowlab:  $("$FLOWLAB" --version 2>&1 | head -n1) ($(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$DIRTY)"
+echo "# flowlab:  $("$FLOWLAB" --version 2>&1 | head -n1) ($(checkout_id "$ROOT"))"
 echo "# steal:    $(awk '/^cpu /{print $9}' /proc/stat) ticks before"
 "$PYTHON" "$ROOT/bench/compare.py" --flowlab "$FLOWLAB" --iperf3 "$IPERF3" \
     --seconds "${BENCH_SECONDS:-3}" --runs "${BENCH_RUNS:-7}" --port "${BENCH_PORT:-5401}" "$@"

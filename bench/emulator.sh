@@ -48,6 +48,8 @@ set -euo pipefail
 shopt -s inherit_errexit  # a failing step inside $(…) stops the script too
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=bench/lib.sh
+source "$ROOT/bench/lib.sh"
 FLOWLAB="${FLOWLAB:-$ROOT/target/release/flowlab}"
 T="${BENCH_SECONDS:-10}"
 REPEAT="${BENCH_REPEAT:-3}"
@@ -81,9 +83,7 @@ echo "# command:  $0  (BENCH_SECONDS=$T BENCH_REPEAT=$REPEAT${BASE:+ BENCH_BASE=
 echo "# date:     $(date -u '+%Y-%m-%dT%H:%M:%SZ')"
 echo "# machine:  nproc=$(nproc)  kernel=$(uname -r)  netem: $NETEM"
 echo "# tcp cc:   $(cat /proc/sys/net/ipv4/tcp_congestion_control) (the system's default, which every TCP test here runs)"
-DIRTY=""
-[[ -n "$(git -C "$ROOT" status --porcelain --untracked-files=no 2>/dev/null)" ]] && DIRTY="+changes"
-echo "# flowlab:  $("$FLOWLAB" --version) (the checkout: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$DIRTY; FLOWLAB is built only when missing)"
+echo "# flowlab:  $("$FLOWLAB" --version) (the checkout: $(checkout_id "$ROOT"); FLOWLAB is built only when missing)"
 echo "# steal:    $(awk '/^cpu /{print $9}' /proc/stat) ticks before"
 echo
 
