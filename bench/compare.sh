@@ -41,8 +41,12 @@ command -v "$PYTHON" >/dev/null || die "$PYTHON not found"
 # Always built (a no-op when up to date), so that the binary is the checkout's.
 (cd "$ROOT" && cargo build --release -p flowlab --quiet) || die "cargo build --release failed"
 
+# The arguments as typed: quoted only where the shell needs it (printf %q alone would
+# write `one-off\,long`).
 ARGS=""
-(($#)) && ARGS="$(printf ' %q' "$@")"
+for arg in "$@"; do
+    if [[ "$arg" =~ ^[A-Za-z0-9_.,=/:+-]+$ ]]; then ARGS+=" $arg"; else ARGS+=" $(printf '%q' "$arg")"; fi
+done
 echo "# command:  bench/compare.sh$ARGS  (BENCH_SECONDS=${BENCH_SECONDS:-3} BENCH_RUNS=${BENCH_RUNS:-7})"
 echo "# date:     $(date -u '+%Y-%m-%dT%H:%M:%SZ')"
 echo "# iperf3:   $("$IPERF3" --version 2>&1 | head -n1)"
