@@ -87,6 +87,21 @@ impl CpuTimes {
     }
 }
 
+/// The CPU latency in force now, µs: the least any process holds
+/// ([`flowlab_proto::system::NO_CPU_LATENCY_REQUEST`] when none does). None where the
+/// kernel has no such device or it cannot be read (root only).
+pub fn cpu_latency_us() -> Option<i32> {
+    use std::io::Read;
+    // Opening it adds a request of the default value (no effect) until it is closed;
+    // reading gives the value in force, a binary 32-bit integer.
+    let mut raw = [0u8; 4];
+    fs::File::open(flowlab_proto::system::CPU_LATENCY_DEVICE)
+        .ok()?
+        .read_exact(&mut raw)
+        .ok()?;
+    Some(i32::from_ne_bytes(raw))
+}
+
 /// Reads everything this module knows how to read.
 pub fn collect() -> SystemInfo {
     let ipv4 = Path::new("/proc/sys/net/ipv4");
@@ -100,6 +115,8 @@ pub fn collect() -> SystemInfo {
         cpus: std::thread::available_parallelism()
             .ok()
             .map(|n| n.get() as u64),
+        cpuidle_driver: read(flowlab_proto::system::CPUIDLE_DRIVER_FILE).filter(|d| !d.is_empty()),
+        cpu_latency_us: cpu_latency_us().map(i64::from),
         congestion_available: read(ipv4.join("tcp_available_congestion_control"))
             .map(|s| s.split_whitespace().map(String::from).collect())
             .unwrap_or_default(),

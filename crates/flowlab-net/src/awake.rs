@@ -12,10 +12,28 @@
 //! docs/PERFORMANCE.md measure both.
 
 use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 
-/// The kernel's CPU latency request device.
-pub const CPU_LATENCY: &str = "/dev/cpu_dma_latency";
+use flowlab_proto::system::{CPU_LATENCY_DEVICE as CPU_LATENCY, CPUIDLE_DRIVER_FILE};
+
+/// Why holding the CPUs awake changes nothing on this machine, when it does not (said
+/// beside `--keep-cpus-awake`): see [`changes_nothing_with`].
+pub fn changes_nothing_here() -> Option<String> {
+    let driver = std::fs::read_to_string(CPUIDLE_DRIVER_FILE).ok();
+    changes_nothing_with(driver.as_deref())
+}
+
+/// Why a latency request changes nothing under cpuidle driver `driver` (as
+/// `current_driver` reads), if it does not: without a driver (`none`) the kernel idles a
+/// CPU by halting it whatever is requested, the request being read by the cpuidle
+/// governors only. (Measured: docs/PERFORMANCE.md, "Keeping the CPUs awake".)
+pub fn changes_nothing_with(driver: Option<&str>) -> Option<String> {
+    (driver.map(str::trim) == Some("none")).then(|| {
+        format!(
+            "this machine has no cpuidle driver ({CPUIDLE_DRIVER_FILE}: none): an idle CPU halts whatever latency is requested, so keeping the CPUs awake changes nothing here"
+        )
+    })
+}
 
 /// A request for no idle-state exit latency, held while this lives.
 #[derive(Debug)]
@@ -37,10 +55,21 @@ impl CpusAwake {
     }
 }
 
-/// The CPU latency in force now, µs: the least any process holds (2 000 s when none
-/// does). None where the kernel has no such device.
-pub fn cpu_latency_us() -> Option<i32> {
-    let mut raw = [0u8; 4];
-    File::open(CPU_LATENCY).ok()?.read_exact(&mut raw).ok()?;
-    Some(i32::from_ne_bytes(raw))
+#[cfg(test)]
+mod tests {
+    use super::changes_nothing_with;
+
+    #[test]
+    fn only_a_machine_without_a_cpuidle_driver_is_told_the_flag_changes_nothing() {
+        let said = changes_nothing_with(Some("none\n")).expect("none: nothing to hold");
+        assert!(said.contains("no cpuidle driver"), "{said}");
+        for driver in [
+            Some("haltpoll"),
+            Some("intel_idle"),
+            Some("acpi_idle"),
+            None,
+        ] {
+            assert_eq!(changes_nothing_with(driver), None, "{driver:?}");
+        }
+    }
 }

@@ -5,6 +5,18 @@
 
 use serde::{Deserialize, Serialize};
 
+/// The kernel's CPU latency request device (PM QoS): a process that writes a latency to
+/// it, µs, and keeps it open holds idle CPUs to states that exit within it; reading it
+/// gives the least any process holds ([`SystemInfo::cpu_latency_us`]).
+pub const CPU_LATENCY_DEVICE: &str = "/dev/cpu_dma_latency";
+
+/// Where the kernel names its cpuidle driver ([`SystemInfo::cpuidle_driver`]).
+pub const CPUIDLE_DRIVER_FILE: &str = "/sys/devices/system/cpu/cpuidle/current_driver";
+
+/// The CPU latency in force when no process holds a request, µs (the kernel's
+/// `PM_QOS_CPU_LATENCY_DEFAULT_VALUE`, 2 000 s).
+pub const NO_CPU_LATENCY_REQUEST: i64 = 2_000_000_000;
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SystemInfo {
     /// `uname -r`.
@@ -12,6 +24,17 @@ pub struct SystemInfo {
     pub kernel: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpus: Option<u64>,
+    /// How idle CPUs sleep: the cpuidle driver
+    /// (`/sys/devices/system/cpu/cpuidle/current_driver`: `intel_idle`, `acpi_idle`,
+    /// `haltpoll`, `none`, …). A wake-up's lateness depends on it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpuidle_driver: Option<String>,
+    /// The CPU latency request in force (PM QoS, `/dev/cpu_dma_latency`), µs: the least
+    /// any process holds, [`NO_CPU_LATENCY_REQUEST`] when none does, 0 while one keeps
+    /// every CPU in its shallowest idle state (`flowlab net up --keep-cpus-awake`,
+    /// cyclictest). Readable by root only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_latency_us: Option<i64>,
     /// net.ipv4.tcp_available_congestion_control and tcp_congestion_control.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub congestion_available: Vec<String>,

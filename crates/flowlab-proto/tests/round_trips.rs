@@ -159,7 +159,8 @@ fn system() -> impl Strategy<Value = SystemInfo> {
         ),
         prop::collection::vec(any::<Option<u64>>(), 4),
         prop::collection::btree_map(text(), text(), 0..3),
-        prop::option::of(text()),
+        (prop::option::of(text()), prop::option::of(text())),
+        any::<Option<i64>>(),
         prop::collection::vec(
             (
                 text(),
@@ -171,30 +172,34 @@ fn system() -> impl Strategy<Value = SystemInfo> {
             0..3,
         ),
     )
-        .prop_map(|(a, mem, tcp, default_qdisc, ifs)| SystemInfo {
-            kernel: a.0,
-            cpus: a.1,
-            congestion_available: a.2,
-            congestion_default: a.3,
-            tcp_rmem: a.4,
-            tcp_wmem: a.5,
-            rmem_max: mem[0],
-            wmem_max: mem[1],
-            rmem_default: mem[2],
-            wmem_default: mem[3],
-            tcp,
-            default_qdisc,
-            interfaces: ifs
-                .into_iter()
-                .map(|(name, mtu, qdisc, offloads, rps_cpus)| InterfaceInfo {
-                    name,
-                    mtu,
-                    qdisc,
-                    offloads,
-                    rps_cpus,
-                })
-                .collect(),
-        })
+        .prop_map(
+            |(a, mem, tcp, (default_qdisc, cpuidle_driver), cpu_latency_us, ifs)| SystemInfo {
+                kernel: a.0,
+                cpus: a.1,
+                cpuidle_driver,
+                cpu_latency_us,
+                congestion_available: a.2,
+                congestion_default: a.3,
+                tcp_rmem: a.4,
+                tcp_wmem: a.5,
+                rmem_max: mem[0],
+                wmem_max: mem[1],
+                rmem_default: mem[2],
+                wmem_default: mem[3],
+                tcp,
+                default_qdisc,
+                interfaces: ifs
+                    .into_iter()
+                    .map(|(name, mtu, qdisc, offloads, rps_cpus)| InterfaceInfo {
+                        name,
+                        mtu,
+                        qdisc,
+                        offloads,
+                        rps_cpus,
+                    })
+                    .collect(),
+            },
+        )
 }
 
 fn hello() -> impl Strategy<Value = ServerHello> {

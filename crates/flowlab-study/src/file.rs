@@ -68,6 +68,9 @@ pub struct Study {
     pub topology: Option<String>,
     /// The topology's links as each cell changes them (`[[link]]`).
     pub links: Vec<LinkChange>,
+    /// The topology's emulator holds the CPUs out of deep idle states while the study
+    /// runs (`flowlab net up --keep-cpus-awake`; needs `topology`).
+    pub keep_cpus_awake: bool,
     pub on_error: OnError,
     /// flowlab commands run once before the servers start (`fragments make …`).
     pub setup: Vec<String>,
@@ -262,6 +265,7 @@ struct RawStudy {
     warmup: Option<Spanned<i64>>,
     pause: Option<Spanned<String>>,
     topology: Option<String>,
+    keep_cpus_awake: Option<Spanned<bool>>,
     on_error: Option<Spanned<String>>,
     params: Option<Spanned<toml::Table>>,
     #[serde(default)]
@@ -417,6 +421,14 @@ pub fn parse(text: &str) -> Result<Study, StudyError> {
         .iter()
         .map(|e| exclusion(e.get_ref(), &params).map_err(|m| at(e.span(), m)))
         .collect::<Result<Vec<_>, _>>()?;
+    if let Some(k) = &raw.keep_cpus_awake {
+        if *k.get_ref() && raw.topology.is_none() {
+            return Err(at(
+                k.span(),
+                "keep_cpus_awake holds the CPUs awake for a topology's emulator, but the study has no topology".into(),
+            ));
+        }
+    }
     let mut links: Vec<LinkChange> = Vec::new();
     for l in &raw.links {
         if raw.topology.is_none() {
@@ -480,6 +492,7 @@ pub fn parse(text: &str) -> Result<Study, StudyError> {
         warmup,
         pause,
         topology: raw.topology,
+        keep_cpus_awake: raw.keep_cpus_awake.is_some_and(|k| *k.get_ref()),
         links,
         on_error,
         setup: raw.setup,

@@ -211,6 +211,12 @@ fn link_values_come_from_the_cells_and_trials_on_one_network_run_together() {
     );
     // Cells alternate short, long: two networks, numbered as they first appear.
     assert_eq!(s.networks(&cells), [0, 1, 0, 1, 0, 1]);
+    // The emulator's CPUs are left to idle unless the study asks.
+    assert!(!s.keep_cpus_awake);
+    let awake = TWO_NETWORKS.replace("repeat = 3", "repeat = 3\nkeep_cpus_awake = true");
+    assert!(parse(&awake).expect("valid").keep_cpus_awake);
+    let asleep = TWO_NETWORKS.replace("repeat = 3", "repeat = 3\nkeep_cpus_awake = false");
+    assert!(!parse(&asleep).expect("valid").keep_cpus_awake);
     let network = |t: &Trial| t.cell % 2;
     // Random: a round per repetition, each network once in it, its trials together.
     for seed in 0..20 {
@@ -283,7 +289,7 @@ args = "-l {distance.b}x"
     assert_eq!(s.networks(&cells), [0, 1]);
 }
 
-/// Each refusal: what is wrong, and where (line, column)./// Each refusal: what is wrong, and where (line, column).
+/// Each refusal: what is wrong, and where (line, column).
 #[test]
 fn every_refusal_names_its_place_and_its_reason() {
     let step = "[[step]]\nkind = \"test\"\nargs = \"h\"\n";
@@ -413,6 +419,16 @@ fn every_refusal_names_its_place_and_its_reason() {
             format!("name = \"x\"\n[[link]]\nname = \"b\"\nrate = \"1M\"\n{step}"),
             "a [[link]] changes a link of the topology, but the study has no topology",
             2,
+        ),
+        (
+            format!("name = \"x\"\nkeep_cpus_awake = true\n{step}"),
+            "keep_cpus_awake holds the CPUs awake for a topology's emulator, but the study has no topology",
+            2,
+        ),
+        (
+            format!("name = \"x\"\ntopology = \"t.toml\"\nkeep_cpus_awake = \"yes\"\n{step}"),
+            "invalid type: string \"yes\", expected a boolean",
+            3,
         ),
         (
             format!("name = \"x\"\ntopology = \"t.toml\"\n[[link]]\nrate = \"1M\"\n{step}"),

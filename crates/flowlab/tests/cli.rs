@@ -283,6 +283,26 @@ fn sysinfo_describes_this_machine() {
         Ok(mask) => assert_eq!(lo["rps_cpus"][0], mask.trim(), "{lo}"),
         Err(_) => assert!(lo.get("rps_cpus").is_none(), "{lo}"),
     }
+    // How idle CPUs sleep, as sysfs reads; absent where it cannot be read.
+    match std::fs::read_to_string("/sys/devices/system/cpu/cpuidle/current_driver") {
+        Ok(driver) => assert_eq!(v["cpuidle_driver"], driver.trim(), "{v}"),
+        Err(_) => assert!(v.get("cpuidle_driver").is_none(), "{v}"),
+    }
+    // The CPU latency request in force: there exactly when the device can be read here
+    // (root only), and a latency the kernel can hold. (Machine-wide, so another process
+    // may change it between the two reads: its value is not compared.)
+    let readable = std::fs::File::open(flowlab_proto::system::CPU_LATENCY_DEVICE).is_ok();
+    match v.get("cpu_latency_us") {
+        Some(held) => {
+            assert!(readable, "{v}");
+            let held = held.as_i64().expect("an integer");
+            assert!(
+                (0..=flowlab_proto::system::NO_CPU_LATENCY_REQUEST).contains(&held),
+                "{held}"
+            );
+        }
+        None => assert!(!readable, "{v}"),
+    }
     let text = flowlab().arg("sysinfo").output().expect("runs");
     assert_success(&text);
     let text = String::from_utf8_lossy(&text.stdout);

@@ -47,15 +47,8 @@ fn is_root() -> bool {
     support::is_root_with_ip("the net tests")
 }
 
+use support::NetDown as Down;
 use support::namespaces_of;
-
-/// Runs `flowlab net down NAME` when dropped.
-struct Down(&'static str);
-impl Drop for Down {
-    fn drop(&mut self) {
-        let _ = flowlab().args(["net", "down", self.0]).output();
-    }
-}
 
 /// h1 and h3 on a switch behind r1; h2 behind r2; r1–r2 limited to 50 Mbit/s.
 fn small(name: &str, dir: &Path) -> std::path::PathBuf {
@@ -320,23 +313,19 @@ fn the_netem_backend_is_used_where_present_and_refused_where_not() {
 }
 
 /// `--keep-cpus-awake`: the emulator holds a CPU latency request of 0 µs while it runs
-/// (the kernel's /dev/cpu_dma_latency reads the least request held), `net status` and
-/// `net check` say so, and the request goes with the topology; without the flag none is
-/// held, and a topology with nothing to emulate refuses the flag, naming it.
+/// (the kernel's /dev/cpu_dma_latency reads the least request held), `net status`,
+/// `net check` and `sysinfo` (every result's machine state) say so, and the request goes
+/// with the topology; without the flag none is held, and a topology with nothing to
+/// emulate refuses the flag, naming it.
 #[test]
 fn the_emulator_keeps_the_cpus_awake_only_when_asked_and_only_while_it_runs() {
     let Some(_serial) = root_and_serial() else {
         return;
     };
-    let latency = flowlab_net::awake::cpu_latency_us;
-    let Some(before) = latency() else {
-        support::skip("this kernel has no /dev/cpu_dma_latency (PM QoS)");
+    let latency = flowlab_engine::sysinfo::cpu_latency_us;
+    let Some(before) = support::cpu_latency_before_holding() else {
         return;
     };
-    if before == 0 {
-        support::skip("another process holds the CPUs awake already: nothing to tell apart");
-        return;
-    }
     let dir = tempfile::tempdir().expect("tmp");
     let two = |name: &str, link: &str| {
         let text = format!(
@@ -360,8 +349,39 @@ fn the_emulator_keeps_the_cpus_awake_only_when_asked_and_only_while_it_runs() {
     // Asked for: held while the emulator runs, and said.
     let delayed = two("tawak2", r#"delay = "1ms""#);
     let _awake = Down("tawak2");
-    up(&delayed, &["--backend", "userspace", "--keep-cpus-awake"]);
+    let out = flowlab()
+        .args(["net", "up", "--backend", "userspace", "--keep-cpus-awake"])
+        .arg(&delayed)
+        .output()
+        .expect("up");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    // Said where the request changes nothing: a kernel without a cpuidle driver halts
+    // idle CPUs whatever is requested.
+    let driver = std::fs::read_to_string(flowlab_proto::system::CPUIDLE_DRIVER_FILE);
+    assert_eq!(
+        err.contains("keeping the CPUs awake changes nothing here"),
+        driver.is_ok_and(|d| d.trim() == "none"),
+        "{err}"
+    );
     assert_eq!(latency(), Some(0), "held while the topology is up");
+    // And every result made meanwhile records it (the machine state of `start.system`).
+    let system = flowlab()
+        .args(["sysinfo", "--json"])
+        .output()
+        .expect("sysinfo");
+    assert!(system.status.success());
+    let system: serde_json::Value = serde_json::from_slice(&system.stdout).expect("JSON");
+    assert_eq!(system["cpu_latency_us"], 0, "{system}");
+    let system = flowlab().arg("sysinfo").output().expect("sysinfo");
+    assert!(system.status.success());
+    let system = String::from_utf8_lossy(&system.stdout);
+    assert!(
+        system.lines().any(|l| l
+            .strip_prefix("cpu latency request (PM QoS)")
+            .is_some_and(|v| v.trim_start().starts_with("0 µs (held by a process"))),
+        "{system}"
+    );
     let status = flowlab().args(["net", "status"]).output().expect("status");
     let status = String::from_utf8_lossy(&status.stdout);
     assert!(status.contains("CPUs kept awake"), "{status}");

@@ -667,6 +667,45 @@ fn nodes_and_paths_are_checked_before_anything_is_built() {
         "{}",
         text(&out)
     );
+    // Keeping the CPUs awake needs an emulator in every network the study builds:
+    // small.toml has no delay, and a cell may take it away.
+    let awake = |study_text: String| {
+        study_text.replace(
+            "topology = \"net.toml\"",
+            "topology = \"net.toml\"\nkeep_cpus_awake = true",
+        )
+    };
+    let delayed = |delays: &str| {
+        awake(study("node = \"h2\"", "from = \"h1\"")).replace(
+            "[[server]]",
+            &format!(
+                "[params]\nd = [{delays}]\n[[link]]\nname = \"wan\"\ndelay = \"{{d}}\"\n[[server]]"
+            ),
+        )
+    };
+    for (study_text, says) in [
+        (
+            awake(study("node = \"h2\"", "from = \"h1\"")),
+            "net.toml) has delay, jitter or loss, so there is no emulator to keep the CPUs awake for",
+        ),
+        (
+            delayed("\"2ms\", \"0ms\""),
+            "net.toml), cell d=0ms, has delay, jitter or loss",
+        ),
+    ] {
+        let path = write_study(dir.path(), &study_text);
+        let out = run(dir.path(), &["--dry-run", path.to_str().expect("utf-8")]);
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+        assert!(
+            text(&out).contains("keep_cpus_awake: no link of topology small ("),
+            "{}",
+            text(&out)
+        );
+        assert!(text(&out).contains(says), "want {says}\ngot {}", text(&out));
+    }
+    let path = write_study(dir.path(), &delayed("\"2ms\", \"5ms\""));
+    let out = run(dir.path(), &["--dry-run", path.to_str().expect("utf-8")]);
+    assert!(out.status.success(), "{}", text(&out));
     // A valid one shows the path's real address in its plan, and whose it is.
     let path = write_study(dir.path(), &study("node = \"h2\"", "from = \"h1\""));
     let out = run(dir.path(), &["--dry-run", path.to_str().expect("utf-8")]);

@@ -1,6 +1,7 @@
 //! The studies shipped in studies/: each one checks, runs at a small scale (two
-//! repetitions of each cell), and its report builds with a table per metric. And a study on a topology: brought up, its
-//! group's steps started together, taken down.
+//! repetitions of each cell), and its report builds with a table per metric. And a study
+//! on a topology: brought up, its group's steps started together, taken down; with
+//! `keep_cpus_awake`, the CPUs held awake while it runs.
 
 mod support;
 
@@ -311,9 +312,34 @@ fn a_study_builds_each_cells_network_with_its_link_values() {
     }
     // A topology that is up already cannot take a study's link values: refused, and
     // left as it was.
+    let (err, still_up, ()) = run_again_while_up(dir.path(), "stlnk", &[], || ());
+    assert!(
+        err.contains("topology stlnk is up already, but the study changes its links"),
+        "{err}"
+    );
+    assert!(still_up, "the topology that was up stays up");
+    assert!(
+        !dir.path().join("again.db").exists(),
+        "refused before the database"
+    );
+}
+
+/// Brings topology `name` (`name`.toml in `dir`) up with `up_args`, runs `dir`'s
+/// study.toml into again.db, which must be refused, and takes the topology down again:
+/// what the run said, whether the topology was still up after it, and what `during`
+/// found while it was.
+fn run_again_while_up<T>(
+    dir: &std::path::Path,
+    name: &str,
+    up_args: &[&str],
+    during: impl FnOnce() -> T,
+) -> (String, bool, T) {
+    let file = format!("{name}.toml");
     let up = flowlab()
-        .current_dir(dir.path())
-        .args(["net", "up", "stlnk.toml"])
+        .current_dir(dir)
+        .args(["net", "up"])
+        .args(up_args)
+        .arg(&file)
         .timeout(Duration::from_secs(60))
         .output()
         .expect("net up");
@@ -323,24 +349,114 @@ fn a_study_builds_each_cells_network_with_its_link_values() {
         String::from_utf8_lossy(&up.stderr)
     );
     let out = flowlab()
-        .current_dir(dir.path())
+        .current_dir(dir)
         .args(["run", "study.toml", "--db", "again.db"])
         .timeout(Duration::from_secs(60))
         .output()
         .expect("run");
-    let err = String::from_utf8_lossy(&out.stderr).to_string();
-    let still_up = !namespaces_of("stlnk").is_empty();
+    let still_up = !namespaces_of(name).is_empty();
+    let found = during();
     let down = flowlab()
-        .current_dir(dir.path())
-        .args(["net", "down", "stlnk.toml"])
+        .current_dir(dir)
+        .args(["net", "down", &file])
         .timeout(Duration::from_secs(60))
         .output()
         .expect("net down");
     assert!(down.status.success());
-    assert!(!out.status.success());
+    assert!(!out.status.success(), "refused");
+    (
+        String::from_utf8_lossy(&out.stderr).to_string(),
+        still_up,
+        found,
+    )
+}
+
+/// A two-host topology whose link delays (so the user-space emulator runs it), and a
+/// study on it that asks for the CPUs to be kept awake.
+const AWAKE_TOPOLOGY: &str =
+    "name = \"stawk\"\nhosts = [\"a\", \"b\"]\n[[link]]\nends = [\"a\", \"b\"]\ndelay = \"1ms\"\n";
+const AWAKE_STUDY: &str = r#"
+name = "awake"
+topology = "stawk.toml"
+keep_cpus_awake = true
+[[server]]
+name = "b"
+node = "b"
+[[step]]
+kind = "test"
+from = "a"
+args = "{b.host} -p {b.port} -t 2"
+"#;
+
+#[test]
+fn a_study_that_keeps_the_cpus_awake_holds_them_only_while_it_runs() {
+    if !root() {
+        return;
+    }
+    // Alone: the CPUs held awake and the emulator's spinning would change what the other
+    // tests of this binary measure.
+    let _alone = RUNS.write().unwrap_or_else(|e| e.into_inner());
+    let _down = support::NetDown("stawk");
+    let latency = flowlab_engine::sysinfo::cpu_latency_us;
+    let Some(before) = support::cpu_latency_before_holding() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("stawk.toml"), AWAKE_TOPOLOGY).expect("write");
+    std::fs::write(dir.path().join("study.toml"), AWAKE_STUDY).expect("write");
+    let said = dir.path().join("said.txt");
+    let said_file = std::fs::File::create(&said).expect("said");
+    let mut runner = std::process::Command::new(assert_cmd::cargo::cargo_bin("flowlab"))
+        .current_dir(dir.path())
+        .args(["run", "study.toml"])
+        .stderr(said_file.try_clone().expect("said"))
+        .stdout(said_file)
+        .spawn()
+        .expect("run");
+    // Watched while it runs: held at 0 µs at some point (the test step lasts 2 s).
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let mut held = false;
+    let status = loop {
+        held |= latency() == Some(0);
+        if let Some(status) = runner.try_wait().expect("wait") {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = runner.kill();
+            panic!("the study did not end within 120 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let said = std::fs::read_to_string(&said).expect("said");
+    assert!(status.success(), "{said}");
+    assert!(said.contains("study awake: 1 ok, 0 failed"), "{said}");
+    assert!(held, "the CPUs were never held awake while the study ran");
+    // Said where it changes nothing (no cpuidle driver: idle CPUs halt regardless).
+    let driver = std::fs::read_to_string(flowlab_proto::system::CPUIDLE_DRIVER_FILE);
+    assert_eq!(
+        said.contains("note: keep_cpus_awake: this machine has no cpuidle driver"),
+        driver.is_ok_and(|d| d.trim() == "none"),
+        "{said}"
+    );
+    assert_eq!(latency(), Some(before), "let go with the topology");
+    assert!(namespaces_of("stawk").is_empty(), "taken down");
+
+    // Up already without the flag: refused before anything runs (no database made),
+    // and the topology and the CPUs left as they were.
+    let (err, still_up, unheld) =
+        run_again_while_up(dir.path(), "stawk", &["--backend", "userspace"], || {
+            latency() == Some(before)
+        });
     assert!(
-        err.contains("topology stlnk is up already, but the study changes its links"),
+        err.contains(
+            "topology stawk is up without --keep-cpus-awake, and the study asks for keep_cpus_awake"
+        ),
         "{err}"
     );
     assert!(still_up, "the topology that was up stays up");
+    assert!(unheld, "nothing held for a refused study");
+    assert!(
+        !dir.path().join("again.db").exists(),
+        "refused before the database"
+    );
 }

@@ -33,7 +33,7 @@ pub use down::{down, status};
 pub use files::{emulator_trouble, state, state_dir, stats_file};
 pub use processes::emulators;
 pub use shaping::{DEFAULT_QUEUE, PACKET_BYTES, shaping};
-pub use up::up;
+pub use up::{has_emulated_links, up};
 
 /// Why building or removing a topology failed.
 #[derive(Debug, thiserror::Error)]

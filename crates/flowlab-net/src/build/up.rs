@@ -16,6 +16,18 @@ use super::{
 use crate::forward::{EmulatedLink, LineSpec};
 use crate::topology::{Kind, Link, Plan, Topology};
 
+/// Whether link `l` needs more than tbf (delay, jitter or loss, either way): netem or
+/// the user-space emulator.
+fn is_emulated(l: &Link) -> bool {
+    needs_emulation(&l.a_to_b) || needs_emulation(&l.b_to_a)
+}
+
+/// Whether some link of `t` needs emulating: without one, `up` starts no emulator (and
+/// refuses [`UpOptions::keep_cpus_awake`]).
+pub fn has_emulated_links(t: &Topology) -> bool {
+    t.links.iter().any(is_emulated)
+}
+
 /// Builds `t`. On failure everything created so far is removed again. Returns what was
 /// built.
 pub fn up(t: &Topology, dir: &Path, opts: &UpOptions) -> Result<State, NetError> {
@@ -27,7 +39,7 @@ pub fn up(t: &Topology, dir: &Path, opts: &UpOptions) -> Result<State, NetError>
         .links
         .iter()
         .enumerate()
-        .filter(|(_, l)| needs_emulation(&l.a_to_b) || needs_emulation(&l.b_to_a))
+        .filter(|(_, l)| is_emulated(l))
         .map(|(i, _)| i)
         .collect();
     let backend = if emulated.is_empty() {

@@ -20,6 +20,21 @@ pub fn system(s: &flowlab_proto::system::SystemInfo) -> String {
     let n = |v: Option<u64>| v.map_or_else(unknown, |v| v.to_string());
     line("kernel", or_unknown(&s.kernel));
     line("cpus", n(s.cpus));
+    line("cpuidle driver", or_unknown(&s.cpuidle_driver));
+    line(
+        "cpu latency request (PM QoS)",
+        match s.cpu_latency_us {
+            None => "? (root only)".into(),
+            Some(v) if v >= flowlab_proto::system::NO_CPU_LATENCY_REQUEST => "none held".into(),
+            Some(0) => {
+                "0 µs (held by a process: idle CPUs poll, every wake-up on the machine sooner)"
+                    .into()
+            }
+            Some(v) => {
+                format!("{v} µs (held by a process: idle CPUs use only states that exit within it)")
+            }
+        },
+    );
     line(
         "congestion control",
         format!(
@@ -65,4 +80,34 @@ pub fn system(s: &flowlab_proto::system::SystemInfo) -> String {
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use flowlab_proto::system::{NO_CPU_LATENCY_REQUEST, SystemInfo};
+
+    /// The CPU latency request line, as `system` prints it for `held`.
+    fn latency_line(held: Option<i64>) -> String {
+        let s = SystemInfo {
+            cpu_latency_us: held,
+            ..SystemInfo::default()
+        };
+        super::system(&s)
+            .lines()
+            .find(|l| l.starts_with("cpu latency request (PM QoS)"))
+            .expect("the line")
+            .to_string()
+    }
+
+    #[test]
+    fn the_cpu_latency_request_is_said_in_words() {
+        assert!(latency_line(None).ends_with("  ? (root only)"));
+        assert!(latency_line(Some(NO_CPU_LATENCY_REQUEST)).ends_with("  none held"));
+        assert!(latency_line(Some(0)).ends_with(
+            "  0 µs (held by a process: idle CPUs poll, every wake-up on the machine sooner)"
+        ));
+        assert!(latency_line(Some(100)).ends_with(
+            "  100 µs (held by a process: idle CPUs use only states that exit within it)"
+        ));
+    }
 }

@@ -223,6 +223,34 @@ pub fn is_root_with_ip(what: &str) -> bool {
     is_root(&format!("{what} (CAP_NET_ADMIN)")) && require_tool("ip") && require_tool("tc")
 }
 
+/// The CPU latency request in force before a test holds the CPUs awake, where holding
+/// can be told apart; otherwise None, the test skipping with why: no PM QoS device, or
+/// another process holding the CPUs awake already.
+pub fn cpu_latency_before_holding() -> Option<i32> {
+    let Some(before) = flowlab_engine::sysinfo::cpu_latency_us() else {
+        skip("this kernel has no /dev/cpu_dma_latency (PM QoS)");
+        return None;
+    };
+    if before == 0 {
+        skip("another process holds the CPUs awake already: nothing to tell apart");
+        return None;
+    }
+    Some(before)
+}
+
+/// Runs `flowlab net down NAME` when dropped: a topology a test brought up is taken
+/// down (its emulator, and what it holds, gone) however the test ends.
+pub struct NetDown(pub &'static str);
+
+impl Drop for NetDown {
+    fn drop(&mut self) {
+        let _ = assert_cmd::Command::cargo_bin("flowlab")
+            .expect("the flowlab binary")
+            .args(["net", "down", self.0])
+            .output();
+    }
+}
+
 /// The network namespaces of topology `topo` that exist now.
 pub fn namespaces_of(topo: &str) -> Vec<String> {
     let out = std::process::Command::new("ip")

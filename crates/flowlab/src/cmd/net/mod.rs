@@ -192,6 +192,11 @@ fn load_topology(file: &Path) -> anyhow::Result<Topology> {
 
 /// How `up` builds: as `backend` asks, with this binary as the user-space emulator.
 fn up_options(backend: &BackendArg) -> anyhow::Result<build::UpOptions> {
+    if backend.keep_cpus_awake {
+        if let Some(why) = flowlab_net::awake::changes_nothing_here() {
+            eprintln!("note: --keep-cpus-awake: {why}");
+        }
+    }
     Ok(build::UpOptions {
         backend: backend.backend,
         emulator: crate::cmd::own_binary().context("finding flowlab's own binary")?,

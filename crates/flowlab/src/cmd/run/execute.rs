@@ -23,6 +23,15 @@ use crate::cmd::{emit, emit_json};
 pub fn execute(p: &Prepared, a: &Args) -> anyhow::Result<RunSummary> {
     let (study, dir, trials, pause) = (&p.study, &p.dir, &p.trials, p.pause);
     let plan = &p.plan;
+    // Checked before anything is written (checked again as each network comes up).
+    if let Some(net) = &p.net {
+        topology::refuse_if_unusable(net, study)?;
+    }
+    if study.keep_cpus_awake {
+        if let Some(why) = flowlab_net::awake::changes_nothing_here() {
+            eprintln!("note: keep_cpus_awake: {why}");
+        }
+    }
     let mut db = Db::open(&a.db)?;
     let row = db.study(&study.name, &p.text, p.plan.seed)?;
     let system = serde_json::to_string(&flowlab_engine::sysinfo::collect())?;
@@ -197,7 +206,7 @@ impl Site {
         self.running.clear();
         self.up = None;
         if let Some(net) = &p.net {
-            let up = topology::up(net, network, !p.study.links.is_empty())?;
+            let up = topology::up(net, network, &p.study)?;
             if first && !up.ours() {
                 eprintln!(
                     "note: topology {} is up already: the study uses it as it is and leaves it up",

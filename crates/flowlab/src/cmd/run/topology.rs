@@ -44,7 +44,8 @@ impl Net {
 
     /// Makes each network of `cells` (numbered by `network`, from
     /// [`Study::networks`]): the file's topology with the cell's `[[link]]` values.
-    /// Refuses a link the topology lacks or a value it would refuse, naming the cell.
+    /// Refuses a link the topology lacks or a value it would refuse, naming the cell,
+    /// and, when the study keeps the CPUs awake, a network with nothing to emulate.
     pub fn shape(
         &mut self,
         study: &Study,
@@ -61,6 +62,18 @@ impl Net {
                 topo.set_link(&link, &key, &value).map_err(|e| {
                     format!("[[link]] '{link}', cell {}: {e}", study.cell_label(cell))
                 })?;
+            }
+            if study.keep_cpus_awake && !build::has_emulated_links(&topo) {
+                let whose = if study.links.is_empty() {
+                    String::new()
+                } else {
+                    format!(", cell {},", study.cell_label(cell))
+                };
+                return Err(format!(
+                    "keep_cpus_awake: no link of topology {} ({}){whose} has delay, jitter or loss, so there is no emulator to keep the CPUs awake for",
+                    topo.name,
+                    self.file.display()
+                ));
             }
             self.networks.push(topo);
         }
@@ -170,24 +183,46 @@ impl Drop for Up {
     }
 }
 
-/// Brings `net`'s network `network` up, or uses the topology as it is when it is up
-/// already (refused when the study changes its links: they would not be the cell's).
-pub fn up(net: &Net, network: usize, changes_links: bool) -> anyhow::Result<Up> {
+/// Refuses `net`'s topology when it is up already and `study` cannot use it as it is:
+/// the study changes its links (they would not be the cell's), or keeps the CPUs awake
+/// and the topology's emulator does not. Whether it is up: the study uses it as it is.
+pub fn refuse_if_unusable(net: &Net, study: &Study) -> anyhow::Result<bool> {
+    let name = &net.topo.name;
+    let Some(state) = build::state(&build::state_dir(), name) else {
+        return Ok(false);
+    };
+    if !study.links.is_empty() {
+        anyhow::bail!(
+            "topology {name} is up already, but the study changes its links ([[link]]) and must build it itself: take it down first (flowlab net down {})",
+            net.file.display()
+        );
+    }
+    if study.keep_cpus_awake && !state.cpus_kept_awake {
+        anyhow::bail!(
+            "topology {name} is up without --keep-cpus-awake, and the study asks for keep_cpus_awake: take it down first (flowlab net down {}), or bring it up with --keep-cpus-awake",
+            net.file.display()
+        );
+    }
+    Ok(true)
+}
+
+/// Brings `net`'s network `network` up for `study`, or uses the topology as it is when
+/// it is up already ([`refuse_if_unusable`]).
+pub fn up(net: &Net, network: usize, study: &Study) -> anyhow::Result<Up> {
     let name = net.topo.name.clone();
     let dir = build::state_dir();
-    if build::state(&dir, &name).is_some() {
-        if changes_links {
-            anyhow::bail!(
-                "topology {name} is up already, but the study changes its links ([[link]]) and must build it itself: take it down first (flowlab net down {})",
-                net.file.display()
-            );
-        }
+    if refuse_if_unusable(net, study)? {
         return Ok(Up { name, ours: false });
     }
     let opts = UpOptions {
-        backend: build::Backend::Auto,
+        // Only the user-space emulator keeps the CPUs awake.
+        backend: if study.keep_cpus_awake {
+            build::Backend::Userspace
+        } else {
+            build::Backend::Auto
+        },
         emulator: crate::cmd::own_binary().context("finding flowlab's own binary")?,
-        keep_cpus_awake: false,
+        keep_cpus_awake: study.keep_cpus_awake,
     };
     build::up(&net.networks[network], &dir, &opts)
         .with_context(|| format!("bringing up topology {} ({})", name, net.file.display()))?;
