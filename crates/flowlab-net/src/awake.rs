@@ -14,7 +14,7 @@
 use std::fs::File;
 use std::io::{self, Write};
 
-use flowlab_proto::system::{CPU_LATENCY_DEVICE as CPU_LATENCY, CPUIDLE_DRIVER_FILE};
+use flowlab_proto::system::{CPU_LATENCY_DEVICE, CPUIDLE_DRIVER_FILE};
 
 /// Why holding the CPUs awake changes nothing on this machine, when it does not (said
 /// beside `--keep-cpus-awake`): see [`changes_nothing_with`].
@@ -44,10 +44,10 @@ pub struct CpusAwake {
 impl CpusAwake {
     /// Holds the request (root). An error names the device.
     pub fn hold() -> io::Result<Self> {
-        let named = |e: io::Error| io::Error::new(e.kind(), format!("{CPU_LATENCY}: {e}"));
+        let named = |e: io::Error| io::Error::new(e.kind(), format!("{CPU_LATENCY_DEVICE}: {e}"));
         let mut request = File::options()
             .write(true)
-            .open(CPU_LATENCY)
+            .open(CPU_LATENCY_DEVICE)
             .map_err(named)?;
         // The device takes the latency, µs, as a binary 32-bit integer.
         request.write_all(&0i32.to_ne_bytes()).map_err(named)?;

@@ -284,7 +284,7 @@ fn sysinfo_describes_this_machine() {
         Err(_) => assert!(lo.get("rps_cpus").is_none(), "{lo}"),
     }
     // How idle CPUs sleep, as sysfs reads; absent where it cannot be read.
-    match std::fs::read_to_string("/sys/devices/system/cpu/cpuidle/current_driver") {
+    match std::fs::read_to_string(flowlab_proto::system::CPUIDLE_DRIVER_FILE) {
         Ok(driver) => assert_eq!(v["cpuidle_driver"], driver.trim(), "{v}"),
         Err(_) => assert!(v.get("cpuidle_driver").is_none(), "{v}"),
     }

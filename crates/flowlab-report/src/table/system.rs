@@ -26,10 +26,11 @@ pub fn system(s: &flowlab_proto::system::SystemInfo) -> String {
         match s.cpu_latency_us {
             None => "? (root only)".into(),
             Some(v) if v >= flowlab_proto::system::NO_CPU_LATENCY_REQUEST => "none held".into(),
-            Some(0) => {
-                "0 µs (held by a process: idle CPUs poll, every wake-up on the machine sooner)"
-                    .into()
+            // Without a cpuidle driver the kernel halts idle CPUs whatever is requested.
+            Some(v) if s.cpuidle_driver.as_deref() == Some("none") => {
+                format!("{v} µs (held by a process; no effect: no cpuidle driver)")
             }
+            Some(0) => "0 µs (held by a process: idle CPUs stay in their shallowest state, every wake-up on the machine sooner)".into(),
             Some(v) => {
                 format!("{v} µs (held by a process: idle CPUs use only states that exit within it)")
             }
@@ -86,10 +87,11 @@ pub fn system(s: &flowlab_proto::system::SystemInfo) -> String {
 mod tests {
     use flowlab_proto::system::{NO_CPU_LATENCY_REQUEST, SystemInfo};
 
-    /// The CPU latency request line, as `system` prints it for `held`.
-    fn latency_line(held: Option<i64>) -> String {
+    /// The CPU latency request line, as `system` prints it for `held` under `driver`.
+    fn latency_line(held: Option<i64>, driver: Option<&str>) -> String {
         let s = SystemInfo {
             cpu_latency_us: held,
+            cpuidle_driver: driver.map(String::from),
             ..SystemInfo::default()
         };
         super::system(&s)
@@ -101,13 +103,19 @@ mod tests {
 
     #[test]
     fn the_cpu_latency_request_is_said_in_words() {
-        assert!(latency_line(None).ends_with("  ? (root only)"));
-        assert!(latency_line(Some(NO_CPU_LATENCY_REQUEST)).ends_with("  none held"));
-        assert!(latency_line(Some(0)).ends_with(
-            "  0 µs (held by a process: idle CPUs poll, every wake-up on the machine sooner)"
+        let haltpoll = Some("haltpoll");
+        assert!(latency_line(None, haltpoll).ends_with("  ? (root only)"));
+        assert!(latency_line(Some(NO_CPU_LATENCY_REQUEST), haltpoll).ends_with("  none held"));
+        assert!(latency_line(Some(0), haltpoll).ends_with(
+            "  0 µs (held by a process: idle CPUs stay in their shallowest state, every wake-up on the machine sooner)"
         ));
-        assert!(latency_line(Some(100)).ends_with(
+        assert!(latency_line(Some(100), haltpoll).ends_with(
             "  100 µs (held by a process: idle CPUs use only states that exit within it)"
         ));
+        // Held, but nothing to hold: said so.
+        assert!(
+            latency_line(Some(0), Some("none"))
+                .ends_with("  0 µs (held by a process; no effect: no cpuidle driver)")
+        );
     }
 }

@@ -126,6 +126,7 @@ pub fn run(c: Command) -> anyhow::Result<()> {
         Command::Up { file, backend } => {
             let t = load_topology(&file)?;
             let state = build::up(&t, &build::state_dir(), &up_options(&backend)?)?;
+            say_if_holding_changes_nothing(&state);
             let built = flowlab_net::status::built(&state);
             print!("{}", table::net_up(&t.name, t.nodes.len(), &built));
         }
@@ -190,13 +191,18 @@ fn load_topology(file: &Path) -> anyhow::Result<Topology> {
     })
 }
 
-/// How `up` builds: as `backend` asks, with this binary as the user-space emulator.
-fn up_options(backend: &BackendArg) -> anyhow::Result<build::UpOptions> {
-    if backend.keep_cpus_awake {
+/// Once a topology is up with the CPUs held awake: a note when that changes nothing on
+/// this machine (no cpuidle driver).
+fn say_if_holding_changes_nothing(state: &build::State) {
+    if state.cpus_kept_awake {
         if let Some(why) = flowlab_net::awake::changes_nothing_here() {
             eprintln!("note: --keep-cpus-awake: {why}");
         }
     }
+}
+
+/// How `up` builds: as `backend` asks, with this binary as the user-space emulator.
+fn up_options(backend: &BackendArg) -> anyhow::Result<build::UpOptions> {
     Ok(build::UpOptions {
         backend: backend.backend,
         emulator: crate::cmd::own_binary().context("finding flowlab's own binary")?,

@@ -104,6 +104,7 @@ pub fn run(
         (Teardown(None), state)
     } else {
         let state = build::up(&t, &build::state_dir(), &up)?;
+        super::say_if_holding_changes_nothing(&state);
         (Teardown(Some(t.name.clone())), Some(state))
     };
     if load.together && pairs.len() > 1000 {
