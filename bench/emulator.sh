@@ -86,8 +86,8 @@ echo "# machine:  nproc=$(nproc)  kernel=$(uname -r)  cpu=${CPU_MODEL:-?}  netem
 # How idle CPUs sleep, and the CPU latency request in force before the runs: if another
 # process holds the CPUs awake already, the cases without --keep-cpus-awake are not
 # what they say.
-HELD="$("$FLOWLAB" sysinfo --json | python3 -c 'import json, sys; print(json.load(sys.stdin).get("cpu_latency_us", "?"))')"
-echo "# cpuidle:  driver $(cat /sys/devices/system/cpu/cpuidle/current_driver 2>/dev/null || echo '?'); CPU latency request in force $HELD µs (2000000000: none held)"
+read -r DRIVER HELD < <("$FLOWLAB" sysinfo --json | python3 -c 'import json, sys; s = json.load(sys.stdin); print(s.get("cpuidle_driver", "?"), s.get("cpu_latency_us", "?"))')
+echo "# cpuidle:  driver $DRIVER; CPU latency request in force $HELD µs (2000000000: none held)"
 [[ "$HELD" == "2000000000" || "$HELD" == "?" ]] || echo "# WARNING:  a process holds a CPU latency request already: the cases without --keep-cpus-awake run with the CPUs held too"
 echo "# tcp cc:   $(cat /proc/sys/net/ipv4/tcp_congestion_control) (the system's default, which every TCP test here runs)"
 echo "# flowlab:  $("$FLOWLAB" --version) (the checkout: $(checkout_id "$ROOT"); FLOWLAB is built only when missing)"

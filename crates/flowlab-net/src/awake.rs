@@ -14,7 +14,9 @@
 use std::fs::File;
 use std::io::{self, Write};
 
-use flowlab_proto::system::{CPU_LATENCY_DEVICE, CPUIDLE_DRIVER_FILE};
+use flowlab_proto::system::{
+    CPU_LATENCY_DEVICE, CPUIDLE_DRIVER_FILE, idle_ignores_latency_requests,
+};
 
 /// Why holding the CPUs awake changes nothing on this machine, when it does not (said
 /// beside `--keep-cpus-awake`): see [`changes_nothing_with`].
@@ -23,12 +25,11 @@ pub fn changes_nothing_here() -> Option<String> {
     changes_nothing_with(driver.as_deref())
 }
 
-/// Why a latency request changes nothing under cpuidle driver `driver` (as
-/// `current_driver` reads), if it does not: without a driver (`none`) the kernel idles a
-/// CPU by halting it whatever is requested, the request being read by the cpuidle
-/// governors only. (Measured: docs/PERFORMANCE.md, "Keeping the CPUs awake".)
+/// Why a latency request changes nothing under cpuidle driver `driver`, if it does not
+/// ([`idle_ignores_latency_requests`]; measured: docs/PERFORMANCE.md, "On a host without
+/// a cpuidle driver the option changes nothing").
 pub fn changes_nothing_with(driver: Option<&str>) -> Option<String> {
-    (driver.map(str::trim) == Some("none")).then(|| {
+    driver.is_some_and(idle_ignores_latency_requests).then(|| {
         format!(
             "this machine has no cpuidle driver ({CPUIDLE_DRIVER_FILE}: none): an idle CPU halts whatever latency is requested, so keeping the CPUs awake changes nothing here"
         )

@@ -13,6 +13,13 @@ pub const CPU_LATENCY_DEVICE: &str = "/dev/cpu_dma_latency";
 /// Where the kernel names its cpuidle driver ([`SystemInfo::cpuidle_driver`]).
 pub const CPUIDLE_DRIVER_FILE: &str = "/sys/devices/system/cpu/cpuidle/current_driver";
 
+/// Whether CPUs under cpuidle driver `driver` (as `current_driver` reads) idle the same
+/// whatever latency is requested: without a driver (`none`) the kernel halts them, the
+/// request being read by the cpuidle governors only.
+pub fn idle_ignores_latency_requests(driver: &str) -> bool {
+    driver.trim() == "none"
+}
+
 /// The CPU latency in force when no process holds a request, µs (the kernel's
 /// `PM_QOS_CPU_LATENCY_DEFAULT_VALUE`, 2 000 s).
 pub const NO_CPU_LATENCY_REQUEST: i64 = 2_000_000_000;

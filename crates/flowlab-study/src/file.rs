@@ -68,8 +68,8 @@ pub struct Study {
     pub topology: Option<String>,
     /// The topology's links as each cell changes them (`[[link]]`).
     pub links: Vec<LinkChange>,
-    /// The topology's emulator holds the CPUs out of deep idle states while the study
-    /// runs (`flowlab net up --keep-cpus-awake`; needs `topology`).
+    /// The topology's emulator holds the CPUs out of deep idle states while the topology
+    /// is up (`flowlab net up --keep-cpus-awake`; needs `topology`).
     pub keep_cpus_awake: bool,
     pub on_error: OnError,
     /// flowlab commands run once before the servers start (`fragments make …`).

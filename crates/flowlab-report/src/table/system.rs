@@ -26,8 +26,11 @@ pub fn system(s: &flowlab_proto::system::SystemInfo) -> String {
         match s.cpu_latency_us {
             None => "? (root only)".into(),
             Some(v) if v >= flowlab_proto::system::NO_CPU_LATENCY_REQUEST => "none held".into(),
-            // Without a cpuidle driver the kernel halts idle CPUs whatever is requested.
-            Some(v) if s.cpuidle_driver.as_deref() == Some("none") => {
+            Some(v)
+                if s.cpuidle_driver.as_deref().is_some_and(
+                    flowlab_proto::system::idle_ignores_latency_requests,
+                ) =>
+            {
                 format!("{v} µs (held by a process; no effect: no cpuidle driver)")
             }
             Some(0) => "0 µs (held by a process: idle CPUs stay in their shallowest state, every wake-up on the machine sooner)".into(),
