@@ -11,6 +11,7 @@
 //! - [`ping`]: latency probes to a server (`flowlab ping`).
 //! - [`rpm`]: the responsiveness method (`flowlab rpm`).
 //! - [`reach`]: what every client does first: resolve, a session number, admission.
+//! - [`credentials`]: a client's token, and the tickets of an authenticating server.
 //! - [`stream`], `tcp_data`, `udp_data`: the data streams and their threads.
 //! - [`buf`]: the page-aligned buffers their data is copied from and to.
 //! - [`session`]: one side's streams of a test, their snapshots and results.
@@ -25,6 +26,7 @@
 pub mod buf;
 pub mod client;
 pub mod control;
+pub mod credentials;
 pub mod pacing;
 pub mod ping;
 pub mod reach;

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use flowlab_proto::probe::{self, HEADER_LEN, MAX_LEN, MAX_TCP_LEN, Reply, Request};
 use flowlab_report::ping::{PingResult, PingStart, PingSummary, Probe, SCHEMA};
 
+use crate::credentials::ClientAuth;
 use crate::reach::{self, ResolveError};
 use crate::sock;
 
@@ -81,6 +82,9 @@ pub struct PingSpec {
     pub spin: Duration,
     /// `-4`/`-6`: only the server's addresses of this family.
     pub family: Option<flowlab_report::spec::IpFamily>,
+    /// TCP probes to a server that authenticates (`--username`): a token on the first
+    /// connection, the ticket it gives on the others.
+    pub credentials: Option<flowlab_report::spec::Credentials>,
 }
 
 impl PingSpec {
@@ -99,6 +103,7 @@ impl PingSpec {
             until: None,
             spin: Duration::ZERO,
             family: None,
+            credentials: None,
         }
     }
 }
@@ -138,6 +143,8 @@ pub enum PingError {
         address: SocketAddr,
         source: std::io::Error,
     },
+    #[error("authentication: {0}")]
+    Auth(String),
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }
@@ -326,17 +333,32 @@ fn ping_udp(
     })
 }
 
+/// A TCP probe hello for messages of `size` bytes, with a credential when the run has
+/// one.
+fn tcp_hello(size: usize, auth: Option<&ClientAuth>) -> Result<Vec<u8>, PingError> {
+    match auth {
+        None => Ok(probe::tcp_hello(size as u32).to_vec()),
+        Some(a) => probe::tcp_hello_with(size as u32, &a.credential().map_err(PingError::Auth)?)
+            .map_err(|e| PingError::Auth(e.to_string())),
+    }
+}
+
 /// Opens a TCP probe connection for messages of `size` bytes.
-fn open_tcp(address: SocketAddr, size: usize, timeout: Duration) -> Result<TcpStream, PingError> {
+fn open_tcp(
+    address: SocketAddr,
+    size: usize,
+    timeout: Duration,
+    auth: Option<&ClientAuth>,
+) -> Result<TcpStream, PingError> {
+    let hello = tcp_hello(size, auth)?;
     let mut conn = TcpStream::connect_timeout(&address, timeout.max(Duration::from_secs(3)))
         .map_err(|source| PingError::Connect { address, source })?;
     let not_echo = |source| PingError::NotAnEchoServer { address, source };
     conn.set_nodelay(true).map_err(not_echo)?;
     conn.set_read_timeout(Some(timeout)).map_err(not_echo)?;
     sock::enable_rx_timestamps(&conn);
-    conn.write_all(&probe::tcp_hello(size as u32))
-        .map_err(not_echo)?;
-    match reach::read_admission(&mut conn).map_err(not_echo)? {
+    conn.write_all(&hello).map_err(not_echo)?;
+    match reach::read_admission(&mut conn, auth).map_err(not_echo)? {
         Ok(()) => Ok(conn),
         Err(message) => Err(PingError::Busy { address, message }),
     }
@@ -352,8 +374,10 @@ fn ping_tcp(
     stop: &AtomicBool,
     observer: &dyn PingObserver,
 ) -> Result<Run, PingError> {
+    let auth = spec.credentials.clone().map(ClientAuth::new);
+    let auth = auth.as_ref();
     let mut conn = match spec.mode {
-        PingMode::Tcp => Some(open_tcp(address, spec.size, spec.timeout)?),
+        PingMode::Tcp => Some(open_tcp(address, spec.size, spec.timeout, auth)?),
         _ => None,
     };
     let session = reach::session();
@@ -385,11 +409,18 @@ fn ping_tcp(
         match conn.as_mut() {
             None => {
                 // Connect, say hello (so the server does not log a failed handshake),
-                // close.
+                // close; to a server that authenticates, with a credential, and its
+                // admission read (for the ticket it gives) after the time is taken.
                 if let Ok(mut c) = TcpStream::connect_timeout(&address, spec.timeout) {
                     let at = sock::unix_now_ns();
                     p.received_ns = Some(at.saturating_sub(epoch_ns));
-                    let _ = c.write_all(&probe::tcp_hello(1));
+                    let _ = c.write_all(&tcp_hello(1, auth)?);
+                    if auth.is_some() {
+                        let _ = c.set_read_timeout(Some(spec.timeout));
+                        if let Ok(Err(message)) = reach::read_admission(&mut c, auth) {
+                            return Err(PingError::Busy { address, message });
+                        }
+                    }
                 }
             }
             Some(c) => {

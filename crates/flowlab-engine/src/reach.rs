@@ -5,8 +5,11 @@
 use std::io::Read;
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 
+use flowlab_proto::credential::{TICKET_LEN, ticket_of};
 use flowlab_proto::fragment::{Admission, Decoder};
 use flowlab_report::spec::IpFamily;
+
+use crate::credentials::ClientAuth;
 
 /// A server name that gives no address to connect to.
 #[derive(Debug, thiserror::Error)]
@@ -76,8 +79,13 @@ pub(crate) fn session() -> u64 {
 
 /// Reads the admission a server answers a side connection's hello with, one byte at a
 /// time, so that nothing after it is taken from the connection: `Ok(())` when welcome,
-/// `Err(why)` when refused (busy, or denied).
-pub(crate) fn read_admission(c: &mut TcpStream) -> std::io::Result<Result<(), String>> {
+/// `Err(why)` when refused (busy, or denied). `auth` says whether the hello carried a
+/// credential (version 2): then a ticket, or zeros, follows the welcome, and a ticket is
+/// kept in it.
+pub(crate) fn read_admission(
+    c: &mut TcpStream,
+    auth: Option<&ClientAuth>,
+) -> std::io::Result<Result<(), String>> {
     let mut d = Decoder::default();
     let mut b = [0u8; 1];
     let admission = loop {
@@ -88,9 +96,22 @@ pub(crate) fn read_admission(c: &mut TcpStream) -> std::io::Result<Result<(), St
         d.push(&b);
     };
     Ok(match admission {
-        Admission::Welcome => Ok(()),
+        Admission::Welcome => {
+            if let Some(auth) = auth {
+                let mut reply = [0u8; TICKET_LEN];
+                c.read_exact(&mut reply)?;
+                if let Some(k) = ticket_of(&reply) {
+                    auth.keep(k);
+                }
+            }
+            Ok(())
+        }
         Admission::Busy(message) => Err(message),
-        Admission::Denied => Err("refused".into()),
+        Admission::Denied if auth.is_some() => Err("authentication failed".into()),
+        Admission::Denied => Err(
+            "the server authenticates its clients: give --username and --rsa-public-key-path"
+                .into(),
+        ),
     })
 }
 

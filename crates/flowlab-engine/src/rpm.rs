@@ -24,6 +24,7 @@ use flowlab_report::rpm::{
     self, DirectionResult, Idle, Params, Ramp, RpmResult, RpmStart, Sample, Samples,
 };
 
+use crate::credentials::ClientAuth;
 use crate::reach::{self, ResolveError};
 use crate::sock;
 
@@ -68,6 +69,9 @@ pub struct RpmSpec {
     pub idle_probes: usize,
     /// `-4`/`-6`: only the server's addresses of this family.
     pub family: Option<flowlab_report::spec::IpFamily>,
+    /// For a server that authenticates (`--username`): a token on the first
+    /// connection, the ticket it gives on the others.
+    pub credentials: Option<flowlab_report::spec::Credentials>,
 }
 
 impl RpmSpec {
@@ -80,6 +84,7 @@ impl RpmSpec {
             congestion: None,
             idle_probes: 10,
             family: None,
+            credentials: None,
         }
     }
 }
@@ -120,6 +125,8 @@ pub enum RpmError {
     },
     #[error("starting a thread: {0}")]
     Thread(std::io::Error),
+    #[error("authentication: {0}")]
+    Auth(String),
 }
 
 /// How long a probe's reply is waited for before the prober gives up on it (it is then
@@ -136,6 +143,10 @@ pub fn run(
 ) -> Result<RpmResult, RpmError> {
     let address = reach::addresses(&spec.host, spec.port, spec.family)?[0];
     let started_unix = sock::unix_now_ns() as f64 / 1e9;
+    let auth = spec
+        .credentials
+        .clone()
+        .map(|c| Arc::new(ClientAuth::new(c)));
     // Idle: foreign probes one after the other, with nothing else running.
     let epoch = Instant::now();
     let mut idle = Samples::default();
@@ -143,10 +154,11 @@ pub fn run(
         if stop.load(Ordering::Acquire) {
             break;
         }
-        let (tcp, request) = foreign_probe(address).map_err(|e| match e {
+        let (tcp, request) = foreign_probe(address, auth.as_deref()).map_err(|e| match e {
             ForeignError::Connect(source) => RpmError::Connect { address, source },
             ForeignError::Busy(message) => RpmError::Refused { address, message },
             ForeignError::Io(source) => RpmError::NotFlowlab { address, source },
+            ForeignError::Auth(why) => RpmError::Auth(why),
         })?;
         let t = epoch.elapsed().as_secs_f64();
         idle.tcp_foreign.push(Sample { t, ms: tcp });
@@ -159,7 +171,7 @@ pub fn run(
         if stop.load(Ordering::Acquire) {
             break;
         }
-        match run_load(spec, address, l, stop, observer) {
+        match run_load(spec, address, l, stop, observer, auth.as_ref()) {
             Ok((d, used)) => {
                 congestion = congestion.or(used);
                 observer.done(&d);
@@ -199,6 +211,15 @@ enum ForeignError {
     Connect(std::io::Error),
     Busy(String),
     Io(std::io::Error),
+    Auth(String),
+}
+
+/// A TCP echo hello for 1-byte messages, with a credential when the run has one.
+fn echo_hello(auth: Option<&ClientAuth>) -> Result<Vec<u8>, String> {
+    match auth {
+        None => Ok(probe::tcp_hello(1).to_vec()),
+        Some(a) => probe::tcp_hello_with(1, &a.credential()?).map_err(|e| e.to_string()),
+    }
 }
 
 fn ms(d: Duration) -> f64 {
@@ -207,7 +228,11 @@ fn ms(d: Duration) -> f64 {
 
 /// One foreign probe: connect(2) timed, the echo's hello, then a 1-byte request and its
 /// response timed. Returns (set-up, request) in ms.
-fn foreign_probe(address: SocketAddr) -> Result<(f64, f64), ForeignError> {
+fn foreign_probe(
+    address: SocketAddr,
+    auth: Option<&ClientAuth>,
+) -> Result<(f64, f64), ForeignError> {
+    let hello = echo_hello(auth).map_err(ForeignError::Auth)?;
     let t0 = Instant::now();
     let mut c =
         TcpStream::connect_timeout(&address, PROBE_TIMEOUT).map_err(ForeignError::Connect)?;
@@ -215,8 +240,8 @@ fn foreign_probe(address: SocketAddr) -> Result<(f64, f64), ForeignError> {
     let io = ForeignError::Io;
     c.set_nodelay(true).map_err(io)?;
     c.set_read_timeout(Some(PROBE_TIMEOUT)).map_err(io)?;
-    c.write_all(&probe::tcp_hello(1)).map_err(io)?;
-    reach::read_admission(&mut c)
+    c.write_all(&hello).map_err(io)?;
+    reach::read_admission(&mut c, auth)
         .map_err(io)?
         .map_err(ForeignError::Busy)?;
     let t1 = Instant::now();
@@ -269,7 +294,12 @@ fn open_load(
     direction: Direction,
     congestion: Option<&str>,
     shared: &Arc<Shared>,
+    auth: Option<&ClientAuth>,
 ) -> Result<Arc<LoadConn>, RpmError> {
+    let credential = auth
+        .map(ClientAuth::credential)
+        .transpose()
+        .map_err(RpmError::Auth)?;
     let mut c = TcpStream::connect_timeout(&address, PROBE_TIMEOUT)
         .map_err(|source| RpmError::Connect { address, source })?;
     let not_flowlab = |source| RpmError::NotFlowlab { address, source };
@@ -282,12 +312,13 @@ fn open_load(
     c.set_nodelay(true).map_err(not_flowlab)?;
     c.set_read_timeout(Some(PROBE_TIMEOUT))
         .map_err(not_flowlab)?;
-    let hello = load::hello(direction, congestion).map_err(|e| RpmError::Refused {
-        address,
-        message: format!("congestion control {congestion:?}: {e}"),
-    })?;
+    let hello =
+        load::hello(direction, congestion, credential.as_ref()).map_err(|e| RpmError::Refused {
+            address,
+            message: format!("congestion control {congestion:?}: {e}"),
+        })?;
     c.write_all(&hello).map_err(not_flowlab)?;
-    reach::read_admission(&mut c)
+    reach::read_admission(&mut c, auth)
         .map_err(not_flowlab)?
         .map_err(|message| RpmError::Refused { address, message })?;
     let _ = c.set_read_timeout(Some(Duration::from_millis(200)));
@@ -432,6 +463,7 @@ fn run_load(
     l: Load,
     stop: &AtomicBool,
     observer: &dyn RpmObserver,
+    auth: Option<&Arc<ClientAuth>>,
 ) -> Result<(DirectionResult, Option<String>), RpmError> {
     let p = spec.params;
     let (answered_tx, answered_rx) = mpsc::channel();
@@ -448,7 +480,7 @@ fn run_load(
     let open = |n: usize| -> Result<(), RpmError> {
         for _ in 0..n {
             for &d in l.directions() {
-                let c = open_load(address, d, cc, &shared)?;
+                let c = open_load(address, d, cc, &shared, auth.map(|a| &**a))?;
                 conns.lock().unwrap_or_else(PoisonError::into_inner).push(c);
             }
         }
@@ -459,11 +491,12 @@ fn run_load(
         let gap = Duration::from_secs_f64(1.0 / f64::from(p.max_probes_per_second.max(1)));
         let foreign = {
             let shared = Arc::clone(&shared);
+            let auth = auth.cloned();
             spawn("flowlab-rpm-foreign", move || {
                 while !shared.done.load(Ordering::Acquire) {
                     let start = Instant::now();
                     let t = shared.t();
-                    if let Ok((tcp, request)) = foreign_probe(address) {
+                    if let Ok((tcp, request)) = foreign_probe(address, auth.as_deref()) {
                         shared.push(|s| {
                             s.tcp_foreign.push(Sample { t, ms: tcp });
                             s.request_foreign.push(Sample { t, ms: request });

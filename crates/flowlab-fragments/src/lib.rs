@@ -7,8 +7,11 @@
 //! - [`fetch`]: the client, by ratio or adaptively, verified and resumable.
 //! - [`schedule`]: which server fetches which fragment (sans-IO).
 //! - [`serve`]: the fragment service on the test port.
+//! - `connections`: its connections, bounded, the silent ones first to go.
 
 pub mod fetch;
 pub mod manifest;
 pub mod schedule;
 pub mod serve;
+
+mod connections;

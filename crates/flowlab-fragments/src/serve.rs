@@ -5,12 +5,15 @@
 //! sending each fragment with `sendfile(2)` straight from the page cache. Only fragments
 //! of the served set can be read: a requested name must pass
 //! [`flowlab_proto::fragment::check_name`], be in the manifest, and open — relative to
-//! the directory, without following symlinks — as a regular file of the manifest's size.
+//! the directory, without following symlinks and without blocking (a FIFO put in a
+//! fragment's place would hang `open(2)`) — as a regular file of the manifest's size.
 //!
 //! A connection is served only after its hello (whole by the server's handshake
 //! deadline) carries the service's token, when it has one, and while the service holds
-//! fewer than its limit of connections, in all and from the client's source; each
-//! connection costs two threads for as long as it lasts.
+//! fewer than its limit of connections from the client's source; when every place is
+//! taken, the oldest connection that has requested nothing makes room
+//! (`connections.rs`). Each connection costs two threads for as long as it lasts,
+//! and must send its first request within [`FIRST_REQUEST`].
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
@@ -24,12 +27,13 @@ use std::time::Duration;
 
 use flowlab_engine::control;
 use flowlab_engine::pacing::Pacer;
-use flowlab_engine::server::{ConnectionHandler, Greeting, Places};
+use flowlab_engine::server::{ConnectionHandler, Greeting};
 use flowlab_proto::fragment::{
     Admission, Decoder, HELLO_HEAD, MAGIC, MAX_MANIFEST_LEN, Reply, Request, check_name,
     hello_token_len,
 };
 
+use crate::connections::{Connections, Place};
 use crate::manifest::{Manifest, ManifestError, hex32};
 
 /// Requests a client may have queued on one connection; more wait in its socket.
@@ -38,6 +42,11 @@ const QUEUE: usize = 1024;
 /// closed: longer than `--idle-timeout`, because a fetching client's connection to a
 /// fast server legitimately waits while a slow server sends the last fragments.
 const SILENT_CLIENT: Duration = Duration::from_secs(300);
+/// How long a new connection has to send its first request: `flowlab fetch` opens every
+/// connection to every server before it requests anything, and gives up on a server
+/// that does not answer within its connect timeout (5 s), so a fetch from a few servers
+/// one of which is down asks within this.
+pub const FIRST_REQUEST: Duration = Duration::from_secs(30);
 /// Bytes per `sendfile` call when the connection is rate-limited (pacing granularity).
 const PACED_CHUNK: usize = 64 * 1024;
 /// Shortest token a service accepts: anything shorter could be guessed.
@@ -52,6 +61,8 @@ enum Refusal {
     NotInSet,
     #[error("cannot open: {0}")]
     Open(nix::Error),
+    #[error("not a regular file")]
+    NotAFile,
     #[error("{0}")]
     Stat(#[from] std::io::Error),
     #[error("changed on disk since the server started")]
@@ -74,7 +85,7 @@ pub struct FragmentService {
     /// equality is).
     token: Option<blake3::Hash>,
     /// Connections served at once, in all and per source (IPv4 address, IPv6 /64).
-    places: Places,
+    conns: Connections,
 }
 
 /// Why a token cannot be used.
@@ -82,18 +93,6 @@ pub struct FragmentService {
 pub enum TokenError {
     #[error("the token is {0} bytes; it must be {MIN_TOKEN_LEN} to {MAX} bytes", MAX = flowlab_proto::fragment::MAX_TOKEN_LEN)]
     Length(usize),
-}
-
-fn fragment_places(max: usize, per_source: usize) -> Places {
-    Places::new(
-        max,
-        per_source,
-        "fragment connections",
-        [
-            "--max-fragment-connections",
-            "--max-fragment-connections-per-source",
-        ],
-    )
 }
 
 /// Checks a token's length (what `serve --token-file` and `fetch --token-file` read).
@@ -159,7 +158,7 @@ impl FragmentService {
             rate_bps,
             idle_timeout,
             token: None,
-            places: fragment_places(64, 16),
+            conns: Connections::new(64, 16),
         })
     }
 
@@ -173,7 +172,7 @@ impl FragmentService {
     /// Serves at most `max` connections at once, and `per_source` from one source
     /// (defaults: 64 and 16, the most connections one `flowlab fetch` opens to a server).
     pub fn with_limits(mut self, max: usize, per_source: usize) -> FragmentService {
-        self.places = fragment_places(max, per_source);
+        self.conns = Connections::new(max, per_source);
         self
     }
 
@@ -199,22 +198,39 @@ impl FragmentService {
         self.entries.len()
     }
 
-    /// Opens a requested fragment, or says why not.
+    /// Opens a requested fragment, or says why not. Only a regular file is opened, and
+    /// without blocking: whatever has taken a fragment's name (a FIFO, a device, a
+    /// symlink) is refused, not waited on.
     fn open_fragment(&self, name: &str) -> Result<(File, u64, [u8; 32]), Refusal> {
+        use nix::fcntl::{AtFlags, OFlag};
         check_name(name).map_err(Refusal::BadName)?;
         let &(size, hash) = self.entries.get(name).ok_or(Refusal::NotInSet)?;
+        let st = nix::sys::stat::fstatat(self.dir_fd.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW)
+            .map_err(Refusal::Open)?;
+        if nix::sys::stat::SFlag::from_bits_truncate(st.st_mode) & nix::sys::stat::SFlag::S_IFMT
+            != nix::sys::stat::SFlag::S_IFREG
+        {
+            return Err(Refusal::NotAFile);
+        }
+        // Swapped for something else since the look: O_NONBLOCK still keeps open(2)
+        // from waiting on it, and the look at the open file below refuses it.
         let fd = nix::fcntl::openat(
             self.dir_fd.as_fd(),
             name,
-            nix::fcntl::OFlag::O_RDONLY
-                | nix::fcntl::OFlag::O_NOFOLLOW
-                | nix::fcntl::OFlag::O_CLOEXEC,
+            OFlag::O_RDONLY
+                | OFlag::O_NOFOLLOW
+                | OFlag::O_CLOEXEC
+                | OFlag::O_NONBLOCK
+                | OFlag::O_NOCTTY,
             nix::sys::stat::Mode::empty(),
         )
         .map_err(Refusal::Open)?;
         let file = File::from(fd);
         let meta = file.metadata()?;
-        if !meta.is_file() || meta.len() != size {
+        if !meta.is_file() {
+            return Err(Refusal::NotAFile);
+        }
+        if meta.len() != size {
             return Err(Refusal::Changed);
         }
         Ok((file, size, hash))
@@ -248,7 +264,7 @@ impl FragmentService {
             );
             return conn.write_all(&Admission::Denied.encode());
         }
-        let _place = match self.places.take(peer.ip()) {
+        let place = match self.conns.admit(peer.ip(), &conn) {
             Ok(p) => p,
             Err(why) => {
                 greeting.turn_away(&mut conn, peer, why);
@@ -256,10 +272,10 @@ impl FragmentService {
             }
         };
         conn.write_all(&Admission::Welcome.encode())?;
-        self.serve(conn)
+        self.serve(conn, &place)
     }
 
-    fn serve(&self, mut conn: TcpStream) -> std::io::Result<()> {
+    fn serve(&self, mut conn: TcpStream, place: &Place<'_>) -> std::io::Result<()> {
         if self.manifest_frame.len() > MAX_MANIFEST_LEN as usize + 4 {
             return Ok(());
         }
@@ -283,7 +299,10 @@ impl FragmentService {
             std::thread::Builder::new()
                 .name("fragment-requests".into())
                 .spawn(move || {
-                    let _ = conn.set_read_timeout(Some(idle));
+                    // Until the first request, a short deadline; then the long silence a
+                    // fetching client may keep.
+                    let _ = conn.set_read_timeout(Some(FIRST_REQUEST.min(idle)));
+                    let mut asked = false;
                     let mut d = Decoder::default();
                     let mut buf = [0u8; 4096];
                     loop {
@@ -295,6 +314,10 @@ impl FragmentService {
                         loop {
                             match d.next_request() {
                                 Ok(Some(Request::Get(name))) => {
+                                    if !asked {
+                                        asked = true;
+                                        let _ = conn.set_read_timeout(Some(idle));
+                                    }
                                     if tx.send(name).is_err() {
                                         return;
                                     }
@@ -315,7 +338,7 @@ impl FragmentService {
                     }
                 })?
         };
-        let result = self.answer(&mut conn, &rx, &cancelled, pace_here);
+        let result = self.answer(&mut conn, &rx, &cancelled, pace_here, place);
         let _ = conn.shutdown(std::net::Shutdown::Both);
         let _ = reader.join();
         result
@@ -327,10 +350,16 @@ impl FragmentService {
         rx: &Receiver<String>,
         cancelled: &Mutex<HashSet<String>>,
         pace: bool,
+        place: &Place<'_>,
     ) -> std::io::Result<()> {
         // A client that stops reading cannot hold this thread longer than the timeout.
         conn.set_write_timeout(Some(self.idle_timeout))?;
+        let mut asked = false;
         while let Ok(name) = rx.recv() {
+            if !asked {
+                asked = true;
+                place.requested();
+            }
             let was_cancelled = cancelled
                 .lock()
                 .map(|mut c| c.remove(&name))

@@ -39,8 +39,18 @@ pub enum AuthError {
     Skew(i64),
     #[error("user '{0}' is not authorized, or the password is wrong")]
     Denied(String),
-    #[error("too many authentication attempts; this one was not decrypted")]
+    #[error(
+        "too many authentication attempts server-wide (--auth-rate); this one was not decrypted"
+    )]
     RateLimited,
+    #[error(
+        "too many authentication attempts from this address (--auth-rate-per-source); this one was not decrypted"
+    )]
+    SourceRateLimited,
+    #[error("the token was used before (a replay)")]
+    Replayed,
+    #[error("the ticket is unknown, expired, or was issued to another address")]
+    Ticket,
 }
 
 /// Which RSA padding the token is encrypted with.
@@ -109,6 +119,24 @@ pub fn encode_token(
         Padding::Pkcs1v15 => key.encrypt(rng, Pkcs1v15Encrypt, text.as_bytes())?,
     };
     Ok(base64::engine::general_purpose::STANDARD.encode(sealed))
+}
+
+/// A token's ciphertext, or why it cannot be one for a key of `key_len` bytes — a check
+/// that costs no decryption.
+pub fn sealed_of(token: &str, key_len: usize) -> Result<Vec<u8>, AuthError> {
+    let sealed = base64::engine::general_purpose::STANDARD
+        .decode(token.trim())
+        .map_err(|_| AuthError::NotBase64)?;
+    if sealed.len() != key_len {
+        return Err(AuthError::Decrypt);
+    }
+    Ok(sealed)
+}
+
+/// SHA-256 of `bytes`: what a server remembers of a token it accepted (its ciphertext)
+/// or a ticket it issued, so that neither is kept in the clear.
+pub fn fingerprint(bytes: &[u8]) -> [u8; 32] {
+    Sha256::digest(bytes).into()
 }
 
 /// The user, password and time in a token.

@@ -25,4 +25,6 @@ pub enum ProtoError {
     BadFragmentMessage(&'static str),
     #[error("bad latency probe: {0}")]
     BadProbe(&'static str),
+    #[error("bad credential: {0}")]
+    BadCredential(&'static str),
 }

@@ -8,6 +8,7 @@
 //! # Layout
 //! - [`auth`]: iperf3's authentication token and authorized-users file.
 //! - [`cookie`]: the 37-byte test cookie that opens every TCP connection.
+//! - [`credential`]: what an authenticating server's echo and load connections show.
 //! - [`state`]: the one-byte control states of iperf3's protocol, plus flowlab's own.
 //! - [`frame`]: length-prefixed JSON messages on the control connection.
 //! - [`params`]: the test parameters a client sends (iperf3 keys plus a `flowlab` object).
@@ -18,9 +19,11 @@
 //! - [`system`]: the machine state a result was produced on.
 //! - [`fragment`]: requests and replies of the fragment service (`serve --fragments`).
 //! - [`probe`]: latency probes (`flowlab ping`) and the server's echo of them.
+//! - [`load`]: load-generating connections (`flowlab rpm`).
 
 pub mod auth;
 pub mod cookie;
+pub mod credential;
 pub mod fragment;
 pub mod frame;
 pub mod hello;

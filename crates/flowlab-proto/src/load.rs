@@ -4,8 +4,10 @@
 //! version ([`VERSION`]), the direction of the load, `D` (download: the server sends) or
 //! `U` (upload: the client sends), and the congestion control the server's socket should
 //! use: a length byte (0: the server's default; at most [`MAX_CONGESTION_LEN`]) and the
-//! name (`[a-z0-9_]`). The server answers
-//! with an admission byte (the fragment service's: `W`, or `B` + message when busy).
+//! name (`[a-z0-9_]`). Version 2 ([`VERSION_CREDENTIAL`]) adds a credential after the
+//! name ([`crate::credential`]), which a server that authenticates requires. The server
+//! answers with an admission byte (the fragment service's: `W`, `D` when the credential
+//! is refused, or `B` + message when busy), after `W` to version 2 a ticket or zeros.
 //! Then both directions carry frames: a kind byte, a `u32` big-endian length and that
 //! many bytes of payload.
 //!
@@ -23,12 +25,15 @@
 //! draft's "self" probe.
 
 use crate::ProtoError;
+use crate::credential::Credential;
 use crate::probe::HEADER_LEN;
 
 /// First bytes of a load connection.
 pub const MAGIC: [u8; 4] = *b"FLPL";
-/// Load protocol version.
+/// Load protocol version of a hello without a credential.
 pub const VERSION: u8 = 1;
+/// Load protocol version of a hello with a credential after the congestion control.
+pub const VERSION_CREDENTIAL: u8 = 2;
 /// Bytes of the hello before the congestion control's name: magic, version, direction,
 /// the name's length.
 pub const HELLO_LEN: usize = 7;
@@ -62,15 +67,36 @@ impl Direction {
 }
 
 /// The hello of a load connection; `congestion` is the server socket's algorithm (`None`:
-/// the server's default).
-pub fn hello(d: Direction, congestion: Option<&str>) -> Result<Vec<u8>, ProtoError> {
+/// the server's default); with a `credential`, version 2.
+pub fn hello(
+    d: Direction,
+    congestion: Option<&str>,
+    credential: Option<&Credential>,
+) -> Result<Vec<u8>, ProtoError> {
     let name = congestion.unwrap_or("").as_bytes();
     check_congestion(name)?;
+    let version = match credential {
+        Some(_) => VERSION_CREDENTIAL,
+        None => VERSION,
+    };
     let mut h = Vec::with_capacity(HELLO_LEN + name.len());
     h.extend_from_slice(&MAGIC);
-    h.extend_from_slice(&[VERSION, d.byte(), name.len() as u8]);
+    h.extend_from_slice(&[version, d.byte(), name.len() as u8]);
     h.extend_from_slice(name);
+    if let Some(c) = credential {
+        h.extend(c.encode()?);
+    }
     Ok(h)
+}
+
+/// What the first [`HELLO_LEN`] bytes of a load hello say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HelloHead {
+    pub direction: Direction,
+    /// Bytes of the congestion control's name that follow.
+    pub name_len: usize,
+    /// Whether a credential follows the name (version 2).
+    pub credential: bool,
 }
 
 /// Whether `name` can be a congestion control's name.
@@ -85,15 +111,16 @@ pub fn check_congestion(name: &[u8]) -> Result<(), ProtoError> {
     Ok(())
 }
 
-/// The direction a hello's head asks for and the length of the congestion control's
-/// name that follows, or why it is refused.
-pub fn hello_direction(h: &[u8; HELLO_LEN]) -> Result<(Direction, usize), ProtoError> {
+/// What a hello's head asks for, or why it is refused.
+pub fn hello_head(h: &[u8; HELLO_LEN]) -> Result<HelloHead, ProtoError> {
     if h[..4] != MAGIC {
         return Err(ProtoError::BadProbe("not a load hello"));
     }
-    if h[4] != VERSION {
-        return Err(ProtoError::BadProbe("unknown load version"));
-    }
+    let credential = match h[4] {
+        VERSION => false,
+        VERSION_CREDENTIAL => true,
+        _ => return Err(ProtoError::BadProbe("unknown load version")),
+    };
     let d = match h[5] {
         b'D' => Direction::Download,
         b'U' => Direction::Upload,
@@ -103,7 +130,11 @@ pub fn hello_direction(h: &[u8; HELLO_LEN]) -> Result<(Direction, usize), ProtoE
     if len > MAX_CONGESTION_LEN {
         return Err(ProtoError::BadProbe("congestion control name too long"));
     }
-    Ok((d, len))
+    Ok(HelloHead {
+        direction: d,
+        name_len: len,
+        credential,
+    })
 }
 
 /// The head of a data frame of `len` bytes.
@@ -199,26 +230,37 @@ mod tests {
     #[test]
     fn hellos_round_trip_and_strangers_are_refused() {
         let head = |h: &[u8]| -> [u8; HELLO_LEN] { h[..HELLO_LEN].try_into().unwrap() };
+        let at = |direction, name_len, credential| {
+            Ok(HelloHead {
+                direction,
+                name_len,
+                credential,
+            })
+        };
         for d in [Direction::Download, Direction::Upload] {
-            let h = hello(d, None).unwrap();
-            assert_eq!(hello_direction(&head(&h)), Ok((d, 0)));
-            let h = hello(d, Some("cubic")).unwrap();
-            assert_eq!(hello_direction(&head(&h)), Ok((d, 5)));
+            let h = hello(d, None, None).unwrap();
+            assert_eq!(hello_head(&head(&h)), at(d, 0, false));
+            let h = hello(d, Some("cubic"), None).unwrap();
+            assert_eq!(hello_head(&head(&h)), at(d, 5, false));
             assert_eq!(&h[HELLO_LEN..], b"cubic");
+            let ticket = Credential::Ticket([3; crate::credential::TICKET_LEN]);
+            let h = hello(d, Some("bbr"), Some(&ticket)).unwrap();
+            assert_eq!(hello_head(&head(&h)), at(d, 3, true));
+            assert_eq!(&h[HELLO_LEN + 3..], ticket.encode().unwrap());
         }
         for bad in ["Cubic", "a b", "sixteen_letters_", "x;"] {
-            assert!(hello(Direction::Upload, Some(bad)).is_err(), "{bad}");
+            assert!(hello(Direction::Upload, Some(bad), None).is_err(), "{bad}");
         }
-        let mut h = head(&hello(Direction::Upload, None).unwrap());
+        let mut h = head(&hello(Direction::Upload, None, None).unwrap());
         h[5] = b'X';
-        assert!(hello_direction(&h).is_err());
-        h = head(&hello(Direction::Upload, None).unwrap());
+        assert!(hello_head(&h).is_err());
+        h = head(&hello(Direction::Upload, None, None).unwrap());
         h[4] = 9;
-        assert!(hello_direction(&h).is_err());
-        h = head(&hello(Direction::Upload, None).unwrap());
+        assert!(hello_head(&h).is_err());
+        h = head(&hello(Direction::Upload, None, None).unwrap());
         h[6] = 16;
-        assert!(hello_direction(&h).is_err());
-        assert!(hello_direction(b"FLPT\x01U\0").is_err());
+        assert!(hello_head(&h).is_err());
+        assert!(hello_head(b"FLPT\x01U\0").is_err());
     }
 
     #[test]

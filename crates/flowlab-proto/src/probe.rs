@@ -19,13 +19,16 @@
 //! | 48– | padding up to the probe's size (the client's `-s`) |
 //!
 //! Over TCP (`flowlab ping --tcp`, `--connect`) a connection opens with a hello:
-//! [`TCP_MAGIC`], the version and a `u32` message size (1 to [`MAX_TCP_LEN`]); the server
-//! answers with an admission byte (the fragment service's: `W`, or `B` + message when
-//! busy), then echoes every message of that size, one at a time. A message of at least
+//! [`TCP_MAGIC`], the version and a `u32` message size (1 to [`MAX_TCP_LEN`]); version 2
+//! ([`TCP_VERSION_CREDENTIAL`]) adds a credential ([`crate::credential`]), which a
+//! server that authenticates requires. The server answers with an admission byte (the
+//! fragment service's: `W`, `D` when the credential is refused, or `B` + message when
+//! busy; after `W` to version 2 a ticket or zeros), then echoes every message of that size, one at a time. A message of at least
 //! [`HEADER_LEN`] bytes that is a request is answered as over UDP (times filled in);
 //! any other message (a 1-byte transaction) is echoed as it came.
 
 use crate::ProtoError;
+use crate::credential::Credential;
 
 /// Magic of a probe request.
 pub const REQUEST: [u8; 4] = *b"FLPQ";
@@ -44,6 +47,9 @@ pub const TCP_HELLO_LEN: usize = 9;
 /// The largest TCP probe message.
 pub const MAX_TCP_LEN: usize = 1 << 20;
 
+/// Version of a TCP probe hello followed by a credential ([`crate::credential`]).
+pub const TCP_VERSION_CREDENTIAL: u8 = 2;
+
 /// A TCP probe connection's hello for messages of `size` bytes.
 pub fn tcp_hello(size: u32) -> [u8; TCP_HELLO_LEN] {
     let mut h = [0u8; TCP_HELLO_LEN];
@@ -53,19 +59,31 @@ pub fn tcp_hello(size: u32) -> [u8; TCP_HELLO_LEN] {
     h
 }
 
-/// The message size a TCP probe hello asks for, or why it is refused.
-pub fn tcp_hello_size(hello: &[u8; TCP_HELLO_LEN]) -> Result<usize, ProtoError> {
+/// A TCP probe hello followed by `credential` (version 2), for a server that
+/// authenticates.
+pub fn tcp_hello_with(size: u32, credential: &Credential) -> Result<Vec<u8>, ProtoError> {
+    let mut h = tcp_hello(size).to_vec();
+    h[4] = TCP_VERSION_CREDENTIAL;
+    h.extend(credential.encode()?);
+    Ok(h)
+}
+
+/// The message size a TCP probe hello asks for and whether a credential follows it, or
+/// why it is refused.
+pub fn tcp_hello_size(hello: &[u8; TCP_HELLO_LEN]) -> Result<(usize, bool), ProtoError> {
     if hello[..4] != TCP_MAGIC {
         return Err(ProtoError::BadProbe("not a TCP probe hello"));
     }
-    if hello[4] != VERSION {
-        return Err(ProtoError::BadProbe("unknown probe version"));
-    }
+    let credential = match hello[4] {
+        VERSION => false,
+        TCP_VERSION_CREDENTIAL => true,
+        _ => return Err(ProtoError::BadProbe("unknown probe version")),
+    };
     let size = u32::from_be_bytes([hello[5], hello[6], hello[7], hello[8]]) as usize;
     if !(1..=MAX_TCP_LEN).contains(&size) {
         return Err(ProtoError::BadProbe("TCP probe size out of range"));
     }
-    Ok(size)
+    Ok((size, credential))
 }
 
 /// What a client puts in a probe.
@@ -194,13 +212,17 @@ mod tests {
 
     #[test]
     fn tcp_hellos_round_trip_and_bad_ones_are_refused() {
-        assert_eq!(tcp_hello_size(&tcp_hello(1)), Ok(1));
-        assert_eq!(tcp_hello_size(&tcp_hello(1 << 20)), Ok(1 << 20));
+        assert_eq!(tcp_hello_size(&tcp_hello(1)), Ok((1, false)));
+        assert_eq!(tcp_hello_size(&tcp_hello(1 << 20)), Ok((1 << 20, false)));
         assert!(tcp_hello_size(&tcp_hello(0)).is_err());
         assert!(tcp_hello_size(&tcp_hello((1 << 20) + 1)).is_err());
-        let mut v2 = tcp_hello(64);
-        v2[4] = 2;
-        assert!(tcp_hello_size(&v2).is_err());
+        let with = tcp_hello_with(64, &Credential::None).unwrap();
+        let head: [u8; TCP_HELLO_LEN] = with[..TCP_HELLO_LEN].try_into().unwrap();
+        assert_eq!(tcp_hello_size(&head), Ok((64, true)));
+        assert_eq!(&with[TCP_HELLO_LEN..], b"N");
+        let mut v3 = tcp_hello(64);
+        v3[4] = 3;
+        assert!(tcp_hello_size(&v3).is_err());
         assert!(tcp_hello_size(b"FLFR\x02\x00\x00\x00\x01").is_err());
     }
 

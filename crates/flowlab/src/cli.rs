@@ -209,6 +209,57 @@ impl FamilyArgs {
     }
 }
 
+/// iperf3's authentication (`--username`), for a server that authenticates its clients.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CredentialArgs {
+    /// Authenticate as this user (iperf3's --username); the password comes from the
+    /// IPERF3_PASSWORD environment variable, or is asked for on the terminal.
+    #[arg(long, value_name = "NAME", requires = "rsa_public_key_path")]
+    pub username: Option<String>,
+    /// The server's RSA public key (PEM), for --username.
+    #[arg(long, value_name = "FILE", requires = "username")]
+    pub rsa_public_key_path: Option<std::path::PathBuf>,
+    /// Encrypt the credentials with PKCS#1 v1.5 padding (iperf3 3.16 and older servers)
+    /// instead of RSA-OAEP.
+    #[arg(long, requires = "username")]
+    pub use_pkcs1_padding: bool,
+}
+
+impl CredentialArgs {
+    /// The credentials, the password read (IPERF3_PASSWORD, or asked for) and the key
+    /// checked; `None` without `--username`.
+    pub fn credentials(&self) -> Result<Option<flowlab_report::spec::Credentials>, Usage> {
+        let (Some(user), Some(key)) = (&self.username, &self.rsa_public_key_path) else {
+            return Ok(None);
+        };
+        let password = password()?;
+        let public_key_pem = std::fs::read_to_string(key)
+            .map_err(|e| Usage(format!("--rsa-public-key-path {}: {e}", key.display())))?;
+        flowlab_proto::auth::public_key_from_pem(&public_key_pem)
+            .map_err(|e| Usage(format!("--rsa-public-key-path {}: {e}", key.display())))?;
+        Ok(Some(flowlab_report::spec::Credentials {
+            user: user.clone(),
+            password,
+            public_key_pem,
+            pkcs1: self.use_pkcs1_padding,
+        }))
+    }
+}
+
+/// The password for `--username`: IPERF3_PASSWORD, as iperf3 reads it, or else asked for
+/// on the terminal without echo.
+fn password() -> Result<String, Usage> {
+    if let Ok(p) = std::env::var("IPERF3_PASSWORD") {
+        return Ok(p);
+    }
+    rpassword::prompt_password("Password: ").map_err(|e| {
+        Usage(format!(
+            "--username: cannot ask for the password ({e}); set it in the IPERF3_PASSWORD \
+             environment variable"
+        ))
+    })
+}
+
 /// Arguments that parse but do not go together, or a value out of range: the message
 /// names the flag. Exits with status 2, as clap's own refusals do.
 #[derive(Debug, thiserror::Error)]

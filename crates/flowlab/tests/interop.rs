@@ -341,6 +341,7 @@ fn authenticating_server(private: &std::path::Path, users: &std::path::Path, pkc
                 padding,
                 Duration::from_secs(10),
                 20,
+                5,
             ),
         )),
         ..flowlab_engine::server::ServerConfig::default()

@@ -122,7 +122,7 @@ pub fn run(
 ) -> Result<TestResult, ClientError> {
     let mut params = spec.to_params();
     if let Some(c) = &spec.credentials {
-        params.authtoken = Some(auth_token(c)?);
+        params.authtoken = Some(crate::credentials::token(c).map_err(ClientError::Auth)?);
     }
     // The idle round trips are measured before the test's first byte, and a server
     // without the echo is refused before any load is sent.
@@ -514,30 +514,6 @@ fn end_test(
             other => return Err(refusal(ctrl, other)),
         }
     }
-}
-
-/// iperf3's authentication token for these credentials, made now.
-fn auth_token(c: &flowlab_report::spec::Credentials) -> Result<String, ClientError> {
-    use flowlab_proto::auth;
-    let key = auth::public_key_from_pem(&c.public_key_pem)
-        .map_err(|e| ClientError::Auth(format!("--rsa-public-key-path: {e}")))?;
-    let padding = if c.pkcs1 {
-        auth::Padding::Pkcs1v15
-    } else {
-        auth::Padding::Oaep
-    };
-    let now = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
-    auth::encode_token(
-        &key,
-        padding,
-        &c.user,
-        &c.password,
-        now,
-        &mut rand_core::OsRng,
-    )
-    .map_err(|e| ClientError::Auth(format!("encrypting the credentials: {e}")))
 }
 
 /// Turns a control message that ends the negotiation into an error.

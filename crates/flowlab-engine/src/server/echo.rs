@@ -1,13 +1,17 @@
 //! The server's TCP echo (`flowlab ping --tcp`, `--connect`): a connection that opens
 //! with [`probe::TCP_MAGIC`] gets its messages echoed, one at a time, at the size its
 //! hello asked for; a message that is a probe request gets the server's times filled in.
+//! A server that authenticates admits only a connection whose hello carries a valid
+//! credential (a token or a ticket).
 
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 
+use flowlab_proto::credential::ticket_reply;
 use flowlab_proto::fragment::Admission;
 use flowlab_proto::probe::{self, TCP_HELLO_LEN};
 
+use super::auth::{ServerAuth, Unadmitted, admit};
 use super::{Greeting, Places};
 use crate::{control, sock};
 
@@ -31,15 +35,25 @@ pub(super) fn serve(
     peer: SocketAddr,
     mut greeting: Greeting,
     places: &Places,
+    auth: Option<&ServerAuth>,
     idle: std::time::Duration,
 ) {
     let mut hello = [0u8; TCP_HELLO_LEN];
-    let size = match control::read_exact_by(&mut conn, &mut hello, greeting.deadline)
+    let (size, follows) = match control::read_exact_by(&mut conn, &mut hello, greeting.deadline)
         .map_err(|e| e.to_string())
         .and_then(|()| probe::tcp_hello_size(&hello).map_err(|e| e.to_string()))
     {
-        Ok(size) => size,
+        Ok(hello) => hello,
         Err(e) => return greeting.refuse(peer, format!("TCP probe hello: {e}")),
+    };
+    let ticket = match admit(&mut conn, greeting.deadline, follows, auth, peer) {
+        Ok(ticket) => ticket,
+        Err(Unadmitted::Unreadable(e)) => {
+            return greeting.refuse(peer, format!("TCP probe credential: {e}"));
+        }
+        Err(Unadmitted::Refused(why)) => {
+            return greeting.deny(&mut conn, peer, format!("TCP echo: {why}"));
+        }
     };
     let _place = match places.take(peer.ip()) {
         Ok(p) => p,
@@ -51,6 +65,9 @@ pub(super) fn serve(
     let _ = conn.set_read_timeout(Some(idle));
     let _ = conn.set_write_timeout(Some(idle));
     if conn.write_all(&Admission::Welcome.encode()).is_err() {
+        return;
+    }
+    if follows && conn.write_all(&ticket_reply(ticket.as_ref())).is_err() {
         return;
     }
     let mut message = vec![0u8; size];

@@ -24,12 +24,8 @@ pub fn source_key(ip: IpAddr) -> IpAddr {
     }
 }
 
-pub(super) fn same_ip(a: IpAddr, b: IpAddr) -> bool {
-    canonical(a) == canonical(b)
-}
-
 /// An IPv4 address seen through an IPv6 socket (`::ffff:a.b.c.d`) as the IPv4 address.
-fn canonical(ip: IpAddr) -> IpAddr {
+pub(super) fn canonical(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
         v4 => v4,
@@ -114,8 +110,9 @@ impl Drop for Handshake {
 }
 
 /// A log that passes at most `per_second` refusals and failures a second (a flood of bad
-/// handshakes is one of each per connection), and says how many it left out with the
-/// next line it writes. Tests that start and finish are always logged.
+/// handshakes, of failed authentications, of tests started to fail, is a line or two per
+/// connection), and says how many it left out with the next line it writes. Tests that
+/// start and finish are always logged.
 pub(super) struct RateLimited {
     inner: Arc<dyn ServerLog>,
     per_second: u32,
@@ -140,11 +137,11 @@ impl ServerLog for RateLimited {
     }
 
     fn event(&self, event: ServerEvent) {
-        // The end of a test that started is always said; refusals and failed
-        // connections are what a flood is made of.
+        // A test that starts, and one that ends well, is always said; refusals and
+        // failures are what a flood is made of.
         let limited = matches!(
             event,
-            ServerEvent::Refused { .. } | ServerEvent::TestFailed { test: None, .. }
+            ServerEvent::Refused { .. } | ServerEvent::TestFailed { .. }
         );
         let Ok(mut s) = self.state.lock() else {
             return;

@@ -1,7 +1,8 @@
 //! The server's load-generating connections (`flowlab rpm`): a connection that opens with
 //! [`load::MAGIC`] gets data frames sent to it as fast as TCP takes them (download) or has
 //! its data frames read and dropped (upload); probe frames on it are answered with the
-//! server's times, behind whatever data the server has already written.
+//! server's times, behind whatever data the server has already written. A server that
+//! authenticates admits only a connection whose hello carries a valid credential.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -9,10 +10,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use flowlab_proto::credential::ticket_reply;
 use flowlab_proto::fragment::Admission;
 use flowlab_proto::load::{self, Direction, Event, FrameReader, HELLO_LEN};
 use flowlab_proto::probe::{self, HEADER_LEN};
 
+use super::auth::{ServerAuth, Unadmitted, admit};
 use super::{Greeting, Places};
 use crate::{control, sock};
 
@@ -36,31 +39,52 @@ pub(super) fn places() -> Places {
     )
 }
 
+/// What the server's load service allows.
+pub(super) struct Service<'a> {
+    pub places: &'a Places,
+    /// The server's authentication, if it authenticates.
+    pub auth: Option<&'a ServerAuth>,
+    /// Why every load connection is refused, if they are.
+    pub refusal: Option<&'a str>,
+    /// The longest a connection lasts.
+    pub lifetime: Duration,
+    /// How long a stalled connection is waited for.
+    pub idle: Duration,
+}
+
 /// Serves one load connection until the client closes it, stops reading, or its
 /// lifetime is over.
 pub(super) fn serve(
     mut conn: TcpStream,
     peer: SocketAddr,
     mut greeting: Greeting,
-    places: &Places,
-    refusal: Option<&str>,
-    lifetime: Duration,
-    idle: Duration,
+    service: &Service,
 ) {
     let mut hello = [0u8; HELLO_LEN];
     let mut name = [0u8; load::MAX_CONGESTION_LEN];
     let hello = control::read_exact_by(&mut conn, &mut hello, greeting.deadline)
         .map_err(|e| e.to_string())
-        .and_then(|()| load::hello_direction(&hello).map_err(|e| e.to_string()))
-        .and_then(|(d, len)| {
+        .and_then(|()| load::hello_head(&hello).map_err(|e| e.to_string()))
+        .and_then(|h| {
+            let len = h.name_len;
             control::read_exact_by(&mut conn, &mut name[..len], greeting.deadline)
                 .map_err(|e| e.to_string())?;
             load::check_congestion(&name[..len]).map_err(|e| e.to_string())?;
-            Ok((d, String::from_utf8_lossy(&name[..len]).into_owned()))
+            Ok((h, String::from_utf8_lossy(&name[..len]).into_owned()))
         });
-    let (direction, congestion) = match hello {
+    let (head, congestion) = match hello {
         Ok(h) => h,
         Err(e) => return greeting.refuse(peer, format!("load hello: {e}")),
+    };
+    let (direction, follows) = (head.direction, head.credential);
+    let ticket = match admit(&mut conn, greeting.deadline, follows, service.auth, peer) {
+        Ok(ticket) => ticket,
+        Err(Unadmitted::Unreadable(e)) => {
+            return greeting.refuse(peer, format!("load credential: {e}"));
+        }
+        Err(Unadmitted::Refused(why)) => {
+            return greeting.deny(&mut conn, peer, format!("load connection: {why}"));
+        }
     };
     if !congestion.is_empty() {
         if let Err(e) = sock::set_congestion(&conn, &congestion) {
@@ -68,23 +92,26 @@ pub(super) fn serve(
             return greeting.turn_away(&mut conn, peer, why);
         }
     }
-    if let Some(why) = refusal {
+    if let Some(why) = service.refusal {
         return greeting.turn_away(&mut conn, peer, why.to_string());
     }
-    let _place = match places.take(peer.ip()) {
+    let _place = match service.places.take(peer.ip()) {
         Ok(p) => p,
         Err(why) => return greeting.turn_away(&mut conn, peer, why),
     };
     greeting.done();
     let _ = conn.set_nodelay(true);
-    let _ = conn.set_write_timeout(Some(idle));
+    let _ = conn.set_write_timeout(Some(service.idle));
     if conn.write_all(&Admission::Welcome.encode()).is_err() {
         return;
     }
-    let end = Instant::now() + lifetime;
+    if follows && conn.write_all(&ticket_reply(ticket.as_ref())).is_err() {
+        return;
+    }
+    let end = Instant::now() + service.lifetime;
     match direction {
         Direction::Download => download(conn, end),
-        Direction::Upload => upload(conn, end, idle),
+        Direction::Upload => upload(conn, end, service.idle),
     }
 }
 

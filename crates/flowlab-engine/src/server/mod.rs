@@ -3,21 +3,24 @@
 //! Every TCP connection starts with a cookie. A cookie that names a test waiting for its
 //! data streams hands the connection to that test; any other well-formed cookie opens a
 //! new test. The cookie and a new test's parameters must arrive within
-//! `handshake_timeout` of the connection, and a test slot (of `max_tests`, beyond which
-//! the client is told the server is busy) is taken only once the parameters are complete
-//! and valid, so a peer that sends slowly or not at all holds no slot.
+//! `handshake_timeout` of the connection, and a test slot (of `max_tests`, and of
+//! `max_tests_per_source` from one address; beyond them the client is told the server is
+//! busy) is taken only once the parameters are complete and valid, so a peer that sends
+//! slowly or not at all holds no slot; its data streams must then open within
+//! `handshake_timeout` and a round trip per stream.
 //! Each test runs in its own thread; nothing one peer sends or fails to send can stop the
 //! others: every read has a deadline and every error ends only the test it belongs to.
 //!
 //! UDP streams carry no cookie. A stream-opening datagram is matched to the test that is
-//! creating UDP streams, from the same client address; tests create their UDP streams one
-//! after the other (server-wide), so the match is never ambiguous.
+//! creating UDP streams from the same client address; tests from one address create
+//! their UDP streams one after the other, so the match is never ambiguous, and a test
+//! from another address never waits for them.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use flowlab_proto::Cookie;
@@ -39,7 +42,7 @@ mod streams;
 mod test;
 
 pub use auth::ServerAuth;
-use limits::{Handshake, Handshakes, RateGate, RateLimited, same_ip};
+use limits::{Handshake, Handshakes, RateGate, RateLimited, canonical};
 pub use limits::{Place, Places, source_key};
 
 /// How the server runs.
@@ -59,7 +62,9 @@ pub struct ServerConfig {
     pub port: u16,
     /// Tests that may run at once.
     pub max_tests: usize,
-    /// Longest test allowed (time plus omitted seconds).
+    /// Tests that may run at once from one source (an IPv4 address, an IPv6 /64).
+    pub max_tests_per_source: usize,
+    /// Longest test allowed (time plus omitted seconds); `None`: no limit.
     pub max_duration: Option<Duration>,
     /// Highest rate allowed per test, bits/s, over all its streams.
     pub max_bitrate: Option<u64>,
@@ -146,6 +151,14 @@ impl Greeting {
         });
     }
 
+    /// Denies `peer`'s connection (its credential): logged as [`Greeting::refuse`] does,
+    /// and told to the peer as a denied admission, without the reason.
+    pub fn deny(&self, conn: &mut TcpStream, peer: SocketAddr, why: String) {
+        self.refuse(peer, why);
+        let _ =
+            std::io::Write::write_all(conn, &flowlab_proto::fragment::Admission::Denied.encode());
+    }
+
     /// Turns `peer`'s connection away: logged as [`Greeting::refuse`] does, and told to
     /// the peer as a busy admission naming the reason.
     pub fn turn_away(&self, conn: &mut TcpStream, peer: SocketAddr, why: String) {
@@ -175,7 +188,8 @@ impl Default for ServerConfig {
             snd_timeout: None,
             port: flowlab_proto::DEFAULT_PORT,
             max_tests: 16,
-            max_duration: None,
+            max_tests_per_source: 4,
+            max_duration: Some(DEFAULT_MAX_DURATION),
             max_bitrate: None,
             max_bytes: None,
             one_off: false,
@@ -192,6 +206,11 @@ impl Default for ServerConfig {
         }
     }
 }
+
+/// The longest test a server allows unless told otherwise: long enough for any
+/// measurement a client asks of a public server, short enough that a test which moves a
+/// byte now and then cannot hold its slot for ever.
+pub const DEFAULT_MAX_DURATION: Duration = Duration::from_secs(600);
 
 /// Where server events go.
 pub trait ServerLog: Send + Sync {
@@ -217,8 +236,9 @@ impl ServerLog for NoLog {
 type Numbered<T> = (u64, T);
 type Pending<T> = Mutex<HashMap<Cookie, Sender<Numbered<T>>>>;
 
+/// A test opening its UDP streams, waiting for their handshakes from its client's
+/// address.
 struct UdpPending {
-    client: IpAddr,
     tx: Sender<UdpSocket>,
     /// Client ports already given a stream: a resent handshake opens nothing new.
     seen: Vec<SocketAddr>,
@@ -237,13 +257,15 @@ struct Shared {
     echo_places: Places,
     /// Load-generating connections (`flowlab rpm`).
     load_places: Places,
+    /// Running tests, in all and per source.
+    test_places: Places,
     local: SocketAddr,
-    active: AtomicUsize,
     next_id: AtomicU64,
     tcp_streams: Pending<TcpStream>,
-    udp_waiting: Mutex<Option<UdpPending>>,
-    /// Held by a test while it creates UDP streams (see the module docs).
-    udp_setup: Mutex<()>,
+    /// The test opening its UDP streams, per client address (see the module docs);
+    /// another test from that address waits on `udp_turn` until it is done.
+    udp_waiting: Mutex<HashMap<IpAddr, UdpPending>>,
+    udp_turn: Condvar,
     done: AtomicBool,
     /// A handle on the listening socket, shut down to wake the accept loop when a
     /// `one_off` server's test has ended (it blocks in accept rather than polling).
@@ -319,15 +341,15 @@ impl Server {
                 probe_gate,
                 echo_places: echo::places(),
                 load_places: load::places(),
+                test_places: test_places(cfg.max_tests, cfg.max_tests_per_source),
                 cfg,
                 log,
                 handshakes: Mutex::new(Handshakes::default()),
                 local,
-                active: AtomicUsize::new(0),
                 next_id: AtomicU64::new(1),
                 tcp_streams: Mutex::new(HashMap::new()),
-                udp_waiting: Mutex::new(None),
-                udp_setup: Mutex::new(()),
+                udp_waiting: Mutex::new(HashMap::new()),
+                udp_turn: Condvar::new(),
                 done: AtomicBool::new(false),
                 listener: tcp.try_clone().ok(),
             });
@@ -440,7 +462,7 @@ fn udp_listener(udp: UdpSocket, shared: Arc<Shared>) {
         let Ok(mut waiting) = shared.udp_waiting.lock() else {
             continue;
         };
-        let Some(w) = waiting.as_mut().filter(|w| same_ip(w.client, peer.ip())) else {
+        let Some(w) = waiting.get_mut(&canonical(peer.ip())) else {
             drop(waiting);
             shared.log.event(ServerEvent::Refused {
                 peer: peer.to_string(),
@@ -514,25 +536,14 @@ fn peek_start<const N: usize>(conn: &TcpStream) -> Option<[u8; N]> {
     (n == N as isize).then_some(b)
 }
 
-/// A test slot, given back when dropped.
-pub(super) struct Slot<'a>(&'a AtomicUsize);
-
-impl<'a> Slot<'a> {
-    /// One of `max` slots, or `None` when all are taken.
-    fn take(active: &'a AtomicUsize, max: usize) -> Option<Slot<'a>> {
-        active
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < max).then_some(n + 1)
-            })
-            .ok()
-            .map(|_| Slot(active))
-    }
-}
-
-impl Drop for Slot<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
+/// The test slots: `max` in all, `per_source` from one source.
+fn test_places(max: usize, per_source: usize) -> Places {
+    Places::new(
+        max,
+        per_source,
+        "tests",
+        ["--max-tests", "--max-tests-per-source"],
+    )
 }
 
 fn handle_connection(mut conn: TcpStream, peer: SocketAddr, order: u64, handshake: Handshake) {
@@ -551,7 +562,15 @@ fn handle_connection(mut conn: TcpStream, peer: SocketAddr, order: u64, handshak
     };
     if start == Some(probe::TCP_MAGIC) {
         let idle = shared.cfg.idle_timeout;
-        echo::serve(conn, peer, greeting(handshake), &shared.echo_places, idle);
+        let auth = shared.cfg.auth.as_deref();
+        echo::serve(
+            conn,
+            peer,
+            greeting(handshake),
+            &shared.echo_places,
+            auth,
+            idle,
+        );
         return;
     }
     if start == Some(flowlab_proto::load::MAGIC) {
@@ -564,16 +583,14 @@ fn handle_connection(mut conn: TcpStream, peer: SocketAddr, order: u64, handshak
         let lifetime = cfg
             .max_duration
             .map_or(load::MAX_LIFETIME, |d| d.min(load::MAX_LIFETIME));
-        let (idle, places) = (cfg.idle_timeout, &shared.load_places);
-        load::serve(
-            conn,
-            peer,
-            greeting(handshake),
-            places,
+        let service = load::Service {
+            places: &shared.load_places,
+            auth: cfg.auth.as_deref(),
             refusal,
             lifetime,
-            idle,
-        );
+            idle: cfg.idle_timeout,
+        };
+        load::serve(conn, peer, greeting(handshake), &service);
         return;
     }
     if let Some(extra) = shared
@@ -614,10 +631,10 @@ fn handle_connection(mut conn: TcpStream, peer: SocketAddr, order: u64, handshak
     }
     let answered = match outcome {
         Ok(()) => true,
-        Err(TestError::Busy { running }) => {
+        Err(TestError::Busy(reason)) => {
             shared.log.event(ServerEvent::Refused {
                 peer: peer.to_string(),
-                reason: format!("busy: {running} tests running (--max-tests)"),
+                reason,
             });
             false
         }

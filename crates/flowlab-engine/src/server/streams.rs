@@ -1,6 +1,6 @@
 //! A test's data streams: collected as the client opens them, and set up as it asked.
 
-use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
 use std::sync::Arc;
 use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
@@ -10,6 +10,7 @@ use flowlab_proto::udp::handshake_reply;
 use flowlab_proto::{Cookie, State};
 use socket2::SockRef;
 
+use super::limits::canonical;
 use super::test::TestError;
 use super::{Shared, UdpPending};
 use crate::control;
@@ -17,7 +18,7 @@ use crate::sock;
 use crate::stream::{Role, Transport};
 
 /// The test's `n` data streams, in the client's order: TCP connections handed over by
-/// their cookie, or UDP sockets opened by their handshake, within the idle timeout.
+/// their cookie, or UDP sockets opened by their handshake, by [`streams_deadline`].
 pub(super) fn collect_streams(
     ctrl: &mut TcpStream,
     peer: SocketAddr,
@@ -26,7 +27,8 @@ pub(super) fn collect_streams(
     n: usize,
     shared: &Arc<Shared>,
 ) -> Result<Vec<Transport>, TestError> {
-    let deadline = Instant::now() + shared.cfg.idle_timeout;
+    let rtt = crate::sock::least_rtt(ctrl).unwrap_or_default();
+    let deadline = Instant::now() + streams_deadline(shared.cfg.handshake_timeout, rtt, n);
     let mut out = Vec::with_capacity(n);
     match proto {
         Protocol::Tcp => {
@@ -48,20 +50,15 @@ pub(super) fn collect_streams(
             out.extend(conns.into_iter().map(|(_, s)| Transport::Tcp(Arc::new(s))));
         }
         Protocol::Udp => {
-            // One test at a time creates UDP streams (they carry no cookie).
-            let _turn = shared
-                .udp_setup
-                .lock()
-                .map_err(|_| TestError::Streams("lock poisoned".into()))?;
+            // One test at a time from an address creates UDP streams (they carry no
+            // cookie); tests from other addresses go on meanwhile.
+            let client = canonical(peer.ip());
             let (tx, rx) = mpsc::channel();
-            *shared
-                .udp_waiting
-                .lock()
-                .map_err(|_| TestError::Streams("lock poisoned".into()))? = Some(UdpPending {
-                client: peer.ip(),
+            let pending = UdpPending {
                 tx,
                 seen: Vec::new(),
-            });
+            };
+            take_udp_turn(shared, client, pending, deadline)?;
             let result = (|| -> Result<(), TestError> {
                 control::write_state(ctrl, State::CreateStreams)?;
                 let mut opened: Vec<UdpSocket> = Vec::with_capacity(n);
@@ -81,12 +78,53 @@ pub(super) fn collect_streams(
                 Ok(())
             })();
             if let Ok(mut w) = shared.udp_waiting.lock() {
-                *w = None;
+                w.remove(&client);
             }
+            shared.udp_turn.notify_all();
             result?;
         }
     }
     Ok(out)
+}
+
+/// How long a client has to open `n` data streams once told to: the handshake deadline,
+/// and a round trip of the control connection (`rtt`, its least) twice over for each
+/// stream, so that a client far away opening many streams one after another (as
+/// iperf3's does) is not cut off, while one that opens none holds its slot no longer
+/// than a handshake. The round trip counts up to a second: a client can stretch its
+/// own by holding back acknowledgements.
+pub(super) fn streams_deadline(handshake: Duration, rtt: Duration, n: usize) -> Duration {
+    let per_stream = rtt.min(Duration::from_secs(1)).saturating_mul(2);
+    handshake.saturating_add(per_stream.saturating_mul(n as u32))
+}
+
+/// Registers `pending` as the test opening UDP streams from `client`, once no other test
+/// from that address is (waiting for that, at most until `deadline`).
+fn take_udp_turn(
+    shared: &Shared,
+    client: IpAddr,
+    pending: UdpPending,
+    deadline: Instant,
+) -> Result<(), TestError> {
+    let poisoned = |_| TestError::Streams("lock poisoned".into());
+    let mut waiting = shared.udp_waiting.lock().map_err(poisoned)?;
+    while waiting.contains_key(&client) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(TestError::Streams(
+                "another test from this address was opening its UDP streams until the \
+                 deadline"
+                    .into(),
+            ));
+        }
+        waiting = shared
+            .udp_turn
+            .wait_timeout(waiting, left)
+            .map_err(|_| TestError::Streams("lock poisoned".into()))?
+            .0;
+    }
+    waiting.insert(client, pending);
+    Ok(())
 }
 
 /// Answers, without blocking, the handshakes waiting on a connected UDP stream socket.
@@ -161,5 +199,25 @@ pub(super) fn apply_options(t: &Transport, p: &TestParams, role: Role) {
         Transport::Udp(u) => {
             let _ = sock::set_buffers(&SockRef::from(u.as_ref()), window);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn streams_have_the_handshake_deadline_and_two_round_trips_each() {
+        let s = Duration::from_secs;
+        let ms = Duration::from_millis;
+        assert_eq!(streams_deadline(s(5), Duration::ZERO, 128), s(5));
+        assert_eq!(streams_deadline(s(5), ms(1), 1), ms(5002));
+        // -P 128 across an ocean: 128 connections one after another, 100 ms each.
+        assert_eq!(streams_deadline(s(5), ms(100), 128), ms(30_600));
+        assert_eq!(
+            streams_deadline(s(5), s(30), 1),
+            s(7),
+            "a round trip counts up to 1 s"
+        );
     }
 }

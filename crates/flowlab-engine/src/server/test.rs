@@ -18,7 +18,7 @@ use flowlab_report::server::ServerEvent;
 
 use super::refusal::{Refusal, block_len, validate};
 use super::streams::{apply_options, collect_streams};
-use super::{Handshake, ServerConfig, Shared, Slot};
+use super::{Handshake, Place, ServerConfig, Shared};
 use crate::control::{self, ControlError, Deadline};
 use crate::session::DataSession;
 use crate::stream::{Budget, DataConfig, Role, StreamPlan, TestControl, Transport};
@@ -31,8 +31,8 @@ pub(super) enum TestError {
     Control(#[from] ControlError),
     #[error("refused: {0}")]
     Refused(Refusal),
-    #[error("busy: {running} tests running (--max-tests)")]
-    Busy { running: usize },
+    #[error("{0}")]
+    Busy(String),
     #[error("authentication failed: {0}")]
     Auth(flowlab_proto::auth::AuthError),
     #[error("handshake (--handshake-timeout): {0}")]
@@ -81,7 +81,7 @@ pub(super) fn run_test(
 ) -> Result<(), TestError> {
     let cfg = &shared.cfg;
     ctrl.set_nodelay(true)?;
-    let negotiated = negotiate(ctrl, deadline, shared);
+    let negotiated = negotiate(ctrl, peer, deadline, shared);
     // Out of the handshake, whether it ended in a test or not.
     drop(handshake);
     let (params, proto, _slot) = negotiated?;
@@ -143,9 +143,10 @@ fn is_flowlab(params: &TestParams) -> bool {
 /// iperf3's own error message; either is told ACCESS_DENIED when every slot is taken.
 fn negotiate<'s>(
     ctrl: &mut TcpStream,
+    peer: SocketAddr,
     deadline: Deadline,
     shared: &'s Shared,
-) -> Result<(TestParams, Protocol, Slot<'s>), TestError> {
+) -> Result<(TestParams, Protocol, Place<'s>), TestError> {
     let cfg = &shared.cfg;
     control::write_state(ctrl, State::ParamExchange)?;
     let params: TestParams =
@@ -155,7 +156,7 @@ fn negotiate<'s>(
         })?;
     ctrl.set_read_timeout(Some(cfg.idle_timeout))?;
     if let Some(auth) = &cfg.auth {
-        if let Err(why) = auth.check(params.authtoken.as_deref()) {
+        if let Err(why) = auth.check(params.authtoken.as_deref(), peer.ip()) {
             // One answer for every failure; the log says which it was.
             refuse(
                 ctrl,
@@ -176,13 +177,11 @@ fn negotiate<'s>(
         None => Ok(proto),
     });
     let verdict = match verdict {
-        Ok(proto) => match Slot::take(&shared.active, cfg.max_tests) {
-            Some(slot) => Ok((proto, slot)),
-            None => {
+        Ok(proto) => match shared.test_places.take(peer.ip()) {
+            Ok(slot) => Ok((proto, slot)),
+            Err(busy) => {
                 control::write_state(ctrl, State::AccessDenied)?;
-                return Err(TestError::Busy {
-                    running: shared.active.load(std::sync::atomic::Ordering::Acquire),
-                });
+                return Err(TestError::Busy(busy));
             }
         },
         Err(refusal) => Err(refusal),

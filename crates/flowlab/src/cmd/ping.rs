@@ -66,6 +66,8 @@ pub struct Args {
     /// One JSON document (schema flowlab.ping/1) with every probe.
     #[arg(short = 'J', long)]
     pub json: bool,
+    #[command(flatten)]
+    pub credentials: crate::cli::CredentialArgs,
 }
 
 /// How long a back-to-back TCP run polls for each response before it sleeps: more than a
@@ -81,6 +83,7 @@ impl Args {
     pub fn to_spec(&self) -> Result<PingSpec, Usage> {
         let mut s = PingSpec::new(&self.host, self.port);
         s.family = self.family.family();
+        s.credentials = self.credentials.credentials()?;
         s.count = self.count;
         if self.count == Some(0) {
             return Err("-c/--count must be at least 1".into());
@@ -97,6 +100,13 @@ impl Args {
             (_, true) => PingMode::Connect,
             _ => PingMode::Udp,
         };
+        if s.credentials.is_some() && s.mode == PingMode::Udp {
+            return Err(
+                "--username applies to --tcp and --connect: UDP probes carry no credentials \
+                 (a server answers them whether it authenticates or not)"
+                    .into(),
+            );
+        }
         let sizes = s.mode.sizes();
         s.size = self.size.unwrap_or(match s.mode {
             PingMode::Udp => 64,

@@ -46,6 +46,8 @@ pub struct Args {
     /// One JSON document (schema flowlab.rpm/1) with every interval and probe.
     #[arg(short = 'J', long)]
     pub json: bool,
+    #[command(flatten)]
+    pub credentials: crate::cli::CredentialArgs,
 }
 
 /// Seconds as a plain number (`0.5`), or a number with a unit (`500ms`), up to an hour.
@@ -57,6 +59,7 @@ impl Args {
     pub fn to_spec(&self) -> Result<RpmSpec, Usage> {
         let mut s = RpmSpec::new(&self.host, self.port);
         s.family = self.family.family();
+        s.credentials = self.credentials.credentials()?;
         s.loads = self
             .load
             .split(',')

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args as ClapArgs;
-use flowlab_engine::server::{Server, ServerAuth, ServerConfig, ServerLog};
+use flowlab_engine::server::{DEFAULT_MAX_DURATION, Server, ServerAuth, ServerConfig, ServerLog};
 use flowlab_report::result::ServerOutput;
 use flowlab_report::server::ServerEvent;
 use flowlab_report::{json, table, units};
@@ -41,9 +41,14 @@ pub struct Args {
     /// Tests that may run at once; more are refused as busy.
     #[arg(long, default_value_t = 16)]
     pub max_tests: usize,
-    /// Longest test allowed, seconds.
-    #[arg(long, value_name = "SECONDS")]
-    pub max_duration: Option<u64>,
+    /// Tests that may run at once from one address (IPv6: one /64); more are refused as
+    /// busy.
+    #[arg(long, default_value_t = 4, value_name = "N")]
+    pub max_tests_per_source: usize,
+    /// Longest test allowed, seconds (0: no limit); a test asking for longer is refused,
+    /// one running longer is ended.
+    #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_MAX_DURATION.as_secs())]
+    pub max_duration: u64,
     /// Highest rate one test may ask for, over all its streams (e.g. 100M).
     #[arg(long, value_parser = units::parse_rate, value_name = "RATE")]
     pub max_bitrate: Option<u64>,
@@ -121,9 +126,14 @@ pub struct Args {
     /// docs/SECURITY.md.
     #[arg(long)]
     pub use_pkcs1_padding: bool,
-    /// Authentication tokens decrypted per second at most (the rest fail unread).
+    /// Authentication tokens decrypted per second at most, in bursts of up to four
+    /// seconds' worth (the rest fail unread).
     #[arg(long, default_value_t = 20, value_name = "N")]
     pub auth_rate: u32,
+    /// Authentication tokens decrypted per second at most from one address (IPv6: one
+    /// /64), in bursts of up to four seconds' worth, before the server-wide --auth-rate.
+    #[arg(long, default_value_t = 5, value_name = "N")]
+    pub auth_rate_per_source: u32,
 }
 
 impl Args {
@@ -131,6 +141,9 @@ impl Args {
     pub fn to_config(&self) -> Result<ServerConfig, Usage> {
         if self.max_tests == 0 {
             return Err("--max-tests must be at least 1".into());
+        }
+        if self.max_tests_per_source == 0 {
+            return Err("--max-tests-per-source must be at least 1".into());
         }
         for (v, flag) in [
             (self.max_handshakes, "--max-handshakes"),
@@ -163,6 +176,9 @@ impl Args {
         if self.auth_rate == 0 {
             return Err("--auth-rate must be at least 1".into());
         }
+        if self.auth_rate_per_source == 0 {
+            return Err("--auth-rate-per-source must be at least 1".into());
+        }
         let auth = match (&self.rsa_private_key_path, &self.authorized_users_path) {
             (Some(key), Some(users)) => Some(Arc::new(self.server_auth(key, users)?)),
             _ => None,
@@ -181,7 +197,7 @@ impl Args {
             snd_timeout: self.snd_timeout.map(Duration::from_millis),
             file: self.file.clone(),
             port: self.port,
-            max_duration: self.max_duration.map(Duration::from_secs),
+            max_duration: (self.max_duration > 0).then(|| Duration::from_secs(self.max_duration)),
             max_bitrate: self.max_bitrate,
             max_bytes: self.max_bytes,
             one_off: self.one_off,
@@ -193,6 +209,7 @@ impl Args {
             } else {
                 self.max_tests
             },
+            max_tests_per_source: self.max_tests_per_source,
             idle_timeout: Duration::from_secs(self.idle_timeout),
             handshake_timeout: Duration::from_secs(self.handshake_timeout),
             max_handshakes: self.max_handshakes,
@@ -240,6 +257,7 @@ impl Args {
             padding,
             Duration::from_secs(self.time_skew_threshold),
             self.auth_rate,
+            self.auth_rate_per_source,
         ))
     }
 }

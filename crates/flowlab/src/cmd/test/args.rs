@@ -118,17 +118,8 @@ pub struct Args {
     /// Write the trace samples to FILE as CSV (implies --trace).
     #[arg(long, value_name = "FILE")]
     pub trace_csv: Option<std::path::PathBuf>,
-    /// Authenticate as this user (iperf3's --username); the password comes from the
-    /// IPERF3_PASSWORD environment variable, or is asked for on the terminal.
-    #[arg(long, value_name = "NAME", requires = "rsa_public_key_path")]
-    pub username: Option<String>,
-    /// The server's RSA public key (PEM), for --username.
-    #[arg(long, value_name = "FILE", requires = "username")]
-    pub rsa_public_key_path: Option<std::path::PathBuf>,
-    /// Encrypt the credentials with PKCS#1 v1.5 padding (iperf3 3.16 and older servers)
-    /// instead of RSA-OAEP.
-    #[arg(long, requires = "username")]
-    pub use_pkcs1_padding: bool,
+    #[command(flatten)]
+    pub credentials: crate::cli::CredentialArgs,
     /// Socket buffer of each stream's receiving end (replaces -w there), e.g. 8M.
     #[arg(long, value_parser = units::parse_size, value_name = "SIZE")]
     pub recv_window: Option<u64>,
@@ -425,19 +416,7 @@ impl Args {
             }
             s.mss = m;
         }
-        if let (Some(user), Some(key)) = (&self.username, &self.rsa_public_key_path) {
-            let password = password()?;
-            let public_key_pem = std::fs::read_to_string(key)
-                .map_err(|e| Usage(format!("--rsa-public-key-path {}: {e}", key.display())))?;
-            flowlab_proto::auth::public_key_from_pem(&public_key_pem)
-                .map_err(|e| Usage(format!("--rsa-public-key-path {}: {e}", key.display())))?;
-            s.credentials = Some(spec::Credentials {
-                user: user.clone(),
-                password,
-                public_key_pem,
-                pkcs1: self.use_pkcs1_padding,
-            });
-        }
+        s.credentials = self.credentials.credentials()?;
         if let Some(extra) = &self.extra_data {
             if extra.len() > 1024 {
                 return Err(Usage(format!(
@@ -497,20 +476,6 @@ impl Args {
         s.file = Some(path.to_path_buf());
         Ok(())
     }
-}
-
-/// The password for `--username`: IPERF3_PASSWORD, as iperf3 reads it, or else asked for
-/// on the terminal without echo.
-fn password() -> Result<String, Usage> {
-    if let Ok(p) = std::env::var("IPERF3_PASSWORD") {
-        return Ok(p);
-    }
-    rpassword::prompt_password("Password: ").map_err(|e| {
-        Usage(format!(
-            "--username: cannot ask for the password ({e}); set it in the IPERF3_PASSWORD \
-             environment variable"
-        ))
-    })
 }
 
 /// `-b`'s value: the rate per stream and the blocks of a burst (0: none).
