@@ -139,18 +139,20 @@ pub fn fingerprint(bytes: &[u8]) -> [u8; 32] {
     Sha256::digest(bytes).into()
 }
 
-/// The user, password and time in a token.
+/// The user, password and time in a token. The decryption is blinded with `rng`: its
+/// timing does not follow the ciphertext the peer chose.
 pub fn decode_token(
     key: &RsaPrivateKey,
     padding: Padding,
     token: &str,
+    rng: &mut impl CryptoRngCore,
 ) -> Result<(String, String, i64), AuthError> {
     let sealed = base64::engine::general_purpose::STANDARD
         .decode(token.trim())
         .map_err(|_| AuthError::NotBase64)?;
     let plain = match padding {
-        Padding::Oaep => key.decrypt(Oaep::new::<sha1::Sha1>(), &sealed),
-        Padding::Pkcs1v15 => key.decrypt(Pkcs1v15Encrypt, &sealed),
+        Padding::Oaep => key.decrypt_blinded(rng, Oaep::new::<sha1::Sha1>(), &sealed),
+        Padding::Pkcs1v15 => key.decrypt_blinded(rng, Pkcs1v15Encrypt, &sealed),
     }
     .map_err(|_| AuthError::Decrypt)?;
     let text = std::str::from_utf8(&plain).map_err(|_| AuthError::Format)?;
@@ -214,7 +216,8 @@ impl AuthorizedUsers {
     }
 }
 
-/// The server's whole check of a token at `now` (Unix seconds).
+/// The server's whole check of a token at `now` (Unix seconds); `rng` blinds the
+/// decryption.
 pub fn check(
     key: &RsaPrivateKey,
     padding: Padding,
@@ -222,9 +225,10 @@ pub fn check(
     skew_seconds: i64,
     token: Option<&str>,
     now: i64,
+    rng: &mut impl CryptoRngCore,
 ) -> Result<String, AuthError> {
     let token = token.ok_or(AuthError::NoToken)?;
-    let (user, password, ts) = decode_token(key, padding, token)?;
+    let (user, password, ts) = decode_token(key, padding, token, rng)?;
     let off = now.saturating_sub(ts);
     if off.saturating_abs() > skew_seconds {
         return Err(AuthError::Skew(off));
@@ -273,16 +277,16 @@ mod tests {
         let public = key.to_public_key();
         let users = AuthorizedUsers::parse(&format!("mario,{}\n", password_hash("mario", "rossi")));
         let now = 1_700_000_000;
+        let judge = |padding, token: Option<&str>| {
+            check(&key, padding, &users, 10, token, now, &mut rand_core::OsRng)
+        };
         for padding in [Padding::Oaep, Padding::Pkcs1v15] {
             let token = |user: &str, pass: &str, ts: i64| {
                 encode_token(&public, padding, user, pass, ts, &mut rand_core::OsRng).unwrap()
             };
             let good = token("mario", "rossi", now - 3);
             assert!(!good.contains('\n'), "one line: {good}");
-            assert_eq!(
-                check(&key, padding, &users, 10, Some(&good), now),
-                Ok("mario".into())
-            );
+            assert_eq!(judge(padding, Some(&good)), Ok("mario".into()));
             let refused = [
                 (
                     Some(token("mario", "verdi", now)),
@@ -293,10 +297,7 @@ mod tests {
                 (Some("!!".into()), AuthError::NotBase64),
             ];
             for (t, why) in refused {
-                assert_eq!(
-                    check(&key, padding, &users, 10, t.as_deref(), now),
-                    Err(why)
-                );
+                assert_eq!(judge(padding, t.as_deref()), Err(why));
             }
             // The other padding does not decrypt.
             let other = if padding == Padding::Oaep {
@@ -304,10 +305,7 @@ mod tests {
             } else {
                 Padding::Oaep
             };
-            assert_eq!(
-                check(&key, other, &users, 10, Some(&good), now),
-                Err(AuthError::Decrypt)
-            );
+            assert_eq!(judge(other, Some(&good)), Err(AuthError::Decrypt));
         }
     }
 

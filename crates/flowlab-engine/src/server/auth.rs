@@ -110,6 +110,7 @@ impl ServerAuth {
             self.skew,
             Some(token),
             now,
+            &mut rand_core::OsRng,
         )?;
         // Two tests racing with one token: the second to get here loses.
         if !self.spend(print, now) {
