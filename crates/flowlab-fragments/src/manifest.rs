@@ -111,7 +111,7 @@ impl Manifest {
     /// Reads `DIR/manifest.json`.
     pub fn load(dir: &Path) -> Result<Manifest, ManifestError> {
         let path = dir.join(MANIFEST);
-        let text = fs::read(&path).map_err(io_err(&path))?;
+        let text = read_regular(&path).map_err(io_err(&path))?;
         Manifest::parse(&text, &path)
     }
 
@@ -121,6 +121,23 @@ impl Manifest {
         let text = serde_json::to_vec_pretty(self).unwrap_or_default();
         fs::write(&path, text).map_err(io_err(&path))
     }
+}
+
+/// A regular file's bytes; anything else (a FIFO, a device) is refused, not waited on:
+/// it is opened without blocking and looked at before it is read.
+fn read_regular(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
+        .open(path)?;
+    if !f.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    let mut text = Vec::new();
+    f.read_to_end(&mut text)?;
+    Ok(text)
 }
 
 /// Parses 64 hex digits into a hash.
@@ -362,6 +379,18 @@ pub fn join(dir: &Path, out: &Path) -> Result<Manifest, ManifestError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A FIFO in the manifest's place (the served directory writable by someone else)
+    /// would have hung `serve --fragments` as it started: it is refused at once.
+    #[test]
+    fn a_fifo_in_the_manifests_place_is_refused_not_waited_on() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let fifo = dir.path().join(MANIFEST);
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600))
+            .expect("mkfifo");
+        let e = Manifest::load(dir.path()).expect_err("a FIFO");
+        assert!(e.to_string().contains("not a regular file"), "{e}");
+    }
 
     #[test]
     fn sizes_differ_by_at_most_one_byte() {
