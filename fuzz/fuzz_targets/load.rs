@@ -1,9 +1,11 @@
-//! Bytes from a peer on a load connection (`flowlab rpm`) or a probe: the frame reader
-//! takes any bytes in any pieces without panicking, and reads the same events however
-//! the bytes are split; a probe reply decodes or is refused.
+//! Bytes from a peer on a load connection (`flowlab rpm`) or a probe: the hello and the
+//! credential after it are judged without panicking; the frame reader takes any bytes
+//! in any pieces without panicking, and reads the same events however the bytes are
+//! split; a probe reply decodes or is refused.
 #![no_main]
 
-use flowlab_proto::load::{Event, FrameReader, HELLO_LEN, check_congestion, hello_direction};
+use flowlab_proto::credential::Credential;
+use flowlab_proto::load::{Event, FrameReader, HELLO_LEN, check_congestion, hello_head};
 use flowlab_proto::probe::Reply;
 use libfuzzer_sys::fuzz_target;
 
@@ -27,8 +29,24 @@ fn events(data: &[u8], piece: usize) -> (Vec<Event>, bool) {
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(h) = <[u8; HELLO_LEN]>::try_from(&data[..HELLO_LEN.min(data.len())]) {
-        if let Ok((_, len)) = hello_direction(&h) {
-            let _ = check_congestion(&data[HELLO_LEN..(HELLO_LEN + len).min(data.len())]);
+        if let Ok(head) = hello_head(&h) {
+            let end = (HELLO_LEN + head.name_len).min(data.len());
+            let _ = check_congestion(&data[HELLO_LEN..end]);
+            if head.credential {
+                // The credential, read as the server reads it: each piece asked for in
+                // turn, refused before its body when its length is out of range.
+                let mut rest = &data[end..];
+                let read = Credential::read(|buf: &mut [u8]| {
+                    let (piece, after) = rest.split_at_checked(buf.len()).ok_or(())?;
+                    buf.copy_from_slice(piece);
+                    rest = after;
+                    Ok::<(), ()>(())
+                });
+                if let Ok(Ok(c)) = read {
+                    let again = c.encode().expect("what was read encodes");
+                    assert!(data[end..].starts_with(&again));
+                }
+            }
         }
     }
     let _ = Reply::decode(data);

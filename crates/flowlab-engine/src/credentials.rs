@@ -38,11 +38,21 @@ pub fn token(c: &Credentials) -> Result<String, String> {
 }
 
 /// The credentials of a run that opens many connections, and the ticket the server gave
-/// it, shared by the run's threads.
-#[derive(Debug)]
+/// it, shared by the run's threads. Its `Debug` shows neither the password nor the
+/// ticket.
 pub struct ClientAuth {
     credentials: Credentials,
     ticket: Mutex<Option<([u8; TICKET_LEN], Instant)>>,
+}
+
+impl std::fmt::Debug for ClientAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let held = self.ticket.lock().map(|t| t.is_some()).unwrap_or(false);
+        f.debug_struct("ClientAuth")
+            .field("credentials", &self.credentials)
+            .field("ticket", &if held { "(held)" } else { "(none)" })
+            .finish()
+    }
 }
 
 impl ClientAuth {
@@ -61,6 +71,12 @@ impl ClientAuth {
             Some((k, at)) if at.elapsed() < usable => Ok(Credential::Ticket(k)),
             _ => token(&self.credentials).map(Credential::Token),
         }
+    }
+
+    /// Forgets the ticket: the server refused it (it restarted, or let it go), so the
+    /// next connection shows a new token.
+    pub(crate) fn forget_ticket(&self) {
+        *self.ticket.lock().unwrap_or_else(PoisonError::into_inner) = None;
     }
 
     /// Keeps a ticket the server issued.

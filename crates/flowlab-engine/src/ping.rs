@@ -360,7 +360,10 @@ fn open_tcp(
     conn.write_all(&hello).map_err(not_echo)?;
     match reach::read_admission(&mut conn, auth).map_err(not_echo)? {
         Ok(()) => Ok(conn),
-        Err(message) => Err(PingError::Busy { address, message }),
+        Err(refusal) => Err(PingError::Busy {
+            address,
+            message: refusal.to_string(),
+        }),
     }
 }
 
@@ -417,7 +420,11 @@ fn ping_tcp(
                     let _ = c.write_all(&tcp_hello(1, auth)?);
                     if auth.is_some() {
                         let _ = c.set_read_timeout(Some(spec.timeout));
-                        if let Ok(Err(message)) = reach::read_admission(&mut c, auth) {
+                        // Refused credentials end the run; a busy echo does not matter to
+                        // a probe that times the connection only.
+                        if let Ok(Err(reach::Refusal::Denied(message))) =
+                            reach::read_admission(&mut c, auth)
+                        {
                             return Err(PingError::Busy { address, message });
                         }
                     }

@@ -77,6 +77,17 @@ pub(crate) fn session() -> u64 {
     u64::from_ne_bytes(b) | 1
 }
 
+/// Why a server did not admit a side connection.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// Too many connections: the server's message says which limit.
+    #[error("{0}")]
+    Busy(String),
+    /// The credential is missing or refused.
+    #[error("{0}")]
+    Denied(String),
+}
+
 /// Reads the admission a server answers a side connection's hello with, one byte at a
 /// time, so that nothing after it is taken from the connection: `Ok(())` when welcome,
 /// `Err(why)` when refused (busy, or denied). `auth` says whether the hello carried a
@@ -85,7 +96,7 @@ pub(crate) fn session() -> u64 {
 pub(crate) fn read_admission(
     c: &mut TcpStream,
     auth: Option<&ClientAuth>,
-) -> std::io::Result<Result<(), String>> {
+) -> std::io::Result<Result<(), Refusal>> {
     let mut d = Decoder::default();
     let mut b = [0u8; 1];
     let admission = loop {
@@ -106,12 +117,18 @@ pub(crate) fn read_admission(
             }
             Ok(())
         }
-        Admission::Busy(message) => Err(message),
-        Admission::Denied if auth.is_some() => Err("authentication failed".into()),
-        Admission::Denied => Err(
-            "the server authenticates its clients: give --username and --rsa-public-key-path"
-                .into(),
-        ),
+        Admission::Busy(message) => Err(Refusal::Busy(message)),
+        Admission::Denied => Err(Refusal::Denied(match auth {
+            Some(auth) => {
+                // A ticket the server no longer knows: the next connection shows a token.
+                auth.forget_ticket();
+                "authentication failed".into()
+            }
+            None => {
+                "the server authenticates its clients: give --username and --rsa-public-key-path"
+                    .into()
+            }
+        })),
     })
 }
 

@@ -243,7 +243,7 @@ fn foreign_probe(
     c.write_all(&hello).map_err(io)?;
     reach::read_admission(&mut c, auth)
         .map_err(io)?
-        .map_err(ForeignError::Busy)?;
+        .map_err(|r| ForeignError::Busy(r.to_string()))?;
     let t1 = Instant::now();
     c.write_all(&[1]).map_err(io)?;
     let mut b = [0u8; 1];
@@ -315,12 +315,15 @@ fn open_load(
     let hello =
         load::hello(direction, congestion, credential.as_ref()).map_err(|e| RpmError::Refused {
             address,
-            message: format!("congestion control {congestion:?}: {e}"),
+            message: format!("the load hello: {e}"),
         })?;
     c.write_all(&hello).map_err(not_flowlab)?;
     reach::read_admission(&mut c, auth)
         .map_err(not_flowlab)?
-        .map_err(|message| RpmError::Refused { address, message })?;
+        .map_err(|r| RpmError::Refused {
+            address,
+            message: r.to_string(),
+        })?;
     let _ = c.set_read_timeout(Some(Duration::from_millis(200)));
     let conn = Arc::new(LoadConn {
         direction,

@@ -1,13 +1,13 @@
 //! The fragment service's connections: at most `max` at once, and `per_source` from one
 //! source (an IPv4 address, an IPv6 /64). Each costs two threads while it lasts, and may
-//! by design stay silent for minutes once it has requested something (a fetch's
+//! by design stay silent for minutes once it has been sent a fragment (a fetch's
 //! connection to a fast server waits for a slow one). When every place is taken, the
-//! oldest connection that has requested nothing yet is closed to make room: connections
-//! that only say hello cannot keep an honest fetch out, whose first requests follow its
-//! hello at once.
+//! oldest connection that has been sent no fragment yet is closed to make room:
+//! connections that only say hello, or ask for what is not in the set, cannot keep an
+//! honest fetch out, whose first requests follow its hello at once.
 
 use std::collections::{BTreeMap, HashMap};
-use std::net::{IpAddr, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::sync::{Mutex, PoisonError};
 
 use flowlab_engine::server::source_key;
@@ -31,6 +31,8 @@ struct State {
 #[derive(Debug)]
 struct Entry {
     source: IpAddr,
+    /// Who it is, for the log when it is closed to make room.
+    peer: SocketAddr,
     /// A handle to close it by.
     handle: TcpStream,
     requested: bool,
@@ -50,7 +52,7 @@ impl State {
 }
 
 /// A connection's place, given back when dropped (or taken by [`Connections::admit`]
-/// when it has requested nothing and a place is needed).
+/// when it has been sent nothing and a place is needed).
 #[derive(Debug)]
 pub(crate) struct Place<'a> {
     conns: &'a Connections,
@@ -67,12 +69,16 @@ impl Connections {
         }
     }
 
-    /// A place for `conn` from `source`, or the busy message that says which limit is
-    /// reached. When every place is taken, the oldest connection that has requested
-    /// nothing is shut down and gives up its place; when every one has requested
-    /// something, the newcomer is refused.
-    pub(crate) fn admit(&self, source: IpAddr, conn: &TcpStream) -> Result<Place<'_>, String> {
-        let source = source_key(source);
+    /// A place for `conn` from `peer`, and the peer of a connection closed to make room
+    /// for it, if one was; or the busy message that says which limit is reached. When
+    /// every place is taken, the oldest connection that has been sent no fragment is
+    /// shut down and gives up its place; when every one has, the newcomer is refused.
+    pub(crate) fn admit(
+        &self,
+        peer: SocketAddr,
+        conn: &TcpStream,
+    ) -> Result<(Place<'_>, Option<SocketAddr>), String> {
+        let source = source_key(peer.ip());
         let handle = conn.try_clone().map_err(|e| e.to_string())?;
         let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let mine = s.per_source.get(&source).copied().unwrap_or(0);
@@ -82,6 +88,7 @@ impl Connections {
                  (--max-fragment-connections-per-source)"
             ));
         }
+        let mut evicted = None;
         if s.open.len() >= self.max {
             let idle = s.open.iter().find(|(_, e)| !e.requested).map(|(&k, _)| k);
             let Some(oldest) = idle else {
@@ -93,6 +100,7 @@ impl Connections {
             };
             if let Some(e) = s.forget(oldest) {
                 let _ = e.handle.shutdown(std::net::Shutdown::Both);
+                evicted = Some(e.peer);
             }
         }
         let seq = s.next;
@@ -102,11 +110,12 @@ impl Connections {
             seq,
             Entry {
                 source,
+                peer,
                 handle,
                 requested: false,
             },
         );
-        Ok(Place { conns: self, seq })
+        Ok((Place { conns: self, seq }, evicted))
     }
 
     /// Connections open now.
@@ -121,7 +130,7 @@ impl Connections {
 }
 
 impl Place<'_> {
-    /// The connection has requested a fragment: it is no longer the first to go.
+    /// The connection is being sent a fragment: it is no longer the first to go.
     pub(crate) fn requested(&self) {
         let mut s = self
             .conns
@@ -162,17 +171,19 @@ mod tests {
     fn the_oldest_silent_connection_makes_room_and_a_fetching_one_never_does() {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let conns = Connections::new(2, 2);
-        let a: IpAddr = "192.0.2.1".parse().unwrap();
-        let b: IpAddr = "192.0.2.2".parse().unwrap();
-        let c: IpAddr = "192.0.2.3".parse().unwrap();
+        let a: SocketAddr = "192.0.2.1:1".parse().unwrap();
+        let b: SocketAddr = "192.0.2.2:1".parse().unwrap();
+        let c: SocketAddr = "192.0.2.3:1".parse().unwrap();
         let (s1, mut c1) = pair(&l);
         let (s2, _c2) = pair(&l);
-        let first = conns.admit(a, &s1).unwrap();
-        let second = conns.admit(a, &s2).unwrap();
+        let (first, none) = conns.admit(a, &s1).unwrap();
+        assert_eq!(none, None);
+        let (second, _) = conns.admit(a, &s2).unwrap();
         second.requested();
         // Full: the first (silent) connection is closed for a third.
         let (s3, _c3) = pair(&l);
-        let third = conns.admit(b, &s3).unwrap();
+        let (third, evicted) = conns.admit(b, &s3).unwrap();
+        assert_eq!(evicted, Some(a), "the log hears whom");
         assert_eq!(conns.open(), 2);
         let mut byte = [0u8; 1];
         assert_eq!(
@@ -195,8 +206,8 @@ mod tests {
     fn a_source_gets_its_share_and_no_more() {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let conns = Connections::new(8, 1);
-        let a: IpAddr = "2001:db8::1".parse().unwrap();
-        let same_64: IpAddr = "2001:db8::2".parse().unwrap();
+        let a: SocketAddr = "[2001:db8::1]:1".parse().unwrap();
+        let same_64: SocketAddr = "[2001:db8::2]:1".parse().unwrap();
         let (s1, _c1) = pair(&l);
         let (s2, _c2) = pair(&l);
         let _held = conns.admit(a, &s1).unwrap();

@@ -11,9 +11,9 @@
 //! A connection is served only after its hello (whole by the server's handshake
 //! deadline) carries the service's token, when it has one, and while the service holds
 //! fewer than its limit of connections from the client's source; when every place is
-//! taken, the oldest connection that has requested nothing makes room
+//! taken, the oldest connection that has been sent no fragment makes room
 //! (`connections.rs`). Each connection costs two threads for as long as it lasts,
-//! and must send its first request within [`FIRST_REQUEST`].
+//! and must be sent its first fragment within [`FIRST_REQUEST`].
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
@@ -21,17 +21,19 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use flowlab_engine::control;
 use flowlab_engine::pacing::Pacer;
-use flowlab_engine::server::{ConnectionHandler, Greeting};
+use flowlab_engine::server::{ConnectionHandler, Greeting, ServerLog};
 use flowlab_proto::fragment::{
     Admission, Decoder, HELLO_HEAD, MAGIC, MAX_MANIFEST_LEN, Reply, Request, check_name,
     hello_token_len,
 };
+use flowlab_report::server::ServerEvent;
 
 use crate::connections::{Connections, Place};
 use crate::manifest::{Manifest, ManifestError, hex32};
@@ -42,11 +44,13 @@ const QUEUE: usize = 1024;
 /// closed: longer than `--idle-timeout`, because a fetching client's connection to a
 /// fast server legitimately waits while a slow server sends the last fragments.
 const SILENT_CLIENT: Duration = Duration::from_secs(300);
-/// How long a new connection has to send its first request: `flowlab fetch` opens every
-/// connection to every server before it requests anything, and gives up on a server
-/// that does not answer within its connect timeout (5 s), so a fetch from a few servers
-/// one of which is down asks within this.
+/// How long a new connection has, from its admission, until a fragment of the set is
+/// sent on it: `flowlab fetch` opens every connection to every server before it requests
+/// anything, and gives up on a server that does not answer within its connect timeout
+/// (5 s), so a fetch from a few servers one of which is down asks within this.
 pub const FIRST_REQUEST: Duration = Duration::from_secs(30);
+/// How often a connection's reader looks at the clock while its client is silent.
+const READ_SLICE: Duration = Duration::from_secs(1);
 /// Bytes per `sendfile` call when the connection is rate-limited (pacing granularity).
 const PACED_CHUNK: usize = 64 * 1024;
 /// Shortest token a service accepts: anything shorter could be guessed.
@@ -264,18 +268,34 @@ impl FragmentService {
             );
             return conn.write_all(&Admission::Denied.encode());
         }
-        let place = match self.conns.admit(peer.ip(), &conn) {
-            Ok(p) => p,
+        let place = match self.conns.admit(peer, &conn) {
+            Ok((place, evicted)) => {
+                if let Some(who) = evicted {
+                    greeting.refuse(
+                        who,
+                        "fragment connection closed to make room: it had been sent no \
+                         fragment (--max-fragment-connections)"
+                            .into(),
+                    );
+                }
+                place
+            }
             Err(why) => {
                 greeting.turn_away(&mut conn, peer, why);
                 return Ok(());
             }
         };
         conn.write_all(&Admission::Welcome.encode())?;
-        self.serve(conn, &place)
+        let log = Arc::clone(&greeting.log);
+        self.serve(conn, &place, (peer, log))
     }
 
-    fn serve(&self, mut conn: TcpStream, place: &Place<'_>) -> std::io::Result<()> {
+    fn serve(
+        &self,
+        mut conn: TcpStream,
+        place: &Place<'_>,
+        (peer, log): (SocketAddr, Arc<dyn ServerLog>),
+    ) -> std::io::Result<()> {
         if self.manifest_frame.len() > MAX_MANIFEST_LEN as usize + 4 {
             return Ok(());
         }
@@ -291,33 +311,56 @@ impl FragmentService {
             && flowlab_engine::sock::set_max_pacing_rate(&conn, self.rate_bps / 8).is_ok();
         let pace_here = self.rate_bps > 0 && !paced_by_kernel;
         let cancelled: Arc<Mutex<HashSet<String>>> = Arc::default();
+        let served = Arc::new(AtomicBool::new(false));
         let (tx, rx) = mpsc::sync_channel::<String>(QUEUE);
         let reader = {
             let mut conn = conn.try_clone()?;
-            let cancelled = Arc::clone(&cancelled);
+            let (cancelled, served) = (Arc::clone(&cancelled), Arc::clone(&served));
             let idle = self.idle_timeout.max(SILENT_CLIENT);
             std::thread::Builder::new()
                 .name("fragment-requests".into())
                 .spawn(move || {
-                    // Until the first request, a short deadline; then the long silence a
-                    // fetching client may keep.
-                    let _ = conn.set_read_timeout(Some(FIRST_REQUEST.min(idle)));
-                    let mut asked = false;
+                    // Until a fragment of the set is being sent, the connection has
+                    // FIRST_REQUEST from its admission (requests for nothing do not
+                    // count); then it may stay silent as long as a fetching client may.
+                    let admitted = Instant::now();
+                    let mut heard = admitted;
+                    let _ = conn.set_read_timeout(Some(READ_SLICE));
                     let mut d = Decoder::default();
                     let mut buf = [0u8; 4096];
                     loop {
                         let n = match conn.read(&mut buf) {
-                            Ok(0) | Err(_) => return,
+                            Ok(0) => return,
                             Ok(n) => n,
+                            Err(e) if flowlab_engine::stream::is_timeout(&e) => {
+                                let over = if served.load(Ordering::Acquire) {
+                                    heard.elapsed() > idle
+                                } else {
+                                    admitted.elapsed() > FIRST_REQUEST.min(idle)
+                                };
+                                if over {
+                                    if !served.load(Ordering::Acquire) {
+                                        log.event(ServerEvent::Refused {
+                                            peer: peer.to_string(),
+                                            reason: format!(
+                                                "fragment connection closed: no fragment \
+                                                 sent within {} s of its admission",
+                                                FIRST_REQUEST.as_secs()
+                                            ),
+                                        });
+                                    }
+                                    let _ = conn.shutdown(std::net::Shutdown::Both);
+                                    return;
+                                }
+                                continue;
+                            }
+                            Err(_) => return,
                         };
+                        heard = Instant::now();
                         d.push(&buf[..n]);
                         loop {
                             match d.next_request() {
                                 Ok(Some(Request::Get(name))) => {
-                                    if !asked {
-                                        asked = true;
-                                        let _ = conn.set_read_timeout(Some(idle));
-                                    }
                                     if tx.send(name).is_err() {
                                         return;
                                     }
@@ -338,7 +381,7 @@ impl FragmentService {
                     }
                 })?
         };
-        let result = self.answer(&mut conn, &rx, &cancelled, pace_here, place);
+        let result = self.answer(&mut conn, &rx, &cancelled, pace_here, (place, &served));
         let _ = conn.shutdown(std::net::Shutdown::Both);
         let _ = reader.join();
         result
@@ -350,16 +393,11 @@ impl FragmentService {
         rx: &Receiver<String>,
         cancelled: &Mutex<HashSet<String>>,
         pace: bool,
-        place: &Place<'_>,
+        (place, served): (&Place<'_>, &AtomicBool),
     ) -> std::io::Result<()> {
         // A client that stops reading cannot hold this thread longer than the timeout.
         conn.set_write_timeout(Some(self.idle_timeout))?;
-        let mut asked = false;
         while let Ok(name) = rx.recv() {
-            if !asked {
-                asked = true;
-                place.requested();
-            }
             let was_cancelled = cancelled
                 .lock()
                 .map(|mut c| c.remove(&name))
@@ -370,6 +408,12 @@ impl FragmentService {
             }
             match self.open_fragment(&name) {
                 Ok((file, size, hash)) => {
+                    // Fetching: no longer the first to make room, nor on the first
+                    // request's deadline (said before the reply, which the client may
+                    // be waiting for to know it).
+                    if !served.swap(true, Ordering::AcqRel) {
+                        place.requested();
+                    }
                     conn.write_all(&Reply::Fragment { name, size, hash }.encode())?;
                     self.send_body(conn, &file, size, pace)?;
                 }

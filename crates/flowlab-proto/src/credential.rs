@@ -12,7 +12,8 @@
 //! A server answers a version 2 hello with its admission byte (`W`, `D` or `B` +
 //! message, as the fragment service's) and, after `W`, [`TICKET_LEN`] more bytes: a
 //! ticket when it accepted a token, zeros otherwise. A ticket admits connections from
-//! the address it was issued to for [`TICKET_LIFETIME_SECS`], so a client that opens many
+//! the source it was issued to (its IPv4 address, or its IPv6 /64) for
+//! [`TICKET_LIFETIME_SECS`], so a client that opens many
 //! connections (`flowlab rpm`'s probes, `flowlab ping --connect`) costs the server one
 //! RSA decryption, not one per connection.
 

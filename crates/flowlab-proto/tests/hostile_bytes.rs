@@ -284,6 +284,29 @@ proptest! {
     }
 
     #[test]
+    fn credentials_of_random_bytes_are_judged_not_panicked_on(
+        mut bytes in prop::collection::vec(any::<u8>(), 0..300),
+        kind in prop::sample::select(vec![b'N', b'T', b'K', b'X']),
+    ) {
+        // Most inputs start with a known kind, so the accepting paths run too.
+        if let Some(first) = bytes.first_mut() {
+            *first = kind;
+        }
+        let mut rest = &bytes[..];
+        let read = flowlab_proto::credential::Credential::read(|buf: &mut [u8]| {
+            let (piece, after) = rest.split_at_checked(buf.len()).ok_or(())?;
+            buf.copy_from_slice(piece);
+            rest = after;
+            Ok::<(), ()>(())
+        });
+        // What reads whole is what its bytes say, byte for byte.
+        if let Ok(Ok(c)) = read {
+            let again = c.encode().expect("what was read encodes");
+            prop_assert!(bytes.starts_with(&again));
+        }
+    }
+
+    #[test]
     fn hellos_round_trip(token in prop::collection::vec(any::<u8>(), 0..=MAX_TOKEN_LEN)) {
         let h = hello(&token);
         let head = h.first_chunk::<HELLO_HEAD>().expect("a whole head");

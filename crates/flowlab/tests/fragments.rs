@@ -507,9 +507,17 @@ fn fragment_connections_beyond_the_limits_are_told_busy() {
     let tmp = tempfile::tempdir().expect("tmp");
     let src = tmp.path().join("src");
     let m = manifest::make(4096, 2, &src).expect("make");
+    // A connection is fetching once a fragment's reply has reached it (the server marks
+    // it before it writes the reply).
     let fetching = |c: &mut TcpStream| {
+        let mut len = [0u8; 4];
+        c.read_exact(&mut len).expect("manifest length");
+        let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+        c.read_exact(&mut body).expect("manifest");
         c.write_all(&Request::Get(m.fragments[0].name.clone()).encode())
             .expect("a request");
+        let mut d = Decoder::default();
+        assert!(matches!(reply(c, &mut d), Reply::Fragment { .. }));
     };
     let service = FragmentService::open(&src, 0, Duration::from_secs(5))
         .expect("service")
@@ -529,7 +537,6 @@ fn fragment_connections_beyond_the_limits_are_told_busy() {
     assert_eq!(raw_hello(&mut b, b""), Admission::Welcome);
     fetching(&mut a);
     fetching(&mut b);
-    std::thread::sleep(Duration::from_millis(200));
     let mut c = support::connect_from([127, 0, 0, 4], port);
     match raw_hello(&mut c, b"") {
         Admission::Busy(m) => assert!(m.contains("--max-fragment-connections"), "{m}"),

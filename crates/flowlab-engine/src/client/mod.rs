@@ -39,7 +39,10 @@ pub enum ClientError {
         addr: String,
         source: std::io::Error,
     },
-    #[error("the server is busy running its maximum number of tests; try again later")]
+    #[error(
+        "the server is busy: it runs as many tests as it allows, in all or from this address; \
+         try again later"
+    )]
     Busy,
     #[error("authentication: {0}")]
     Auth(String),

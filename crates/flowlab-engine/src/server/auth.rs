@@ -188,15 +188,15 @@ pub(super) enum Unadmitted {
 /// Reads and judges the credential that follows a hello (when `follows`: a version 2
 /// hello) of an echo or load connection from `peer`, by `deadline`. A server that does
 /// not authenticate admits any connection (reading a credential it is given); one that
-/// does admits a valid ticket, or a valid token, for which it issues a ticket (returned,
-/// for the client after its welcome).
+/// does admits a valid ticket, or a valid token. True when a token was accepted: the
+/// client is then due a ticket ([`ticket_due`]) once the connection has its place.
 pub(super) fn admit(
     conn: &mut std::net::TcpStream,
     deadline: crate::control::Deadline,
     follows: bool,
     auth: Option<&ServerAuth>,
     peer: std::net::SocketAddr,
-) -> Result<Option<[u8; TICKET_LEN]>, Unadmitted> {
+) -> Result<bool, Unadmitted> {
     use flowlab_proto::credential::Credential;
     let credential = if follows {
         Credential::read(|buf: &mut [u8]| crate::control::read_exact_by(conn, buf, deadline))
@@ -206,7 +206,7 @@ pub(super) fn admit(
         Credential::None
     };
     let Some(auth) = auth else {
-        return Ok(None);
+        return Ok(false);
     };
     let refused = |e: AuthError| Unadmitted::Refused(format!("authentication failed: {e}"));
     match credential {
@@ -215,13 +215,24 @@ pub(super) fn admit(
         )),
         Credential::Ticket(k) => auth
             .check_ticket(&k, peer.ip())
-            .map(|()| None)
+            .map(|()| false)
             .map_err(refused),
         Credential::Token(t) => auth
             .check(Some(&t), peer.ip())
-            .map(|_user| Some(auth.issue_ticket(peer.ip())))
+            .map(|_user| true)
             .map_err(refused),
     }
+}
+
+/// The ticket a connection admitted by a token is given (see [`admit`]), issued only
+/// now that the connection is served.
+pub(super) fn ticket_due(
+    token_accepted: bool,
+    auth: Option<&ServerAuth>,
+    peer: std::net::SocketAddr,
+) -> Option<[u8; TICKET_LEN]> {
+    auth.filter(|_| token_accepted)
+        .map(|a| a.issue_ticket(peer.ip()))
 }
 
 fn unix_now() -> i64 {

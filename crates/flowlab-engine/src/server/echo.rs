@@ -11,7 +11,7 @@ use flowlab_proto::credential::ticket_reply;
 use flowlab_proto::fragment::Admission;
 use flowlab_proto::probe::{self, TCP_HELLO_LEN};
 
-use super::auth::{ServerAuth, Unadmitted, admit};
+use super::auth::{ServerAuth, Unadmitted, admit, ticket_due};
 use super::{Greeting, Places};
 use crate::{control, sock};
 
@@ -46,8 +46,8 @@ pub(super) fn serve(
         Ok(hello) => hello,
         Err(e) => return greeting.refuse(peer, format!("TCP probe hello: {e}")),
     };
-    let ticket = match admit(&mut conn, greeting.deadline, follows, auth, peer) {
-        Ok(ticket) => ticket,
+    let token_accepted = match admit(&mut conn, greeting.deadline, follows, auth, peer) {
+        Ok(accepted) => accepted,
         Err(Unadmitted::Unreadable(e)) => {
             return greeting.refuse(peer, format!("TCP probe credential: {e}"));
         }
@@ -60,6 +60,7 @@ pub(super) fn serve(
         Err(why) => return greeting.turn_away(&mut conn, peer, why),
     };
     greeting.done();
+    let ticket = ticket_due(token_accepted, auth, peer);
     // Each reply leaves at once (no Nagle wait for the previous one's ACK).
     let _ = conn.set_nodelay(true);
     let _ = conn.set_read_timeout(Some(idle));

@@ -110,15 +110,25 @@ impl Drop for Handshake {
 }
 
 /// A log that passes at most `per_second` refusals and failures a second (a flood of bad
-/// handshakes, of failed authentications, of tests started to fail, is a line or two per
-/// connection), and says how many it left out with the next line it writes. Tests that
-/// start and finish are always logged.
+/// handshakes, of failed authentications, of parameters refused, is a line per
+/// connection), and says how many it left out with the next line it writes. A test that
+/// started is always logged, and so is its end, however it ended: the pair is the record
+/// of a test that held a slot (at most `--max-tests` at once), and a reader of the log
+/// (`--iperf3-json`) waits for the end of every start it saw.
 pub(super) struct RateLimited {
     inner: Arc<dyn ServerLog>,
     per_second: u32,
-    /// The current one-second window's start, lines passed in it, lines left out since
-    /// the last summary.
-    state: Mutex<(Instant, u32, u64)>,
+    state: Mutex<LogState>,
+}
+
+struct LogState {
+    /// The current one-second window's start, and the lines passed in it.
+    window: Instant,
+    passed: u32,
+    /// Lines left out since the last summary.
+    left_out: u64,
+    /// Tests whose start was logged and whose end was not yet.
+    started: std::collections::HashSet<u64>,
 }
 
 impl RateLimited {
@@ -126,7 +136,12 @@ impl RateLimited {
         RateLimited {
             inner,
             per_second,
-            state: Mutex::new((Instant::now(), 0, 0)),
+            state: Mutex::new(LogState {
+                window: Instant::now(),
+                passed: 0,
+                left_out: 0,
+                started: std::collections::HashSet::new(),
+            }),
         }
     }
 }
@@ -137,28 +152,35 @@ impl ServerLog for RateLimited {
     }
 
     fn event(&self, event: ServerEvent) {
-        // A test that starts, and one that ends well, is always said; refusals and
-        // failures are what a flood is made of.
-        let limited = matches!(
-            event,
-            ServerEvent::Refused { .. } | ServerEvent::TestFailed { .. }
-        );
         let Ok(mut s) = self.state.lock() else {
             return;
         };
-        let (start, passed, left_out) = &mut *s;
-        if start.elapsed() >= Duration::from_secs(1) {
-            *start = Instant::now();
-            *passed = 0;
+        // Refusals and failures before a test started are what a flood is made of.
+        let limited = match &event {
+            ServerEvent::TestStarted { test, .. } => {
+                s.started.insert(*test);
+                false
+            }
+            ServerEvent::TestFinished { test, .. } => {
+                s.started.remove(test);
+                false
+            }
+            ServerEvent::TestFailed { test: Some(id), .. } => !s.started.remove(id),
+            ServerEvent::Refused { .. } | ServerEvent::TestFailed { test: None, .. } => true,
+            _ => false,
+        };
+        if s.window.elapsed() >= Duration::from_secs(1) {
+            s.window = Instant::now();
+            s.passed = 0;
         }
-        if limited && *passed >= self.per_second {
-            *left_out += 1;
+        if limited && s.passed >= self.per_second {
+            s.left_out += 1;
             return;
         }
         if limited {
-            *passed += 1;
+            s.passed += 1;
         }
-        let summary = std::mem::take(left_out);
+        let summary = std::mem::take(&mut s.left_out);
         drop(s);
         if summary > 0 {
             self.inner.event(ServerEvent::Suppressed { count: summary });
@@ -387,7 +409,7 @@ mod tests {
     }
 
     #[test]
-    fn refusals_beyond_the_log_rate_are_counted_and_the_count_logged_next() {
+    fn refusals_beyond_the_log_rate_are_counted_and_the_count_logged_next_and_a_test_never() {
         let inner = Arc::new(Collect::default());
         let log = RateLimited::new(inner.clone(), 5);
         let refused = |i: usize| ServerEvent::Refused {
@@ -397,7 +419,27 @@ mod tests {
         for i in 0..50 {
             log.event(refused(i));
         }
-        // A test's own events are never held back.
+        // A test's own events are never held back: its start, and its end however it
+        // ended; a failure of a test that never started is a refusal like the others.
+        log.event(ServerEvent::TestFailed {
+            test: Some(7),
+            peer: "p".into(),
+            error: "authentication failed".into(),
+        });
+        log.event(ServerEvent::TestStarted {
+            test: 8,
+            peer: "p".into(),
+            protocol: "tcp".into(),
+            streams: 1,
+            reverse: false,
+            bidir: false,
+            client: None,
+        });
+        log.event(ServerEvent::TestFailed {
+            test: Some(8),
+            peer: "p".into(),
+            error: "the client vanished".into(),
+        });
         log.event(ServerEvent::TestFinished {
             test: 1,
             peer: "p".into(),
@@ -414,12 +456,16 @@ mod tests {
                 ServerEvent::Refused { peer, .. } => format!("refused {peer}"),
                 ServerEvent::Suppressed { count } => format!("suppressed {count}"),
                 ServerEvent::TestFinished { .. } => "finished".into(),
+                ServerEvent::TestStarted { test, .. } => format!("started {test}"),
+                ServerEvent::TestFailed { test, .. } => format!("failed {test:?}"),
                 other => format!("{other:?}"),
             })
             .collect();
         let mut want: Vec<String> = (0..5).map(|i| format!("refused 192.0.2.{i}:1")).collect();
         want.extend([
-            "suppressed 45".to_string(),
+            "suppressed 46".to_string(),
+            "started 8".to_string(),
+            "failed Some(8)".to_string(),
             "finished".to_string(),
             "refused 192.0.2.99:1".to_string(),
         ]);

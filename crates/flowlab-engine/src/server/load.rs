@@ -15,7 +15,7 @@ use flowlab_proto::fragment::Admission;
 use flowlab_proto::load::{self, Direction, Event, FrameReader, HELLO_LEN};
 use flowlab_proto::probe::{self, HEADER_LEN};
 
-use super::auth::{ServerAuth, Unadmitted, admit};
+use super::auth::{ServerAuth, Unadmitted, admit, ticket_due};
 use super::{Greeting, Places};
 use crate::{control, sock};
 
@@ -77,8 +77,12 @@ pub(super) fn serve(
         Err(e) => return greeting.refuse(peer, format!("load hello: {e}")),
     };
     let (direction, follows) = (head.direction, head.credential);
-    let ticket = match admit(&mut conn, greeting.deadline, follows, service.auth, peer) {
-        Ok(ticket) => ticket,
+    // Refused whoever asks: said before a credential costs a decryption.
+    if let Some(why) = service.refusal {
+        return greeting.turn_away(&mut conn, peer, why.to_string());
+    }
+    let token_accepted = match admit(&mut conn, greeting.deadline, follows, service.auth, peer) {
+        Ok(accepted) => accepted,
         Err(Unadmitted::Unreadable(e)) => {
             return greeting.refuse(peer, format!("load credential: {e}"));
         }
@@ -92,14 +96,12 @@ pub(super) fn serve(
             return greeting.turn_away(&mut conn, peer, why);
         }
     }
-    if let Some(why) = service.refusal {
-        return greeting.turn_away(&mut conn, peer, why.to_string());
-    }
     let _place = match service.places.take(peer.ip()) {
         Ok(p) => p,
         Err(why) => return greeting.turn_away(&mut conn, peer, why),
     };
     greeting.done();
+    let ticket = ticket_due(token_accepted, service.auth, peer);
     let _ = conn.set_nodelay(true);
     let _ = conn.set_write_timeout(Some(service.idle));
     if conn.write_all(&Admission::Welcome.encode()).is_err() {

@@ -262,6 +262,10 @@ pub fn translate(args: &[OsString]) -> Result<Vec<OsString>, Refusal> {
             Some(_) => out.push("--no-window".into()),
         }
     }
+    if server {
+        // iperf3's server caps no test's length: neither does this one, as iperf3's.
+        out.push("--max-duration=0".into());
+    }
     global.extend(out);
     Ok(global)
 }
@@ -391,21 +395,30 @@ mod tests {
                 "-c h -J --bidir -VV",
                 "flowlab -V -V test h --iperf3-json --bidir",
             ),
-            ("-s -p 5202 -1", "flowlab serve --port=5202 --one-off"),
+            (
+                "-s -p 5202 -1",
+                "flowlab serve --port=5202 --one-off --max-duration=0",
+            ),
             (
                 "-s -D -I /run/x.pid --logfile l",
-                "flowlab serve --pidfile=/run/x.pid --logfile=l --daemon",
+                "flowlab serve --pidfile=/run/x.pid --logfile=l --daemon --max-duration=0",
             ),
             (
                 "-s --server-bitrate-limit 100M",
-                "flowlab serve --max-bitrate=100M",
+                "flowlab serve --max-bitrate=100M --max-duration=0",
             ),
-            ("-s -B 127.0.0.1 -d", "flowlab -VV serve --bind=127.0.0.1"),
+            (
+                "-s -B 127.0.0.1 -d",
+                "flowlab -VV serve --bind=127.0.0.1 --max-duration=0",
+            ),
             (
                 "-s -F f -A 1 --snd-timeout 9",
-                "flowlab serve --file=f --affinity=1 --snd-timeout=9",
+                "flowlab serve --file=f --affinity=1 --snd-timeout=9 --max-duration=0",
             ),
-            ("-s -B ::1%lo", "flowlab serve --bind=::1%lo"),
+            (
+                "-s -B ::1%lo",
+                "flowlab serve --bind=::1%lo --max-duration=0",
+            ),
             ("-c h --timestamps", "flowlab test h --timestamps"),
             (
                 "-c h --title=-x -k 1K",

@@ -278,14 +278,30 @@ pub fn with_run_dir(argv: &[String], dir: &str) -> Vec<String> {
     argv.iter().map(|a| a.replace(RUN, dir)).collect()
 }
 
-/// A server's `flowlab serve` command line: `-J`, port 0 (the kernel picks one) and the
-/// address (loopback unless it runs on a node), then the study's options for it.
+/// A study's server lets one host run this many tests at once (its `--max-tests` still
+/// bounds them all).
+const LAB_TESTS_PER_SOURCE: &str = "1024";
+
+/// A server's `flowlab serve` command line: `-J`, port 0 (the kernel picks one), the
+/// address (loopback unless it runs on a node), then the study's options for it, and a
+/// laboratory's limits rather than a public server's where the study sets none: no cap
+/// on a test's length, a host's tests limited only by `--max-tests`.
 pub fn serve_line(args: &str, loopback: bool) -> Result<Vec<String>, String> {
     let mut argv: Vec<String> = ["-J", "-p", "0"].map(String::from).to_vec();
     if loopback {
         argv.extend(["-B".to_string(), "127.0.0.1".to_string()]);
     }
-    argv.extend(split(args)?);
+    let given = split(args)?;
+    let sets = |flag: &str| given.iter().any(|a| a.split('=').next() == Some(flag));
+    for (flag, lab) in [
+        ("--max-duration", "0"),
+        ("--max-tests-per-source", LAB_TESTS_PER_SOURCE),
+    ] {
+        if !sets(flag) {
+            argv.extend([flag.to_string(), lab.to_string()]);
+        }
+    }
+    argv.extend(given);
     let parsed = ServeLine::try_parse_from(with_run_dir(&argv, "run")).map_err(|e| one_line(&e))?;
     if parsed.args.one_off {
         return Err("--one-off: a study's server serves every trial".into());
@@ -403,9 +419,22 @@ mod tests {
                 "0",
                 "-B",
                 "127.0.0.1",
+                "--max-duration",
+                "0",
+                "--max-tests-per-source",
+                LAB_TESTS_PER_SOURCE,
                 "--max-tests",
                 "4"
             ]
+        );
+        // A study's own limit stands.
+        let line = serve_line("--max-duration=30", true).expect("valid");
+        assert!(line.contains(&"--max-duration=30".to_string()), "{line:?}");
+        assert_eq!(
+            line.iter()
+                .filter(|a| a.starts_with("--max-duration"))
+                .count(),
+            1
         );
         let e = serve_line("-p 5201", true).expect_err("port");
         assert!(
