@@ -525,19 +525,25 @@ fn fragment_set(dir: &Path, n: usize) -> (PathBuf, Vec<String>, u16) {
 }
 
 /// Sixty-four connections, sixteen from each of four addresses, that send the fragment
-/// service's hello and then nothing used to fill every place for up to five minutes:
-/// `fetch` was told "busy". Now the oldest of those that have requested nothing makes
-/// room, and an honest fetch completes.
+/// service's hello and then nothing (or a request for a name not in the set) used to
+/// fill every place for up to five minutes: `fetch` was told "busy". Now the oldest of
+/// those that have been sent no fragment makes room, and an honest fetch completes.
 #[test]
 fn idle_fragment_connections_give_way_to_a_fetch() {
     let tmp = tempfile::tempdir().expect("tmp");
     let (src, names, port) = fragment_set(tmp.path(), 8);
     let idle: Vec<TcpStream> = (2..6u8)
         .flat_map(|a| {
-            (0..16).map(move |_| {
+            (0..16).map(move |i| {
                 let mut c = connect_from([127, 0, 0, a], port);
                 c.write_all(&flowlab_proto::fragment::hello(b""))
                     .expect("hello");
+                // Every other one asks for what is not in the set: that does not make
+                // a connection one that is fetching (the next test has all of them ask).
+                if i % 2 == 1 {
+                    let ask = flowlab_proto::fragment::Request::Get("not-in-the-set".into());
+                    c.write_all(&ask.encode()).expect("a request");
+                }
                 c
             })
         })
@@ -554,6 +560,35 @@ fn idle_fragment_connections_give_way_to_a_fetch() {
         assert!(a.is_ok() && a.ok() == b.ok(), "{name} differs");
     }
     drop(idle);
+}
+
+/// Every place taken by connections that asked for a name not in the set: a refusal is
+/// not a fragment sent, so they still make room for a fetch. (Counting any request as
+/// fetching let one bogus request per connection keep `fetch` out again.)
+#[test]
+fn requests_for_nothing_do_not_hold_a_fragment_place() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (_src, names, port) = fragment_set(tmp.path(), 4);
+    let asking: Vec<TcpStream> = (2..6u8)
+        .flat_map(|a| {
+            (0..16).map(move |_| {
+                let mut c = connect_from([127, 0, 0, a], port);
+                c.write_all(&flowlab_proto::fragment::hello(b""))
+                    .expect("hello");
+                let ask = flowlab_proto::fragment::Request::Get("not-in-the-set".into());
+                c.write_all(&ask.encode()).expect("a request");
+                c
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let out = tmp.path().join("out");
+    let spec =
+        flowlab_fragments::fetch::FetchSpec::new(vec![format!("127.0.0.1:{port}")], out.clone());
+    let r = flowlab_fragments::fetch::fetch(&spec, &flowlab_fragments::fetch::Silent)
+        .expect("a fetch beside 64 connections asking for nothing");
+    assert_eq!(r.servers[0].fragments, names.len());
+    drop(asking);
 }
 
 /// A FIFO put in a fragment's place (by someone who can write the served directory) used
