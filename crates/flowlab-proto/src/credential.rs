@@ -108,6 +108,22 @@ impl Credential {
     }
 }
 
+impl Credential {
+    /// The credential at the start of `bytes` and how many bytes it took, as
+    /// [`Credential::read`] reads it; `None` when `bytes` end before it does.
+    pub fn decode(bytes: &[u8]) -> Option<Result<(Credential, usize), ProtoError>> {
+        let mut rest = bytes;
+        let read = Credential::read(|buf: &mut [u8]| {
+            let (piece, after) = rest.split_at_checked(buf.len()).ok_or(())?;
+            buf.copy_from_slice(piece);
+            rest = after;
+            Ok::<(), ()>(())
+        });
+        let used = bytes.len() - rest.len();
+        read.ok().map(|r| r.map(|c| (c, used)))
+    }
+}
+
 /// What follows a `W` admission to a version 2 hello: the ticket, or zeros.
 pub fn ticket_reply(ticket: Option<&[u8; TICKET_LEN]>) -> [u8; TICKET_LEN] {
     ticket.copied().unwrap_or([0; TICKET_LEN])
@@ -123,16 +139,10 @@ mod tests {
     use super::*;
 
     fn read_all(bytes: &[u8]) -> Result<Result<Credential, ProtoError>, &'static str> {
-        let mut at = 0;
-        Credential::read(|buf: &mut [u8]| {
-            let end = at + buf.len();
-            let Some(src) = bytes.get(at..end) else {
-                return Err("short");
-            };
-            buf.copy_from_slice(src);
-            at = end;
-            Ok(())
-        })
+        match Credential::decode(bytes) {
+            None => Err("short"),
+            Some(r) => Ok(r.map(|(c, _)| c)),
+        }
     }
 
     #[test]
@@ -142,7 +152,14 @@ mod tests {
             Credential::Token("abc+/=".into()),
             Credential::Ticket([7; TICKET_LEN]),
         ] {
-            assert_eq!(read_all(&c.encode().unwrap()), Ok(Ok(c.clone())), "{c:?}");
+            let mut wire = c.encode().unwrap();
+            let len = wire.len();
+            wire.extend_from_slice(b"next");
+            assert_eq!(
+                Credential::decode(&wire),
+                Some(Ok((c.clone(), len))),
+                "{c:?}"
+            );
         }
     }
 

@@ -283,32 +283,6 @@ fn a_busy_flowlab_server_tells_a_stock_iperf3_client_so() {
     iperf3_client(port, &["-n", "1M"]);
 }
 
-/// A key pair made by `openssl genrsa` (PKCS#8 private key, SubjectPublicKeyInfo public
-/// key, as iperf3's own auth test makes them) and an authorized-users file for
-/// mario/rossi, in `dir`.
-fn auth_files(
-    dir: &std::path::Path,
-) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
-    let private = dir.join("private.pem");
-    let public = dir.join("public.pem");
-    let users = dir.join("users.csv");
-    let ok = |c: &mut Command| c.status().expect("run openssl").success();
-    assert!(ok(Command::new("openssl")
-        .args(["genrsa", "-out"])
-        .arg(&private)
-        .arg("2048")
-        .stderr(Stdio::null())));
-    assert!(ok(Command::new("openssl")
-        .args(["rsa", "-pubout", "-in"])
-        .arg(&private)
-        .arg("-out")
-        .arg(&public)
-        .stderr(Stdio::null())));
-    let hash = flowlab_proto::auth::password_hash("mario", "rossi");
-    std::fs::write(&users, format!("# user,sha256\nmario,{hash}\n")).expect("users file");
-    (private, public, users)
-}
-
 /// iperf3 built with OpenSSL says "authentication" among its features.
 fn iperf3_has_auth() -> bool {
     let out = Command::new("iperf3")

@@ -9,7 +9,6 @@ mod support;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -72,23 +71,7 @@ fn keys() -> Option<Keys> {
         return None;
     }
     let dir = tempfile::tempdir().expect("tmp");
-    let private = dir.path().join("private.pem");
-    let public = dir.path().join("public.pem");
-    let users = dir.path().join("users.csv");
-    let ok = |c: &mut Command| c.status().expect("run openssl").success();
-    assert!(ok(Command::new("openssl")
-        .args(["genrsa", "-out"])
-        .arg(&private)
-        .arg("2048")
-        .stderr(Stdio::null())));
-    assert!(ok(Command::new("openssl")
-        .args(["rsa", "-pubout", "-in"])
-        .arg(&private)
-        .arg("-out")
-        .arg(&public)
-        .stderr(Stdio::null())));
-    let hash = auth::password_hash("mario", "rossi");
-    std::fs::write(&users, format!("mario,{hash}\n")).expect("users file");
+    let (private, public, users) = auth_files(dir.path());
     Some(Keys {
         private_pem: std::fs::read_to_string(&private).expect("key"),
         public_pem: std::fs::read_to_string(&public).expect("key"),
@@ -524,6 +507,25 @@ fn fragment_set(dir: &Path, n: usize) -> (PathBuf, Vec<String>, u16) {
     (src, names, port)
 }
 
+/// Sixty-four fragment connections, sixteen from each of 127.0.0.2–5, every place of the
+/// service's defaults: each says hello, and the `i`th asks for a name not in the set
+/// when `asks(i)`; none reads anything.
+fn fill_fragment_places(port: u16, asks: fn(usize) -> bool) -> Vec<TcpStream> {
+    (2..6u8)
+        .flat_map(|a| (0..16).map(move |i| (a, i)))
+        .map(|(a, i)| {
+            let mut c = connect_from([127, 0, 0, a], port);
+            c.write_all(&flowlab_proto::fragment::hello(b""))
+                .expect("hello");
+            if asks(i) {
+                let ask = flowlab_proto::fragment::Request::Get("not-in-the-set".into());
+                c.write_all(&ask.encode()).expect("a request");
+            }
+            c
+        })
+        .collect()
+}
+
 /// Sixty-four connections, sixteen from each of four addresses, that send the fragment
 /// service's hello and then nothing (or a request for a name not in the set) used to
 /// fill every place for up to five minutes: `fetch` was told "busy". Now the oldest of
@@ -532,22 +534,9 @@ fn fragment_set(dir: &Path, n: usize) -> (PathBuf, Vec<String>, u16) {
 fn idle_fragment_connections_give_way_to_a_fetch() {
     let tmp = tempfile::tempdir().expect("tmp");
     let (src, names, port) = fragment_set(tmp.path(), 8);
-    let idle: Vec<TcpStream> = (2..6u8)
-        .flat_map(|a| {
-            (0..16).map(move |i| {
-                let mut c = connect_from([127, 0, 0, a], port);
-                c.write_all(&flowlab_proto::fragment::hello(b""))
-                    .expect("hello");
-                // Every other one asks for what is not in the set: that does not make
-                // a connection one that is fetching (the next test has all of them ask).
-                if i % 2 == 1 {
-                    let ask = flowlab_proto::fragment::Request::Get("not-in-the-set".into());
-                    c.write_all(&ask.encode()).expect("a request");
-                }
-                c
-            })
-        })
-        .collect();
+    // Every other one asks for what is not in the set: that does not make a connection
+    // one that is fetching (the next test has all of them ask).
+    let idle = fill_fragment_places(port, |i| i % 2 == 1);
     std::thread::sleep(Duration::from_millis(500));
     let out = tmp.path().join("out");
     let spec =
@@ -569,18 +558,7 @@ fn idle_fragment_connections_give_way_to_a_fetch() {
 fn requests_for_nothing_do_not_hold_a_fragment_place() {
     let tmp = tempfile::tempdir().expect("tmp");
     let (_src, names, port) = fragment_set(tmp.path(), 4);
-    let asking: Vec<TcpStream> = (2..6u8)
-        .flat_map(|a| {
-            (0..16).map(move |_| {
-                let mut c = connect_from([127, 0, 0, a], port);
-                c.write_all(&flowlab_proto::fragment::hello(b""))
-                    .expect("hello");
-                let ask = flowlab_proto::fragment::Request::Get("not-in-the-set".into());
-                c.write_all(&ask.encode()).expect("a request");
-                c
-            })
-        })
-        .collect();
+    let asking = fill_fragment_places(port, |_| true);
     std::thread::sleep(Duration::from_millis(500));
     let out = tmp.path().join("out");
     let spec =

@@ -427,3 +427,29 @@ pub fn usage_error(args: &[&str], names: &str) {
         "{args:?}: '{names}' not named in: {stderr}"
     );
 }
+
+/// A key pair made by `openssl genrsa` (PKCS#8 private key, SubjectPublicKeyInfo public
+/// key, as iperf3's own auth test makes them) and an authorized-users file for
+/// mario/rossi, in `dir`.
+pub fn auth_files(
+    dir: &std::path::Path,
+) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+    let private = dir.join("private.pem");
+    let public = dir.join("public.pem");
+    let users = dir.join("users.csv");
+    let ok = |c: &mut std::process::Command| c.status().expect("run openssl").success();
+    assert!(ok(std::process::Command::new("openssl")
+        .args(["genrsa", "-out"])
+        .arg(&private)
+        .arg("2048")
+        .stderr(std::process::Stdio::null())));
+    assert!(ok(std::process::Command::new("openssl")
+        .args(["rsa", "-pubout", "-in"])
+        .arg(&private)
+        .arg("-out")
+        .arg(&public)
+        .stderr(std::process::Stdio::null())));
+    let hash = flowlab_proto::auth::password_hash("mario", "rossi");
+    std::fs::write(&users, format!("# user,sha256\nmario,{hash}\n")).expect("users file");
+    (private, public, users)
+}
