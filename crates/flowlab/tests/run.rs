@@ -435,26 +435,40 @@ fn a_killed_runner_is_resumed_without_losing_or_repeating_a_trial() {
     assert!(rows.iter().all(|r| r.2 == "ok"), "{rows:?}");
 }
 
+/// Ctrl-C, SIGTERM (a service manager's stop) and SIGHUP (the terminal gone) each stop a
+/// run the same way: the trial running is given back, every finished one kept, nothing
+/// left running. Each runner is stopped one trial further on, and a last run finishes.
 #[test]
-fn ctrl_c_keeps_every_finished_trial_and_gives_back_the_running_one() {
+fn a_stop_signal_keeps_every_finished_trial_and_gives_back_the_running_one() {
+    use nix::sys::signal::Signal;
     let dir = tempfile::tempdir().expect("tempdir");
     let study = write_study(dir.path(), TIMED);
     let db = dir.path().join("results.db");
-    let runner = spawn_runner(dir.path(), &study, false);
-    wait_for_trials(&db, 1, Duration::from_secs(60));
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(runner.id() as i32),
-        nix::sys::signal::Signal::SIGINT,
-    )
-    .expect("SIGINT");
-    let out = runner.wait_with_output().expect("wait");
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert!(text(&out).contains("interrupted ("), "{}", text(&out));
-    let d = Db::open_existing(&db).expect("open");
-    let s = d.find_study("timed").expect("q").expect("recorded");
-    let r = d.recorded(s.id).expect("recorded");
-    assert!(r.ok >= 1 && r.running == 0 && r.abandoned == 0, "{r:?}");
-    assert_no_process_in(dir.path());
+    for (finished, signal) in [
+        (1, Signal::SIGINT),
+        (2, Signal::SIGTERM),
+        (3, Signal::SIGHUP),
+    ] {
+        let runner = spawn_runner(dir.path(), &study, false);
+        wait_for_trials(&db, finished, Duration::from_secs(60));
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(runner.id() as i32), signal)
+            .expect("signal");
+        let out = runner.wait_with_output().expect("wait");
+        assert_eq!(out.status.code(), Some(1), "{signal}: {}", text(&out));
+        assert!(
+            text(&out).contains("interrupted ("),
+            "{signal}: {}",
+            text(&out)
+        );
+        let d = Db::open_existing(&db).expect("open");
+        let s = d.find_study("timed").expect("q").expect("recorded");
+        let r = d.recorded(s.id).expect("recorded");
+        assert!(
+            r.ok as usize >= finished && r.running == 0 && r.abandoned == 0,
+            "{signal}: {r:?}"
+        );
+        assert_no_process_in(dir.path());
+    }
     let out = run(dir.path(), &[study.to_str().expect("utf-8")]);
     assert!(out.status.success(), "{}", text(&out));
     assert_eq!(rows(&db, "timed").len(), 4);

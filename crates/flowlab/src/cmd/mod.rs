@@ -20,8 +20,9 @@ use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-/// A flag that the first Ctrl-C sets, to end a measurement cleanly with what it has; a
-/// second Ctrl-C exits at once.
+/// A flag that the first Ctrl-C (SIGINT), SIGTERM or SIGHUP sets, to end a measurement
+/// or a study cleanly with what it has (as iperf3 ends on each); a second one exits at
+/// once.
 pub fn install_ctrl_c() -> Arc<AtomicBool> {
     let flag = Arc::new(AtomicBool::new(false));
     let presses = AtomicUsize::new(0);
@@ -247,34 +248,6 @@ pub fn own_binary() -> std::io::Result<std::path::PathBuf> {
     } else {
         std::env::current_exe()
     }
-}
-
-/// A command that runs this flowlab binary again (in network namespace `ns` when
-/// given, through `ip netns exec`), killed by the kernel if this process dies first: a
-/// runner killed outright leaves no server or client behind.
-pub fn flowlab_child(ns: Option<&str>) -> std::io::Result<std::process::Command> {
-    use std::os::unix::process::CommandExt;
-    let exe = own_binary()?;
-    let mut cmd = match ns {
-        Some(ns) => {
-            let mut c = std::process::Command::new("ip");
-            c.args(["netns", "exec", ns]).arg(exe);
-            c
-        }
-        None => {
-            let mut c = std::process::Command::new(exe);
-            c.arg0("flowlab");
-            c
-        }
-    };
-    // SAFETY: between fork and exec only prctl(2) runs, which is async-signal-safe.
-    unsafe {
-        cmd.pre_exec(|| {
-            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
-                .map_err(std::io::Error::from)
-        });
-    }
-    Ok(cmd)
 }
 
 /// A fragment service's token from `--token-file FILE`: the file's text without its

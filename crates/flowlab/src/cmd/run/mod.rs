@@ -1,28 +1,16 @@
 //! `flowlab run STUDY.toml`: a whole study, every trial recorded in a results database
-//! the moment it ends.
-//!
-//! 1. [`prepare`]: read and check the study and its topology ([`topology`]), then every
-//!    step of every cell as the command's own parser reads it ([`check`]): nothing
-//!    starts unless all of it is valid.
-//! 2. `--dry-run`: print the plan ([`plan`]) and stop.
-//! 3. [`execute`]: open the database, record the study (its file and the order's seed);
-//!    for each trial in the plan's order, claim it, bring its network up with the
-//!    servers on it when another (or none) is up ([`topology`], [`servers`]), run its
-//!    stages ([`trial`]), record it. Ctrl-C gives the running trial back and keeps
-//!    every finished one.
+//! the moment it ends. [`flowlab_runner::study`] prepares and runs it, at this machine
+//! ([`flowlab_runner::Local`]), with the steps read by flowlab's own parsers
+//! ([`commands`]); this prints what it says.
 
-mod check;
-mod execute;
-mod plan;
-mod prepare;
-mod servers;
-mod topology;
-mod trial;
+mod commands;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use clap::Args as ClapArgs;
 use flowlab_report::{json, table};
+use flowlab_runner::study::{self, Event, RunError};
 
 use super::{emit, emit_json};
 use crate::cli::Usage;
@@ -62,16 +50,14 @@ pub struct Args {
 }
 
 pub fn run(a: &Args) -> anyhow::Result<()> {
-    if !(a.scale > 0.0 && a.scale <= 100.0) {
-        return Err(Usage(format!(
-            "--scale {}: give a factor above 0, up to 100",
-            a.scale
-        ))
-        .into());
-    }
-    let prepared = prepare::prepare(a)?;
+    let options = study::Options {
+        only: a.only.clone(),
+        repeat: a.repeat,
+        scale: a.scale,
+    };
+    let prepared = study::prepare(&a.study, &options, &commands::Parsers).map_err(refusal)?;
     if a.dry_run {
-        let summary = plan::summary(&prepared, a.scale);
+        let summary = prepared.plan();
         if a.json {
             emit_json(&json::event_line("plan", &summary));
         } else {
@@ -79,7 +65,24 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    let summary = execute::execute(&prepared, a)?;
+    let flowlab =
+        super::own_binary().map_err(|e| anyhow::anyhow!("finding flowlab's own binary: {e}"))?;
+    let run = study::Run {
+        db: &a.db,
+        resume: a.resume,
+        retry_failed: a.retry_failed,
+        place: Arc::new(flowlab_runner::Local::new(flowlab.clone())),
+        emulator: &flowlab,
+        commands: &commands::Parsers,
+        stop: super::install_ctrl_c(),
+        version: env!("CARGO_PKG_VERSION"),
+    };
+    let summary = study::execute(&prepared, &run, &mut |e| match e {
+        Event::Trial(t) if a.json => emit_json(&json::event_line("trial", t)),
+        Event::Trial(t) => emit(&table::study_trial(t)),
+        Event::Note(n) => eprintln!("note: {n}"),
+    })
+    .map_err(refusal)?;
     if a.json {
         emit_json(&json::event_line("summary", &summary));
     } else {
@@ -96,4 +99,16 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// A study refused as given is a usage error (the parse error shown where it is).
+fn refusal(e: RunError) -> anyhow::Error {
+    match e {
+        RunError::Parse { file, text, error } => {
+            let place = crate::cli::snippet(&text, error.line, error.column);
+            Usage(format!("{}: {error}{place}", file.display())).into()
+        }
+        RunError::Refused(why) => Usage(why).into(),
+        other => other.into(),
+    }
 }

@@ -6,10 +6,11 @@
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
-use anyhow::Context;
 use flowlab_net::build::{self, UpOptions};
 use flowlab_net::topology::{Kind, Plan, Topology};
 use flowlab_study::{Cell, Study};
+
+use super::RunError;
 
 /// The topology a study runs on.
 #[derive(Debug)]
@@ -30,11 +31,10 @@ fn place(node: Option<&str>) -> &str {
 
 impl Net {
     /// Reads `file`; its errors name it.
-    pub fn load(file: &Path) -> anyhow::Result<Net> {
+    pub fn load(file: &Path) -> Result<Net, String> {
         let text = std::fs::read_to_string(file)
-            .with_context(|| format!("cannot read {}", file.display()))?;
-        let topo =
-            Topology::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+            .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+        let topo = Topology::parse(&text).map_err(|e| format!("{}: {e}", file.display()))?;
         Ok(Net {
             networks: vec![topo.clone()],
             topo,
@@ -171,14 +171,27 @@ impl Up {
     pub fn ours(&self) -> bool {
         self.ours
     }
+
+    /// Takes it down, if the study brought it up; what went wrong, to be said.
+    pub fn down(mut self) -> Option<String> {
+        self.take_down()
+    }
+
+    fn take_down(&mut self) -> Option<String> {
+        if !std::mem::take(&mut self.ours) {
+            return None;
+        }
+        build::down(&self.name, &build::state_dir())
+            .err()
+            .map(|e| format!("taking topology {} down: {e}", self.name))
+    }
 }
 
 impl Drop for Up {
+    /// On an early return: taken down all the same.
     fn drop(&mut self) {
-        if self.ours {
-            if let Err(e) = build::down(&self.name, &build::state_dir()) {
-                eprintln!("warning: taking topology {} down: {e}", self.name);
-            }
+        if let Some(why) = self.take_down() {
+            tracing::warn!("{why}");
         }
     }
 }
@@ -186,29 +199,30 @@ impl Drop for Up {
 /// Refuses `net`'s topology when it is up already and `study` cannot use it as it is:
 /// the study changes its links (they would not be the cell's), or keeps the CPUs awake
 /// and the topology's emulator does not. Whether it is up: the study uses it as it is.
-pub fn refuse_if_unusable(net: &Net, study: &Study) -> anyhow::Result<bool> {
+pub fn refuse_if_unusable(net: &Net, study: &Study) -> Result<bool, RunError> {
     let name = &net.topo.name;
     let Some(state) = build::state(&build::state_dir(), name) else {
         return Ok(false);
     };
     if !study.links.is_empty() {
-        anyhow::bail!(
+        return Err(RunError::Failed(format!(
             "topology {name} is up already, but the study changes its links ([[link]]) and must build it itself: take it down first (flowlab net down {})",
             net.file.display()
-        );
+        )));
     }
     if study.keep_cpus_awake && !state.cpus_kept_awake {
-        anyhow::bail!(
+        return Err(RunError::Failed(format!(
             "topology {name} is up without --keep-cpus-awake, and the study asks for keep_cpus_awake: take it down first (flowlab net down {}), or bring it up with --keep-cpus-awake",
             net.file.display()
-        );
+        )));
     }
     Ok(true)
 }
 
-/// Brings `net`'s network `network` up for `study`, or uses the topology as it is when
-/// it is up already ([`refuse_if_unusable`]).
-pub fn up(net: &Net, network: usize, study: &Study) -> anyhow::Result<Up> {
+/// Brings `net`'s network `network` up for `study`, its links emulated by the flowlab
+/// binary `emulator` where the kernel cannot, or uses the topology as it is when it is
+/// up already ([`refuse_if_unusable`]).
+pub fn up(net: &Net, network: usize, study: &Study, emulator: &Path) -> Result<Up, RunError> {
     let name = net.topo.name.clone();
     let dir = build::state_dir();
     if refuse_if_unusable(net, study)? {
@@ -221,10 +235,13 @@ pub fn up(net: &Net, network: usize, study: &Study) -> anyhow::Result<Up> {
         } else {
             build::Backend::Auto
         },
-        emulator: crate::cmd::own_binary().context("finding flowlab's own binary")?,
+        emulator: emulator.to_path_buf(),
         keep_cpus_awake: study.keep_cpus_awake,
     };
-    build::up(&net.networks[network], &dir, &opts)
-        .with_context(|| format!("bringing up topology {} ({})", name, net.file.display()))?;
+    build::up(&net.networks[network], &dir, &opts).map_err(|source| RunError::Up {
+        name: name.clone(),
+        file: net.file.clone(),
+        source,
+    })?;
     Ok(Up { name, ours: true })
 }

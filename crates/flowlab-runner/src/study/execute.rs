@@ -1,6 +1,6 @@
 //! Running a prepared study: the database and the runner's record in it, then each
 //! trial claimed, its network and the servers on it made ready ([`Site`]), the trial
-//! run and recorded, in the plan's order.
+//! run at the place and recorded, in the plan's order.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -9,18 +9,53 @@ use std::time::{Duration, Instant};
 
 use flowlab_db::{Claim, Db, Retake, StepRecord};
 use flowlab_report::study::{RunSummary, TrialEvent};
-use flowlab_report::{json, table};
 use flowlab_study::{Cell, Study};
 
-use super::Args;
+use super::lines::{self, Commands};
 use super::prepare::Prepared;
-use super::topology;
 use super::trial::{self, Ready, Stage};
-use super::{check, servers};
-use crate::cmd::{emit, emit_json};
+use super::{RunError, io, servers, topology};
+use crate::place::{Job, Output, Place};
 
-/// Runs `p`'s trials not recorded yet into `a.db`; what happened, for the summary.
-pub fn execute(p: &Prepared, a: &Args) -> anyhow::Result<RunSummary> {
+/// How a prepared study runs.
+#[derive(Debug)]
+pub struct Run<'a> {
+    /// The results database (created when missing).
+    pub db: &'a Path,
+    /// Also run the trials a runner that is gone had claimed.
+    pub resume: bool,
+    /// Run again the trials that failed.
+    pub retry_failed: bool,
+    /// Where the steps and servers run.
+    pub place: Arc<dyn Place>,
+    /// The flowlab binary on this machine that emulates a topology's links where the
+    /// kernel cannot.
+    pub emulator: &'a Path,
+    /// How the steps' command lines are read (again, with the servers' ports).
+    pub commands: &'a dyn Commands,
+    /// Set to stop: the running trial is given back, every finished one kept.
+    pub stop: Arc<AtomicBool>,
+    /// The runner's flowlab version, recorded with its trials.
+    pub version: &'a str,
+}
+
+/// What a run says as it goes.
+#[derive(Debug)]
+pub enum Event<'a> {
+    /// A trial ended, or was skipped.
+    Trial(&'a TrialEvent),
+    /// Something the user should know that changes nothing (a topology used as it was
+    /// found, a setting that has no effect here, a topology that did not come down).
+    Note(String),
+}
+
+/// Runs `p`'s trials not recorded yet into `run.db`, saying each as it ends to `on`;
+/// what happened, for the summary.
+pub fn execute(
+    p: &Prepared,
+    run: &Run<'_>,
+    on: &mut dyn FnMut(Event<'_>),
+) -> Result<RunSummary, RunError> {
     let (study, dir, trials, pause) = (&p.study, &p.dir, &p.trials, p.pause);
     let plan = &p.plan;
     // Checked before anything is written (checked again as each network comes up).
@@ -29,36 +64,36 @@ pub fn execute(p: &Prepared, a: &Args) -> anyhow::Result<RunSummary> {
     }
     if study.keep_cpus_awake {
         if let Some(why) = flowlab_net::awake::changes_nothing_here() {
-            eprintln!("note: keep_cpus_awake: {why}");
+            on(Event::Note(format!("keep_cpus_awake: {why}")));
         }
     }
-    let mut db = Db::open(&a.db)?;
+    let mut db = Db::open(run.db)?;
     let row = db.study(&study.name, &p.text, p.plan.seed)?;
-    let system = serde_json::to_string(&flowlab_engine::sysinfo::collect())?;
-    let runner = db.register_runner(env!("CARGO_PKG_VERSION"), &system)?;
-    let interrupt = crate::cmd::install_ctrl_c();
+    let system = serde_json::to_string(&flowlab_engine::sysinfo::collect())
+        .map_err(|e| RunError::Failed(format!("describing this system: {e}")))?;
+    let runner = db.register_runner(run.version, &system)?;
+    let interrupt = &run.stop;
+    let place = &run.place;
     Scratch::sweep();
     // `{run}`: the run's own directory, removed at the end.
     let run_dir = Scratch::new("run")?;
     for (text, argv) in study.setup.iter().zip(&p.setup_lines) {
-        setup(text, &check::with_run_dir(argv, &run_dir.path()), dir)?;
+        setup(
+            place.as_ref(),
+            text,
+            &lines::with_run_dir(argv, &run_dir.path()),
+            dir,
+        )?;
     }
     // Declared after the run's directory, so dropped before it.
     let mut site = Site::default();
     let ready = |cell: &Cell, ports: &[u16], scratch: &Scratch| {
-        p.ready(cell, ports, &scratch.path(), a.scale)
-    };
-    let out = |e: &TrialEvent| {
-        if a.json {
-            emit_json(&json::event_line("trial", e));
-        } else {
-            emit(&table::study_trial(e));
-        }
+        p.ready(run.commands, cell, ports, &scratch.path())
     };
     let begun = Instant::now();
     let mut summary = RunSummary {
         study: study.name.clone(),
-        db: a.db.display().to_string(),
+        db: run.db.display().to_string(),
         ..RunSummary::default()
     };
     let mut took = Duration::ZERO;
@@ -88,8 +123,8 @@ pub fn execute(p: &Prepared, a: &Args) -> anyhow::Result<RunSummary> {
             (&cell_label, &params),
             t.repetition,
             Retake {
-                abandoned: a.resume,
-                failed: a.retry_failed,
+                abandoned: run.resume,
+                failed: run.retry_failed,
             },
         )? {
             Claim::Mine(id) => id,
@@ -103,13 +138,15 @@ pub fn execute(p: &Prepared, a: &Args) -> anyhow::Result<RunSummary> {
                 // Trials recorded before are counted, not listed one by one.
                 if status != "done" {
                     event.status = status.into();
-                    out(&event);
+                    on(Event::Trial(&event));
                 }
                 continue;
             }
         };
         // The trial's network up and the servers on it (a new network: both anew).
-        if let Err(e) = site.enter(p, p.network[t.cell], &run_dir) {
+        if let Err(e) = site.enter(p, run, p.network[t.cell], &run_dir, &mut |n| {
+            on(Event::Note(n))
+        }) {
             db.release(id)?;
             return Err(e);
         }
@@ -125,10 +162,10 @@ pub fn execute(p: &Prepared, a: &Args) -> anyhow::Result<RunSummary> {
                 let t0 = Instant::now();
                 let scratch = Scratch::new("warm-up")?;
                 let (error, _) = match ready(cell, &ports, &scratch) {
-                    Ok(stages) => run_trial(&stages, dir, &interrupt),
-                    Err(e) => (Some(format!("{e:#}")), None),
+                    Ok(stages) => run_trial(place, &stages, dir, interrupt),
+                    Err(e) => (Some(e), None),
                 };
-                out(&TrialEvent {
+                on(Event::Trial(&TrialEvent {
                     index: w as usize,
                     of: study.warmup as usize,
                     cell: cell_label.clone(),
@@ -137,7 +174,7 @@ pub fn execute(p: &Prepared, a: &Args) -> anyhow::Result<RunSummary> {
                     seconds: t0.elapsed().as_secs_f64(),
                     error,
                     eta_seconds: None,
-                });
+                }));
                 std::thread::sleep(pause);
             }
         }
@@ -147,8 +184,8 @@ pub fn execute(p: &Prepared, a: &Args) -> anyhow::Result<RunSummary> {
         let t0 = Instant::now();
         let scratch = Scratch::new(&format!("trial-{id}"))?;
         let (error, records) = match ready(cell, &ports, &scratch) {
-            Ok(stages) => run_trial(&stages, dir, &interrupt),
-            Err(e) => (Some(format!("{e:#}")), Some(Vec::new())),
+            Ok(stages) => run_trial(place, &stages, dir, interrupt),
+            Err(e) => (Some(e), Some(Vec::new())),
         };
         let Some(records) = records else {
             // Interrupted: given back, it runs on the next run.
@@ -174,11 +211,13 @@ pub fn execute(p: &Prepared, a: &Args) -> anyhow::Result<RunSummary> {
         event.error = error;
         event.eta_seconds =
             Some((took / ran).as_secs_f64() * left as f64 + pause.as_secs_f64() * left as f64);
-        out(&event);
+        on(Event::Trial(&event));
     }
     summary.interrupted |= interrupt.load(Ordering::Acquire);
     summary.seconds = begun.elapsed().as_secs_f64();
-    drop(site);
+    if let Some(why) = site.leave() {
+        on(Event::Note(why));
+    }
     drop(run_dir);
     Ok(summary)
 }
@@ -197,21 +236,28 @@ impl Site {
     /// Makes `network` the one up, with the study's servers started on it: nothing to
     /// do when it is up already; else the servers stop, the topology comes down and
     /// goes up with the network's link values, and the servers start again.
-    fn enter(&mut self, p: &Prepared, network: usize, run_dir: &Scratch) -> anyhow::Result<()> {
+    fn enter(
+        &mut self,
+        p: &Prepared,
+        run: &Run<'_>,
+        network: usize,
+        run_dir: &Scratch,
+        note: &mut dyn FnMut(String),
+    ) -> Result<(), RunError> {
         if self.network == Some(network) {
             return Ok(());
         }
         let first = self.network.is_none();
-        self.network = None;
-        self.running.clear();
-        self.up = None;
+        if let Some(why) = self.leave() {
+            note(why);
+        }
         if let Some(net) = &p.net {
-            let up = topology::up(net, network, &p.study)?;
+            let up = topology::up(net, network, &p.study, run.emulator)?;
             if first && !up.ours() {
-                eprintln!(
-                    "note: topology {} is up already: the study uses it as it is and leaves it up",
+                note(format!(
+                    "topology {} is up already: the study uses it as it is and leaves it up",
                     net.topo.name
-                );
+                ));
             }
             self.up = Some(up);
         }
@@ -220,12 +266,25 @@ impl Site {
                 (Some(node), Some(net)) => Some(net.ns(node)),
                 _ => None,
             };
-            let argv = check::with_run_dir(argv, &run_dir.path());
-            self.running
-                .push(servers::start(&s.name, &argv, ns.as_deref(), &p.dir)?);
+            let argv = lines::with_run_dir(argv, &run_dir.path());
+            self.running.push(servers::start(
+                run.place.as_ref(),
+                &s.name,
+                &argv,
+                ns.as_deref(),
+                &p.dir,
+            )?);
         }
         self.network = Some(network);
         Ok(())
+    }
+
+    /// Stops the servers, then takes the topology down (when the study brought it
+    /// up); what went wrong, to be said.
+    fn leave(&mut self) -> Option<String> {
+        self.network = None;
+        self.running.clear();
+        self.up.take().and_then(topology::Up::down)
     }
 
     /// The servers' ports, in the study's order.
@@ -237,13 +296,14 @@ impl Site {
 /// Runs a trial's stages in order: the first failure ends the trial. Returns why it
 /// failed and its steps' records (`None`: interrupted).
 fn run_trial(
+    place: &Arc<dyn Place>,
     stages: &[Vec<Ready>],
     dir: &Path,
     interrupt: &Arc<AtomicBool>,
 ) -> (Option<String>, Option<Vec<StepRecord>>) {
     let mut records = Vec::new();
     for stage in stages {
-        match trial::run_stage(stage, dir, interrupt) {
+        match trial::run_stage(place, stage, dir, interrupt) {
             Stage::Interrupted => return (None, None),
             Stage::Ran(r) => {
                 let failed = r
@@ -270,24 +330,34 @@ fn params_json(study: &Study, cell: &Cell) -> String {
     serde_json::Value::Object(map).to_string()
 }
 
-/// Runs setup command `argv` (this binary's arguments) in `dir`; its error names it.
-fn setup(text: &str, argv: &[String], dir: &Path) -> anyhow::Result<()> {
-    let out = crate::cmd::flowlab_child(None)?
-        .args(argv)
-        .current_dir(dir)
-        .stdin(std::process::Stdio::null())
-        .output()?;
-    if !out.status.success() {
+/// Runs setup command `argv` (flowlab's arguments) in `dir` at `place`; its error
+/// names it.
+fn setup(place: &dyn Place, text: &str, argv: &[String], dir: &Path) -> Result<(), RunError> {
+    let job = Job {
+        argv,
+        dir,
+        ns: None,
+    };
+    let what = || format!("setup '{text}'");
+    let mut process = place.start(&job, Output::Keep).map_err(io(what()))?;
+    let exit = loop {
+        if let Some(exit) = process.try_wait().map_err(io(what()))? {
+            break exit;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let out = process.finish();
+    if !exit.success() {
         let err = String::from_utf8_lossy(&out.stderr);
         let why = err
             .lines()
             .rev()
             .find(|l| !l.trim().is_empty())
             .unwrap_or("");
-        anyhow::bail!(
+        return Err(RunError::Failed(format!(
             "setup '{text}' failed: {}",
             why.trim_start_matches("error: ")
-        );
+        )));
     }
     Ok(())
 }
@@ -297,10 +367,11 @@ fn setup(text: &str, argv: &[String], dir: &Path) -> anyhow::Result<()> {
 struct Scratch(std::path::PathBuf);
 
 impl Scratch {
-    fn new(name: &str) -> std::io::Result<Scratch> {
+    fn new(name: &str) -> Result<Scratch, RunError> {
         let path = std::env::temp_dir().join(format!("flowlab-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path)?;
+        std::fs::create_dir_all(&path)
+            .map_err(io(format!("making the directory {}", path.display())))?;
         Ok(Scratch(path))
     }
 

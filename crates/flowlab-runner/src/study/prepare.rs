@@ -2,18 +2,37 @@
 //! server's options and every step of every cell (as the command's own parser reads
 //! them), expanded into the trials to run.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::Context;
 use flowlab_study::file::StepKind;
 use flowlab_study::{Cell, Plan, Study, Trial};
 
-use super::Args;
-use super::check::{self, StepLine};
+use super::lines::{self, Commands, StepLine};
 use super::topology::{self, Net};
 use super::trial::Ready;
-use crate::cli::Usage;
+use super::{RunError, RunError::Refused};
+
+/// Which trials of a study run, and how long they take.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Only the cells that match one of these, each `PARAM=VALUE,…`.
+    pub only: Vec<String>,
+    /// Only the first N repetitions of each cell.
+    pub repeat: Option<u32>,
+    /// Every test's duration or size, and the pauses, multiplied by this.
+    pub scale: f64,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            only: Vec::new(),
+            repeat: None,
+            scale: 1.0,
+        }
+    }
+}
 
 /// A study ready to run.
 #[derive(Debug)]
@@ -37,41 +56,61 @@ pub struct Prepared {
     pub network: Vec<usize>,
     /// Between two trials (scaled).
     pub pause: Duration,
+    /// Durations and sizes multiplied by this (`--scale`).
+    pub scale: f64,
 }
 
-/// Reads and checks `a.study`; refusals name the file, and the step, cell and flag.
-pub fn prepare(a: &Args) -> anyhow::Result<Prepared> {
-    let text = std::fs::read_to_string(&a.study)
-        .with_context(|| format!("cannot read {}", a.study.display()))?;
-    let file = a.study.display();
-    let study = flowlab_study::parse(&text).map_err(|e| {
-        let place = crate::cli::snippet(&text, e.line, e.column);
-        Usage(format!("{file}: {e}{place}"))
+/// Reads and checks the study in `path`, its command lines read by `commands`;
+/// refusals name the file, and the step, cell and flag.
+pub fn prepare(path: &Path, a: &Options, commands: &dyn Commands) -> Result<Prepared, RunError> {
+    if !(a.scale > 0.0 && a.scale <= 100.0) {
+        return Err(Refused(format!(
+            "--scale {}: give a factor above 0, up to 100",
+            a.scale
+        )));
+    }
+    let text = std::fs::read_to_string(path).map_err(|source| RunError::Read {
+        file: path.into(),
+        source,
     })?;
-    let dir = match a.study.parent() {
+    let file = path.display();
+    let study = match flowlab_study::parse(&text) {
+        Ok(s) => s,
+        Err(error) => {
+            return Err(RunError::Parse {
+                file: path.into(),
+                text,
+                error,
+            });
+        }
+    };
+    let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
     let net = match &study.topology {
         Some(t) => {
-            Some(Net::load(&dir.join(t)).map_err(|e| Usage(format!("{file}: topology: {e:#}")))?)
+            Some(Net::load(&dir.join(t)).map_err(|e| Refused(format!("{file}: topology: {e:#}")))?)
         }
         None => None,
     };
-    topology::check(&study, net.as_ref()).map_err(|e| Usage(format!("{file}: {e}")))?;
+    topology::check(&study, net.as_ref()).map_err(|e| Refused(format!("{file}: {e}")))?;
     let only = only(&study, &a.only)?;
     let serve_lines = study
         .servers
         .iter()
         .map(|s| {
-            check::serve_line(&s.args, s.node.is_none())
-                .map_err(|e| Usage(format!("{file}: server {}: {e}", s.name)))
+            lines::serve_line(commands, &s.args, s.node.is_none())
+                .map_err(|e| Refused(format!("{file}: server {}: {e}", s.name)))
         })
         .collect::<Result<Vec<_>, _>>()?;
     let setup_lines = study
         .setup
         .iter()
-        .map(|t| check::setup_line(t, a.scale).map_err(|e| Usage(format!("{file}: setup: {e}"))))
+        .map(|t| {
+            lines::setup_line(commands, t, a.scale)
+                .map_err(|e| Refused(format!("{file}: setup: {e}")))
+        })
         .collect::<Result<Vec<_>, _>>()?;
     let mut p = Prepared {
         text,
@@ -89,26 +128,35 @@ pub fn prepare(a: &Args) -> anyhow::Result<Prepared> {
         trials: Vec::new(),
         network: Vec::new(),
         pause: Duration::ZERO,
+        scale: a.scale,
     };
     let cells = p.study.cells();
     p.network = p.study.networks(&cells);
     if let Some(net) = &mut p.net {
         net.shape(&p.study, &cells, &p.network)
-            .map_err(|e| Usage(format!("{file}: {e}")))?;
+            .map_err(|e| Refused(format!("{file}: {e}")))?;
     }
     for cell in &cells {
         let mut steps = Vec::new();
         for (i, step) in p.study.steps.iter().enumerate() {
             // The port is known once the server listens: 5201 stands for it here.
             let placeholder = |s: usize| (p.host(i, s), "5201".to_string());
-            let line = check::step_line(&p.study, i, cell, &placeholder, "<scratch>", a.scale)
-                .map_err(|e| {
-                    Usage(format!(
-                        "{file}: step '{}', cell {}: {e}",
-                        step.name,
-                        p.study.cell_label(cell)
-                    ))
-                })?;
+            let line = lines::step_line(
+                commands,
+                &p.study,
+                i,
+                cell,
+                &placeholder,
+                "<scratch>",
+                a.scale,
+            )
+            .map_err(|e| {
+                Refused(format!(
+                    "{file}: step '{}', cell {}: {e}",
+                    step.name,
+                    p.study.cell_label(cell)
+                ))
+            })?;
             steps.push(line);
         }
         p.lines.push(steps);
@@ -146,14 +194,14 @@ impl Prepared {
     }
 
     /// `cell`'s stages ready to run, the servers listening on `ports`, `{scratch}` as
-    /// `scratch`, durations and sizes scaled by `scale`.
-    pub fn ready(
+    /// `scratch`, durations and sizes scaled.
+    pub(crate) fn ready(
         &self,
+        commands: &dyn Commands,
         cell: &Cell,
         ports: &[u16],
         scratch: &str,
-        scale: f64,
-    ) -> anyhow::Result<Vec<Vec<Ready>>> {
+    ) -> Result<Vec<Vec<Ready>>, String> {
         let study = &self.study;
         study
             .stages()
@@ -164,8 +212,10 @@ impl Prepared {
                     .map(|&i| {
                         let address = |s: usize| (self.host(i, s), ports[s].to_string());
                         let step = &study.steps[i];
-                        let line = check::step_line(study, i, cell, &address, scratch, scale)
-                            .map_err(|e| anyhow::anyhow!("step '{}': {e}", step.name))?;
+                        let line = lines::step_line(
+                            commands, study, i, cell, &address, scratch, self.scale,
+                        )
+                        .map_err(|e| format!("step '{}': {e}", step.name))?;
                         Ok(Ready {
                             name: step.name.clone(),
                             kind: kind_name(step.kind),
@@ -198,7 +248,7 @@ fn default_seed(text: &str) -> u64 {
 }
 
 /// The cells `--only` keeps (`None`: every cell), or which filter names nothing.
-fn only(study: &Study, filters: &[String]) -> Result<Option<Vec<usize>>, Usage> {
+fn only(study: &Study, filters: &[String]) -> Result<Option<Vec<usize>>, RunError> {
     if filters.is_empty() {
         return Ok(None);
     }
@@ -206,15 +256,15 @@ fn only(study: &Study, filters: &[String]) -> Result<Option<Vec<usize>>, Usage> 
     for f in filters {
         let mut all = Vec::new();
         for pair in f.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let (name, value) = pair
-                .split_once('=')
-                .ok_or_else(|| Usage(format!("--only {f}: write PARAM=VALUE, e.g. length=1000")))?;
+            let (name, value) = pair.split_once('=').ok_or_else(|| {
+                Refused(format!("--only {f}: write PARAM=VALUE, e.g. length=1000"))
+            })?;
             let p = study
                 .params
                 .iter()
                 .position(|p| p.name == name)
                 .ok_or_else(|| {
-                    Usage(format!(
+                    Refused(format!(
                         "--only {f}: '{name}' is not a parameter of study {} (it has: {})",
                         study.name,
                         study
@@ -230,7 +280,7 @@ fn only(study: &Study, filters: &[String]) -> Result<Option<Vec<usize>>, Usage> 
                 .iter()
                 .position(|v| v.label == value)
                 .ok_or_else(|| {
-                    Usage(format!(
+                    Refused(format!(
                         "--only {f}: '{value}' is not a value of '{name}' (it has: {})",
                         study.params[p]
                             .values
@@ -252,7 +302,7 @@ fn only(study: &Study, filters: &[String]) -> Result<Option<Vec<usize>>, Usage> 
         .map(|(i, _)| i)
         .collect();
     if cells.is_empty() {
-        return Err(Usage(format!(
+        return Err(Refused(format!(
             "--only {}: no cell of study {} matches",
             filters.join(" --only "),
             study.name

@@ -9,8 +9,16 @@ use flowlab_study::{Cell, Study};
 
 use super::prepare::Prepared;
 
-/// `p`'s plan, with durations and sizes scaled by `scale`.
-pub fn summary(p: &Prepared, scale: f64) -> PlanSummary {
+impl Prepared {
+    /// The plan, as a dry run shows it.
+    pub fn plan(&self) -> PlanSummary {
+        summary(self)
+    }
+}
+
+/// `p`'s plan.
+fn summary(p: &Prepared) -> PlanSummary {
+    let scale = p.scale;
     let (study, plan, lines, trials, pause) = (&p.study, &p.plan, &p.lines, &p.trials, p.pause);
     let serve_lines = &p.serve_lines;
     let stages = study.stages();
