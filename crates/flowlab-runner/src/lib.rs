@@ -4,7 +4,11 @@
 //! typed events ([`flowlab_report::study`]) for the binary to print, or a web page or a
 //! monitor to consume; nothing here prints.
 
+mod error;
+pub mod net_check;
 pub mod place;
+mod servers;
 pub mod study;
 
+pub use error::Error;
 pub use place::{Local, Place};

@@ -14,8 +14,10 @@ use flowlab_study::{Cell, Study};
 use super::lines::{self, Commands};
 use super::prepare::Prepared;
 use super::trial::{self, Ready, Stage};
-use super::{RunError, io, servers, topology};
+use super::{RunError, topology};
+use crate::error::io;
 use crate::place::{Job, Output, Place};
+use crate::servers;
 
 /// How a prepared study runs.
 #[derive(Debug)]

@@ -225,18 +225,6 @@ pub fn timestamp_lines(format: &str) -> Result<(), crate::cli::Usage> {
     Ok(())
 }
 
-/// A child process killed and reaped when dropped (servers, and clients on an early
-/// return).
-#[derive(Debug)]
-pub struct Reaped(pub std::process::Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// This flowlab binary, to run it again: `/proc/<pid>/exe`, which reaches this process's
 /// own binary while it lives, even after the file was replaced or deleted (a rebuild or
 /// an upgrade during a study of hours made every later trial fail: the path

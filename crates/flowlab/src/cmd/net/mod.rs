@@ -1,8 +1,6 @@
 //! `flowlab net`: emulated networks from a topology file: show its plan, bring it up and
 //! down, list what is up, run commands in its nodes, check it against its file.
 
-mod check;
-
 use std::path::Path;
 
 use anyhow::Context;
@@ -10,6 +8,7 @@ use clap::{Args, Subcommand};
 use flowlab_net::build;
 use flowlab_net::topology::{Plan, Topology};
 use flowlab_report::{table, units};
+use flowlab_runner::net_check;
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
@@ -159,19 +158,30 @@ pub fn run(c: Command) -> anyhow::Result<()> {
             loss_packets,
             backend,
             json,
-        } => check::run(
-            &file,
-            pairs.as_deref(),
-            check::Load {
+        } => {
+            let t = load_topology(&file)?;
+            let load = net_check::Load {
                 seconds: time,
                 bitrate,
                 congestion,
                 loss_packets,
                 together,
-            },
-            up_options(&backend)?,
-            json,
-        )?,
+            };
+            let place = flowlab_runner::Local::new(crate::cmd::own_binary()?);
+            let check = net_check::check(
+                &t,
+                pairs.as_deref(),
+                load,
+                up_options(&backend)?,
+                &place,
+                &mut |note| eprintln!("note: {note}"),
+            )?;
+            if json {
+                println!("{}", flowlab_report::json::document(&check)?);
+            } else {
+                print!("{}", table::net_check(&check));
+            }
+        }
         Command::Emulate {
             keep_cpus_awake,
             state_dir,

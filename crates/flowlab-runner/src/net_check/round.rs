@@ -15,6 +15,7 @@ use super::Load;
 use super::clients::Job;
 use super::measure;
 use super::pairs::Pair;
+use crate::{Error, Place};
 
 /// Measures every pair (one at a time, or all at once with `--together`) under `load`,
 /// into rows; with `--together`, also Jain's index over the pairs.
@@ -23,7 +24,8 @@ pub fn measure(
     pairs: &[Pair],
     paths: &[(PathInfo, Ipv4Addr)],
     load: &Load,
-) -> anyhow::Result<(Vec<CheckedPath>, Option<f64>)> {
+    place: &dyn Place,
+) -> Result<(Vec<CheckedPath>, Option<f64>), Error> {
     let groups: Vec<Vec<usize>> = if load.together {
         vec![(0..pairs.len()).collect()]
     } else {
@@ -59,6 +61,7 @@ pub fn measure(
                 // One server port per pair of the group: 5201, 5202, …
                 port: 5201 + k as u16,
                 crossings: crossings[i].clone(),
+                place,
             })
             .collect();
         for (i, m) in group.iter().zip(measure::measure(&jobs, load)?) {

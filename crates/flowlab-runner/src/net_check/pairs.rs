@@ -2,6 +2,8 @@
 
 use flowlab_net::topology::{Kind, Topology};
 
+use crate::Error;
+
 /// One pair to measure: from, to, parallel connections.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Pair {
@@ -11,7 +13,7 @@ pub struct Pair {
 }
 
 /// The pairs `--pairs` names (every pair of hosts without it), checked against `t`.
-pub fn parse(list: Option<&str>, t: &Topology) -> anyhow::Result<Vec<Pair>> {
+pub fn parse(list: Option<&str>, t: &Topology) -> Result<Vec<Pair>, Error> {
     let hosts: Vec<String> = t.hosts().cloned().collect();
     let Some(list) = list else {
         return Ok(hosts
@@ -35,25 +37,34 @@ pub fn parse(list: Option<&str>, t: &Topology) -> anyhow::Result<Vec<Pair>> {
                         .ok()
                         .filter(|n| (1..=128).contains(n))
                         .ok_or_else(|| {
-                            anyhow::anyhow!("--pairs: '{p}': connections are 1 to 128")
+                            Error::Failed(format!("--pairs: '{p}': connections are 1 to 128"))
                         })?,
                 ),
                 None => (p, 1),
             };
             let (a, b) = ends
                 .split_once('-')
-                .ok_or_else(|| anyhow::anyhow!("--pairs: '{p}' is not A-B or A-B:N"))?;
+                .ok_or_else(|| Error::Failed(format!("--pairs: '{p}' is not A-B or A-B:N")))?;
             for n in [a, b] {
                 match t.nodes.get(n) {
                     Some(Kind::Host | Kind::Router) => {}
                     Some(Kind::Switch) => {
-                        anyhow::bail!("--pairs: '{n}' is a switch (it has no address)")
+                        return Err(Error::Failed(format!(
+                            "--pairs: '{n}' is a switch (it has no address)"
+                        )));
                     }
-                    None => anyhow::bail!("--pairs: '{n}' is not a node of {}", t.name),
+                    None => {
+                        return Err(Error::Failed(format!(
+                            "--pairs: '{n}' is not a node of {}",
+                            t.name
+                        )));
+                    }
                 }
             }
             if a == b {
-                anyhow::bail!("--pairs: '{p}' has the same node at both ends");
+                return Err(Error::Failed(format!(
+                    "--pairs: '{p}' has the same node at both ends"
+                )));
             }
             Ok(Pair {
                 from: a.to_string(),
@@ -71,7 +82,7 @@ mod tests {
     use std::net::Ipv4Addr;
 
     fn portfolio() -> Topology {
-        let text = include_str!("../../../../../../topologies/portfolio.toml");
+        let text = include_str!("../../../../topologies/portfolio.toml");
         Topology::parse(text).expect("portfolio parses")
     }
 

@@ -3,13 +3,11 @@
 //! host and its emulator added meanwhile. Echoes are UDP probes to the destination's
 //! `flowlab serve` (its echo service, as `flowlab ping` sends them): no raw socket.
 
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
-use anyhow::Context;
 use flowlab_engine::ping::{LocalEcho, PingSpec, Quiet, ping};
 use flowlab_engine::sysinfo::CpuTimes;
 use flowlab_net::build::{self, ns_name};
@@ -19,7 +17,9 @@ use flowlab_net::probe::{median, percentile};
 use flowlab_report::result::TestResult;
 
 use super::Load;
-use super::clients::{Job, Reaped, client, listening, received, result, run_client};
+use super::clients::{Job, client, received, result, run_client, server};
+use crate::Error;
+use crate::error::io;
 
 /// How long an echo is waited for.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -38,19 +38,15 @@ pub struct PairResult {
 /// Measures `jobs` together: idle RTTs one by one, then every TCP test at once with
 /// probes alongside, then the loss of each lossy path one by one. Returns each job's
 /// measurement and its connections' rates.
-pub fn measure(jobs: &[Job<'_>], load: &Load) -> anyhow::Result<Vec<PairResult>> {
-    let _servers = start_servers(jobs)?;
+pub fn measure(jobs: &[Job<'_>], load: &Load) -> Result<Vec<PairResult>, Error> {
+    let _servers = jobs.iter().map(server).collect::<Result<Vec<_>, _>>()?;
     let idle = idle_rtts(jobs)?;
     let loaded = under_load(jobs, load)?;
     let mut out = Vec::new();
     for ((job, loaded), idle) in jobs.iter().zip(loaded).zip(idle) {
         let v = &loaded.result;
         let (sum, streams) = received(v).ok_or_else(|| {
-            anyhow::anyhow!(
-                "{} -> {}: the TCP test produced no totals",
-                job.pair.from,
-                job.pair.to
-            )
+            Error::Failed(format!("{}: the TCP test produced no totals", job.name()))
         })?;
         let loss = if job.implied.loss > 0.0 {
             Some(random_loss(job, load)?)
@@ -81,7 +77,7 @@ pub fn measure(jobs: &[Job<'_>], load: &Load) -> anyhow::Result<Vec<PairResult>>
 }
 
 /// A thread sending echoes: their round trips, or why it could not.
-type Echoing = JoinHandle<anyhow::Result<Vec<Duration>>>;
+type Echoing = JoinHandle<Result<Vec<Duration>, Error>>;
 
 /// Round trips (the server's time subtracted) of the probes of one `flowlab ping` run
 /// from this thread's namespace to `to`: UDP probes of 64 bytes, `interval` apart,
@@ -91,14 +87,14 @@ fn echo_run(
     count: Option<u64>,
     interval: Duration,
     until: Option<Arc<AtomicBool>>,
-) -> anyhow::Result<Vec<Duration>> {
+) -> Result<Vec<Duration>, Error> {
     let mut spec = PingSpec::new(&to.ip().to_string(), to.port());
     spec.count = count;
     spec.interval = interval;
     spec.timeout = PROBE_TIMEOUT;
     spec.until = until;
     let run =
-        ping(&spec, &AtomicBool::new(false), &Quiet).with_context(|| format!("echoes to {to}"))?;
+        ping(&spec, &AtomicBool::new(false), &Quiet).map_err(io(format!("echoes to {to}")))?;
     Ok(run
         .probes
         .iter()
@@ -115,27 +111,32 @@ fn echoes(
     until: Option<Arc<AtomicBool>>,
 ) -> Echoing {
     std::thread::spawn(move || {
-        flowlab_net::netns::enter(&ns).with_context(|| format!("entering {ns}"))?;
+        enter(&ns)?;
         echo_run(to, count, interval, until)
     })
 }
 
 /// What a thread sending echoes returned.
-fn joined<T>(h: JoinHandle<anyhow::Result<T>>) -> anyhow::Result<T> {
+fn joined<T>(h: JoinHandle<Result<T, Error>>) -> Result<T, Error> {
     h.join()
-        .map_err(|_| anyhow::anyhow!("an echo thread panicked"))?
+        .map_err(|_| Error::Failed("an echo thread panicked".into()))?
+}
+
+/// Moves this thread into namespace `ns`, for good.
+fn enter(ns: &str) -> Result<(), Error> {
+    flowlab_net::netns::enter(ns).map_err(io(format!("entering {ns}")))
 }
 
 /// The median of 20 echoes from each job's source to its destination's server, the
 /// path idle, 10 ms apart; one job after the other.
-fn idle_rtts(jobs: &[Job<'_>]) -> anyhow::Result<Vec<Option<Duration>>> {
+fn idle_rtts(jobs: &[Job<'_>]) -> Result<Vec<Option<Duration>>, Error> {
     jobs.iter()
         .map(|job| {
             let ns = ns_name(job.topo, &job.pair.from);
             let to: std::net::SocketAddr = (job.to, job.port).into();
-            let (from, dest) = (job.pair.from.clone(), job.pair.to.clone());
+            let name = job.name();
             joined(std::thread::spawn(move || {
-                flowlab_net::netns::enter(&ns).with_context(|| format!("entering {ns}"))?;
+                enter(&ns)?;
                 // The first echo is not counted (it meets cold caches along the path). A
                 // path that answers none of three carries nothing: said now, not after
                 // twenty more.
@@ -147,56 +148,16 @@ fn idle_rtts(jobs: &[Job<'_>]) -> anyhow::Result<Vec<Option<Duration>>> {
                     }
                 }
                 if !answered {
-                    anyhow::bail!(
-                        "{from} -> {dest}: no reply to 3 echoes ({} s each) from the server's echo service",
+                    return Err(Error::Failed(format!(
+                        "{name}: no reply to 3 echoes ({} s each) from the server's echo service",
                         PROBE_TIMEOUT.as_secs()
-                    );
+                    )));
                 }
                 let rtts = echo_run(to, Some(20), Duration::from_millis(10), None)?;
                 Ok(median(&rtts))
             }))
         })
         .collect()
-}
-
-/// A `flowlab serve` in each job's destination namespace on the job's port, listening
-/// when this returns (up to 5 s are waited); killed when the result is dropped. Its
-/// handshake deadline and end grace are generous: the paths checked may lose a share of
-/// every packet on purpose, and a lost TEST_END waits for its retransmission (seconds,
-/// with backoff) where the public defaults (5 s, 2 s) would end the test first.
-fn start_servers(jobs: &[Job<'_>]) -> anyhow::Result<Vec<Reaped>> {
-    let me = crate::cmd::own_binary()?;
-    let servers = jobs
-        .iter()
-        .map(|job| {
-            Ok(Reaped(
-                Command::new("ip")
-                    .args(["netns", "exec", &ns_name(job.topo, &job.pair.to)])
-                    .arg(&me)
-                    .args(["serve", "-p", &job.port.to_string()])
-                    .args(["--handshake-timeout", "30", "--end-grace", "15"])
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .spawn()?,
-            ))
-        })
-        .collect::<anyhow::Result<_>>()?;
-    for job in jobs {
-        let ns = ns_name(job.topo, &job.pair.to);
-        let mut tries = 0;
-        while !listening(&ns, job.port) {
-            tries += 1;
-            if tries == 100 {
-                anyhow::bail!(
-                    "{} -> {}: the server did not start",
-                    job.pair.from,
-                    job.pair.to
-                );
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-    Ok(servers)
 }
 
 /// One pair's TCP test and what was seen beside it.
@@ -221,7 +182,7 @@ struct Loaded {
 /// Every job's TCP test at once, with echoes per pair alongside (one every path RTT +
 /// 10 ms to the destination, and as many to an echo on the source's own loopback), the
 /// hypervisor's steal and the emulator's lateness over the same time.
-fn under_load(jobs: &[Job<'_>], load: &Load) -> anyhow::Result<Vec<Loaded>> {
+fn under_load(jobs: &[Job<'_>], load: &Load) -> Result<Vec<Loaded>, Error> {
     let stop = Arc::new(AtomicBool::new(false));
     let probers: Vec<_> = jobs
         .iter()
@@ -249,7 +210,7 @@ fn under_load(jobs: &[Job<'_>], load: &Load) -> anyhow::Result<Vec<Loaded>> {
     let echoes: Vec<(Vec<Duration>, Vec<Duration>)> = probers
         .into_iter()
         .map(|(to, host)| Ok((joined(to)?, joined(host)?)))
-        .collect::<anyhow::Result<_>>()?;
+        .collect::<Result<_, Error>>()?;
     Ok(jobs
         .iter()
         .zip(tcp?)
@@ -289,17 +250,17 @@ fn echo_until(
 ) -> (Echoing, Echoing) {
     let path = echoes(ns.clone(), to, None, every, Some(stop.clone()));
     let host = std::thread::spawn(move || {
-        flowlab_net::netns::enter(&ns).with_context(|| format!("entering {ns}"))?;
-        let local = LocalEcho::start().context("an echo on the source's loopback")?;
+        enter(&ns)?;
+        let local = LocalEcho::start().map_err(io("an echo on the source's loopback"))?;
         echo_run(local.address(), None, every, Some(stop))
     });
     (path, host)
 }
 
 /// Every job's TCP test, all started before any is waited for.
-fn tcp_tests(jobs: &[Job<'_>], load: &Load) -> anyhow::Result<Vec<TestResult>> {
-    // Reaped: on an early return the other clients are killed, not left running.
-    let clients: Vec<(Reaped, &Job<'_>)> = jobs
+fn tcp_tests(jobs: &[Job<'_>], load: &Load) -> Result<Vec<TestResult>, Error> {
+    // On an early return the other clients are killed as they drop, not left running.
+    let clients: Vec<_> = jobs
         .iter()
         .map(|job| {
             // The first second (slow start, BBR's startup) is left out.
@@ -317,20 +278,18 @@ fn tcp_tests(jobs: &[Job<'_>], load: &Load) -> anyhow::Result<Vec<TestResult>> {
             if let Some(cc) = &load.congestion {
                 args.extend(["-C".into(), cc.clone()]);
             }
-            Ok((Reaped(client(job, &args)?), job))
+            Ok((client(job, &args)?, job))
         })
-        .collect::<anyhow::Result<_>>()?;
+        .collect::<Result<Vec<_>, Error>>()?;
     clients
         .into_iter()
-        .map(|(mut c, job)| {
-            result(job, &mut c.0)?.with_context(|| format!("{} -> {}", job.pair.from, job.pair.to))
-        })
+        .map(|(c, job)| result(job, c)?.map_err(io(job.name())))
         .collect()
 }
 
 /// The random loss of `job`'s path (`None` when nothing was sent): small datagrams at
 /// half the bottleneck, so the queues stay empty and every loss is the configured one.
-fn random_loss(job: &Job<'_>, load: &Load) -> anyhow::Result<Option<f64>> {
+fn random_loss(job: &Job<'_>, load: &Load) -> Result<Option<f64>, Error> {
     let rate = job.implied.bottleneck_bps.map_or(20_000_000, |r| r / 2);
     let args: Vec<String> = [
         "-u",
@@ -349,11 +308,10 @@ fn random_loss(job: &Job<'_>, load: &Load) -> anyhow::Result<Option<f64>> {
     let sent = sum.and_then(|s| s.sender.as_ref()?.packets);
     let counted = sum.and_then(|s| s.receiver.as_ref()?.udp);
     let (Some(sent), Some(counted)) = (sent, counted) else {
-        anyhow::bail!(
-            "{} -> {}: the UDP test produced no totals",
-            job.pair.from,
-            job.pair.to
-        );
+        return Err(Error::Failed(format!(
+            "{}: the UDP test produced no totals",
+            job.name()
+        )));
     };
     let received = counted.expected.saturating_sub(counted.lost);
     Ok((sent > 0).then(|| sent.saturating_sub(received) as f64 / sent as f64))

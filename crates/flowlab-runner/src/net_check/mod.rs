@@ -1,5 +1,7 @@
-//! `flowlab net check`: measures paths of a topology that is up (or built for the check)
-//! and sets them beside what its file implies.
+//! `net check`'s measuring: paths of a topology that is up (or built for the check),
+//! measured and set beside what its file implies (the verdicts are
+//! [`flowlab_net::check`]'s). Servers and clients are flowlab at a [`Place`], in their
+//! nodes' namespaces; echoes are sent from this process, from inside the namespaces.
 //!
 //! Per pair: the idle RTT (median of 20 ICMP echoes from a raw socket in the source's
 //! namespace), TCP throughput (`flowlab test` in the source against `flowlab serve` in the
@@ -10,16 +12,18 @@
 
 mod clients;
 mod measure;
-mod pairs;
+pub mod pairs;
 mod round;
-
-use std::path::Path;
 
 use flowlab_net::build::{self, UpOptions};
 use flowlab_net::check::{LOSS_TOLERANCE, RTT_TOLERANCE};
-use flowlab_net::topology::Plan;
+use flowlab_net::topology::{Plan, Topology};
 use flowlab_report::net::{FAIRNESS_CC, NetCheck};
-use flowlab_report::{json, table};
+
+use crate::{Error, Place};
+
+/// What a check says as it goes, changing nothing: a setting with no effect here.
+pub type Note<'a> = &'a mut dyn FnMut(String);
 
 /// What `net check` sends over each path.
 #[derive(Debug, Clone)]
@@ -43,33 +47,34 @@ impl Drop for Teardown {
     fn drop(&mut self) {
         if let Some(name) = &self.0 {
             if let Err(e) = build::down(name, &build::state_dir()) {
-                eprintln!(
-                    "flowlab: taking {name} down again failed: {e} (flowlab net down {name})"
-                );
+                tracing::warn!("taking {name} down again failed: {e} (flowlab net down {name})");
             }
         }
     }
 }
 
-pub fn run(
-    file: &Path,
+/// Checks topology `t` (brought up with `up` unless it is up already, and then taken
+/// down) over `pairs` (`--pairs`: every pair of hosts when `None`) under `load`, its
+/// servers and clients at `place`.
+pub fn check(
+    t: &Topology,
     pairs: Option<&str>,
     load: Load,
     up: UpOptions,
-    json: bool,
-) -> anyhow::Result<()> {
-    let t = super::load_topology(file)?;
-    let plan = Plan::of(&t);
-    let pairs = pairs::parse(pairs, &t)?;
+    place: &dyn Place,
+    note: Note<'_>,
+) -> Result<NetCheck, Error> {
+    let plan = Plan::of(t);
+    let pairs = pairs::parse(pairs, t)?;
     build::preflight()?;
     let mut paths = Vec::new();
     for p in &pairs {
         let path = plan
             .path(&p.from, &p.to)
-            .ok_or_else(|| anyhow::anyhow!("no path from {} to {}", p.from, p.to))?;
+            .ok_or_else(|| Error::Failed(format!("no path from {} to {}", p.from, p.to)))?;
         let to = plan
             .address_towards(&path)
-            .ok_or_else(|| anyhow::anyhow!("{} has no address", p.to))?;
+            .ok_or_else(|| Error::Failed(format!("{} has no address", p.to)))?;
         paths.push((path, to));
     }
     let up_already = build::status().iter().any(|(n, _)| *n == t.name);
@@ -78,37 +83,41 @@ pub fn run(
         // A backend asked for explicitly must be the one it runs on.
         let running = state.as_ref().and_then(|s| s.backend);
         if up.backend != build::Backend::Auto && running.is_some_and(|b| b != up.backend) {
-            anyhow::bail!(
+            return Err(Error::Failed(format!(
                 "topology {} is up on the {} backend, not {}: measure it without --backend, or take it down first",
                 t.name,
                 running.map_or(String::new(), |b| b.to_string()),
                 up.backend
-            );
+            )));
         }
         let awake = state.as_ref().is_some_and(|s| s.cpus_kept_awake);
         if up.keep_cpus_awake && !awake {
-            match running {
-                Some(build::Backend::Userspace) => anyhow::bail!(
+            return Err(Error::Failed(match running {
+                Some(build::Backend::Userspace) => format!(
                     "topology {} is up without --keep-cpus-awake: measure it without the flag, or take it down first",
                     t.name
                 ),
                 // Brought up again, it would be refused the flag all the same.
-                _ => anyhow::bail!(
+                _ => format!(
                     "--keep-cpus-awake: topology {} is up on {}, and only the user-space emulator keeps the CPUs awake",
                     t.name,
                     running.map_or("tbf alone (nothing to emulate)".to_string(), |b| b
                         .to_string())
                 ),
-            }
+            }));
         }
         (Teardown(None), state)
     } else {
-        let state = build::up(&t, &build::state_dir(), &up)?;
-        super::say_if_holding_changes_nothing(&state);
+        let state = build::up(t, &build::state_dir(), &up)?;
+        if let Some(why) = holding_changes_nothing(&state) {
+            note(why);
+        }
         (Teardown(Some(t.name.clone())), Some(state))
     };
     if load.together && pairs.len() > 1000 {
-        anyhow::bail!("--together runs at most 1000 pairs at once (one server port each)");
+        return Err(Error::Refused(
+            "--together runs at most 1000 pairs at once (one server port each)".into(),
+        ));
     }
     let default_cc = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
         .map(|s| s.trim().to_string())
@@ -132,10 +141,10 @@ pub fn run(
             congestion: cc.clone(),
             ..load.clone()
         };
-        let (round, jain) = round::measure(&t, &pairs, &paths, &load).map_err(|e| {
+        let (round, jain) = round::measure(t, &pairs, &paths, &load, place).map_err(|e| {
             // A path that stopped carrying traffic: say whether the emulator did.
             match build::emulator_trouble(&build::state_dir(), &t.name) {
-                Some(why) => anyhow::anyhow!("{e:#} (the link emulator: {why})"),
+                Some(why) => Error::Failed(format!("{e} (the link emulator: {why})")),
                 None => e,
             }
         })?;
@@ -165,10 +174,13 @@ pub fn run(
         rtt_tolerance_ms: RTT_TOLERANCE.as_secs_f64() * 1000.0,
         loss_tolerance_percent: LOSS_TOLERANCE * 100.0,
     };
-    if json {
-        println!("{}", json::document(&check)?);
-    } else {
-        print!("{}", table::net_check(&check));
+    Ok(check)
+}
+
+/// Why `--keep-cpus-awake` changes nothing on this machine, when it does not.
+pub fn holding_changes_nothing(state: &build::State) -> Option<String> {
+    if !state.cpus_kept_awake {
+        return None;
     }
-    Ok(())
+    flowlab_net::awake::changes_nothing_here().map(|why| format!("--keep-cpus-awake: {why}"))
 }

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use flowlab_report::server::ServerEvent;
 
-use super::RunError;
+use crate::Error as RunError;
+use crate::error::io;
 use crate::place::{Job, Output, Place, Process};
 
 /// How long a server is given to say it listens.
@@ -20,7 +21,7 @@ pub struct Running {
     _process: Box<dyn Process>,
 }
 
-/// Starts `flowlab serve` with `argv` (from [`super::lines::serve_line`]) in `dir` at
+/// Starts `flowlab serve` with `argv` (from [`crate::study::lines::serve_line`]) in `dir` at
 /// `place`, inside network namespace `ns` when given, and waits for its `listening`
 /// line.
 pub fn start(
@@ -33,7 +34,7 @@ pub fn start(
     let job = Job { argv, dir, ns };
     let mut process = place
         .start(&job, Output::FirstLine)
-        .map_err(super::io(format!("server {name}: starting flowlab serve")))?;
+        .map_err(io(format!("server {name}: starting flowlab serve")))?;
     let Some(line) = process.first_line(START_TIMEOUT) else {
         process.kill();
         let said = process.finish().stderr;
