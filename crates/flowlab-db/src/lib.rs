@@ -9,6 +9,7 @@
 //! - The schema is versioned (`PRAGMA user_version`, [`schema`]); an older database is
 //!   migrated in place, a newer one refused untouched.
 
+pub mod report;
 pub mod schema;
 mod trials;
 

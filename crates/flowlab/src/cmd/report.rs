@@ -6,9 +6,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Args as ClapArgs, ValueEnum};
 use flowlab_db::Db;
-use flowlab_proto::system::SystemInfo;
-use flowlab_report::metrics::Metric;
-use flowlab_report::study_report::{self, Axis, Failure, ReportInput, TrialData};
+use flowlab_report::study_report::{self, ReportInput};
 use flowlab_report::{html, json};
 
 use crate::cli::Usage;
@@ -65,7 +63,10 @@ impl Args {
 pub fn run(a: &Args) -> anyhow::Result<()> {
     let format = a.format()?;
     let db = Db::open_existing(&a.db)?;
-    let input = input(&db, a.study.as_deref())?;
+    let input = flowlab_db::report::input(&db, a.study.as_deref()).map_err(|e| match e {
+        flowlab_db::report::InputError::Ambiguous(_) => anyhow::Error::from(Usage(e.to_string())),
+        e => e.into(),
+    })?;
     let report = study_report::build(&input);
     let text = match &a.compare {
         Some(cells) => {
@@ -117,114 +118,6 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The study's trials, cells and machines, read from `db`.
-fn input(db: &Db, name: Option<&str>) -> anyhow::Result<ReportInput> {
-    let path = db.path().display().to_string();
-    let studies = db.studies()?;
-    let row = match name {
-        Some(n) => studies.iter().find(|s| s.name == n).ok_or_else(|| {
-            Usage(format!(
-                "--study {n}: {path} holds no such study (it holds: {})",
-                names(&studies)
-            ))
-        })?,
-        None => match studies.as_slice() {
-            [one] => one,
-            [] => anyhow::bail!("{path}: no study recorded yet"),
-            _ => {
-                return Err(Usage(format!(
-                    "{path} holds several studies ({}): say which with --study",
-                    names(&studies)
-                ))
-                .into());
-            }
-        },
-    };
-    let study = flowlab_study::parse(&row.file)
-        .map_err(|e| anyhow::anyhow!("{path}: study {}'s recorded file: {e}", row.name))?;
-    let cells: Vec<String> = study.cells().iter().map(|c| study.cell_label(c)).collect();
-    let metrics = db.metrics(row.id)?;
-    let trials = db
-        .trials(row.id)?
-        .into_iter()
-        .map(|t| {
-            let params: serde_json::Value = serde_json::from_str(&t.params).unwrap_or_default();
-            TrialData {
-                labels: study
-                    .params
-                    .iter()
-                    .map(|p| params[&p.name].as_str().unwrap_or_default().to_string())
-                    .collect(),
-                metrics: metrics
-                    .iter()
-                    .filter(|m| m.0 == t.id)
-                    .map(|(_, step, name, value)| {
-                        (
-                            step.clone(),
-                            Metric {
-                                name: name.clone(),
-                                value: *value,
-                            },
-                        )
-                    })
-                    .collect(),
-                cell: t.cell,
-                repetition: t.repetition,
-                status: t.status,
-                error: t.error,
-            }
-        })
-        .collect();
-    let machines = db
-        .runners(row.id)?
-        .into_iter()
-        .map(|(host, version, system)| machine(&host, &version, &system))
-        .collect::<Vec<_>>();
-    let attempts = db
-        .attempts(row.id)?
-        .into_iter()
-        .map(|a| Failure {
-            cell: a.cell,
-            repetition: a.repetition,
-            error: a.error.unwrap_or_default(),
-        })
-        .collect();
-    let mut unique = Vec::new();
-    for m in machines {
-        if !unique.contains(&m) {
-            unique.push(m);
-        }
-    }
-    Ok(ReportInput {
-        study: row.name.clone(),
-        description: study.description.clone(),
-        order: match study.order {
-            flowlab_study::file::Order::Random => "random",
-            flowlab_study::file::Order::Sequential => "sequential",
-        }
-        .into(),
-        seed: row.seed,
-        repeat: study.repeat,
-        params: study
-            .params
-            .iter()
-            .map(|p| Axis {
-                name: p.name.clone(),
-                labels: p.values.iter().map(|v| v.label.clone()).collect(),
-            })
-            .collect(),
-        cells,
-        trials,
-        machines: unique,
-        groups: study
-            .steps
-            .iter()
-            .map(|s| (s.name.clone(), s.group.clone()))
-            .collect(),
-        attempts,
-    })
-}
-
 /// Each cell's first traced trial (a test step run with `--trace`), drawn as its window
 /// and RTT graphs: (heading, SVG document).
 fn traces(db: &Db, input: &ReportInput) -> anyhow::Result<Vec<(String, String)>> {
@@ -265,24 +158,4 @@ fn traces(db: &Db, input: &ReportInput) -> anyhow::Result<Vec<(String, String)>>
         out.push((heading, flowlab_plot::render_svg(&panels)?));
     }
     Ok(out)
-}
-
-fn names(studies: &[flowlab_db::StudyRow]) -> String {
-    studies
-        .iter()
-        .map(|s| s.name.as_str())
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// One line about the machine a runner ran on.
-fn machine(host: &str, version: &str, system: &str) -> String {
-    let s: SystemInfo = serde_json::from_str(system).unwrap_or_default();
-    let or = |v: Option<String>| v.unwrap_or_else(|| "?".into());
-    format!(
-        "{host}: kernel {}, {} CPUs, default congestion control {}, flowlab {version}",
-        or(s.kernel),
-        or(s.cpus.map(|c| c.to_string())),
-        or(s.congestion_default)
-    )
 }

@@ -2,6 +2,7 @@
 //! runs (table or JSON-stream lines) or as one JSON document at the end.
 
 mod args;
+mod spec;
 
 pub use args::Args;
 

@@ -1,0 +1,332 @@
+//! `flowlab test`'s arguments validated into a [`TestSpec`]: the combinations refused,
+//! the engine's spec built.
+
+use std::time::Duration;
+
+use flowlab_engine::trace;
+use flowlab_proto::params::{Mode, Protocol};
+use flowlab_report::spec::{self, Amount, Direction, TestSpec};
+use flowlab_report::units;
+
+use super::args::{Args, MAX_TIME};
+use crate::cli::Usage;
+
+impl Args {
+    /// Validates the combination and builds the engine's spec.
+    pub fn to_spec(&self) -> Result<TestSpec, Usage> {
+        let protocol = if self.udp {
+            Protocol::Udp
+        } else {
+            Protocol::Tcp
+        };
+        let host = self.host.clone().or_else(|| self.client.clone());
+        let host = host.ok_or("a server to test against: flowlab test HOST")?;
+        // iperf3's HOST%DEV: the host, and the device to bind to.
+        let (host, host_dev) = match host.split_once('%') {
+            Some((h, dev)) if !h.is_empty() && !dev.is_empty() => (h.to_string(), Some(dev)),
+            Some(_) => return Err(Usage(format!("{host}: give HOST%DEV, as iperf3 takes it"))),
+            None => (host.clone(), None),
+        };
+        let mut s = TestSpec::new(host);
+        let (bind, bind_dev) =
+            crate::cmd::bind_and_device(host_dev, self.bind.as_deref(), self.bind_dev.as_deref())?;
+        s.bind = bind;
+        s.bind_dev = bind_dev;
+        if self.cport == Some(0) {
+            return Err("--cport must be 1 to 65535 (leave it out for any port)".into());
+        }
+        s.cport = self.cport.unwrap_or(0);
+        for (ms, flag) in [
+            (self.snd_timeout, "--snd-timeout"),
+            (self.rcv_timeout, "--rcv-timeout"),
+        ] {
+            if let Some(ms) = ms.filter(|ms| !(1..=86_400_000).contains(ms)) {
+                return Err(Usage(format!(
+                    "{flag} {ms} must be 1 to 86400000 ms (a day)"
+                )));
+            }
+        }
+        s.snd_timeout = self.snd_timeout.map(Duration::from_millis);
+        s.rcv_timeout = self.rcv_timeout.map(Duration::from_millis);
+        s.port = self.port;
+        s.protocol = protocol;
+        s.mode = if self.stop_and_wait {
+            Mode::StopAndWait
+        } else {
+            Mode::Streaming
+        };
+        s.len = match (self.length, protocol) {
+            (Some(l), Protocol::Udp) if !(16..=spec::MAX_UDP_LEN as u64).contains(&l) => {
+                return Err(Usage(format!(
+                    "-l/--length {l} is outside 16..={} for UDP",
+                    spec::MAX_UDP_LEN
+                )));
+            }
+            (Some(l), Protocol::Tcp) if !(1..=16 << 20).contains(&l) => {
+                return Err(Usage(format!("-l/--length {l} is outside 1..=16M for TCP")));
+            }
+            (Some(l), _) => l as usize,
+            (None, Protocol::Tcp) => spec::DEFAULT_TCP_LEN,
+            (None, Protocol::Udp) => spec::DEFAULT_UDP_LEN,
+        };
+        s.amount = match (&self.time, self.bytes, self.blocks) {
+            (Some(t), _, _) => {
+                let t = crate::cli::seconds("-t/--time", t, false, MAX_TIME)?;
+                Amount::Seconds(t.as_secs_f64())
+            }
+            (_, Some(0), _) => return Err("-n/--bytes must be more than 0".into()),
+            (_, Some(n), _) => Amount::Bytes(n),
+            (_, _, Some(0)) => return Err("-k/--blockcount must be more than 0".into()),
+            (_, _, Some(k)) => Amount::Blocks(k),
+            _ => Amount::Seconds(10.0),
+        };
+        if !(self.interval == 0.0 || (0.1..=3600.0).contains(&self.interval)) {
+            return Err(Usage(format!(
+                "-i/--interval {} must be 0 (none) or between 0.1 and 3600 seconds",
+                self.interval
+            )));
+        }
+        s.interval = (self.interval > 0.0).then(|| Duration::from_secs_f64(self.interval));
+        if !(1..=128).contains(&self.parallel) {
+            return Err(Usage(format!(
+                "-P/--parallel {} must be between 1 and 128",
+                self.parallel
+            )));
+        }
+        s.parallel = self.parallel;
+        let streams = u32::from(s.cport) + self.parallel * if self.bidir { 2 } else { 1 } - 1;
+        if s.cport > 0 && streams > 65_535 {
+            return Err(Usage(format!(
+                "--cport {}: the last of the streams would need port {streams}, above 65535",
+                s.cport
+            )));
+        }
+        s.direction = match (self.reverse, self.bidir) {
+            (true, _) => Direction::Reverse,
+            (_, true) => Direction::Bidir,
+            _ => Direction::Forward,
+        };
+        s.bitrate = self.bitrate.map_or(0, |b| b.bps);
+        s.burst = self.bitrate.map_or(0, |b| b.burst);
+        if s.burst > 0 && s.bitrate == 0 {
+            return Err("-b/--bitrate 0/N: a burst needs a rate to pace".into());
+        }
+        if let Some(us) = self.pacing_timer {
+            if !(1..=1_000_000).contains(&us) {
+                return Err(Usage(format!(
+                    "--pacing-timer {us} must be 1 to 1000000 microseconds"
+                )));
+            }
+            s.pacing_timer_us = Some(us);
+        }
+        s.tos = self.tos.or(self.dscp.map(|d| d << 2)).unwrap_or(0);
+        s.family = self.family.family();
+        if self.omit > 600 {
+            return Err("-O/--omit is limited to 600 seconds".into());
+        }
+        s.omit = self.omit;
+        if self.connect_timeout == 0 {
+            return Err("--connect-timeout must be at least 1 ms".into());
+        }
+        s.connect_timeout = Duration::from_millis(self.connect_timeout);
+        if let Some(rto) = self.rto {
+            if rto == 0 {
+                return Err("--rto must be at least 1 ms".into());
+            }
+            if !(self.stop_and_wait && self.udp) {
+                return Err("--rto applies only to UDP stop-and-wait (-u --stop-and-wait)".into());
+            }
+            s.rto = Duration::from_millis(rto);
+        }
+        let udp_streaming = self.udp && !self.stop_and_wait;
+        if self.no_backoff && !(udp_streaming && s.bitrate == 0) {
+            return Err(Usage(
+                "--no-backoff applies only to UDP at unlimited rate (-u, no -b or -b 0)".into(),
+            ));
+        }
+        if self.no_window && !udp_streaming {
+            return Err(Usage(
+                "--no-window applies only to UDP streaming (-u, not --stop-and-wait)".into(),
+            ));
+        }
+        s.udp_backoff = !self.no_backoff;
+        s.udp_window = !self.no_window;
+        let trace = match (&self.trace, &self.trace_csv) {
+            (Some(p), _) => Some(p.as_str()),
+            (None, Some(_)) => Some("10ms"),
+            (None, None) => None,
+        };
+        if let Some(p) = trace {
+            let period = units::parse_duration(p).map_err(|e| Usage(format!("--trace: {e}")))?;
+            if !(trace::MIN_PERIOD..=trace::MAX_PERIOD).contains(&period) {
+                return Err(Usage(format!(
+                    "--trace period {p} must be between 1ms and 1s"
+                )));
+            }
+            s.trace = Some(period);
+        }
+        if let Some(i) = &self.latency {
+            let interval =
+                units::parse_duration(i).map_err(|e| Usage(format!("--latency: {e}")))?;
+            if !(Duration::from_millis(1)..=Duration::from_secs(1)).contains(&interval) {
+                return Err(Usage(format!(
+                    "--latency interval {i} must be between 1ms and 1s"
+                )));
+            }
+            s.latency = Some(interval);
+        }
+        for (w, flag) in [
+            (self.window, "-w/--window"),
+            (self.recv_window, "--recv-window"),
+        ] {
+            if let Some(w) = w.filter(|&w| w > spec::MAX_WINDOW) {
+                return Err(Usage(format!(
+                    "{flag} {w} bytes is above the largest socket buffer the kernel takes, \
+                     {} bytes (2 GiB − 1); the kernel also caps it at net.core.rmem_max/wmem_max",
+                    spec::MAX_WINDOW
+                )));
+            }
+        }
+        if let Some(w) = self.recv_window {
+            if w == 0 {
+                return Err("--recv-window must be more than 0".into());
+            }
+            s.recv_window = w;
+        }
+        s.recv_congestion = self.recv_congestion.clone();
+        if let Some(a) = &self.affinity {
+            s.affinity = affinity(a, &flowlab_engine::sock::allowed_cpus())?;
+        }
+        let tcp_only = [
+            (self.congestion.is_some(), "-C/--congestion"),
+            (self.mss.is_some(), "-M/--set-mss"),
+            (self.no_delay, "-N/--no-delay"),
+            (self.zerocopy, "-Z/--zerocopy"),
+            (self.trace.is_some(), "--trace"),
+            (self.trace_csv.is_some(), "--trace-csv"),
+            (self.recv_window.is_some(), "--recv-window"),
+            (self.recv_congestion.is_some(), "--recv-congestion"),
+            (self.snd_timeout.is_some(), "--snd-timeout"),
+        ];
+        if let Some((_, flag)) = tcp_only.iter().find(|(set, _)| *set && self.udp) {
+            return Err(Usage(format!("{flag} applies to TCP only; drop it or -u")));
+        }
+        if self.zerocopy && self.stop_and_wait {
+            return Err("-Z/--zerocopy cannot be combined with --stop-and-wait".into());
+        }
+        if let Some(m) = self.mss {
+            if !(88..=65_535).contains(&m) {
+                return Err(Usage(format!(
+                    "-M/--set-mss {m} must be between 88 and 65535"
+                )));
+            }
+            s.mss = m;
+        }
+        s.credentials = self.credentials.credentials()?;
+        if let Some(extra) = &self.extra_data {
+            if extra.len() > 1024 {
+                return Err(Usage(format!(
+                    "--extra-data is {} bytes; at most 1024",
+                    extra.len()
+                )));
+            }
+            s.extra_data = Some(extra.clone());
+        }
+        if self.dont_fragment && !self.udp {
+            return Err("--dont-fragment applies to UDP only (-u); TCP sets it itself".into());
+        }
+        s.dont_fragment = self.dont_fragment;
+        s.get_server_output = self.get_server_output;
+        s.repeating_payload = self.repeating_payload;
+        s.fq_rate = self.fq_rate.unwrap_or(0);
+        if let Some(path) = &self.file {
+            self.file_test(&mut s, path)?;
+        }
+        s.flowlabel = self.flowlabel.unwrap_or(0);
+        s.congestion = self.congestion.clone();
+        s.window = self.window.unwrap_or(0);
+        s.nodelay = self.no_delay;
+        s.zerocopy = self.zerocopy;
+        s.title = self.title.clone();
+        Ok(s)
+    }
+}
+
+impl Args {
+    /// `-F FILE`: what it takes (a TCP test of one stream, one way) and, when the client
+    /// sends, the file's size as the amount.
+    fn file_test(&self, s: &mut TestSpec, path: &std::path::Path) -> Result<(), Usage> {
+        let flag = format!("-F {}", path.display());
+        let refusal = [
+            (self.udp, "is TCP only (as iperf3's); drop -u"),
+            (self.bidir, "goes one way; drop --bidir"),
+            (self.parallel > 1, "is one stream; drop -P"),
+            (self.zerocopy, "is sent with sendfile(2) already; drop -Z"),
+            (self.stop_and_wait, "streams; drop --stop-and-wait"),
+        ];
+        if let Some((_, why)) = refusal.iter().find(|(set, _)| *set) {
+            return Err(Usage(format!("{flag} {why}")));
+        }
+        if !self.reverse {
+            if self.time.is_some() || self.bytes.is_some() || self.blocks.is_some() {
+                return Err(Usage(format!(
+                    "{flag}: the file's size is the amount sent; drop -t/-n/-k"
+                )));
+            }
+            let meta = std::fs::metadata(path).map_err(|e| Usage(format!("{flag}: {e}")))?;
+            if !meta.is_file() || meta.len() == 0 {
+                return Err(Usage(format!("{flag}: not a file with data to send")));
+            }
+            s.amount = Amount::Bytes(meta.len());
+        }
+        s.file = Some(path.to_path_buf());
+        Ok(())
+    }
+}
+
+/// `-A N[,M]`: the client's CPU N, which this process must be allowed to run on (`allowed`),
+/// and the server's M (the server checks its own).
+fn affinity(text: &str, allowed: &[usize]) -> Result<spec::Affinity, Usage> {
+    let cpu = |t: &str| {
+        t.trim().parse::<usize>().map_err(|_| {
+            Usage(format!(
+                "-A/--affinity {text}: give a CPU number, or two as N,M (the client's, the server's)"
+            ))
+        })
+    };
+    let (client, server) = match text.split_once(',') {
+        Some((c, s)) if c.trim().is_empty() => (None, Some(cpu(s)?)),
+        Some((c, s)) => (Some(cpu(c)?), Some(cpu(s)?)),
+        None => (Some(cpu(text)?), None),
+    };
+    if let Some(c) = client.filter(|c| !allowed.contains(c)) {
+        return Err(Usage(format!(
+            "-A/--affinity {text}: this machine runs flowlab on CPUs {}, not {c}",
+            flowlab_engine::sock::cpu_list(allowed)
+        )));
+    }
+    Ok(spec::Affinity { client, server })
+}
+
+#[cfg(test)]
+mod affinity_tests {
+    use super::affinity;
+    use flowlab_report::spec::Affinity;
+
+    #[test]
+    fn affinity_is_the_clients_cpu_then_the_servers() {
+        let all = [0, 1, 2, 3];
+        let a = |client, server| Affinity { client, server };
+        assert_eq!(affinity("1", &all).unwrap(), a(Some(1), None));
+        assert_eq!(affinity("1,0", &all).unwrap(), a(Some(1), Some(0)));
+        assert_eq!(affinity(",3", &all).unwrap(), a(None, Some(3)));
+        assert_eq!(
+            affinity("7", &all).unwrap_err().0,
+            "-A/--affinity 7: this machine runs flowlab on CPUs 0-3, not 7"
+        );
+        for bad in ["x", "1,", "-1", "1,2,3"] {
+            let e = affinity(bad, &all).unwrap_err().0;
+            assert!(e.contains("give a CPU number"), "{bad}: {e}");
+        }
+    }
+}
