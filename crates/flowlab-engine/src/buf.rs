@@ -83,6 +83,18 @@ impl std::fmt::Debug for PageBuf {
     }
 }
 
+/// The payload every write carries, page-aligned ([`PageBuf`]: the kernel's copy runs at
+/// full speed). Its content does not matter; a fixed, non-zero pattern of 251 bytes keeps
+/// compression anywhere on the path from flattering the numbers. `repeating` (iperf3's
+/// `--repeating-payload`) is iperf3's pattern instead: the digits 0 to 9 over and over.
+pub(crate) fn payload(len: usize, repeating: bool) -> PageBuf {
+    if repeating {
+        PageBuf::filled(len, |i| b'0' + (i % 10) as u8)
+    } else {
+        PageBuf::filled(len, |i| (i.wrapping_mul(131) % 251) as u8)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -26,6 +26,7 @@
 pub mod buf;
 pub mod client;
 pub mod control;
+pub mod cpu;
 pub mod credentials;
 pub mod pacing;
 pub mod ping;
@@ -40,5 +41,6 @@ pub mod tcpinfo;
 pub mod trace;
 pub mod udp_stats;
 
+mod speed;
 mod tcp_data;
 mod udp_data;

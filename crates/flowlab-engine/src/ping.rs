@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use flowlab_proto::probe::{self, HEADER_LEN, MAX_LEN, MAX_TCP_LEN, Reply, Request};
 use flowlab_report::ping::{PingResult, PingStart, PingSummary, Probe, SCHEMA};
 
+use crate::cpu;
 use crate::credentials::ClientAuth;
 use crate::reach::{self, ResolveError};
 use crate::sock;
@@ -229,7 +230,7 @@ fn ping_udp(
     sock.connect(address)?;
     let kernel_stamps = sock::enable_rx_timestamps(&sock);
     let session = reach::session();
-    let epoch_ns = sock::unix_now_ns();
+    let epoch_ns = cpu::unix_now_ns();
     observer.started(epoch_ns);
     let start = Instant::now();
     let mut out = vec![0u8; spec.size];
@@ -255,7 +256,7 @@ fn ping_udp(
             };
             if due {
                 let seq = probes.len() as u64 + 1;
-                let sent_ns = sock::unix_now_ns();
+                let sent_ns = cpu::unix_now_ns();
                 Request {
                     session,
                     seq,
@@ -384,7 +385,7 @@ fn ping_tcp(
         _ => None,
     };
     let session = reach::session();
-    let epoch_ns = sock::unix_now_ns();
+    let epoch_ns = cpu::unix_now_ns();
     observer.started(epoch_ns);
     let start = Instant::now();
     let mut message = vec![0u8; spec.size];
@@ -407,7 +408,7 @@ fn ping_tcp(
             continue;
         }
         let seq = probes.len() as u64 + 1;
-        let sent_ns = sock::unix_now_ns();
+        let sent_ns = cpu::unix_now_ns();
         let mut p = sent(seq, sent_ns.saturating_sub(epoch_ns));
         match conn.as_mut() {
             None => {
@@ -415,7 +416,7 @@ fn ping_tcp(
                 // close; to a server that authenticates, with a credential, and its
                 // admission read (for the ticket it gives) after the time is taken.
                 if let Ok(mut c) = TcpStream::connect_timeout(&address, spec.timeout) {
-                    let at = sock::unix_now_ns();
+                    let at = cpu::unix_now_ns();
                     p.received_ns = Some(at.saturating_sub(epoch_ns));
                     let _ = c.write_all(&tcp_hello(1, auth)?);
                     if auth.is_some() {
@@ -449,7 +450,7 @@ fn ping_tcp(
                         kernel_stamps |= stamped.kernel;
                         stamped.at_ns
                     }
-                    Err(_) => sock::unix_now_ns(),
+                    Err(_) => cpu::unix_now_ns(),
                 };
                 match answer {
                     Ok(_) if spec.size >= HEADER_LEN => match Reply::decode(&message) {
@@ -542,7 +543,7 @@ impl LocalEcho {
                     continue;
                 };
                 if probe::is_request(datagram) {
-                    probe::answer_in_place(datagram, got.at_ns, sock::unix_now_ns());
+                    probe::answer_in_place(datagram, got.at_ns, cpu::unix_now_ns());
                     let _ = sock.send_to(datagram, from);
                 }
             }

@@ -72,7 +72,7 @@ pub fn address(host: &str, port: u16) -> Result<SocketAddr, ResolveError> {
 pub(crate) fn session() -> u64 {
     let mut b = [0u8; 8];
     if getrandom::fill(&mut b).is_err() {
-        return crate::sock::unix_now_ns() | 1;
+        return crate::cpu::unix_now_ns() | 1;
     }
     u64::from_ne_bytes(b) | 1
 }

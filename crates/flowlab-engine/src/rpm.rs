@@ -24,6 +24,7 @@ use flowlab_report::rpm::{
     self, DirectionResult, Idle, Params, Ramp, RpmResult, RpmStart, Sample, Samples,
 };
 
+use crate::cpu;
 use crate::credentials::ClientAuth;
 use crate::reach::{self, ResolveError};
 use crate::sock;
@@ -142,7 +143,7 @@ pub fn run(
     observer: &dyn RpmObserver,
 ) -> Result<RpmResult, RpmError> {
     let address = reach::addresses(&spec.host, spec.port, spec.family)?[0];
-    let started_unix = sock::unix_now_ns() as f64 / 1e9;
+    let started_unix = cpu::unix_now_ns() as f64 / 1e9;
     let auth = spec
         .credentials
         .clone()
@@ -369,7 +370,7 @@ fn read_load(mut s: TcpStream, conn: &LoadConn, shared: &Shared) {
             Err(e) if crate::stream::is_timeout(&e) => continue,
             Err(_) => break,
         };
-        let at_ns = sock::unix_now_ns();
+        let at_ns = cpu::unix_now_ns();
         let mut data = 0usize;
         let pushed = frames.push(&buf[..n], &mut |e| match e {
             Event::Data(n) => data += n,
@@ -662,7 +663,7 @@ fn self_prober(
             Request {
                 session: shared.session,
                 seq,
-                sent_ns: sock::unix_now_ns(),
+                sent_ns: cpu::unix_now_ns(),
             }
             .encode_into(&mut p);
             let sent = match c.direction {

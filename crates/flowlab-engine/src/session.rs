@@ -4,14 +4,16 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use flowlab_proto::results::{PeerResults, SocketSettings, StreamResults};
 use flowlab_proto::trace::StreamTrace;
 
 use crate::sock;
-use crate::stream::{self, DataConfig, Role, RunningStream, StreamPlan, TestControl, Transport};
+use crate::stream::{DataConfig, Role, StreamCounters, StreamPlan, TestControl, Transport};
 use crate::udp_stats::UdpCounts;
+use crate::udp_stats::UdpReceiverStats;
 
 /// One stream's counters at one moment.
 #[derive(Debug, Clone, Copy, Default)]
@@ -61,7 +63,7 @@ impl DataSession {
             omitting: !omit.is_zero(),
         };
         for plan in plans {
-            let s = stream::spawn(plan, Arc::clone(&session.cfg), Arc::clone(&session.ctl))?;
+            let s = spawn(plan, Arc::clone(&session.cfg), Arc::clone(&session.ctl))?;
             session.streams.push(s);
         }
         Ok(session)
@@ -113,7 +115,7 @@ impl DataSession {
         }
     }
 
-    /// Lets the receivers drain and waits for them (bounded by [`stream::DRAIN_MAX`]).
+    /// Lets the receivers drain and waits for them (bounded by [`crate::stream::DRAIN_MAX`]).
     pub fn stop_receivers(&mut self) {
         self.ctl.stop_recv.store(true, Ordering::Release);
         for s in self.streams.iter_mut() {
@@ -352,4 +354,87 @@ pub fn socket_settings(s: &RunningStream) -> SocketSettings {
             }
         }
     }
+}
+
+/// A stream whose thread is running.
+#[derive(Debug)]
+pub struct RunningStream {
+    pub id: i64,
+    pub role: Role,
+    pub transport: Transport,
+    pub counters: Arc<StreamCounters>,
+    handle: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+impl RunningStream {
+    /// Waits for the thread; returns its error if it failed.
+    pub fn join(&mut self) -> std::io::Result<()> {
+        match self.handle.take() {
+            Some(h) => h
+                .join()
+                .unwrap_or_else(|_| Err(std::io::Error::other("stream thread panicked"))),
+            None => Ok(()),
+        }
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.counters.finished.load(Ordering::Acquire)
+    }
+}
+
+/// Starts the thread of one stream.
+pub fn spawn(
+    plan: StreamPlan,
+    cfg: Arc<DataConfig>,
+    ctl: Arc<TestControl>,
+) -> std::io::Result<RunningStream> {
+    let counters = Arc::new(StreamCounters::default());
+    if plan.role == Role::Receive && matches!(plan.transport, Transport::Udp(_)) {
+        if let Ok(mut g) = counters.udp.lock() {
+            *g = Some(UdpReceiverStats::new(crate::udp_data::datagram_len(&cfg)));
+        }
+    }
+    let StreamPlan {
+        id,
+        role,
+        transport,
+        early,
+    } = plan;
+    let thread_counters = Arc::clone(&counters);
+    let thread_transport = transport.clone();
+    let handle = std::thread::Builder::new()
+        .name(format!("stream-{id}"))
+        .spawn(move || {
+            let c = &thread_counters;
+            let pinned = cfg.affinity.map_or(Ok(()), crate::cpu::pin_thread);
+            let result = pinned.and_then(|()| match (&thread_transport, role) {
+                (Transport::Tcp(s), Role::Send) => crate::tcp_data::send(s, &cfg, &ctl, c),
+                (Transport::Tcp(s), Role::Receive) => crate::tcp_data::receive(s, &cfg, &ctl, c),
+                (Transport::Udp(s), Role::Send) => crate::udp_data::send(s, &cfg, &ctl, c),
+                (Transport::Udp(s), Role::Receive) => {
+                    crate::udp_data::receive(s, &cfg, &ctl, c, early)
+                }
+            });
+            if c.end_us.load(Ordering::Acquire) == 0 {
+                c.end_us.store(ctl.elapsed_us().max(1), Ordering::Release);
+            }
+            let (user, system) = crate::cpu::thread_cpu_us();
+            c.cpu_user_us.store(user, Ordering::Release);
+            c.cpu_system_us.store(system, Ordering::Release);
+            c.finished.store(true, Ordering::Release);
+            if let Some(ended) = &ctl.ended {
+                let _ = ended.write(1);
+            }
+            if let Err(e) = &result {
+                tracing::debug!(stream = id, "stream ended with error: {e}");
+            }
+            result
+        })?;
+    Ok(RunningStream {
+        id,
+        role,
+        transport,
+        counters,
+        handle: Some(handle),
+    })
 }

@@ -1,4 +1,5 @@
-//! Data streams: what one stream is, what it counts, and the thread that moves its data.
+//! Data streams: what one stream is, what it counts, and what its thread shares with the
+//! test (`session` starts the threads; `tcp_data` and `udp_data` move the data).
 //!
 //! Client and server run streams the same way: each stream gets a thread that sends or
 //! receives until told to stop (or until the shared byte/block budget runs out), counting
@@ -7,7 +8,6 @@
 use std::net::{TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use flowlab_proto::params::Mode;
@@ -296,89 +296,6 @@ pub struct StreamPlan {
     pub transport: Transport,
     /// UDP datagrams that arrived before the handshake finished (reverse mode).
     pub early: Vec<Vec<u8>>,
-}
-
-/// A stream whose thread is running.
-#[derive(Debug)]
-pub struct RunningStream {
-    pub id: i64,
-    pub role: Role,
-    pub transport: Transport,
-    pub counters: Arc<StreamCounters>,
-    handle: Option<JoinHandle<std::io::Result<()>>>,
-}
-
-impl RunningStream {
-    /// Waits for the thread; returns its error if it failed.
-    pub fn join(&mut self) -> std::io::Result<()> {
-        match self.handle.take() {
-            Some(h) => h
-                .join()
-                .unwrap_or_else(|_| Err(std::io::Error::other("stream thread panicked"))),
-            None => Ok(()),
-        }
-    }
-
-    pub fn is_finished(&self) -> bool {
-        self.counters.finished.load(Ordering::Acquire)
-    }
-}
-
-/// Starts the thread of one stream.
-pub fn spawn(
-    plan: StreamPlan,
-    cfg: Arc<DataConfig>,
-    ctl: Arc<TestControl>,
-) -> std::io::Result<RunningStream> {
-    let counters = Arc::new(StreamCounters::default());
-    if plan.role == Role::Receive && matches!(plan.transport, Transport::Udp(_)) {
-        if let Ok(mut g) = counters.udp.lock() {
-            *g = Some(UdpReceiverStats::new(crate::udp_data::datagram_len(&cfg)));
-        }
-    }
-    let StreamPlan {
-        id,
-        role,
-        transport,
-        early,
-    } = plan;
-    let thread_counters = Arc::clone(&counters);
-    let thread_transport = transport.clone();
-    let handle = std::thread::Builder::new()
-        .name(format!("stream-{id}"))
-        .spawn(move || {
-            let c = &thread_counters;
-            let pinned = cfg.affinity.map_or(Ok(()), crate::sock::pin_thread);
-            let result = pinned.and_then(|()| match (&thread_transport, role) {
-                (Transport::Tcp(s), Role::Send) => crate::tcp_data::send(s, &cfg, &ctl, c),
-                (Transport::Tcp(s), Role::Receive) => crate::tcp_data::receive(s, &cfg, &ctl, c),
-                (Transport::Udp(s), Role::Send) => crate::udp_data::send(s, &cfg, &ctl, c),
-                (Transport::Udp(s), Role::Receive) => {
-                    crate::udp_data::receive(s, &cfg, &ctl, c, early)
-                }
-            });
-            if c.end_us.load(Ordering::Acquire) == 0 {
-                c.end_us.store(ctl.elapsed_us().max(1), Ordering::Release);
-            }
-            let (user, system) = crate::sock::thread_cpu_us();
-            c.cpu_user_us.store(user, Ordering::Release);
-            c.cpu_system_us.store(system, Ordering::Release);
-            c.finished.store(true, Ordering::Release);
-            if let Some(ended) = &ctl.ended {
-                let _ = ended.write(1);
-            }
-            if let Err(e) = &result {
-                tracing::debug!(stream = id, "stream ended with error: {e}");
-            }
-            result
-        })?;
-    Ok(RunningStream {
-        id,
-        role,
-        transport,
-        counters,
-        handle: Some(handle),
-    })
 }
 
 /// How long a receiver told to stop keeps reading what is still in flight.

@@ -10,21 +10,11 @@ use flowlab_proto::params::Mode;
 use flowlab_proto::udp::Ack;
 
 use crate::buf::PageBuf;
+use crate::buf::payload;
 use crate::pacing::Pacer;
+use crate::speed::{MIN_MARK, RATE_WINDOW_US, fast_enough};
 use crate::stream::{DataConfig, Drain, StreamCounters, TestControl, is_timeout};
 use crate::trace::Tracer;
-
-/// The payload every write carries, page-aligned ([`PageBuf`]: the kernel's copy runs at
-/// full speed). Its content does not matter; a fixed, non-zero pattern of 251 bytes keeps
-/// compression anywhere on the path from flattering the numbers. `repeating` (iperf3's
-/// `--repeating-payload`) is iperf3's pattern instead: the digits 0 to 9 over and over.
-pub(crate) fn payload(len: usize, repeating: bool) -> PageBuf {
-    if repeating {
-        PageBuf::filled(len, |i| b'0' + (i % 10) as u8)
-    } else {
-        PageBuf::filled(len, |i| (i.wrapping_mul(131) % 251) as u8)
-    }
-}
 
 /// The least a TCP receiver reads at a time, bytes: four times iperf3's 128 KiB block
 /// (which iperf3's receiver reads by), whatever block the sender writes. One read takes
@@ -272,7 +262,7 @@ pub(crate) fn receive(
     // Streaming only (a stop-and-wait message must be read the moment it is whole): a
     // thread pinned to a CPU polls while data flows fast (and never batches: measured
     // slower there); any other batches its wake-ups.
-    let mut spin = (!stop_and_wait && crate::sock::pinned_to_one_cpu())
+    let mut spin = (!stop_and_wait && crate::cpu::pinned_to_one_cpu())
         .then(|| SpinRead::new(ctl.elapsed_us()));
     let mut batch = (!stop_and_wait && spin.is_none()).then(|| WakeBatch::new(ctl.elapsed_us()));
     let mut now_us = ctl.elapsed_us();
@@ -489,29 +479,13 @@ const WAKE_SPAN_US: u64 = 100;
 /// carries about 2 Gbit/s a stream, and its eight threads, woken for every packet, made
 /// the test 0.75–0.96 as fast as iperf3's at the median (docs/PERFORMANCE.md, issue 14).
 const MARK_SPAN_US: u64 = 500;
-/// A pinned receiver polls ([`SpinRead`]; UDP's `NapRead` naps) when its stream carries
-/// [`MIN_MARK`] in this long, µs (about 2.6 Gbit/s): a CPU kept busy only for streams
-/// that fast.
-const POLL_SPAN_US: u64 = 200;
 // A stream at the mark's threshold fills its mark before the read it waits in times out.
 const _: () = assert!(2 * MARK_SPAN_US as u128 <= MARKED_TIMEOUT.as_micros());
-/// The span over which [`WakeBatch`] and [`SpinRead`] (and UDP's `NapRead`) measure a
-/// stream's rate, µs.
-pub(crate) const RATE_WINDOW_US: u64 = 10_000;
-
-/// Whether `bytes` over `span_us` is a stream fast enough to poll for: at least
-/// [`MIN_MARK`] in [`POLL_SPAN_US`] (about 2.6 Gbit/s).
-pub(crate) fn fast_enough(bytes: u64, span_us: u64) -> bool {
-    span_us > 0 && bytes.saturating_mul(POLL_SPAN_US) / span_us >= MIN_MARK as u64
-}
-
 /// Whether `bytes` over `span_us` is a stream fast enough for a low-water mark
 /// ([`WakeBatch`]): at least [`MIN_MARK`] in [`MARK_SPAN_US`] (about 1 Gbit/s).
 fn carries_a_mark(bytes: u64, span_us: u64) -> bool {
     span_us > 0 && bytes.saturating_mul(MARK_SPAN_US) / span_us >= MIN_MARK as u64
 }
-/// No mark below one 64 KiB super-packet (GRO, loopback): it would batch nothing.
-const MIN_MARK: usize = 64 * 1024;
 /// The highest mark: more batches no more wake-ups away, and holds bytes longer.
 const MAX_MARK: usize = 256 * 1024;
 const _: () = assert!(RECEIVE_BYTES >= 2 * MAX_MARK);
@@ -918,10 +892,10 @@ mod tests {
     /// take over), and ends at its end of file.
     #[test]
     fn a_pinned_receiver_reads_every_byte_and_the_end() {
-        let Some(cpu) = crate::sock::cpu_to_pin_or_skip("no receiver polls") else {
+        let Some(cpu) = crate::cpu::cpu_to_pin_or_skip("no receiver polls") else {
             return;
         };
-        let online = crate::sock::online_cpus();
+        let online = crate::cpu::online_cpus();
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let mut tx = TcpStream::connect(l.local_addr().unwrap()).unwrap();
         let (rx, _) = l.accept().unwrap();
@@ -937,8 +911,8 @@ mod tests {
         });
         let (done_tx, done_rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            crate::sock::pin_thread(cpu).unwrap();
-            let pinned = crate::sock::pinned_to_one_cpu();
+            crate::cpu::pin_thread(cpu).unwrap();
+            let pinned = crate::cpu::pinned_to_one_cpu();
             let cfg = crate::stream::DataConfig {
                 mode: Mode::Streaming,
                 len: 128 * 1024,

@@ -18,10 +18,12 @@ use flowlab_proto::udp::{
 use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
 
 use crate::buf::PageBuf;
+use crate::buf::payload;
+use crate::cpu;
 use crate::pacing::{Backoff, Pacer, QueueWatch, ReceiverWindow, progress_every, receiver_window};
 use crate::sock;
+use crate::speed::{RATE_WINDOW_US, fast_enough};
 use crate::stream::{DataConfig, Drain, POLL, StreamCounters, TestControl, is_timeout};
-use crate::tcp_data::{RATE_WINDOW_US, fast_enough, payload};
 use crate::udp_stats::{UdpReceiverStats, Verdict};
 
 /// Most datagrams one GSO send carries (the kernel's UDP_MAX_SEGMENTS is 64 or more).
@@ -338,14 +340,14 @@ pub(crate) fn receive(
     sock.set_read_timeout(Some(POLL))?;
     // A receiver that waits for a CPU while senders run lets its socket overflow: short
     // slices let it preempt them when it wakes (docs/PERFORMANCE.md, UDP loss).
-    match sock::request_slice(sock::RECEIVER_SLICE_NS) {
-        Ok(sock::Slice::Granted(ns)) => {
+    match cpu::request_slice(cpu::RECEIVER_SLICE_NS) {
+        Ok(cpu::Slice::Granted(ns)) => {
             tracing::debug!("UDP receiver: scheduling slice {} µs", ns / 1000)
         }
-        Ok(sock::Slice::NotKept) => {
+        Ok(cpu::Slice::NotKept) => {
             tracing::debug!("UDP receiver: this kernel keeps no scheduling slices")
         }
-        Ok(sock::Slice::NotNormal) => {
+        Ok(cpu::Slice::NotNormal) => {
             tracing::debug!("UDP receiver: not of the normal scheduling policy; slice left")
         }
         Err(e) => tracing::debug!("UDP receiver: scheduling slice refused: {e}"),
@@ -424,7 +426,7 @@ pub(crate) fn receive(
     if offered.is_some() && !sock::enable_rx_timestamps(sock) {
         tracing::debug!("UDP receiver: no arrival stamps; its reports count no wait");
     }
-    let mut nap = (!stop_and_wait && cfg.rate_bps == 0 && roomy && sock::pinned_to_one_cpu())
+    let mut nap = (!stop_and_wait && cfg.rate_bps == 0 && roomy && cpu::pinned_to_one_cpu())
         .then(|| NapRead::new(ctl.elapsed_us()));
     loop {
         let mut iov = [IoSliceMut::new(&mut buf)];
@@ -563,7 +565,7 @@ impl ReadOf {
     /// receiver's, neither the path's.
     fn progress(&self, window: u64, ctl: &TestControl) -> Progress {
         let held_us = match self.arrived_ns {
-            Some(at) => sock::unix_now_ns().saturating_sub(at) / 1_000,
+            Some(at) => cpu::unix_now_ns().saturating_sub(at) / 1_000,
             None => ctl.elapsed_us().saturating_sub(self.read_us),
         };
         Progress {
@@ -590,7 +592,7 @@ const NAP_MIN_RCVBUF: usize = 2 << 20;
 /// or three of them: the wake-ups, not the copies, are most of its cost. So a receiving
 /// thread pinned to one CPU (with others online), of a test at full speed (`-b 0`), whose
 /// stream carried at least 2.6 Gbit/s over the last [`RATE_WINDOW_US`] (as a pinned TCP
-/// receiver's polling asks, `tcp_data::fast_enough`) reads without waiting while datagrams are
+/// receiver's polling asks, `speed::fast_enough`) reads without waiting while datagrams are
 /// there; when it finds none it sleeps [`NAP_US`] once, and only if there are still none
 /// does it wait in a blocking read. Paced tests (`-b RATE`) never nap: a datagram read up
 /// to [`NAP_US`] late would add to the jitter they report. Unpinned receivers do not
@@ -769,15 +771,15 @@ mod tests {
             let _ = peer.send(&datagram);
             std::thread::sleep(Duration::from_millis(5));
         }
-        let slice = sock::thread_slice(tid);
+        let slice = cpu::thread_slice(tid);
         ctl.cut();
         receiver.join().expect("receiver").expect("received");
         // The receiving thread started as this one: a normal thread gets the slice where
         // the kernel keeps slices; otherwise it keeps what it inherited.
         let normal =
-            sock::thread_attr(0).expect("sched_getattr").sched_policy == libc::SCHED_OTHER as u32;
-        let want = match (normal, sock::thread_slice(0)) {
-            (true, Some(_)) => Some(sock::RECEIVER_SLICE_NS),
+            cpu::thread_attr(0).expect("sched_getattr").sched_policy == libc::SCHED_OTHER as u32;
+        let want = match (normal, cpu::thread_slice(0)) {
+            (true, Some(_)) => Some(cpu::RECEIVER_SLICE_NS),
             (_, inherited) => inherited,
         };
         assert_eq!(slice, want);
@@ -1042,10 +1044,10 @@ mod tests {
     /// `rmem_max` grants less than a nap needs, no receiver naps, and the test says so.
     #[test]
     fn a_pinned_receiver_at_full_speed_naps_and_a_paced_one_does_not() {
-        let Some(cpu) = sock::cpu_to_pin_or_skip("no receiver naps") else {
+        let Some(cpu) = cpu::cpu_to_pin_or_skip("no receiver naps") else {
             return;
         };
-        let online = sock::online_cpus();
+        let online = cpu::online_cpus();
         for rate_bps in [0, 1_000_000_000] {
             let (sock, peer) = connected_pair();
             // Past rmem_max where allowed (root, as CI), else as big as that lets it be.
@@ -1065,8 +1067,8 @@ mod tests {
             {
                 let (ctl, c) = (ctl.clone(), c.clone());
                 std::thread::spawn(move || {
-                    sock::pin_thread(cpu).expect("pin");
-                    let pinned = sock::pinned_to_one_cpu();
+                    cpu::pin_thread(cpu).expect("pin");
+                    let pinned = cpu::pinned_to_one_cpu();
                     let cfg = DataConfig {
                         len: 8192,
                         rate_bps,

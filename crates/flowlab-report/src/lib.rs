@@ -33,6 +33,7 @@
 
 pub mod csv;
 pub mod diagnose;
+pub mod diagnosis;
 pub mod fetch;
 pub mod html;
 pub mod iperf3_json;

@@ -10,25 +10,7 @@ use crate::spec::TestSpec;
 /// Name and version of the JSON schema.
 pub const SCHEMA: &str = "flowlab.test/1";
 
-/// Which way a stream's data flows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum StreamDirection {
-    /// Client → server.
-    Up,
-    /// Server → client.
-    Down,
-}
-
-impl StreamDirection {
-    /// `up` or `down`, as the JSON spells it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            StreamDirection::Up => "up",
-            StreamDirection::Down => "down",
-        }
-    }
-}
+pub use crate::spec::StreamDirection;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TestResult {
@@ -52,7 +34,7 @@ pub struct Trace {
     /// One entry per stream and end that sampled it.
     pub streams: Vec<TracedStream>,
     /// What limited each direction's senders ([`crate::diagnose`]).
-    pub diagnosis: Vec<crate::diagnose::Diagnosis>,
+    pub diagnosis: Vec<crate::diagnosis::Diagnosis>,
 }
 
 /// Which end of the test took a sample.
@@ -75,14 +57,13 @@ pub struct TracedStream {
 }
 
 impl Trace {
-    /// Joins this end's traces and those the server returned, labelled by side and role,
-    /// and diagnoses them, sizing windows for `rates`.
+    /// Joins this end's traces and those the server returned, labelled by side and role
+    /// (not diagnosed yet: [`crate::diagnose::diagnose`]).
     pub fn assemble(
         period_us: u64,
         directions: &[(i64, StreamDirection)],
         local: Vec<flowlab_proto::trace::StreamTrace>,
         remote: Vec<flowlab_proto::trace::StreamTrace>,
-        rates: &crate::diagnose::PathRates,
     ) -> Trace {
         let direction = |id: i64| {
             directions
@@ -102,13 +83,11 @@ impl Trace {
                 });
             }
         }
-        let mut trace = Trace {
+        Trace {
             period_us,
             streams,
             diagnosis: Vec::new(),
-        };
-        trace.diagnosis = crate::diagnose::diagnose(&trace, rates);
-        trace
+        }
     }
 }
 

@@ -3,9 +3,7 @@
 use std::time::Duration;
 
 use flowlab_proto::params::{FLOWLAB_EXT_VERSION, FlowlabParams, Mode, Protocol, TestParams};
-use serde::Serialize;
-
-use crate::diagnose::{PathRate, PathRates};
+use serde::{Deserialize, Serialize};
 
 /// Which way data flows, seen from the client.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -417,4 +415,56 @@ fn is_zero_u32(n: &u32) -> bool {
 
 fn is_zero_u16(n: &u16) -> bool {
     *n == 0
+}
+
+/// Which way a stream's data flows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StreamDirection {
+    /// Client → server.
+    Up,
+    /// Server → client.
+    Down,
+}
+
+impl StreamDirection {
+    /// `up` or `down`, as the JSON spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StreamDirection::Up => "up",
+            StreamDirection::Down => "down",
+        }
+    }
+}
+
+/// The rate a path can carry, as far as it is known, and how it is known: what the
+/// advice sizes a window for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PathRate {
+    pub bps: u64,
+    /// Where the rate comes from, as the advice words it: "the bottleneck of topology
+    /// port, h1 → h4", "the -b target".
+    pub source: String,
+}
+
+/// The path's rate in each direction, where known.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PathRates {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub up: Option<PathRate>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub down: Option<PathRate>,
+}
+
+impl PathRates {
+    pub fn is_empty(&self) -> bool {
+        self.up.is_none() && self.down.is_none()
+    }
+
+    pub fn of(&self, d: StreamDirection) -> Option<&PathRate> {
+        match d {
+            StreamDirection::Up => self.up.as_ref(),
+            StreamDirection::Down => self.down.as_ref(),
+        }
+    }
 }

@@ -2,15 +2,18 @@
 //! (`cmd::*`, one module each, calling the libraries and handing their results to
 //! `flowlab_report`'s formats), and map errors to exit codes.
 
+mod args;
 mod cli;
 mod cmd;
 mod progress;
+mod usage;
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 
-use cli::{Cli, Command, Usage};
+use cli::{Cli, Command};
+use usage::Usage;
 
 /// Exit code of a usage error (as clap's).
 const USAGE: u8 = 2;
@@ -104,8 +107,8 @@ fn main() -> ExitCode {
         Command::Net(c) => cmd::net::run(c),
         Command::Run(a) => cmd::run::run(&a),
         Command::Report(a) => cmd::report::run(&a),
-        Command::Completions(a) => cmd::completions::run(&a),
-        Command::Man(a) => cmd::completions::man(&a),
+        Command::Completions(a) => cmd::completions::run(&a, Cli::command()),
+        Command::Man(a) => cmd::completions::man(&a, Cli::command()),
         // Translated above into `serve` or `test`.
         Command::Iperf3(_) => unreachable!("flowlab iperf3 runs as serve or test"),
     };
@@ -128,7 +131,7 @@ fn main() -> ExitCode {
 
 /// The command line parsed, or the exit status after clap's help, version or refusal.
 fn parse(args: Vec<std::ffi::OsString>) -> Result<Cli, ExitCode> {
-    match Cli::try_parse_from(cli::join_optional_values(args.clone())) {
+    match Cli::try_parse_from(usage::join_optional_values(args.clone())) {
         Ok(c) => Ok(c),
         Err(e) => Err(clap_refusal(&e, &args)),
     }
@@ -147,7 +150,7 @@ fn clap_refusal(e: &clap::Error, args: &[std::ffi::OsString]) -> ExitCode {
         let _ = e.print();
         return ExitCode::SUCCESS;
     }
-    eprintln!("{}", cli::one_line(e));
+    eprintln!("{}", usage::one_line(e));
     if let Some(hint) = cli::iperf3_habit(args) {
         eprintln!("hint: flowlab takes a command first: {hint}");
     }

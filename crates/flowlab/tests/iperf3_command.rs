@@ -421,7 +421,7 @@ fn a_server_bound_to_a_device_serves_there() {
 /// test too; a CPU the machine does not give flowlab is refused by flag.
 #[test]
 fn a_servers_affinity_holds_for_all_its_threads() {
-    let cpu = flowlab_engine::sock::allowed_cpus()[0];
+    let cpu = flowlab_engine::cpu::allowed_cpus()[0];
     let port = free_port();
     let server = flowlab()
         .args([

@@ -499,7 +499,7 @@ fn no_backoff_sends_blindly_but_still_reports_the_overflow() {
 /// refused with the ones it has.
 #[test]
 fn affinity_pins_each_ends_stream_threads() {
-    let cpus = flowlab_engine::sock::allowed_cpus();
+    let cpus = flowlab_engine::cpu::allowed_cpus();
     let (client_cpu, server_cpu) = (cpus[cpus.len() - 1], cpus[0]);
     let port = support::default_server();
     let mut s = support::spec(port);
@@ -534,7 +534,7 @@ fn affinity_pins_each_ends_stream_threads() {
     test.join().expect("client thread").expect("the test runs");
     // Other tests of this binary run streams at the same time, unpinned: they may run
     // on every CPU, which this test's threads (pinned) never may.
-    let every = flowlab_engine::sock::cpu_list(&cpus).replace(" ", "");
+    let every = flowlab_engine::cpu::cpu_list(&cpus).replace(" ", "");
     let seen: std::collections::BTreeSet<String> =
         last.into_values().filter(|l| *l != every).collect();
     let want: std::collections::BTreeSet<String> =

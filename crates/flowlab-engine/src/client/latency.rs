@@ -13,8 +13,8 @@ use flowlab_report::latency::{self, TestLatency};
 use flowlab_report::ping::{Latency, PingResult, Probe};
 
 use super::ClientError;
+use crate::cpu;
 use crate::ping::{PingError, PingObserver, PingSpec, Quiet, ping};
-use crate::sock;
 
 /// Idle probes sent before the load.
 pub const IDLE_PROBES: u64 = 20;
@@ -117,7 +117,7 @@ impl LoadProber {
         load_epoch: Instant,
     ) -> Result<LoadProber, ClientError> {
         let feed = Arc::new(Feed {
-            load_epoch_ns: sock::unix_now_ns()
+            load_epoch_ns: cpu::unix_now_ns()
                 .saturating_sub(load_epoch.elapsed().as_nanos() as u64),
             run_epoch_ns: AtomicU64::new(0),
             answered: Mutex::new(Vec::new()),

@@ -229,13 +229,14 @@ pub fn run(
                     .collect()
             })
             .unwrap_or_default();
-        Trace::assemble(
+        let mut t = Trace::assemble(
             period.as_micros() as u64,
             &directions,
             session.take_traces(),
             remote_traces,
-            &spec.window_rates(),
-        )
+        );
+        t.diagnosis = flowlab_report::diagnose::diagnose(&t, &spec.window_rates());
+        t
     });
     let udp = spec.protocol == Protocol::Udp;
     let end = result::summarize(&directions, udp, &local, remote.as_ref(), interrupted);

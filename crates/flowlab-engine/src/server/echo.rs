@@ -4,6 +4,7 @@
 //! A server that authenticates admits only a connection whose hello carries a valid
 //! credential (a token or a ticket).
 
+use crate::cpu;
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 
@@ -81,7 +82,7 @@ pub(super) fn serve(
     {
         let received_ns = stamped.at_ns;
         if probe::has_request_header(&message) {
-            probe::answer_in_place(&mut message, received_ns, sock::unix_now_ns());
+            probe::answer_in_place(&mut message, received_ns, cpu::unix_now_ns());
         }
         if conn.write_all(&message).is_err() {
             return;

@@ -4,6 +4,7 @@
 //! server's times, behind whatever data the server has already written. A server that
 //! authenticates admits only a connection whose hello carries a valid credential.
 
+use crate::cpu;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -119,7 +120,7 @@ pub(super) fn serve(
 
 /// The probe's reply frame, its times filled in: received at `rx_ns`, sent now.
 fn reply(mut p: [u8; HEADER_LEN], rx_ns: u64) -> [u8; load::FRAME_HEAD + HEADER_LEN] {
-    probe::answer_in_place(&mut p, rx_ns, sock::unix_now_ns());
+    probe::answer_in_place(&mut p, rx_ns, cpu::unix_now_ns());
     load::probe_frame(&p)
 }
 
@@ -150,7 +151,7 @@ fn download(conn: TcpStream, end: Instant) {
                         Err(e) if crate::stream::is_timeout(&e) => continue,
                         Err(_) => break,
                     };
-                    let now = sock::unix_now_ns();
+                    let now = cpu::unix_now_ns();
                     let pushed = frames.push(&buf[..n], &mut |e| {
                         if let Event::Probe(p) = e {
                             if probe::has_request_header(&p) {
@@ -209,7 +210,7 @@ fn upload(mut conn: TcpStream, end: Instant, idle: Duration) {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
-        let now = sock::unix_now_ns();
+        let now = cpu::unix_now_ns();
         let pushed = frames.push(&buf[..n], &mut |e| {
             if let Event::Probe(p) = e {
                 if probe::has_request_header(&p) {

@@ -31,10 +31,12 @@ use flowlab_report::server::ServerEvent;
 use socket2::{Domain, Protocol as SockProtocol, SockRef, Socket, Type};
 
 use crate::control;
-use test::{TestError, run_test};
+use error::TestError;
+use test::run_test;
 
 mod auth;
 mod echo;
+mod error;
 mod limits;
 mod load;
 mod refusal;
@@ -516,7 +518,7 @@ fn echo_probe(
         });
         return;
     }
-    probe::answer_in_place(datagram, arrived_ns, crate::sock::unix_now_ns());
+    probe::answer_in_place(datagram, arrived_ns, crate::cpu::unix_now_ns());
     let _ = udp.send_to(datagram, peer);
 }
 

@@ -95,11 +95,11 @@ pub(super) fn validate(p: &TestParams, cfg: &ServerConfig) -> Result<Protocol, R
         return Err(Refusal::FileTest);
     }
     if let Some(cpu) = p.server_affinity {
-        let allowed = crate::sock::allowed_cpus();
+        let allowed = crate::cpu::allowed_cpus();
         if !allowed.contains(&(cpu as usize)) {
             return Err(Refusal::Affinity {
                 asked: cpu,
-                allowed: crate::sock::cpu_list(&allowed),
+                allowed: crate::cpu::cpu_list(&allowed),
             });
         }
     }

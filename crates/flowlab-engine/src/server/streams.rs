@@ -10,8 +10,8 @@ use flowlab_proto::udp::handshake_reply;
 use flowlab_proto::{Cookie, State};
 use socket2::SockRef;
 
+use super::error::TestError;
 use super::limits::canonical;
-use super::test::TestError;
 use super::{Shared, UdpPending};
 use crate::control;
 use crate::sock;

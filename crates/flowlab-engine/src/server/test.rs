@@ -16,6 +16,7 @@ use flowlab_proto::{Cookie, State};
 use flowlab_report::result::ServerOutput;
 use flowlab_report::server::ServerEvent;
 
+use super::error::TestError;
 use super::refusal::{Refusal, block_len, validate};
 use super::streams::{apply_options, collect_streams};
 use super::{Handshake, Place, ServerConfig, Shared};
@@ -23,38 +24,6 @@ use crate::control::{self, ControlError, Deadline};
 use crate::session::DataSession;
 use crate::stream::{Budget, DataConfig, Role, StreamPlan, TestControl, Transport};
 use crate::trace;
-
-/// Why a test ended early.
-#[derive(Debug, thiserror::Error)]
-pub(super) enum TestError {
-    #[error(transparent)]
-    Control(#[from] ControlError),
-    #[error("refused: {0}")]
-    Refused(Refusal),
-    #[error("{0}")]
-    Busy(String),
-    #[error("authentication failed: {0}")]
-    Auth(flowlab_proto::auth::AuthError),
-    #[error("handshake (--handshake-timeout): {0}")]
-    Handshake(ControlError),
-    #[error("waiting for data streams: {0}")]
-    Streams(String),
-    #[error("the client ended the test (CLIENT_TERMINATE)")]
-    ClientTerminated,
-    #[error("{0}; test terminated")]
-    Limit(String),
-    #[error("unexpected control message {0:?}")]
-    Unexpected(State),
-    #[error("{0}")]
-    Io(#[from] std::io::Error),
-}
-
-impl TestError {
-    /// Whether the test ended before its parameters arrived complete.
-    pub(super) fn before_parameters(&self) -> bool {
-        matches!(self, TestError::Handshake(_))
-    }
-}
 
 /// The flowlab extensions this server has (told to flowlab clients in its hello).
 const FEATURES: [&str; 8] = [

@@ -5,10 +5,8 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use clap::{Args as ClapArgs, CommandFactory};
+use clap::Args as ClapArgs;
 use clap_complete::Shell;
-
-use crate::cli::Cli;
 
 #[derive(Debug, ClapArgs)]
 pub struct Args {
@@ -16,9 +14,9 @@ pub struct Args {
     pub shell: Shell,
 }
 
-/// Prints the completion script for `a.shell` (install: docs/cli.md).
-pub fn run(a: &Args) -> anyhow::Result<()> {
-    let mut cmd = Cli::command();
+/// Prints the completion script of command line `cmd` for `a.shell` (install:
+/// docs/cli.md).
+pub fn run(a: &Args, mut cmd: clap::Command) -> anyhow::Result<()> {
     let mut script = Vec::new();
     clap_complete::generate(a.shell, &mut cmd, "flowlab", &mut script);
     std::io::stdout().write_all(&script)?;
@@ -33,10 +31,10 @@ pub struct ManArgs {
     pub dir: Option<PathBuf>,
 }
 
-/// Prints flowlab(1), or writes every page into `a.dir`.
-pub fn man(a: &ManArgs) -> anyhow::Result<()> {
+/// Prints flowlab(1) for command line `cmd`, or writes every page into `a.dir`.
+pub fn man(a: &ManArgs, cmd: clap::Command) -> anyhow::Result<()> {
     // No page for clap's `help` command (as generate_to leaves it out).
-    let cmd = Cli::command().disable_help_subcommand(true);
+    let cmd = cmd.disable_help_subcommand(true);
     match &a.dir {
         Some(dir) => {
             std::fs::create_dir_all(dir)

@@ -8,8 +8,8 @@ use flowlab_fragments::fetch::{self, FetchSpec, Progress, Silent};
 use flowlab_fragments::schedule;
 use flowlab_report::{json, table};
 
-use crate::cli::Usage;
 use crate::progress::Bars;
+use crate::usage::Usage;
 
 #[derive(Debug, ClapArgs)]
 pub struct Args {

@@ -9,7 +9,7 @@ use std::ffi::OsString;
 
 use clap::{Arg, ArgAction, ArgMatches, Command};
 
-use crate::cli::Usage;
+use crate::usage::Usage;
 
 /// The words after `flowlab iperf3`, as they came: parsed by [`translate`], not by clap's
 /// derive (iperf3's options are not flowlab's).
@@ -365,7 +365,7 @@ mod tests {
                 .collect::<Vec<_>>()
                 .join(" ")),
             Err(Refusal::Usage(u)) => Err(u.0),
-            Err(Refusal::Clap(e)) => Err(crate::cli::one_line(&e)),
+            Err(Refusal::Clap(e)) => Err(crate::usage::one_line(&e)),
         }
     }
 

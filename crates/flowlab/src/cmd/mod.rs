@@ -214,10 +214,10 @@ static LINE_START: AtomicBool = AtomicBool::new(true);
 
 /// Begins every line [`emit`] writes from now on with the local time in `format`
 /// (strftime(3), as chrono reads it), or says what in the format is not understood.
-pub fn timestamp_lines(format: &str) -> Result<(), crate::cli::Usage> {
+pub fn timestamp_lines(format: &str) -> Result<(), crate::usage::Usage> {
     use chrono::format::{Item, StrftimeItems};
     if StrftimeItems::new(format).any(|i| matches!(i, Item::Error)) {
-        return Err(crate::cli::Usage(format!(
+        return Err(crate::usage::Usage(format!(
             "--timestamps={format}: not a strftime(3) format (e.g. --timestamps='%F %T ')"
         )));
     }
@@ -244,10 +244,10 @@ pub fn own_binary() -> std::io::Result<std::path::PathBuf> {
 pub fn read_token(
     path: &std::path::Path,
     warn_if_readable: bool,
-) -> Result<Vec<u8>, crate::cli::Usage> {
+) -> Result<Vec<u8>, crate::usage::Usage> {
     use std::os::unix::fs::PermissionsExt;
     let at = |e: &dyn std::fmt::Display| {
-        crate::cli::Usage(format!("--token-file {}: {e}", path.display()))
+        crate::usage::Usage(format!("--token-file {}: {e}", path.display()))
     };
     let text = std::fs::read(path).map_err(|e| at(&e))?;
     let token = text.trim_ascii_end().to_vec();
@@ -275,8 +275,8 @@ pub fn bind_and_device(
     host_dev: Option<&str>,
     bind: Option<&str>,
     bind_dev: Option<&str>,
-) -> Result<(Option<std::net::IpAddr>, Option<String>), crate::cli::Usage> {
-    use crate::cli::Usage;
+) -> Result<(Option<std::net::IpAddr>, Option<String>), crate::usage::Usage> {
+    use crate::usage::Usage;
     let (address, dev) = match bind.map(|b| b.split_once('%').unwrap_or((b, ""))) {
         Some((a, dev)) => {
             let ip = a

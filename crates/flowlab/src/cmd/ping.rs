@@ -8,14 +8,14 @@ use flowlab_engine::ping::{PingMode, PingObserver, PingSpec, ping};
 use flowlab_report::ping::Probe;
 use flowlab_report::{json, table};
 
-use crate::cli::Usage;
+use crate::usage::Usage;
 
 #[derive(Debug, ClapArgs)]
 pub struct Args {
     /// The server (`flowlab serve`), a name or an address.
     pub host: String,
     #[command(flatten)]
-    pub family: crate::cli::FamilyArgs,
+    pub family: crate::args::FamilyArgs,
     /// The server's port.
     #[arg(short, long, default_value_t = flowlab_proto::DEFAULT_PORT)]
     pub port: u16,
@@ -67,7 +67,7 @@ pub struct Args {
     #[arg(short = 'J', long)]
     pub json: bool,
     #[command(flatten)]
-    pub credentials: crate::cli::CredentialArgs,
+    pub credentials: crate::args::CredentialArgs,
 }
 
 /// How long a back-to-back TCP run polls for each response before it sleeps: more than a
@@ -76,7 +76,7 @@ const DEFAULT_SPIN: Duration = Duration::from_micros(200);
 
 /// Seconds as a plain number (`0.2`), or a number with a unit (`200ms`), up to a day.
 fn seconds(flag: &str, text: &str) -> Result<Duration, Usage> {
-    crate::cli::seconds(flag, text, true, 86_400.0)
+    crate::usage::seconds(flag, text, true, 86_400.0)
 }
 
 impl Args {
@@ -136,7 +136,7 @@ impl Args {
             return Err("-W/--timeout must be more than 0".into());
         }
         s.spin = match &self.spin {
-            Some(t) => crate::cli::seconds("--spin", t, true, 1.0)?,
+            Some(t) => crate::usage::seconds("--spin", t, true, 1.0)?,
             None if s.mode == PingMode::Tcp && s.interval.is_zero() => DEFAULT_SPIN,
             None => Duration::ZERO,
         };

@@ -9,7 +9,7 @@ use flowlab_db::Db;
 use flowlab_report::study_report::{self, ReportInput};
 use flowlab_report::{html, json};
 
-use crate::cli::Usage;
+use crate::usage::Usage;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Format {

@@ -7,14 +7,14 @@ use flowlab_engine::rpm::{Load, RpmObserver, RpmSpec, run as rpm};
 use flowlab_report::rpm::{DirectionResult, Interval};
 use flowlab_report::{json, table};
 
-use crate::cli::Usage;
+use crate::usage::Usage;
 
 #[derive(Debug, ClapArgs)]
 pub struct Args {
     /// The server (`flowlab serve`), a name or an address.
     pub host: String,
     #[command(flatten)]
-    pub family: crate::cli::FamilyArgs,
+    pub family: crate::args::FamilyArgs,
     /// The server's port.
     #[arg(short, long, default_value_t = flowlab_proto::DEFAULT_PORT)]
     pub port: u16,
@@ -47,12 +47,12 @@ pub struct Args {
     #[arg(short = 'J', long)]
     pub json: bool,
     #[command(flatten)]
-    pub credentials: crate::cli::CredentialArgs,
+    pub credentials: crate::args::CredentialArgs,
 }
 
 /// Seconds as a plain number (`0.5`), or a number with a unit (`500ms`), up to an hour.
 fn seconds(flag: &str, text: &str) -> Result<Duration, Usage> {
-    crate::cli::seconds(flag, text, false, 3600.0)
+    crate::usage::seconds(flag, text, false, 3600.0)
 }
 
 impl Args {

@@ -12,7 +12,7 @@ use flowlab_report::result::ServerOutput;
 use flowlab_report::server::ServerEvent;
 use flowlab_report::{json, table, units};
 
-use crate::cli::Usage;
+use crate::usage::Usage;
 
 #[derive(Debug, ClapArgs)]
 pub struct Args {
@@ -262,19 +262,19 @@ impl Args {
     }
 }
 
-pub fn run(a: &Args, output: &crate::cli::OutputArgs) -> anyhow::Result<()> {
+pub fn run(a: &Args, output: &crate::args::OutputArgs) -> anyhow::Result<()> {
     let mut cfg = a.to_config()?;
     if let Some(cpu) = a.affinity {
-        let allowed = flowlab_engine::sock::allowed_cpus();
+        let allowed = flowlab_engine::cpu::allowed_cpus();
         if !allowed.contains(&cpu) {
             return Err(Usage(format!(
                 "-A/--affinity {cpu}: this machine runs flowlab on CPUs {}, not {cpu}",
-                flowlab_engine::sock::cpu_list(&allowed)
+                flowlab_engine::cpu::cpu_list(&allowed)
             ))
             .into());
         }
         // Before any thread starts: they all inherit it.
-        flowlab_engine::sock::pin_thread(cpu).context("-A/--affinity")?;
+        flowlab_engine::cpu::pin_thread(cpu).context("-A/--affinity")?;
     }
     if let Some(dir) = &a.fragments {
         let mut service = flowlab_fragments::serve::FragmentService::open(
@@ -318,7 +318,7 @@ pub fn run(a: &Args, output: &crate::cli::OutputArgs) -> anyhow::Result<()> {
 }
 
 /// The pid file of -I/--pidfile, written, removed when the server ends.
-fn pidfile(output: &crate::cli::OutputArgs) -> anyhow::Result<Option<super::PidFile>> {
+fn pidfile(output: &crate::args::OutputArgs) -> anyhow::Result<Option<super::PidFile>> {
     Ok(match &output.pidfile {
         Some(path) => Some(super::PidFile::write_until_signalled(path)?),
         None => None,

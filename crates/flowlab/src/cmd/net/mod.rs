@@ -196,7 +196,7 @@ fn load_topology(file: &Path) -> anyhow::Result<Topology> {
     let text = std::fs::read_to_string(file).with_context(|| file.display().to_string())?;
     Topology::parse(&text).map_err(|e| {
         let place =
-            e.at.map(|(line, column)| crate::cli::snippet(&text, line, column));
+            e.at.map(|(line, column)| crate::usage::snippet(&text, line, column));
         anyhow::anyhow!("{}: {e}{}", file.display(), place.unwrap_or_default())
     })
 }

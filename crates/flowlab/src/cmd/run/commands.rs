@@ -8,8 +8,8 @@ use clap::Parser;
 use flowlab_runner::place::Echoes;
 use flowlab_runner::study::{Commands, Setup, TestLine};
 
-use crate::cli::one_line;
 use crate::cmd;
+use crate::usage::one_line;
 
 #[derive(Debug, Parser)]
 #[command(name = "flowlab test", no_binary_name = true)]
@@ -30,6 +30,13 @@ struct FetchArgs {
 struct ServeArgs {
     #[command(flatten)]
     args: cmd::serve::Args,
+}
+
+#[derive(Debug, Parser)]
+#[command(name = "flowlab fragments", no_binary_name = true)]
+struct FragmentsArgs {
+    #[command(subcommand)]
+    command: cmd::fragments::Command,
 }
 
 #[derive(Debug, Parser)]
@@ -56,7 +63,7 @@ impl Commands for Parsers {
     fn test(&self, argv: Vec<String>) -> Result<TestLine, String> {
         // `--trace 5ms` read as the binary reads it (`--trace=5ms`).
         let argv: Vec<String> =
-            crate::cli::join_optional_values(argv.into_iter().map(Into::into).collect())
+            crate::usage::join_optional_values(argv.into_iter().map(Into::into).collect())
                 .into_iter()
                 .map(|a| a.to_string_lossy().into_owned())
                 .collect();
@@ -107,16 +114,13 @@ impl Commands for Parsers {
     }
 
     fn setup(&self, argv: &[String]) -> Result<Setup, String> {
-        use crate::cli::{Cli, Command};
-        let cli =
-            Cli::try_parse_from(std::iter::once("flowlab").chain(argv.iter().map(String::as_str)))
-                .map_err(|e| one_line(&e))?;
-        Ok(match cli.command {
-            Command::Fragments(cmd::fragments::Command::Make { size, count, .. }) => {
-                Setup::Make { size, count }
-            }
-            Command::Fragments(_) => Setup::Fragments,
-            _ => Setup::Other,
+        let Some(("fragments", rest)) = argv.split_first().map(|(c, r)| (c.as_str(), r)) else {
+            return Ok(Setup::Other);
+        };
+        let line = FragmentsArgs::try_parse_from(rest).map_err(|e| one_line(&e))?;
+        Ok(match line.command {
+            cmd::fragments::Command::Make { size, count, .. } => Setup::Make { size, count },
+            _ => Setup::Fragments,
         })
     }
 }

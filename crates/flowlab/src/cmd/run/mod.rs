@@ -13,7 +13,7 @@ use flowlab_report::{json, table};
 use flowlab_runner::study::{self, Event, RunError};
 
 use super::{emit, emit_json};
-use crate::cli::Usage;
+use crate::usage::Usage;
 #[derive(Debug, ClapArgs)]
 pub struct Args {
     /// The study file (TOML; docs/studies.md describes every key).
@@ -105,7 +105,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
 fn refusal(e: RunError) -> anyhow::Error {
     match e {
         RunError::Parse { file, text, error } => {
-            let place = crate::cli::snippet(&text, error.line, error.column);
+            let place = crate::usage::snippet(&text, error.line, error.column);
             Usage(format!("{}: {error}{place}", file.display())).into()
         }
         RunError::Refused(why) => Usage(why).into(),

@@ -113,7 +113,7 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     pub trace_csv: Option<std::path::PathBuf>,
     #[command(flatten)]
-    pub credentials: crate::cli::CredentialArgs,
+    pub credentials: crate::args::CredentialArgs,
     /// Socket buffer of each stream's receiving end (replaces -w there), e.g. 8M.
     #[arg(long, value_parser = units::parse_size, value_name = "SIZE")]
     pub recv_window: Option<u64>,
@@ -129,7 +129,7 @@ pub struct Args {
     #[arg(long, value_name = "N|NAME", value_parser = parse_dscp)]
     pub dscp: Option<u8>,
     #[command(flatten)]
-    pub family: crate::cli::FamilyArgs,
+    pub family: crate::args::FamilyArgs,
     /// Run the data streams on CPU N (iperf3's -A); `N,M` also runs the server's on its
     /// CPU M.
     #[arg(short = 'A', long, value_name = "N[,M]")]

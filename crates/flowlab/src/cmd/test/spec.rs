@@ -9,7 +9,7 @@ use flowlab_report::spec::{self, Amount, Direction, TestSpec};
 use flowlab_report::units;
 
 use super::args::{Args, MAX_TIME};
-use crate::cli::Usage;
+use crate::usage::Usage;
 
 impl Args {
     /// Validates the combination and builds the engine's spec.
@@ -71,7 +71,7 @@ impl Args {
         };
         s.amount = match (&self.time, self.bytes, self.blocks) {
             (Some(t), _, _) => {
-                let t = crate::cli::seconds("-t/--time", t, false, MAX_TIME)?;
+                let t = crate::usage::seconds("-t/--time", t, false, MAX_TIME)?;
                 Amount::Seconds(t.as_secs_f64())
             }
             (_, Some(0), _) => return Err("-n/--bytes must be more than 0".into()),
@@ -195,7 +195,7 @@ impl Args {
         }
         s.recv_congestion = self.recv_congestion.clone();
         if let Some(a) = &self.affinity {
-            s.affinity = affinity(a, &flowlab_engine::sock::allowed_cpus())?;
+            s.affinity = affinity(a, &flowlab_engine::cpu::allowed_cpus())?;
         }
         let tcp_only = [
             (self.congestion.is_some(), "-C/--congestion"),
@@ -302,7 +302,7 @@ fn affinity(text: &str, allowed: &[usize]) -> Result<spec::Affinity, Usage> {
     if let Some(c) = client.filter(|c| !allowed.contains(c)) {
         return Err(Usage(format!(
             "-A/--affinity {text}: this machine runs flowlab on CPUs {}, not {c}",
-            flowlab_engine::sock::cpu_list(allowed)
+            flowlab_engine::cpu::cpu_list(allowed)
         )));
     }
     Ok(spec::Affinity { client, server })
