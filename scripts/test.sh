@@ -54,6 +54,16 @@ if grep -q '^---- .* stdout ----$' "$log"; then
        inside && (/^stack backtrace:/ || /^---- / || /^failures:$/ || n >= 6) { inside = 0 }
        inside && NF { print "    " $0; n++ }' "$log"
 fi
+# Where the time went: the slowest test binaries, each with the seconds its tests ran
+# (building comes before and is not counted).
+echo "slowest test binaries (seconds running):"
+awk '/^ +Running / { deps = $NF; gsub(/[()]/, "", deps); sub(/.*\//, "", deps)
+                     sub(/-[0-9a-f]+$/, "", deps)
+                     name = deps " (" (($2 == "unittests") ? $3 : $2) ")" }
+     /^test result: / && name != "" {
+       for (i = 1; i <= NF; i++) if ($i == "in") t = $(i+1)
+       sub(/s$/, "", t); printf "%8.1f  %s\n", t, name; name = "" }' "$log" |
+  sort -rn | head -8
 awk -v skipped="$skipped" -v status="$status" '
   /^ +Running / { binaries++ }
   /^test result: / {

@@ -8,6 +8,7 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let _ = tcpinfo::parse(data, 0);
+    let _ = tcpinfo::totals(data);
     let _ = parse_tc_qdiscs(data);
     if let Ok(text) = std::str::from_utf8(data) {
         let _ = CpuTimes::parse(text);

@@ -2,6 +2,8 @@
 
 use rusqlite::OptionalExtension;
 
+use flowlab_report::study::Outcome;
+
 use crate::{Db, DbError, now};
 
 /// One step of a finished trial.
@@ -78,8 +80,7 @@ pub struct TrialRow {
     /// The cell's parameters: a JSON object of labels.
     pub params: String,
     pub repetition: u32,
-    /// `running`, `ok` or `failed`.
-    pub status: String,
+    pub status: Outcome,
     pub started: f64,
     pub ended: Option<f64>,
     pub error: Option<String>,
@@ -374,7 +375,7 @@ impl Db {
                     cell: r.get(1)?,
                     params: r.get(2)?,
                     repetition: r.get(3)?,
-                    status: r.get(4)?,
+                    status: outcome(r.get(4)?)?,
                     started: r.get(5)?,
                     ended: r.get(6)?,
                     error: r.get(7)?,
@@ -439,4 +440,15 @@ impl Db {
             .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
             .map_err(|e| self.err(e))
     }
+}
+
+/// A trial's `status` column read back.
+fn outcome(text: String) -> rusqlite::Result<Outcome> {
+    Outcome::parse(&text).ok_or_else(|| {
+        rusqlite::Error::FromSqlConversionFailure(
+            4,
+            rusqlite::types::Type::Text,
+            format!("trial status '{text}' is not running, ok or failed").into(),
+        )
+    })
 }

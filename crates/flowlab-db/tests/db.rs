@@ -3,6 +3,7 @@
 //! a database of this flowlab's refused untouched.
 
 use flowlab_db::{Claim, Db, DbError, Recorded, Retake, StepRecord, schema};
+use flowlab_report::study::Outcome;
 
 /// `--resume`: a gone runner's claim is taken over.
 const RESUME: Retake = Retake {
@@ -83,7 +84,7 @@ fn a_trial_is_claimed_once_and_its_outcome_kept() {
     assert_eq!(trials.len(), 2);
     assert_eq!((trials[0].status.as_str(), trials[0].repetition), ("ok", 1));
     assert_eq!(trials[0].steps[0].result.as_deref(), Some("{\"x\":1}"));
-    assert_eq!(trials[1].status, "failed");
+    assert_eq!(trials[1].status, Outcome::Failed);
     assert_eq!(trials[1].error.as_deref(), Some("server gone"));
     assert_eq!(trials[1].steps[0].error.as_deref(), Some("refused"));
     assert_eq!(trials[1].params, CELL.1);
@@ -415,7 +416,7 @@ fn a_failed_trial_is_run_again_only_when_asked_and_its_failure_kept() {
     // Interrupted while run again: failed, saying so; taken again by the next retry.
     db.release(t).expect("release");
     let row = &db.trials(study.id).expect("trials")[0];
-    assert_eq!(row.status, "failed");
+    assert_eq!(row.status, Outcome::Failed);
     assert!(
         row.error
             .as_deref()

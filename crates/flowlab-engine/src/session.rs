@@ -26,7 +26,7 @@ pub struct Snapshot {
     pub backoff_cuts: u64,
     pub receiver_holds: u64,
     pub udp: Option<UdpCounts>,
-    pub tcp: Option<sock::TcpInfo>,
+    pub tcp: Option<crate::tcpinfo::TcpInfo>,
 }
 
 /// The streams of one test on this side.
@@ -266,7 +266,7 @@ fn stream_results(
     let sw = end.sw_retransmits - base.sw_retransmits;
     // The sender's D-SACK and reordering counts over the same span as `retransmits`.
     let tcp_delta =
-        |f: fn(&crate::sock::TcpInfo) -> Option<u64>| match (&end.tcp, &base.tcp, s.role) {
+        |f: fn(&crate::tcpinfo::TcpInfo) -> Option<u64>| match (&end.tcp, &base.tcp, s.role) {
             (Some(e), b, Role::Send) => {
                 Some(f(e)?.saturating_sub(b.as_ref().and_then(f).unwrap_or(0)))
             }

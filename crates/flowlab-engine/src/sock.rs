@@ -304,56 +304,28 @@ pub fn set_max_pacing_rate<F: AsRawFd>(sock: &F, bytes_per_sec: u64) -> Result<(
     })
 }
 
-/// The parts of the kernel's TCP_INFO flowlab reports per interval.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct TcpInfo {
-    /// Segments retransmitted since the connection opened.
-    pub total_retrans: u64,
-    /// Segments the receiver reported back as received twice (D-SACK,
-    /// `tcpi_dsack_dups`): retransmissions that were not needed; `None` where the kernel
-    /// does not report it (before Linux 5.5).
-    pub dsack_dups: Option<u64>,
-    /// Times this sender's TCP saw the network reorder its segments (`tcpi_reord_seen`).
-    pub reord_seen: Option<u64>,
-    /// Congestion window in bytes (segments × MSS).
-    pub snd_cwnd_bytes: u64,
-    /// Smoothed RTT and its variation, microseconds.
-    pub rtt_us: u64,
-    pub rttvar_us: u64,
-    pub pmtu: u64,
-    pub snd_mss: u64,
+/// Reads TCP_INFO: the bytes this kernel fills, decoded by [`crate::tcpinfo`].
+pub fn tcp_info<F: AsRawFd>(sock: &F) -> Option<crate::tcpinfo::TcpInfo> {
+    let (raw, filled) = raw_tcp_info(sock)?;
+    Some(crate::tcpinfo::totals(&raw[..filled]))
 }
 
-/// Reads TCP_INFO.
-pub fn tcp_info<F: AsRawFd>(sock: &F) -> Option<TcpInfo> {
-    // SAFETY: tcp_info is plain old data; the kernel fills at most `len` bytes of it.
-    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
-    // SAFETY: pointers to live locals with the length passed alongside.
+/// The kernel's `struct tcp_info` of `sock`, as many bytes of it as this kernel fills.
+fn raw_tcp_info<F: AsRawFd>(sock: &F) -> Option<([u8; crate::tcpinfo::TCP_INFO_MAX], usize)> {
+    let mut raw = [0u8; crate::tcpinfo::TCP_INFO_MAX];
+    let mut len = raw.len() as libc::socklen_t;
+    // SAFETY: a live buffer with its length passed alongside; the kernel writes at most
+    // `len` bytes and stores how many it wrote.
     let rc = unsafe {
         libc::getsockopt(
             sock.as_raw_fd(),
             libc::IPPROTO_TCP,
             libc::TCP_INFO,
-            (&mut info as *mut libc::tcp_info).cast(),
+            raw.as_mut_ptr().cast(),
             &mut len,
         )
     };
-    if rc != 0 {
-        return None;
-    }
-    // Fields a kernel older than the struct did not fill (before 5.5) are absent, not zero.
-    let reported = len as usize >= std::mem::offset_of!(libc::tcp_info, tcpi_reord_seen) + 4;
-    Some(TcpInfo {
-        total_retrans: u64::from(info.tcpi_total_retrans),
-        dsack_dups: reported.then(|| u64::from(info.tcpi_dsack_dups)),
-        reord_seen: reported.then(|| u64::from(info.tcpi_reord_seen)),
-        snd_cwnd_bytes: u64::from(info.tcpi_snd_cwnd) * u64::from(info.tcpi_snd_mss),
-        rtt_us: u64::from(info.tcpi_rtt),
-        rttvar_us: u64::from(info.tcpi_rttvar),
-        pmtu: u64::from(info.tcpi_pmtu),
-        snd_mss: u64::from(info.tcpi_snd_mss),
-    })
+    (rc == 0).then(|| (raw, (len as usize).min(raw.len())))
 }
 
 /// Bytes a TCP socket has queued to send that its peer has not acknowledged yet (sent
@@ -368,23 +340,7 @@ pub fn unacknowledged<F: AsRawFd>(sock: &F) -> Option<usize> {
 /// One `--trace` sample of a TCP socket: TCP_INFO as far as this kernel provides it, and
 /// the socket's buffer sizes. `None` if the socket is gone.
 pub fn trace_sample(sock: &std::net::TcpStream, t_us: u64) -> Option<TraceSample> {
-    let mut raw = [0u8; crate::tcpinfo::TCP_INFO_MAX];
-    let mut len = raw.len() as libc::socklen_t;
-    // SAFETY: a live buffer with its length passed alongside; the kernel writes at most
-    // `len` bytes and stores how many it wrote.
-    let rc = unsafe {
-        libc::getsockopt(
-            sock.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            raw.as_mut_ptr().cast(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return None;
-    }
-    let filled = (len as usize).min(raw.len());
+    let (raw, filled) = raw_tcp_info(sock)?;
     let mut sample = crate::tcpinfo::parse(&raw[..filled], t_us);
     let b = buffers(&socket2::SockRef::from(sock));
     sample.sndbuf = Some(b.sndbuf);

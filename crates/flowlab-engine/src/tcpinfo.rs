@@ -21,6 +21,7 @@ mod off {
     pub const SACKED: usize = 28; // u32, 2.6
     pub const LOST: usize = 32; // u32, 2.6
     pub const RETRANS: usize = 36; // u32, 2.6
+    pub const PMTU: usize = 60; // u32, 2.6
     pub const RTT: usize = 68; // u32, 2.6
     pub const RTTVAR: usize = 72; // u32, 2.6
     pub const SND_SSTHRESH: usize = 76; // u32, 2.6
@@ -42,6 +43,8 @@ mod off {
     pub const SNDBUF_LIMITED: usize = 184; // u64, 4.10
     pub const BYTES_SENT: usize = 200; // u64, 4.19
     pub const BYTES_RETRANS: usize = 208; // u64, 4.19
+    pub const DSACK_DUPS: usize = 216; // u32, 5.5
+    pub const REORD_SEEN: usize = 220; // u32, 5.5
     pub const SND_WND: usize = 228; // u32, 5.4
     pub const RCV_WND: usize = 232; // u32, 6.2
 }
@@ -98,6 +101,43 @@ pub fn parse(raw: &[u8], t_us: u64) -> TraceSample {
         busy_time_us: u64_at(raw, BUSY_TIME),
         rwnd_limited_us: u64_at(raw, RWND_LIMITED),
         sndbuf_limited_us: u64_at(raw, SNDBUF_LIMITED),
+    }
+}
+
+/// What a test's totals take from `struct tcp_info` at its start and end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TcpInfo {
+    /// Segments retransmitted since the connection opened.
+    pub total_retrans: u64,
+    /// Segments the receiver reported back as received twice (D-SACK,
+    /// `tcpi_dsack_dups`): retransmissions that were not needed; `None` where the kernel
+    /// does not report it (before Linux 5.5).
+    pub dsack_dups: Option<u64>,
+    /// Times this sender's TCP saw the network reorder its segments (`tcpi_reord_seen`).
+    pub reord_seen: Option<u64>,
+    /// Congestion window in bytes (segments × MSS).
+    pub snd_cwnd_bytes: u64,
+    /// Smoothed RTT and its variation, microseconds.
+    pub rtt_us: u64,
+    pub rttvar_us: u64,
+    pub pmtu: u64,
+    pub snd_mss: u64,
+}
+
+/// Decodes the bytes the kernel returned into a test's [`TcpInfo`]; fields of the
+/// original struct (Linux 2.6) a truncated buffer lacks read as 0.
+pub fn totals(raw: &[u8]) -> TcpInfo {
+    use off::*;
+    let at = |o| u32_at(raw, o).unwrap_or(0);
+    TcpInfo {
+        total_retrans: at(TOTAL_RETRANS),
+        dsack_dups: u32_at(raw, DSACK_DUPS),
+        reord_seen: u32_at(raw, REORD_SEEN),
+        snd_cwnd_bytes: at(SND_CWND) * at(SND_MSS),
+        rtt_us: at(RTT),
+        rttvar_us: at(RTTVAR),
+        pmtu: at(PMTU),
+        snd_mss: at(SND_MSS),
     }
 }
 
@@ -198,5 +238,22 @@ mod tests {
         }
         // The largest struct read ends after tcpi_rehash.
         assert_eq!(TCP_INFO_MAX, offset_of!(T, tcpi_rehash) + 4);
+    }
+
+    #[test]
+    fn a_tests_totals_come_from_the_same_bytes() {
+        let mut raw = kernel_struct(TCP_INFO_MAX);
+        raw[off::DSACK_DUPS..off::DSACK_DUPS + 4].copy_from_slice(&3u32.to_ne_bytes());
+        raw[off::PMTU..off::PMTU + 4].copy_from_slice(&1500u32.to_ne_bytes());
+        let t = totals(&raw);
+        assert_eq!(
+            (t.snd_cwnd_bytes, t.rtt_us, t.pmtu),
+            (42 * 1448, 20_000, 1500)
+        );
+        assert_eq!((t.dsack_dups, t.reord_seen), (Some(3), Some(0)));
+        // A kernel before 5.5 reports neither: absent, not none.
+        let t = totals(&raw[..off::DSACK_DUPS]);
+        assert_eq!((t.dsack_dups, t.reord_seen), (None, None));
+        assert_eq!(t.snd_mss, 1448);
     }
 }

@@ -199,7 +199,7 @@ mod tests {
                 cell: format!("ratio={r}"),
                 labels: vec![r.to_string()],
                 repetition: 1,
-                status: "ok".into(),
+                status: flowlab_report::study::Outcome::Ok,
                 error: None,
                 metrics: vec![(
                     "fetch".into(),
@@ -265,7 +265,7 @@ mod tests {
                     cell,
                     labels: vec![d.into(), r.into()],
                     repetition: 1,
-                    status: "ok".into(),
+                    status: flowlab_report::study::Outcome::Ok,
                     error: None,
                     metrics: vec![
                         m("transfer_s", (b1 * 8.0 / 100e6f64).max(b2 * 8.0 / rate2)),

@@ -209,6 +209,10 @@ pub struct FlowlabParams {
 /// Current version of flowlab's extension protocol.
 pub const FLOWLAB_EXT_VERSION: u32 = 1;
 
+/// The most parallel streams a test may ask for (`-P`), as iperf3 allows: a client
+/// refuses more, a server refuses a test that asks for more.
+pub const MAX_PARALLEL: u64 = 128;
+
 fn one() -> u64 {
     1
 }

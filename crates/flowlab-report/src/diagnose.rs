@@ -31,7 +31,7 @@
 //! rate a window-limited transfer achieved, which the window itself held down. Evidence
 //! and advice are computed from the same samples; docs/metrics.md has the rules.
 
-pub use crate::diagnosis::{Diagnosis, Evidence, Limit, Shares};
+pub use crate::diagnosis::{Diagnosis, Evidence, Limit, Method, Shares};
 use crate::result::Trace;
 use crate::spec::StreamDirection;
 pub use crate::spec::{PathRate, PathRates};
@@ -123,7 +123,7 @@ pub fn diagnose_direction(
             }
             let [_, busy, rwnd, sndbuf, _] = total;
             (
-                "kernel",
+                Method::Kernel,
                 Shares {
                     receive_window: rwnd / span,
                     send_buffer: sndbuf / span,
@@ -132,12 +132,12 @@ pub fn diagnose_direction(
                 },
             )
         }
-        None => ("samples", sample_shares(streams)?),
+        None => (Method::Samples, sample_shares(streams)?),
     };
     let evidence = evidence(streams, rate);
     let (method, shares) = match evidence.window_full_share() {
-        Some(seen) if method == "kernel" && seen > shares.receive_window => {
-            ("kernel+samples", shares.with_receive_window(seen))
+        Some(seen) if method == Method::Kernel && seen > shares.receive_window => {
+            (Method::KernelAndSamples, shares.with_receive_window(seen))
         }
         _ => (method, shares),
     };
@@ -145,7 +145,7 @@ pub fn diagnose_direction(
     let primary = ranked[0].0;
     Some(Diagnosis {
         direction: d,
-        method: method.into(),
+        method,
         shares,
         primary,
         evidence,
@@ -543,7 +543,7 @@ mod tests {
         // 1000 ms traced: busy 900 (rwnd 410, sndbuf 90), idle 100.
         let s = [chrono(100, 50, 10, 0), chrono(1100, 950, 420, 90)];
         let d = diagnose_direction(StreamDirection::Up, &[&s], None).unwrap();
-        assert_eq!(d.method, "kernel");
+        assert_eq!(d.method, Method::Kernel);
         let sh = d.shares;
         assert!((sh.receive_window - 0.41).abs() < 1e-9, "{sh:?}");
         assert!((sh.send_buffer - 0.09).abs() < 1e-9);
@@ -738,7 +738,7 @@ mod tests {
         let s = window_limited_under_bbr(505, 493);
         let d = diagnose_direction(StreamDirection::Up, &[&s], None).unwrap();
         assert_eq!(d.primary, Limit::ReceiveWindow, "{:?}", d.shares);
-        assert_eq!(d.method, "kernel+samples");
+        assert_eq!(d.method, Method::KernelAndSamples);
         assert_eq!(
             (d.evidence.window_full_samples, d.evidence.window_samples),
             (493, 505)
@@ -756,7 +756,7 @@ mod tests {
             x.rwnd_limited_us = Some(x.t_us / 2);
         }
         let d = diagnose_direction(StreamDirection::Up, &[&few], None).unwrap();
-        assert_eq!(d.method, "kernel");
+        assert_eq!(d.method, Method::Kernel);
         assert!(
             (d.shares.receive_window - 0.5).abs() < 1e-9,
             "{:?}",
@@ -899,7 +899,7 @@ mod tests {
             s(1, 1_000_000, 50),  // neither
         ];
         let d = diagnose_direction(StreamDirection::Up, &[&samples], None).unwrap();
-        assert_eq!(d.method, "samples");
+        assert_eq!(d.method, Method::Samples);
         assert_eq!(d.shares.receive_window, 0.5);
         assert_eq!(d.shares.network, 0.25);
         assert_eq!(d.shares.application, 0.25);

@@ -120,14 +120,27 @@ pub struct Evidence {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Diagnosis {
     pub direction: StreamDirection,
-    /// How the shares were computed: `kernel` (busy/rwnd/sndbuf-limited time),
-    /// `kernel+samples` (the same, with the receive-window share raised to the share of
-    /// samples at the peer's window, which the kernel's own count missed) or `samples`
-    /// (one sample at a time, older kernels).
-    pub method: String,
+    /// How the shares were computed.
+    pub method: Method,
     pub shares: Shares,
     pub primary: Limit,
     pub evidence: Evidence,
     /// Concrete advice, one sentence each, most important first.
     pub advice: Vec<String>,
+}
+
+/// How a diagnosis's shares were computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Method {
+    /// The kernel's own accounting: busy, receive-window-limited and
+    /// send-buffer-limited time.
+    #[serde(rename = "kernel")]
+    Kernel,
+    /// The same, with the receive-window share raised to the share of samples at the
+    /// peer's window, which the kernel's own count missed.
+    #[serde(rename = "kernel+samples")]
+    KernelAndSamples,
+    /// One sample at a time (older kernels).
+    #[serde(rename = "samples")]
+    Samples,
 }

@@ -109,13 +109,32 @@ pub struct StartInfo {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PeerInfo {
-    /// `flowlab` or `iperf3` (any server that does not answer flowlab's hello).
-    pub kind: String,
+    pub kind: PeerKind,
     pub version: Option<String>,
     pub features: Vec<String>,
     /// The server's machine state, as a flowlab server reports it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system: Option<flowlab_proto::system::SystemInfo>,
+}
+
+/// What kind of server a test ran against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PeerKind {
+    /// A flowlab server (it answered flowlab's hello).
+    Flowlab,
+    /// Any server that does not answer flowlab's hello: iperf3's, or another that
+    /// speaks its protocol.
+    Iperf3,
+}
+
+impl std::fmt::Display for PeerKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PeerKind::Flowlab => "flowlab",
+            PeerKind::Iperf3 => "iperf3",
+        })
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

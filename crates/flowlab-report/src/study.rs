@@ -1,7 +1,7 @@
 //! What `flowlab run` shows of a study: the plan it expanded to (`--dry-run`), each
 //! trial as it ends, and the run's outcome.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// A study's plan, as `--dry-run` prints it.
 #[derive(Debug, Clone, Serialize)]
@@ -54,10 +54,7 @@ pub struct TrialEvent {
     pub of: usize,
     pub cell: String,
     pub repetition: u32,
-    /// `ok`, `failed`, `done` (recorded before), `busy` (another runner has it),
-    /// `abandoned` (claimed by a runner that is gone; `--resume` takes it over) or
-    /// `warmup`.
-    pub status: String,
+    pub status: TrialStatus,
     pub seconds: f64,
     pub error: Option<String>,
     /// Time left, from the mean of the trials run so far.
@@ -81,4 +78,87 @@ pub struct RunSummary {
     pub interrupted: bool,
     pub stopped_on_error: bool,
     pub seconds: f64,
+}
+
+/// What became of a trial in a run, as `flowlab run` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TrialStatus {
+    /// It ran, and was recorded.
+    Ok,
+    /// It ran and failed, and was recorded with its error.
+    Failed,
+    /// Recorded before this run.
+    Done,
+    /// Another runner has it.
+    Busy,
+    /// Claimed by a runner that is gone (`--resume` takes it over).
+    Abandoned,
+    /// A warm-up trial: run first, not recorded.
+    Warmup,
+}
+
+impl TrialStatus {
+    /// As the JSON and the text say it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TrialStatus::Ok => "ok",
+            TrialStatus::Failed => "failed",
+            TrialStatus::Done => "done",
+            TrialStatus::Busy => "busy",
+            TrialStatus::Abandoned => "abandoned",
+            TrialStatus::Warmup => "warmup",
+        }
+    }
+
+    /// Whether the trial ran in this run (so it has a time).
+    pub fn ran(self) -> bool {
+        matches!(
+            self,
+            TrialStatus::Ok | TrialStatus::Failed | TrialStatus::Warmup
+        )
+    }
+}
+
+impl std::fmt::Display for TrialStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where a recorded trial stands in a results database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    /// Claimed by a runner, not finished.
+    Running,
+    Ok,
+    Failed,
+}
+
+impl Outcome {
+    /// As the database's `status` column holds it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Running => "running",
+            Outcome::Ok => "ok",
+            Outcome::Failed => "failed",
+        }
+    }
+
+    /// The outcome `text` names, as the database holds it.
+    pub fn parse(text: &str) -> Option<Outcome> {
+        match text {
+            "running" => Some(Outcome::Running),
+            "ok" => Some(Outcome::Ok),
+            "failed" => Some(Outcome::Failed),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }

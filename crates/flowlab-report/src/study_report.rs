@@ -4,6 +4,7 @@
 //! shown as markdown, CSV, JSON ([`markdown`], [`csv()`], JSON through serde) or HTML
 //! ([`crate::html`]).
 
+use crate::study::Outcome;
 use std::fmt::Write as _;
 
 use serde::Serialize;
@@ -25,8 +26,7 @@ pub struct TrialData {
     /// The label of each parameter's value, in the study's order of parameters.
     pub labels: Vec<String>,
     pub repetition: u32,
-    /// `ok`, `failed` or `running`.
-    pub status: String,
+    pub status: crate::study::Outcome,
     pub error: Option<String>,
     /// Each step's metrics: (step name, metric).
     pub metrics: Vec<(String, Metric)>,
@@ -326,7 +326,11 @@ fn reported(name: &str, values: &[f64]) -> bool {
 /// Summarises `input`: per step and metric (in the order they first appear), per cell
 /// (in the plan's order), over the trials that ended ok.
 pub fn build(input: &ReportInput) -> StudyReport {
-    let ok: Vec<&TrialData> = input.trials.iter().filter(|t| t.status == "ok").collect();
+    let ok: Vec<&TrialData> = input
+        .trials
+        .iter()
+        .filter(|t| t.status == Outcome::Ok)
+        .collect();
     let mut keys: Vec<(String, String)> = Vec::new();
     for t in &ok {
         for (step, m) in &t.metrics {
@@ -370,7 +374,7 @@ pub fn build(input: &ReportInput) -> StudyReport {
             tables.push(table);
         }
     }
-    let count = |s: &str| input.trials.iter().filter(|t| t.status == s).count();
+    let count = |s: Outcome| input.trials.iter().filter(|t| t.status == s).count();
     StudyReport {
         schema: "flowlab.report/1".into(),
         study: input.study.clone(),
@@ -380,9 +384,9 @@ pub fn build(input: &ReportInput) -> StudyReport {
         repeat: input.repeat,
         params: input.params.clone(),
         planned: input.cells.len() * input.repeat as usize,
-        ok: count("ok"),
-        failed: count("failed"),
-        running: count("running"),
+        ok: count(Outcome::Ok),
+        failed: count(Outcome::Failed),
+        running: count(Outcome::Running),
         machines: input.machines.clone(),
         confidence_percent: stats::CONFIDENCE * 100.0,
         metrics: tables,
@@ -390,7 +394,7 @@ pub fn build(input: &ReportInput) -> StudyReport {
         failures: input
             .trials
             .iter()
-            .filter(|t| t.status == "failed")
+            .filter(|t| t.status == Outcome::Failed)
             .map(|t| Failure {
                 cell: t.cell.clone(),
                 repetition: t.repetition,

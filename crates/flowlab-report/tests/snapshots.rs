@@ -14,6 +14,7 @@ use flowlab_report::fetch::{FetchResult, FileEntry, ServerStats, SweepResult, Sw
 use flowlab_report::net::{Built, EmulatedDirection, NetCheck, TopologyStatus};
 use flowlab_report::result::{ServerOutput, TestResult};
 use flowlab_report::server::ServerEvent;
+use flowlab_report::study::Outcome;
 use flowlab_report::units::UnitFormat;
 use flowlab_report::{TestFormat, csv, json, table, test_output};
 
@@ -677,7 +678,7 @@ fn study_input() -> flowlab_report::study_report::ReportInput {
                 cell: cell.clone(),
                 labels: vec![length.into(), method.into()],
                 repetition: i as u32 + 1,
-                status: if failed { "failed" } else { "ok" }.into(),
+                status: if failed { Outcome::Failed } else { Outcome::Ok },
                 error: failed.then(|| "step 'transfer': connection refused".into()),
                 metrics: if failed {
                     Vec::new()
@@ -815,7 +816,7 @@ fn fetch_study_input() -> flowlab_report::study_report::ReportInput {
                 cell: cell.clone(),
                 labels: vec![distance.into(), ratio.into()],
                 repetition,
-                status: "ok".into(),
+                status: Outcome::Ok,
                 error: None,
                 metrics: vec![
                     m("transfer_s", busy1.max(busy2) + 1.0),

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use flowlab_db::Db;
 use flowlab_report::spec::Amount;
-use flowlab_report::study::{RunSummary, TrialEvent};
+use flowlab_report::study::{Outcome, RunSummary, TrialEvent, TrialStatus};
 use flowlab_runner::place::{Call, Echoes, Ended, InProcess};
 use flowlab_runner::study::{self, Commands, Event, Options, Run, RunError, Setup, TestLine};
 
@@ -194,7 +194,10 @@ fn every_trial_runs_at_the_place_and_is_recorded_in_the_plans_order() {
             ("length=64K".to_string(), 2)
         ]
     );
-    assert!(events.iter().all(|e| e.status == "ok"), "{events:?}");
+    assert!(
+        events.iter().all(|e| e.status == TrialStatus::Ok),
+        "{events:?}"
+    );
     // One server for the whole run, on a port the kernel picks, on loopback.
     let serves = lab.started("serve");
     assert_eq!(serves.len(), 1, "{serves:?}");
@@ -209,7 +212,7 @@ fn every_trial_runs_at_the_place_and_is_recorded_in_the_plans_order() {
     let trials = lab.trials("sweep");
     assert_eq!(trials.len(), 4);
     for t in &trials {
-        assert_eq!(t.status, "ok");
+        assert_eq!(t.status, Outcome::Ok);
         let step = &t.steps[0];
         assert_eq!((step.name.as_str(), step.kind.as_str()), ("up", "test"));
         let doc: serde_json::Value =
@@ -243,7 +246,7 @@ fn a_failed_step_fails_its_trial_and_the_rest_run_unless_the_study_stops_on_erro
     let failed: Vec<_> = lab
         .trials("sweep")
         .into_iter()
-        .filter(|t| t.status == "failed")
+        .filter(|t| t.status == Outcome::Failed)
         .collect();
     assert_eq!(failed.len(), 2);
     for t in failed {
@@ -267,10 +270,13 @@ fn a_failed_step_fails_its_trial_and_the_rest_run_unless_the_study_stops_on_erro
 fn warm_up_trials_run_first_and_are_not_recorded() {
     let lab = Lab::new(&format!("warmup = 2\n{SWEEP}"));
     let (summary, events) = lab.run();
-    let warm: Vec<_> = events.iter().filter(|e| e.status == "warmup").collect();
+    let warm: Vec<_> = events
+        .iter()
+        .filter(|e| e.status == TrialStatus::Warmup)
+        .collect();
     assert_eq!(warm.len(), 2, "{events:?}");
     assert!(
-        events[..2].iter().all(|e| e.status == "warmup"),
+        events[..2].iter().all(|e| e.status == TrialStatus::Warmup),
         "{events:?}"
     );
     assert_eq!(summary.ok, 4);
@@ -308,7 +314,7 @@ fn a_stop_kills_the_running_step_and_gives_its_trial_back() {
     let trials = lab.trials("sweep");
     // The trial it stopped is given back: no row of it stays running, and it runs on
     // the next run.
-    assert!(trials.iter().all(|t| t.status == "ok"), "{trials:?}");
+    assert!(trials.iter().all(|t| t.status == Outcome::Ok), "{trials:?}");
     assert_eq!(trials.len(), 2);
 }
 

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use flowlab_engine::client::ClientError;
 use flowlab_proto::params::{Mode, Protocol};
-use flowlab_report::result::StreamDirection;
+use flowlab_report::result::{PeerKind, StreamDirection};
 use flowlab_report::spec::{Amount, Direction};
 use serde_json::Value;
 use support::*;
@@ -184,7 +184,7 @@ fn flowlab_client_against_iperf3_server() {
 }
 
 fn check_against(name: &str, r: &flowlab_report::result::TestResult, server: Value) {
-    assert_eq!(r.start.peer.kind, "iperf3", "{name}");
+    assert_eq!(r.start.peer.kind, PeerKind::Iperf3, "{name}");
     for sum in &end(r).sums {
         let snd = sum.sender.as_ref().expect("sender totals");
         let rcv = sum.receiver.as_ref().expect("receiver totals");

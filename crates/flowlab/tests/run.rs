@@ -68,7 +68,7 @@ fn rows(db: &Path, study: &str) -> Vec<(String, u32, String)> {
         .trials(s.id)
         .expect("trials")
         .into_iter()
-        .map(|t| (t.cell, t.repetition, t.status))
+        .map(|t| (t.cell, t.repetition, t.status.to_string()))
         .collect();
     rows.sort();
     rows
@@ -288,14 +288,19 @@ args = "127.0.0.1 -p {{port}} -n 1M --connect-timeout 500"
     let s = db.find_study("faulty").expect("q").expect("recorded");
     for t in db.trials(s.id).expect("trials") {
         if t.cell == "port=closed" {
-            assert_eq!(t.status, "failed");
+            assert_eq!(t.status, flowlab_report::study::Outcome::Failed);
             let e = t.error.expect("an error");
             assert!(
                 e.starts_with("step 'step 1': ") && e.contains(&closed.to_string()),
                 "{e}"
             );
         } else {
-            assert_eq!(t.status, "ok", "{:?}", t.error);
+            assert_eq!(
+                t.status,
+                flowlab_report::study::Outcome::Ok,
+                "{:?}",
+                t.error
+            );
         }
     }
 

@@ -18,7 +18,8 @@ use flowlab_proto::state::decode_server_error;
 use flowlab_proto::system::SystemInfo;
 use flowlab_proto::{Cookie, State};
 use flowlab_report::result::{
-    self, Interval, PeerInfo, SCHEMA, StartInfo, StreamDirection, StreamInfo, TestResult, Trace,
+    self, Interval, PeerInfo, PeerKind, SCHEMA, StartInfo, StreamDirection, StreamInfo, TestResult,
+    Trace,
 };
 use flowlab_report::spec::{Amount, Direction, TestSpec};
 
@@ -439,13 +440,13 @@ fn start_info(
         remote: server.to_string(),
         peer: match hello {
             Some(h) => PeerInfo {
-                kind: "flowlab".into(),
+                kind: PeerKind::Flowlab,
                 version: Some(h.server_version.clone()),
                 features: h.features.clone(),
                 system: h.system.clone(),
             },
             None => PeerInfo {
-                kind: "iperf3".into(),
+                kind: PeerKind::Iperf3,
                 version: None,
                 features: Vec::new(),
                 system: None,

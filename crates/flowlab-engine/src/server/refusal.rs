@@ -1,7 +1,7 @@
 //! Whether a test is served: a client's parameters checked against what the server can
 //! and may do (`--max-duration`, `--max-bitrate`, `--max-bytes`).
 
-use flowlab_proto::params::{Mode, Protocol, TestParams};
+use flowlab_proto::params::{MAX_PARALLEL, Mode, Protocol, TestParams};
 use flowlab_report::spec::{MAX_UDP_LEN, MAX_WINDOW};
 
 use super::ServerConfig;
@@ -11,7 +11,7 @@ use super::ServerConfig;
 pub(super) enum Refusal {
     #[error("only TCP and UDP tests are served")]
     Protocol,
-    #[error("{0} parallel streams asked for; 1 to 128 are served")]
+    #[error("{0} parallel streams asked for; 1 to {MAX_PARALLEL} are served")]
     Parallel(u64),
     #[error("block length {asked} is above the largest served ({max})")]
     BlockLength { asked: u64, max: u64 },
@@ -48,7 +48,7 @@ pub(super) fn block_len(p: &TestParams, proto: Protocol) -> usize {
 /// Checks a client's parameters against what the server can and may do.
 pub(super) fn validate(p: &TestParams, cfg: &ServerConfig) -> Result<Protocol, Refusal> {
     let proto = p.protocol().ok_or(Refusal::Protocol)?;
-    if !(1..=128).contains(&p.parallel) {
+    if !(1..=MAX_PARALLEL).contains(&p.parallel) {
         return Err(Refusal::Parallel(p.parallel));
     }
     let max_len = if proto == Protocol::Udp {

@@ -36,7 +36,7 @@ pub fn diagnosis(t: &Trace) -> String {
             sh.send_buffer * 100.0,
             sh.network * 100.0,
             sh.application * 100.0,
-            if d.method == "kernel+samples" {
+            if d.method == crate::diagnosis::Method::KernelAndSamples {
                 " (receive window from the samples at the window: the kernel's own count missed them)"
             } else {
                 ""

@@ -118,7 +118,7 @@ pub fn study_trial(e: &TrialEvent) -> String {
         "[{:>width$}/{}] {cell} #{}: {}",
         e.index, e.of, e.repetition, e.status
     );
-    if matches!(e.status.as_str(), "ok" | "failed" | "warmup") {
+    if e.status.ran() {
         let _ = write!(out, " in {:.1} s", e.seconds);
     }
     if let Some(err) = &e.error {

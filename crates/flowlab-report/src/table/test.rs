@@ -18,7 +18,7 @@ pub fn start(s: &StartInfo) -> String {
     let mut out = String::new();
     let peer = match &s.peer.version {
         Some(v) => format!("{} {v}", s.peer.kind),
-        None => s.peer.kind.clone(),
+        None => s.peer.kind.to_string(),
     };
     let _ = writeln!(out, "Connected to {} ({peer}) from {}", s.remote, s.local);
     for st in &s.streams {

@@ -1,6 +1,7 @@
 //! Which pairs a check measures, and the address each is measured at.
 
 use flowlab_net::topology::{Kind, Topology};
+use flowlab_proto::params::MAX_PARALLEL;
 
 use crate::Error;
 
@@ -35,9 +36,11 @@ pub fn parse(list: Option<&str>, t: &Topology) -> Result<Vec<Pair>, Error> {
                     ends,
                     n.parse::<u32>()
                         .ok()
-                        .filter(|n| (1..=128).contains(n))
+                        .filter(|n| (1..=MAX_PARALLEL).contains(&u64::from(*n)))
                         .ok_or_else(|| {
-                            Error::Failed(format!("--pairs: '{p}': connections are 1 to 128"))
+                            Error::Failed(format!(
+                                "--pairs: '{p}': connections are 1 to {MAX_PARALLEL}"
+                            ))
                         })?,
                 ),
                 None => (p, 1),

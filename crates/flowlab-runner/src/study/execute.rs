@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use flowlab_db::{Claim, Db, Retake, StepRecord};
-use flowlab_report::study::{RunSummary, TrialEvent};
+use flowlab_report::study::{RunSummary, TrialEvent, TrialStatus};
 use flowlab_study::{Cell, Study};
 
 use super::lines::{self, Commands};
@@ -114,7 +114,7 @@ pub fn execute(
             of: trials.len(),
             cell: cell_label.clone(),
             repetition: t.repetition,
-            status: String::new(),
+            status: TrialStatus::Ok,
             seconds: 0.0,
             error: None,
             eta_seconds: None,
@@ -132,14 +132,14 @@ pub fn execute(
             Claim::Mine(id) => id,
             other => {
                 let (status, count) = match other {
-                    Claim::Done => ("done", &mut summary.done_before),
-                    Claim::Busy => ("busy", &mut summary.busy),
-                    _ => ("abandoned", &mut summary.abandoned),
+                    Claim::Done => (TrialStatus::Done, &mut summary.done_before),
+                    Claim::Busy => (TrialStatus::Busy, &mut summary.busy),
+                    _ => (TrialStatus::Abandoned, &mut summary.abandoned),
                 };
                 *count += 1;
                 // Trials recorded before are counted, not listed one by one.
-                if status != "done" {
-                    event.status = status.into();
+                if status != TrialStatus::Done {
+                    event.status = status;
                     on(Event::Trial(&event));
                 }
                 continue;
@@ -172,7 +172,7 @@ pub fn execute(
                     of: study.warmup as usize,
                     cell: cell_label.clone(),
                     repetition: 0,
-                    status: "warmup".into(),
+                    status: TrialStatus::Warmup,
                     seconds: t0.elapsed().as_secs_f64(),
                     error,
                     eta_seconds: None,
@@ -208,7 +208,11 @@ pub fn execute(
             summary.ok += 1;
         }
         let left = trials.len() - i - 1;
-        event.status = if error.is_some() { "failed" } else { "ok" }.into();
+        event.status = if error.is_some() {
+            TrialStatus::Failed
+        } else {
+            TrialStatus::Ok
+        };
         event.seconds = t0.elapsed().as_secs_f64();
         event.error = error;
         event.eta_seconds =

@@ -130,7 +130,7 @@ fn traces(db: &Db, input: &ReportInput) -> anyhow::Result<Vec<(String, String)>>
     for cell in &input.cells {
         let traced = trials
             .iter()
-            .filter(|t| &t.cell == cell && t.status == "ok")
+            .filter(|t| &t.cell == cell && t.status == flowlab_report::study::Outcome::Ok)
             .flat_map(|t| t.steps.iter().map(move |s| (t, s)))
             .filter(|(_, s)| s.kind == "test")
             .find_map(|(t, s)| {

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use flowlab_engine::trace;
-use flowlab_proto::params::{Mode, Protocol};
+use flowlab_proto::params::{MAX_PARALLEL, Mode, Protocol};
 use flowlab_report::spec::{self, Amount, Direction, TestSpec};
 use flowlab_report::units;
 
@@ -87,9 +87,9 @@ impl Args {
             )));
         }
         s.interval = (self.interval > 0.0).then(|| Duration::from_secs_f64(self.interval));
-        if !(1..=128).contains(&self.parallel) {
+        if !(1..=MAX_PARALLEL).contains(&u64::from(self.parallel)) {
             return Err(Usage(format!(
-                "-P/--parallel {} must be between 1 and 128",
+                "-P/--parallel {} must be between 1 and {MAX_PARALLEL}",
                 self.parallel
             )));
         }
