@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
 use flowlab_proto::frame::{MAX_RESULTS_LEN, traced_results_limit};
-use flowlab_proto::hello::{ServerHello, feature};
+use flowlab_proto::hello::ServerHello;
 use flowlab_proto::params::{Protocol, TestParams};
 use flowlab_proto::results::PeerResults;
 use flowlab_proto::state::decode_server_error;
@@ -24,9 +24,10 @@ use flowlab_report::result::{
 use flowlab_report::spec::{Amount, Direction, TestSpec};
 
 use crate::control::{self, ControlError};
+use crate::negotiate::{End, data_config};
 use crate::session::DataSession;
 use crate::sock::SockError;
-use crate::stream::{Budget, DataConfig, StreamPlan, TestControl};
+use crate::stream::{Budget, StreamPlan, TestControl};
 use data_phase::{PhaseEnd, Reports, run_data_phase};
 use streams::{connect_any, create_streams, random36};
 
@@ -154,7 +155,11 @@ pub fn run(
         .as_ref()
         .map(|h| h.features.clone())
         .unwrap_or_default();
-    let mut cfg = data_config(spec, &params, &features);
+    let end = End::Client {
+        features: &features,
+        affinity: spec.affinity.client,
+    };
+    let mut cfg = data_config(&params, spec.protocol, end);
     cfg.file = file;
     cfg.path_rtt = crate::sock::least_rtt(&ctrl);
     // The machine state is read (a `tc` process, ioctls per interface) before any data
@@ -384,41 +389,6 @@ fn budget(spec: &TestSpec) -> Budget {
     }
 }
 
-/// How the data streams run: as the spec asks, with what the server's `features` allow.
-fn data_config(spec: &TestSpec, params: &TestParams, features: &[String]) -> DataConfig {
-    let has = |feature: &str| features.iter().any(|f| f == feature);
-    DataConfig {
-        mode: spec.mode,
-        len: spec.len,
-        rate_bps: spec.bitrate,
-        counters_64bit: params.udp_counters_64bit,
-        rto: spec.rto,
-        zerocopy: spec.zerocopy,
-        close_when_done: has(feature::CLEAN_CLOSE),
-        drain_to_eof: has(feature::CLEAN_CLOSE),
-        backoff: spec.wants_backoff() && has(feature::UDP_BACKOFF),
-        // A paced test's window needs a server that reports in paced tests too: one that
-        // offers only `udp-window` would leave the sender waiting for reports.
-        window: spec.wants_window()
-            && has(feature::UDP_WINDOW)
-            && (spec.bitrate == 0 || has(feature::UDP_WINDOW_PACED)),
-        // Set from the control connection when the test starts.
-        path_rtt: None,
-        trace: spec.trace.filter(|_| spec.protocol == Protocol::Tcp),
-        affinity: spec.affinity.client,
-        fq_rate_bps: spec.fq_rate,
-        repeating_payload: spec.repeating_payload,
-        burst_bytes: crate::stream::burst_bytes(
-            spec.bitrate,
-            spec.len,
-            spec.burst,
-            spec.pacing_timer_us
-                .unwrap_or(flowlab_report::spec::DEFAULT_PACING_TIMER_US),
-        ),
-        file: None,
-    }
-}
-
 /// What the result says of the test's start: when, what was asked, between which ends,
 /// on which machines.
 fn start_info(
@@ -546,6 +516,7 @@ fn refusal(ctrl: &mut TcpStream, state: State) -> ClientError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use flowlab_proto::hello::feature;
 
     /// Whether a UDP test's sender keeps within the receiver's window, against a server
     /// offering `features`.
@@ -554,7 +525,11 @@ mod tests {
         spec.protocol = Protocol::Udp;
         spec.bitrate = bitrate;
         let features: Vec<String> = features.iter().map(|f| f.to_string()).collect();
-        data_config(&spec, &spec.to_params(), &features).window
+        let end = End::Client {
+            features: &features,
+            affinity: None,
+        };
+        data_config(&spec.to_params(), spec.protocol, end).window
     }
 
     /// A paced test keeps within the window only against a server that reports in paced

@@ -5,6 +5,7 @@ use flowlab_proto::params::{MAX_PARALLEL, Mode, Protocol, TestParams};
 use flowlab_report::spec::{MAX_UDP_LEN, MAX_WINDOW};
 
 use super::ServerConfig;
+use crate::negotiate::block_len;
 
 /// Why a test is refused: told to a flowlab client in its hello, logged by the server.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -34,15 +35,6 @@ pub(super) enum Refusal {
     FileTest,
     #[error("CPU {asked} asked for (-A); this server runs on CPUs {allowed}")]
     Affinity { asked: u64, allowed: String },
-}
-
-/// Bytes per write or datagram of a test: as asked, or the protocol's default.
-pub(super) fn block_len(p: &TestParams, proto: Protocol) -> usize {
-    match (p.len, proto) {
-        (0, Protocol::Tcp) => flowlab_report::spec::DEFAULT_TCP_LEN,
-        (0, Protocol::Udp) => flowlab_report::spec::DEFAULT_UDP_LEN,
-        (l, _) => l as usize,
-    }
 }
 
 /// Checks a client's parameters against what the server can and may do.

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use flowlab_proto::frame::{MAX_PARAMS_LEN, MAX_RESULTS_LEN};
 use flowlab_proto::hello::{ServerHello, feature};
-use flowlab_proto::params::{FLOWLAB_EXT_VERSION, Mode, Protocol, TestParams};
+use flowlab_proto::params::{FLOWLAB_EXT_VERSION, Protocol, TestParams};
 use flowlab_proto::results::PeerResults;
 use flowlab_proto::state::{encode_server_error, error_code};
 use flowlab_proto::{Cookie, State};
@@ -17,13 +17,13 @@ use flowlab_report::result::ServerOutput;
 use flowlab_report::server::ServerEvent;
 
 use super::error::TestError;
-use super::refusal::{Refusal, block_len, validate};
+use super::refusal::{Refusal, validate};
 use super::streams::{apply_options, collect_streams};
 use super::{Handshake, Place, ServerConfig, Shared};
 use crate::control::{self, ControlError, Deadline};
+use crate::negotiate::{End, data_config};
 use crate::session::DataSession;
-use crate::stream::{Budget, DataConfig, Role, StreamPlan, TestControl, Transport};
-use crate::trace;
+use crate::stream::{Budget, Role, StreamPlan, TestControl, Transport};
 
 /// The flowlab extensions this server has (told to flowlab clients in its hello).
 const FEATURES: [&str; 8] = [
@@ -58,7 +58,7 @@ pub(super) fn run_test(
     shared.log.event(start.clone());
     let n = params.stream_count() as usize;
     let transports = collect_streams(ctrl, peer, cookie, proto, n, shared)?;
-    let mut data = data_config(&params, proto);
+    let mut data = data_config(&params, proto, End::Server);
     data.path_rtt = crate::sock::least_rtt(ctrl);
     if let Some(path) = &cfg.file {
         // Sending: the file as it is; receiving: the file anew.
@@ -276,47 +276,6 @@ fn budget(params: &TestParams) -> Budget {
     }
 }
 
-/// How the data streams run, from the client's parameters.
-fn data_config(params: &TestParams, proto: Protocol) -> DataConfig {
-    let mode = params.flowlab.as_ref().map_or(Mode::Streaming, |f| f.mode);
-    // The receiver window applies to streaming, the backoff only at unlimited rate.
-    let streaming = mode == Mode::Streaming;
-    let unlimited = streaming && params.bandwidth == 0;
-    DataConfig {
-        mode,
-        len: block_len(params, proto),
-        rate_bps: params.bandwidth,
-        counters_64bit: params.udp_counters_64bit,
-        rto: params
-            .flowlab
-            .as_ref()
-            .and_then(|f| f.rto_ms)
-            .map_or(Duration::from_secs(1), Duration::from_millis),
-        zerocopy: params.zerocopy,
-        close_when_done: true,
-        drain_to_eof: is_flowlab(params),
-        backoff: unlimited && params.flowlab.as_ref().is_some_and(|f| f.udp_backoff),
-        window: streaming && params.flowlab.as_ref().is_some_and(|f| f.udp_window),
-        // Set from the control connection when the test starts.
-        path_rtt: None,
-        trace: params
-            .flowlab
-            .as_ref()
-            .and_then(|f| f.trace_us)
-            .map(|us| Duration::from_micros(us).clamp(trace::MIN_PERIOD, trace::MAX_PERIOD)),
-        affinity: params.server_affinity.map(|c| c as usize),
-        fq_rate_bps: params.fq_rate,
-        repeating_payload: params.repeating_payload,
-        burst_bytes: crate::stream::burst_bytes(
-            params.bandwidth,
-            block_len(params, proto),
-            params.burst,
-            params.pacing_timer,
-        ),
-        file: None,
-    }
-}
-
 /// Stops the streams and returns the server's results (with each stream's socket
 /// settings and trace) and the test's wall time.
 fn own_results(session: &mut DataSession) -> (PeerResults, Duration) {
@@ -504,7 +463,7 @@ mod tests {
             ))
             .expect("params")
         };
-        let burst = |p: &TestParams| data_config(p, Protocol::Udp).burst_bytes;
+        let burst = |p: &TestParams| data_config(p, Protocol::Udp, End::Server).burst_bytes;
         assert_eq!(burst(&params(r#","pacing_timer":1000"#)), 0);
         assert_eq!(burst(&params(r#","pacing_timer":1000,"burst":10"#)), 10_000);
         // A 20 ms timer at 1 MB/s: 20 000 bytes a tick; the larger of it and the burst.
@@ -526,7 +485,7 @@ mod tests {
                 r#"{{"udp":true,"time":1,"parallel":1,"len":1460,"bandwidth":{bandwidth}{flowlab}}}"#
             ))
             .expect("params");
-            let c = data_config(&p, Protocol::Udp);
+            let c = data_config(&p, Protocol::Udp, End::Server);
             (c.window, c.backoff)
         };
         let asks = r#","flowlab":{"version":1,"udp_backoff":true,"udp_window":true}"#;
