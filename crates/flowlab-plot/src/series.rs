@@ -55,7 +55,10 @@ pub fn labels(inputs: &[Input]) -> Vec<String> {
     }
     let specs: Vec<serde_json::Map<String, serde_json::Value>> = inputs
         .iter()
-        .map(|i| i.result.start.spec.as_object().cloned().unwrap_or_default())
+        .map(|i| match serde_json::to_value(&i.result.start.spec) {
+            Ok(serde_json::Value::Object(map)) => map,
+            _ => serde_json::Map::new(),
+        })
         .collect();
     let titles: Vec<String> = specs
         .iter()

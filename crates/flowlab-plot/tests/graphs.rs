@@ -119,7 +119,7 @@ fn overlays_are_labelled_by_their_titles_else_the_option_that_differs() {
         .iter()
         .map(|i| {
             let mut i = i.clone();
-            i.result.start.spec["title"] = serde_json::Value::Null;
+            i.result.start.spec.title = None;
             i
         })
         .collect();

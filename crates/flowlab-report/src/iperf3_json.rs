@@ -8,6 +8,7 @@
 //! congestion window), so does this; what flowlab does not sample at all is left out
 //! rather than made up: [`LEFT_OUT`].
 
+use crate::spec::{Amount, Direction};
 use std::net::SocketAddr;
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -28,9 +29,9 @@ pub const LEFT_OUT: [&str; 3] = [
 
 /// The document for `r`.
 pub fn document(r: &TestResult) -> Value {
-    let udp = r.start.spec["protocol"] == "udp";
+    let udp = crate::is_udp(r);
     // A UDP test's datagram length, for the intervals' packet counts.
-    let datagram = udp.then(|| r.start.spec["len"].as_u64().unwrap_or(1).max(1));
+    let datagram = udp.then(|| (r.start.spec.len as u64).max(1));
     let intervals: Vec<Value> = r
         .intervals
         .iter()
@@ -42,8 +43,11 @@ pub fn document(r: &TestResult) -> Value {
         "end": r.end.as_ref().map_or_else(|| json!({}), |_| end(r, udp)),
     });
     // Where iperf3 puts them: at the top, after the end.
-    for key in ["title", "extra_data"] {
-        if let Some(text) = r.start.spec[key].as_str() {
+    for (key, text) in [
+        ("title", &r.start.spec.title),
+        ("extra_data", &r.start.spec.extra_data),
+    ] {
+        if let Some(text) = text {
             doc[key] = json!(text);
         }
     }
@@ -86,31 +90,35 @@ fn start(s: &StartInfo, udp: bool) -> Value {
             })
         })
         .collect();
-    let amount = &spec["amount"];
+    let (seconds, bytes, blocks) = match spec.amount {
+        Amount::Seconds(t) => (t, 0, 0),
+        Amount::Bytes(n) => (0.0, n, 0),
+        Amount::Blocks(k) => (0.0, 0, k),
+    };
     let when = UNIX_EPOCH + Duration::from_secs(s.timestamp);
     let mut out = json!({
         "connected": connected,
         "version": format!("flowlab {}", s.flowlab_version),
         "system_info": format!("Linux {}", s.system.kernel.as_deref().unwrap_or("")),
         "timestamp": {"time": httpdate::fmt_http_date(when), "timesecs": s.timestamp},
-        "connecting_to": {"host": spec["host"], "port": spec["port"]},
+        "connecting_to": {"host": spec.host, "port": spec.port},
         "cookie": s.cookie,
-        "target_bitrate": spec["bitrate"],
-        "sock_bufsize": spec["window"],
+        "target_bitrate": spec.bitrate,
+        "sock_bufsize": spec.window,
         "sndbuf_actual": s.streams.first().map_or(0, |st| st.sndbuf),
         "rcvbuf_actual": s.streams.first().map_or(0, |st| st.rcvbuf),
         "test_start": {
             "protocol": if udp { "UDP" } else { "TCP" },
-            "num_streams": spec["parallel"],
-            "blksize": spec["len"],
-            "omit": spec["omit"],
+            "num_streams": spec.parallel,
+            "blksize": spec.len,
+            "omit": spec.omit,
             // iperf3's duration is whole seconds (0 when the test is of bytes or blocks).
-            "duration": amount["seconds"].as_f64().map_or(0, |t| t.ceil() as u64),
-            "bytes": amount["bytes"].as_u64().unwrap_or(0),
-            "blocks": amount["blocks"].as_u64().unwrap_or(0),
-            "reverse": u8::from(spec["direction"] == "reverse"),
-            "tos": spec["tos"].as_u64().unwrap_or(0),
-            "target_bitrate": spec["bitrate"],
+            "duration": seconds.ceil() as u64,
+            "bytes": bytes,
+            "blocks": blocks,
+            "reverse": u8::from(spec.direction == Direction::Reverse),
+            "tos": spec.tos,
+            "target_bitrate": spec.bitrate,
         },
     });
     if !udp {

@@ -96,7 +96,8 @@ pub struct StartInfo {
     /// Seconds since the Unix epoch when the test started.
     pub timestamp: u64,
     pub flowlab_version: String,
-    pub spec: serde_json::Value,
+    /// What the test was asked (its credentials never: they are not written).
+    pub spec: TestSpec,
     pub local: String,
     pub remote: String,
     pub peer: PeerInfo,
@@ -637,11 +638,6 @@ fn every_cpu_mask(n: u64) -> String {
     }
     groups.extend((0..full).map(|_| "ffffffff".to_string()));
     groups.join(",")
-}
-
-/// The spec as JSON for [`StartInfo::spec`].
-pub fn spec_json(spec: &TestSpec) -> serde_json::Value {
-    serde_json::to_value(spec).unwrap_or(serde_json::Value::Null)
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use flowlab_proto::params::{FLOWLAB_EXT_VERSION, FlowlabParams, Mode, Protocol, 
 use serde::{Deserialize, Serialize};
 
 /// Which way data flows, seen from the client.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Direction {
     /// Client sends (upload).
@@ -19,7 +19,7 @@ pub enum Direction {
 }
 
 /// How much data a test moves.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Amount {
     /// For this many seconds (after the omitted ones), fractions allowed (`-t 1.5`).
@@ -45,8 +45,14 @@ pub const MAX_WINDOW: u64 = i32::MAX as u64;
 /// iperf3's pacing timer when none is given, µs.
 pub const DEFAULT_PACING_TIMER_US: u64 = 1000;
 
-/// A throughput test, as the client runs it.
-#[derive(Debug, Clone, Serialize)]
+/// A throughput test, as the client runs it, and as its result records it
+/// ([`crate::result::StartInfo::spec`]).
+///
+/// Read back from a result, a field that an older flowlab did not write takes the value
+/// that means what that flowlab did: off, none or zero (a document without
+/// `udp_window` is of a build that never kept within a receiver's window). The fields of
+/// the first documents (`tests/fixtures/tcp-p2.json`) are required.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TestSpec {
     pub host: String,
     pub port: u16,
@@ -56,7 +62,7 @@ pub struct TestSpec {
     pub len: usize,
     pub amount: Amount,
     /// Interval report period; `None` for none.
-    #[serde(serialize_with = "opt_secs")]
+    #[serde(serialize_with = "opt_secs", deserialize_with = "de_opt_secs", default)]
     pub interval: Option<Duration>,
     pub parallel: u32,
     pub direction: Direction,
@@ -70,10 +76,10 @@ pub struct TestSpec {
     pub mss: u32,
     pub nodelay: bool,
     pub zerocopy: bool,
-    #[serde(serialize_with = "secs")]
+    #[serde(serialize_with = "secs", deserialize_with = "de_secs")]
     pub connect_timeout: Duration,
     /// Stop-and-wait over UDP: retransmission timeout.
-    #[serde(serialize_with = "secs")]
+    #[serde(serialize_with = "secs", deserialize_with = "de_secs")]
     pub rto: Duration,
     pub title: Option<String>,
     /// UDP at unlimited rate against a flowlab peer: back off when the receiving socket
@@ -81,79 +87,90 @@ pub struct TestSpec {
     pub udp_backoff: bool,
     /// UDP at unlimited rate against a flowlab peer, with backoff: keep within the
     /// receiver's window (`--no-window` clears it).
+    #[serde(default)]
     pub udp_window: bool,
     /// `--trace`: sample TCP_INFO of every TCP stream on both ends this often.
-    #[serde(serialize_with = "opt_secs")]
+    #[serde(serialize_with = "opt_secs", deserialize_with = "de_opt_secs", default)]
     pub trace: Option<Duration>,
     /// `--latency`: UDP probes to the server's echo this often, before and beside the load.
-    #[serde(serialize_with = "opt_secs")]
+    #[serde(serialize_with = "opt_secs", deserialize_with = "de_opt_secs", default)]
     pub latency: Option<Duration>,
     /// Socket buffer of the receiving end of each stream (0: as `window`).
     pub recv_window: u64,
     /// Congestion control of the receiving end of each stream.
     pub recv_congestion: Option<String>,
     /// `-A`: the CPU this end's data streams run on, and the server's.
-    #[serde(skip_serializing_if = "Affinity::is_none")]
+    #[serde(default, skip_serializing_if = "Affinity::is_none")]
     pub affinity: Affinity,
     /// `-S`/`--dscp`: the IP type of service of the data streams (0: not set).
-    #[serde(skip_serializing_if = "is_zero_u8")]
+    #[serde(default, skip_serializing_if = "is_zero_u8")]
     pub tos: u8,
     /// `-4`/`-6`: only the server's addresses of this family are tried.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub family: Option<IpFamily>,
     /// `--extra-data`: a string recorded with the result, and sent to the server.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub extra_data: Option<String>,
     /// `--fq-rate`: the most each data socket sends, bits/s (SO_MAX_PACING_RATE, both
     /// ends; 0: not set).
-    #[serde(skip_serializing_if = "is_zero_u64")]
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
     pub fq_rate: u64,
     /// `--dont-fragment`: UDP datagrams with the IPv4 DF bit, both ends.
-    #[serde(skip_serializing_if = "is_false")]
+    #[serde(default, skip_serializing_if = "is_false")]
     pub dont_fragment: bool,
     /// `--repeating-payload`: senders fill their buffers with iperf3's repeating digits.
-    #[serde(skip_serializing_if = "is_false")]
+    #[serde(default, skip_serializing_if = "is_false")]
     pub repeating_payload: bool,
     /// `--get-server-output`: the server's own output for the test comes back with its
     /// results.
-    #[serde(skip_serializing_if = "is_false")]
+    #[serde(default, skip_serializing_if = "is_false")]
     pub get_server_output: bool,
     /// `-b RATE/BURST`: blocks sent back to back at the target rate (0: paced block by
     /// block).
-    #[serde(skip_serializing_if = "is_zero_u64")]
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
     pub burst: u64,
     /// `--pacing-timer`, µs: iperf3's pacing granularity (see the engine's `burst_bytes`);
     /// absent: iperf3's default, 1000.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pacing_timer_us: Option<u64>,
     /// `-L`: the IPv6 flow label of the data streams (20 bits; 0: none).
-    #[serde(skip_serializing_if = "is_zero_u32")]
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
     pub flowlabel: u32,
     /// `-F`: the file the client sends (its content, once, is the test's data) or, with
     /// `-R`, writes what it receives to.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file: Option<std::path::PathBuf>,
     /// `-B`: the local address of the client's connections.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bind: Option<std::net::IpAddr>,
     /// `--cport`: data stream `i` (client-send streams first) leaves from this port + `i`
     /// (0: any port).
-    #[serde(skip_serializing_if = "is_zero_u16")]
+    #[serde(default, skip_serializing_if = "is_zero_u16")]
     pub cport: u16,
     /// `--bind-dev`, or `HOST%DEV`: the client's connections are bound to this network
     /// device (SO_BINDTODEVICE).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bind_dev: Option<String>,
     /// `--snd-timeout`: a TCP data stream whose data goes unacknowledged this long fails
     /// (TCP_USER_TIMEOUT on the client's sockets).
-    #[serde(serialize_with = "opt_secs", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        serialize_with = "opt_secs",
+        deserialize_with = "de_opt_secs",
+        skip_serializing_if = "Option::is_none",
+        default
+    )]
     pub snd_timeout: Option<Duration>,
     /// `--rcv-timeout`: a test whose receiving streams get nothing this long fails.
-    #[serde(serialize_with = "opt_secs", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        serialize_with = "opt_secs",
+        deserialize_with = "de_opt_secs",
+        skip_serializing_if = "Option::is_none",
+        default
+    )]
     pub rcv_timeout: Option<Duration>,
     /// The rate the path can carry each way, where the caller knows it (the binary does
     /// inside a flowlab topology): what `--trace`'s advice sizes windows for.
-    #[serde(skip_serializing_if = "PathRates::is_empty")]
+    #[serde(default, skip_serializing_if = "PathRates::is_empty")]
     pub path_rates: PathRates,
     /// iperf3 authentication (`--username`): never in a result, never printed.
     #[serde(skip)]
@@ -187,7 +204,7 @@ fn is_zero_u8(v: &u8) -> bool {
 }
 
 /// An address family (`-4`, `-6`, as iperf3's).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum IpFamily {
     Ipv4,
@@ -214,11 +231,11 @@ impl IpFamily {
 
 /// `-A CPU[,CPU]` (iperf3's): the CPU the client's data streams run on and, after the
 /// comma, the server's. Each stream's thread pins itself before it moves a byte.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Affinity {
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client: Option<usize>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server: Option<usize>,
 }
 
@@ -399,6 +416,18 @@ fn opt_secs<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S
         Some(d) => s.serialize_f64(d.as_secs_f64()),
         None => s.serialize_none(),
     }
+}
+
+/// Seconds read back as a duration (a negative or endless number is refused).
+fn de_secs<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let s = f64::deserialize(d)?;
+    Duration::try_from_secs_f64(s).map_err(serde::de::Error::custom)
+}
+
+fn de_opt_secs<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    Option::<f64>::deserialize(d)?
+        .map(|s| Duration::try_from_secs_f64(s).map_err(serde::de::Error::custom))
+        .transpose()
 }
 
 fn is_false(b: &bool) -> bool {

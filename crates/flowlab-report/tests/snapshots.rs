@@ -41,6 +41,43 @@ fn result(name: &str) -> TestResult {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path:?}: {e}"))
 }
 
+/// A result's spec is read into today's `TestSpec` whatever flowlab wrote it: each
+/// older shape, as recorded, reads as what its flowlab did — a field it did not write is
+/// off, none or zero — and today's shape reads back as it was written.
+#[test]
+fn every_shape_of_a_spec_reads_as_what_its_flowlab_did() {
+    use flowlab_report::spec::{Amount, TestSpec};
+    // The first shape: no `udp_window` (it kept within no window), no `latency`.
+    let first = result("tcp-p2.json");
+    let raw: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture_path("tcp-p2.json")).expect("read"))
+            .expect("JSON");
+    assert!(raw["start"]["spec"].get("udp_window").is_none());
+    assert!(raw["start"]["spec"].get("latency").is_none());
+    let s = &first.start.spec;
+    assert_eq!((s.parallel, s.amount), (2, Amount::Seconds(1.0)));
+    assert_eq!(s.title.as_deref(), Some("two streams"));
+    assert!(!s.udp_window && s.latency.is_none() && s.trace.is_none());
+    assert!(s.udp_backoff, "written in the first shape, read as written");
+    // The shape with `latency`, still without `udp_window`.
+    let latency = result("tcp-latency.json");
+    let s = &latency.start.spec;
+    assert_eq!(s.latency, Some(std::time::Duration::from_millis(100)));
+    assert_eq!(s.congestion.as_deref(), Some("cubic"));
+    assert!(!s.udp_window);
+    // Today's: written and read back, the same document.
+    let mut today = TestSpec::new("192.0.2.7");
+    today.trace = Some(std::time::Duration::from_millis(5));
+    today.tos = 0x28;
+    today.affinity.server = Some(1);
+    let text = serde_json::to_string(&today).expect("write");
+    let back: TestSpec = serde_json::from_str(&text).expect("read");
+    assert_eq!(serde_json::to_string(&back).expect("write again"), text);
+    // A spec that is not one is refused, naming the field.
+    let e = serde_json::from_str::<TestSpec>(r#"{"host":"h"}"#).expect_err("no port");
+    assert!(e.to_string().contains("missing field `port`"), "{e}");
+}
+
 /// Every format `flowlab test` writes, for `r`, pinned as `<tag>-<format>`.
 fn pin_test_formats(r: &TestResult, tag: &str, json_document: bool) {
     let out = |f| test_output(r, f).expect("serialisable");

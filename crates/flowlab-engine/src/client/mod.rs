@@ -405,7 +405,10 @@ fn start_info(
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
         flowlab_version: env!("CARGO_PKG_VERSION").into(),
-        spec: result::spec_json(spec),
+        spec: TestSpec {
+            credentials: None,
+            ..spec.clone()
+        },
         local: ctrl.local_addr().map(|a| a.to_string()).unwrap_or_default(),
         remote: server.to_string(),
         peer: match hello {

@@ -84,7 +84,10 @@ fn file_moved_whole(
     };
     let on_disk = std::fs::metadata(path).map_or(0, |m| m.len());
     if let Some(sent) = count(StreamDirection::Up, true) {
-        let whole = result.start.spec["amount"]["bytes"].as_u64().unwrap_or(0);
+        let whole = match result.start.spec.amount {
+            flowlab_report::spec::Amount::Bytes(n) => n,
+            _ => 0,
+        };
         if sent < whole && !end.interrupted {
             anyhow::bail!("-F {}: sent {sent} of its {whole} bytes", path.display());
         }
