@@ -2,8 +2,6 @@
 //! forged datagrams, absurd sizes, slow drips and clients that never end. Each test here
 //! failed before the hardening it pins (issue 15).
 
-mod support;
-
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
@@ -13,7 +11,7 @@ use flowlab_proto::params::{Protocol, TestParams};
 use flowlab_proto::{Cookie, State, frame};
 use flowlab_report::result::StreamDirection;
 use flowlab_report::spec::{Amount, Direction};
-use support::*;
+use flowlab_testkit::*;
 
 /// The (local port, remote port) of every connected UDP socket on this machine.
 fn connected_udp_sockets() -> Vec<(u16, u16)> {
@@ -221,45 +219,6 @@ fn forged_datagrams_to_a_receiving_server_are_foreign() {
         .expect("client thread")
         .expect("the test completes");
     assert_untouched(&r, StreamDirection::Up, n.len() as u64);
-}
-
-/// `-w 4G` used to wrap around to a send buffer of a few KiB (the kernel takes an int).
-#[test]
-fn a_window_of_2_gib_or_more_is_refused_not_wrapped() {
-    for w in ["2G", "4G", "8G", "100T"] {
-        let out = assert_cmd::Command::cargo_bin("flowlab")
-            .expect("the flowlab binary")
-            .args(["test", "127.0.0.1", "-p", "9", "-t", "1", "-w", w])
-            .output()
-            .expect("run flowlab");
-        let text = said(&out);
-        assert_eq!(out.status.code(), Some(2), "-w {w}: {text}");
-        assert!(
-            text.contains("-w/--window") && text.contains("2147483647"),
-            "-w {w}: {text}"
-        );
-    }
-    let out = assert_cmd::Command::cargo_bin("flowlab")
-        .expect("the flowlab binary")
-        .args(["test", "127.0.0.1", "-p", "9", "--recv-window", "3G"])
-        .output()
-        .expect("run flowlab");
-    assert!(said(&out).contains("--recv-window"), "{}", said(&out));
-}
-
-/// `-t 18446744073709551615` used to be accepted (a test of 585 billion years).
-#[test]
-fn a_test_longer_than_a_day_is_refused() {
-    for t in ["86401", "18446744073709551615"] {
-        let out = assert_cmd::Command::cargo_bin("flowlab")
-            .expect("the flowlab binary")
-            .args(["test", "127.0.0.1", "-p", "9", "-t", t])
-            .output()
-            .expect("run flowlab");
-        let text = said(&out);
-        assert_eq!(out.status.code(), Some(2), "-t {t}: {text}");
-        assert!(text.contains("at most 86400 seconds"), "-t {t}: {text}");
-    }
 }
 
 /// A peer that asks the server for a window of 2^62 bytes is refused, and a window just

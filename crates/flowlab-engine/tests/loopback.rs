@@ -2,12 +2,10 @@
 //! amount, with the client's and the server's byte counts agreeing; and iperf3's socket
 //! options as a flowlab server honours them.
 
-mod support;
-
 use flowlab_proto::params::{Mode, Protocol};
 use flowlab_report::result::{ServerOutput, StreamDirection};
 use flowlab_report::spec::{Amount, Direction};
-use support::*;
+use flowlab_testkit::*;
 
 fn check(proto: Protocol, mode: Mode, direction: Direction, amount: Amount) {
     let port = default_server();
@@ -364,129 +362,6 @@ fn udp_at_full_speed_keeps_within_the_receivers_window_both_ways() {
     }
 }
 
-/// A paced test (`-b 20M`, `-w 128K`: room for ~110 datagrams, 65 ms at the rate) whose
-/// receiving end is stopped (SIGSTOP) for 150 ms three times — a receiver held off its
-/// CPU, as on a busy host with the kernel's default buffers. `(lost, rcvbuf drops, holds)` from
-/// the client's JSON, and how often the receiver held the sender back. The margin for a busy machine: with the window the sender may have
-/// 42 datagrams + the path's share + a probe every wait (8 each: 10, 30, 70, 150 ms)
-/// unread, so the socket overflows only if its smoothed round trip passes ~10 ms.
-fn paced_into_a_stalled_receiver(direction: Direction, window: bool) -> (u64, u64, Option<u64>) {
-    use nix::sys::signal::{Signal, kill};
-    use nix::unistd::Pid;
-    use std::time::{Duration, Instant};
-    /// A child killed (stopped or not) when the test is done with it or fails.
-    struct Reaped(std::process::Child);
-    impl Drop for Reaped {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let port = free_port();
-    let flowlab = || std::process::Command::new(assert_cmd::cargo::cargo_bin("flowlab"));
-    let mut server = Reaped(
-        flowlab()
-            .args(["serve", "-1", "-B", "127.0.0.1", "-p", &port.to_string()])
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .expect("start flowlab serve"),
-    );
-    await_listening(port, Some(&mut server.0), "flowlab serve");
-    let port_text = port.to_string();
-    let mut args = vec!["test", "127.0.0.1", "-p", &port_text, "-u", "-b", "20M"];
-    args.extend(["-w", "128K", "-t", "3", "-J"]);
-    if direction == Direction::Reverse {
-        args.push("-R");
-    }
-    if !window {
-        args.push("--no-window");
-    }
-    let mut client = Reaped(
-        flowlab()
-            .args(&args)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("start flowlab test"),
-    );
-    // Read while the test runs (a full pipe would hold the client up).
-    fn read<R: std::io::Read + Send + 'static>(p: Option<R>) -> std::thread::JoinHandle<Vec<u8>> {
-        std::thread::spawn(move || {
-            let mut text = Vec::new();
-            if let Some(mut p) = p {
-                let _ = p.read_to_end(&mut text);
-            }
-            text
-        })
-    }
-    let (stdout, stderr) = (read(client.0.stdout.take()), read(client.0.stderr.take()));
-    let receiver = match direction {
-        Direction::Reverse => &client,
-        _ => &server,
-    };
-    let receiver = Pid::from_raw(i32::try_from(receiver.0.id()).expect("a process id"));
-    for _ in 0..3 {
-        std::thread::sleep(Duration::from_millis(500));
-        kill(receiver, Signal::SIGSTOP).expect("stop the receiver");
-        std::thread::sleep(Duration::from_millis(150));
-        kill(receiver, Signal::SIGCONT).expect("continue the receiver");
-    }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(status) = client.0.try_wait().expect("wait for flowlab test") {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "{args:?}: no result within 30 s");
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    drop(server);
-    let (stdout, stderr) = (
-        stdout.join().expect("stdout"),
-        stderr.join().expect("stderr"),
-    );
-    assert!(
-        status.success(),
-        "{args:?}: {status}: {}",
-        String::from_utf8_lossy(&stderr)
-    );
-    let r: serde_json::Value = serde_json::from_slice(&stdout).expect("JSON");
-    let u = &r["end"]["sums"][0]["receiver"]["udp"];
-    let n = |k: &str| {
-        u[k].as_u64()
-            .unwrap_or_else(|| panic!("{args:?}: no {k} in {u}"))
-    };
-    let holds = r["end"]["sums"][0]["sender"]["receiver_holds"].as_u64();
-    (n("lost"), n("rcvbuf_drops"), holds)
-}
-
-/// A paced sender keeps within its receiver's window, both ways: a receiver stopped for
-/// longer than its buffer lasts at the rate loses nothing, where without the window
-/// (`--no-window`, the same stalls) its socket overflows — the loss the README's `quick`
-/// showed on a host with the kernel's default `rmem_max` (docs/PERFORMANCE.md).
-#[test]
-fn a_paced_sender_stops_while_its_receiver_is_stopped_both_ways() {
-    for direction in [Direction::Forward, Direction::Reverse] {
-        let (lost, drops, holds) = paced_into_a_stalled_receiver(direction, false);
-        assert!(
-            lost > 0 && drops > 0,
-            "{direction:?}: without the window, 150 ms stalls at 20 Mbit/s should overflow \
-             a buffer of ~110 datagrams (lost {lost}, dropped {drops}): the test proves nothing"
-        );
-        assert_eq!(holds, None, "{direction:?}: held without a window");
-        let (lost, drops, holds) = paced_into_a_stalled_receiver(direction, true);
-        assert_eq!(
-            (lost, drops),
-            (0, 0),
-            "{direction:?}: the paced sender overran its stopped receiver"
-        );
-        // Each of the three stops held it at least once, and the result says so.
-        assert!(
-            holds.is_some_and(|n| n >= 3),
-            "{direction:?}: the sender says it was held {holds:?} times"
-        );
-    }
-}
-
 #[test]
 fn no_backoff_sends_blindly_but_still_reports_the_overflow() {
     let (cuts, drops, lost) = overflowing_udp(Direction::Forward, false);
@@ -501,14 +376,14 @@ fn no_backoff_sends_blindly_but_still_reports_the_overflow() {
 fn affinity_pins_each_ends_stream_threads() {
     let cpus = flowlab_engine::cpu::allowed_cpus();
     let (client_cpu, server_cpu) = (cpus[cpus.len() - 1], cpus[0]);
-    let port = support::default_server();
-    let mut s = support::spec(port);
+    let port = flowlab_testkit::default_server();
+    let mut s = flowlab_testkit::spec(port);
     s.amount = Amount::Seconds(2.0);
     s.affinity = flowlab_report::spec::Affinity {
         client: Some(client_cpu),
         server: Some(server_cpu),
     };
-    let test = std::thread::spawn(move || support::run(&s));
+    let test = std::thread::spawn(move || flowlab_testkit::run(&s));
     // Each stream thread's CPUs as last seen: a thread may be caught between its start
     // and pinning itself, so only what it settles on counts.
     let mut last = std::collections::BTreeMap::new();
@@ -541,10 +416,10 @@ fn affinity_pins_each_ends_stream_threads() {
         [client_cpu.to_string(), server_cpu.to_string()].into();
     assert_eq!(seen, want, "stream threads' CPUs");
 
-    let mut s = support::spec(port);
+    let mut s = flowlab_testkit::spec(port);
     s.amount = Amount::Seconds(1.0);
     s.affinity.server = Some(4096);
-    let e = support::run(&s).expect_err("refused").to_string();
+    let e = flowlab_testkit::run(&s).expect_err("refused").to_string();
     assert!(
         e.contains("CPU 4096 asked for (-A); this server runs on CPUs"),
         "{e}"

@@ -1,0 +1,420 @@
+//! Helpers the integration tests of flowlab's crates share: an in-process server on a
+//! free loopback port, a client run with a spec, ports and sockets, and guards for tests
+//! that need root or an external tool (in CI they fail; elsewhere they skip, saying why).
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use flowlab_engine::client::{self, ClientError, Quiet};
+use flowlab_engine::server::{NoLog, Server, ServerConfig};
+use flowlab_report::result::{EndInfo, SideTotals, StreamDirection, TestResult};
+use flowlab_report::spec::TestSpec;
+
+/// Starts a flowlab server on 127.0.0.1 with a free port; returns the port.
+pub fn start_server(cfg: ServerConfig) -> u16 {
+    let cfg = ServerConfig {
+        bind: Some([127, 0, 0, 1].into()),
+        port: 0,
+        ..cfg
+    };
+    let server = Server::bind(cfg, Arc::new(NoLog)).expect("bind a loopback server");
+    let port = server.local_addr().port();
+    server.spawn().expect("start the server thread");
+    port
+}
+
+pub fn default_server() -> u16 {
+    start_server(ServerConfig {
+        idle_timeout: Duration::from_secs(3),
+        ..ServerConfig::default()
+    })
+}
+
+/// A spec for 127.0.0.1:port with no interval output.
+pub fn spec(port: u16) -> TestSpec {
+    let mut s = TestSpec::new("127.0.0.1");
+    s.port = port;
+    s.interval = None;
+    s.connect_timeout = Duration::from_secs(3);
+    s
+}
+
+pub fn run(spec: &TestSpec) -> Result<TestResult, ClientError> {
+    client::run(spec, &mut Quiet, &AtomicBool::new(false))
+}
+
+pub fn end(r: &TestResult) -> &EndInfo {
+    r.end.as_ref().expect("a finished test has an end section")
+}
+
+/// The sender and receiver totals of one direction's sum.
+pub fn sum(r: &TestResult, d: StreamDirection) -> (SideTotals, SideTotals) {
+    let s = end(r)
+        .sums
+        .iter()
+        .find(|s| s.direction == d)
+        .expect("a sum for the direction");
+    (
+        s.sender.clone().expect("sender totals"),
+        s.receiver.clone().expect("receiver totals"),
+    )
+}
+
+/// True when `tool` is on PATH. In CI (`CI` set) a missing tool fails the test;
+/// elsewhere the test is skipped with a printed reason.
+pub fn require_tool(tool: &str) -> bool {
+    let found = std::process::Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        if std::env::var_os("CI").is_some() {
+            panic!("{tool} is required in CI but is not installed (scripts/test.sh installs it)");
+        }
+        skip(&format!(
+            "{tool} is not installed; run scripts/test.sh to install it"
+        ));
+    }
+    found
+}
+
+/// Whether the kernel's TCP socket tables (the text of /proc/net/tcp and tcp6) hold a
+/// socket listening on `port`. Reading them does not disturb a server that is starting,
+/// as binding the port to see whether it is taken would (the server's own bind fails
+/// while the probe holds it).
+pub fn listens_in(tables: &str, port: u16) -> bool {
+    let local = format!(":{port:04X}");
+    tables.lines().any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        f.len() > 3 && f[1].ends_with(&local) && f[3] == "0A"
+    })
+}
+
+/// Whether a socket listens on TCP `port` in this network namespace.
+pub fn listening_here(port: u16) -> bool {
+    let tables: String = ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|p| std::fs::read_to_string(p).ok())
+        .collect();
+    listens_in(&tables, port)
+}
+
+/// `len` bytes no compression could flatter, the same each run: a 64-bit LCG's high bytes.
+pub fn noise(len: usize) -> Vec<u8> {
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    (0..len)
+        .map(|_| {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            (x >> 56) as u8
+        })
+        .collect()
+}
+
+/// A number under /proc/sys/net/core (the engine's reader, as `flowlab sysinfo` shows it).
+pub fn core_sysctl(name: &str) -> u64 {
+    flowlab_engine::sysinfo::net_core(name)
+        .unwrap_or_else(|| panic!("/proc/sys/net/core/{name} unreadable"))
+}
+
+/// Where `got` departs from `want`, for a failed byte-for-byte comparison: both lengths
+/// and the first offset that differs (`None` when they are equal).
+pub fn first_difference(got: &[u8], want: &[u8]) -> Option<String> {
+    let at = got.iter().zip(want).position(|(a, b)| a != b);
+    match at {
+        None if got.len() == want.len() => None,
+        None => Some(format!(
+            "{} bytes where {} were expected, equal as far as both go",
+            got.len(),
+            want.len()
+        )),
+        Some(i) => Some(format!(
+            "{} bytes where {} were expected, the first difference at byte {i}",
+            got.len(),
+            want.len()
+        )),
+    }
+}
+
+/// Waits, 10 s at most, until a socket listens on TCP `port` here (`what`, a server);
+/// `child`, when given, must not exit meanwhile.
+pub fn await_listening(port: u16, mut child: Option<&mut std::process::Child>, what: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !listening_here(port) {
+        if let Some(c) = child.as_deref_mut() {
+            assert!(
+                c.try_wait().expect("wait").is_none(),
+                "{what} exited before listening on port {port}"
+            );
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what} does not listen on port {port} within 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A free TCP and UDP port on loopback (for external servers).
+pub fn free_port() -> u16 {
+    loop {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = l.local_addr().expect("addr").port();
+        drop(l);
+        if std::net::UdpSocket::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
+/// The first of `n` consecutive loopback ports, TCP and UDP, all free now: outside the
+/// kernel's ephemeral range, so no connection is handed one meanwhile.
+pub fn free_ports(n: u16) -> u16 {
+    let free = |p: u16| {
+        std::net::TcpListener::bind(("127.0.0.1", p)).is_ok()
+            && std::net::UdpSocket::bind(("127.0.0.1", p)).is_ok()
+    };
+    let seed = std::process::id() as u16 % 997;
+    (0..2000u16)
+        .map(|i| 20_000 + (seed + i * 5) % 10_000)
+        .find(|&base| (base..base + n).all(free))
+        .expect("consecutive free ports between 20000 and 30000")
+}
+
+/// Says why the running test skips its work: on stderr, and as a line in the file that
+/// `FLOWLAB_SKIPPED` names, if set (scripts/test.sh counts them there: cargo shows the
+/// output of a passing test only with --nocapture).
+pub fn skip(reason: &str) {
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("a test")
+        .to_string();
+    eprintln!("SKIPPED: {test}: {reason}");
+    if let Some(file) = std::env::var_os("FLOWLAB_SKIPPED") {
+        use std::io::Write;
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(file)
+        {
+            let _ = writeln!(f, "{test}: {reason}");
+        }
+    }
+}
+
+/// Whether this runs as root. In CI, which runs as root, its absence fails the test;
+/// elsewhere the test says why it skips (`what` needs root).
+pub fn is_root(what: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        if std::env::var_os("CI").is_some() {
+            panic!("{what}: root is needed, and CI runs as root");
+        }
+        skip(&format!("{what}: root is needed"));
+    }
+    root
+}
+
+/// Whether this runs as root with `ip` and `tc` (what building namespaces needs). In CI,
+/// which runs as root, its absence fails the test; elsewhere the test says why it skips.
+pub fn is_root_with_ip(what: &str) -> bool {
+    is_root(&format!("{what} (CAP_NET_ADMIN)")) && require_tool("ip") && require_tool("tc")
+}
+
+/// The CPU latency request in force before a test holds the CPUs awake, where holding
+/// can be told apart; otherwise None, the test skipping with why: no PM QoS device, or
+/// another process holding the CPUs awake already.
+pub fn cpu_latency_before_holding() -> Option<i32> {
+    let Some(before) = flowlab_engine::sysinfo::cpu_latency_us() else {
+        skip("this kernel has no /dev/cpu_dma_latency (PM QoS)");
+        return None;
+    };
+    if before == 0 {
+        skip("another process holds the CPUs awake already: nothing to tell apart");
+        return None;
+    }
+    Some(before)
+}
+
+/// The network namespaces of topology `topo` that exist now.
+pub fn namespaces_of(topo: &str) -> Vec<String> {
+    let out = std::process::Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .expect("ip netns list");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with(&format!("fl-{topo}-")))
+        .map(String::from)
+        .collect()
+}
+
+/// A command's stdout and stderr together, for messages and assertions.
+pub fn said(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Connects to the server on 127.0.0.1:`port` and sends a cookie made of `tag`; returns
+/// the connection (5 s read timeout) once the server asks for the parameters.
+pub fn at_param_exchange(port: u16, tag: u8) -> std::net::TcpStream {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    c.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    c.write_all(&flowlab_proto::Cookie::from_random([tag; 36]).encode())
+        .expect("cookie");
+    let mut b = [0u8; 1];
+    c.read_exact(&mut b).expect("state");
+    assert_eq!(
+        flowlab_proto::State::from_byte(b[0]),
+        Ok(flowlab_proto::State::ParamExchange)
+    );
+    c
+}
+
+/// Reads until the server closes `c` (end-of-file or a reset); false if a read waits
+/// longer than `wait` first.
+pub fn closed_within(c: &mut std::net::TcpStream, wait: Duration) -> bool {
+    use std::io::Read;
+    c.set_read_timeout(Some(wait)).expect("timeout");
+    let mut b = [0u8; 256];
+    loop {
+        match c.read(&mut b) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+            Err(_) => return false,
+        }
+    }
+}
+
+/// A UDP socket connected to the server's port (3 s read timeout), for a data stream.
+pub fn udp_to(port: u16) -> std::net::UdpSocket {
+    let u = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+    u.connect(("127.0.0.1", port)).expect("connect");
+    u.set_read_timeout(Some(Duration::from_secs(3)))
+        .expect("timeout");
+    u
+}
+
+/// Sends the UDP stream handshake on `u` and waits for the server's reply.
+pub fn udp_handshake(u: &std::net::UdpSocket) -> Result<(), String> {
+    use flowlab_proto::udp::{CONNECT_MSG, is_handshake_reply};
+    u.send(&CONNECT_MSG).map_err(|e| format!("send: {e}"))?;
+    let mut buf = [0u8; 64];
+    let n = u.recv(&mut buf).map_err(|e| format!("no reply: {e}"))?;
+    if is_handshake_reply(&buf[..n]) {
+        Ok(())
+    } else {
+        Err("not a handshake reply".into())
+    }
+}
+
+/// A connection from `source` (another loopback address) to the server.
+pub fn connect_from(source: [u8; 4], port: u16) -> std::net::TcpStream {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+        .expect("a TCP socket");
+    let from: std::net::SocketAddr = (source, 0).into();
+    s.bind(&from.into()).expect("bind a loopback source");
+    let to: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+    s.connect(&to.into()).expect("connect");
+    s.into()
+}
+
+/// A one-off `iperf3 -s` with JSON output, killed if the test fails.
+#[derive(Debug)]
+pub struct Iperf3Server(Option<std::process::Child>);
+
+impl Iperf3Server {
+    pub fn start(port: u16) -> Self {
+        Self::spawn(port, true, &[])
+    }
+
+    /// The same, printing text rather than JSON.
+    pub fn start_text(port: u16) -> Self {
+        Self::spawn(port, false, &[])
+    }
+
+    /// The same, with more of iperf3's options.
+    pub fn start_with(port: u16, args: &[&std::ffi::OsStr]) -> Self {
+        Self::spawn(port, true, args)
+    }
+
+    fn spawn(port: u16, json: bool, args: &[&std::ffi::OsStr]) -> Self {
+        let mut child = std::process::Command::new("iperf3")
+            .args(["-s", "-1", "-p", &port.to_string(), "-B", "127.0.0.1"])
+            .args(json.then_some("-J"))
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start iperf3 -s");
+        // Wait until it listens, without connecting (a connection would use up the
+        // one-off server's single test) and without binding the port to see whether it
+        // is taken: iperf3's own bind failed while such a probe held it, once in a
+        // fresh-clone run ("iperf3 -s did not start").
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !listening_here(port) {
+            if let Ok(Some(status)) = child.try_wait() {
+                let out = child.wait_with_output().expect("iperf3 -s output");
+                panic!(
+                    "iperf3 -s on port {port} exited ({status}) before listening: {}",
+                    String::from_utf8_lossy(&out.stdout)
+                );
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "iperf3 -s did not listen on port {port} within 10 s"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Iperf3Server(Some(child))
+    }
+
+    pub fn json(mut self) -> serde_json::Value {
+        let child = self.0.take().expect("child");
+        let out = child.wait_with_output().expect("iperf3 -s output");
+        serde_json::from_slice(&out.stdout).expect("iperf3 -s JSON")
+    }
+}
+
+impl Drop for Iperf3Server {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A key pair made by `openssl genrsa` (PKCS#8 private key, SubjectPublicKeyInfo public
+/// key, as iperf3's own auth test makes them) and an authorized-users file for
+/// mario/rossi, in `dir`.
+pub fn auth_files(
+    dir: &std::path::Path,
+) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+    let private = dir.join("private.pem");
+    let public = dir.join("public.pem");
+    let users = dir.join("users.csv");
+    let ok = |c: &mut std::process::Command| c.status().expect("run openssl").success();
+    assert!(ok(std::process::Command::new("openssl")
+        .args(["genrsa", "-out"])
+        .arg(&private)
+        .arg("2048")
+        .stderr(std::process::Stdio::null())));
+    assert!(ok(std::process::Command::new("openssl")
+        .args(["rsa", "-pubout", "-in"])
+        .arg(&private)
+        .arg("-out")
+        .arg(&public)
+        .stderr(std::process::Stdio::null())));
+    let hash = flowlab_proto::auth::password_hash("mario", "rossi");
+    std::fs::write(&users, format!("# user,sha256\nmario,{hash}\n")).expect("users file");
+    (private, public, users)
+}
