@@ -176,6 +176,15 @@ kind = "test"
 args = "{a.host} -p {a.port} -l {length} -t 1"
 "#;
 
+/// [`SWEEP`] with its two cells testing hosts `a` and `b` instead ([`flowlab`] fails
+/// against `fail`, hangs against `hang`).
+fn sweep_of_hosts(a: &str, b: &str) -> String {
+    SWEEP.replace("{a.host}", "{length}").replace(
+        r#"length = ["8K", "64K"]"#,
+        &format!(r#"length = ["{a}", "{b}"]"#),
+    )
+}
+
 #[test]
 fn every_trial_runs_at_the_place_and_is_recorded_in_the_plans_order() {
     let lab = Lab::new(SWEEP);
@@ -237,9 +246,7 @@ fn every_trial_runs_at_the_place_and_is_recorded_in_the_plans_order() {
 
 #[test]
 fn a_failed_step_fails_its_trial_and_the_rest_run_unless_the_study_stops_on_error() {
-    let text = SWEEP
-        .replace("{a.host}", "{length}")
-        .replace(r#"length = ["8K", "64K"]"#, r#"length = ["fail", "ok"]"#);
+    let text = sweep_of_hosts("fail", "ok");
     let lab = Lab::new(&text);
     let (summary, events) = lab.run();
     assert_eq!((summary.ok, summary.failed), (2, 2), "{events:?}");
@@ -286,9 +293,7 @@ fn warm_up_trials_run_first_and_are_not_recorded() {
 
 #[test]
 fn a_stop_kills_the_running_step_and_gives_its_trial_back() {
-    let text = SWEEP
-        .replace("{a.host}", "{length}")
-        .replace(r#"length = ["8K", "64K"]"#, r#"length = ["ok", "hang"]"#);
+    let text = sweep_of_hosts("ok", "hang");
     let lab = Lab::new(&text);
     let stop = Arc::new(AtomicBool::new(false));
     let stopper = {
