@@ -10,6 +10,11 @@
 #                    included)  vs  to CSV. Target: under 2 s.
 #   db size          bytes of the database per trial (a test's whole -J document, its
 #                    metrics and the trial's rows), after a WAL checkpoint.
+#   runner-versions  with OLD_FLOWLAB given: this build's `flowlab run` of the same study
+#                    vs the old build's, alternating; the difference per trial is what
+#                    the change costs or saves the runner.
+#
+# Usage: bench/studies.sh [OLD_FLOWLAB]
 #
 # Each A/B case runs alternately through bench/ab.py (at least 7 runs each, min / median
 # / max, the ratio, runs spread over 25 % flagged).
@@ -19,6 +24,7 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 FLOWLAB="$ROOT/target/release/flowlab"
+OLD="${1:-}"
 RUNS="${BENCH_RUNS:-7}"
 TRIALS="${BENCH_TRIALS:-40}"
 PORT="${BENCH_PORT:-5431}"
@@ -28,6 +34,7 @@ die() { echo "studies.sh: error: $*" >&2; exit 2; }
 command -v python3 >/dev/null || die "python3 not found"
 [[ "$RUNS" =~ ^[0-9]+$ && "$RUNS" -ge 7 ]] || die "BENCH_RUNS must be 7 or more"
 [[ "$TRIALS" =~ ^[0-9]+$ && "$TRIALS" -ge 4 && $((TRIALS % 4)) -eq 0 ]] || die "BENCH_TRIALS must be a multiple of 4"
+[[ -z "$OLD" || -x "$OLD" ]] || die "$OLD is not an executable flowlab"
 if [[ ! -x "$FLOWLAB" ]]; then
     (cd "$ROOT" && cargo build --release) || die "cargo build --release failed"
 fi
@@ -75,6 +82,13 @@ $AB runner-overhead wall-ms \
     "cd $WORK && $FLOWLAB run overhead.toml --db run-\$(date +%s%N).db >/dev/null" \
     "bash $WORK/bare.sh" \
     --runs "$RUNS" --label-a "flowlab run" --label-b "bare loop" --per "$TRIALS"
+if [[ -n "$OLD" ]]; then
+    echo "old flowlab: $("$OLD" --version) ($OLD)"
+    $AB runner-versions wall-ms \
+        "cd $WORK && $FLOWLAB run overhead.toml --db new-\$(date +%s%N).db >/dev/null" \
+        "cd $WORK && $OLD run overhead.toml --db old-\$(date +%s%N).db >/dev/null" \
+        --runs "$RUNS" --label-a "new" --label-b "old" --per "$TRIALS"
+fi
 
 # A database of 10 000 trials: one real run, its trials copied (new repetitions) until
 # there are 10 000, the study's file made to say so.
