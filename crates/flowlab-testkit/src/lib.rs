@@ -7,8 +7,10 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use flowlab_engine::client::{self, ClientError, Quiet};
-use flowlab_engine::server::{NoLog, Server, ServerConfig};
+use flowlab_engine::server::{Server, ServerConfig, ServerLog};
+use flowlab_report::result::ServerOutput;
 use flowlab_report::result::{EndInfo, SideTotals, StreamDirection, TestResult};
+use flowlab_report::server::ServerEvent;
 use flowlab_report::spec::TestSpec;
 
 /// Starts a flowlab server on 127.0.0.1 with a free port; returns the port.
@@ -18,10 +20,23 @@ pub fn start_server(cfg: ServerConfig) -> u16 {
         port: 0,
         ..cfg
     };
-    let server = Server::bind(cfg, Arc::new(NoLog)).expect("bind a loopback server");
+    let server = Server::bind(cfg, Arc::new(TextLog)).expect("bind a loopback server");
     let port = server.local_addr().port();
     server.spawn().expect("start the server thread");
     port
+}
+
+/// A server's log that prints nothing and gives a client that asks for the server's
+/// output the lines `flowlab serve` would have printed.
+#[derive(Debug)]
+pub struct TextLog;
+
+impl ServerLog for TextLog {
+    fn event(&self, _: ServerEvent) {}
+
+    fn output(&self, events: &[ServerEvent]) -> ServerOutput {
+        ServerOutput::Text(flowlab_report::table::server_events(events))
+    }
 }
 
 pub fn default_server() -> u16 {

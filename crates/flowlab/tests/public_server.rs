@@ -28,6 +28,10 @@ impl ServerLog for Collect {
     fn event(&self, e: ServerEvent) {
         self.0.lock().expect("log").push(e);
     }
+
+    fn output(&self, events: &[ServerEvent]) -> flowlab_report::result::ServerOutput {
+        flowlab_report::result::ServerOutput::Text(flowlab_report::table::server_events(events))
+    }
 }
 
 impl Collect {

@@ -351,6 +351,10 @@ mod tests {
         fn event(&self, e: ServerEvent) {
             self.0.lock().unwrap().push(e);
         }
+
+        fn output(&self, _: &[ServerEvent]) -> flowlab_report::result::ServerOutput {
+            flowlab_report::result::ServerOutput::Text(String::new())
+        }
     }
 
     #[test]

@@ -219,17 +219,20 @@ pub trait ServerLog: Send + Sync {
     fn event(&self, event: ServerEvent);
 
     /// What this log says of one test (its `events`), for a client that asks for the
-    /// server's output (iperf3's `--get-server-output`): the lines a text log prints.
-    fn output(&self, events: &[ServerEvent]) -> ServerOutput {
-        ServerOutput::Text(flowlab_report::table::server_events(events))
-    }
+    /// server's output (iperf3's `--get-server-output`): what it would have printed, in
+    /// the log's own format (the engine formats nothing).
+    fn output(&self, events: &[ServerEvent]) -> ServerOutput;
 }
 
-/// A log that drops everything.
+/// A log that drops everything: a client asking for the server's output gets none.
 #[derive(Debug, Default)]
 pub struct NoLog;
 impl ServerLog for NoLog {
     fn event(&self, _: ServerEvent) {}
+
+    fn output(&self, _: &[ServerEvent]) -> ServerOutput {
+        ServerOutput::Text(String::new())
+    }
 }
 
 /// A data connection and its place in the accept order. The client opens its streams one
