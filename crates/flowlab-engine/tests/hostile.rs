@@ -107,7 +107,10 @@ fn udp_spec(port: u16, direction: Direction) -> flowlab_report::spec::TestSpec {
 /// the path could spoof it; no privilege needed.
 #[test]
 fn forged_datagrams_to_a_receiving_client_are_foreign() {
-    let port = default_server();
+    let (port, log) = start_server_logging(ServerConfig {
+        idle_timeout: Duration::from_secs(3),
+        ..ServerConfig::default()
+    });
     let s = udp_spec(port, Direction::Reverse);
     let test = std::thread::spawn(move || run(&s));
     let client = client_udp_port(port);
@@ -117,7 +120,8 @@ fn forged_datagrams_to_a_receiving_client_are_foreign() {
     let from: SocketAddr = ([127, 0, 0, 1], port).into();
     forger.bind(&from.into()).expect("bind the server's port");
     let forger: UdpSocket = forger.into();
-    std::thread::sleep(Duration::from_millis(300));
+    // Forged while the test's data flows.
+    await_test_started(&log);
     let n = forgeries(1400);
     for d in &n {
         forger
@@ -190,7 +194,10 @@ fn forged_datagrams_to_a_receiving_server_are_foreign() {
     if !is_root("forging the client's source port with a raw socket") {
         return;
     }
-    let port = default_server();
+    let (port, log) = start_server_logging(ServerConfig {
+        idle_timeout: Duration::from_secs(3),
+        ..ServerConfig::default()
+    });
     let s = udp_spec(port, Direction::Forward);
     let test = std::thread::spawn(move || run(&s));
     let client = client_udp_port(port);
@@ -200,7 +207,8 @@ fn forged_datagrams_to_a_receiving_server_are_foreign() {
         Some(socket2::Protocol::UDP),
     )
     .expect("a raw socket");
-    std::thread::sleep(Duration::from_millis(300));
+    // Forged while the test's data flows.
+    await_test_started(&log);
     let n = forgeries(1400);
     for d in &n {
         // UDP header: source port, destination port, length, checksum 0 (none, IPv4).
@@ -276,7 +284,11 @@ fn a_slow_drip_holds_no_slot_and_is_cut_at_the_handshake_deadline() {
             })
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(500));
+    // The three drips connected and dripping before the real test comes.
+    assert!(
+        wait_until(Duration::from_secs(5), || established_to(port) >= 3),
+        "the drips did not connect"
+    );
     // Three drips, two slots: a real test still runs.
     let mut s = spec(port);
     s.amount = Amount::Bytes(1 << 20);

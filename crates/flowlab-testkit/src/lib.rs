@@ -115,6 +115,79 @@ pub fn listening_here(port: u16) -> bool {
     listens_in(&tables, port)
 }
 
+/// How many TCP connections to the server on local `port` are established in this
+/// network namespace (counted from the server's side: local port `port`).
+pub fn established_to(port: u16) -> usize {
+    let local = format!(":{port:04X}");
+    ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|p| std::fs::read_to_string(p).ok())
+        .flat_map(|t| {
+            t.lines()
+                .map(|l| l.split_whitespace().map(String::from).collect::<Vec<_>>())
+                .collect::<Vec<_>>()
+        })
+        .filter(|f| f.len() > 3 && f[1].ends_with(&local) && f[3] == "01")
+        .count()
+}
+
+/// Waits (up to `within`) until `condition` holds; whether it did.
+pub fn wait_until(within: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + within;
+    while std::time::Instant::now() < deadline {
+        if condition() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    condition()
+}
+
+/// A loopback server whose log events arrive on the returned channel (a test waits for
+/// one: a test started, a refusal), with serve's text as its output.
+pub fn start_server_logging(cfg: ServerConfig) -> (u16, std::sync::mpsc::Receiver<ServerEvent>) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let log = ChannelLog(std::sync::Mutex::new(tx));
+    let cfg = ServerConfig {
+        bind: Some([127, 0, 0, 1].into()),
+        port: 0,
+        ..cfg
+    };
+    let server = Server::bind(cfg, Arc::new(log)).expect("bind a loopback server");
+    let port = server.local_addr().port();
+    server.spawn().expect("start the server thread");
+    (port, rx)
+}
+
+/// A server log that sends each event to a channel.
+#[derive(Debug)]
+struct ChannelLog(std::sync::Mutex<std::sync::mpsc::Sender<ServerEvent>>);
+
+impl ServerLog for ChannelLog {
+    fn event(&self, e: ServerEvent) {
+        if let Ok(tx) = self.0.lock() {
+            let _ = tx.send(e);
+        }
+    }
+
+    fn output(&self, events: &[ServerEvent]) -> ServerOutput {
+        ServerOutput::Text(flowlab_report::table::server_events(events))
+    }
+}
+
+/// Waits (up to 10 s) for the first `TestStarted` of a server's log.
+pub fn await_test_started(log: &std::sync::mpsc::Receiver<ServerEvent>) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+        match log.recv_timeout(left) {
+            Ok(ServerEvent::TestStarted { .. }) => return,
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    panic!("no test started on the server within 10 s");
+}
+
 /// `len` bytes no compression could flatter, the same each run: a 64-bit LCG's high bytes.
 pub fn noise(len: usize) -> Vec<u8> {
     let mut x = 0x9E37_79B9_7F4A_7C15u64;

@@ -842,9 +842,13 @@ fn rcv_timeout_ends_a_test_whose_server_stops_sending() {
     }
     let server = Stopped(server);
     let stopper = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(1500));
+        // Stopped once its data stream is up (the control connection and one more)
+        // and has sent for a moment: what was measured must be kept.
+        let up = wait_until(Duration::from_secs(10), || established_to(port) >= 2);
+        std::thread::sleep(Duration::from_millis(200));
         // SAFETY: kill(2) on the child this test started.
         unsafe { libc::kill(pid, libc::SIGSTOP) };
+        assert!(up, "the test's data stream never came up");
     });
     let started = Instant::now();
     let r = flowlab_json(port, &["-t", "20", "-R", "--rcv-timeout", "500"]);
