@@ -35,6 +35,7 @@ pub use crate::diagnosis::{Diagnosis, Evidence, Limit, Method, Shares};
 use crate::result::Trace;
 use crate::spec::StreamDirection;
 pub use crate::spec::{PathRate, PathRates};
+use crate::units::{decimal_bytes, rate_words, size_arg};
 use flowlab_proto::trace::TraceSample;
 
 /// A share of the time at or above which a limit is worth advice.
@@ -301,44 +302,6 @@ fn evidence(streams: &[&[TraceSample]], rate: Option<&PathRate>) -> Evidence {
     }
 }
 
-/// Bytes as the user types them (`-w 8M`): binary units, rounded up.
-fn size_arg(bytes: u64) -> String {
-    const M: u64 = 1 << 20;
-    const K: u64 = 1 << 10;
-    if bytes >= M {
-        format!("{}M", bytes.div_ceil(M))
-    } else {
-        format!("{}K", bytes.div_ceil(K).max(1))
-    }
-}
-
-/// Bytes in decimal units, as sysctl values are usually discussed ("6.2 MB").
-fn human(bytes: u64) -> String {
-    let b = bytes as f64;
-    if b >= 1e9 {
-        format!("{:.1} GB", b / 1e9)
-    } else if b >= 1e6 {
-        format!("{:.1} MB", b / 1e6)
-    } else if b >= 1e3 {
-        format!("{:.0} kB", b / 1e3)
-    } else {
-        format!("{bytes} B")
-    }
-}
-
-/// A rate as the advice words it: "30 Mbit/s", "1 Gbit/s", "2.5 Gbit/s".
-fn rate_words(bps: u64) -> String {
-    let (v, unit) = if bps >= 1_000_000_000 {
-        (bps as f64 / 1e9, "Gbit/s")
-    } else if bps >= 1_000_000 {
-        (bps as f64 / 1e6, "Mbit/s")
-    } else {
-        (bps as f64 / 1e3, "kbit/s")
-    };
-    let digits = if v.fract().abs() < 1e-9 { 0 } else { 1 };
-    format!("{v:.digits$} {unit}")
-}
-
 /// The advice for a receive-window limit. A window must hold the path's
 /// bandwidth-delay product, the lowest RTT × the rate the path can carry; the receiver's
 /// kernel doubles the buffer asked for (SO_RCVBUF) and advertises half or more of its
@@ -350,7 +313,7 @@ fn receive_window_advice(pct: f64, e: &Evidence, rate: Option<&PathRate>) -> Str
         "receive-window limited {pct:.0} % of the time (the sender was at the receiver's \
          window{}{})",
         e.max_receive_window
-            .map(|w| format!(" of {}", human(w)))
+            .map(|w| format!(" of {}", decimal_bytes(w)))
             .unwrap_or_default(),
         if e.window_samples > 0 {
             format!(
@@ -378,7 +341,7 @@ fn receive_window_advice(pct: f64, e: &Evidence, rate: Option<&PathRate>) -> Str
         format!(
             "`--recv-window {}` (or `-w`), or net.ipv4.tcp_rmem max to at least {}",
             size_arg(need),
-            human(2 * need)
+            decimal_bytes(2 * need)
         )
     };
     if e.window_full_samples > 0 && 2 * e.reader_full_samples >= e.window_full_samples {
@@ -398,7 +361,7 @@ fn receive_window_advice(pct: f64, e: &Evidence, rate: Option<&PathRate>) -> Str
                 rtt_ms(rtt),
                 rate_words(r.bps),
                 r.source,
-                human(need)
+                decimal_bytes(need)
             );
             if need <= window {
                 t += &format!(
@@ -484,10 +447,10 @@ fn advice(shares: &Shares, e: &Evidence, rate: Option<&PathRate>) -> Vec<String>
                 "send-buffer limited {pct:.0} % of the time{}: raise the sender's buffer, `-w {}`, \
                  or net.ipv4.tcp_wmem max to at least {}",
                 e.sndbuf
-                    .map(|b| format!(" (its buffer held {})", human(b)))
+                    .map(|b| format!(" (its buffer held {})", decimal_bytes(b)))
                     .unwrap_or_default(),
                 size_arg(buffer),
-                human(buffer)
+                decimal_bytes(buffer)
             ),
             Limit::Network => {
                 let mut t = format!("congestion-window (network) limited {pct:.0} % of the time");

@@ -7,7 +7,9 @@
 //! decimal (`64KB` = 64 000 bytes, `1Gbps`, `1Gbit/s`, `500Kbit`), unless it is IEC's
 //! binary one (`64KiB`, `1Gibit/s`). A rate may be given in bytes a second (`12.5MB/s`).
 //! Printed transfers are binary (KBytes = 1024 bytes), printed bit rates decimal
-//! (Kbits/sec = 1000 bits/s).
+//! (Kbits/sec = 1000 bits/s). Advice words them as a user types and reads them: a size
+//! to give a flag ([`size_arg`]), bytes as sysctl values are discussed
+//! ([`decimal_bytes`]), a rate in words ([`rate_words`]).
 
 use std::fmt;
 
@@ -231,6 +233,44 @@ impl fmt::Display for Rate {
         };
         write_scaled(f, scaled, p, unit)
     }
+}
+
+/// Bytes as the user types them (`-w 8M`): binary units, rounded up.
+pub fn size_arg(bytes: u64) -> String {
+    const M: u64 = 1 << 20;
+    const K: u64 = 1 << 10;
+    if bytes >= M {
+        format!("{}M", bytes.div_ceil(M))
+    } else {
+        format!("{}K", bytes.div_ceil(K).max(1))
+    }
+}
+
+/// Bytes in decimal units, as sysctl values are usually discussed ("6.2 MB").
+pub fn decimal_bytes(bytes: u64) -> String {
+    let b = bytes as f64;
+    if b >= 1e9 {
+        format!("{:.1} GB", b / 1e9)
+    } else if b >= 1e6 {
+        format!("{:.1} MB", b / 1e6)
+    } else if b >= 1e3 {
+        format!("{:.0} kB", b / 1e3)
+    } else {
+        format!("{bytes} B")
+    }
+}
+
+/// A rate as the advice words it: "30 Mbit/s", "1 Gbit/s", "2.5 Gbit/s".
+pub fn rate_words(bps: u64) -> String {
+    let (v, unit) = if bps >= 1_000_000_000 {
+        (bps as f64 / 1e9, "Gbit/s")
+    } else if bps >= 1_000_000 {
+        (bps as f64 / 1e6, "Mbit/s")
+    } else {
+        (bps as f64 / 1e3, "kbit/s")
+    };
+    let digits = if v.fract().abs() < 1e-9 { 0 } else { 1 };
+    format!("{v:.digits$} {unit}")
 }
 
 #[cfg(test)]
