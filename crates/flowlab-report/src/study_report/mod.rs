@@ -1,11 +1,10 @@
 //! A study's report: every metric of every step summarised per cell over the trials'
 //! repetitions ([`crate::stats`]), the failed trials listed (never averaged in), and two
 //! cells compared. Built from what the results database holds, handed in as plain data;
-//! shown as markdown, CSV, JSON ([`markdown`], [`csv()`], JSON through serde) or HTML
-//! ([`crate::html`]).
+//! shown as markdown ([`markdown()`], `markdown.rs`), CSV ([`csv()`], `csv.rs`), JSON
+//! (through serde) or HTML ([`crate::html`]).
 
 use crate::study::Outcome;
-use std::fmt::Write as _;
 
 use serde::Serialize;
 
@@ -572,205 +571,12 @@ pub fn title(m: &MetricTable, unit: &str) -> String {
     format!("{} — step {}{unit}", m.metric, m.step)
 }
 
-/// The report as markdown: the study, then a table per metric, then the failures.
-pub fn markdown(r: &StudyReport) -> String {
-    let mut out = format!("# Study {}\n\n", r.study);
-    if !r.description.is_empty() {
-        let _ = writeln!(out, "{}\n", r.description);
-    }
-    let _ = writeln!(
-        out,
-        "{} of {} trials ok, {} failed{}; {} repetitions per cell, order {} (seed {}). Intervals: {}% confidence of the mean (Student's t).\n",
-        r.ok,
-        r.planned,
-        r.failed,
-        if r.running > 0 {
-            format!(", {} not finished", r.running)
-        } else {
-            String::new()
-        },
-        r.repeat,
-        r.order,
-        r.seed,
-        r.confidence_percent
-    );
-    for m in &r.machines {
-        let _ = writeln!(out, "- {m}");
-    }
-    if !r.machines.is_empty() {
-        out.push('\n');
-    }
-    for m in &r.metrics {
-        let (div, unit) = metric_unit(m);
-        let ideal = !m.ideals.is_empty();
-        let _ = writeln!(out, "## {}\n", title(m, &unit));
-        let _ = writeln!(
-            out,
-            "| cell | n | mean | median | sd | 95% CI |{}",
-            if ideal { " ideal |" } else { "" }
-        );
-        let _ = writeln!(
-            out,
-            "|---|---:|---:|---:|---:|---|{}",
-            if ideal { "---:|" } else { "" }
-        );
-        for row in &m.rows {
-            let _ = write!(out, "| {} |", row_texts(row, div).join(" | "));
-            if ideal {
-                let v = row.ideal.map_or("–".into(), |v| number(v / div));
-                let _ = write!(out, " {v} |");
-            }
-            out.push('\n');
-        }
-        if ideal {
-            let _ = writeln!(out, "\n{IDEAL_NOTE}\n");
-            for i in &m.ideals {
-                let _ = writeln!(out, "- {}", ideal_text(i, div, &unit));
-            }
-        }
-        out.push('\n');
-    }
-    if let Some(sc) = &r.scatter {
-        let _ = writeln!(
-            out,
-            "## Throughput against delay\n\n{} of step {} against {} of step {}, means over each cell's trials.\n",
-            sc.throughput.0, sc.throughput.1, sc.delay.0, sc.delay.1
-        );
-        let _ = writeln!(out, "| cell | n | delay (ms) | throughput (Mbit/s) |");
-        let _ = writeln!(out, "|---|---:|---:|---:|");
-        for c in &sc.cells {
-            let n = c.points.len() as f64;
-            let (d, t) = c
-                .points
-                .iter()
-                .fold((0.0, 0.0), |(d, t), p| (d + p.0 / n, t + p.1 / n));
-            let _ = writeln!(
-                out,
-                "| {} | {} | {} | {} |",
-                c.cell,
-                c.points.len(),
-                number(d),
-                number(t / 1e6)
-            );
-        }
-        out.push('\n');
-    }
-    if !r.failures.is_empty() {
-        let _ = writeln!(out, "## Failed trials (not in the statistics)\n");
-        for f in &r.failures {
-            let _ = writeln!(out, "- {} #{}: {}", f.cell, f.repetition, f.error);
-        }
-        out.push('\n');
-    }
-    if !r.retried.is_empty() {
-        let _ = writeln!(out, "## {RETRIED}\n");
-        for f in &r.retried {
-            let _ = writeln!(out, "- {} #{}: {}", f.cell, f.repetition, f.error);
-        }
-        out.push('\n');
-    }
-    out
-}
-
 /// The heading of the failed attempts that were run again.
 pub const RETRIED: &str =
     "Failed attempts run again (--retry-failed; each trial's last run is in the statistics)";
 
-/// A comparison as markdown: per metric both cells, the difference with its interval,
-/// and whether it is larger than the noise.
-pub fn comparison_markdown(c: &Comparison) -> String {
-    let mut out = format!("# {} against {}\n\n", c.b, c.a);
-    let _ = writeln!(
-        out,
-        "| metric | A: {} | B: {} | B − A | 95% CI of B − A | p (Welch) | verdict |",
-        c.a, c.b
-    );
-    let _ = writeln!(out, "|---|---:|---:|---:|---|---:|---|");
-    for row in &c.rows {
-        let largest = row.a.mean.abs().max(row.b.mean.abs());
-        let (div, unit) = display_unit(&row.unit, largest);
-        let mean = |s: &Summary| format!("{} (n={})", number(s.mean / div), s.n);
-        let (diff, ci, p, verdict) = match &row.difference {
-            Some(d) => (
-                format!(
-                    "{}{}",
-                    number(d.diff / div),
-                    d.relative_percent
-                        .map(|p| format!(" ({p:+.1}%)"))
-                        .unwrap_or_default()
-                ),
-                format!("{} – {}", number(d.ci.0 / div), number(d.ci.1 / div)),
-                format!("{:.3}", d.p),
-                if d.significant {
-                    "larger than the noise"
-                } else {
-                    "within the noise"
-                },
-            ),
-            None => (
-                number((row.b.mean - row.a.mean) / div),
-                "–".into(),
-                "–".into(),
-                "too few trials to tell",
-            ),
-        };
-        let unit = if unit.is_empty() {
-            String::new()
-        } else {
-            format!(" ({unit})")
-        };
-        let _ = writeln!(
-            out,
-            "| {} {}{unit} | {} | {} | {diff} | {ci} | {p} | {verdict} |",
-            row.step,
-            row.metric,
-            mean(&row.a),
-            mean(&row.b)
-        );
-    }
-    out
-}
+mod csv;
+mod markdown;
 
-/// The report as CSV: one row per metric and cell, a column per parameter.
-pub fn csv(r: &StudyReport) -> Result<String, ::csv::Error> {
-    let mut w = ::csv::Writer::from_writer(Vec::new());
-    let mut header: Vec<String> = ["study", "step", "metric", "unit", "cell"]
-        .map(String::from)
-        .to_vec();
-    header.extend(r.params.iter().map(|p| p.name.clone()));
-    header.extend(
-        [
-            "n", "mean", "median", "sd", "min", "max", "ci_low", "ci_high", "ideal",
-        ]
-        .map(String::from),
-    );
-    w.write_record(&header)?;
-    for m in &r.metrics {
-        for row in &m.rows {
-            let s = &row.summary;
-            let mut rec = vec![
-                r.study.clone(),
-                m.step.clone(),
-                m.metric.clone(),
-                m.unit.clone(),
-                row.cell.clone(),
-            ];
-            rec.extend(row.labels.iter().cloned());
-            let opt = |v: Option<f64>| v.map(|v| v.to_string()).unwrap_or_default();
-            rec.extend([
-                s.n.to_string(),
-                s.mean.to_string(),
-                s.median.to_string(),
-                s.sd.to_string(),
-                s.min.to_string(),
-                s.max.to_string(),
-                opt(s.ci.map(|c| c.0)),
-                opt(s.ci.map(|c| c.1)),
-                opt(row.ideal),
-            ]);
-            w.write_record(&rec)?;
-        }
-    }
-    let bytes = w.into_inner().map_err(|e| e.into_error())?;
-    Ok(String::from_utf8_lossy(&bytes).into_owned())
-}
+pub use csv::csv;
+pub use markdown::{comparison_markdown, markdown};
