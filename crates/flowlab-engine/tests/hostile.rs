@@ -107,10 +107,7 @@ fn udp_spec(port: u16, direction: Direction) -> flowlab_report::spec::TestSpec {
 /// the path could spoof it; no privilege needed.
 #[test]
 fn forged_datagrams_to_a_receiving_client_are_foreign() {
-    let (port, log) = start_server_logging(ServerConfig {
-        idle_timeout: Duration::from_secs(3),
-        ..ServerConfig::default()
-    });
+    let (port, log) = default_server_logging();
     let s = udp_spec(port, Direction::Reverse);
     let test = std::thread::spawn(move || run(&s));
     let client = client_udp_port(port);
@@ -194,10 +191,7 @@ fn forged_datagrams_to_a_receiving_server_are_foreign() {
     if !is_root("forging the client's source port with a raw socket") {
         return;
     }
-    let (port, log) = start_server_logging(ServerConfig {
-        idle_timeout: Duration::from_secs(3),
-        ..ServerConfig::default()
-    });
+    let (port, log) = default_server_logging();
     let s = udp_spec(port, Direction::Forward);
     let test = std::thread::spawn(move || run(&s));
     let client = client_udp_port(port);

@@ -39,11 +39,22 @@ impl ServerLog for TextLog {
     }
 }
 
-pub fn default_server() -> u16 {
-    start_server(ServerConfig {
+/// The tests' usual server: the defaults, with a short idle timeout.
+fn default_config() -> ServerConfig {
+    ServerConfig {
         idle_timeout: Duration::from_secs(3),
         ..ServerConfig::default()
-    })
+    }
+}
+
+pub fn default_server() -> u16 {
+    start_server(default_config())
+}
+
+/// [`default_server`], its log events on the returned channel
+/// ([`start_server_logging`]).
+pub fn default_server_logging() -> (u16, std::sync::mpsc::Receiver<ServerEvent>) {
+    start_server_logging(default_config())
 }
 
 /// A spec for 127.0.0.1:port with no interval output.

@@ -31,11 +31,6 @@ impl Local {
         Local { flowlab }
     }
 
-    /// The binary it runs.
-    pub fn flowlab(&self) -> &Path {
-        &self.flowlab
-    }
-
     fn command(&self, ns: Option<&str>) -> Command {
         let mut cmd = match ns {
             Some(ns) => {
