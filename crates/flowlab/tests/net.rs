@@ -13,9 +13,17 @@ use std::time::Duration;
 /// for the CPUs.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// The lock every net test holds, or `None` (the test returns) without root outside CI.
-fn root_and_serial() -> Option<std::sync::MutexGuard<'static, ()>> {
-    is_root().then(|| SERIAL.lock().unwrap_or_else(|e| e.into_inner()))
+/// The locks every net test holds: this binary's one at a time, and the machine shared
+/// with other binaries' tests; or `None` (the test returns) without root outside CI.
+fn root_and_serial() -> Option<(std::sync::MutexGuard<'static, ()>, support::MachineLock)> {
+    root_and_serial_with(support::machine_shared)
+}
+
+/// [`root_and_serial`], the machine taken by `machine`.
+fn root_and_serial_with(
+    machine: fn() -> support::MachineLock,
+) -> Option<(std::sync::MutexGuard<'static, ()>, support::MachineLock)> {
+    is_root().then(|| (SERIAL.lock().unwrap_or_else(|e| e.into_inner()), machine()))
 }
 
 /// Whether the kernel has netem; says why the test is skipped when it has not (a kernel
@@ -319,7 +327,7 @@ fn the_netem_backend_is_used_where_present_and_refused_where_not() {
 /// emulate refuses the flag, naming it.
 #[test]
 fn the_emulator_keeps_the_cpus_awake_only_when_asked_and_only_while_it_runs() {
-    let Some(_serial) = root_and_serial() else {
+    let Some(_serial) = root_and_serial_with(support::machine_alone) else {
         return;
     };
     let latency = flowlab_engine::sysinfo::cpu_latency_us;

@@ -36,6 +36,7 @@ static RUNS: std::sync::RwLock<()> = std::sync::RwLock::new(());
 #[test]
 fn every_shipped_study_runs_small_and_reports() {
     let _alone = RUNS.write().unwrap_or_else(|e| e.into_inner());
+    let _machine = support::machine_shared();
     let studies = studies();
     let next = std::sync::atomic::AtomicUsize::new(0);
     std::thread::scope(|s| {
@@ -200,6 +201,7 @@ fn a_study_brings_its_topology_up_runs_groups_together_and_takes_it_down() {
         return;
     }
     let _beside_one_other = RUNS.read().unwrap_or_else(|e| e.into_inner());
+    let _machine = support::machine_shared();
     let (dir, said, out) = run_on_small("stsml", TOPOLOGY_STUDY);
     assert!(out.status.success(), "{said}");
     assert!(
@@ -283,6 +285,7 @@ fn a_study_builds_each_cells_network_with_its_link_values() {
         return;
     }
     let _beside_one_other = RUNS.read().unwrap_or_else(|e| e.into_inner());
+    let _machine = support::machine_shared();
     let (dir, said, out) = run_on_small("stlnk", LINK_STUDY);
     assert!(out.status.success(), "{said}");
     assert!(said.contains("study link-rates: 4 ok, 0 failed"), "{said}");
@@ -391,6 +394,7 @@ fn a_study_that_keeps_the_cpus_awake_holds_them_only_while_it_runs() {
     // Alone: the CPUs held awake and the emulator's spinning would change what the other
     // tests of this binary measure.
     let _alone = RUNS.write().unwrap_or_else(|e| e.into_inner());
+    let _machine = support::machine_alone();
     let _down = support::NetDown("stawk");
     let latency = flowlab_engine::sysinfo::cpu_latency_us;
     let Some(before) = support::cpu_latency_before_holding() else {
