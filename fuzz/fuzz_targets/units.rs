@@ -2,7 +2,8 @@
 #![no_main]
 
 use flowlab_fragments::schedule::parse_ratio;
-use flowlab_report::units::{UnitFormat, parse_duration, parse_rate, parse_size};
+use flowlab_report::units::UnitFormat;
+use flowlab_results::units::{parse_duration, parse_rate, parse_size};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

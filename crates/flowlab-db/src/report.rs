@@ -2,8 +2,8 @@
 //! their metrics, cells, machines and failed attempts.
 
 use flowlab_proto::system::SystemInfo;
-use flowlab_report::metrics::Metric;
-use flowlab_report::study_report::{Axis, Failure, ReportInput, TrialData};
+use flowlab_results::metrics::Metric;
+use flowlab_results::study_report::{Axis, Failure, ReportInput, TrialData};
 
 use crate::{Db, DbError};
 

@@ -2,7 +2,7 @@
 
 use rusqlite::OptionalExtension;
 
-use flowlab_report::study::Outcome;
+use flowlab_results::study::Outcome;
 
 use crate::{Db, DbError, now};
 
@@ -87,7 +87,7 @@ pub struct TrialRow {
     pub steps: Vec<StepRecord>,
 }
 
-/// Records the metrics of a step's document ([`flowlab_report::metrics`]).
+/// Records the metrics of a step's document ([`flowlab_results::metrics`]).
 pub(crate) fn insert_metrics(
     tx: &rusqlite::Transaction<'_>,
     trial: i64,
@@ -98,7 +98,7 @@ pub(crate) fn insert_metrics(
     let mut q = tx.prepare_cached(
         "INSERT OR REPLACE INTO metric (trial_id, step, name, value) VALUES (?1, ?2, ?3, ?4)",
     )?;
-    for m in flowlab_report::metrics::of_document(kind, document) {
+    for m in flowlab_results::metrics::of_document(kind, document) {
         q.execute(rusqlite::params![trial, step, m.name, m.value])?;
     }
     Ok(())

@@ -3,7 +3,7 @@
 //! a database of this flowlab's refused untouched.
 
 use flowlab_db::{Claim, Db, DbError, Recorded, Retake, StepRecord, schema};
-use flowlab_report::study::Outcome;
+use flowlab_results::study::Outcome;
 
 /// `--resume`: a gone runner's claim is taken over.
 const RESUME: Retake = Retake {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use flowlab_proto::auth;
 use flowlab_proto::credential::{Credential, TICKET_LEN, TICKET_LIFETIME_SECS};
-use flowlab_report::spec::Credentials;
+use flowlab_results::spec::Credentials;
 
 /// How long before its end a ticket is no longer used: a connection opened just before
 /// would reach the server after it.

@@ -1,8 +1,8 @@
 //! flowlab's measuring engine: sockets, senders and receivers, interval accounting, and
 //! the client and server sessions that drive them over iperf3's control protocol.
 //!
-//! What a test is asked to do (`flowlab_report::spec`) and what it produced
-//! (`flowlab_report::result`) are the report crate's: the engine fills them in, and never
+//! What a test is asked to do (`flowlab_results::spec`) and what it produced
+//! (`flowlab_results::result`) are the report crate's: the engine fills them in, and never
 //! formats them.
 //!
 //! # Layout

@@ -28,8 +28,8 @@ pub enum End<'a> {
 /// to the server (0).
 pub fn block_len(p: &TestParams, proto: Protocol) -> usize {
     match (p.len, proto) {
-        (0, Protocol::Tcp) => flowlab_report::spec::DEFAULT_TCP_LEN,
-        (0, Protocol::Udp) => flowlab_report::spec::DEFAULT_UDP_LEN,
+        (0, Protocol::Tcp) => flowlab_results::spec::DEFAULT_TCP_LEN,
+        (0, Protocol::Udp) => flowlab_results::spec::DEFAULT_UDP_LEN,
         (l, _) => l as usize,
     }
 }
@@ -95,7 +95,7 @@ pub fn data_config(params: &TestParams, proto: Protocol, end: End<'_>) -> DataCo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flowlab_report::spec::TestSpec;
+    use flowlab_results::spec::TestSpec;
 
     /// What the two ends must agree on.
     fn agreed(c: &DataConfig) -> impl PartialEq + std::fmt::Debug {

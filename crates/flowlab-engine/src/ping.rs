@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use flowlab_proto::probe::{self, HEADER_LEN, MAX_LEN, MAX_TCP_LEN, Reply, Request};
-use flowlab_report::ping::{PingResult, PingStart, PingSummary, Probe, SCHEMA};
+use flowlab_results::ping::{PingResult, PingStart, PingSummary, Probe, SCHEMA};
 
 use crate::cpu;
 use crate::credentials::ClientAuth;
@@ -82,10 +82,10 @@ pub struct PingSpec {
     /// sleep at once). See [`sock::read_exact_stamped`].
     pub spin: Duration,
     /// `-4`/`-6`: only the server's addresses of this family.
-    pub family: Option<flowlab_report::spec::IpFamily>,
+    pub family: Option<flowlab_results::spec::IpFamily>,
     /// TCP probes to a server that authenticates (`--username`): a token on the first
     /// connection, the ticket it gives on the others.
-    pub credentials: Option<flowlab_report::spec::Credentials>,
+    pub credentials: Option<flowlab_results::spec::Credentials>,
 }
 
 impl PingSpec {

@@ -7,7 +7,7 @@ use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 
 use flowlab_proto::credential::{TICKET_LEN, ticket_of};
 use flowlab_proto::fragment::{Admission, Decoder};
-use flowlab_report::spec::IpFamily;
+use flowlab_results::spec::IpFamily;
 
 use crate::credentials::ClientAuth;
 

@@ -1,5 +1,5 @@
 //! `flowlab rpm`: responsiveness under working conditions, the method of
-//! [`flowlab_report::rpm::DRAFT`] with flowlab's protocol in place of HTTP/2.
+//! [`flowlab_results::rpm::DRAFT`] with flowlab's protocol in place of HTTP/2.
 //!
 //! Per direction: load-generating TCP connections to the server's load service (one to
 //! start with, one more each interval until goodput is saturated, at most MNP), and from
@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use flowlab_proto::load::{self, Direction, Event, FrameReader};
 use flowlab_proto::probe::{self, HEADER_LEN, Reply, Request};
-use flowlab_report::rpm::{
+use flowlab_results::rpm::{
     self, DirectionResult, Idle, Params, Ramp, RpmResult, RpmStart, Sample, Samples,
 };
 
@@ -69,10 +69,10 @@ pub struct RpmSpec {
     /// Foreign probes before any load.
     pub idle_probes: usize,
     /// `-4`/`-6`: only the server's addresses of this family.
-    pub family: Option<flowlab_report::spec::IpFamily>,
+    pub family: Option<flowlab_results::spec::IpFamily>,
     /// For a server that authenticates (`--username`): a token on the first
     /// connection, the ticket it gives on the others.
-    pub credentials: Option<flowlab_report::spec::Credentials>,
+    pub credentials: Option<flowlab_results::spec::Credentials>,
 }
 
 impl RpmSpec {

@@ -18,7 +18,7 @@ pub enum SockError {
         what: &'static str,
         source: io::Error,
     },
-    #[error("a socket buffer of {0} bytes is above the largest the kernel takes ({max})", max = flowlab_report::spec::MAX_WINDOW)]
+    #[error("a socket buffer of {0} bytes is above the largest the kernel takes ({max})", max = flowlab_results::spec::MAX_WINDOW)]
     BufferTooLarge(u64),
 }
 
@@ -67,7 +67,7 @@ pub struct BufferSizes {
 /// Asks for `bytes` of send and receive buffer (0: leave the kernel's autotuning alone)
 /// and returns what the kernel granted.
 pub fn set_buffers(sock: &socket2::SockRef<'_>, bytes: u64) -> Result<BufferSizes, SockError> {
-    if bytes > flowlab_report::spec::MAX_WINDOW {
+    if bytes > flowlab_results::spec::MAX_WINDOW {
         // socket2 would hand the kernel an int that wrapped around.
         return Err(SockError::BufferTooLarge(bytes));
     }

@@ -171,8 +171,8 @@ pub struct UdpCounts {
 
 impl UdpCounts {
     /// These counts as a result's interval.
-    pub fn interval(&self) -> flowlab_report::result::UdpInterval {
-        flowlab_report::result::UdpInterval::from_receiver(
+    pub fn interval(&self) -> flowlab_results::result::UdpInterval {
+        flowlab_results::result::UdpInterval::from_receiver(
             self.packets,
             self.lost,
             self.out_of_order,

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use flowlab_engine::server::ServerConfig;
 use flowlab_proto::params::{Protocol, TestParams};
 use flowlab_proto::{Cookie, State, frame};
-use flowlab_report::result::StreamDirection;
-use flowlab_report::spec::{Amount, Direction};
+use flowlab_results::result::StreamDirection;
+use flowlab_results::spec::{Amount, Direction};
 use flowlab_testkit::*;
 
 /// The (local port, remote port) of every connected UDP socket on this machine.
@@ -70,7 +70,7 @@ fn forgeries(len: usize) -> Vec<Vec<u8>> {
 
 /// Checks a UDP receiver's totals after the forgeries: each counted foreign, nothing else
 /// disturbed, loss never negative, integrity never above 100 %.
-fn assert_untouched(r: &flowlab_report::result::TestResult, d: StreamDirection, n: u64) {
+fn assert_untouched(r: &flowlab_results::result::TestResult, d: StreamDirection, n: u64) {
     let (snd, rcv) = sum(r, d);
     let u = rcv.udp.expect("UDP receiver totals");
     assert_eq!(
@@ -92,7 +92,7 @@ fn assert_untouched(r: &flowlab_report::result::TestResult, d: StreamDirection, 
     assert!(i <= 100.0, "integrity {i} above 100 %");
 }
 
-fn udp_spec(port: u16, direction: Direction) -> flowlab_report::spec::TestSpec {
+fn udp_spec(port: u16, direction: Direction) -> flowlab_results::spec::TestSpec {
     let mut s = spec(port);
     s.protocol = Protocol::Udp;
     s.len = 1400;
@@ -233,14 +233,14 @@ fn a_peers_absurd_window_is_refused_and_a_large_one_reported_as_granted() {
     s.window = 1 << 62;
     let err = run(&s).expect_err("a window of 2^62").to_string();
     assert!(err.contains("socket buffer") && err.contains("-w"), "{err}");
-    s.window = flowlab_report::spec::MAX_WINDOW;
+    s.window = flowlab_results::spec::MAX_WINDOW;
     let r = run(&s).expect("the largest window is served");
     let granted = end(&r).streams[0]
         .server_socket
         .as_ref()
         .expect("the server reports its socket");
     assert!(
-        granted.rcvbuf > 0 && granted.rcvbuf < flowlab_report::spec::MAX_WINDOW,
+        granted.rcvbuf > 0 && granted.rcvbuf < flowlab_results::spec::MAX_WINDOW,
         "granted {granted:?}"
     );
 }

@@ -3,8 +3,8 @@
 //! options as a flowlab server honours them.
 
 use flowlab_proto::params::{Mode, Protocol};
-use flowlab_report::result::{ServerOutput, StreamDirection};
-use flowlab_report::spec::{Amount, Direction};
+use flowlab_results::result::{ServerOutput, StreamDirection};
+use flowlab_results::spec::{Amount, Direction};
 use flowlab_testkit::*;
 
 fn check(proto: Protocol, mode: Mode, direction: Direction, amount: Amount) {
@@ -379,7 +379,7 @@ fn affinity_pins_each_ends_stream_threads() {
     let port = flowlab_testkit::default_server();
     let mut s = flowlab_testkit::spec(port);
     s.amount = Amount::Seconds(2.0);
-    s.affinity = flowlab_report::spec::Affinity {
+    s.affinity = flowlab_results::spec::Affinity {
         client: Some(client_cpu),
         server: Some(server_cpu),
     };

@@ -18,7 +18,7 @@ use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use flowlab_proto::fragment::{Admission, Decoder, MAX_MANIFEST_LEN, Reply, Request, hello};
-use flowlab_report::fetch::{
+use flowlab_results::fetch::{
     FetchResult, SCHEMA, SWEEP_SCHEMA, ServerStats, SweepResult, SweepRow,
 };
 

@@ -10,7 +10,7 @@ use std::io::{self, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
 use flowlab_proto::fragment::check_name;
-use flowlab_report::fetch::FileEntry;
+use flowlab_results::fetch::FileEntry;
 use serde::{Deserialize, Serialize};
 
 /// The manifest's file name inside a fragment directory.

@@ -33,7 +33,7 @@ use flowlab_proto::fragment::{
     Admission, Decoder, HELLO_HEAD, MAGIC, MAX_MANIFEST_LEN, Reply, Request, check_name,
     hello_token_len,
 };
-use flowlab_report::server::ServerEvent;
+use flowlab_results::server::ServerEvent;
 
 use crate::connections::{Connections, Place};
 use crate::manifest::{Manifest, ManifestError, hex32};

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use flowlab_fragments::manifest::{FragmentEntry, MAX_FRAGMENTS, Manifest, SCHEMA};
 use flowlab_fragments::schedule::parse_ratio;
-use flowlab_report::fetch::FileEntry;
+use flowlab_results::fetch::FileEntry;
 use proptest::prelude::*;
 
 fn hash() -> impl Strategy<Value = String> {

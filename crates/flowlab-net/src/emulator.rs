@@ -9,7 +9,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use flowlab_report::net::Shape;
+use flowlab_results::net::Shape;
 
 /// The delay line holds at most this many packets (netem's `limit` is set to the same
 /// number, see [`line_limit`]), whatever the link's rate.

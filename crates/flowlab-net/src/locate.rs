@@ -5,7 +5,7 @@
 use std::net::Ipv4Addr;
 use std::path::Path;
 
-use flowlab_report::diagnose::{PathRate, PathRates};
+use flowlab_results::diagnose::{PathRate, PathRates};
 
 use crate::build::state;
 use crate::topology::{Plan, Topology};

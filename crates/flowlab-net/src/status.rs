@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use flowlab_report::net::{Built, EmulatedDirection, TopologyStatus};
+use flowlab_results::net::{Built, EmulatedDirection, TopologyStatus};
 
 use crate::build::{self, State};
 use crate::forward::LinkStats;

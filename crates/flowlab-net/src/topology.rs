@@ -31,8 +31,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
-use flowlab_report::net::{PathSummary, PlanSummary, Shape, ShapedDirection, Subnet};
-use flowlab_report::units::{parse_duration, parse_rate};
+use flowlab_results::net::{PathSummary, PlanSummary, Shape, ShapedDirection, Subnet};
+use flowlab_results::units::{parse_duration, parse_rate};
 use serde::{Deserialize, Serialize};
 
 /// Longest topology name (it prefixes every namespace name, and is typed often).

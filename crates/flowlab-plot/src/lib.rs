@@ -7,7 +7,7 @@
 //! - [`Graph::Throughput`]: bit rate per interval, per stream and summed (seed 002).
 //! - [`Graph::Window`]: congestion window, bytes in flight and the receiver's window, with
 //!   the samples where the sender was at the receiver's window marked on it (seed 002's
-//!   "window full", `flowlab_report::diagnose::window_full`).
+//!   "window full", `flowlab_results::diagnose::window_full`).
 //! - [`Graph::Rtt`]: smoothed RTT with a ±rttvar band, and the minimum RTT.
 //! - [`Graph::TimeSeq`]: bytes sent and acknowledged over time, retransmissions marked
 //!   (seed 004's time/sequence graph).
@@ -28,7 +28,7 @@ pub use draw::{render_file, render_svg};
 pub use series::{Band, Panel, Series, labels, panels};
 pub use study::{metric_panel, scatter_panel, spread_ellipse};
 
-use flowlab_report::result::TestResult;
+use flowlab_results::result::TestResult;
 
 /// Which graph to draw.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,10 +1,10 @@
 //! From results to numbers to draw (no drawing here).
 
 use flowlab_proto::trace::TraceSample;
-use flowlab_report::diagnose::window_full;
-use flowlab_report::latency::TestLatency;
-use flowlab_report::result::{StreamDirection, TracedStream};
 use flowlab_report::units::unit_name;
+use flowlab_results::diagnose::window_full;
+use flowlab_results::latency::TestLatency;
+use flowlab_results::result::{StreamDirection, TracedStream};
 
 use crate::{Graph, Input, PlotError};
 
@@ -557,7 +557,7 @@ fn latency(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
 }
 
 /// The share of round trips at or below each value: (ms, 0…1), one point per probe.
-fn cdf(probes: &[flowlab_report::ping::Probe]) -> Vec<(f64, f64)> {
+fn cdf(probes: &[flowlab_results::ping::Probe]) -> Vec<(f64, f64)> {
     let mut rtts: Vec<f64> = probes.iter().filter_map(|p| p.rtt_ns().map(ms)).collect();
     rtts.sort_by(f64::total_cmp);
     let n = rtts.len() as f64;

@@ -3,9 +3,8 @@
 //! interval as an error bar; a value off the others' scale (`adaptive` among ratios)
 //! drawn apart, not joined to them.
 
-use flowlab_report::study_report::{
-    MetricTable, StudyReport, metric_unit, series_name, title, x_axis,
-};
+use flowlab_report::study_report::{metric_unit, title};
+use flowlab_results::study_report::{MetricTable, StudyReport, series_name, x_axis};
 
 use crate::{Band, Panel, Series};
 
@@ -151,7 +150,7 @@ pub fn spread_ellipse(points: &[(f64, f64)]) -> Vec<(f64, f64)> {
 
 /// Throughput against delay: each cell's trials as dots in its colour, its spread as
 /// an ellipse.
-pub fn scatter_panel(sc: &flowlab_report::study_report::Scatter) -> Panel {
+pub fn scatter_panel(sc: &flowlab_results::study_report::Scatter) -> Panel {
     let mbit = |p: &(f64, f64)| (p.0, p.1 / 1e6);
     Panel {
         title: "Throughput against delay (one dot per trial, ellipse: 1 sd)".into(),
@@ -184,8 +183,8 @@ pub fn scatter_panel(sc: &flowlab_report::study_report::Scatter) -> Panel {
 #[cfg(test)]
 mod tests {
     use super::{metric_panel, spread_ellipse};
-    use flowlab_report::metrics::Metric;
-    use flowlab_report::study_report::{Axis, ReportInput, TrialData, build};
+    use flowlab_results::metrics::Metric;
+    use flowlab_results::study_report::{Axis, ReportInput, TrialData, build};
 
     /// Seed 000's shape: transfer time against the ratio, adaptive among the ratios. The
     /// ratios are joined; adaptive stands apart (a NaN breaks the line before it).
@@ -199,7 +198,7 @@ mod tests {
                 cell: format!("ratio={r}"),
                 labels: vec![r.to_string()],
                 repetition: 1,
-                status: flowlab_report::study::Outcome::Ok,
+                status: flowlab_results::study::Outcome::Ok,
                 error: None,
                 metrics: vec![(
                     "fetch".into(),
@@ -265,7 +264,7 @@ mod tests {
                     cell,
                     labels: vec![d.into(), r.into()],
                     repetition: 1,
-                    status: flowlab_report::study::Outcome::Ok,
+                    status: flowlab_results::study::Outcome::Ok,
                     error: None,
                     metrics: vec![
                         m("transfer_s", (b1 * 8.0 / 100e6f64).max(b2 * 8.0 / rate2)),

@@ -6,8 +6,8 @@
 
 use std::io::Write;
 
-use crate::result::{Side, Trace};
 use flowlab_proto::trace::TraceSample;
+use flowlab_results::result::{Side, Trace};
 
 /// The sample fields, in the order serde writes them (one source of truth: the struct).
 fn sample_columns() -> Vec<String> {
@@ -83,8 +83,8 @@ pub fn write(trace: &Trace, mut out: impl Write) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::result::{StreamDirection, TracedStream};
     use flowlab_proto::trace::StreamTrace;
+    use flowlab_results::result::{StreamDirection, TracedStream};
 
     #[test]
     fn one_row_per_sample_with_empty_cells_for_absent_fields() {

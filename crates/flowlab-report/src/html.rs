@@ -3,9 +3,9 @@
 
 use std::fmt::Write as _;
 
-use crate::study_report::{
-    Failure, IDEAL_NOTE, RETRIED, StudyReport, ideal_text, metric_unit, number, row_texts, title,
-};
+use flowlab_results::study_report::{Failure, StudyReport};
+
+use crate::study_report::{IDEAL_NOTE, RETRIED, ideal_text, metric_unit, number, row_texts, title};
 
 /// `text` safe inside HTML text and attribute values.
 fn esc(text: &str) -> String {
@@ -33,6 +33,23 @@ th:first-child, td:first-child { text-align: left; }
 .note { color: #555; font-size: .92em; }
 .failed { color: #a00; }
 ";
+
+/// A study's report as one page ([`page`]) with its charts and traces, as a
+/// [`crate::Format`].
+#[derive(Debug, Clone, Copy)]
+pub struct Page<'a> {
+    /// Each metric's chart, then the scatter's, as SVG (none where it could not be
+    /// drawn).
+    pub charts: &'a [Option<String>],
+    /// The traced trials' graphs: a heading and an SVG document each.
+    pub traces: &'a [(String, String)],
+}
+
+impl crate::Format<StudyReport> for Page<'_> {
+    fn write(&self, r: &StudyReport) -> Result<String, crate::Error> {
+        Ok(page(r, self.charts, self.traces))
+    }
+}
 
 /// The page: the study and its plan, the machines, per metric a chart (`charts[i]`, an
 /// SVG document, for `report.metrics[i]`; `None` draws none) and its table, the

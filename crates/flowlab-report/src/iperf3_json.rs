@@ -8,13 +8,13 @@
 //! congestion window), so does this; what flowlab does not sample at all is left out
 //! rather than made up: [`LEFT_OUT`].
 
-use crate::spec::{Amount, Direction};
+use flowlab_results::spec::{Amount, Direction};
 use std::net::SocketAddr;
 use std::time::{Duration, UNIX_EPOCH};
 
 use serde_json::{Map, Value, json};
 
-use crate::result::{
+use flowlab_results::result::{
     EndStream, Interval, IntervalStream, ServerOutput, SideTotals, StartInfo, StreamDirection,
     TestResult,
 };
@@ -129,7 +129,7 @@ fn start(s: &StartInfo, udp: bool) -> Value {
 
 /// Datagrams in `bytes`: the receiver's count where it has one, else (the sending end)
 /// the bytes over the datagram length, every datagram being that long.
-fn packets(bytes: u64, udp: Option<&crate::result::UdpInterval>, len: u64) -> u64 {
+fn packets(bytes: u64, udp: Option<&flowlab_results::result::UdpInterval>, len: u64) -> u64 {
     udp.map_or(bytes / len, |u| u.packets)
 }
 
@@ -140,7 +140,7 @@ fn interval_tail(
     v: &mut Value,
     iv: &Interval,
     (bytes, direction): (u64, StreamDirection),
-    counted: Option<&crate::result::UdpInterval>,
+    counted: Option<&flowlab_results::result::UdpInterval>,
     udp: Option<u64>,
 ) {
     if let Some(len) = udp {
@@ -348,10 +348,10 @@ fn end(r: &TestResult, udp: bool) -> Value {
 /// keeps no intervals or per-stream rows, so `intervals` is empty and `end.streams` is
 /// left out. `None` unless `started` and `finished` are one test's.
 pub fn server_document(
-    started: &crate::server::ServerEvent,
-    finished: &crate::server::ServerEvent,
+    started: &flowlab_results::server::ServerEvent,
+    finished: &flowlab_results::server::ServerEvent,
 ) -> Option<Value> {
-    use crate::server::ServerEvent::{TestFinished, TestStarted};
+    use flowlab_results::server::ServerEvent::{TestFinished, TestStarted};
     let (
         TestStarted {
             test,

@@ -1,60 +1,53 @@
-//! What flowlab measures and how it is shown: the result types, their judgement (the
-//! diagnosis), units, and every output format — the human tables, JSON documents,
-//! JSON-stream lines and CSV. Nothing here reads a clock, a socket or a file: the
-//! engine, the fragment fetcher and the emulator fill the results in, and every output
-//! can be pinned by a snapshot from a fixed result (`tests/snapshots.rs`).
+//! How flowlab shows what it measured ([`flowlab_results`]): every output format —
+//! the human tables, JSON documents, JSON-stream lines, iperf3's JSON, CSV, markdown
+//! and HTML. Nothing here reads a clock, a socket or a file, and every output can be
+//! pinned by a snapshot from a fixed result (`tests/snapshots.rs`).
 //!
-//! What a measurement is:
-//! - [`spec`]: what a test is asked to measure ([`spec::TestSpec`]).
-//! - [`result`]: what a test produced ([`result::TestResult`]), the one result type every
-//!   output of a test is made from.
-//! - [`rtt`]: what a study's RTT step measured (ICMP echoes from one node).
-//! - [`diagnose`]: what limited a traced transfer, with evidence and advice.
-//! - [`fetch`]: what a fragment fetch or a ratio sweep produced.
-//! - [`ping`]: what `flowlab ping` measured, probe by probe, and its summary.
-//! - [`net`]: what an emulated topology implies (`net show`), what `net check` measured,
-//!   how the topologies that are up were built (`net up`, `net status`).
-//! - [`server`]: what a server did, for its log (`serve`).
-//! - [`study`]: what `flowlab run` shows of a study: its plan, its trials, its outcome.
-//! - [`units`]: sizes, rates and durations, parsed and printed.
-//! - [`stats`]: repeated trials summarised (mean, median, sd, 95 % CI) and compared
-//!   (Welch's t-test).
-//! - [`study_report`]: a study's report (metrics per cell, failures, comparisons) and its
-//!   markdown and CSV.
-//! - [`metrics`]: the few numbers of a result a study compares (throughput, transfer
-//!   time, loss, RTT, …).
-//!
-//! How it is shown:
 //! - [`table`]: the human-readable tables of every command.
+//! - [`advice`]: what a diagnosis advises, in sentences.
 //! - [`json`]: JSON documents and JSON-stream lines.
-//! - [`html`]: a study's report as one self-contained page.
+//! - [`iperf3_json`]: a test's JSON document in iperf3's shape.
 //! - [`csv`]: `--trace-csv`, the trace samples as one flat table.
-//! - [`test_output`]: a finished test whole, in the format `flowlab test` was asked for.
+//! - [`study_report`]: a study's report as markdown and CSV.
+//! - [`html`]: a study's report as one self-contained page.
+//! - [`units`]: sizes and rates as flowlab prints them.
+//! - [`Format`]: the one trait every format of a finished result implements, and
+//!   [`TestFormat`], those of `flowlab test`.
 
+pub mod advice;
 pub mod csv;
-pub mod diagnose;
-pub mod diagnosis;
-pub mod fetch;
 pub mod html;
 pub mod iperf3_json;
 pub mod json;
-pub mod latency;
-pub mod metrics;
-pub mod net;
-pub mod ping;
-pub mod result;
-pub mod rpm;
-pub mod rtt;
-pub mod server;
-pub mod spec;
-pub mod stats;
-pub mod study;
 pub mod study_report;
 pub mod table;
 pub mod units;
 
-use crate::result::TestResult;
+use flowlab_results::result::TestResult;
+use flowlab_results::study_report::{Comparison, StudyReport};
+
 use crate::units::UnitFormat;
+
+/// What every output format of a finished result does, as hyperfine's exporters do: it
+/// writes the whole of `value`. Each format implements it for the results it can show —
+/// a test's ([`TestFormat`]), a study's report and a comparison of two of its cells
+/// ([`ReportFormat`], [`html::Page`]) — and the binary only asks for the text.
+pub trait Format<T: ?Sized> {
+    /// `value` whole, as this format writes it.
+    fn write(&self, value: &T) -> Result<String, Error>;
+}
+
+/// Why a format could not write a result.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot write JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("cannot write CSV: {0}")]
+    Csv(#[from] ::csv::Error),
+    /// The format does not show this kind of result (a comparison as CSV).
+    #[error("{0}")]
+    Unsupported(&'static str),
+}
 
 /// The formats `flowlab test` writes to standard output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,28 +67,62 @@ pub fn is_udp(r: &TestResult) -> bool {
     r.start.spec.protocol == flowlab_proto::params::Protocol::Udp
 }
 
-/// Everything `flowlab test` prints for the finished test `r` in `format`: what it
-/// prints piece by piece as the test runs (start, intervals), then at the end, joined.
-pub fn test_output(r: &TestResult, format: TestFormat) -> serde_json::Result<String> {
-    Ok(match format {
-        TestFormat::Table(f) => {
-            let udp = is_udp(r);
-            let mut out = table::start(&r.start) + &table::interval_header(udp);
-            for iv in &r.intervals {
-                out += &table::interval(iv, f);
+/// Everything `flowlab test` prints for the finished test: what it prints piece by piece
+/// as the test runs (start, intervals), then at the end, joined.
+impl Format<TestResult> for TestFormat {
+    fn write(&self, r: &TestResult) -> Result<String, Error> {
+        Ok(match *self {
+            TestFormat::Table(f) => {
+                let udp = is_udp(r);
+                let mut out = table::start(&r.start) + &table::interval_header(udp);
+                for iv in &r.intervals {
+                    out += &table::interval(iv, f);
+                }
+                out += &table::finish(r, udp, f);
+                out
             }
-            out += &table::finish(r, udp, f);
-            out
-        }
-        TestFormat::Json => json::document(r)? + "\n",
-        TestFormat::Iperf3Json => serde_json::to_string_pretty(&iperf3_json::document(r))? + "\n",
-        TestFormat::JsonStream => {
-            let mut out = json::event_line("start", &r.start);
-            for iv in &r.intervals {
-                out += &json::event_line("interval", iv);
+            TestFormat::Json => json::test_document(r)? + "\n",
+            TestFormat::Iperf3Json => {
+                serde_json::to_string_pretty(&iperf3_json::document(r))? + "\n"
             }
-            out += &json::finish(r);
-            out
-        }
-    })
+            TestFormat::JsonStream => {
+                let mut out = json::event_line("start", &r.start);
+                for iv in &r.intervals {
+                    out += &json::event_line("interval", iv);
+                }
+                out += &json::finish(r)?;
+                out
+            }
+        })
+    }
+}
+
+/// The formats of a study's report (`flowlab report`) but HTML, which needs its charts
+/// and traces ([`html::Page`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReportFormat {
+    Markdown,
+    Csv,
+    Json,
+}
+
+impl Format<StudyReport> for ReportFormat {
+    fn write(&self, r: &StudyReport) -> Result<String, Error> {
+        Ok(match self {
+            ReportFormat::Markdown => study_report::markdown(r),
+            ReportFormat::Csv => study_report::csv(r)?,
+            ReportFormat::Json => json::document(r)? + "\n",
+        })
+    }
+}
+
+/// Two cells compared: markdown or JSON; a comparison has no CSV.
+impl Format<Comparison> for ReportFormat {
+    fn write(&self, c: &Comparison) -> Result<String, Error> {
+        Ok(match self {
+            ReportFormat::Markdown => study_report::comparison_markdown(c),
+            ReportFormat::Json => json::document(c)? + "\n",
+            ReportFormat::Csv => return Err(Error::Unsupported("a comparison has no CSV")),
+        })
+    }
 }

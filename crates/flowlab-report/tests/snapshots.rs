@@ -10,13 +10,13 @@
 
 use std::path::PathBuf;
 
-use flowlab_report::fetch::{FetchResult, FileEntry, ServerStats, SweepResult, SweepRow};
-use flowlab_report::net::{Built, EmulatedDirection, NetCheck, TopologyStatus};
-use flowlab_report::result::{ServerOutput, TestResult};
-use flowlab_report::server::ServerEvent;
-use flowlab_report::study::Outcome;
 use flowlab_report::units::UnitFormat;
-use flowlab_report::{TestFormat, csv, json, table, test_output};
+use flowlab_report::{Format, TestFormat, csv, json, table};
+use flowlab_results::fetch::{FetchResult, FileEntry, ServerStats, SweepResult, SweepRow};
+use flowlab_results::net::{Built, EmulatedDirection, NetCheck, TopologyStatus};
+use flowlab_results::result::{ServerOutput, TestResult};
+use flowlab_results::server::ServerEvent;
+use flowlab_results::study::Outcome;
 
 /// Snapshots are named by the test alone (not its module), in tests/snapshots/, so that
 /// they survive code moving between modules.
@@ -46,7 +46,7 @@ fn result(name: &str) -> TestResult {
 /// off, none or zero — and today's shape reads back as it was written.
 #[test]
 fn every_shape_of_a_spec_reads_as_what_its_flowlab_did() {
-    use flowlab_report::spec::{Amount, TestSpec};
+    use flowlab_results::spec::{Amount, TestSpec};
     // The first shape: no `udp_window` (it kept within no window), no `latency`.
     let first = result("tcp-p2.json");
     let raw: serde_json::Value =
@@ -80,7 +80,7 @@ fn every_shape_of_a_spec_reads_as_what_its_flowlab_did() {
 
 /// Every format `flowlab test` writes, for `r`, pinned as `<tag>-<format>`.
 fn pin_test_formats(r: &TestResult, tag: &str, json_document: bool) {
-    let out = |f| test_output(r, f).expect("serialisable");
+    let out = |f: TestFormat| f.write(r).expect("serialisable");
     pin!(
         format!("{tag}-table"),
         out(TestFormat::Table(UnitFormat::Adaptive))
@@ -145,7 +145,7 @@ fn udp_with_loss_reordering_and_duplicates() {
     // A recorded loopback run (it lost nothing), with loss, reordering, duplicates and
     // receive-buffer drops written into stream 3's counters and the sums.
     let mut r = result("udp-run.json");
-    let damage = |u: &mut flowlab_report::result::UdpInterval, lost: u64| {
+    let damage = |u: &mut flowlab_results::result::UdpInterval, lost: u64| {
         (u.lost, u.out_of_order, u.duplicates) = (lost, lost / 2, lost / 7);
         u.lost_percent = 100.0 * lost as f64 / u.expected as f64;
     };
@@ -172,7 +172,7 @@ fn a_trace_with_a_gap_in_its_samples() {
     // A tracer that fell behind: the client's samples 6–11 and the server's 8–9 missing.
     let mut r = result("tcp-traced.json");
     for s in &mut r.trace.as_mut().expect("traced").streams {
-        let gap = if s.side == flowlab_report::result::Side::Client {
+        let gap = if s.side == flowlab_results::result::Side::Client {
             6..12
         } else {
             8..10
@@ -184,7 +184,7 @@ fn a_trace_with_a_gap_in_its_samples() {
         });
     }
     let trace = r.trace.as_ref().expect("traced");
-    pin!("trace-gap-diagnosis", table::diagnosis(trace));
+    pin!("trace-gap-diagnosis", table::diagnosis(&r));
     let mut rows = Vec::new();
     csv::write(trace, &mut rows).expect("CSV");
     pin!("trace-gap-csv", String::from_utf8(rows).expect("UTF-8"));
@@ -567,7 +567,7 @@ fn a_sweep_of_ratios_repeated() {
         seconds,
     };
     let r = SweepResult {
-        schema: flowlab_report::fetch::SWEEP_SCHEMA.into(),
+        schema: flowlab_results::fetch::SWEEP_SCHEMA.into(),
         file: file(),
         servers: vec!["10.0.1.2:5201".into(), "10.0.2.2:5201".into()],
         repeat: 3,
@@ -669,7 +669,7 @@ fn net_check_with_deviations_loss_an_unlimited_path_and_a_quiet_host() {
 /// A study's flat metrics of each recorded result: names, values and units.
 #[test]
 fn metrics_of_each_result() {
-    use flowlab_report::metrics;
+    use flowlab_results::metrics;
     for name in ["tcp-p2", "udp-run", "tcp-traced"] {
         let r = result(&format!("{name}.json"));
         let text: String = metrics::of_test(&r)
@@ -684,9 +684,9 @@ fn metrics_of_each_result() {
 
 /// A small study's report from fixed trials: two lengths × two methods, three
 /// repetitions each, one trial failed (listed, not averaged).
-fn study_input() -> flowlab_report::study_report::ReportInput {
-    use flowlab_report::metrics::Metric;
-    use flowlab_report::study_report::{Axis, ReportInput, TrialData};
+fn study_input() -> flowlab_results::study_report::ReportInput {
+    use flowlab_results::metrics::Metric;
+    use flowlab_results::study_report::{Axis, ReportInput, TrialData};
     let params = vec![
         Axis {
             name: "length".into(),
@@ -767,7 +767,7 @@ fn study_input() -> flowlab_report::study_report::ReportInput {
             "vm: kernel 6.18, 2 CPUs, default congestion control bbr, flowlab 0.1.0".into(),
         ],
         groups: vec![("transfer".into(), None)],
-        attempts: vec![flowlab_report::study_report::Failure {
+        attempts: vec![flowlab_results::study_report::Failure {
             cell: "length=1000 method=tcp-stream".into(),
             repetition: 2,
             error: "step 'transfer': connecting to 127.0.0.1:5201: Connection refused".into(),
@@ -777,7 +777,8 @@ fn study_input() -> flowlab_report::study_report::ReportInput {
 
 #[test]
 fn a_study_report_in_every_format() {
-    use flowlab_report::study_report::{build, compare, comparison_markdown, csv, markdown};
+    use flowlab_report::study_report::{comparison_markdown, csv, markdown};
+    use flowlab_results::study_report::{build, compare};
     let r = build(&study_input());
     // By hand: 0.071, 0.080, 0.062: mean 0.071, sd 0.009, CI ± 4.3027 · 0.009 / √3.
     let row = &r.metrics[0].rows[1];
@@ -809,9 +810,9 @@ fn a_study_report_in_every_format() {
 /// Seed 000's shape, small: a fetch of 1.2 GB from two servers, two distances × three
 /// splits × two repetitions. Server 1 keeps 100 Mbit/s; server 2 keeps 100 Mbit/s near
 /// and 50 far, except one far trial where it was slower (busy 104 s instead of 96).
-fn fetch_study_input() -> flowlab_report::study_report::ReportInput {
-    use flowlab_report::metrics::Metric;
-    use flowlab_report::study_report::{Axis, ReportInput, TrialData};
+fn fetch_study_input() -> flowlab_results::study_report::ReportInput {
+    use flowlab_results::metrics::Metric;
+    use flowlab_results::study_report::{Axis, ReportInput, TrialData};
     let axis = |name: &str, labels: &[&str]| Axis {
         name: name.into(),
         labels: labels.iter().map(|l| l.to_string()).collect(),
@@ -887,7 +888,8 @@ fn fetch_study_input() -> flowlab_report::study_report::ReportInput {
 /// would take at them, and the capacity-proportional split's time.
 #[test]
 fn a_fetch_from_two_servers_has_its_ideal() {
-    use flowlab_report::study_report::{build, csv, markdown};
+    use flowlab_report::study_report::{csv, markdown};
+    use flowlab_results::study_report::build;
     let r = build(&fetch_study_input());
     let transfer = r
         .metrics
@@ -946,8 +948,8 @@ fn a_fetch_from_two_servers_has_its_ideal() {
 
 /// A ping run made by hand: 20 probes, round trips 100 µs to 2 ms, probe 6 lost, probe
 /// 9 answered twice, probe 12's reply after 13's.
-fn ping_result() -> flowlab_report::ping::PingResult {
-    use flowlab_report::ping::{PingResult, PingStart, PingSummary, Probe, SCHEMA};
+fn ping_result() -> flowlab_results::ping::PingResult {
+    use flowlab_results::ping::{PingResult, PingStart, PingSummary, Probe, SCHEMA};
     let probes: Vec<Probe> = (1..=20u64)
         .map(|seq| {
             let sent = (seq - 1) * 10_000_000;
@@ -1007,7 +1009,7 @@ fn a_ping_run_in_every_format() {
 fn an_rpm_run_as_a_table() {
     let path = fixture_path("rpm-queue.json");
     let text = std::fs::read_to_string(&path).expect("fixture");
-    let r: flowlab_report::rpm::RpmResult = serde_json::from_str(&text).expect("an RPM result");
+    let r: flowlab_results::rpm::RpmResult = serde_json::from_str(&text).expect("an RPM result");
     let loads: Vec<&str> = r.directions.iter().map(|d| d.direction.as_str()).collect();
     let mut out = table::rpm_header(&r.start.host, 5201, &r.start.params, &loads);
     for d in &r.directions {

@@ -1,7 +1,7 @@
 //! What flowlab's laboratory runs, as libraries: a study's trials claimed, run and
 //! recorded ([`study`]), each step at a [`place`] (this machine, one of its network
 //! namespaces; a host over SSH next) behind one seam. Progress and outcomes leave as
-//! typed events ([`flowlab_report::study`]) for the binary to print, or a web page or a
+//! typed events ([`flowlab_results::study`]) for the binary to print, or a web page or a
 //! monitor to consume; nothing here prints.
 
 mod error;

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use flowlab_report::server::ServerEvent;
+use flowlab_results::server::ServerEvent;
 
 use crate::Error as RunError;
 use crate::error::io;

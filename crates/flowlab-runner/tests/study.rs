@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use flowlab_db::Db;
-use flowlab_report::spec::Amount;
-use flowlab_report::study::{Outcome, RunSummary, TrialEvent, TrialStatus};
+use flowlab_results::spec::Amount;
+use flowlab_results::study::{Outcome, RunSummary, TrialEvent, TrialStatus};
 use flowlab_runner::place::{Call, Echoes, Ended, InProcess};
 use flowlab_runner::study::{self, Commands, Event, Options, Run, RunError, Setup, TestLine};
 
@@ -344,7 +344,7 @@ fn echoes_are_sent_by_the_place_from_the_steps_namespace() {
     let lab = Lab {
         place: InProcess::new(flowlab).echoing(|e, ns| {
             assert_eq!(ns, None);
-            Ok(flowlab_report::rtt::RttResult::new(
+            Ok(flowlab_results::rtt::RttResult::new(
                 &e.to.to_string(),
                 e.count,
                 (1.0, 1.0),

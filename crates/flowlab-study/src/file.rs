@@ -376,7 +376,7 @@ pub fn parse(text: &str) -> Result<Study, StudyError> {
     };
     let pause = match &raw.pause {
         None => Duration::ZERO,
-        Some(p) => flowlab_report::units::parse_duration(p.get_ref())
+        Some(p) => flowlab_results::units::parse_duration(p.get_ref())
             .map_err(|e| at(p.span(), format!("pause: {e}")))?,
     };
     let params = match &raw.params {

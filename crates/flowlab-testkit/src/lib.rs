@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use flowlab_engine::client::{self, ClientError, Quiet};
 use flowlab_engine::server::{Server, ServerConfig, ServerLog};
-use flowlab_report::result::ServerOutput;
-use flowlab_report::result::{EndInfo, SideTotals, StreamDirection, TestResult};
-use flowlab_report::server::ServerEvent;
-use flowlab_report::spec::TestSpec;
+use flowlab_results::result::ServerOutput;
+use flowlab_results::result::{EndInfo, SideTotals, StreamDirection, TestResult};
+use flowlab_results::server::ServerEvent;
+use flowlab_results::spec::TestSpec;
 
 /// Starts a flowlab server on 127.0.0.1 with a free port; returns the port.
 pub fn start_server(cfg: ServerConfig) -> u16 {

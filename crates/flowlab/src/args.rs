@@ -36,8 +36,8 @@ pub struct FamilyArgs {
 }
 
 impl FamilyArgs {
-    pub fn family(self) -> Option<flowlab_report::spec::IpFamily> {
-        use flowlab_report::spec::IpFamily;
+    pub fn family(self) -> Option<flowlab_results::spec::IpFamily> {
+        use flowlab_results::spec::IpFamily;
         match (self.ipv4, self.ipv6) {
             (true, _) => Some(IpFamily::Ipv4),
             (_, true) => Some(IpFamily::Ipv6),
@@ -65,7 +65,7 @@ pub struct CredentialArgs {
 impl CredentialArgs {
     /// The credentials, the password read (IPERF3_PASSWORD, or asked for) and the key
     /// checked; `None` without `--username`.
-    pub fn credentials(&self) -> Result<Option<flowlab_report::spec::Credentials>, Usage> {
+    pub fn credentials(&self) -> Result<Option<flowlab_results::spec::Credentials>, Usage> {
         let (Some(user), Some(key)) = (&self.username, &self.rsa_public_key_path) else {
             return Ok(None);
         };
@@ -74,7 +74,7 @@ impl CredentialArgs {
             .map_err(|e| Usage(format!("--rsa-public-key-path {}: {e}", key.display())))?;
         flowlab_proto::auth::public_key_from_pem(&public_key_pem)
             .map_err(|e| Usage(format!("--rsa-public-key-path {}: {e}", key.display())))?;
-        Ok(Some(flowlab_report::spec::Credentials {
+        Ok(Some(flowlab_results::spec::Credentials {
             user: user.clone(),
             password,
             public_key_pem,

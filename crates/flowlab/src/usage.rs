@@ -26,7 +26,7 @@ pub fn seconds(
     let parsed = match text.parse::<f64>() {
         Ok(s) if s.is_finite() => Ok(s),
         Ok(_) => Err("not a number of seconds".to_string()),
-        Err(_) => flowlab_report::units::parse_duration(text)
+        Err(_) => flowlab_results::units::parse_duration(text)
             .map(|d| d.as_secs_f64())
             .map_err(|e| e.to_string()),
     };
@@ -111,7 +111,7 @@ pub fn join_optional_values(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsSt
                 .and_then(|next| next.to_str())
                 .is_some_and(|next| {
                     next.starts_with(|c: char| c.is_ascii_digit())
-                        && flowlab_report::units::parse_duration(next).is_ok()
+                        && flowlab_results::units::parse_duration(next).is_ok()
                 });
         match args.next_if(|_| joins) {
             Some(value) => {

@@ -10,8 +10,8 @@ use flowlab_engine::client::ClientError;
 use flowlab_engine::server::ServerConfig;
 use flowlab_proto::params::TestParams;
 use flowlab_proto::{Cookie, State, frame};
-use flowlab_report::result::StreamDirection;
-use flowlab_report::spec::Amount;
+use flowlab_results::result::StreamDirection;
+use flowlab_results::spec::Amount;
 use support::*;
 
 fn server() -> u16 {

@@ -1171,7 +1171,7 @@ fn colour_only_on_a_terminal_and_never_under_no_color() {
 fn a_window_the_kernel_cuts_short_is_told() {
     let cap = support::core_sysctl("rmem_max").max(support::core_sysctl("wmem_max"));
     let asked = cap + (1 << 20);
-    if asked > flowlab_report::spec::MAX_WINDOW {
+    if asked > flowlab_results::spec::MAX_WINDOW {
         // A -w past the cap would be refused as too large (the kernel takes an int).
         assert!(
             std::env::var_os("CI").is_none(),

@@ -17,7 +17,7 @@ use flowlab_fragments::manifest::{self, Manifest};
 use flowlab_fragments::schedule::{Mode, assign_ratio};
 use flowlab_fragments::serve::FragmentService;
 use flowlab_proto::fragment::{Admission, Decoder, MAGIC, Reply, Request, hello};
-use flowlab_report::fetch::FetchResult;
+use flowlab_results::fetch::FetchResult;
 
 /// An in-process server on a free loopback port serving `dir` at `rate_bps` (0: no limit).
 fn fragment_server(dir: &Path, rate_bps: u64) -> u16 {

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use flowlab_engine::client::ClientError;
 use flowlab_proto::params::{Mode, Protocol};
-use flowlab_report::result::{PeerKind, StreamDirection};
-use flowlab_report::spec::{Amount, Direction};
+use flowlab_results::result::{PeerKind, StreamDirection};
+use flowlab_results::spec::{Amount, Direction};
 use serde_json::Value;
 use support::*;
 
@@ -145,7 +145,7 @@ fn flowlab_client_against_iperf3_server() {
     if !require_tool("iperf3") {
         return;
     }
-    type Setup = fn(&mut flowlab_report::spec::TestSpec);
+    type Setup = fn(&mut flowlab_results::spec::TestSpec);
     let cases: &[(&str, Setup)] = &[
         ("tcp", |_| {}),
         ("tcp -R", |s| s.direction = Direction::Reverse),
@@ -183,7 +183,7 @@ fn flowlab_client_against_iperf3_server() {
     }
 }
 
-fn check_against(name: &str, r: &flowlab_report::result::TestResult, server: Value) {
+fn check_against(name: &str, r: &flowlab_results::result::TestResult, server: Value) {
     assert_eq!(r.start.peer.kind, PeerKind::Iperf3, "{name}");
     for sum in &end(r).sums {
         let snd = sum.sender.as_ref().expect("sender totals");
@@ -389,7 +389,7 @@ fn flowlab_authenticates_against_a_stock_iperf3_server() {
         }
         let mut s = spec(port);
         s.amount = Amount::Bytes(1 << 20);
-        s.credentials = Some(flowlab_report::spec::Credentials {
+        s.credentials = Some(flowlab_results::spec::Credentials {
             user: "mario".into(),
             password: password.into(),
             public_key_pem: public_key_pem.clone(),
@@ -422,7 +422,7 @@ fn flowlab_to_flowlab_authentication_with_oaep() {
     let attempt = |password: Option<&str>, pkcs1: bool| {
         let mut s = spec(port);
         s.amount = Amount::Bytes(1 << 20);
-        s.credentials = password.map(|p| flowlab_report::spec::Credentials {
+        s.credentials = password.map(|p| flowlab_results::spec::Credentials {
             user: "mario".into(),
             password: p.into(),
             public_key_pem: public_key_pem.clone(),

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use flowlab_engine::ping::{PingMode, PingSpec, Quiet, ping};
 use flowlab_engine::server::ServerConfig;
 use flowlab_proto::probe;
-use flowlab_report::result::StreamDirection;
-use flowlab_report::spec::Amount;
+use flowlab_results::result::StreamDirection;
+use flowlab_results::spec::Amount;
 use support::*;
 
 fn spec(port: u16, count: u64, interval: Duration) -> PingSpec {
@@ -458,9 +458,9 @@ fn tcp_echo_connections_are_limited_per_address() {
 #[test]
 fn latency_under_load_is_measured_beside_every_kind_of_test() {
     use flowlab_proto::params::Protocol;
-    use flowlab_report::spec::Direction;
+    use flowlab_results::spec::Direction;
     let port = default_server();
-    type Setup = fn(&mut flowlab_report::spec::TestSpec);
+    type Setup = fn(&mut flowlab_results::spec::TestSpec);
     let cases: &[(&str, Setup)] = &[
         ("tcp", |_| {}),
         ("tcp -R", |s| s.direction = Direction::Reverse),
@@ -527,7 +527,7 @@ fn latency_under_load_is_measured_beside_every_kind_of_test() {
             "{name}"
         );
         // A study keeps the medians and the loaded p99 as flat metrics.
-        let metrics = flowlab_report::metrics::of_test(&r);
+        let metrics = flowlab_results::metrics::of_test(&r);
         let metric = |n: &str| metrics.iter().find(|m| m.name == n).map(|m| m.value);
         assert_eq!(metric("latency_idle_ms"), Some(idle.median_ms), "{name}");
         assert_eq!(

@@ -17,8 +17,8 @@ use flowlab_engine::server::{Server, ServerAuth, ServerConfig, ServerLog};
 use flowlab_proto::credential::Credential;
 use flowlab_proto::params::TestParams;
 use flowlab_proto::{State, auth, frame, load, probe};
-use flowlab_report::server::ServerEvent;
-use flowlab_report::spec::{Amount, Credentials};
+use flowlab_results::server::ServerEvent;
+use flowlab_results::spec::{Amount, Credentials};
 use support::*;
 
 /// Every event the server logs (after its own rate limit).
@@ -29,8 +29,8 @@ impl ServerLog for Collect {
         self.0.lock().expect("log").push(e);
     }
 
-    fn output(&self, events: &[ServerEvent]) -> flowlab_report::result::ServerOutput {
-        flowlab_report::result::ServerOutput::Text(flowlab_report::table::server_events(events))
+    fn output(&self, events: &[ServerEvent]) -> flowlab_results::result::ServerOutput {
+        flowlab_results::result::ServerOutput::Text(flowlab_report::table::server_events(events))
     }
 }
 
@@ -399,7 +399,9 @@ fn one_address_takes_neither_every_slot_nor_the_udp_setup() {
     s.amount = Amount::Bytes(1_000_003);
     let r = run(&s).expect("an honest TCP test beside the stalled ones");
     assert_eq!(
-        sum(&r, flowlab_report::result::StreamDirection::Up).1.bytes,
+        sum(&r, flowlab_results::result::StreamDirection::Up)
+            .1
+            .bytes,
         1_000_003
     );
     let mut u = spec(port);

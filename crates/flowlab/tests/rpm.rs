@@ -9,7 +9,7 @@ use std::sync::atomic::AtomicBool;
 
 use flowlab_engine::rpm::{Load, Quiet, RpmError, RpmSpec, run};
 use flowlab_engine::server::ServerConfig;
-use flowlab_report::rpm::{Confidence, trimmed_mean};
+use flowlab_results::rpm::{Confidence, trimmed_mean};
 use support::*;
 
 fn spec(port: u16, loads: Vec<Load>) -> RpmSpec {
@@ -27,7 +27,7 @@ fn every_load_ramps_probes_and_judges() {
     let port = default_server();
     let s = spec(port, vec![Load::Download, Load::Upload, Load::Both]);
     let r = run(&s, &AtomicBool::new(false), &Quiet).expect("a run");
-    assert_eq!(r.start.draft, flowlab_report::rpm::DRAFT);
+    assert_eq!(r.start.draft, flowlab_results::rpm::DRAFT);
     assert_eq!(r.idle.probes, 5);
     assert!(r.idle.latency_ms.is_some_and(|l| l > 0.0), "{:?}", r.idle);
     let names: Vec<&str> = r.directions.iter().map(|d| d.direction.as_str()).collect();

@@ -288,7 +288,7 @@ args = "127.0.0.1 -p {{port}} -n 1M --connect-timeout 500"
     let s = db.find_study("faulty").expect("q").expect("recorded");
     for t in db.trials(s.id).expect("trials") {
         if t.cell == "port=closed" {
-            assert_eq!(t.status, flowlab_report::study::Outcome::Failed);
+            assert_eq!(t.status, flowlab_results::study::Outcome::Failed);
             let e = t.error.expect("an error");
             assert!(
                 e.starts_with("step 'step 1': ") && e.contains(&closed.to_string()),
@@ -297,7 +297,7 @@ args = "127.0.0.1 -p {{port}} -n 1M --connect-timeout 500"
         } else {
             assert_eq!(
                 t.status,
-                flowlab_report::study::Outcome::Ok,
+                flowlab_results::study::Outcome::Ok,
                 "{:?}",
                 t.error
             );

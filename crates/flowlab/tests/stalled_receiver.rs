@@ -4,7 +4,7 @@
 
 mod support;
 
-use flowlab_report::spec::Direction;
+use flowlab_results::spec::Direction;
 use support::*;
 
 /// A paced test (`-b 20M`, `-w 128K`: room for ~110 datagrams, 65 ms at the rate) whose

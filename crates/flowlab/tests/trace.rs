@@ -5,12 +5,12 @@ mod support;
 use std::time::Duration;
 
 use flowlab_proto::cookie::COOKIE_LEN;
-use flowlab_report::diagnose::{Limit, NOTABLE};
-use flowlab_report::result::{Side, StreamDirection, TestResult, Trace, TracedStream};
-use flowlab_report::spec::{Amount, Direction};
+use flowlab_results::diagnose::{Limit, NOTABLE};
+use flowlab_results::result::{Side, StreamDirection, TestResult, Trace, TracedStream};
+use flowlab_results::spec::{Amount, Direction};
 use support::*;
 
-fn traced(period: Duration, amount: Amount) -> flowlab_report::spec::TestSpec {
+fn traced(period: Duration, amount: Amount) -> flowlab_results::spec::TestSpec {
     let mut s = spec(default_server());
     s.trace = Some(period);
     s.amount = amount;
@@ -122,10 +122,10 @@ fn a_small_receive_window_is_diagnosed_as_the_limit() {
         widest.is_some_and(|g| g < 30_000),
         "widest gap {widest:?} µs"
     );
+    let advice = flowlab_report::advice::of_test(&r, d);
     assert!(
-        d.advice[0].starts_with("receive-window limited") && d.advice[0].contains("--recv-window"),
-        "{:?}",
-        d.advice
+        advice[0].starts_with("receive-window limited") && advice[0].contains("--recv-window"),
+        "{advice:?}"
     );
 }
 
@@ -140,15 +140,15 @@ fn a_large_receive_buffer_is_not_blamed() {
     s.recv_window = 4 << 20;
     let r = run(&s).expect("test runs");
     let d = &trace(&r).diagnosis[0];
+    let advice = flowlab_report::advice::of_test(&r, d);
     assert!(
-        d.advice
+        advice
             .iter()
             .all(|a| !a.contains("--recv-window") && !a.contains("tcp_rmem")),
-        "{d:?}"
+        "{d:?} {advice:?}"
     );
     if d.shares.receive_window >= NOTABLE {
-        let blamed = d
-            .advice
+        let blamed = advice
             .iter()
             .find(|a| a.starts_with("receive-window limited"))
             .expect("advice for a notable limit");

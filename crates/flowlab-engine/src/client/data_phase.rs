@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 
 use flowlab_proto::State;
 use flowlab_proto::params::Protocol;
-use flowlab_report::result::{
+use flowlab_results::result::{
     self, Interval, IntervalStream, IntervalSum, StreamDirection, TcpInterval, UdpInterval,
 };
-use flowlab_report::spec::{Amount, TestSpec};
+use flowlab_results::spec::{Amount, TestSpec};
 
 use super::latency::LoadProber;
 use super::{ClientError, IDLE_WAKE, Observer, TICK, UDP_IDLE_END, refusal};

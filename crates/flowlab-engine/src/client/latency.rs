@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use flowlab_report::latency::{self, TestLatency};
-use flowlab_report::ping::{Latency, PingResult, Probe};
+use flowlab_results::latency::{self, TestLatency};
+use flowlab_results::ping::{Latency, PingResult, Probe};
 
 use super::ClientError;
 use crate::cpu;

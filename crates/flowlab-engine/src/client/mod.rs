@@ -17,11 +17,11 @@ use flowlab_proto::results::PeerResults;
 use flowlab_proto::state::decode_server_error;
 use flowlab_proto::system::SystemInfo;
 use flowlab_proto::{Cookie, State};
-use flowlab_report::result::{
+use flowlab_results::result::{
     self, Interval, PeerInfo, PeerKind, SCHEMA, StartInfo, StreamDirection, StreamInfo, TestResult,
     Trace,
 };
-use flowlab_report::spec::{Amount, Direction, TestSpec};
+use flowlab_results::spec::{Amount, Direction, TestSpec};
 
 use crate::control::{self, ControlError};
 use crate::negotiate::{End, data_config};
@@ -241,7 +241,7 @@ pub fn run(
             session.take_traces(),
             remote_traces,
         );
-        t.diagnosis = flowlab_report::diagnose::diagnose(&t, &spec.window_rates());
+        t.diagnosis = flowlab_results::diagnose::diagnose(&t, &spec.window_rates());
         t
     });
     let udp = spec.protocol == Protocol::Udp;
@@ -252,10 +252,6 @@ pub fn run(
             .map_err(|e| tracing::warn!("{e}; the test's results are kept without them"))
             .ok()
     });
-    let mut trace = trace;
-    if let (Some(t), Some(l)) = (trace.as_mut(), latency.as_ref()) {
-        flowlab_report::diagnose::name_queue(&mut t.diagnosis, l);
-    }
     Ok(TestResult {
         schema: SCHEMA.into(),
         start,
@@ -299,7 +295,7 @@ fn connect(spec: &TestSpec) -> Result<(TcpStream, SocketAddr, Cookie), ClientErr
 
 /// The spec's server's addresses (at least one).
 fn resolve(spec: &TestSpec) -> Result<Vec<SocketAddr>, ClientError> {
-    use flowlab_report::spec::IpFamily;
+    use flowlab_results::spec::IpFamily;
     let addrs = crate::reach::addresses(&spec.host, spec.port, spec.family)?;
     // With -B, only the server's addresses of the bound address's family.
     let Some(ip) = spec.bind else {

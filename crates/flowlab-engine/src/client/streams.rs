@@ -9,8 +9,8 @@ use std::time::{Duration, Instant, SystemTime};
 use flowlab_proto::Cookie;
 use flowlab_proto::params::Protocol;
 use flowlab_proto::udp::{CONNECT_MSG, is_handshake_reply};
-use flowlab_report::result::{StreamDirection, StreamInfo};
-use flowlab_report::spec::{Direction, TestSpec};
+use flowlab_results::result::{StreamDirection, StreamInfo};
+use flowlab_results::spec::{Direction, TestSpec};
 use socket2::{Domain, Protocol as SockProtocol, SockRef, Socket, Type};
 
 use super::ClientError;
@@ -384,7 +384,7 @@ pub(super) fn short_buffers(window: u64, recv_window: u64, infos: &[StreamInfo])
 
 #[cfg(test)]
 mod tests {
-    use flowlab_report::result::{StreamDirection, StreamInfo};
+    use flowlab_results::result::{StreamDirection, StreamInfo};
 
     fn info(direction: StreamDirection, sndbuf: u64, rcvbuf: u64) -> StreamInfo {
         StreamInfo {

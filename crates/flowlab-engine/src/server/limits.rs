@@ -6,7 +6,7 @@ use std::net::{IpAddr, Ipv6Addr, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use flowlab_report::server::ServerEvent;
+use flowlab_results::server::ServerEvent;
 
 use super::{ServerLog, Shared};
 
@@ -147,7 +147,7 @@ impl RateLimited {
 }
 
 impl ServerLog for RateLimited {
-    fn output(&self, events: &[ServerEvent]) -> flowlab_report::result::ServerOutput {
+    fn output(&self, events: &[ServerEvent]) -> flowlab_results::result::ServerOutput {
         self.inner.output(events)
     }
 
@@ -352,8 +352,8 @@ mod tests {
             self.0.lock().unwrap().push(e);
         }
 
-        fn output(&self, _: &[ServerEvent]) -> flowlab_report::result::ServerOutput {
-            flowlab_report::result::ServerOutput::Text(String::new())
+        fn output(&self, _: &[ServerEvent]) -> flowlab_results::result::ServerOutput {
+            flowlab_results::result::ServerOutput::Text(String::new())
         }
     }
 

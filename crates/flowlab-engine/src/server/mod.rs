@@ -26,8 +26,8 @@ use std::time::Duration;
 use flowlab_proto::Cookie;
 use flowlab_proto::probe;
 use flowlab_proto::udp::handshake_reply;
-use flowlab_report::result::ServerOutput;
-use flowlab_report::server::ServerEvent;
+use flowlab_results::result::ServerOutput;
+use flowlab_results::server::ServerEvent;
 use socket2::{Domain, Protocol as SockProtocol, SockRef, Socket, Type};
 
 use crate::control;

@@ -2,7 +2,7 @@
 //! and may do (`--max-duration`, `--max-bitrate`, `--max-bytes`).
 
 use flowlab_proto::params::{MAX_PARALLEL, Mode, Protocol, TestParams};
-use flowlab_report::spec::{MAX_UDP_LEN, MAX_WINDOW};
+use flowlab_results::spec::{MAX_UDP_LEN, MAX_WINDOW};
 
 use super::ServerConfig;
 use crate::negotiate::block_len;

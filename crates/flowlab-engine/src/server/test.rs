@@ -13,8 +13,8 @@ use flowlab_proto::params::{FLOWLAB_EXT_VERSION, Protocol, TestParams};
 use flowlab_proto::results::PeerResults;
 use flowlab_proto::state::{encode_server_error, error_code};
 use flowlab_proto::{Cookie, State};
-use flowlab_report::result::ServerOutput;
-use flowlab_report::server::ServerEvent;
+use flowlab_results::result::ServerOutput;
+use flowlab_results::server::ServerEvent;
 
 use super::error::TestError;
 use super::refusal::{Refusal, validate};

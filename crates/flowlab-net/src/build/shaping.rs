@@ -1,7 +1,7 @@
 //! How a link direction is shaped with `tc`: tbf for rate and queue, netem (or the
 //! user-space emulator) for delay, jitter and loss.
 
-use flowlab_report::net::Shape;
+use flowlab_results::net::Shape;
 
 /// Bytes a queued packet is counted as when a queue is given in packets.
 pub const PACKET_BYTES: u64 = 1514;

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use flowlab_report::net::Shape;
+use flowlab_results::net::Shape;
 
 use super::addresses::{hosts_file, interfaces, routes, static_neighbours};
 use super::files::{record, write_hosts, write_state};

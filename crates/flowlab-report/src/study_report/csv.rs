@@ -1,6 +1,6 @@
 //! A study's report as CSV: one row per metric and cell, a column per parameter.
 
-use super::StudyReport;
+use flowlab_results::study_report::StudyReport;
 
 /// The report as CSV: one row per metric and cell, a column per parameter.
 pub fn csv(r: &StudyReport) -> Result<String, ::csv::Error> {

@@ -2,10 +2,10 @@
 
 use std::fmt::Write as _;
 
-use super::{
-    Comparison, IDEAL_NOTE, RETRIED, StudyReport, Summary, display_unit, ideal_text, metric_unit,
-    number, row_texts, title,
-};
+use flowlab_results::stats::Summary;
+use flowlab_results::study_report::{Comparison, StudyReport};
+
+use super::{IDEAL_NOTE, RETRIED, display_unit, ideal_text, metric_unit, number, row_texts, title};
 
 /// The report as markdown: the study, then a table per metric, then the failures.
 pub fn markdown(r: &StudyReport) -> String {

@@ -2,12 +2,16 @@
 
 use std::fmt::Write as _;
 
-use crate::result::{Side, Trace};
 use crate::units::{Bytes, Rate, UnitFormat};
+use flowlab_results::result::{Side, TestResult};
 
-/// `--trace`: how much was sampled, and what limited each direction's senders.
-pub fn diagnosis(t: &Trace) -> String {
+/// `--trace`: how much was sampled, what limited each direction's senders, and what to
+/// change ([`crate::advice`]); nothing when `r` was not traced.
+pub fn diagnosis(r: &TestResult) -> String {
     let mut out = String::new();
+    let Some(t) = &r.trace else {
+        return out;
+    };
     let count = |side: Side| -> usize {
         t.streams
             .iter()
@@ -36,7 +40,7 @@ pub fn diagnosis(t: &Trace) -> String {
             sh.send_buffer * 100.0,
             sh.network * 100.0,
             sh.application * 100.0,
-            if d.method == crate::diagnosis::Method::KernelAndSamples {
+            if d.method == flowlab_results::diagnosis::Method::KernelAndSamples {
                 " (receive window from the samples at the window: the kernel's own count missed them)"
             } else {
                 ""
@@ -87,7 +91,7 @@ pub fn diagnosis(t: &Trace) -> String {
         if !ev.is_empty() {
             let _ = writeln!(out, "  evidence: {}", ev.join(", "));
         }
-        for a in &d.advice {
+        for a in crate::advice::of_test(r, d) {
             let _ = writeln!(out, "  - {a}");
         }
     }

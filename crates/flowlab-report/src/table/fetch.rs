@@ -2,11 +2,11 @@
 
 use std::fmt::Write as _;
 
-use crate::fetch::FileEntry;
 use crate::units::{Bytes, Rate, UnitFormat};
+use flowlab_results::fetch::FileEntry;
 
 /// `flowlab fetch`: the whole transfer, then one line per server.
-pub fn fetch(r: &crate::fetch::FetchResult) -> String {
+pub fn fetch(r: &flowlab_results::fetch::FetchResult) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -48,7 +48,7 @@ pub fn fetch(r: &crate::fetch::FetchResult) -> String {
 }
 
 /// `flowlab fetch --sweep-ratios`: seed 000's Table 2 — total transfer time per ratio.
-pub fn sweep(r: &crate::fetch::SweepResult) -> String {
+pub fn sweep(r: &flowlab_results::fetch::SweepResult) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,

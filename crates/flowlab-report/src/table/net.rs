@@ -2,11 +2,11 @@
 
 use std::fmt::Write as _;
 
-use crate::net::{Built, TopologyStatus};
 use crate::units::{Rate, UnitFormat};
+use flowlab_results::net::{Built, TopologyStatus};
 
 /// `flowlab net show`: subnets and addresses, then what each host pair's path implies.
-pub fn net_plan(p: &crate::net::PlanSummary) -> String {
+pub fn net_plan(p: &flowlab_results::net::PlanSummary) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,

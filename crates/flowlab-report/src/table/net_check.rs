@@ -2,8 +2,8 @@
 
 use std::fmt::Write as _;
 
-use crate::net::{EMULATOR_LATE_NOTED_MS, FAIRNESS_CC, NetCheck, STEAL_NOTED};
 use crate::units::{Rate, UnitFormat};
+use flowlab_results::net::{EMULATOR_LATE_NOTED_MS, FAIRNESS_CC, NetCheck, STEAL_NOTED};
 
 /// `flowlab net check`: what it judged and how, then a row per path and round, Jain's
 /// index after each round run together, and notes on the host's disturbances.

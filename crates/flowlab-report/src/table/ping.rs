@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use crate::ping::{Latency, PingResult, Probe, Variation, histogram, quantile};
+use flowlab_results::ping::{Latency, PingResult, Probe, Variation, histogram, quantile};
 
 /// What is probed, how (printed before the name is resolved); `protocol` as in
 /// `PingStart::protocol`.

@@ -3,15 +3,15 @@
 
 use std::fmt::Write as _;
 
-use crate::rpm::{Confidence, DirectionResult, Idle, Interval, Params, RpmResult};
 use crate::units::{Rate, UnitFormat};
+use flowlab_results::rpm::{Confidence, DirectionResult, Idle, Interval, Params, RpmResult};
 
 /// The heading: what is measured, by which method.
 pub fn rpm_header(host: &str, port: u16, p: &Params, loads: &[&str]) -> String {
     format!(
         "RPM {host} port {port}: {}, {} (MAD {}, interval {} s, trimmed mean of the fastest {} %, stable within {} %, up to {} connections, {} s each at most)\n",
         loads.join(" then "),
-        crate::rpm::DRAFT,
+        flowlab_results::rpm::DRAFT,
         p.mad,
         p.interval_seconds,
         p.trimmed_share * 100.0,

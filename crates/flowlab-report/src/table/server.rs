@@ -1,6 +1,6 @@
 //! `flowlab serve`'s log lines.
 
-use crate::server::ServerEvent;
+use flowlab_results::server::ServerEvent;
 
 /// `flowlab serve`'s log line for `event` (no newline).
 /// `events` as a text log prints them, a line each.

@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use crate::study::{PlanSummary, RunSummary, TrialEvent};
+use flowlab_results::study::{PlanSummary, RunSummary, TrialEvent};
 
 /// Seconds as people read a wait: `42 s`, `3 min 20 s`, `2 h 05 min`.
 pub fn wait(seconds: f64) -> String {

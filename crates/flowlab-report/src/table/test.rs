@@ -4,12 +4,12 @@
 
 use std::fmt::Write as _;
 
-use crate::latency::TestLatency;
-use crate::result::{
+use crate::units::{Bytes, Rate, UnitFormat};
+use flowlab_results::latency::TestLatency;
+use flowlab_results::result::{
     EndInfo, Interval, LoopbackReordering, ServerOutput, SideTotals, StartInfo, StreamDirection,
     TestResult, UdpInterval, loopback_reordering,
 };
-use crate::units::{Bytes, Rate, UnitFormat};
 
 use super::diagnosis;
 
@@ -320,9 +320,7 @@ pub fn finish(r: &TestResult, udp: bool, f: UnitFormat) -> String {
     if let Some(l) = &r.latency {
         out += &latency(l);
     }
-    if let Some(t) = &r.trace {
-        out += &diagnosis(t);
-    }
+    out += &diagnosis(r);
     out
 }
 

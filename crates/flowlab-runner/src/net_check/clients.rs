@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use flowlab_net::build::ns_name;
 use flowlab_net::topology::PathInfo;
-use flowlab_report::result::{SideTotals, TestResult};
+use flowlab_results::result::{SideTotals, TestResult};
 
 use super::pairs::Pair;
 use crate::Error;

@@ -14,7 +14,7 @@ use flowlab_net::build::{self, ns_name};
 use flowlab_net::check::{Measured, quantile_of_sum};
 use flowlab_net::forward::LinkStats;
 use flowlab_net::probe::{median, percentile};
-use flowlab_report::result::TestResult;
+use flowlab_results::result::TestResult;
 
 use super::Load;
 use super::clients::{Job, client, received, result, run_client, server};

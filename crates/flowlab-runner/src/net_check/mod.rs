@@ -18,7 +18,7 @@ mod round;
 use flowlab_net::build::{self, UpOptions};
 use flowlab_net::check::{LOSS_TOLERANCE, RTT_TOLERANCE};
 use flowlab_net::topology::{Plan, Topology};
-use flowlab_report::net::{FAIRNESS_CC, NetCheck};
+use flowlab_results::net::{FAIRNESS_CC, NetCheck};
 
 use crate::{Error, Place};
 

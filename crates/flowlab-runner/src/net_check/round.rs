@@ -9,7 +9,7 @@ use flowlab_net::check::{
     max_min_shares, queue_bound,
 };
 use flowlab_net::topology::{PathInfo, Plan, Topology};
-use flowlab_report::net::CheckedPath;
+use flowlab_results::net::CheckedPath;
 
 use super::Load;
 use super::clients::Job;

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use flowlab_report::rtt::RttResult;
+use flowlab_results::rtt::RttResult;
 
 use super::{Echoes, Exit, Job, Output, Place, Process, Written};
 

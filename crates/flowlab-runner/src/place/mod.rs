@@ -26,7 +26,7 @@ use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use flowlab_report::rtt::RttResult;
+use flowlab_results::rtt::RttResult;
 
 pub use in_process::{Call, Ended, InProcess};
 pub use local::Local;

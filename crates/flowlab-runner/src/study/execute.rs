@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use flowlab_db::{Claim, Db, Retake, StepRecord};
-use flowlab_report::study::{RunSummary, TrialEvent, TrialStatus};
+use flowlab_results::study::{RunSummary, TrialEvent, TrialStatus};
 use flowlab_study::{Cell, Study};
 
 use super::lines::{self, Commands};

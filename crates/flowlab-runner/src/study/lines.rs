@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use flowlab_report::spec::Amount;
+use flowlab_results::spec::Amount;
 use flowlab_study::file::StepKind;
 use flowlab_study::{Cell, Study};
 

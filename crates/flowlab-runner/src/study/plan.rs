@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use flowlab_report::study::{CellPlan, PlanSummary};
+use flowlab_results::study::{CellPlan, PlanSummary};
 use flowlab_study::file::Order;
 use flowlab_study::{Cell, Study};
 

@@ -140,7 +140,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
 /// by a line, adaptive apart at the right (it is not a ratio), each mean with its 95 %
 /// confidence interval as an error bar when the sweep repeated.
 fn chart(
-    result: &flowlab_report::fetch::SweepResult,
+    result: &flowlab_results::fetch::SweepResult,
     path: &std::path::Path,
 ) -> anyhow::Result<()> {
     use flowlab_plot::{Band, Panel, Series};
@@ -156,7 +156,7 @@ fn chart(
         } else {
             line.push((x, row.mean_seconds));
         }
-        if let Some((lo, hi)) = flowlab_report::stats::summary(&row.seconds).and_then(|s| s.ci) {
+        if let Some((lo, hi)) = flowlab_results::stats::summary(&row.seconds).and_then(|s| s.ci) {
             if adaptive {
                 bars.1.push((x, lo, hi));
             } else {

@@ -2,7 +2,8 @@
 
 use clap::Subcommand;
 use flowlab_fragments::manifest;
-use flowlab_report::{table, units};
+use flowlab_report::table;
+use flowlab_results::units;
 
 #[derive(Debug, Subcommand)]
 pub enum Command {

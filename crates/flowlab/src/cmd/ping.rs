@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use clap::Args as ClapArgs;
 use flowlab_engine::ping::{PingMode, PingObserver, PingSpec, ping};
-use flowlab_report::ping::Probe;
 use flowlab_report::{json, table};
+use flowlab_results::ping::Probe;
 
 use crate::usage::Usage;
 

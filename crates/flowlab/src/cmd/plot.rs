@@ -2,7 +2,7 @@
 
 use anyhow::Context;
 use clap::Args as ClapArgs;
-use flowlab_report::result::{SCHEMA, TestResult};
+use flowlab_results::result::{SCHEMA, TestResult};
 
 #[derive(Debug, ClapArgs)]
 pub struct Args {

@@ -8,10 +8,11 @@ use clap::Args as ClapArgs;
 use flowlab_engine::client;
 use flowlab_engine::server::{NoLog, Server, ServerConfig};
 use flowlab_proto::params::Protocol;
-use flowlab_report::result::TestResult;
-use flowlab_report::spec::{Amount, DEFAULT_UDP_LEN, Direction, TestSpec};
-use flowlab_report::units::{self, UnitFormat};
+use flowlab_report::units::UnitFormat;
 use flowlab_report::{json, table};
+use flowlab_results::result::TestResult;
+use flowlab_results::spec::{Amount, DEFAULT_UDP_LEN, Direction, TestSpec};
+use flowlab_results::units;
 
 use super::emit;
 
@@ -80,7 +81,11 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         }
     }
     if a.json {
-        println!("{}", json::document(&results)?);
+        let shown = results
+            .iter()
+            .map(json::test_value)
+            .collect::<serde_json::Result<Vec<_>>>()?;
+        println!("{}", json::document(&shown)?);
     }
     Ok(())
 }

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Args as ClapArgs, ValueEnum};
 use flowlab_db::Db;
-use flowlab_report::study_report::{self, ReportInput};
-use flowlab_report::{html, json};
+use flowlab_report::{Format as _, ReportFormat, html};
+use flowlab_results::study_report::{ReportInput, build, compare};
 
 use crate::usage::Usage;
 
@@ -67,7 +67,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         flowlab_db::report::InputError::Ambiguous(_) => anyhow::Error::from(Usage(e.to_string())),
         e => e.into(),
     })?;
-    let report = study_report::build(&input);
+    let report = build(&input);
     let text = match &a.compare {
         Some(cells) => {
             for c in cells {
@@ -80,10 +80,10 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
                     .into());
                 }
             }
-            let c = study_report::compare(&report, &cells[0], &cells[1]);
+            let c = compare(&report, &cells[0], &cells[1]);
             match format {
-                Format::Json => json::document(&c)? + "\n",
-                Format::Markdown => study_report::comparison_markdown(&c),
+                Format::Json => ReportFormat::Json.write(&c)?,
+                Format::Markdown => ReportFormat::Markdown.write(&c)?,
                 Format::Csv | Format::Html => {
                     return Err(
                         Usage("--compare writes markdown or JSON (--format json)".into()).into(),
@@ -92,9 +92,9 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
             }
         }
         None => match format {
-            Format::Markdown => study_report::markdown(&report),
-            Format::Csv => study_report::csv(&report)?,
-            Format::Json => json::document(&report)? + "\n",
+            Format::Markdown => ReportFormat::Markdown.write(&report)?,
+            Format::Csv => ReportFormat::Csv.write(&report)?,
+            Format::Json => ReportFormat::Json.write(&report)?,
             Format::Html => {
                 let mut charts = report
                     .metrics
@@ -106,7 +106,12 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
                 if let Some(sc) = &report.scatter {
                     charts.push(flowlab_plot::render_svg(&[flowlab_plot::scatter_panel(sc)]).ok());
                 }
-                html::page(&report, &charts, &traces(&db, &input)?)
+                let traces = traces(&db, &input)?;
+                let page = html::Page {
+                    charts: &charts,
+                    traces: &traces,
+                };
+                page.write(&report)?
             }
         },
     };
@@ -130,11 +135,11 @@ fn traces(db: &Db, input: &ReportInput) -> anyhow::Result<Vec<(String, String)>>
     for cell in &input.cells {
         let traced = trials
             .iter()
-            .filter(|t| &t.cell == cell && t.status == flowlab_report::study::Outcome::Ok)
+            .filter(|t| &t.cell == cell && t.status == flowlab_results::study::Outcome::Ok)
             .flat_map(|t| t.steps.iter().map(move |s| (t, s)))
             .filter(|(_, s)| s.kind == "test")
             .find_map(|(t, s)| {
-                let r: flowlab_report::result::TestResult =
+                let r: flowlab_results::result::TestResult =
                     serde_json::from_str(s.result.as_deref()?).ok()?;
                 r.trace.is_some().then_some((t, s, r))
             });

@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use clap::Args as ClapArgs;
 use flowlab_engine::rpm::{Load, RpmObserver, RpmSpec, run as rpm};
-use flowlab_report::rpm::{DirectionResult, Interval};
 use flowlab_report::{json, table};
+use flowlab_results::rpm::{DirectionResult, Interval};
 
 use crate::usage::Usage;
 

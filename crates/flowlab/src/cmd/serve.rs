@@ -8,9 +8,10 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args as ClapArgs;
 use flowlab_engine::server::{DEFAULT_MAX_DURATION, Server, ServerAuth, ServerConfig, ServerLog};
-use flowlab_report::result::ServerOutput;
-use flowlab_report::server::ServerEvent;
-use flowlab_report::{json, table, units};
+use flowlab_report::{json, table};
+use flowlab_results::result::ServerOutput;
+use flowlab_results::server::ServerEvent;
+use flowlab_results::units;
 
 use crate::usage::Usage;
 

@@ -7,7 +7,8 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use flowlab_net::build;
 use flowlab_net::topology::{Plan, Topology};
-use flowlab_report::{table, units};
+use flowlab_report::table;
+use flowlab_results::units;
 use flowlab_runner::net_check;
 
 #[derive(Debug, Subcommand)]

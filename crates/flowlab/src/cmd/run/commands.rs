@@ -48,10 +48,10 @@ struct RttArgs {
     #[arg(short = 'c', long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     count: u64,
     /// Between two echoes.
-    #[arg(short = 'i', long, default_value = "100ms", value_parser = flowlab_report::units::parse_duration)]
+    #[arg(short = 'i', long, default_value = "100ms", value_parser = flowlab_results::units::parse_duration)]
     interval: Duration,
     /// How long a reply is waited for.
-    #[arg(long, default_value = "1s", value_parser = flowlab_report::units::parse_duration)]
+    #[arg(long, default_value = "1s", value_parser = flowlab_results::units::parse_duration)]
     timeout: Duration,
 }
 

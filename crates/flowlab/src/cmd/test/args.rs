@@ -3,7 +3,8 @@
 use std::str::FromStr;
 
 use clap::Args as ClapArgs;
-use flowlab_report::units::{self, UnitFormat};
+use flowlab_report::units::UnitFormat;
+use flowlab_results::units;
 
 #[derive(Debug, ClapArgs)]
 #[command(group(clap::ArgGroup::new("to").args(["host", "client"]).required(true)))]
@@ -77,7 +78,7 @@ pub struct Args {
     #[arg(short = 'O', long, default_value_t = 0, value_name = "SECONDS")]
     pub omit: u64,
     /// Units: k m g t (bits), K M G T (bytes), a (adaptive).
-    #[arg(short = 'f', long = "format", value_parser = units::UnitFormat::from_str, default_value = "a")]
+    #[arg(short = 'f', long = "format", value_parser = UnitFormat::from_str, default_value = "a")]
     pub format: UnitFormat,
     /// Milliseconds to wait for the server to accept a connection.
     #[arg(long, default_value_t = 5000, value_name = "MS")]

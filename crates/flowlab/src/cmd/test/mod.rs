@@ -8,10 +8,10 @@ pub use args::Args;
 
 use anyhow::Context;
 use flowlab_engine::client::{self, Observer};
-use flowlab_report::diagnose::PathRates;
-use flowlab_report::result::{Interval, StartInfo};
 use flowlab_report::units::UnitFormat;
 use flowlab_report::{json, table};
+use flowlab_results::diagnose::PathRates;
+use flowlab_results::result::{Interval, StartInfo};
 
 use super::{emit, emit_json};
 
@@ -49,12 +49,12 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         write().with_context(|| format!("--trace-csv {}", path.display()))?;
     }
     if a.json {
-        println!("{}", json::document(&result)?);
+        println!("{}", json::test_document(&result)?);
     } else if a.iperf3_json {
         let doc = flowlab_report::iperf3_json::document(&result);
         println!("{}", serde_json::to_string_pretty(&doc)?);
     } else if a.json_stream {
-        emit_json(&json::finish(&result));
+        emit_json(&json::finish(&result)?);
     } else {
         emit(&table::finish(&result, a.udp, a.format));
     }
@@ -69,9 +69,9 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
 /// printed all the same.
 fn file_moved_whole(
     path: &std::path::Path,
-    result: &flowlab_report::result::TestResult,
+    result: &flowlab_results::result::TestResult,
 ) -> anyhow::Result<()> {
-    use flowlab_report::result::StreamDirection;
+    use flowlab_results::result::StreamDirection;
     let Some(end) = &result.end else {
         return Ok(());
     };
@@ -85,7 +85,7 @@ fn file_moved_whole(
     let on_disk = std::fs::metadata(path).map_or(0, |m| m.len());
     if let Some(sent) = count(StreamDirection::Up, true) {
         let whole = match result.start.spec.amount {
-            flowlab_report::spec::Amount::Bytes(n) => n,
+            flowlab_results::spec::Amount::Bytes(n) => n,
             _ => 0,
         };
         if sent < whole && !end.interrupted {

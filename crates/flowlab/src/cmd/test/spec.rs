@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use flowlab_engine::trace;
 use flowlab_proto::params::{MAX_PARALLEL, Mode, Protocol};
-use flowlab_report::spec::{self, Amount, Direction, TestSpec};
-use flowlab_report::units;
+use flowlab_results::spec::{self, Amount, Direction, TestSpec};
+use flowlab_results::units;
 
 use super::args::{Args, MAX_TIME};
 use crate::usage::Usage;
@@ -311,7 +311,7 @@ fn affinity(text: &str, allowed: &[usize]) -> Result<spec::Affinity, Usage> {
 #[cfg(test)]
 mod affinity_tests {
     use super::affinity;
-    use flowlab_report::spec::Affinity;
+    use flowlab_results::spec::Affinity;
 
     #[test]
     fn affinity_is_the_clients_cpu_then_the_servers() {

@@ -1,5 +1,5 @@
 //! What a server did, for its log: the events `flowlab serve` prints, one per line, as
-//! text ([`crate::table::server_event`]) or as JSON objects (`serve -J`).
+//! text (`flowlab_report::table::server_event`) or as JSON objects (`serve -J`).
 
 use serde::{Deserialize, Serialize};
 

@@ -87,24 +87,6 @@ impl TestLatency {
     }
 }
 
-impl TestLatency {
-    /// What the trace's diagnosis says of a queue the probes saw build under the load:
-    /// `None` when none did.
-    pub fn queue_advice(&self) -> Option<String> {
-        if self.queue_building != Some(true) {
-            return None;
-        }
-        let (idle, loaded) = (self.idle.rtt.as_ref()?, self.loaded.rtt.as_ref()?);
-        Some(format!(
-            "The latency probes saw a queue build under this load: the round trip went from \
-             {:.3} ms idle to {:.3} ms at the median ({:.3} ms at p99), a queue-building \
-             bottleneck (bufferbloat); an AQM there (fq_codel, cake) or a smaller queue keeps \
-             the round trip down without costing throughput.",
-            idle.median_ms, loaded.median_ms, loaded.p99_ms
-        ))
-    }
-}
-
 /// The round trips of the replies that arrived from `start` to `end` (seconds since the
 /// load started): an interval's latency.
 pub fn arrived_between(probes: &[Probe], start: f64, end: f64) -> Option<Latency> {
@@ -169,12 +151,9 @@ mod tests {
         );
         assert_eq!(arrived_between(&l.probes, 5.0, 6.0), None);
         assert_eq!(l.queue_building, Some(true));
-        let advice = l.queue_advice().expect("a queue");
-        assert!(advice.contains("queue-building bottleneck"), "{advice}");
         let calm: Vec<Probe> = (1..=100).map(|i| probe(i, i * 10, Some(10))).collect();
         let calm = TestLatency::of(64, 0.01, "test", idle, calm);
         assert_eq!(calm.queue_building, Some(false));
-        assert_eq!(calm.queue_advice(), None);
         assert_eq!(
             TestLatency::of(64, 0.01, "t", Vec::new(), Vec::new()).queue_building,
             None

@@ -1,10 +1,10 @@
-//! Property tests of the parsers of sizes, rates, durations and unit formats: any text
+//! Property tests of the parsers of sizes, rates and durations: any text
 //! is answered with a value or an error naming it (never a panic), and what a user
 //! writes means what the docs say.
 
 use std::time::Duration;
 
-use flowlab_report::units::{UnitFormat, parse_duration, parse_rate, parse_size};
+use flowlab_results::units::{parse_duration, parse_rate, parse_size};
 use proptest::prelude::*;
 
 /// Text that looks like a quantity more often than not: digits, a point, a sign, an
@@ -28,7 +28,6 @@ proptest! {
         if let Err(e) = parse_duration(&text) {
             prop_assert!(e.to_string().contains(&text), "{e}");
         }
-        let _ = text.parse::<UnitFormat>();
     }
 
     #[test]
@@ -82,17 +81,6 @@ proptest! {
     fn negative_and_endless_durations_are_refused(n in 1u64..1_000_000) {
         for text in [format!("-{n}ms"), format!("{n}e30s")] {
             prop_assert!(parse_duration(&text).is_err(), "{} parsed", text);
-        }
-    }
-
-    #[test]
-    fn unit_formats_are_one_letter(c in any::<char>()) {
-        let parsed = c.to_string().parse::<UnitFormat>();
-        match c {
-            'a' | 'A' => prop_assert_eq!(parsed, Ok(UnitFormat::Adaptive)),
-            'k' | 'm' | 'g' | 't' => prop_assert!(matches!(parsed, Ok(UnitFormat::Bits(_)))),
-            'K' | 'M' | 'G' | 'T' => prop_assert!(matches!(parsed, Ok(UnitFormat::Bytes(_)))),
-            _ => prop_assert!(parsed.is_err()),
         }
     }
 }

@@ -1,5 +1,6 @@
 //! What limited a transfer, as data: each direction's verdict, the shares of its time,
-//! the numbers behind it and the advice ([`crate::diagnose`] computes it from a trace).
+//! and the numbers behind it ([`crate::diagnose`] computes it from a trace; what it
+//! advises is the formats' `flowlab_report::advice`).
 
 use serde::{Deserialize, Serialize};
 
@@ -125,8 +126,6 @@ pub struct Diagnosis {
     pub shares: Shares,
     pub primary: Limit,
     pub evidence: Evidence,
-    /// Concrete advice, one sentence each, most important first.
-    pub advice: Vec<String>,
 }
 
 /// How a diagnosis's shares were computed.
