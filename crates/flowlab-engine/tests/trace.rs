@@ -1,14 +1,12 @@
 //! `--trace`: TCP_INFO sampled on both ends, and the diagnosis drawn from it.
 
-mod support;
-
 use std::time::Duration;
 
 use flowlab_proto::cookie::COOKIE_LEN;
 use flowlab_results::diagnose::{Limit, NOTABLE};
 use flowlab_results::result::{Side, StreamDirection, TestResult, Trace, TracedStream};
 use flowlab_results::spec::{Amount, Direction};
-use support::*;
+use flowlab_testkit::*;
 
 fn traced(period: Duration, amount: Amount) -> flowlab_results::spec::TestSpec {
     let mut s = spec(default_server());
