@@ -171,7 +171,7 @@ fn a_client_that_vanishes_mid_test() {
 
 #[test]
 fn busy_beyond_max_tests() {
-    let port = start_server(ServerConfig {
+    let (port, log) = start_server_logging(ServerConfig {
         max_tests: 1,
         idle_timeout: Duration::from_secs(2),
         ..ServerConfig::default()
@@ -183,7 +183,7 @@ fn busy_beyond_max_tests() {
     long.bitrate = 10_000_000;
     let hold = std::thread::spawn(move || run(&long));
     let _idle = at_param_exchange(port, 7);
-    std::thread::sleep(Duration::from_millis(500));
+    await_test_started(&log);
     let mut s = spec(port);
     s.amount = Amount::Bytes(1000);
     let err = run(&s).expect_err("the only slot is taken");

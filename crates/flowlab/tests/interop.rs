@@ -260,7 +260,7 @@ fn a_busy_flowlab_server_tells_a_stock_iperf3_client_so() {
     if !require_tool("iperf3") {
         return;
     }
-    let port = start_server(flowlab_engine::server::ServerConfig {
+    let (port, log) = start_server_logging(flowlab_engine::server::ServerConfig {
         max_tests: 1,
         idle_timeout: Duration::from_secs(3),
         ..flowlab_engine::server::ServerConfig::default()
@@ -269,7 +269,7 @@ fn a_busy_flowlab_server_tells_a_stock_iperf3_client_so() {
     long.amount = Amount::Seconds(2.0);
     long.bitrate = 10_000_000;
     let hold = std::thread::spawn(move || run(&long));
-    std::thread::sleep(Duration::from_millis(500));
+    await_test_started(&log);
     let out = Command::new("iperf3")
         .args(["-c", "127.0.0.1", "-p", &port.to_string(), "-t", "1", "-J"])
         .output()
