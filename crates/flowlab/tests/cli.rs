@@ -919,7 +919,7 @@ fn net_show_of_a_thousand_hosts_returns_and_shows_a_path_on_demand() {
     assert_success(&out);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        text.contains("topology big: 1000 hosts, 1 routers, 4 switches, 1004 links"),
+        text.contains("topology big: 1000 hosts, 1 router, 4 switches, 1004 links"),
         "{text}"
     );
     assert!(

@@ -179,6 +179,36 @@ fn a_topology_is_built_routed_shaped_and_removed() {
     );
 }
 
+/// `net exec` without `-t` while several topologies are up names them, so the user can
+/// pick one.
+#[test]
+fn exec_without_a_name_lists_the_topologies_that_are_up() {
+    let Some(_serial) = root_and_serial() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tmp");
+    let (_one, _two) = (Down("tsev1"), Down("tsev2"));
+    for name in ["tsev1", "tsev2"] {
+        let text =
+            format!("name = \"{name}\"\nhosts = [\"a\", \"b\"]\n[[link]]\nends = [\"a\", \"b\"]\n");
+        up(&write_topology(dir.path(), name, &text), &[]);
+    }
+    let out = flowlab()
+        .args(["net", "exec", "a", "--", "true"])
+        .output()
+        .expect("exec");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    // Other binaries' topologies may be up too (scripts/test.sh runs them side by side).
+    assert!(
+        err.contains("several topologies are up (")
+            && err.contains("tsev1")
+            && err.contains("tsev2")
+            && err.contains("name one with -t"),
+        "{err}"
+    );
+}
+
 #[test]
 fn down_cleans_up_after_a_killed_builder() {
     let Some(_serial) = root_and_serial() else {

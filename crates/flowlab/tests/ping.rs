@@ -215,6 +215,48 @@ fn flowlab() -> Command {
     Command::new(assert_cmd::cargo::cargo_bin("flowlab"))
 }
 
+/// A port where nothing answers: the summary, then an error that says what answers these
+/// probes, and exit code 1 (iputils' ping exits 1 when no reply came), with `-J` too.
+#[test]
+fn no_reply_at_all_fails_and_says_what_answers() {
+    let port = free_port().to_string();
+    for json in [false, true] {
+        let mut cmd = flowlab();
+        cmd.args([
+            "ping",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-c",
+            "2",
+            "-i",
+            "10ms",
+            "-W",
+            "100ms",
+        ]);
+        if json {
+            cmd.arg("-J");
+        }
+        let out = cmd.output().expect("flowlab ping");
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+        assert!(
+            stderr.contains(&format!("no reply from 127.0.0.1 port {port}"))
+                && stderr.contains("`flowlab serve`"),
+            "{stderr}"
+        );
+        if json {
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+            assert_eq!(v["summary"]["received"], 0);
+        } else {
+            assert!(stdout.contains("2 sent, 0 received, 2 lost"), "{stdout}");
+        }
+    }
+}
+
 #[test]
 fn the_command_prints_json_and_refuses_what_it_cannot_do() {
     let port = default_server().to_string();

@@ -26,3 +26,8 @@ pub use server::{server_event, server_events};
 pub use study::{study_plan, study_summary, study_trial};
 pub use system::system;
 pub use test::{end, finish, interval, interval_header, quick_case, quick_heading, start, whole};
+
+/// `n` of a thing, in the singular for one: "1 router", "2 routers", "0 switches".
+pub(crate) fn count(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}

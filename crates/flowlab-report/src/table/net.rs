@@ -10,8 +10,12 @@ pub fn net_plan(p: &flowlab_results::net::PlanSummary) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "topology {}: {} hosts, {} routers, {} switches, {} links",
-        p.name, p.hosts, p.routers, p.switches, p.links
+        "topology {}: {}, {}, {}, {}",
+        p.name,
+        super::count(p.hosts, "host", "hosts"),
+        super::count(p.routers, "router", "routers"),
+        super::count(p.switches, "switch", "switches"),
+        super::count(p.links, "link", "links")
     );
     for s in &p.subnets {
         let members: Vec<String> = s.members.iter().map(|(n, a)| format!("{n} {a}")).collect();

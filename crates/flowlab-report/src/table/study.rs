@@ -24,10 +24,10 @@ pub fn study_plan(p: &PlanSummary) -> String {
     }
     let _ = writeln!(
         out,
-        "{} cells x {} repetitions = {} trials{}, order {} (seed {}){}{}",
-        p.cells.len(),
-        p.repeat,
-        p.planned,
+        "{} x {} = {}{}, order {} (seed {}){}{}",
+        super::count(p.cells.len(), "cell", "cells"),
+        super::count(p.repeat as usize, "repetition", "repetitions"),
+        super::count(p.planned, "trial", "trials"),
         if p.trials < p.planned {
             format!(" ({} of them run: --only, --repeat)", p.trials)
         } else {
@@ -36,7 +36,10 @@ pub fn study_plan(p: &PlanSummary) -> String {
         p.order,
         p.seed,
         if p.warmup > 0 {
-            format!(", {} warm-up trials first", p.warmup)
+            format!(
+                ", {} first",
+                super::count(p.warmup as usize, "warm-up trial", "warm-up trials")
+            )
         } else {
             String::new()
         },

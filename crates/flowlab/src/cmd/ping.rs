@@ -185,5 +185,15 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
             super::emit(&table::ping_histogram(&result));
         }
     }
+    // As iputils' ping: no reply at all is a failure (exit code 1), said after the
+    // summary, with what answers these probes.
+    if result.summary.sent > 0 && result.summary.received == 0 {
+        anyhow::bail!(
+            "no reply from {} port {}: flowlab ping probes the echo service of a `flowlab \
+             serve` there (it is not ICMP); is one running on that port?",
+            spec.host,
+            spec.port
+        );
+    }
     Ok(())
 }

@@ -229,7 +229,13 @@ fn exec(topology: Option<String>, node: &str, command: &[String]) -> anyhow::Res
         None => match build::status().as_slice() {
             [(t, _)] => t.clone(),
             [] => anyhow::bail!("no topology is up (flowlab net up FILE)"),
-            _ => anyhow::bail!("several topologies are up: name one with -t"),
+            several => {
+                let names: Vec<&str> = several.iter().map(|(t, _)| t.as_str()).collect();
+                anyhow::bail!(
+                    "several topologies are up ({}): name one with -t",
+                    names.join(", ")
+                )
+            }
         },
     };
     let ns = build::ns_name(&topo, node);
