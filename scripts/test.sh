@@ -57,14 +57,15 @@ fi
 #      lower priority (nice 10): the first two lanes' timing (an emulated link's
 #      delay, a server's pacing, a timeout) is what they measure, and they use little
 #      CPU, so they get it when they ask; the third's tests run for a time, not a
-#      quantity of work, and lose little. Tests that measure a rate on loopback
-#      (fragments.rs's paced servers) are in this lane, one binary at a time.
+#      quantity of work, and lose little. fragments.rs, whose paced servers must reach
+#      their rates, is in the second lane: one binary after studies.rs, ahead of the
+#      third in priority (at nice 10 beside the studies it fell to half its rate).
 # Binaries of other lanes that share something the machine has one of (the CPU
 # latency request) take a file lock around it (crates/flowlab/tests/support).
 lane_of() {
   case "$1" in
     net) echo 1 ;;
-    studies | hostile | stalled_receiver | public_server | bad_input) echo 2 ;;
+    studies | fragments | hostile | stalled_receiver | public_server | bad_input) echo 2 ;;
     *) echo 3 ;;
   esac
 }
