@@ -573,3 +573,40 @@ fn a_servers_snd_timeout_is_on_its_streams() {
         None
     );
 }
+
+/// A server whose handshake never completes (its accept queue full, so the kernel drops
+/// the SYN): the client gives up after the connect timeout and says how long it waited
+/// and what sets it, not only "timed out".
+#[test]
+fn a_connect_that_times_out_says_how_long_and_what_sets_it() {
+    use socket2::{Domain, Socket, Type};
+    let at = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+    let listener = Socket::new(Domain::IPV4, Type::STREAM, None).expect("socket");
+    listener.bind(&at.into()).expect("bind");
+    listener.listen(0).expect("listen");
+    let port = listener
+        .local_addr()
+        .ok()
+        .and_then(|a| a.as_socket())
+        .expect("an address")
+        .port();
+    let to = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    // One connection fills a backlog of 0 (never accepted); the next SYNs are dropped.
+    let _held: Vec<Socket> = (0..2)
+        .filter_map(|_| {
+            let s = Socket::new(Domain::IPV4, Type::STREAM, None).ok()?;
+            s.connect_timeout(&to.into(), std::time::Duration::from_millis(200))
+                .ok()
+                .map(|()| s)
+        })
+        .collect();
+    let mut s = spec(port);
+    s.connect_timeout = std::time::Duration::from_millis(300);
+    let err = run(&s).expect_err("no handshake");
+    assert!(
+        err.to_string().contains(&format!(
+            "cannot connect to 127.0.0.1:{port}: no answer within 0.3 s (--connect-timeout)"
+        )),
+        "{err}"
+    );
+}

@@ -71,10 +71,12 @@ impl Graph {
     }
 }
 
-/// One result to draw, with the name it was loaded from.
+/// One result to draw: its name in a legend, where it came from (its file, as an error
+/// names it), and the result.
 #[derive(Debug, Clone)]
 pub struct Input {
     pub name: String,
+    pub from: String,
     pub result: TestResult,
 }
 

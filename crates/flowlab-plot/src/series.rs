@@ -212,7 +212,7 @@ fn throughput(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
     for (input, label) in inputs.iter().zip(labels) {
         let ivs = &input.result.intervals;
         if ivs.is_empty() {
-            return Err(PlotError::NoIntervals(input.name.clone()));
+            return Err(PlotError::NoIntervals(input.from.clone()));
         }
         let mut ids: Vec<(i64, StreamDirection)> =
             ivs[0].streams.iter().map(|s| (s.id, s.direction)).collect();
@@ -278,7 +278,7 @@ fn senders(input: &Input) -> Result<Vec<&TracedStream>, PlotError> {
         .result
         .trace
         .as_ref()
-        .ok_or_else(|| PlotError::NoTrace(input.name.clone()))?;
+        .ok_or_else(|| PlotError::NoTrace(input.from.clone()))?;
     Ok(t.streams.iter().filter(|s| s.sender).collect())
 }
 
@@ -461,7 +461,7 @@ fn io(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
             .result
             .trace
             .as_ref()
-            .ok_or_else(|| PlotError::NoTrace(input.name.clone()))?;
+            .ok_or_else(|| PlotError::NoTrace(input.from.clone()))?;
         let n = t.streams.iter().filter(|s| s.sender).count();
         for s in &t.streams {
             let (what, counter): (&str, fn(&TraceSample) -> Option<u64>) = if s.sender {
@@ -497,7 +497,7 @@ fn probes(input: &Input) -> Result<&TestLatency, PlotError> {
         .result
         .latency
         .as_ref()
-        .ok_or_else(|| PlotError::NoLatency(input.name.clone()))
+        .ok_or_else(|| PlotError::NoLatency(input.from.clone()))
 }
 
 fn ms(ns: u64) -> f64 {

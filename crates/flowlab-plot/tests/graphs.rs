@@ -15,6 +15,7 @@ fn load(name: &str) -> Input {
     let text = std::fs::read_to_string(&path).expect("fixture");
     Input {
         name: name.into(),
+        from: path.display().to_string(),
         result: serde_json::from_str(&text).expect("a flowlab result"),
     }
 }
@@ -94,7 +95,14 @@ fn window_graph_marks_on_the_receivers_window_where_the_sender_was_at_it() {
 fn graphs_of_an_untraced_result_say_how_to_get_them() {
     let err = panels(Graph::Window, &[load("untraced-p2")]).expect_err("no trace");
     assert!(matches!(err, PlotError::NoTrace(_)));
-    assert!(err.to_string().contains("--trace"));
+    // The file is named as it was given, not by its stem.
+    let text = err.to_string();
+    assert!(
+        text.starts_with(&load("untraced-p2").from)
+            && text.contains("untraced-p2.json has no trace")
+            && text.contains("--trace"),
+        "{text}"
+    );
     // "all" draws what it can: throughput only.
     assert_eq!(
         panels(Graph::All, &[load("untraced-p2")])

@@ -16,17 +16,6 @@ pub enum Limit {
     Application,
 }
 
-impl Limit {
-    pub fn describe(self) -> &'static str {
-        match self {
-            Limit::ReceiveWindow => "the receiver's window",
-            Limit::SendBuffer => "the sender's socket buffer",
-            Limit::Network => "the congestion window (the network)",
-            Limit::Application => "the application (nothing to send)",
-        }
-    }
-}
-
 /// Shares of the traced time, 0…1, summing to 1.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Shares {

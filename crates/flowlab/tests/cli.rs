@@ -682,6 +682,20 @@ fn net_show_prints_the_plan_and_refuses_a_bad_file_in_one_line() {
             && lines[0].contains("bad.toml: line 3, column 8: unclosed array table"),
         "{stderr}"
     );
+    // Neither a file nor a topology that is up: both are said, with where to look.
+    let out = flowlab()
+        .args(["net", "show", "no-such-topology"])
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "no-such-topology: no such topology file, and no topology of that name is up \
+             (flowlab net status lists them)"
+        ),
+        "{stderr}"
+    );
 }
 
 /// Bare `flowlab` and `flowlab net` list their commands (as git and cargo do), with the
@@ -835,7 +849,8 @@ fn the_type_of_service_is_set_on_both_ends() {
     support::usage_error(&["test", "h", "-S", "1", "--dscp", "1"], "--dscp");
 }
 
-/// A server that cannot listen names the address and port it tried.
+/// A server that cannot listen names the address and port it tried, and, when another
+/// holds the port, what to do about it.
 #[test]
 fn a_bind_error_names_the_address_and_port() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
@@ -849,7 +864,8 @@ fn a_bind_error_names_the_address_and_port() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.starts_with(&format!(
-            "error: cannot listen on 127.0.0.1:{port}, TCP and UDP: "
+            "error: cannot listen on 127.0.0.1:{port}, TCP and UDP (another server has that \
+             port: stop it, or give this one another with -p): Address already in use"
         )),
         "{stderr}"
     );

@@ -179,10 +179,11 @@ fn a_topology_is_built_routed_shaped_and_removed() {
     );
 }
 
-/// `net exec` without `-t` while several topologies are up names them, so the user can
-/// pick one.
+/// A topology that is up is named by its name: `net show NAME` shows its plan, `net
+/// status NAME` only it, and `net exec` without `-t` while several are up names them, so
+/// the user can pick one.
 #[test]
-fn exec_without_a_name_lists_the_topologies_that_are_up() {
+fn topologies_that_are_up_are_named_by_show_status_and_exec() {
     let Some(_serial) = root_and_serial() else {
         return;
     };
@@ -207,6 +208,27 @@ fn exec_without_a_name_lists_the_topologies_that_are_up() {
             && err.contains("name one with -t"),
         "{err}"
     );
+    let text = |args: &[&str]| {
+        let out = flowlab().args(args).output().expect("net");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.code(), text)
+    };
+    let (code, shown) = text(&["net", "show", "tsev1"]);
+    assert_eq!(code, Some(0), "{shown}");
+    assert!(
+        shown.starts_with("topology tsev1: 2 hosts, 0 routers, 0 switches, 1 link\n"),
+        "{shown}"
+    );
+    let (code, status) = text(&["net", "status", "tsev2"]);
+    assert_eq!(code, Some(0), "{status}");
+    assert!(
+        status.contains("tsev2") && !status.contains("tsev1"),
+        "{status}"
+    );
+    let (code, none) = text(&["net", "status", "tsnone"]);
+    assert_eq!(code, Some(1), "{none}");
+    assert!(none.contains("no topology named 'tsnone' is up"), "{none}");
 }
 
 #[test]

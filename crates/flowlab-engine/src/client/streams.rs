@@ -38,6 +38,18 @@ pub(super) fn connect_any(addrs: &[SocketAddr], spec: &TestSpec) -> Result<TcpSt
         }
     }
     let (addr, source) = match last {
+        // Said with the time waited and the option that sets it: "timed out" alone
+        // leaves a user guessing how long and whether it can be longer.
+        Some((a, e)) if e.kind() == std::io::ErrorKind::TimedOut => (
+            a.to_string(),
+            std::io::Error::new(
+                e.kind(),
+                format!(
+                    "no answer within {} s (--connect-timeout)",
+                    spec.connect_timeout.as_secs_f64()
+                ),
+            ),
+        ),
         Some((a, e)) => (a.to_string(), e),
         None => (
             "(no address)".into(),

@@ -3,7 +3,18 @@
 use std::fmt::Write as _;
 
 use crate::units::{Bytes, Rate, UnitFormat};
+use flowlab_results::diagnosis::Limit;
 use flowlab_results::result::{Side, TestResult};
+
+/// A limit as the table names it.
+fn limit_name(l: Limit) -> &'static str {
+    match l {
+        Limit::ReceiveWindow => "the receiver's window",
+        Limit::SendBuffer => "the sender's socket buffer",
+        Limit::Network => "the congestion window (the network)",
+        Limit::Application => "the application (nothing to send)",
+    }
+}
 
 /// `--trace`: how much was sampled, what limited each direction's senders, and what to
 /// change ([`crate::advice`]); nothing when `r` was not traced.
@@ -35,7 +46,7 @@ pub fn diagnosis(r: &TestResult) -> String {
             out,
             "What limited the sender ({}): {} — receive window {:.0} %, send buffer {:.0} %, network {:.0} %, application {:.0} %{}",
             d.direction.as_str(),
-            d.primary.describe(),
+            limit_name(d.primary),
             sh.receive_window * 100.0,
             sh.send_buffer * 100.0,
             sh.network * 100.0,

@@ -364,19 +364,23 @@ pub fn loopback(l: &LoopbackReordering) -> String {
     )
 }
 
-/// A test's round trips in one line: idle and loaded median and p99, what the load added.
+/// A test's round trips in one line: idle and loaded median and p99, what the load added
+/// (or, where the loaded median is the lower, by how much: busy CPUs on loopback answer
+/// sooner than idle ones, which wake from sleep first).
 pub fn latency_line(l: &TestLatency) -> String {
     match (&l.idle.rtt, &l.loaded.rtt) {
-        (Some(i), Some(d)) => format!(
-            "RTT: idle median {:.3} ms, p99 {:.3}; loaded median {:.3} ms, p99 {:.3} ({} probes, {} lost); the load added {:+.3} ms at the median\n",
-            i.median_ms,
-            i.p99_ms,
-            d.median_ms,
-            d.p99_ms,
-            l.loaded.sent,
-            l.loaded.lost,
-            d.median_ms - i.median_ms
-        ),
+        (Some(i), Some(d)) => {
+            let added = d.median_ms - i.median_ms;
+            let change = if added < -0.0005 {
+                format!("the median was {:.3} ms lower under load", -added)
+            } else {
+                format!("the load added {:+.3} ms at the median", added.max(0.0))
+            };
+            format!(
+                "RTT: idle median {:.3} ms, p99 {:.3}; loaded median {:.3} ms, p99 {:.3} ({} probes, {} lost); {change}\n",
+                i.median_ms, i.p99_ms, d.median_ms, d.p99_ms, l.loaded.sent, l.loaded.lost,
+            )
+        }
         _ => "RTT: no probe answered\n".into(),
     }
 }
@@ -403,6 +407,44 @@ pub fn quick_case(protocol: &str, reverse: bool, target: Option<u64>) -> String 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Fifty probes answered after `rtt_us` each.
+    fn probes(rtt_us: u64) -> Vec<flowlab_results::ping::Probe> {
+        (1..=50)
+            .map(|i| flowlab_results::ping::Probe {
+                seq: i,
+                sent_ns: i * 10_000_000,
+                received_ns: Some(i * 10_000_000 + rtt_us * 1000),
+                server_ns: Some(0),
+                forward_ns: None,
+                backward_ns: None,
+                duplicates: 0,
+                reordered: false,
+            })
+            .collect()
+    }
+
+    /// What the load added is never negative: a loaded median below the idle one (busy
+    /// CPUs on loopback) is said as that; equal ones add nothing.
+    #[test]
+    fn a_lower_loaded_median_is_said_so_not_as_a_negative_addition() {
+        let line = |idle, loaded| {
+            latency_line(&TestLatency::of(
+                64,
+                0.01,
+                "t",
+                probes(idle),
+                probes(loaded),
+            ))
+        };
+        let lower = line(40, 20);
+        assert!(
+            lower.ends_with("; the median was 0.020 ms lower under load\n") && !lower.contains('-'),
+            "{lower}"
+        );
+        assert!(line(20, 40).ends_with("; the load added +0.020 ms at the median\n"));
+        assert!(line(20, 20).ends_with("; the load added +0.000 ms at the median\n"));
+    }
 
     #[test]
     fn only_a_udp_sender_counts_datagrams() {

@@ -30,7 +30,11 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
                 |s| s.to_string_lossy().into(),
             );
             let result = read_result(path).with_context(|| path.display().to_string())?;
-            Ok(flowlab_plot::Input { name, result })
+            Ok(flowlab_plot::Input {
+                name,
+                from: path.display().to_string(),
+                result,
+            })
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     let panels = flowlab_plot::panels(graph, &inputs)?;

@@ -148,6 +148,7 @@ fn traces(db: &Db, input: &ReportInput) -> anyhow::Result<Vec<(String, String)>>
         };
         let inputs = [Input {
             name: step.name.clone(),
+            from: format!("step {} of cell {cell}", step.name),
             result,
         }];
         let mut panels = Vec::new();

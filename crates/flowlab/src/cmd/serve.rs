@@ -305,8 +305,14 @@ pub fn run(a: &Args, output: &crate::args::OutputArgs) -> anyhow::Result<()> {
         iperf3: a.iperf3_json,
         started: Default::default(),
     };
-    let server = Server::bind(cfg, Arc::new(log))
-        .with_context(|| format!("cannot listen on {at}, TCP and UDP"))?;
+    let server = Server::bind(cfg, Arc::new(log)).map_err(|e| {
+        let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
+            " (another server has that port: stop it, or give this one another with -p)"
+        } else {
+            ""
+        };
+        anyhow::Error::new(e).context(format!("cannot listen on {at}, TCP and UDP{hint}"))
+    })?;
     // Detached only now, listening, so a port in use is still said on the terminal; and
     // before any thread is started, as fork(2) keeps only the calling one.
     let _pidfile = if a.daemon {

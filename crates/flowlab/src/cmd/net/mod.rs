@@ -17,7 +17,8 @@ pub enum Command {
     /// hosts (of up to 16; else for the two named) the path, RTT and bottleneck rate the
     /// file implies (no root needed).
     Show {
-        /// The topology file (TOML; docs/net.md).
+        /// The topology file (TOML; docs/net.md), or the name of a topology that is up.
+        #[arg(value_name = "FILE|NAME")]
         file: std::path::PathBuf,
         /// Two hosts: show only the path between them (a topology of more than 16 hosts
         /// lists no paths otherwise).
@@ -38,8 +39,11 @@ pub enum Command {
         /// The topology's name (or its file).
         name: String,
     },
-    /// List the topologies that are up and their namespaces.
-    Status,
+    /// List the topologies that are up and their namespaces (or only NAME's).
+    Status {
+        /// Only this topology.
+        name: Option<String>,
+    },
     /// Measure each host pair's RTT and bottleneck throughput and print them beside what
     /// the file implies, flagging deviations (builds the topology if it is not up).
     Check {
@@ -113,7 +117,7 @@ pub struct BackendArg {
 pub fn run(c: Command) -> anyhow::Result<()> {
     match c {
         Command::Show { file, hosts } => {
-            let t = load_topology(&file)?;
+            let t = file_or_up(&file)?;
             let plan = Plan::of(&t);
             let summary = match hosts.as_slice() {
                 [a, b] => plan
@@ -140,8 +144,16 @@ pub fn run(c: Command) -> anyhow::Result<()> {
             let removed = build::down(&name, &build::state_dir())?;
             print!("{}", table::net_down(&name, removed.len()));
         }
-        Command::Status => {
-            let up = flowlab_net::status::topologies(&build::state_dir());
+        Command::Status { name } => {
+            let mut up = flowlab_net::status::topologies(&build::state_dir());
+            if let Some(name) = name {
+                up.retain(|t| t.name == name);
+                if up.is_empty() {
+                    anyhow::bail!(
+                        "no topology named '{name}' is up (flowlab net status lists them)"
+                    );
+                }
+            }
             print!("{}", table::net_status(&up));
         }
         Command::Exec {
@@ -200,6 +212,23 @@ fn load_topology(file: &Path) -> anyhow::Result<Topology> {
             e.at.map(|(line, column)| crate::usage::snippet(&text, line, column));
         anyhow::anyhow!("{}: {e}{}", file.display(), place.unwrap_or_default())
     })
+}
+
+/// The topology in file `arg`, or, where there is no such file, the one of that name
+/// that is up (as it was brought up).
+fn file_or_up(arg: &Path) -> anyhow::Result<Topology> {
+    if arg.is_file() {
+        return load_topology(arg);
+    }
+    let name = arg.to_string_lossy();
+    build::state(&build::state_dir(), &name)
+        .and_then(|s| s.topology)
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "{name}: no such topology file, and no topology of that name is up \
+                 (flowlab net status lists them)"
+            )
+        })
 }
 
 /// Once a topology is up with the CPUs held awake: a note when that changes nothing on
