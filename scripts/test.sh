@@ -52,16 +52,14 @@ fi
 #   1. tests/net.rs, whose tests build topologies one at a time and are mostly waiting
 #      on the links they emulate (~4 of the suite's ~10 minutes on two cores);
 #   2. tests/studies.rs and the other binaries that mostly wait (on timeouts, a
-#      stalled peer);
-#   3. the rest, which mostly keep the CPUs busy for the seconds their tests last, at a
-#      lower priority (nice 10): the first two lanes' timing (an emulated link's
-#      delay, a server's pacing, a timeout) is what they measure, and they use little
-#      CPU, so they get it when they ask; the third's tests run for a time, not a
-#      quantity of work, and lose little. fragments.rs, whose paced servers must reach
-#      their rates, is in the second lane: one binary after studies.rs, ahead of the
-#      third in priority (at nice 10 beside the studies it fell to half its rate).
-# Binaries of other lanes that share something the machine has one of (the CPU
-# latency request) take a file lock around it (crates/flowlab/tests/support).
+#      stalled peer), and fragments.rs, whose paced servers must reach their rates;
+#   3. the rest, which mostly keep the CPUs busy for the seconds their tests last.
+# What the first two lanes measure is timing (an emulated link's delay, a server's
+# pacing, a timeout) and they use little CPU, so they run at a higher priority (nice
+# -10 and -5; as root, which their topology tests need) and get the CPU when they ask;
+# the third's tests run for a time, not a quantity of work, and lose little. The CPU
+# latency request one lane's topology holds must not meet the other's: those tests take
+# a file lock (crates/flowlab/tests/support).
 lane_of() {
   case "$1" in
     net) echo 1 ;;
@@ -85,8 +83,8 @@ run_lane() {
     began=$EPOCHREALTIME
     set +e
     # Not the list on standard input: a test's child could read it away.
-    niceness=0
-    [ "$lane" = 3 ] && niceness=10
+    case "$lane" in 1) niceness=-10 ;; 2) niceness=-5 ;; *) niceness=0 ;; esac
+    # Without root `nice` cannot raise a priority: it says so (in the output), and runs on.
     (cd "$dir" && CARGO_MANIFEST_DIR="$dir" nice -n "$niceness" "$exe") < /dev/null > "$out" 2>&1
     rc=$?
     set -e

@@ -74,7 +74,7 @@ impl Format<TestResult> for TestFormat {
         Ok(match *self {
             TestFormat::Table(f) => {
                 let udp = is_udp(r);
-                let mut out = table::start(&r.start) + &table::interval_header(udp);
+                let mut out = table::start(&r.start) + &table::interval_header(&r.start.spec);
                 for iv in &r.intervals {
                     out += &table::interval(iv, f);
                 }

@@ -68,6 +68,20 @@ fn write_scaled(f: &mut fmt::Formatter<'_>, scaled: f64, power: usize, unit: &st
     write!(f, "{scaled:.prec$} {}", unit_name(power, unit))
 }
 
+/// `v` in the largest unit of `base`'s powers that keeps it at 1 or more, and that power;
+/// a value that would print as a whole `base` of one unit ("1000 Mbits/sec", rounded up
+/// from 999.6) is said in the next ("1.00 Gbits/sec"), so two lines of one table never
+/// name one rate two ways.
+fn adaptive(v: f64, base: f64) -> (f64, usize) {
+    let p = (0..5).rev().find(|&p| v >= base.powi(p)).unwrap_or(0);
+    let scaled = v / base.powi(p);
+    if p < 4 && scaled >= base - 0.5 {
+        (scaled / base, p as usize + 1)
+    } else {
+        (scaled, p as usize)
+    }
+}
+
 /// A byte count, printed as iperf3 prints a transfer ("1.25 GBytes").
 #[derive(Debug, Clone, Copy)]
 pub struct Bytes(pub u64, pub UnitFormat);
@@ -77,8 +91,8 @@ impl fmt::Display for Bytes {
         let v = self.0 as f64;
         let (scaled, p, bits) = match self.1 {
             UnitFormat::Adaptive => {
-                let p = (0..5).rev().find(|&p| v >= 1024f64.powi(p)).unwrap_or(0);
-                (v / 1024f64.powi(p), p as usize, false)
+                let (scaled, p) = adaptive(v, 1024.0);
+                (scaled, p, false)
             }
             UnitFormat::Bytes(p) => (v / 1024f64.powi(p as i32), p as usize, false),
             UnitFormat::Bits(p) => (v * 8.0 / 1000f64.powi(p as i32), p as usize, true),
@@ -97,8 +111,8 @@ impl fmt::Display for Rate {
         let v = self.0;
         let (scaled, p, unit) = match self.1 {
             UnitFormat::Adaptive => {
-                let p = (0..5).rev().find(|&p| v >= 1000f64.powi(p)).unwrap_or(0);
-                (v / 1000f64.powi(p), p as usize, "bits/sec")
+                let (scaled, p) = adaptive(v, 1000.0);
+                (scaled, p, "bits/sec")
             }
             UnitFormat::Bits(p) => (v / 1000f64.powi(p as i32), p as usize, "bits/sec"),
             UnitFormat::Bytes(p) => (v / 8.0 / 1024f64.powi(p as i32), p as usize, "Bytes/sec"),
@@ -172,6 +186,37 @@ mod tests {
         assert_eq!(
             Rate(123.4e6, UnitFormat::Bits(2)).to_string(),
             "123 Mbits/sec"
+        );
+    }
+
+    /// A value that would round to a whole next unit is said in it: never "1000
+    /// Mbits/sec" beside "1.00 Gbits/sec" (issue 46).
+    #[test]
+    fn a_rounded_value_is_said_in_the_next_unit() {
+        assert_eq!(
+            Rate(999.6e6, UnitFormat::Adaptive).to_string(),
+            "1.00 Gbits/sec"
+        );
+        assert_eq!(
+            Rate(999.4e6, UnitFormat::Adaptive).to_string(),
+            "999 Mbits/sec"
+        );
+        assert_eq!(
+            Rate(1e9, UnitFormat::Adaptive).to_string(),
+            "1.00 Gbits/sec"
+        );
+        assert_eq!(
+            Bytes(1024 * 1024 - 1, UnitFormat::Adaptive).to_string(),
+            "1.00 MBytes"
+        );
+        assert_eq!(
+            Bytes(1000 * 1024, UnitFormat::Adaptive).to_string(),
+            "1000 KBytes"
+        );
+        // A fixed unit keeps its number, whatever it rounds to.
+        assert_eq!(
+            Rate(999.6e6, UnitFormat::Bits(2)).to_string(),
+            "1000 Mbits/sec"
         );
     }
 

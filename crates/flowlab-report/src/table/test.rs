@@ -10,6 +10,7 @@ use flowlab_results::result::{
     EndInfo, Interval, LoopbackReordering, ServerOutput, SideTotals, StartInfo, StreamDirection,
     TestResult, UdpInterval, loopback_reordering,
 };
+use flowlab_results::spec::{Direction, TestSpec};
 
 use super::diagnosis;
 
@@ -41,13 +42,22 @@ pub fn start(s: &StartInfo) -> String {
 }
 
 /// The header line above interval rows.
-pub fn interval_header(udp: bool) -> String {
-    if udp {
-        "[ ID] Dir  Interval           Transfer     Bitrate          Jitter     Lost/Total       OOO  Dup\n".into()
-    } else {
-        "[ ID] Dir  Interval           Transfer     Bitrate          Retr  Cwnd         RTT\n"
-            .into()
-    }
+pub fn interval_header(spec: &TestSpec) -> String {
+    // Only the columns this end's rows fill: a TCP sender's retransmissions, window and
+    // RTT; a UDP receiver's jitter and loss. Without intervals (`-i 0`), no header.
+    let udp = spec.protocol == flowlab_proto::params::Protocol::Udp;
+    let (sends, receives) = match spec.direction {
+        Direction::Forward => (true, false),
+        Direction::Reverse => (false, true),
+        Direction::Bidir => (true, true),
+    };
+    let columns = match (udp, sends, receives) {
+        _ if spec.interval.is_none() => return String::new(),
+        (true, _, true) => "          Jitter     Lost/Total       OOO  Dup",
+        (false, true, _) => "          Retr  Cwnd         RTT",
+        _ => "",
+    };
+    format!("[ ID] Dir  Interval           Transfer     Bitrate{columns}\n")
 }
 
 fn span(a: f64, b: f64) -> String {
@@ -422,6 +432,34 @@ mod tests {
                 reordered: false,
             })
             .collect()
+    }
+
+    /// The interval header names only the columns this end's rows fill (issue 46).
+    #[test]
+    fn the_interval_header_names_only_the_columns_filled() {
+        use flowlab_proto::params::Protocol;
+        let header = |protocol, direction, interval: Option<std::time::Duration>| {
+            let mut s = TestSpec::new("h");
+            (s.protocol, s.direction, s.interval) = (protocol, direction, interval);
+            interval_header(&s)
+        };
+        let second = Some(std::time::Duration::from_secs(1));
+        let bare = "[ ID] Dir  Interval           Transfer     Bitrate\n";
+        let tcp = header(Protocol::Tcp, Direction::Forward, second);
+        assert!(
+            tcp.ends_with("Bitrate          Retr  Cwnd         RTT\n"),
+            "{tcp}"
+        );
+        assert_eq!(header(Protocol::Tcp, Direction::Bidir, second), tcp);
+        assert_eq!(header(Protocol::Tcp, Direction::Reverse, second), bare);
+        let udp = header(Protocol::Udp, Direction::Reverse, second);
+        assert!(
+            udp.ends_with("Jitter     Lost/Total       OOO  Dup\n"),
+            "{udp}"
+        );
+        assert_eq!(header(Protocol::Udp, Direction::Bidir, second), udp);
+        assert_eq!(header(Protocol::Udp, Direction::Forward, second), bare);
+        assert_eq!(header(Protocol::Tcp, Direction::Forward, None), "");
     }
 
     /// What the load added is never negative: a loaded median below the idle one (busy

@@ -23,7 +23,6 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     let interrupt = super::install_ctrl_c();
     let mut printer = Printer {
         format: a.format,
-        udp: a.udp,
         json_stream: a.json_stream,
         quiet: a.json || a.iperf3_json,
     };
@@ -106,7 +105,6 @@ fn file_moved_whole(
 /// Prints as the test runs, in the format asked for.
 struct Printer {
     format: UnitFormat,
-    udp: bool,
     json_stream: bool,
     quiet: bool,
 }
@@ -116,7 +114,7 @@ impl Observer for Printer {
         if self.json_stream {
             emit_json(&json::event_line("start", s));
         } else if !self.quiet {
-            emit(&(table::start(s) + &table::interval_header(self.udp)));
+            emit(&(table::start(s) + &table::interval_header(&s.spec)));
         }
     }
 
