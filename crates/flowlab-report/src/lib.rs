@@ -7,6 +7,7 @@
 //! - [`advice`]: what a diagnosis advises, in sentences.
 //! - [`json`]: JSON documents and JSON-stream lines.
 //! - [`iperf3_json`]: a test's JSON document in iperf3's shape.
+//! - [`iperf3_text`]: a test's human output as iperf3 prints it.
 //! - [`csv`]: `--trace-csv`, the trace samples as one flat table.
 //! - [`study_report`]: a study's report as markdown and CSV.
 //! - [`html`]: a study's report as one self-contained page.
@@ -18,6 +19,7 @@ pub mod advice;
 pub mod csv;
 pub mod html;
 pub mod iperf3_json;
+pub mod iperf3_text;
 pub mod json;
 pub mod study_report;
 pub mod table;
@@ -60,6 +62,8 @@ pub enum TestFormat {
     JsonStream,
     /// One JSON document at the end in iperf3's shape (`--iperf3-json`).
     Iperf3Json,
+    /// iperf3's own text, rates in the given units (`--iperf3-text`).
+    Iperf3Text(UnitFormat),
 }
 
 /// Whether `r` is of a UDP test (its columns differ).
@@ -84,6 +88,13 @@ impl Format<TestResult> for TestFormat {
             TestFormat::Json => json::test_document(r)? + "\n",
             TestFormat::Iperf3Json => {
                 serde_json::to_string_pretty(&iperf3_json::document(r))? + "\n"
+            }
+            TestFormat::Iperf3Text(f) => {
+                let mut out = iperf3_text::start(&r.start);
+                for iv in &r.intervals {
+                    out += &iperf3_text::interval(iv, &r.start.spec, f);
+                }
+                out + &iperf3_text::finish(r, f)
             }
             TestFormat::JsonStream => {
                 let mut out = json::event_line("start", &r.start);

@@ -56,7 +56,8 @@ pub fn unit_name(power: usize, unit: &str) -> String {
     format!("{}{unit}", PREFIX[power.min(4)])
 }
 
-/// Three significant digits, as iperf3 prints them: "9.41", "94.1", "941".
+/// Three significant digits, as iperf3 prints them: "9.41", "94.1", "941"; with `{:#}`,
+/// padded to four places as iperf3's columns are (" 941").
 fn write_scaled(f: &mut fmt::Formatter<'_>, scaled: f64, power: usize, unit: &str) -> fmt::Result {
     let prec = if scaled < 9.995 {
         2
@@ -65,7 +66,8 @@ fn write_scaled(f: &mut fmt::Formatter<'_>, scaled: f64, power: usize, unit: &st
     } else {
         0
     };
-    write!(f, "{scaled:.prec$} {}", unit_name(power, unit))
+    let width = if f.alternate() { 4 } else { 0 };
+    write!(f, "{scaled:width$.prec$} {}", unit_name(power, unit))
 }
 
 /// `v` in the largest unit of `base`'s powers that keeps it at 1 or more, and that power;

@@ -90,6 +90,10 @@ fn pin_test_formats(r: &TestResult, tag: &str, json_document: bool) {
         out(TestFormat::Table(UnitFormat::Bits(2)))
     );
     pin!(format!("{tag}-json-stream"), out(TestFormat::JsonStream));
+    pin!(
+        format!("{tag}-iperf3-text"),
+        out(TestFormat::Iperf3Text(UnitFormat::Adaptive))
+    );
     if json_document {
         pin!(format!("{tag}-json"), out(TestFormat::Json));
         pin!(format!("{tag}-iperf3-json"), out(TestFormat::Iperf3Json));

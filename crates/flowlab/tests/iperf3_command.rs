@@ -120,6 +120,109 @@ fn a_link_named_iperf3_takes_iperf3s_command_line() {
     assert!(ours["end"]["sum_received"]["bytes"].as_u64() > Some(0));
 }
 
+/// `flowlab iperf3 -c` prints iperf3's own text: run beside a stock `iperf3 -c` against
+/// a stock server, each case gives the same lines, the same fields in the same columns
+/// (numbers aside), so that a line-oriented script reads both alike.
+#[test]
+fn iperf3s_text_is_printed_column_for_column() {
+    if !require_tool("iperf3") {
+        return;
+    }
+    for case in [
+        &["-t", "2", "-P", "2"][..],
+        // Two intervals: iperf3 heads a reverse test's only interval, printed after the
+        // end, with the sender's columns ("Retr  Cwnd") its rows leave blank.
+        &["-t", "2", "-R"],
+        &["-t", "1", "--bidir"],
+        &["-t", "1", "-u", "-b", "10M"],
+        &["-t", "1", "-u", "-R", "-b", "10M"],
+    ] {
+        let run = |program: &mut Command| {
+            let port = free_port();
+            let _server = Iperf3Server::start(port);
+            let out = program
+                .args(["-c", "127.0.0.1", "-p", &port.to_string()])
+                .args(case)
+                .output()
+                .expect("runs");
+            assert!(out.status.success(), "{case:?}: {}", said(&out));
+            String::from_utf8(out.stdout).expect("UTF-8")
+        };
+        let theirs = run(&mut Command::new("iperf3"));
+        let ours = run(flowlab().arg("iperf3"));
+        let (a, b) = (shape(&theirs), shape(&ours));
+        assert_eq!(
+            a, b,
+            "{case:?}: iperf3's lines, then flowlab's:\n{theirs}\n{ours}"
+        );
+        // A classic: the receiver's rate is the 7th field (the 6th of a `[SUM]` row), its
+        // unit the next.
+        for text in [&theirs, &ours] {
+            let receivers: Vec<Vec<&str>> = text
+                .lines()
+                .filter(|l| l.contains("receiver"))
+                .map(|l| l.split_whitespace().collect())
+                .collect();
+            assert!(!receivers.is_empty(), "{text}");
+            for f in receivers {
+                let at = if f[0] == "[" { 6 } else { 5 };
+                assert!(f[at].parse::<f64>().is_ok(), "{case:?}: {f:?}");
+                assert!(f[at + 1].ends_with("bits/sec"), "{case:?}: {f:?}");
+            }
+        }
+    }
+}
+
+/// `text`'s lines as a script sees them: each field with its numbers as `N` and its unit
+/// without a prefix, and, on a row of figures, the column each field is aligned at up to
+/// the bit rate (the fixed-width part of iperf3's rows). A run of like rows counts once: the
+/// two ends need not print the same number of intervals.
+fn shape(text: &str) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    for line in text.lines() {
+        let mut fields = Vec::new();
+        let mut column = 0;
+        let mut fixed = line.starts_with('[');
+        for piece in line.split_inclusive(char::is_whitespace) {
+            let word = piece.trim_end();
+            if !word.is_empty() {
+                let mut kind = String::new();
+                for c in word.chars() {
+                    if c.is_ascii_digit() || c == '.' {
+                        if !kind.ends_with('N') {
+                            kind.push('N');
+                        }
+                    } else {
+                        kind.push(c);
+                    }
+                }
+                for prefix in ["KB", "MB", "GB", "TB", "Kb", "Mb", "Gb", "Tb"] {
+                    if kind.starts_with(prefix) && kind.len() > 2 {
+                        kind.remove(0);
+                    }
+                }
+                if fixed && line.starts_with('[') && !line.starts_with("[ ID]") {
+                    // A number is right-aligned in its column, a word left-aligned.
+                    let at = if kind.starts_with('N') {
+                        column + word.len()
+                    } else {
+                        column
+                    };
+                    kind = format!("{at}:{kind}");
+                }
+                fixed &= !word.ends_with("/sec");
+                fields.push(kind);
+            }
+            column += piece.len();
+        }
+        let line = fields.join(" ");
+        if lines.last() != Some(&line) {
+            lines.push(line);
+        }
+    }
+    lines
+}
+
 /// `-D -I FILE --logfile FILE`: the server detaches once listening, its id in the pid
 /// file, its log lines (timestamped) in the log; SIGTERM stops it and removes the pid
 /// file.

@@ -95,6 +95,10 @@ pub fn translate(args: &[OsString]) -> Result<Vec<OsString>, Refusal> {
             Some(_) => out.push("--no-window".into()),
         }
     }
+    if !server && !m.get_flag("json") {
+        // iperf3's own lines, for the scripts that read them.
+        out.push("--iperf3-text".into());
+    }
     if server {
         // iperf3's server caps no test's length: neither does this one, as iperf3's.
         out.push("--max-duration=0".into());
@@ -212,17 +216,20 @@ mod tests {
         for (iperf3, ours) in [
             (
                 "-c h -t 5 -P 4 -R",
-                "flowlab test h --time=5 --parallel=4 --reverse",
+                "flowlab test h --time=5 --parallel=4 --reverse --iperf3-text",
             ),
             ("-ch -t5 -J", "flowlab test h --iperf3-json --time=5"),
-            ("-c h -u", "flowlab test h --udp --bitrate=1M --no-window"),
+            (
+                "-c h -u",
+                "flowlab test h --udp --bitrate=1M --no-window --iperf3-text",
+            ),
             (
                 "-c h -u -b 0",
-                "flowlab test h --udp --bitrate=0 --no-backoff",
+                "flowlab test h --udp --bitrate=0 --no-backoff --iperf3-text",
             ),
             (
                 "-c h -u -b 20M -l 1400",
-                "flowlab test h --udp --bitrate=20M --length=1400 --no-window",
+                "flowlab test h --udp --bitrate=20M --length=1400 --no-window --iperf3-text",
             ),
             (
                 "-c h -J --bidir -VV",
@@ -252,15 +259,21 @@ mod tests {
                 "-s -B ::1%lo",
                 "flowlab serve --bind=::1%lo --max-duration=0",
             ),
-            ("-c h --timestamps", "flowlab test h --timestamps"),
+            (
+                "-c h --timestamps",
+                "flowlab test h --timestamps --iperf3-text",
+            ),
             (
                 "-c h --title=-x -k 1K",
-                "flowlab test h --blockcount=1K --title=-x",
+                "flowlab test h --blockcount=1K --title=-x --iperf3-text",
             ),
-            ("-c h --timestamps=%T", "flowlab test h --timestamps=%T"),
+            (
+                "-c h --timestamps=%T",
+                "flowlab test h --timestamps=%T --iperf3-text",
+            ),
             (
                 "-c h%lo -B 127.0.0.1 --cport 5000",
-                "flowlab test h%lo --bind=127.0.0.1 --cport=5000",
+                "flowlab test h%lo --bind=127.0.0.1 --cport=5000 --iperf3-text",
             ),
         ] {
             assert_eq!(flowlab(iperf3).as_deref(), Ok(ours), "{iperf3}");

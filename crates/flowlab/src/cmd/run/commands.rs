@@ -70,8 +70,8 @@ impl Commands for Parsers {
         let a = TestArgs::try_parse_from(&argv)
             .map_err(|e| one_line(&e))?
             .args;
-        if a.json || a.json_stream || a.iperf3_json {
-            return Err("the runner records each test's -J document itself: leave out -J, --json-stream and --iperf3-json".into());
+        if a.json || a.json_stream || a.iperf3_json || a.iperf3_text {
+            return Err("the runner records each test's -J document itself: leave out -J, --json-stream, --iperf3-json and --iperf3-text".into());
         }
         let spec = a.to_spec().map_err(|e| e.to_string())?;
         Ok(TestLine {

@@ -3,6 +3,7 @@
 use std::str::FromStr;
 
 use clap::Args as ClapArgs;
+use flowlab_report::TestFormat;
 use flowlab_report::units::UnitFormat;
 use flowlab_results::units;
 
@@ -198,6 +199,28 @@ pub struct Args {
     /// Print one JSON line per event as it happens.
     #[arg(long)]
     pub json_stream: bool,
+    /// Print iperf3's own text (iperf 3.12's lines and columns), for scripts that read
+    /// iperf3's output; `flowlab iperf3 -c` prints it (docs/iperf3.md).
+    #[arg(long, conflicts_with_all = ["json", "json_stream", "iperf3_json"])]
+    pub iperf3_text: bool,
+}
+
+impl Args {
+    /// What the test prints, from `-J`, `--json-stream`, `--iperf3-json`, `--iperf3-text`
+    /// and `-f`.
+    pub fn output(&self) -> TestFormat {
+        if self.json {
+            TestFormat::Json
+        } else if self.iperf3_json {
+            TestFormat::Iperf3Json
+        } else if self.json_stream {
+            TestFormat::JsonStream
+        } else if self.iperf3_text {
+            TestFormat::Iperf3Text(self.format)
+        } else {
+            TestFormat::Table(self.format)
+        }
+    }
 }
 
 /// `-b`'s value: the rate per stream and the blocks of a burst (0: none).

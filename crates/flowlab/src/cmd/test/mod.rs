@@ -8,10 +8,10 @@ pub use args::Args;
 
 use anyhow::Context;
 use flowlab_engine::client::{self, Observer};
-use flowlab_report::units::UnitFormat;
-use flowlab_report::{json, table};
+use flowlab_report::{TestFormat, iperf3_text, json, table};
 use flowlab_results::diagnose::PathRates;
 use flowlab_results::result::{Interval, StartInfo};
+use flowlab_results::spec::TestSpec;
 
 use super::{emit, emit_json};
 
@@ -21,21 +21,19 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         spec.path_rates = topology_path_rates(&spec.host);
     }
     let interrupt = super::install_ctrl_c();
-    let mut printer = Printer {
-        format: a.format,
-        json_stream: a.json_stream,
-        quiet: a.json || a.iperf3_json,
-    };
+    let output = a.output();
+    let mut printer = Printer { output, spec: None };
     let result = match client::run(&spec, &mut printer, &interrupt) {
         Ok(result) => result,
         Err(e) => {
-            if a.json {
-                println!("{}", json::test_error(&e.to_string())?);
-            } else if a.iperf3_json {
-                let doc = flowlab_report::iperf3_json::error_document(&e.to_string());
-                println!("{}", serde_json::to_string_pretty(&doc)?);
-            } else if a.json_stream {
-                emit_json(&json::test_error_event(&e.to_string()));
+            match output {
+                TestFormat::Json => println!("{}", json::test_error(&e.to_string())?),
+                TestFormat::Iperf3Json => {
+                    let doc = flowlab_report::iperf3_json::error_document(&e.to_string());
+                    println!("{}", serde_json::to_string_pretty(&doc)?);
+                }
+                TestFormat::JsonStream => emit_json(&json::test_error_event(&e.to_string())),
+                TestFormat::Table(_) | TestFormat::Iperf3Text(_) => {}
             }
             return Err(e.into());
         }
@@ -47,15 +45,15 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         };
         write().with_context(|| format!("--trace-csv {}", path.display()))?;
     }
-    if a.json {
-        println!("{}", json::test_document(&result)?);
-    } else if a.iperf3_json {
-        let doc = flowlab_report::iperf3_json::document(&result);
-        println!("{}", serde_json::to_string_pretty(&doc)?);
-    } else if a.json_stream {
-        emit_json(&json::finish(&result)?);
-    } else {
-        emit(&table::finish(&result, a.udp, a.format));
+    match output {
+        TestFormat::Json => println!("{}", json::test_document(&result)?),
+        TestFormat::Iperf3Json => {
+            let doc = flowlab_report::iperf3_json::document(&result);
+            println!("{}", serde_json::to_string_pretty(&doc)?);
+        }
+        TestFormat::JsonStream => emit_json(&json::finish(&result)?),
+        TestFormat::Table(f) => emit(&table::finish(&result, a.udp, f)),
+        TestFormat::Iperf3Text(f) => emit(&iperf3_text::finish(&result, f)),
     }
     if let Some(path) = &spec.file {
         file_moved_whole(path, &result)?;
@@ -104,25 +102,28 @@ fn file_moved_whole(
 
 /// Prints as the test runs, in the format asked for.
 struct Printer {
-    format: UnitFormat,
-    json_stream: bool,
-    quiet: bool,
+    output: TestFormat,
+    /// The test's, once it started (iperf3's text heads its first interval by it).
+    spec: Option<TestSpec>,
 }
 
 impl Observer for Printer {
     fn started(&mut self, s: &StartInfo) {
-        if self.json_stream {
-            emit_json(&json::event_line("start", s));
-        } else if !self.quiet {
-            emit(&(table::start(s) + &table::interval_header(&s.spec)));
+        match self.output {
+            TestFormat::JsonStream => emit_json(&json::event_line("start", s)),
+            TestFormat::Table(_) => emit(&(table::start(s) + &table::interval_header(&s.spec))),
+            TestFormat::Iperf3Text(_) => emit(&iperf3_text::start(s)),
+            TestFormat::Json | TestFormat::Iperf3Json => {}
         }
+        self.spec = Some(s.spec.clone());
     }
 
     fn interval(&mut self, iv: &Interval) {
-        if self.json_stream {
-            emit_json(&json::event_line("interval", iv));
-        } else if !self.quiet {
-            emit(&table::interval(iv, self.format));
+        match (self.output, &self.spec) {
+            (TestFormat::JsonStream, _) => emit_json(&json::event_line("interval", iv)),
+            (TestFormat::Table(f), _) => emit(&table::interval(iv, f)),
+            (TestFormat::Iperf3Text(f), Some(spec)) => emit(&iperf3_text::interval(iv, spec, f)),
+            _ => {}
         }
     }
 }
