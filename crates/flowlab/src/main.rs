@@ -151,6 +151,9 @@ fn clap_refusal(e: &clap::Error, args: &[std::ffi::OsString]) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     eprintln!("{}", usage::one_line(e));
+    if let Some(hint) = usage::missing_hint(e) {
+        eprintln!("{hint}");
+    }
     if let Some(hint) = cli::iperf3_habit(args) {
         eprintln!("hint: flowlab takes a command first: {hint}");
     }

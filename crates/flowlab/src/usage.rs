@@ -47,8 +47,12 @@ pub fn seconds(
 }
 
 /// A clap refusal as one line that names the flag, not clap's whole usage block, with
-/// clap's tips kept ("a similar argument exists: '--trace'").
+/// clap's tips kept ("a similar argument exists: '--trace'"). A missing argument is
+/// named with the command that needs it: "flowlab net up needs <FILE>".
 pub fn one_line(e: &clap::Error) -> String {
+    if let Some(missing) = missing(e) {
+        return missing;
+    }
     let text = e.to_string();
     let mut lines = text.lines().map(str::trim);
     let mut message: Vec<&str> = lines
@@ -61,6 +65,51 @@ pub fn one_line(e: &clap::Error) -> String {
             .filter(|l| l.starts_with("tip:")),
     );
     message.join("; ")
+}
+
+/// "error: flowlab test needs <HOST>", for a refusal of a missing argument.
+fn missing(e: &clap::Error) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if e.kind() != ErrorKind::MissingRequiredArgument {
+        return None;
+    }
+    let Some(ContextValue::Strings(names)) = e.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    let command = usage_line(e).map_or_else(|| "flowlab".to_string(), |u| command_of(&u));
+    Some(format!("error: {command} needs {}", names.join(" and ")))
+}
+
+/// What follows a missing argument's refusal: the command's usage and where to read
+/// more, as two lines ("Usage: flowlab net up [OPTIONS] <FILE>", "For more, try
+/// 'flowlab net up --help'.").
+pub fn missing_hint(e: &clap::Error) -> Option<String> {
+    if e.kind() != clap::error::ErrorKind::MissingRequiredArgument {
+        return None;
+    }
+    let usage = usage_line(e)?;
+    let command = command_of(&usage);
+    Some(format!("{usage}\nFor more, try '{command} --help'."))
+}
+
+/// Clap's "Usage: flowlab test [OPTIONS] <HOST>", uncoloured.
+fn usage_line(e: &clap::Error) -> Option<String> {
+    match e.get(clap::error::ContextKind::Usage)? {
+        clap::error::ContextValue::StyledStr(s) => {
+            Some(s.to_string().lines().next()?.trim().to_string())
+        }
+        _ => None,
+    }
+}
+
+/// "flowlab net up" of "Usage: flowlab net up [OPTIONS] <FILE>".
+fn command_of(usage: &str) -> String {
+    usage
+        .trim_start_matches("Usage:")
+        .split_whitespace()
+        .take_while(|w| !w.starts_with(['[', '<', '-']))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Line `line` of `text` with a caret under `column` (both 1-based, the column in

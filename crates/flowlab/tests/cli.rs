@@ -748,6 +748,46 @@ fn refusals_say_what_to_type_instead() {
     support::usage_error(&["tets"], "'test'");
 }
 
+/// A missing argument is the one refusal of more than a line: what the command needs,
+/// its usage, and where to read more (never clap's "not provided:; <FILE>").
+#[test]
+fn a_missing_argument_names_the_command_its_usage_and_help() {
+    for (args, needs) in [
+        (
+            &["test"][..],
+            "error: flowlab test needs <HOST|--client <HOST>>",
+        ),
+        (&["ping"], "error: flowlab ping needs <HOST>"),
+        (&["net", "up"], "error: flowlab net up needs <FILE>"),
+        (&["net", "down"], "error: flowlab net down needs <NAME>"),
+        (
+            &["fetch"],
+            "error: flowlab fetch needs --from <HOST[:PORT]> and --out <DIR>",
+        ),
+    ] {
+        let out = flowlab().args(args).output().expect("runs");
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let lines: Vec<&str> = stderr.lines().collect();
+        let command = needs
+            .trim_start_matches("error: ")
+            .split(" needs")
+            .next()
+            .expect("a command");
+        assert_eq!(
+            lines,
+            [
+                needs,
+                &format!("Usage: {}", &needs[needs.find("flowlab").expect("named")..])
+                    .replacen(" needs", "", 1)
+                    .replace(" and ", " "),
+                &format!("For more, try '{command} --help'."),
+            ],
+            "{args:?}"
+        );
+    }
+}
+
 /// `-c HOST` is the same as HOST (iperf3's spelling), and `--trace 20ms` the same as
 /// `--trace=20ms`.
 #[test]

@@ -18,7 +18,8 @@ impl Drop for NetDown {
     }
 }
 
-/// A usage error prints exactly one line that names the flag, and exits 2.
+/// A usage error prints exactly one line that names the flag, and exits 2; a missing
+/// argument's ("flowlab fetch needs --from …") is followed by its usage and `--help`.
 pub fn usage_error(args: &[&str], names: &str) {
     let out = assert_cmd::Command::cargo_bin("flowlab")
         .expect("the flowlab binary")
@@ -28,11 +29,16 @@ pub fn usage_error(args: &[&str], names: &str) {
         .expect("run");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
-    assert_eq!(
-        stderr.trim_end().lines().count(),
-        1,
-        "{args:?}: more than one line: {stderr}"
-    );
+    let lines: Vec<&str> = stderr.trim_end().lines().collect();
+    if lines[0].starts_with("error: flowlab ") && lines[0].contains(" needs ") {
+        // A missing argument: its usage and `--help` follow.
+        assert!(
+            lines.len() == 3 && lines[1].starts_with("Usage: ") && lines[2].contains("--help"),
+            "{args:?}: {stderr}"
+        );
+    } else {
+        assert_eq!(lines.len(), 1, "{args:?}: more than one line: {stderr}");
+    }
     assert!(stderr.starts_with("error: "), "{args:?}: {stderr}");
     assert!(
         stderr.contains(names),
