@@ -72,6 +72,64 @@ fn err<T>(msg: impl Into<String>) -> Result<T, TopologyError> {
     Err(TopologyError::new(msg))
 }
 
+/// Every key a topology file has, at the top and in a `[[link]]` (docs/net.md).
+const KEYS: [&str; 13] = [
+    "name",
+    "hosts",
+    "routers",
+    "switches",
+    "link",
+    "ends",
+    "rate",
+    "delay",
+    "jitter",
+    "queue",
+    "queue_bytes",
+    "loss",
+    "reverse",
+];
+
+/// `rat` of serde's "unknown field `rat`…".
+fn unknown_key(message: &str) -> Option<&str> {
+    let rest = message.strip_prefix("unknown field `")?;
+    rest.split_once('`').map(|(key, _)| key)
+}
+
+/// The known key `key` is most likely a misspelling of, if any is close.
+fn did_you_mean(key: &str) -> Option<&'static str> {
+    KEYS.iter()
+        .map(|k| (strsim::jaro_winkler(key, k), *k))
+        .filter(|(score, _)| *score > 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, k)| k)
+}
+
+/// The byte where `key` is given (`key =` at a line's start or in an inline table) in
+/// the table that begins at byte `from` of `text` (up to the next table's header).
+fn key_at(text: &str, from: usize, key: &str) -> Option<usize> {
+    let rest = text.get(from..)?;
+    // The table's own lines: past its header line, up to the next `[` line.
+    let body = rest.find('\n').map_or(rest.len(), |n| n + 1);
+    let end = rest[body..]
+        .match_indices('\n')
+        .find(|(i, _)| rest[body + i + 1..].trim_start().starts_with('['))
+        .map_or(rest.len(), |(i, _)| body + i);
+    let region = &rest[..end];
+    let mut at = 0;
+    while let Some(found) = region[at..].find(key) {
+        let start = at + found;
+        let before = region[..start].chars().next_back();
+        let after = region[start + key.len()..].trim_start_matches([' ', '\t']);
+        if before.is_none_or(|c| c.is_whitespace() || c == '{' || c == ',')
+            && after.starts_with('=')
+        {
+            return Some(from + start);
+        }
+        at = start + key.len();
+    }
+    None
+}
+
 /// The 1-based line and column (in characters) of byte `at` of `text`.
 fn line_column(text: &str, at: usize) -> (usize, usize) {
     let before = &text[..at.min(text.len())];
@@ -236,9 +294,27 @@ fn check_name(name: &str, what: &str, max: usize) -> Result<(), TopologyError> {
 impl Topology {
     /// Parses and checks a topology file.
     pub fn parse(text: &str) -> Result<Topology, TopologyError> {
-        let raw: RawTopology = toml::from_str(text).map_err(|e| TopologyError {
-            message: e.message().trim_end().to_string(),
-            at: e.span().map(|s| line_column(text, s.start)),
+        let raw: RawTopology = toml::from_str(text).map_err(|e| {
+            let span = e.span();
+            let message = e.message().trim_end().to_string();
+            match unknown_key(&message) {
+                // The error spans the key's whole table: point at the key, and name the
+                // key meant.
+                Some(key) => {
+                    let from = span.as_ref().map_or(0, |s| s.start);
+                    TopologyError {
+                        message: match did_you_mean(key) {
+                            Some(meant) => format!("{message}; did you mean `{meant}`?"),
+                            None => format!("{message}; a topology's keys: docs/net.md"),
+                        },
+                        at: Some(line_column(text, key_at(text, from, key).unwrap_or(from))),
+                    }
+                }
+                None => TopologyError {
+                    message,
+                    at: span.map(|s| line_column(text, s.start)),
+                },
+            }
         })?;
         check_name(&raw.name, "topology", MAX_NAME)?;
         let count = raw.hosts.len() + raw.routers.len() + raw.switches.len();
@@ -861,7 +937,10 @@ mod tests {
                 SMALL.replace("name = \"t\"", "name = \"much-too-long\""),
                 "topology name",
             ),
-            (SMALL.replace("queue = 100", "colour = 3"), "unknown field"),
+            (
+                SMALL.replace("queue = 100", "colour = 3"),
+                "unknown field `colour`; a topology's keys: docs/net.md",
+            ),
             (
                 SMALL.replace("ends = [\"r2\", \"h2\"]", "ends = [\"r2\", \"r2\"]"),
                 "to itself",
@@ -876,6 +955,33 @@ mod tests {
             assert!(e.contains(want), "wanted '{want}' in: {e}");
             assert_eq!(e.lines().count(), 1, "{e}");
         }
+    }
+
+    /// A misspelt key is pointed at where it is written, not at its table's header, with
+    /// the key meant (issue 46).
+    #[test]
+    fn a_misspelt_key_is_pointed_at_with_the_key_meant() {
+        // Line and column (1-based) of `needle` in `text`.
+        let place = |text: &str, needle: &str| {
+            text.lines()
+                .enumerate()
+                .find_map(|(i, l)| l.find(needle).map(|c| (i + 1, c + 1)))
+                .unwrap()
+        };
+        let text = SMALL.replace("queue = 100", "qeue = 100");
+        let e = Topology::parse(&text).unwrap_err();
+        assert_eq!(e.message, "unknown field `qeue`; did you mean `queue`?");
+        assert_eq!(e.at, Some(place(&text, "qeue")), "{text}");
+        // In a reverse direction's inline table too.
+        let text = SMALL.replace("{ rate = ", "{ rat = ");
+        let e = Topology::parse(&text).unwrap_err();
+        assert!(
+            e.message.starts_with("unknown field `rat`")
+                && e.message.ends_with("; did you mean `rate`?"),
+            "{}",
+            e.message
+        );
+        assert_eq!(e.at, Some(place(&text, "rat =")), "{text}");
     }
 
     #[test]

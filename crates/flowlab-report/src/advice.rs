@@ -13,7 +13,7 @@ use flowlab_results::diagnose::{
 use flowlab_results::latency::TestLatency;
 use flowlab_results::result::TestResult;
 
-use crate::units::{decimal_bytes, rate_words, size_arg};
+use crate::units::{Bytes, Rate, UnitFormat, rtt, size_arg};
 
 /// What `d`, one direction's diagnosis, advises, its window sized for `rate`; a queue
 /// the latency probes saw build under the load (`latency`) is named first where the
@@ -55,42 +55,35 @@ fn queue(l: &TestLatency) -> Option<String> {
 /// bandwidth-delay product, the lowest RTT × the rate the path can carry; the receiver's
 /// kernel doubles the buffer asked for (SO_RCVBUF) and advertises half or more of its
 /// buffer as window, so `--recv-window` BDP gives a window of at least the BDP, and the
-/// `tcp_rmem` maximum (the buffer itself) must be twice it.
+/// `tcp_rmem` maximum (the buffer itself) must be twice it. What to do comes first, with
+/// its number, then why.
 fn receive_window_advice(pct: f64, e: &Evidence, rate: Option<&PathRate>) -> String {
     let window = e.max_receive_window.unwrap_or(0);
-    let mut t = format!(
-        "receive-window limited {pct:.0} % of the time (the sender was at the receiver's \
-         window{}{})",
-        e.max_receive_window
-            .map(|w| format!(" of {}", decimal_bytes(w)))
-            .unwrap_or_default(),
-        if e.window_samples > 0 {
-            format!(
-                " in {} of {} samples",
-                e.window_full_samples, e.window_samples
-            )
-        } else {
-            String::new()
-        }
-    );
-    // Milliseconds on a real path; microseconds on loopback, where "0.0 ms" says nothing.
-    let rtt_ms = |us: u64| {
-        if us < 1000 {
-            format!("{us} µs")
-        } else {
-            format!("{:.1} ms", us as f64 / 1000.0)
-        }
-    };
+    let mut at = Vec::new();
+    if let Some(w) = e.max_receive_window {
+        at.push(format!("{}", Bytes(w, UnitFormat::Adaptive)));
+    }
+    if e.window_samples > 0 {
+        at.push(format!(
+            "in {} of {} samples",
+            e.window_full_samples, e.window_samples
+        ));
+    }
+    let mut t = format!("receive-window limited {pct:.0} % of the time");
+    if !at.is_empty() {
+        t += &format!(" (at the receiver's window, {})", at.join(", "));
+    }
     let queue = || {
         e.median_srtt_us
-            .map(|m| format!(" (median {})", rtt_ms(m)))
+            .map(|m| format!(" (median {})", rtt(m)))
             .unwrap_or_default()
     };
-    let larger = |need: u64| {
+    let larger = |need: u64, why: &str| {
         format!(
-            "`--recv-window {}` (or `-w`), or net.ipv4.tcp_rmem max to at least {}",
+            "raise the receiver's buffer to `--recv-window {}` (or `-w`){why}, or \
+             net.ipv4.tcp_rmem's max to at least {} bytes",
             size_arg(need),
-            decimal_bytes(2 * need)
+            2 * need
         )
     };
     if e.window_full_samples > 0 && 2 * e.reader_full_samples >= e.window_full_samples {
@@ -103,14 +96,14 @@ fn receive_window_advice(pct: f64, e: &Evidence, rate: Option<&PathRate>) -> Str
         return t;
     }
     match (rate, e.min_rtt_us) {
-        (Some(r), Some(rtt)) => {
-            let need = bdp(r.bps, rtt);
+        (Some(r), Some(lowest)) => {
+            let need = bdp(r.bps, lowest);
             let product = format!(
                 "the path's bandwidth-delay product, {} (the lowest RTT) × {} ({}) = {}",
-                rtt_ms(rtt),
-                rate_words(r.bps),
+                rtt(lowest),
+                Rate(r.bps as f64, UnitFormat::Adaptive),
                 r.source,
-                decimal_bytes(need)
+                Bytes(need, UnitFormat::Adaptive)
             );
             if need <= window {
                 t += &format!(
@@ -120,43 +113,39 @@ fn receive_window_advice(pct: f64, e: &Evidence, rate: Option<&PathRate>) -> Str
                     queue()
                 );
             } else {
-                t += &format!(
-                    ": a window must hold {product}, so raise the receiver's buffer to {}",
-                    larger(need)
-                );
+                t += &format!(": {}, since a window must hold {product}", larger(need, ""));
             }
         }
-        (None, Some(rtt)) => {
+        (None, Some(lowest)) => {
             // Rates the transfer did not reach already, for which the window would grow.
             let reached = e.delivery_rate.unwrap_or(0).saturating_mul(8);
             let sizes: Vec<String> = NAMED_RATES
                 .iter()
-                .filter(|&&bps| bps > reached && bdp(bps, rtt) > window)
+                .filter(|&&bps| bps > reached && bdp(bps, lowest) > window)
                 .take(3)
                 .map(|&bps| {
                     format!(
-                        "for {} `--recv-window {}`",
-                        rate_words(bps),
-                        size_arg(bdp(bps, rtt))
+                        "`--recv-window {}` for {}",
+                        size_arg(bdp(bps, lowest)),
+                        Rate(bps as f64, UnitFormat::Adaptive)
                     )
                 })
                 .collect();
             if sizes.is_empty() {
                 let need = e.peak_in_flight.unwrap_or(window).max(1);
                 t += &format!(
-                    ": the window already holds the lowest RTT ({}) × any rate this path could \
-                     have, so the RTT under load{} filled it; to carry what was in flight twice \
-                     over, raise the receiver's buffer to {}",
-                    rtt_ms(rtt),
-                    queue(),
-                    larger(2 * need)
+                    ": {}; the window already holds the lowest RTT ({}) × any rate this path \
+                     could have, and filled because queuing raised the RTT{}",
+                    larger(2 * need, ", twice the peak in flight"),
+                    rtt(lowest),
+                    queue()
                 );
             } else {
                 t += &format!(
-                    ": the path's rate is unknown (flowlab knows it inside a flowlab topology, or \
-                     from `-b`), so at the lowest RTT, {}, a window needs {} (net.ipv4.tcp_rmem \
-                     max twice that)",
-                    rtt_ms(rtt),
+                    ": at the lowest RTT, {}, a window needs {} (net.ipv4.tcp_rmem's max twice \
+                     that); the path's rate is unknown (flowlab knows it inside a flowlab \
+                     topology, or from `-b`)",
+                    rtt(lowest),
                     sizes.join(", ")
                 );
             }
@@ -164,9 +153,8 @@ fn receive_window_advice(pct: f64, e: &Evidence, rate: Option<&PathRate>) -> Str
         (_, None) => {
             let need = e.peak_in_flight.unwrap_or(window).max(1);
             t += &format!(
-                ": no RTT was sampled to size a window for the path; to carry what was in \
-                 flight twice over, raise the receiver's buffer to {}",
-                larger(2 * need)
+                ": {}; no RTT was sampled to size a window for the path",
+                larger(2 * need, ", twice the peak in flight")
             );
         }
     }
@@ -193,13 +181,12 @@ fn limits(shares: &Shares, e: &Evidence, rate: Option<&PathRate>) -> Vec<String>
         let text = match limit {
             Limit::ReceiveWindow => receive_window_advice(pct, e, rate),
             Limit::SendBuffer => format!(
-                "send-buffer limited {pct:.0} % of the time{}: raise the sender's buffer, `-w {}`, \
-                 or net.ipv4.tcp_wmem max to at least {}",
+                "send-buffer limited {pct:.0} % of the time{}: raise the sender's buffer to `-w \
+                 {}`, or net.ipv4.tcp_wmem's max to at least {buffer} bytes",
                 e.sndbuf
-                    .map(|b| format!(" (its buffer held {})", decimal_bytes(b)))
+                    .map(|b| format!(" (its buffer held {})", Bytes(b, UnitFormat::Adaptive)))
                     .unwrap_or_default(),
                 size_arg(buffer),
-                decimal_bytes(buffer)
             ),
             Limit::Network => {
                 let mut t = format!("congestion-window (network) limited {pct:.0} % of the time");

@@ -1,10 +1,9 @@
 //! Sizes and rates as flowlab prints them.
 //!
 //! Printed transfers are binary (KBytes = 1024 bytes), printed bit rates decimal
-//! (Kbits/sec = 1000 bits/s), in the unit `-f` asks for. Advice words them as a user
-//! types and reads them: a size to give a flag ([`size_arg`]), bytes as sysctl values
-//! are discussed ([`decimal_bytes`]), a rate in words ([`rate_words`]). Reading them is
-//! the model's ([`flowlab_results::units`]).
+//! (Kbits/sec = 1000 bits/s), in the unit `-f` asks for; advice uses the same, and a
+//! size to give a flag as the user types it ([`size_arg`]). Reading them is the model's
+//! ([`flowlab_results::units`]).
 
 use std::fmt;
 
@@ -134,31 +133,15 @@ pub fn size_arg(bytes: u64) -> String {
     }
 }
 
-/// Bytes in decimal units, as sysctl values are usually discussed ("6.2 MB").
-pub fn decimal_bytes(bytes: u64) -> String {
-    let b = bytes as f64;
-    if b >= 1e9 {
-        format!("{:.1} GB", b / 1e9)
-    } else if b >= 1e6 {
-        format!("{:.1} MB", b / 1e6)
-    } else if b >= 1e3 {
-        format!("{:.0} kB", b / 1e3)
-    } else {
-        format!("{bytes} B")
+/// A round-trip time in the unit that shows it: microseconds below a millisecond ("18
+/// µs", where "0.018 ms" hides the figure), else milliseconds to three significant
+/// digits ("4.25 ms", "80.2 ms").
+pub fn rtt(us: u64) -> String {
+    match us {
+        0..1000 => format!("{us} µs"),
+        1000..10_000 => format!("{:.2} ms", us as f64 / 1000.0),
+        _ => format!("{:.1} ms", us as f64 / 1000.0),
     }
-}
-
-/// A rate as the advice words it: "30 Mbit/s", "1 Gbit/s", "2.5 Gbit/s".
-pub fn rate_words(bps: u64) -> String {
-    let (v, unit) = if bps >= 1_000_000_000 {
-        (bps as f64 / 1e9, "Gbit/s")
-    } else if bps >= 1_000_000 {
-        (bps as f64 / 1e6, "Mbit/s")
-    } else {
-        (bps as f64 / 1e3, "kbit/s")
-    };
-    let digits = if v.fract().abs() < 1e-9 { 0 } else { 1 };
-    format!("{v:.digits$} {unit}")
 }
 
 #[cfg(test)]
@@ -220,6 +203,14 @@ mod tests {
             Rate(999.6e6, UnitFormat::Bits(2)).to_string(),
             "1000 Mbits/sec"
         );
+    }
+
+    #[test]
+    fn round_trips_in_the_unit_that_shows_them() {
+        assert_eq!(rtt(4), "4 µs");
+        assert_eq!(rtt(999), "999 µs");
+        assert_eq!(rtt(4_250), "4.25 ms");
+        assert_eq!(rtt(80_240), "80.2 ms");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use crate::units::{Bytes, Rate, UnitFormat};
+use crate::units::{Bytes, Rate, UnitFormat, rtt};
 use flowlab_results::diagnosis::Limit;
 use flowlab_results::result::{Side, TestResult};
 
@@ -14,6 +14,20 @@ fn limit_name(l: Limit) -> &'static str {
         Limit::Network => "the congestion window (the network)",
         Limit::Application => "the application (nothing to send)",
     }
+}
+
+/// The rate the test's senders achieved in `direction`, bits a second.
+fn achieved(r: &TestResult, direction: flowlab_results::result::StreamDirection) -> Option<f64> {
+    let sum = r
+        .end
+        .as_ref()?
+        .sums
+        .iter()
+        .find(|s| s.direction == direction)?;
+    sum.receiver
+        .as_ref()
+        .or(sum.sender.as_ref())
+        .map(|t| t.bits_per_second)
 }
 
 /// `--trace`: how much was sampled, what limited each direction's senders, and what to
@@ -74,12 +88,18 @@ pub fn diagnosis(r: &TestResult) -> String {
                 e.window_full_samples, e.window_samples
             ));
         }
-        if let (Some(b), Some(r), Some(rtt)) = (e.bdp_bytes, e.delivery_rate, e.min_rtt_us) {
+        if let (Some(b), Some(r), Some(lowest)) = (e.bdp_bytes, e.delivery_rate, e.min_rtt_us) {
             ev.push(format!(
-                "BDP {} ({} achieved × min RTT {:.3} ms)",
+                "BDP {} (peak delivery rate {} × min RTT {})",
                 Bytes(b, UnitFormat::Adaptive),
                 Rate(r as f64 * 8.0, UnitFormat::Adaptive),
-                rtt as f64 / 1000.0
+                rtt(lowest)
+            ));
+        }
+        if let Some(achieved) = achieved(r, d.direction) {
+            ev.push(format!(
+                "the test achieved {}",
+                Rate(achieved, UnitFormat::Adaptive)
             ));
         }
         if let (Some(b), Some(r)) = (e.path_bdp_bytes, e.path_rate_bps) {
@@ -90,10 +110,7 @@ pub fn diagnosis(r: &TestResult) -> String {
             ));
         }
         if let (Some(m), Some(x)) = (e.median_srtt_us, e.rtt_inflation) {
-            ev.push(format!(
-                "median RTT {:.3} ms ({x:.1}× min)",
-                m as f64 / 1000.0
-            ));
+            ev.push(format!("median RTT {} ({x:.1}× min)", rtt(m)));
         }
         if let Some(r) = e.retransmits {
             let s = if r == 1 { "" } else { "s" };

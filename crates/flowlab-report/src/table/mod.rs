@@ -31,3 +31,49 @@ pub use test::{end, finish, interval, interval_header, quick_case, quick_heading
 pub(crate) fn count(n: usize, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
+
+/// `text` broken at spaces into lines of at most `width` characters (a longer word stands
+/// alone), its first line indented as `text` is, every other by `indent` spaces; each
+/// line ends with a newline.
+pub(crate) fn wrap(text: &str, width: usize, indent: usize) -> String {
+    let mut out = String::new();
+    // The text's own indent starts its first line.
+    let mut line: String = text.chars().take_while(|c| *c == ' ').collect();
+    let mut words = 0;
+    for word in text.split_whitespace() {
+        if words > 0 && line.chars().count() + 1 + word.chars().count() > width {
+            out += &line;
+            out.push('\n');
+            line = " ".repeat(indent);
+            words = 0;
+        }
+        if words > 0 {
+            line.push(' ');
+        }
+        line += word;
+        words += 1;
+    }
+    out += &line;
+    out.push('\n');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn wrapping_keeps_lines_within_the_width() {
+        let text = "one two three four five six seven eight nine ten";
+        let w = super::wrap(text, 16, 2);
+        assert_eq!(
+            w,
+            "one two three\n  four five six\n  seven eight\n  nine ten\n"
+        );
+        assert!(w.lines().all(|l| l.chars().count() <= 16));
+        assert_eq!(super::wrap("short", 16, 2), "short\n");
+        assert_eq!(super::wrap("  in by two", 8, 4), "  in by\n    two\n");
+        assert_eq!(
+            super::wrap("a averyveryverylongword b", 8, 2),
+            "a\n  averyveryverylongword\n  b\n"
+        );
+    }
+}

@@ -90,10 +90,21 @@ fn udp_columns(u: &UdpInterval) -> String {
     )
 }
 
-/// Rows of one interval.
+/// A dash in each TCP column, for a row of a stream whose sender is the other end
+/// (`--bidir`'s down rows): the columns the header names are not measured here.
+const TCP_NOT_HERE: &str = "     -            -       -";
+
+/// A dash in each UDP column, for a row of a stream this end sends (`--bidir`'s up rows).
+const UDP_NOT_HERE: &str = "        -          -                   -    -";
+
+/// Rows of one interval. With `--bidir`, where the header names a column one direction's
+/// rows cannot fill (the sender's window, the receiver's loss), those rows carry a dash
+/// there. A direction of one stream has no `[SUM]` row: it would repeat the stream's.
 pub fn interval(iv: &Interval, f: UnitFormat) -> String {
     let mut out = String::new();
     let tag = if iv.omitted { "  (omitted)" } else { "" };
+    let tcp_here = iv.streams.iter().any(|s| s.tcp.is_some());
+    let udp_here = iv.streams.iter().any(|s| s.udp.is_some());
     for s in &iv.streams {
         out += &row_head(
             &s.id.to_string(),
@@ -104,39 +115,52 @@ pub fn interval(iv: &Interval, f: UnitFormat) -> String {
             s.bits_per_second,
             f,
         );
-        if let Some(t) = s.tcp {
-            let _ = write!(
-                out,
-                "  {:>4}  {:>11}  {:>6} us",
-                t.retransmits,
-                Bytes(t.cwnd_bytes, UnitFormat::Adaptive).to_string(),
-                t.rtt_us
-            );
+        match (s.tcp, &s.udp) {
+            (Some(t), _) => {
+                let _ = write!(
+                    out,
+                    "  {:>4}  {:>11}  {:>6} us",
+                    t.retransmits,
+                    Bytes(t.cwnd_bytes, UnitFormat::Adaptive).to_string(),
+                    t.rtt_us
+                );
+            }
+            (None, Some(u)) => out += &udp_columns(u),
+            (None, None) if tcp_here => out += TCP_NOT_HERE,
+            (None, None) if udp_here => out += UDP_NOT_HERE,
+            (None, None) => {}
         }
-        if let Some(u) = &s.udp {
-            out += &udp_columns(u);
-        }
-        let _ = writeln!(out, "{tag}");
+        let _ = writeln!(out, "{}", tag);
     }
-    if iv.streams.len() > 1 {
-        for sum in &iv.sums {
-            out += &row_head(
-                "SUM",
-                sum.direction,
-                iv.start,
-                iv.end,
-                sum.bytes,
-                sum.bits_per_second,
-                f,
-            );
-            if let Some(r) = sum.retransmits {
+    for sum in &iv.sums {
+        if iv
+            .streams
+            .iter()
+            .filter(|s| s.direction == sum.direction)
+            .count()
+            < 2
+        {
+            continue;
+        }
+        out += &row_head(
+            "SUM",
+            sum.direction,
+            iv.start,
+            iv.end,
+            sum.bytes,
+            sum.bits_per_second,
+            f,
+        );
+        match (sum.retransmits, &sum.udp) {
+            (Some(r), _) => {
                 let _ = write!(out, "  {r:>4}");
             }
-            if let Some(u) = &sum.udp {
-                out += &udp_columns(u);
-            }
-            let _ = writeln!(out, "{tag}");
+            (None, Some(u)) => out += &udp_columns(u),
+            (None, None) if tcp_here => out += "     -",
+            (None, None) if udp_here => out += UDP_NOT_HERE,
+            (None, None) => {}
         }
+        let _ = writeln!(out, "{tag}");
     }
     if let Some(l) = &iv.latency {
         let _ = writeln!(
@@ -176,15 +200,36 @@ pub fn latency(l: &TestLatency) -> String {
         }
     }
     if let (Some(m), Some(p)) = (l.added.median_ms, l.added.p99_ms) {
-        let _ = writeln!(
-            out,
-            "The load added {m:.3} ms at the median, {p:.3} ms at p99: {}.",
-            if l.queue_building == Some(true) {
-                "a queue builds under load (queue-building bottleneck)"
-            } else {
-                "no standing queue"
-            }
-        );
+        let verdict = if l.queue_building == Some(true) {
+            "a queue builds under load (queue-building bottleneck)"
+        } else {
+            "no standing queue"
+        };
+        // Never a negative "added": where the load lowered the round trip (busy CPUs on
+        // loopback answer sooner), say so.
+        let lower = |v: f64| v < -0.0005;
+        if lower(m) || lower(p) {
+            let way = |v: f64| {
+                if lower(v) {
+                    format!("{:.3} ms lower", -v)
+                } else {
+                    format!("{:.3} ms higher", v.max(0.0))
+                }
+            };
+            let _ = writeln!(
+                out,
+                "Under load the median was {}, p99 {}: {verdict}.",
+                way(m),
+                way(p)
+            );
+        } else {
+            let _ = writeln!(
+                out,
+                "The load added {:.3} ms at the median, {:.3} ms at p99: {verdict}.",
+                m.max(0.0),
+                p.max(0.0)
+            );
+        }
     }
     let _ = writeln!(out, "timestamps: {}", l.timestamps);
     out
@@ -462,6 +507,91 @@ mod tests {
         assert_eq!(header(Protocol::Tcp, Direction::Forward, None), "");
     }
 
+    /// A bidir interval: each row fills every column the header names, with a dash where
+    /// the figure is the other end's; a direction of one stream has no `[SUM]` row.
+    #[test]
+    fn bidir_rows_fill_every_column_with_a_figure_or_a_dash() {
+        use flowlab_results::result::{IntervalStream, IntervalSum, TcpInterval, UdpInterval};
+        let stream = |id, direction| IntervalStream {
+            id,
+            direction,
+            bytes: 1 << 20,
+            bits_per_second: 8e6,
+            tcp: None,
+            udp: None,
+        };
+        let sum = |direction| IntervalSum {
+            direction,
+            bytes: 1 << 20,
+            bits_per_second: 8e6,
+            retransmits: None,
+            udp: None,
+        };
+        let mut iv = Interval {
+            start: 0.0,
+            end: 1.0,
+            omitted: false,
+            streams: vec![
+                stream(1, StreamDirection::Up),
+                stream(3, StreamDirection::Down),
+            ],
+            sums: vec![sum(StreamDirection::Up), sum(StreamDirection::Down)],
+            latency: None,
+        };
+        iv.streams[0].tcp = Some(TcpInterval {
+            retransmits: 0,
+            cwnd_bytes: 2 << 20,
+            rtt_us: 139,
+            rttvar_us: 10,
+        });
+        let mut spec = TestSpec::new("h");
+        spec.direction = Direction::Bidir;
+        spec.interval = Some(std::time::Duration::from_secs(1));
+        let header = interval_header(&spec);
+        let rows = interval(&iv, UnitFormat::Adaptive);
+        let lines: Vec<&str> = rows.lines().collect();
+        assert_eq!(
+            lines.len(),
+            2,
+            "no [SUM] for one stream a direction: {rows}"
+        );
+        assert!(lines[1].ends_with("     -            -       -"), "{rows}");
+        // The dashes stand where the other row's figures end (right-aligned columns; the
+        // lost count ends at its '/').
+        let ends = |l: &str| -> Vec<usize> {
+            l.char_indices()
+                .filter(|&(i, c)| c != ' ' && l[i + c.len_utf8()..].starts_with([' ', '/']))
+                .map(|(i, _)| i)
+                .collect()
+        };
+        let up: Vec<usize> = ends(&(lines[0].to_string() + " "));
+        for dash in ends(&(lines[1].to_string() + " "))
+            .into_iter()
+            .rev()
+            .take(3)
+        {
+            assert!(up.contains(&dash), "{header}{rows}");
+        }
+
+        // UDP: the up (sending) row has no loss of its own.
+        iv.streams[0].tcp = None;
+        iv.streams[1].udp = Some(UdpInterval {
+            packets: 863,
+            expected: 863,
+            ..UdpInterval::default()
+        });
+        let rows = interval(&iv, UnitFormat::Adaptive);
+        let lines: Vec<&str> = rows.lines().collect();
+        let ours = ends(&(lines[1].to_string() + " "));
+        for dash in ends(&(lines[0].to_string() + " "))
+            .into_iter()
+            .rev()
+            .take(4)
+        {
+            assert!(ours.contains(&dash), "{rows}");
+        }
+    }
+
     /// What the load added is never negative: a loaded median below the idle one (busy
     /// CPUs on loopback) is said as that; equal ones add nothing.
     #[test]
@@ -482,6 +612,27 @@ mod tests {
         );
         assert!(line(20, 40).ends_with("; the load added +0.020 ms at the median\n"));
         assert!(line(20, 20).ends_with("; the load added +0.000 ms at the median\n"));
+        // `flowlab test --latency`'s block likewise.
+        let block = |idle, loaded| {
+            latency(&TestLatency::of(
+                64,
+                0.01,
+                "t",
+                probes(idle),
+                probes(loaded),
+            ))
+        };
+        let lower = block(40, 20);
+        assert!(
+            lower.contains("Under load the median was 0.020 ms lower, p99 0.020 ms lower: "),
+            "{lower}"
+        );
+        assert!(!lower.contains(" -0."), "{lower}");
+        assert!(
+            block(20, 40).contains("The load added 0.020 ms at the median, 0.020 ms at p99: "),
+            "{}",
+            block(20, 40)
+        );
     }
 
     #[test]
