@@ -3,24 +3,25 @@
 
 use crate::usage::Usage;
 
-/// Where output goes and how its lines begin, for every command (iperf3's options of
-/// these names).
+/// Where output goes, how its lines begin, and the pid file: iperf3's options of these
+/// names, taken by the commands that run for a while and print as they go (serve, test,
+/// ping, rpm, quick, fetch, run), so other commands' help does not list them.
 #[derive(Debug, clap::Args)]
 pub struct OutputArgs {
     /// Append everything printed, output and errors, to FILE instead (as iperf3's
     /// --logfile).
-    #[arg(long, value_name = "FILE", global = true)]
+    #[arg(long, value_name = "FILE")]
     pub logfile: Option<std::path::PathBuf>,
     /// Flush output at every line (iperf3's --forceflush; flowlab always does).
-    #[arg(long, global = true)]
+    #[arg(long)]
     pub forceflush: bool,
     /// Begin each line of text output with the local time, as strftime(3) FORMAT (default
     /// "%c "; as iperf3's --timestamps). JSON output is left as it is.
-    #[arg(long, value_name = "FORMAT", num_args = 0..=1, require_equals = true, default_missing_value = "%c ", global = true)]
+    #[arg(long, value_name = "FORMAT", num_args = 0..=1, require_equals = true, default_missing_value = "%c ")]
     pub timestamps: Option<String>,
     /// Write this process's id to FILE while it runs, removed when it ends (as iperf3's
     /// -I).
-    #[arg(short = 'I', long, value_name = "FILE", global = true)]
+    #[arg(short = 'I', long, value_name = "FILE")]
     pub pidfile: Option<std::path::PathBuf>,
 }
 

@@ -24,8 +24,6 @@ pub struct Cli {
     /// More diagnostics on stderr (-V, -VV; as iperf3's -V).
     #[arg(short = 'V', long, action = clap::ArgAction::Count, global = true)]
     pub verbose: u8,
-    #[command(flatten)]
-    pub output: OutputArgs,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -73,6 +71,23 @@ pub enum Command {
     /// iperf3's own command line (`-s`, `-c HOST`, iperf3's options and defaults; -J in
     /// iperf3's JSON shape): `alias iperf3='flowlab iperf3'` (docs/iperf3.md).
     Iperf3(cmd::iperf3::RawArgs),
+}
+
+impl Command {
+    /// The output options (`--logfile`, `--timestamps`, `-I`, …) of a command that takes
+    /// them.
+    pub fn output(&self) -> Option<&OutputArgs> {
+        match self {
+            Command::Serve(a) => Some(&a.output),
+            Command::Test(a) => Some(&a.output),
+            Command::Ping(a) => Some(&a.output),
+            Command::Rpm(a) => Some(&a.output),
+            Command::Quick(a) => Some(&a.output),
+            Command::Fetch(a) => Some(&a.output),
+            Command::Run(a) => Some(&a.output),
+            _ => None,
+        }
+    }
 }
 
 /// A hint for a command line that starts as iperf3's does (`-s`, `-c HOST`): flowlab

@@ -53,13 +53,14 @@ fn main() -> ExitCode {
             Err(code) => return code,
         };
     }
-    if let Some(path) = &cli.output.logfile {
+    let output = cli.command.output();
+    if let Some(path) = output.and_then(|o| o.logfile.as_ref()) {
         if let Err(e) = log_to(path) {
             eprintln!("error: --logfile {}: {e}", path.display());
             return ExitCode::FAILURE;
         }
     }
-    if let Some(format) = &cli.output.timestamps {
+    if let Some(format) = output.and_then(|o| o.timestamps.as_ref()) {
         if let Err(e) = cmd::timestamp_lines(format) {
             eprintln!("error: {e}");
             return ExitCode::from(USAGE);
@@ -82,7 +83,7 @@ fn main() -> ExitCode {
         )
         .init();
     // A server writes its own, once detached (-D) and ready to remove it on a signal.
-    let pidfile = match (&cli.output.pidfile, &cli.command) {
+    let pidfile = match (output.and_then(|o| o.pidfile.as_ref()), &cli.command) {
         (Some(path), command) if !matches!(command, Command::Serve(_)) => {
             match cmd::PidFile::write(path) {
                 Ok(p) => Some(p),
@@ -95,7 +96,7 @@ fn main() -> ExitCode {
         _ => None,
     };
     let outcome = match cli.command {
-        Command::Serve(a) => cmd::serve::run(&a, &cli.output),
+        Command::Serve(a) => cmd::serve::run(&a),
         Command::Test(a) => cmd::test::run(&a),
         Command::Ping(a) => cmd::ping::run(&a),
         Command::Rpm(a) => cmd::rpm::run(&a),

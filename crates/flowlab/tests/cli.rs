@@ -748,6 +748,63 @@ fn refusals_say_what_to_type_instead() {
     support::usage_error(&["tets"], "'test'");
 }
 
+/// Help is grouped by purpose, the basics first, and a command lists only the options
+/// that apply to it: `plot` has no pid file or timestamps.
+#[test]
+fn help_is_grouped_and_lists_what_applies() {
+    let help = |args: &[&str]| {
+        let out = flowlab().args(args).arg("--help").output().expect("runs");
+        assert_success(&out);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let test = help(&["test"]);
+    let headings: Vec<&str> = test
+        .lines()
+        .filter(|l| !l.starts_with(' ') && l.ends_with(':'))
+        .collect();
+    assert_eq!(
+        headings,
+        [
+            "Arguments:",
+            "Options:",
+            "Diagnosis:",
+            "Load:",
+            "UDP:",
+            "TCP:",
+            "Connection:",
+            "Output:",
+            "iperf3 compatibility:"
+        ],
+        "{test}"
+    );
+    // The first options are what a first test needs.
+    let options: Vec<&str> = test
+        .lines()
+        .skip_while(|l| *l != "Options:")
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .filter_map(|l| l.trim_start().strip_prefix('-'))
+        .map(|l| l.split_whitespace().next().unwrap_or(""))
+        .collect();
+    for basic in ["c,", "p,", "t,", "P,", "R,", "-bidir", "u,", "b,", "i,"] {
+        assert!(options.contains(&basic), "{basic} not among {options:?}");
+    }
+    assert!(options.len() <= 13, "{options:?}");
+    let output = test.split("\nOutput:\n").nth(1).expect("an Output heading");
+    assert!(
+        output.contains("--pidfile") && output.contains("--timestamps"),
+        "{test}"
+    );
+    let serve = help(&["serve"]);
+    assert!(serve.contains("\nServer limits:\n"), "{serve}");
+    for command in [&["plot"][..], &["report"], &["sysinfo"], &["net", "up"]] {
+        let text = help(command);
+        for flag in ["--pidfile", "--timestamps", "--logfile", "--forceflush"] {
+            assert!(!text.contains(flag), "{command:?} lists {flag}: {text}");
+        }
+    }
+}
+
 /// A missing argument is the one refusal of more than a line: what the command needs,
 /// its usage, and where to read more (never clap's "not provided:; <FILE>").
 #[test]

@@ -52,6 +52,8 @@ pub struct Args {
     /// Print one JSON document (schema flowlab.fetch/1), no progress bars.
     #[arg(short = 'J', long)]
     pub json: bool,
+    #[command(flatten, next_help_heading = "Output")]
+    pub output: crate::args::OutputArgs,
 }
 
 /// Ratios to sweep, each with one part per `--from`.

@@ -68,6 +68,8 @@ pub struct Args {
     pub json: bool,
     #[command(flatten)]
     pub credentials: crate::args::CredentialArgs,
+    #[command(flatten, next_help_heading = "Output")]
+    pub output: crate::args::OutputArgs,
 }
 
 /// How long a back-to-back TCP run polls for each response before it sleeps: more than a

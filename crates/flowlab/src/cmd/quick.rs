@@ -27,6 +27,8 @@ pub struct Args {
     /// Print one JSON document with every result.
     #[arg(short = 'J', long)]
     pub json: bool,
+    #[command(flatten, next_help_heading = "Output")]
+    pub output: crate::args::OutputArgs,
 }
 
 pub fn run(a: &Args) -> anyhow::Result<()> {

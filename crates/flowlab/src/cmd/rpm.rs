@@ -48,6 +48,8 @@ pub struct Args {
     pub json: bool,
     #[command(flatten)]
     pub credentials: crate::args::CredentialArgs,
+    #[command(flatten, next_help_heading = "Output")]
+    pub output: crate::args::OutputArgs,
 }
 
 /// Seconds as a plain number (`0.5`), or a number with a unit (`500ms`), up to an hour.

@@ -24,65 +24,6 @@ pub struct Args {
     /// DEV too (as iperf3's -B).
     #[arg(short = 'B', long = "bind", value_name = "ADDRESS[%DEV]")]
     pub bind: Option<String>,
-    /// Run the whole server on CPU N (iperf3's -A for a server); a client's `-A ,M` still
-    /// places its own test's streams.
-    #[arg(short = 'A', long, value_name = "N")]
-    pub affinity: Option<usize>,
-    /// Every test's data is FILE: sent from it when the server sends (-R), written to it
-    /// anew when it receives; TCP tests of one stream one way only (iperf3's -F).
-    #[arg(short = 'F', long, value_name = "FILE")]
-    pub file: Option<std::path::PathBuf>,
-    /// TCP: a test stream whose data goes unacknowledged this many milliseconds fails
-    /// (TCP_USER_TIMEOUT; iperf3's --snd-timeout).
-    #[arg(long, value_name = "MS")]
-    pub snd_timeout: Option<u64>,
-    /// Bind every socket to network device DEV (SO_BINDTODEVICE; iperf3's --bind-dev).
-    #[arg(long, value_name = "DEV")]
-    pub bind_dev: Option<String>,
-    /// Tests that may run at once; more are refused as busy.
-    #[arg(long, default_value_t = 16)]
-    pub max_tests: usize,
-    /// Tests that may run at once from one address (IPv6: one /64); more are refused as
-    /// busy.
-    #[arg(long, default_value_t = 4, value_name = "N")]
-    pub max_tests_per_source: usize,
-    /// Longest test allowed, seconds (0: no limit); a test asking for longer is refused,
-    /// one running longer is ended.
-    #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_MAX_DURATION.as_secs())]
-    pub max_duration: u64,
-    /// Highest rate one test may ask for, over all its streams (e.g. 100M).
-    #[arg(long, value_parser = units::parse_rate, value_name = "RATE")]
-    pub max_bitrate: Option<u64>,
-    /// Most bytes one test may move (e.g. 10G).
-    #[arg(long, value_parser = units::parse_size, value_name = "SIZE")]
-    pub max_bytes: Option<u64>,
-    /// Seconds a silent peer is waited for before its test is dropped.
-    #[arg(long, default_value_t = 10, value_name = "SECONDS")]
-    pub idle_timeout: u64,
-    /// Seconds a new connection has to send its cookie and its whole test parameters.
-    #[arg(long, default_value_t = 5, value_name = "SECONDS")]
-    pub handshake_timeout: u64,
-    /// Seconds past its time (or --max-duration) a test may run before it is ended.
-    #[arg(long, default_value_t = 2, value_name = "SECONDS")]
-    pub end_grace: u64,
-    /// Connections held in their handshake at once; more are closed at once.
-    #[arg(long, default_value_t = 256, value_name = "N")]
-    pub max_handshakes: usize,
-    /// Connections held in their handshake at once from one address (IPv6: one /64).
-    #[arg(long, default_value_t = 160, value_name = "N")]
-    pub max_handshakes_per_source: usize,
-    /// New connections a second from one address (IPv6: one /64), in bursts of up to
-    /// four seconds' worth; more are closed at once.
-    #[arg(long, default_value_t = 200, value_name = "N")]
-    pub handshake_rate: u32,
-    /// Latency probes (`flowlab ping`) answered a second per address (IPv6: one /64), a
-    /// probe counting once per 1500 bytes, in bursts of up to four seconds' worth; the
-    /// rest go unanswered.
-    #[arg(long, default_value_t = 1000, value_name = "N")]
-    pub probe_rate: u32,
-    /// Refusals and failed connections logged per second (the rest are counted).
-    #[arg(long, default_value_t = 20, value_name = "LINES")]
-    pub log_rate: u32,
     /// Serve one test, then exit.
     #[arg(short = '1', long)]
     pub one_off: bool,
@@ -97,44 +38,192 @@ pub struct Args {
     /// prints; reduced: docs/json-schema.md); other log lines go to stderr.
     #[arg(long)]
     pub iperf3_json: bool,
-    /// Also serve the fragment set in DIR (made by `flowlab fragments`) on the same port.
-    #[arg(long, value_name = "DIR")]
-    pub fragments: Option<std::path::PathBuf>,
-    /// Pace each fragment connection to this rate (e.g. 100M), to emulate a slow server.
-    #[arg(long, value_parser = units::parse_rate, value_name = "RATE", requires = "fragments")]
-    pub rate: Option<u64>,
-    /// Serve fragments only to clients that send the token in FILE (16 to 256 bytes; one
-    /// line): `flowlab fetch --token-file`.
-    #[arg(long, value_name = "FILE", requires = "fragments")]
-    pub token_file: Option<std::path::PathBuf>,
-    /// Fragment connections served at once (each holds two threads).
-    #[arg(long, default_value_t = 64, value_name = "N", requires = "fragments")]
-    pub max_fragment_connections: usize,
-    /// Fragment connections served at once from one address (IPv6: one /64).
-    #[arg(long, default_value_t = 16, value_name = "N", requires = "fragments")]
-    pub max_fragment_connections_per_source: usize,
+    /// Tests that may run at once; more are refused as busy.
+    #[arg(help_heading = "Server limits", long, default_value_t = 16)]
+    pub max_tests: usize,
+    /// Tests that may run at once from one address (IPv6: one /64); more are refused as
+    /// busy.
+    #[arg(
+        help_heading = "Server limits",
+        long,
+        default_value_t = 4,
+        value_name = "N"
+    )]
+    pub max_tests_per_source: usize,
+    /// Longest test allowed, seconds (0: no limit); a test asking for longer is refused,
+    /// one running longer is ended.
+    #[arg(help_heading = "Server limits", long, value_name = "SECONDS", default_value_t = DEFAULT_MAX_DURATION.as_secs())]
+    pub max_duration: u64,
+    /// Highest rate one test may ask for, over all its streams (e.g. 100M).
+    #[arg(help_heading = "Server limits", long, value_parser = units::parse_rate, value_name = "RATE")]
+    pub max_bitrate: Option<u64>,
+    /// Most bytes one test may move (e.g. 10G).
+    #[arg(help_heading = "Server limits", long, value_parser = units::parse_size, value_name = "SIZE")]
+    pub max_bytes: Option<u64>,
+    /// Seconds a silent peer is waited for before its test is dropped.
+    #[arg(
+        help_heading = "Server limits",
+        long,
+        default_value_t = 10,
+        value_name = "SECONDS"
+    )]
+    pub idle_timeout: u64,
+    /// Seconds a new connection has to send its cookie and its whole test parameters.
+    #[arg(
+        help_heading = "Server limits",
+        long,
+        default_value_t = 5,
+        value_name = "SECONDS"
+    )]
+    pub handshake_timeout: u64,
+    /// Seconds past its time (or --max-duration) a test may run before it is ended.
+    #[arg(
+        help_heading = "Server limits",
+        long,
+        default_value_t = 2,
+        value_name = "SECONDS"
+    )]
+    pub end_grace: u64,
+    /// Connections held in their handshake at once; more are closed at once.
+    #[arg(
+        help_heading = "Server limits",
+        long,
+        default_value_t = 256,
+        value_name = "N"
+    )]
+    pub max_handshakes: usize,
+    /// Connections held in their handshake at once from one address (IPv6: one /64).
+    #[arg(
+        help_heading = "Server limits",
+        long,
+        default_value_t = 160,
+        value_name = "N"
+    )]
+    pub max_handshakes_per_source: usize,
+    /// New connections a second from one address (IPv6: one /64), in bursts of up to
+    /// four seconds' worth; more are closed at once.
+    #[arg(
+        help_heading = "Server limits",
+        long,
+        default_value_t = 200,
+        value_name = "N"
+    )]
+    pub handshake_rate: u32,
+    /// Latency probes (`flowlab ping`) answered a second per address (IPv6: one /64), a
+    /// probe counting once per 1500 bytes, in bursts of up to four seconds' worth; the
+    /// rest go unanswered.
+    #[arg(
+        help_heading = "Server limits",
+        long,
+        default_value_t = 1000,
+        value_name = "N"
+    )]
+    pub probe_rate: u32,
+    /// Refusals and failed connections logged per second (the rest are counted).
+    #[arg(
+        help_heading = "Server limits",
+        long,
+        default_value_t = 20,
+        value_name = "LINES"
+    )]
+    pub log_rate: u32,
     /// Authenticate clients as iperf3 does: the RSA private key (PEM) their tokens are
     /// encrypted for.
-    #[arg(long, value_name = "FILE", requires = "authorized_users_path")]
+    #[arg(
+        help_heading = "Authentication",
+        long,
+        value_name = "FILE",
+        requires = "authorized_users_path"
+    )]
     pub rsa_private_key_path: Option<std::path::PathBuf>,
     /// The users allowed in: `user,sha256hex("{user}password")` lines, as iperf3's.
-    #[arg(long, value_name = "FILE", requires = "rsa_private_key_path")]
+    #[arg(
+        help_heading = "Authentication",
+        long,
+        value_name = "FILE",
+        requires = "rsa_private_key_path"
+    )]
     pub authorized_users_path: Option<std::path::PathBuf>,
     /// Seconds a client's token time may differ from this machine's clock.
-    #[arg(long, default_value_t = 10, value_name = "SECONDS")]
+    #[arg(
+        help_heading = "Authentication",
+        long,
+        default_value_t = 10,
+        value_name = "SECONDS"
+    )]
     pub time_skew_threshold: u64,
     /// Tokens with PKCS#1 v1.5 padding (iperf3 3.16 and older), not RSA-OAEP. Weaker: see
     /// docs/SECURITY.md.
-    #[arg(long)]
+    #[arg(help_heading = "Authentication", long)]
     pub use_pkcs1_padding: bool,
     /// Authentication tokens decrypted per second at most, in bursts of up to four
     /// seconds' worth (the rest fail unread).
-    #[arg(long, default_value_t = 20, value_name = "N")]
+    #[arg(
+        help_heading = "Authentication",
+        long,
+        default_value_t = 20,
+        value_name = "N"
+    )]
     pub auth_rate: u32,
     /// Authentication tokens decrypted per second at most from one address (IPv6: one
     /// /64), in bursts of up to four seconds' worth, before the server-wide --auth-rate.
-    #[arg(long, default_value_t = 5, value_name = "N")]
+    #[arg(
+        help_heading = "Authentication",
+        long,
+        default_value_t = 5,
+        value_name = "N"
+    )]
     pub auth_rate_per_source: u32,
+    /// Also serve the fragment set in DIR (made by `flowlab fragments`) on the same port.
+    #[arg(help_heading = "Fragments", long, value_name = "DIR")]
+    pub fragments: Option<std::path::PathBuf>,
+    /// Pace each fragment connection to this rate (e.g. 100M), to emulate a slow server.
+    #[arg(help_heading = "Fragments", long, value_parser = units::parse_rate, value_name = "RATE", requires = "fragments")]
+    pub rate: Option<u64>,
+    /// Serve fragments only to clients that send the token in FILE (16 to 256 bytes; one
+    /// line): `flowlab fetch --token-file`.
+    #[arg(
+        help_heading = "Fragments",
+        long,
+        value_name = "FILE",
+        requires = "fragments"
+    )]
+    pub token_file: Option<std::path::PathBuf>,
+    /// Fragment connections served at once (each holds two threads).
+    #[arg(
+        help_heading = "Fragments",
+        long,
+        default_value_t = 64,
+        value_name = "N",
+        requires = "fragments"
+    )]
+    pub max_fragment_connections: usize,
+    /// Fragment connections served at once from one address (IPv6: one /64).
+    #[arg(
+        help_heading = "Fragments",
+        long,
+        default_value_t = 16,
+        value_name = "N",
+        requires = "fragments"
+    )]
+    pub max_fragment_connections_per_source: usize,
+    /// Run the whole server on CPU N (iperf3's -A for a server); a client's `-A ,M` still
+    /// places its own test's streams.
+    #[arg(help_heading = "Sockets", short = 'A', long, value_name = "N")]
+    pub affinity: Option<usize>,
+    /// Every test's data is FILE: sent from it when the server sends (-R), written to it
+    /// anew when it receives; TCP tests of one stream one way only (iperf3's -F).
+    #[arg(help_heading = "Sockets", short = 'F', long, value_name = "FILE")]
+    pub file: Option<std::path::PathBuf>,
+    /// TCP: a test stream whose data goes unacknowledged this many milliseconds fails
+    /// (TCP_USER_TIMEOUT; iperf3's --snd-timeout).
+    #[arg(help_heading = "Sockets", long, value_name = "MS")]
+    pub snd_timeout: Option<u64>,
+    /// Bind every socket to network device DEV (SO_BINDTODEVICE; iperf3's --bind-dev).
+    #[arg(help_heading = "Sockets", long, value_name = "DEV")]
+    pub bind_dev: Option<String>,
+    #[command(flatten, next_help_heading = "Output")]
+    pub output: crate::args::OutputArgs,
 }
 
 impl Args {
@@ -263,7 +352,8 @@ impl Args {
     }
 }
 
-pub fn run(a: &Args, output: &crate::args::OutputArgs) -> anyhow::Result<()> {
+pub fn run(a: &Args) -> anyhow::Result<()> {
+    let output = &a.output;
     let mut cfg = a.to_config()?;
     if let Some(cpu) = a.affinity {
         let allowed = flowlab_engine::cpu::allowed_cpus();

@@ -47,6 +47,8 @@ pub struct Args {
     /// One JSON object per line (the plan, each trial, the summary) instead of text.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten, next_help_heading = "Output")]
+    pub output: crate::args::OutputArgs,
 }
 
 pub fn run(a: &Args) -> anyhow::Result<()> {

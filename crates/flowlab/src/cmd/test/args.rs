@@ -18,46 +18,9 @@ pub struct Args {
     /// Server port.
     #[arg(short, long, default_value_t = flowlab_proto::DEFAULT_PORT)]
     pub port: u16,
-    /// UDP instead of TCP.
-    #[arg(short, long)]
-    pub udp: bool,
-    /// Each message waits for the receiver's acknowledgement before the next.
-    #[arg(long)]
-    pub stop_and_wait: bool,
-    /// Stop-and-wait over UDP: retransmission timeout, milliseconds [default: 1000].
-    #[arg(long, value_name = "MS")]
-    pub rto: Option<u64>,
-    /// UDP at unlimited rate: do not slow down when the receiving socket overflows, nor
-    /// wait for the receiver's progress (send blindly, as iperf3 does). Only a flowlab
-    /// server reports either.
-    #[arg(long)]
-    pub no_backoff: bool,
-    /// UDP: do not wait for the flowlab receiver's progress (keep no more unread than its
-    /// window); at unlimited rate slow down only when its socket overflows, paced (-b)
-    /// send at the rate whatever the receiver does.
-    #[arg(long)]
-    pub no_window: bool,
-    /// Bytes per write (TCP, default 128K) or per datagram (UDP, default 1460).
-    #[arg(short = 'l', long = "length", value_parser = units::parse_size, value_name = "SIZE")]
-    pub length: Option<u64>,
     /// Seconds to send (default 10), fractions allowed (1.5, or 1500ms); at most a day.
     #[arg(short, long, value_name = "SECONDS", group = "amount")]
     pub time: Option<String>,
-    /// Bytes to send in total per direction, exactly (e.g. 100M).
-    #[arg(short = 'n', long = "bytes", value_parser = units::parse_size, value_name = "SIZE", group = "amount")]
-    pub bytes: Option<u64>,
-    /// Writes or datagrams to send in total per direction (K = 1024, as iperf3's).
-    #[arg(
-        short = 'k',
-        long = "blockcount",
-        value_name = "COUNT",
-        value_parser = units::parse_size,
-        group = "amount"
-    )]
-    pub blocks: Option<u64>,
-    /// Seconds between interval reports; 0 for none.
-    #[arg(short, long, default_value_t = 1.0, value_name = "SECONDS")]
-    pub interval: f64,
     /// Parallel streams.
     #[arg(short = 'P', long, default_value_t = 1, value_name = "N")]
     pub parallel: u32,
@@ -67,142 +30,207 @@ pub struct Args {
     /// Both directions at once.
     #[arg(long)]
     pub bidir: bool,
+    /// UDP instead of TCP.
+    #[arg(short, long)]
+    pub udp: bool,
     /// Target rate per stream, bits/s (e.g. 100M); 0 = unlimited. UDP default: unlimited.
     /// `/N` sends N blocks back to back at a time (iperf3's burst, 1 to 1000).
     #[arg(short = 'b', long = "bitrate", value_parser = parse_bitrate, value_name = "RATE[/BURST]")]
     pub bitrate: Option<Bitrate>,
-    /// iperf3's pacing timer, microseconds: a sender paced by -b sends what this long
-    /// moves at once (flowlab paces each write, as finely as iperf3's default 1000).
-    #[arg(long, value_name = "US")]
-    pub pacing_timer: Option<u64>,
-    /// Seconds at the start not counted (TCP slow start).
-    #[arg(short = 'O', long, default_value_t = 0, value_name = "SECONDS")]
-    pub omit: u64,
-    /// Units: k m g t (bits), K M G T (bytes), a (adaptive).
-    #[arg(short = 'f', long = "format", value_parser = UnitFormat::from_str, default_value = "a")]
-    pub format: UnitFormat,
-    /// Milliseconds to wait for the server to accept a connection.
-    #[arg(long, default_value_t = 5000, value_name = "MS")]
-    pub connect_timeout: u64,
-    /// TCP congestion control algorithm (sender and receiver sockets).
-    #[arg(short = 'C', long = "congestion", value_name = "ALGO")]
-    pub congestion: Option<String>,
-    /// Socket buffer size on both ends (e.g. 4M).
-    #[arg(short = 'w', long = "window", value_parser = units::parse_size, value_name = "SIZE")]
-    pub window: Option<u64>,
-    /// TCP maximum segment size.
-    #[arg(short = 'M', long = "set-mss", value_name = "BYTES")]
-    pub mss: Option<u32>,
-    /// TCP_NODELAY: no Nagle.
-    #[arg(short = 'N', long)]
-    pub no_delay: bool,
-    /// Send with sendfile(2) (zero copy).
-    #[arg(short = 'Z', long)]
-    pub zerocopy: bool,
-    /// A title recorded with the result.
-    #[arg(short = 'T', long)]
-    pub title: Option<String>,
+    /// Seconds between interval reports; 0 for none.
+    #[arg(short, long, default_value_t = 1.0, value_name = "SECONDS")]
+    pub interval: f64,
     /// Sample TCP_INFO of every stream on both ends this often (1ms…1s; default 10ms)
     /// and explain what limited the transfer.
-    #[arg(long, value_name = "PERIOD", num_args = 0..=1, default_missing_value = "10ms", require_equals = true)]
+    #[arg(help_heading = "Diagnosis", long, value_name = "PERIOD", num_args = 0..=1, default_missing_value = "10ms", require_equals = true)]
     pub trace: Option<String>,
+    /// Write the trace samples to FILE as CSV (implies --trace).
+    #[arg(help_heading = "Diagnosis", long, value_name = "FILE")]
+    pub trace_csv: Option<std::path::PathBuf>,
     /// Measure round trips under load: UDP probes to the server's echo this often
     /// (1ms…1s; default 10ms), 20 before the load (idle) and beside it all along; each
     /// interval and the summary show their percentiles and what the load added.
-    #[arg(long, value_name = "INTERVAL", num_args = 0..=1, default_missing_value = "10ms", require_equals = true)]
+    #[arg(help_heading = "Diagnosis", long, value_name = "INTERVAL", num_args = 0..=1, default_missing_value = "10ms", require_equals = true)]
     pub latency: Option<String>,
-    /// Write the trace samples to FILE as CSV (implies --trace).
-    #[arg(long, value_name = "FILE")]
-    pub trace_csv: Option<std::path::PathBuf>,
-    #[command(flatten)]
-    pub credentials: crate::args::CredentialArgs,
-    /// Socket buffer of each stream's receiving end (replaces -w there), e.g. 8M.
-    #[arg(long, value_parser = units::parse_size, value_name = "SIZE")]
-    pub recv_window: Option<u64>,
-    /// TCP congestion control of each stream's receiving end (replaces -C there).
-    #[arg(long, value_name = "ALGO")]
-    pub recv_congestion: Option<String>,
-    /// The IP type of service of the data streams, both ends, 0 to 255: decimal, octal
-    /// (064) or hex (0x34), as iperf3's -S.
-    #[arg(short = 'S', long = "tos", value_name = "N", value_parser = parse_tos, conflicts_with = "dscp")]
-    pub tos: Option<u8>,
-    /// The DSCP of the data streams: 0 to 63 (decimal, octal or hex) or a name (EF,
-    /// AF11…AF43, CS0…CS7, LE, VOICE-ADMIT); the type of service is it shifted left by 2.
-    #[arg(long, value_name = "N|NAME", value_parser = parse_dscp)]
-    pub dscp: Option<u8>,
-    #[command(flatten)]
-    pub family: crate::args::FamilyArgs,
-    /// Run the data streams on CPU N (iperf3's -A); `N,M` also runs the server's on its
-    /// CPU M.
-    #[arg(short = 'A', long, value_name = "N[,M]")]
-    pub affinity: Option<String>,
-    /// A string sent to the server and recorded with the result (iperf3's, which puts it
-    /// in both ends' JSON); at most 1024 bytes.
-    #[arg(long, value_name = "STR")]
-    pub extra_data: Option<String>,
-    /// Ask for the server's own output for the test, printed after the result (iperf3's
-    /// "Server output:"); in the JSON, `end.server_output`.
-    #[arg(long)]
-    pub get_server_output: bool,
+    /// Bytes to send in total per direction, exactly (e.g. 100M).
+    #[arg(help_heading = "Load", short = 'n', long = "bytes", value_parser = units::parse_size, value_name = "SIZE", group = "amount")]
+    pub bytes: Option<u64>,
+    /// Writes or datagrams to send in total per direction (K = 1024, as iperf3's).
+    #[arg(help_heading = "Load", 
+        short = 'k',
+        long = "blockcount",
+        value_name = "COUNT",
+        value_parser = units::parse_size,
+        group = "amount"
+    )]
+    pub blocks: Option<u64>,
+    /// Bytes per write (TCP, default 128K) or per datagram (UDP, default 1460).
+    #[arg(help_heading = "Load", short = 'l', long = "length", value_parser = units::parse_size, value_name = "SIZE")]
+    pub length: Option<u64>,
+    /// Seconds at the start not counted (TCP slow start).
+    #[arg(
+        help_heading = "Load",
+        short = 'O',
+        long,
+        default_value_t = 0,
+        value_name = "SECONDS"
+    )]
+    pub omit: u64,
+    /// Socket buffer size on both ends (e.g. 4M).
+    #[arg(help_heading = "Load", short = 'w', long = "window", value_parser = units::parse_size, value_name = "SIZE")]
+    pub window: Option<u64>,
+    /// TCP, one stream: send FILE's content, once, as the test's data (its size is the
+    /// amount); with -R, write what is received to FILE (iperf3's -F).
+    #[arg(help_heading = "Load", short = 'F', long, value_name = "FILE")]
+    pub file: Option<std::path::PathBuf>,
+    /// Send with sendfile(2) (zero copy).
+    #[arg(help_heading = "Load", short = 'Z', long)]
+    pub zerocopy: bool,
     /// Senders fill their writes with the digits 0 to 9 over and over (iperf3's pattern)
     /// instead of flowlab's 251-byte one; both ends.
-    #[arg(long)]
+    #[arg(help_heading = "Load", long)]
     pub repeating_payload: bool,
+    /// UDP at unlimited rate: do not slow down when the receiving socket overflows, nor
+    /// wait for the receiver's progress (send blindly, as iperf3 does). Only a flowlab
+    /// server reports either.
+    #[arg(help_heading = "UDP", long)]
+    pub no_backoff: bool,
+    /// UDP: do not wait for the flowlab receiver's progress (keep no more unread than its
+    /// window); at unlimited rate slow down only when its socket overflows, paced (-b)
+    /// send at the rate whatever the receiver does.
+    #[arg(help_heading = "UDP", long)]
+    pub no_window: bool,
+    /// Each message waits for the receiver's acknowledgement before the next.
+    #[arg(help_heading = "UDP", long)]
+    pub stop_and_wait: bool,
+    /// Stop-and-wait over UDP: retransmission timeout, milliseconds [default: 1000].
+    #[arg(help_heading = "UDP", long, value_name = "MS")]
+    pub rto: Option<u64>,
     /// UDP: set the IPv4 Don't Fragment bit (path MTU discovery) on both ends' data
     /// sockets: a datagram larger than the path's MTU fails instead of being fragmented.
-    #[arg(long)]
+    #[arg(help_heading = "UDP", long)]
     pub dont_fragment: bool,
+    /// TCP congestion control algorithm (sender and receiver sockets).
+    #[arg(
+        help_heading = "TCP",
+        short = 'C',
+        long = "congestion",
+        value_name = "ALGO"
+    )]
+    pub congestion: Option<String>,
+    /// TCP congestion control of each stream's receiving end (replaces -C there).
+    #[arg(help_heading = "TCP", long, value_name = "ALGO")]
+    pub recv_congestion: Option<String>,
+    /// Socket buffer of each stream's receiving end (replaces -w there), e.g. 8M.
+    #[arg(help_heading = "TCP", long, value_parser = units::parse_size, value_name = "SIZE")]
+    pub recv_window: Option<u64>,
+    /// TCP maximum segment size.
+    #[arg(
+        help_heading = "TCP",
+        short = 'M',
+        long = "set-mss",
+        value_name = "BYTES"
+    )]
+    pub mss: Option<u32>,
+    /// TCP_NODELAY: no Nagle.
+    #[arg(help_heading = "TCP", short = 'N', long)]
+    pub no_delay: bool,
     /// The most each data socket sends, bit/s (e.g. 100M), paced by the kernel
     /// (SO_MAX_PACING_RATE) on both ends; TCP always, UDP where the interface's queueing
     /// discipline is fq.
-    #[arg(long, value_parser = units::parse_rate, value_name = "RATE")]
+    #[arg(help_heading = "TCP", long, value_parser = units::parse_rate, value_name = "RATE")]
     pub fq_rate: Option<u64>,
-    /// The IPv6 flow label of the data streams, 1 to 1048575 (decimal, octal or hex; as
-    /// iperf3's -L); the server must be reached over IPv6.
-    #[arg(short = 'L', long, value_name = "N", value_parser = parse_flowlabel)]
-    pub flowlabel: Option<u32>,
-    /// TCP, one stream: send FILE's content, once, as the test's data (its size is the
-    /// amount); with -R, write what is received to FILE (iperf3's -F).
-    #[arg(short = 'F', long, value_name = "FILE")]
-    pub file: Option<std::path::PathBuf>,
-    /// The local address of the client's connections, with %DEV binding them to device DEV
-    /// too (iperf3's -B).
-    #[arg(short = 'B', long = "bind", value_name = "ADDRESS[%DEV]")]
-    pub bind: Option<String>,
-    /// Data stream N (from 0, client-send streams first) leaves from local port PORT + N
-    /// (iperf3's --cport).
-    #[arg(long, value_name = "PORT")]
-    pub cport: Option<u16>,
-    /// Bind the client's connections to network device DEV (SO_BINDTODEVICE; iperf3's
-    /// --bind-dev, also written HOST%DEV).
-    #[arg(long, value_name = "DEV")]
-    pub bind_dev: Option<String>,
     /// TCP: a data stream whose data goes unacknowledged this many milliseconds fails
     /// (TCP_USER_TIMEOUT; iperf3's --snd-timeout).
-    #[arg(long, value_name = "MS")]
+    #[arg(help_heading = "TCP", long, value_name = "MS")]
     pub snd_timeout: Option<u64>,
     /// End the test, keeping what it measured, when its receiving streams get nothing for
     /// this many milliseconds (iperf3's --rcv-timeout; default: never).
-    #[arg(long, value_name = "MS")]
+    #[arg(help_heading = "TCP", long, value_name = "MS")]
     pub rcv_timeout: Option<u64>,
-    /// Accepted for iperf3's command line: flowlab's UDP datagrams always carry 64-bit
-    /// counters.
-    #[arg(long)]
-    pub udp_counters_64bit: bool,
+    /// Milliseconds to wait for the server to accept a connection.
+    #[arg(
+        help_heading = "Connection",
+        long,
+        default_value_t = 5000,
+        value_name = "MS"
+    )]
+    pub connect_timeout: u64,
+    /// The local address of the client's connections, with %DEV binding them to device DEV
+    /// too (iperf3's -B).
+    #[arg(
+        help_heading = "Connection",
+        short = 'B',
+        long = "bind",
+        value_name = "ADDRESS[%DEV]"
+    )]
+    pub bind: Option<String>,
+    /// Data stream N (from 0, client-send streams first) leaves from local port PORT + N
+    /// (iperf3's --cport).
+    #[arg(help_heading = "Connection", long, value_name = "PORT")]
+    pub cport: Option<u16>,
+    /// Bind the client's connections to network device DEV (SO_BINDTODEVICE; iperf3's
+    /// --bind-dev, also written HOST%DEV).
+    #[arg(help_heading = "Connection", long, value_name = "DEV")]
+    pub bind_dev: Option<String>,
+    #[command(flatten, next_help_heading = "Connection")]
+    pub family: crate::args::FamilyArgs,
+    /// The IP type of service of the data streams, both ends, 0 to 255: decimal, octal
+    /// (064) or hex (0x34), as iperf3's -S.
+    #[arg(help_heading = "Connection", short = 'S', long = "tos", value_name = "N", value_parser = parse_tos, conflicts_with = "dscp")]
+    pub tos: Option<u8>,
+    /// The DSCP of the data streams: 0 to 63 (decimal, octal or hex) or a name (EF,
+    /// AF11…AF43, CS0…CS7, LE, VOICE-ADMIT); the type of service is it shifted left by 2.
+    #[arg(help_heading = "Connection", long, value_name = "N|NAME", value_parser = parse_dscp)]
+    pub dscp: Option<u8>,
+    /// The IPv6 flow label of the data streams, 1 to 1048575 (decimal, octal or hex; as
+    /// iperf3's -L); the server must be reached over IPv6.
+    #[arg(help_heading = "Connection", short = 'L', long, value_name = "N", value_parser = parse_flowlabel)]
+    pub flowlabel: Option<u32>,
+    /// Run the data streams on CPU N (iperf3's -A); `N,M` also runs the server's on its
+    /// CPU M.
+    #[arg(help_heading = "Connection", short = 'A', long, value_name = "N[,M]")]
+    pub affinity: Option<String>,
+    #[command(flatten, next_help_heading = "Connection")]
+    pub credentials: crate::args::CredentialArgs,
+    /// Units: k m g t (bits), K M G T (bytes), a (adaptive).
+    #[arg(help_heading = "Output", short = 'f', long = "format", value_parser = UnitFormat::from_str, default_value = "a")]
+    pub format: UnitFormat,
     /// Print one JSON document at the end.
-    #[arg(short = 'J', long, conflicts_with_all = ["json_stream", "iperf3_json"])]
+    #[arg(help_heading = "Output", short = 'J', long, conflicts_with_all = ["json_stream", "iperf3_json"])]
     pub json: bool,
+    /// Print one JSON line per event as it happens.
+    #[arg(help_heading = "Output", long)]
+    pub json_stream: bool,
     /// Print one JSON document at the end in iperf3's shape (iperf3 -J's keys), for tools
     /// written for iperf3 (docs/json-schema.md).
-    #[arg(long, conflicts_with = "json_stream")]
+    #[arg(help_heading = "Output", long, conflicts_with = "json_stream")]
     pub iperf3_json: bool,
-    /// Print one JSON line per event as it happens.
-    #[arg(long)]
-    pub json_stream: bool,
     /// Print iperf3's own text (iperf 3.12's lines and columns), for scripts that read
     /// iperf3's output; `flowlab iperf3 -c` prints it (docs/iperf3.md).
-    #[arg(long, conflicts_with_all = ["json", "json_stream", "iperf3_json"])]
+    #[arg(help_heading = "Output", long, conflicts_with_all = ["json", "json_stream", "iperf3_json"])]
     pub iperf3_text: bool,
+    /// A title recorded with the result.
+    #[arg(help_heading = "Output", short = 'T', long)]
+    pub title: Option<String>,
+    /// A string sent to the server and recorded with the result (iperf3's, which puts it
+    /// in both ends' JSON); at most 1024 bytes.
+    #[arg(help_heading = "Output", long, value_name = "STR")]
+    pub extra_data: Option<String>,
+    /// Ask for the server's own output for the test, printed after the result (iperf3's
+    /// "Server output:"); in the JSON, `end.server_output`.
+    #[arg(help_heading = "Output", long)]
+    pub get_server_output: bool,
+    #[command(flatten, next_help_heading = "Output")]
+    pub output: crate::args::OutputArgs,
+    /// iperf3's pacing timer, microseconds: a sender paced by -b sends what this long
+    /// moves at once (flowlab paces each write, as finely as iperf3's default 1000).
+    #[arg(help_heading = "iperf3 compatibility", long, value_name = "US")]
+    pub pacing_timer: Option<u64>,
+    /// Accepted for iperf3's command line: flowlab's UDP datagrams always carry 64-bit
+    /// counters.
+    #[arg(help_heading = "iperf3 compatibility", long)]
+    pub udp_counters_64bit: bool,
 }
 
 impl Args {
