@@ -140,6 +140,20 @@ impl DataSession {
         }
     }
 
+    /// The streams that failed while the test ran, and why.
+    pub fn failures(&self) -> Vec<flowlab_results::result::StreamFailure> {
+        self.streams
+            .iter()
+            .filter_map(|s| {
+                let why = s.counters.failure.lock().ok()?.clone()?;
+                Some(flowlab_results::result::StreamFailure {
+                    id: s.id,
+                    error: why,
+                })
+            })
+            .collect()
+    }
+
     /// Bytes moved by this side's streams of `role` since the start (omit included).
     pub fn total_bytes(&self, role: Role) -> u64 {
         self.streams
@@ -427,6 +441,15 @@ pub fn spawn(
             }
             if let Err(e) = &result {
                 tracing::debug!(stream = id, "stream ended with error: {e}");
+                let ending = match role {
+                    Role::Send => ctl.stop_send.load(Ordering::Acquire),
+                    Role::Receive => ctl.stop_recv.load(Ordering::Acquire),
+                } || ctl.cut.load(Ordering::Acquire);
+                if !ending {
+                    if let Ok(mut f) = c.failure.lock() {
+                        *f = Some(e.to_string());
+                    }
+                }
             }
             result
         })?;

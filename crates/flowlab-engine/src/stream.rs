@@ -267,6 +267,10 @@ pub struct StreamCounters {
     pub trace_truncated: AtomicBool,
     /// UDP receivers only.
     pub udp: Mutex<Option<UdpReceiverStats>>,
+    /// Why the stream's thread ended while the test still ran (a reset, a timeout, a
+    /// failed write): what a test whose every stream failed says. An error once the test
+    /// is ending (the peer closing first) is not a failure.
+    pub failure: Mutex<Option<String>>,
 }
 
 impl StreamCounters {

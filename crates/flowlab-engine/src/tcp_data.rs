@@ -98,18 +98,23 @@ pub(crate) fn send(
             spent = true;
             break Ok(());
         };
-        let sent = match file.as_mut() {
+        let (sent, failed) = match file.as_mut() {
             Some(f) => f.send(sock, n, ctl, tracer.as_mut()),
             None => {
                 if framed {
                     buf[..head].copy_from_slice(&(n as u32).to_be_bytes());
                 }
-                write_fully(sock, &buf[..head + n], ctl, tracer.as_mut()).saturating_sub(head)
+                let (sent, failed) = write_fully(sock, &buf[..head + n], ctl, tracer.as_mut());
+                (sent.saturating_sub(head), failed)
             }
         };
         c.bytes.fetch_add(sent as u64, Ordering::Relaxed);
         if let Some(p) = pacer.as_mut() {
             p.sent(sent);
+        }
+        if let Some(e) = failed {
+            ctl.budget.give_back(n - sent);
+            break Err(e);
         }
         if sent < n {
             ctl.budget.give_back(n - sent);
@@ -170,27 +175,29 @@ fn await_acknowledged(sock: &TcpStream, ctl: &TestControl) {
     }
 }
 
-/// Writes all of `buf` unless the test is stopped meanwhile; returns the bytes written.
+/// Writes all of `buf` unless the test is stopped meanwhile; returns the bytes written,
+/// and the error that ended the stream if one did.
 fn write_fully(
     mut sock: &TcpStream,
     buf: &[u8],
     ctl: &TestControl,
     tracer: Option<&mut Tracer<'_>>,
-) -> usize {
+) -> (usize, Option<io::Error>) {
     send_all(sock, buf.len(), ctl, tracer, |off| sock.write(&buf[off..]))
 }
 
 /// Sends `n` bytes with `send(bytes sent so far)` until done, the peer is gone, or the
-/// test is stopped; returns the bytes sent. A send blocked by a full send buffer times
-/// out every trace period (the socket's SO_SNDTIMEO), so a stalled stream is still
-/// sampled on time and a stop is noticed.
+/// test is stopped; returns the bytes sent, and the error that ended the stream if one
+/// did (a reset, TCP_USER_TIMEOUT's ETIMEDOUT). A send blocked by a full send buffer
+/// times out every trace period (the socket's SO_SNDTIMEO, EAGAIN), so a stalled stream
+/// is still sampled on time and a stop is noticed.
 fn send_all(
     sock: &TcpStream,
     n: usize,
     ctl: &TestControl,
     mut tracer: Option<&mut Tracer<'_>>,
     mut send: impl FnMut(usize) -> io::Result<usize>,
-) -> usize {
+) -> (usize, Option<io::Error>) {
     let mut off = 0;
     while off < n {
         match send(off) {
@@ -205,7 +212,13 @@ fn send_all(
                     }
                 }
             }
-            Err(e) if is_timeout(&e) || e.kind() == io::ErrorKind::Interrupted => {
+            // SO_SNDTIMEO's EAGAIN; ETIMEDOUT is TCP_USER_TIMEOUT ending the connection.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                ) =>
+            {
                 if ctl.stop_send.load(Ordering::Acquire) {
                     break;
                 }
@@ -213,10 +226,10 @@ fn send_all(
                     t.tick(sock, ctl);
                 }
             }
-            Err(_) => break,
+            Err(e) => return (off, Some(e)),
         }
     }
-    off
+    (off, None)
 }
 
 /// Reads the acknowledgement of message `seq`; false when the test was stopped first.
@@ -634,9 +647,9 @@ impl FileSource {
         n: usize,
         ctl: &TestControl,
         tracer: Option<&mut Tracer<'_>>,
-    ) -> usize {
+    ) -> (usize, Option<io::Error>) {
         let start = self.at.unwrap_or(0);
-        let sent = send_all(sock, n, ctl, tracer, |off| {
+        let (sent, failed) = send_all(sock, n, ctl, tracer, |off| {
             let mut at = (start + off as u64) as libc::off_t;
             nix::sys::sendfile::sendfile(sock.as_fd(), self.file.as_fd(), Some(&mut at), n - off)
                 .map_err(io::Error::from)
@@ -644,7 +657,7 @@ impl FileSource {
         if let Some(at) = self.at.as_mut() {
             *at += sent as u64;
         }
-        sent
+        (sent, failed)
     }
 }
 

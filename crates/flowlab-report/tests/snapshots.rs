@@ -1048,4 +1048,16 @@ fn an_rpm_run_as_a_table() {
     cut.error = Some("upload: cannot connect to 10.0.3.2:5201: refused".into());
     out += &table::rpm_summary(&cut);
     pin!("rpm-table", out);
+    // An idle round trip above the loaded ones (busy CPUs on loopback answer sooner):
+    // said as what the load took off, never as a negative addition.
+    let mut quick = r.clone();
+    let loaded = quick.directions[0]
+        .responsiveness
+        .as_ref()
+        .expect("responsiveness")
+        .request_loaded_ms;
+    quick.idle.latency_ms = Some(loaded + 1.0);
+    let text = table::rpm_summary(&quick);
+    assert!(text.contains("took 1.000 ms off on its own"), "{text}");
+    assert!(!text.contains("added -"), "{text}");
 }

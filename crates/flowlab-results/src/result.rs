@@ -229,6 +229,29 @@ pub struct EndInfo {
     /// The server's own output for the test (`--get-server-output`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_output: Option<ServerOutput>,
+    /// This end's streams that failed while the test ran (a reset, a timeout), with why;
+    /// absent when none did. A test whose every stream failed is a failed test.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed_streams: Vec<StreamFailure>,
+}
+
+/// A stream that failed while its test ran.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StreamFailure {
+    pub id: i64,
+    /// The error, as the system said it ("Connection reset by peer (os error 104)").
+    pub error: String,
+}
+
+impl EndInfo {
+    /// Whether every stream of the test failed: nothing was measured to the end.
+    pub fn every_stream_failed(&self) -> bool {
+        !self.streams.is_empty()
+            && self
+                .streams
+                .iter()
+                .all(|s| self.failed_streams.iter().any(|f| f.id == s.id))
+    }
 }
 
 /// What a server printed for one test, sent to a client that asked for it (iperf3's
@@ -568,6 +591,7 @@ pub fn summarize(
                 .map(ServerOutput::Json)
                 .or_else(|| r.server_output_text.clone().map(ServerOutput::Text))
         }),
+        failed_streams: Vec::new(),
     }
 }
 

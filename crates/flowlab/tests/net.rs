@@ -1608,10 +1608,13 @@ fn rpm_working_latency_matches_the_bottlenecks_queue() {
             .expect("rpm from h1");
         let _ = server.kill();
         let _ = server.wait();
+        // A load that never saturated exits 1, its document printed whole (bbr's probes
+        // of the RTT may keep its goodput from settling); any other failure fails here.
+        let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(
-            out.status.success(),
-            "{cc}: {}",
-            String::from_utf8_lossy(&out.stderr)
+            out.status.success()
+                || (out.status.code() == Some(1) && stderr.contains("never saturated")),
+            "{cc}: {stderr}"
         );
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
         assert_eq!(v["start"]["congestion"], cc);

@@ -129,3 +129,106 @@ fn a_paced_sender_stops_while_its_receiver_is_stopped_both_ways() {
         );
     }
 }
+
+/// A test whose every stream failed is a failed test: the receiving server is stopped
+/// for longer than the sender's `--snd-timeout` (TCP_USER_TIMEOUT), its one stream
+/// dies of it, and the client still prints what ran (the JSON names the stream and
+/// why) but exits 1, saying every stream failed (issue 46).
+#[test]
+fn a_test_whose_every_stream_failed_exits_non_zero() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    use std::time::{Duration, Instant};
+    struct Reaped(std::process::Child);
+    impl Drop for Reaped {
+        fn drop(&mut self) {
+            let _ = kill(
+                Pid::from_raw(i32::try_from(self.0.id()).expect("a process id")),
+                Signal::SIGCONT,
+            );
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let port = free_port();
+    let flowlab = || std::process::Command::new(assert_cmd::cargo::cargo_bin("flowlab"));
+    let mut server = Reaped(
+        flowlab()
+            .args(["serve", "-1", "-B", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("start flowlab serve"),
+    );
+    await_listening(port, Some(&mut server.0), "flowlab serve");
+    let mut client = Reaped(
+        flowlab()
+            .args([
+                "test",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+                "-t",
+                "4",
+                "-J",
+            ])
+            .args(["--snd-timeout", "300"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start flowlab test"),
+    );
+    let output = |p: Option<std::process::ChildStdout>| {
+        std::thread::spawn(move || {
+            let mut text = Vec::new();
+            if let Some(mut p) = p {
+                let _ = std::io::Read::read_to_end(&mut p, &mut text);
+            }
+            text
+        })
+    };
+    let stdout = output(client.0.stdout.take());
+    let stderr = client.0.stderr.take();
+    let stderr = std::thread::spawn(move || {
+        let mut text = String::new();
+        if let Some(mut p) = stderr {
+            let _ = std::io::Read::read_to_string(&mut p, &mut text);
+        }
+        text
+    });
+    // Data flows by then; stopped three times the user timeout, the stream dies.
+    std::thread::sleep(Duration::from_millis(1000));
+    let receiver = Pid::from_raw(i32::try_from(server.0.id()).expect("a process id"));
+    kill(receiver, Signal::SIGSTOP).expect("stop the server");
+    std::thread::sleep(Duration::from_millis(1500));
+    kill(receiver, Signal::SIGCONT).expect("continue the server");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = client.0.try_wait().expect("wait for flowlab test") {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "no result within 30 s");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let (stdout, stderr) = (
+        stdout.join().expect("stdout"),
+        stderr.join().expect("stderr"),
+    );
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.starts_with("error: every stream failed (stream 1: "),
+        "{stderr}"
+    );
+    let r: serde_json::Value = serde_json::from_slice(&stdout).expect("the result, printed whole");
+    let failed = &r["end"]["failed_streams"];
+    assert_eq!(failed[0]["id"], 1, "{failed}");
+    assert!(
+        failed[0]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("timed out")),
+        "{failed}"
+    );
+    assert!(
+        r["end"]["sums"][0]["sender"]["bytes"].as_u64() > Some(0),
+        "{r}"
+    );
+}

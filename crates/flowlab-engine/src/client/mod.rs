@@ -245,7 +245,8 @@ pub fn run(
         t
     });
     let udp = spec.protocol == Protocol::Udp;
-    let end = result::summarize(&directions, udp, &local, remote.as_ref(), interrupted);
+    let mut end = result::summarize(&directions, udp, &local, remote.as_ref(), interrupted);
+    end.failed_streams = session.failures();
     // A failure of the probes' thread costs their numbers, never the test's.
     let latency = prober.and_then(|p| {
         p.finish()

@@ -110,11 +110,23 @@ fn direction(d: &DirectionResult, idle: &Idle) -> String {
                 r.rpm_loaded
             );
             if let Some(i) = idle.latency_ms {
+                // Never a negative "added": a round trip the load shortened is said so.
+                let change = |v: f64| {
+                    if v < -0.0005 {
+                        format!("took {:.3} ms off", -v)
+                    } else {
+                        format!("added {:.3} ms", v.max(0.0))
+                    }
+                };
+                let (foreign, own) = (r.foreign_ms - i, r.request_loaded_ms - i);
+                let (foreign, own) = if foreign < -0.0005 || own < -0.0005 {
+                    (change(foreign), change(own))
+                } else {
+                    (format!("added {foreign:.3} ms"), format!("{own:.3} ms"))
+                };
                 let _ = writeln!(
                     out,
-                    "          the load added {:.3} ms on separate connections, {:.3} ms on its own (idle {i:.3} ms)",
-                    r.foreign_ms - i,
-                    r.request_loaded_ms - i
+                    "          the load {foreign} on separate connections, {own} on its own (idle {i:.3} ms)"
                 );
             }
         }

@@ -340,6 +340,13 @@ pub fn end(e: &EndInfo, udp: bool, f: UnitFormat) -> String {
     if e.interrupted {
         out.push_str("(interrupted: totals cover the part that ran)\n");
     }
+    for f in &e.failed_streams {
+        let _ = writeln!(
+            out,
+            "stream {} failed while the test ran: {} (its totals cover the part that ran)",
+            f.id, f.error
+        );
+    }
     out
 }
 

@@ -144,5 +144,22 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     } else {
         super::emit(&table::rpm_summary(&result));
     }
+    // Printed whole above; the status says the responsiveness is not of a saturated
+    // path (docs/cli.md, exit codes). A run cut short says so itself.
+    let unsaturated: Vec<&str> = result
+        .directions
+        .iter()
+        .filter(|d| !d.saturated)
+        .map(|d| d.direction.as_str())
+        .collect();
+    if !unsaturated.is_empty() && !result.interrupted && result.error.is_none() {
+        anyhow::bail!(
+            "{} never saturated: goodput did not settle within -t {}, so its responsiveness \
+             is not of a working (saturated) path; give it longer (-t) or shorter intervals \
+             (--interval)",
+            unsaturated.join(" and "),
+            a.max_time
+        );
+    }
     Ok(())
 }

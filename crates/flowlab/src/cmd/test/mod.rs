@@ -58,6 +58,16 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     if let Some(path) = &spec.file {
         file_moved_whole(path, &result)?;
     }
+    if let Some(end) = result.end.as_ref().filter(|e| e.every_stream_failed()) {
+        // Printed whole above; a script learns from the status that nothing ran to the
+        // end (docs/cli.md, exit codes).
+        let why: Vec<String> = end
+            .failed_streams
+            .iter()
+            .map(|f| format!("stream {}: {}", f.id, f.error))
+            .collect();
+        anyhow::bail!("every stream failed ({})", why.join("; "));
+    }
     Ok(())
 }
 
