@@ -74,6 +74,27 @@ fn draw_all<DB: DrawingBackend>(
     Ok(())
 }
 
+/// The colour of the `i`-th of a kind, or the one it asks for ([`crate::series::GREY`]
+/// is grey).
+fn colour_of(asked: Option<usize>, i: usize) -> RGBColor {
+    match asked {
+        Some(crate::series::GREY) => RGBColor(110, 110, 110),
+        Some(c) => colour(c),
+        None => colour(i),
+    }
+}
+
+/// A tick's number without needless decimals: "1000", "0.5", "12.5" (never "1000.0").
+fn tick_number(v: f64) -> String {
+    let text = format!("{v:.6}");
+    let text = text.trim_end_matches('0').trim_end_matches('.');
+    if text == "-0" {
+        "0".into()
+    } else {
+        text.into()
+    }
+}
+
 /// Distinct colours for lines, in order (plotters' Palette99 without the pale ones).
 fn colour(i: usize) -> RGBColor {
     const C: [RGBColor; 8] = [
@@ -122,7 +143,11 @@ fn bounds(panel: &Panel) -> (f64, f64, f64) {
     // Room above the data for the legend (upper right): a line per entry takes about
     // 6 % of the plot's height, so the data stays below the legend.
     let entries = panel.series.len()
-        + usize::from(!panel.dashed.is_empty())
+        + if one_dashed_entry(&panel.dashed) {
+            1
+        } else {
+            panel.dashed.len()
+        }
         + panel.bands.len()
         + panel
             .markers
@@ -131,6 +156,14 @@ fn bounds(panel: &Panel) -> (f64, f64, f64) {
             .count();
     let headroom = 1.0 / (1.0 - (0.04 + 0.06 * entries as f64).min(0.75));
     (x0, x1, if y1 > 0.0 { y1 * headroom } else { 1.0 })
+}
+
+/// Whether the dashed lines are one thing of several series (an ideal each: "ideal,
+/// distance=near", "ideal, distance=far"), named once in the legend.
+fn one_dashed_entry(dashed: &[Series]) -> bool {
+    let prefix = |s: &Series| s.name.split(',').next().unwrap_or("").to_string();
+    let named_once = dashed.len() > 1 || dashed.iter().any(|s| s.name.contains(','));
+    named_once && dashed.iter().all(|s| prefix(s) == prefix(&dashed[0]))
 }
 
 /// The legend's one entry for all dashed lines: their common name before the first
@@ -147,6 +180,10 @@ fn draw_panel<DB: DrawingBackend>(
     let (mut x0, mut x1, y1) = bounds(panel);
     if !panel.x_ticks.is_empty() {
         (x0, x1) = (-0.5, panel.x_ticks.len() as f64 - 0.5);
+    } else if !panel.error_bars.is_empty() {
+        // A numeric sweep: room for the bars at either end.
+        let pad = (x1 - x0) * 0.03;
+        (x0, x1) = (x0 - pad, x1 + pad);
     }
     let ticks = &panel.x_ticks;
     let tick_label = |x: &f64| -> String {
@@ -157,6 +194,17 @@ fn draw_panel<DB: DrawingBackend>(
             String::new()
         }
     };
+    // A log axis labels the round values among its many ticks, 1, 2 and 5 × 10ⁿ.
+    let log_label = |x: &f64| -> String {
+        let v = 10f64.powf(*x);
+        let decade = 10f64.powf(x.floor());
+        [1.0, 2.0, 5.0, 10.0]
+            .iter()
+            .map(|m| m * decade)
+            .find(|round| (v / round - 1.0).abs() < 0.01)
+            .map_or_else(String::new, tick_number)
+    };
+    let y_label = |y: &f64| tick_number(*y);
     let mut chart = ChartBuilder::on(area)
         .caption(&panel.title, (FAMILY, 20))
         .margin(12)
@@ -170,13 +218,25 @@ fn draw_panel<DB: DrawingBackend>(
         .label_style((FAMILY, 13))
         .axis_desc_style((FAMILY, 15))
         .light_line_style(RGBColor(235, 235, 235));
+    mesh.y_label_formatter(&y_label);
     if !ticks.is_empty() {
         mesh.x_labels(ticks.len()).x_label_formatter(&tick_label);
+    } else if panel.x_log {
+        mesh.x_labels(60).x_label_formatter(&log_label);
+    } else {
+        mesh.x_label_formatter(&y_label);
     }
     mesh.draw().map_err(err)?;
     if !ticks.is_empty() {
-        for (i, s) in panel.series.iter().enumerate() {
-            let c = colour(i);
+        // Each category's mean as a dot (a grey line's dots are drawn in each cell's
+        // colour, as `dots`).
+        for (i, s) in panel
+            .series
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.colour != Some(crate::series::GREY))
+        {
+            let c = colour_of(s.colour, i);
             chart
                 .draw_series(
                     s.points
@@ -188,7 +248,7 @@ fn draw_panel<DB: DrawingBackend>(
         }
     }
     for (i, band) in panel.bands.iter().enumerate() {
-        let c = colour(i);
+        let c = colour_of(band.colour, i);
         let mut outline: Vec<(f64, f64)> = band.points.iter().map(|p| (p.0, p.2)).collect();
         outline.extend(band.points.iter().rev().map(|p| (p.0, p.1)));
         chart
@@ -200,7 +260,7 @@ fn draw_panel<DB: DrawingBackend>(
             });
     }
     for (i, bars) in panel.error_bars.iter().enumerate() {
-        let c = colour(i);
+        let c = colour_of(bars.colour, i);
         // Caps a tenth of a category wide (or of the x range on a numeric axis).
         let cap = if ticks.is_empty() {
             (x1 - x0) / 100.0
@@ -218,7 +278,7 @@ fn draw_panel<DB: DrawingBackend>(
             .map_err(err)?;
     }
     for (i, d) in panel.dots.iter().enumerate() {
-        let c = colour(i);
+        let c = colour_of(d.colour, i);
         chart
             .draw_series(
                 d.points
@@ -228,7 +288,7 @@ fn draw_panel<DB: DrawingBackend>(
             .map_err(err)?;
     }
     for (i, s) in panel.series.iter().enumerate() {
-        let c = colour(i);
+        let c = colour_of(s.colour, i);
         // A point whose y is NaN breaks the line (a category that is not on the same
         // scale as its neighbours); the legend names the series once.
         let mut runs = s.points.split(|p| p.1.is_nan()).filter(|r| !r.is_empty());
@@ -244,9 +304,11 @@ fn draw_panel<DB: DrawingBackend>(
                 .map_err(err)?;
         }
     }
-    // Dashed lines in their series' colours; the legend names them once, in grey.
+    // Dashed lines in their series' colours; the legend names them once, in grey, when
+    // they are one thing of several series (an ideal each), else each in its colour.
+    let one_entry = one_dashed_entry(&panel.dashed);
     for (i, s) in panel.dashed.iter().enumerate() {
-        let c = colour(i);
+        let c = colour_of(s.colour, i);
         let style = ShapeStyle {
             color: c.to_rgba(),
             filled: false,
@@ -261,7 +323,7 @@ fn draw_panel<DB: DrawingBackend>(
             let drawn = chart
                 .draw_series(DashedLineSeries::new(run.iter().copied(), 6, 4, style))
                 .map_err(err)?;
-            if i == 0 && k == 0 {
+            if one_entry && i == 0 && k == 0 {
                 let grey = RGBColor(90, 90, 90);
                 drawn
                     .label(dashed_label(&panel.dashed))
@@ -273,6 +335,10 @@ fn draw_panel<DB: DrawingBackend>(
                             grey.stroke_width(2),
                         )
                     });
+            } else if !one_entry && k == 0 {
+                drawn.label(s.name.as_str()).legend(move |(x, y)| {
+                    DashedPathElement::new(vec![(x, y), (x + 16, y)], 4, 3, c.stroke_width(2))
+                });
             }
         }
     }

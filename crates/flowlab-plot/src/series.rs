@@ -11,13 +11,21 @@ use crate::{Graph, Input, PlotError};
 /// A line: name for the legend and (x, y) points.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Series {
+    /// Its colour, as an index into the palette ([`GREY`] for a neutral line); `None`:
+    /// by its place among its kind (the i-th series the i-th colour).
+    pub colour: Option<usize>,
     pub name: String,
     pub points: Vec<(f64, f64)>,
 }
 
+/// The palette index of a neutral grey (a line joining points coloured each their own).
+pub const GREY: usize = usize::MAX;
+
 /// A shaded band between `lo` and `hi` at each x.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Band {
+    /// As a [`Series`]'s.
+    pub colour: Option<usize>,
     pub name: String,
     pub points: Vec<(f64, f64, f64)>,
 }
@@ -44,6 +52,9 @@ pub struct Panel {
     /// Names of the x positions 0, 1, 2, … when the x axis is categorical (a sweep's
     /// ratios); empty for a numeric axis.
     pub x_ticks: Vec<String>,
+    /// The x values are the base-10 logarithms of what the axis shows (a numeric sweep
+    /// over decades: message lengths of 100 to 65 000 bytes); its ticks say 10^x.
+    pub x_log: bool,
 }
 
 /// Labels telling the inputs apart: their titles (`--title`) when each has its own,
@@ -221,6 +232,7 @@ fn throughput(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
         if inputs.len() == 1 && ids.len() > 1 {
             for &(id, d) in &ids {
                 series.push(Series {
+                    colour: None,
                     name: prefixed(label, &format!("stream {id} {}", dir(d))),
                     points: ivs
                         .iter()
@@ -249,6 +261,7 @@ fn throughput(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
                     dir(d).to_string()
                 };
                 series.push(Series {
+                    colour: None,
                     name: prefixed(label, &name),
                     points,
                 });
@@ -269,6 +282,7 @@ fn throughput(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
         dashed: Vec::new(),
         markers: Vec::new(),
         x_ticks: Vec::new(),
+        x_log: false,
     })
 }
 
@@ -313,18 +327,22 @@ fn window(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
         let n = senders.len();
         for s in senders {
             series.push(Series {
+                colour: None,
                 name: stream_name(label, s, "congestion window", n),
                 points: line(s, |x| x.cwnd_bytes().map(|v| v as f64)),
             });
             series.push(Series {
+                colour: None,
                 name: stream_name(label, s, "bytes in flight", n),
                 points: line(s, |x| x.in_flight_bytes().map(|v| v as f64)),
             });
             series.push(Series {
+                colour: None,
                 name: stream_name(label, s, "receive window", n),
                 points: line(s, |x| x.snd_wnd.map(|v| v as f64)),
             });
             markers.push(Series {
+                colour: None,
                 name: stream_name(label, s, "window full", n),
                 points: s
                     .trace
@@ -347,6 +365,7 @@ fn window(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
         dashed: Vec::new(),
         markers,
         x_ticks: Vec::new(),
+        x_log: false,
     })
 }
 
@@ -359,6 +378,7 @@ fn rtt(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
         let n = senders.len();
         for s in senders {
             bands.push(Band {
+                colour: None,
                 name: stream_name(label, s, "srtt ± rttvar", n),
                 points: s
                     .trace
@@ -371,10 +391,12 @@ fn rtt(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
                     .collect(),
             });
             series.push(Series {
+                colour: None,
                 name: stream_name(label, s, "smoothed RTT", n),
                 points: line(s, |x| x.srtt_us.map(ms)),
             });
             series.push(Series {
+                colour: None,
                 name: stream_name(label, s, "minimum RTT", n),
                 points: line(s, |x| x.min_rtt_us.map(ms)),
             });
@@ -391,11 +413,13 @@ fn rtt(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
         dashed: Vec::new(),
         markers: Vec::new(),
         x_ticks: Vec::new(),
+        x_log: false,
     })
 }
 
 fn time_seq(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
     let mut series = Vec::new();
+    let mut acked = Vec::new();
     let mut markers = Vec::new();
     // Highest byte sent: every byte sent once, i.e. minus retransmitted bytes.
     let sent = |x: &TraceSample| Some(x.bytes_sent?.saturating_sub(x.bytes_retrans?) as f64);
@@ -403,15 +427,21 @@ fn time_seq(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
         let senders = senders(input)?;
         let n = senders.len();
         for s in senders {
+            // Sent solid, acknowledged dashed in the next colour on top of it: on a fast
+            // path the two lie on each other, and each stays visible.
+            let k = 2 * series.len();
             series.push(Series {
+                colour: Some(k),
                 name: stream_name(label, s, "sent", n),
                 points: line(s, sent),
             });
-            series.push(Series {
+            acked.push(Series {
+                colour: Some(k + 1),
                 name: stream_name(label, s, "acknowledged", n),
                 points: line(s, |x| x.bytes_acked.map(|v| v as f64)),
             });
             markers.push(Series {
+                colour: None,
                 name: stream_name(label, s, "retransmission", n),
                 points: s
                     .trace
@@ -426,7 +456,12 @@ fn time_seq(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
             });
         }
     }
-    let unit = byte_axis(&mut series, &mut markers);
+    let (div, unit) = scale(max_y(&series).max(max_y(&acked)), 1024.0, |p| {
+        unit_name(p, "Bytes")
+    });
+    for lines in [&mut series, &mut acked, &mut markers] {
+        rescale(lines, div);
+    }
     Ok(Panel {
         title: "Time/sequence: bytes sent and acknowledged".into(),
         x_label: "time (s)".into(),
@@ -435,9 +470,10 @@ fn time_seq(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
         bands: Vec::new(),
         error_bars: Vec::new(),
         dots: Vec::new(),
-        dashed: Vec::new(),
+        dashed: acked,
         markers,
         x_ticks: Vec::new(),
+        x_log: false,
     })
 }
 
@@ -470,6 +506,7 @@ fn io(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
                 ("segments received", |x| x.data_segs_in)
             };
             series.push(Series {
+                colour: None,
                 name: stream_name(label, s, what, n),
                 points: rate(s, counter),
             });
@@ -488,6 +525,7 @@ fn io(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
         dashed: Vec::new(),
         markers: Vec::new(),
         x_ticks: Vec::new(),
+        x_log: false,
     })
 }
 
@@ -514,6 +552,7 @@ fn latency(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
     for (input, label) in inputs.iter().zip(labels) {
         let l = probes(input)?;
         series.push(Series {
+            colour: None,
             name: prefixed(label, "interval median"),
             points: input
                 .result
@@ -524,6 +563,7 @@ fn latency(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
                 .collect(),
         });
         dots.push(Series {
+            colour: None,
             name: prefixed(label, "probe"),
             points: l
                 .probes
@@ -537,6 +577,7 @@ fn latency(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
         );
         if let Some(idle) = &l.idle.rtt {
             dashed.push(Series {
+                colour: None,
                 name: prefixed("idle median", label),
                 points: vec![(0.0, idle.median_ms), (end, idle.median_ms)],
             });
@@ -553,6 +594,7 @@ fn latency(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
         dashed,
         markers: Vec::new(),
         x_ticks: Vec::new(),
+        x_log: false,
     })
 }
 
@@ -574,10 +616,12 @@ fn latency_cdf(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> 
     for (input, label) in inputs.iter().zip(labels) {
         let l = probes(input)?;
         series.push(Series {
+            colour: None,
             name: prefixed(label, "loaded"),
             points: cdf(&l.probes),
         });
         dashed.push(Series {
+            colour: None,
             name: prefixed("idle", label),
             points: cdf(&l.idle_probes),
         });
@@ -593,5 +637,6 @@ fn latency_cdf(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> 
         dashed,
         markers: Vec::new(),
         x_ticks: Vec::new(),
+        x_log: false,
     })
 }

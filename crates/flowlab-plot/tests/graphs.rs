@@ -246,3 +246,38 @@ fn unknown_extensions_are_refused() {
     let err = render_file(&p, Path::new("graph.jpg")).expect_err("not svg or png");
     assert!(matches!(err, PlotError::Format(_)));
 }
+
+/// The time/sequence graph's two lines lie on each other on a fast path: "sent" is solid,
+/// "acknowledged" dashed on top of it in another colour, each named in the legend
+/// (issue 46: the acknowledged line hid the sent one).
+#[test]
+fn time_sequence_draws_acknowledged_dashed_over_sent() {
+    let p = panels(Graph::TimeSeq, &[load("small-window")]).expect("panels");
+    let t = &p[0];
+    let names: Vec<&str> = t.series.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["sent"]);
+    let dashed: Vec<&str> = t.dashed.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(dashed, ["acknowledged"]);
+    assert_ne!(t.series[0].colour, t.dashed[0].colour);
+    let text = structure(&svg(Graph::TimeSeq, &[load("small-window")]));
+    for legend in ["text: sent\n", "text: acknowledged\n"] {
+        assert!(text.contains(legend), "{legend} not in the legend: {text}");
+    }
+}
+
+/// Tick labels carry no needless decimals: "1000", never "1000.0" (issue 46).
+#[test]
+fn ticks_are_whole_numbers_where_they_are_whole() {
+    for graph in [Graph::Throughput, Graph::Window, Graph::TimeSeq] {
+        let text = structure(&svg(graph, &[load("small-window")]));
+        let ticks: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("text: "))
+            .filter(|t| t.parse::<f64>().is_ok())
+            .collect();
+        assert!(ticks.len() > 4, "{graph:?}: {text}");
+        for t in ticks {
+            assert!(!t.ends_with(".0"), "{graph:?}: tick {t}");
+        }
+    }
+}

@@ -5,7 +5,8 @@
 use flowlab_results::study_report::{CellRow, Ideal, MetricTable};
 
 /// How a metric's values are shown: divided by `divisor`, in `unit` (bit/s as Mbit/s
-/// or Gbit/s, seconds as ms when under one, bytes in MB…), from the largest value.
+/// or Gbit/s, seconds as ms when under one, milliseconds as µs, bytes in MB…), from the
+/// largest value.
 pub fn display_unit(unit: &str, largest: f64) -> (f64, String) {
     let steps: &[(f64, &str)] = match unit {
         "bit/s" => &[
@@ -16,6 +17,8 @@ pub fn display_unit(unit: &str, largest: f64) -> (f64, String) {
         ],
         "B" => &[(1e9, "GB"), (1e6, "MB"), (1e3, "kB"), (1.0, "B")],
         "s" => &[(1.0, "s"), (1e-3, "ms"), (1e-6, "µs")],
+        // Jitter and loopback round trips are microseconds: "6.000 µs", not "0.000006 ms".
+        "ms" => &[(1.0, "ms"), (1e-3, "µs"), (1e-6, "ns")],
         _ => return (1.0, unit.to_string()),
     };
     let largest = largest.abs();
@@ -112,14 +115,55 @@ pub const IDEAL_NOTE: &str = "ideal: the time each cell's split would take if ev
      delivered at its capacity (its bytes over its busy seconds in the series' trials), the \
      slowest deciding; the model assumes the servers' paths share no bottleneck.";
 
-/// A metric's heading: `transfer_s of step "transfer" (ms)`.
+/// A metric's heading: `Transfer time (ms) — step transfer`.
 pub fn title(m: &MetricTable, unit: &str) -> String {
-    let unit = if unit.is_empty() {
-        String::new()
+    format!("{} — step {}", quantity(&m.metric, unit), m.step)
+}
+
+/// A metric as a reader names it, with its unit: `throughput_bps` in Gbit/s is
+/// "Throughput (Gbit/s)", `rtt_median_ms` "RTT median (ms)", `retransmits` "Retransmits";
+/// the raw name stays in CSV and JSON.
+pub fn quantity(metric: &str, unit: &str) -> String {
+    let bare = ["_bps", "_s", "_ms", "_percent", "_bytes"]
+        .iter()
+        .find_map(|suffix| metric.strip_suffix(suffix))
+        .unwrap_or(metric);
+    let words: Vec<String> = bare
+        .split('_')
+        .filter(|w| !w.is_empty())
+        .map(|w| match w {
+            "rtt" | "cpu" | "udp" | "tcp" | "rpm" => w.to_uppercase(),
+            "transfer" if bare.starts_with("transfer") => "transfer time".into(),
+            w => {
+                // `server1` is "server 1".
+                let digits = w.trim_start_matches(|c: char| !c.is_ascii_digit());
+                if !digits.is_empty()
+                    && digits.len() < w.len()
+                    && digits.chars().all(|c| c.is_ascii_digit())
+                {
+                    format!("{} {digits}", &w[..w.len() - digits.len()])
+                } else {
+                    w.to_string()
+                }
+            }
+        })
+        .collect();
+    let mut name = words.join(" ");
+    // What a bare name would not say: `server1_bps` is server 1's rate.
+    let says = |words: &[&str]| words.iter().any(|w| bare.contains(w));
+    if metric.ends_with("_bps") && !says(&["throughput", "goodput", "rate"]) {
+        name += " rate";
+    } else if metric.ends_with("_bytes") && !says(&["received", "sent", "bytes"]) {
+        name += " bytes";
+    }
+    if let Some(first) = name.get(..1) {
+        name = first.to_uppercase() + &name[1..];
+    }
+    if unit.is_empty() {
+        name
     } else {
-        format!(" ({unit})")
-    };
-    format!("{} — step {}{unit}", m.metric, m.step)
+        format!("{name} ({unit})")
+    }
 }
 
 /// The heading of the failed attempts that were run again.
@@ -131,3 +175,26 @@ mod markdown;
 
 pub use csv::csv;
 pub use markdown::{comparison_markdown, markdown};
+
+#[cfg(test)]
+mod tests {
+    use super::quantity;
+
+    #[test]
+    fn metrics_are_named_as_a_reader_names_them() {
+        for (metric, unit, name) in [
+            ("throughput_bps", "Gbit/s", "Throughput (Gbit/s)"),
+            ("throughput_up_bps", "Mbit/s", "Throughput up (Mbit/s)"),
+            ("transfer_s", "s", "Transfer time (s)"),
+            ("rtt_median_ms", "ms", "RTT median (ms)"),
+            ("jitter_ms", "µs", "Jitter (µs)"),
+            ("server1_bps", "Mbit/s", "Server 1 rate (Mbit/s)"),
+            ("server2_bytes", "MB", "Server 2 bytes (MB)"),
+            ("received_bytes", "GB", "Received (GB)"),
+            ("retransmits", "", "Retransmits"),
+            ("cpu_local_percent", "%", "CPU local (%)"),
+        ] {
+            assert_eq!(quantity(metric, unit), name, "{metric}");
+        }
+    }
+}

@@ -177,10 +177,12 @@ fn chart(
         y_label: "transfer time (s)".into(),
         series: vec![
             Series {
+                colour: None,
                 name: "mean transfer time, fixed ratio".into(),
                 points: line,
             },
             Series {
+                colour: None,
                 name: "adaptive".into(),
                 points: Vec::new(),
             },
@@ -189,26 +191,31 @@ fn chart(
         markers: Vec::new(),
         error_bars: vec![
             Band {
+                colour: None,
                 name: "95 % CI".into(),
                 points: bars.0,
             },
             Band {
+                colour: None,
                 name: "95 % CI".into(),
                 points: bars.1,
             },
         ],
         dots: vec![
             Series {
+                colour: None,
                 name: String::new(),
                 points: Vec::new(),
             },
             Series {
+                colour: None,
                 name: "adaptive".into(),
                 points: apart,
             },
         ],
         dashed: Vec::new(),
         x_ticks: modes,
+        x_log: false,
     };
     flowlab_plot::render_file(&[panel], path)?;
     Ok(())

@@ -104,7 +104,9 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
                     })
                     .collect::<Vec<_>>();
                 if let Some(sc) = &report.scatter {
-                    charts.push(flowlab_plot::render_svg(&[flowlab_plot::scatter_panel(sc)]).ok());
+                    charts.push(
+                        flowlab_plot::render_svg(&[flowlab_plot::scatter_panel(&report, sc)]).ok(),
+                    );
                 }
                 let traces = traces(&db, &input)?;
                 let page = html::Page {
