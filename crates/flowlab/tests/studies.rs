@@ -252,7 +252,12 @@ fn a_study_brings_its_topology_up_runs_groups_together_and_takes_it_down() {
         .output()
         .expect("report");
     let md = String::from_utf8_lossy(&out.stdout);
-    assert!(md.contains("## rtt_median_ms — step loaded (ms)"), "{md}");
+    // Headed in words, the unit by the values' size (µs on loopback, ms on a path).
+    assert!(
+        md.lines()
+            .any(|l| l.starts_with("## RTT median (") && l.ends_with(") — step loaded")),
+        "{md}"
+    );
     // The test and the echoes beside it give each trial a throughput and a delay.
     assert!(
         md.contains("throughput_bps of step load against rtt_p95_ms of step loaded"),

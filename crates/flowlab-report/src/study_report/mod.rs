@@ -135,10 +135,10 @@ pub fn quantity(metric: &str, unit: &str) -> String {
             "rtt" | "cpu" | "udp" | "tcp" | "rpm" => w.to_uppercase(),
             "transfer" if bare.starts_with("transfer") => "transfer time".into(),
             w => {
-                // `server1` is "server 1".
+                // `server1` is "server 1" (`p95` stays).
                 let digits = w.trim_start_matches(|c: char| !c.is_ascii_digit());
                 if !digits.is_empty()
-                    && digits.len() < w.len()
+                    && w.len() - digits.len() > 2
                     && digits.chars().all(|c| c.is_ascii_digit())
                 {
                     format!("{} {digits}", &w[..w.len() - digits.len()])
@@ -193,6 +193,7 @@ mod tests {
             ("received_bytes", "GB", "Received (GB)"),
             ("retransmits", "", "Retransmits"),
             ("cpu_local_percent", "%", "CPU local (%)"),
+            ("rtt_p95_ms", "µs", "RTT p95 (µs)"),
         ] {
             assert_eq!(quantity(metric, unit), name, "{metric}");
         }

@@ -86,30 +86,32 @@ pub fn run_stage(
     dir: &Path,
     stop: &Arc<AtomicBool>,
 ) -> Stage {
-    let mut started = Vec::new();
+    let mut started: Vec<Option<Started>> = Vec::new();
     let mut records: Vec<Option<StepRecord>> = Vec::new();
-    let mut echoes = Vec::new();
-    for step in steps {
-        if let Some(e) = echo(place, step, stop) {
-            echoes.push(Some((e, place.now())));
+    // The echo steps first: a thread each starts in microseconds, where a process takes
+    // milliseconds to fork (tens on a busy host), so the group starts together.
+    let echoes: Vec<_> = steps
+        .iter()
+        .map(|step| echo(place, step, stop).map(|e| (e, place.now())))
+        .collect();
+    for (step, echoed) in steps.iter().zip(&echoes) {
+        records.push(None);
+        if echoed.is_some() {
             started.push(None);
-            records.push(None);
             continue;
         }
-        echoes.push(None);
         match spawn(place.as_ref(), step, dir) {
-            Ok(s) => {
-                started.push(Some(s));
-                records.push(None);
-            }
+            Ok(s) => started.push(Some(s)),
             Err(e) => {
                 let now = place.now();
                 started.push(None);
-                records.push(Some(record(
-                    step,
-                    (now, now),
-                    Err((format!("cannot start flowlab {}: {e}", step.kind), None)),
-                )));
+                if let Some(last) = records.last_mut() {
+                    *last = Some(record(
+                        step,
+                        (now, now),
+                        Err((format!("cannot start flowlab {}: {e}", step.kind), None)),
+                    ));
+                }
             }
         }
     }
