@@ -33,8 +33,8 @@ fn main() -> ExitCode {
         Err(code) => return code,
     };
     if let Command::Iperf3(_) = &cli.command {
-        // iperf3's words as they came: flowlab's own parse took some of them (`-V`, `-I`,
-        // `--logfile`) for its global options. flowlab's words before `iperf3` stay.
+        // iperf3's words as they came: flowlab's own parse took `-V` for its global
+        // option. flowlab's words before `iperf3` stay.
         let at = args
             .iter()
             .skip(1)
