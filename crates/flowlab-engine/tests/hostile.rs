@@ -201,8 +201,15 @@ fn forged_datagrams_to_a_receiving_server_are_foreign() {
         Some(socket2::Protocol::UDP),
     )
     .expect("a raw socket");
-    // Forged while the test's data flows.
+    // Forged while the test's data flows, once the server's own socket of the stream is
+    // connected to the client's: before, the forgeries would reach its listening socket
+    // and count nowhere (a run beside the other lanes once forged that early).
     await_test_started(&log);
+    assert!(
+        wait_until(Duration::from_secs(3), || connected_udp_sockets()
+            .contains(&(port, client))),
+        "the server's stream socket never connected to {client}"
+    );
     let n = forgeries(1400);
     for d in &n {
         // UDP header: source port, destination port, length, checksum 0 (none, IPv4).
