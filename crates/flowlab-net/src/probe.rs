@@ -1,5 +1,6 @@
-//! RTT probes for `net check`: ICMP echo from a raw socket opened inside the source
-//! host's namespace (the destination's kernel answers; no server is needed). A probe is
+//! RTT probes for a study's RTT steps: ICMP echo from a raw socket opened inside the
+//! source host's namespace (the destination's kernel answers; no server is needed).
+//! (`net check` times UDP echoes of a `flowlab serve` instead, as `flowlab ping` does.) A probe is
 //! 84 bytes on the wire, so its RTT is the path's delays plus next to no serialization.
 
 use std::io;
