@@ -11,7 +11,7 @@ use crate::{Graph, Input, PlotError};
 /// A line: name for the legend and (x, y) points.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Series {
-    /// Its colour, as an index into the palette ([`GREY`] for a neutral line); `None`:
+    /// Its colour, as an index into the palette (`GREY` for a neutral line); `None`:
     /// by its place among its kind (the i-th series the i-th colour).
     pub colour: Option<usize>,
     pub name: String,

@@ -67,7 +67,7 @@ fn numeric_axis(labels: &[String]) -> Option<(Vec<f64>, bool)> {
 
 /// The chart of metric `m` of report `r`; a fetch's transfer time from several servers
 /// gets each series' ideal as a dashed line in the series' colour. Each cell keeps one
-/// colour across the report's charts ([`cell_colour`]); a numeric sweep (message
+/// colour across the report's charts (`cell_colour`); a numeric sweep (message
 /// lengths) is drawn on a numeric axis, a logarithmic one over decades.
 pub fn metric_panel(r: &StudyReport, m: &MetricTable) -> Panel {
     let x_param = x_axis(&r.params);

@@ -48,7 +48,7 @@ pub fn seconds(
 
 /// A clap refusal as one line that names the flag, not clap's whole usage block, with
 /// clap's tips kept ("a similar argument exists: '--trace'"). A missing argument is
-/// named with the command that needs it: "flowlab net up needs <FILE>".
+/// named with the command that needs it: `flowlab net up needs <FILE>`.
 pub fn one_line(e: &clap::Error) -> String {
     if let Some(missing) = missing(e) {
         return missing;
@@ -67,7 +67,7 @@ pub fn one_line(e: &clap::Error) -> String {
     message.join("; ")
 }
 
-/// "error: flowlab test needs <HOST>", for a refusal of a missing argument.
+/// `error: flowlab test needs <HOST>`, for a refusal of a missing argument.
 fn missing(e: &clap::Error) -> Option<String> {
     use clap::error::{ContextKind, ContextValue, ErrorKind};
     if e.kind() != ErrorKind::MissingRequiredArgument {
@@ -81,8 +81,8 @@ fn missing(e: &clap::Error) -> Option<String> {
 }
 
 /// What follows a missing argument's refusal: the command's usage and where to read
-/// more, as two lines ("Usage: flowlab net up [OPTIONS] <FILE>", "For more, try
-/// 'flowlab net up --help'.").
+/// more, as two lines (`Usage: flowlab net up [OPTIONS] <FILE>`, `For more, try
+/// 'flowlab net up --help'.`).
 pub fn missing_hint(e: &clap::Error) -> Option<String> {
     if e.kind() != clap::error::ErrorKind::MissingRequiredArgument {
         return None;
@@ -92,7 +92,7 @@ pub fn missing_hint(e: &clap::Error) -> Option<String> {
     Some(format!("{usage}\nFor more, try '{command} --help'."))
 }
 
-/// Clap's "Usage: flowlab test [OPTIONS] <HOST>", uncoloured.
+/// Clap's `Usage: flowlab test [OPTIONS] <HOST>`, uncoloured.
 fn usage_line(e: &clap::Error) -> Option<String> {
     match e.get(clap::error::ContextKind::Usage)? {
         clap::error::ContextValue::StyledStr(s) => {
@@ -102,7 +102,7 @@ fn usage_line(e: &clap::Error) -> Option<String> {
     }
 }
 
-/// "flowlab net up" of "Usage: flowlab net up [OPTIONS] <FILE>".
+/// `flowlab net up` of `Usage: flowlab net up [OPTIONS] <FILE>`.
 fn command_of(usage: &str) -> String {
     usage
         .trim_start_matches("Usage:")

@@ -5,28 +5,36 @@
 mod support;
 
 use flowlab_results::spec::Direction;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use std::time::{Duration, Instant};
 use support::*;
 
-/// A paced test (`-b 20M`, `-w 128K`: room for ~110 datagrams, 65 ms at the rate) whose
-/// receiving end is stopped (SIGSTOP) for 150 ms three times — a receiver held off its
-/// CPU, as on a busy host with the kernel's default buffers. `(lost, rcvbuf drops, holds)` from
-/// the client's JSON, and how often the receiver held the sender back. The margin for a busy machine: with the window the sender may have
-/// 42 datagrams + the path's share + a probe every wait (8 each: 10, 30, 70, 150 ms)
-/// unread, so the socket overflows only if its smoothed round trip passes ~10 ms.
-fn paced_into_a_stalled_receiver(direction: Direction, window: bool) -> (u64, u64, Option<u64>) {
-    use nix::sys::signal::{Signal, kill};
-    use nix::unistd::Pid;
-    use std::time::{Duration, Instant};
-    /// A child killed (stopped or not) when the test is done with it or fails.
-    struct Reaped(std::process::Child);
-    impl Drop for Reaped {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
+/// A child killed (stopped or not) when the test is done with it or fails.
+struct Reaped(std::process::Child);
+
+impl Reaped {
+    fn pid(&self) -> Pid {
+        Pid::from_raw(i32::try_from(self.0.id()).expect("a process id"))
     }
+}
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        // A stopped child is continued first, so that it dies of the kill at once.
+        let _ = kill(self.pid(), Signal::SIGCONT);
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn flowlab() -> std::process::Command {
+    std::process::Command::new(assert_cmd::cargo::cargo_bin("flowlab"))
+}
+
+/// `flowlab serve -1` on a free port of 127.0.0.1, listening.
+fn one_off_server() -> (Reaped, u16) {
     let port = free_port();
-    let flowlab = || std::process::Command::new(assert_cmd::cargo::cargo_bin("flowlab"));
     let mut server = Reaped(
         flowlab()
             .args(["serve", "-1", "-B", "127.0.0.1", "-p", &port.to_string()])
@@ -35,6 +43,41 @@ fn paced_into_a_stalled_receiver(direction: Direction, window: bool) -> (u64, u6
             .expect("start flowlab serve"),
     );
     await_listening(port, Some(&mut server.0), "flowlab serve");
+    (server, port)
+}
+
+/// Reads `p` to its end on a thread of its own, while the test runs (a full pipe would
+/// hold the child up).
+fn read_all<R: std::io::Read + Send + 'static>(p: Option<R>) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut text = Vec::new();
+        if let Some(mut p) = p {
+            let _ = p.read_to_end(&mut text);
+        }
+        text
+    })
+}
+
+/// Waits (at most 30 s) for `child` to exit.
+fn exit_of(child: &mut Reaped) -> std::process::ExitStatus {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(status) = child.0.try_wait().expect("wait for flowlab test") {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "no result within 30 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A paced test (`-b 20M`, `-w 128K`: room for ~110 datagrams, 65 ms at the rate) whose
+/// receiving end is stopped (SIGSTOP) for 150 ms three times — a receiver held off its
+/// CPU, as on a busy host with the kernel's default buffers. `(lost, rcvbuf drops, holds)` from
+/// the client's JSON, and how often the receiver held the sender back. The margin for a busy machine: with the window the sender may have
+/// 42 datagrams + the path's share + a probe every wait (8 each: 10, 30, 70, 150 ms)
+/// unread, so the socket overflows only if its smoothed round trip passes ~10 ms.
+fn paced_into_a_stalled_receiver(direction: Direction, window: bool) -> (u64, u64, Option<u64>) {
+    let (server, port) = one_off_server();
     let port_text = port.to_string();
     let mut args = vec!["test", "127.0.0.1", "-p", &port_text, "-u", "-b", "20M"];
     args.extend(["-w", "128K", "-t", "3", "-J"]);
@@ -52,36 +95,21 @@ fn paced_into_a_stalled_receiver(direction: Direction, window: bool) -> (u64, u6
             .spawn()
             .expect("start flowlab test"),
     );
-    // Read while the test runs (a full pipe would hold the client up).
-    fn read<R: std::io::Read + Send + 'static>(p: Option<R>) -> std::thread::JoinHandle<Vec<u8>> {
-        std::thread::spawn(move || {
-            let mut text = Vec::new();
-            if let Some(mut p) = p {
-                let _ = p.read_to_end(&mut text);
-            }
-            text
-        })
-    }
-    let (stdout, stderr) = (read(client.0.stdout.take()), read(client.0.stderr.take()));
+    let (stdout, stderr) = (
+        read_all(client.0.stdout.take()),
+        read_all(client.0.stderr.take()),
+    );
     let receiver = match direction {
-        Direction::Reverse => &client,
-        _ => &server,
+        Direction::Reverse => client.pid(),
+        _ => server.pid(),
     };
-    let receiver = Pid::from_raw(i32::try_from(receiver.0.id()).expect("a process id"));
     for _ in 0..3 {
         std::thread::sleep(Duration::from_millis(500));
         kill(receiver, Signal::SIGSTOP).expect("stop the receiver");
         std::thread::sleep(Duration::from_millis(150));
         kill(receiver, Signal::SIGCONT).expect("continue the receiver");
     }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(status) = client.0.try_wait().expect("wait for flowlab test") {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "{args:?}: no result within 30 s");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = exit_of(&mut client);
     drop(server);
     let (stdout, stderr) = (
         stdout.join().expect("stdout"),
@@ -136,30 +164,7 @@ fn a_paced_sender_stops_while_its_receiver_is_stopped_both_ways() {
 /// why) but exits 1, saying every stream failed (issue 46).
 #[test]
 fn a_test_whose_every_stream_failed_exits_non_zero() {
-    use nix::sys::signal::{Signal, kill};
-    use nix::unistd::Pid;
-    use std::time::{Duration, Instant};
-    struct Reaped(std::process::Child);
-    impl Drop for Reaped {
-        fn drop(&mut self) {
-            let _ = kill(
-                Pid::from_raw(i32::try_from(self.0.id()).expect("a process id")),
-                Signal::SIGCONT,
-            );
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let port = free_port();
-    let flowlab = || std::process::Command::new(assert_cmd::cargo::cargo_bin("flowlab"));
-    let mut server = Reaped(
-        flowlab()
-            .args(["serve", "-1", "-B", "127.0.0.1", "-p", &port.to_string()])
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .expect("start flowlab serve"),
-    );
-    await_listening(port, Some(&mut server.0), "flowlab serve");
+    let (server, port) = one_off_server();
     let mut client = Reaped(
         flowlab()
             .args([
@@ -177,41 +182,19 @@ fn a_test_whose_every_stream_failed_exits_non_zero() {
             .spawn()
             .expect("start flowlab test"),
     );
-    let output = |p: Option<std::process::ChildStdout>| {
-        std::thread::spawn(move || {
-            let mut text = Vec::new();
-            if let Some(mut p) = p {
-                let _ = std::io::Read::read_to_end(&mut p, &mut text);
-            }
-            text
-        })
-    };
-    let stdout = output(client.0.stdout.take());
-    let stderr = client.0.stderr.take();
-    let stderr = std::thread::spawn(move || {
-        let mut text = String::new();
-        if let Some(mut p) = stderr {
-            let _ = std::io::Read::read_to_string(&mut p, &mut text);
-        }
-        text
-    });
-    // Data flows by then; stopped three times the user timeout, the stream dies.
+    let (stdout, stderr) = (
+        read_all(client.0.stdout.take()),
+        read_all(client.0.stderr.take()),
+    );
+    // Data flows by then; stopped five times the user timeout, the stream dies.
     std::thread::sleep(Duration::from_millis(1000));
-    let receiver = Pid::from_raw(i32::try_from(server.0.id()).expect("a process id"));
-    kill(receiver, Signal::SIGSTOP).expect("stop the server");
+    kill(server.pid(), Signal::SIGSTOP).expect("stop the server");
     std::thread::sleep(Duration::from_millis(1500));
-    kill(receiver, Signal::SIGCONT).expect("continue the server");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(status) = client.0.try_wait().expect("wait for flowlab test") {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "no result within 30 s");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    kill(server.pid(), Signal::SIGCONT).expect("continue the server");
+    let status = exit_of(&mut client);
     let (stdout, stderr) = (
         stdout.join().expect("stdout"),
-        stderr.join().expect("stderr"),
+        String::from_utf8_lossy(&stderr.join().expect("stderr")).into_owned(),
     );
     assert_eq!(status.code(), Some(1), "{stderr}");
     assert!(
