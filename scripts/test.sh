@@ -58,8 +58,9 @@ fi
 # pacing, a timeout) and they use little CPU, so they run at a higher priority (nice
 # -10 and -5; as root, which their topology tests need) and get the CPU when they ask;
 # the third's tests run for a time, not a quantity of work, and lose little. The CPU
-# latency request one lane's topology holds must not meet the other's: those tests take
-# a file lock (crates/flowlab/tests/support).
+# latency request one lane's topology holds must not meet the other's, and the two net
+# tests that judge fairness and the portfolio's bounds do not share the CPUs with a
+# study's topology: those tests take a file lock (crates/flowlab/tests/support).
 lane_of() {
   case "$1" in
     net) echo 1 ;;
