@@ -230,7 +230,8 @@ pub struct EndInfo {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_output: Option<ServerOutput>,
     /// This end's streams that failed while the test ran (a reset, a timeout), with why;
-    /// absent when none did. A test whose every stream failed is a failed test.
+    /// absent when none did, and in a test cut short (`interrupted`). A test whose every
+    /// stream failed is a failed test.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failed_streams: Vec<StreamFailure>,
 }

@@ -246,7 +246,11 @@ pub fn run(
     });
     let udp = spec.protocol == Protocol::Udp;
     let mut end = result::summarize(&directions, udp, &local, remote.as_ref(), interrupted);
-    end.failed_streams = session.failures();
+    // A test cut short (Ctrl-C, a server's limit) says so itself: its streams' errors
+    // are what the cut did to them, not failures.
+    if !interrupted {
+        end.failed_streams = session.failures();
+    }
     // A failure of the probes' thread costs their numbers, never the test's.
     let latency = prober.and_then(|p| {
         p.finish()
