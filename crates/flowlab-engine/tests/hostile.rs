@@ -655,3 +655,75 @@ fn generated_garbage_at_every_protocol_state_leaves_the_server_serving() {
         );
     }
 }
+
+/// A client that has its results but has not yet said IPERF_DONE (it is printing, or
+/// slow, or gone) holds no slot: with one slot, the next test runs at once. Were the slot
+/// held until IPERF_DONE, that test would be told the server is busy until the idle
+/// timeout ended the first.
+#[test]
+fn a_client_that_has_its_results_holds_no_slot() {
+    let port = start_server(ServerConfig {
+        max_tests: 1,
+        idle_timeout: Duration::from_secs(30),
+        ..ServerConfig::default()
+    });
+    let state = |c: &mut TcpStream| -> State {
+        let mut b = [0u8; 1];
+        c.read_exact(&mut b).expect("a state from the server");
+        State::from_byte(b[0]).expect("a known state")
+    };
+    let mut c = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    c.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let cookie = Cookie::from_random([7; 36]).encode();
+    c.write_all(&cookie).expect("cookie");
+    assert_eq!(state(&mut c), State::ParamExchange);
+    let p = TestParams {
+        tcp: Some(true),
+        time: 10,
+        parallel: 1,
+        len: 16 * 1024,
+        ..TestParams::default()
+    };
+    c.write_all(&frame::encode(&p)).expect("parameters");
+    assert_eq!(state(&mut c), State::CreateStreams);
+    let mut data = TcpStream::connect(("127.0.0.1", port)).expect("data connection");
+    data.write_all(&cookie).expect("data cookie");
+    assert_eq!(state(&mut c), State::TestStart);
+    assert_eq!(state(&mut c), State::TestRunning);
+    data.write_all(&[0u8; 64 * 1024]).expect("data");
+    c.write_all(&[State::TestEnd.to_byte()]).expect("TEST_END");
+    assert_eq!(state(&mut c), State::ExchangeResults);
+    let mine = flowlab_proto::results::PeerResults {
+        sender_has_retransmits: 0,
+        streams: vec![flowlab_proto::results::StreamResults {
+            id: 1,
+            bytes: 64 * 1024,
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    c.write_all(&frame::encode(&mine))
+        .expect("the client's results");
+    let mut len = [0u8; 4];
+    c.read_exact(&mut len)
+        .expect("the server's results' length");
+    let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+    c.read_exact(&mut body).expect("the server's results");
+    let theirs: flowlab_proto::results::PeerResults =
+        frame::decode(&body).expect("the server's results parse");
+    assert_eq!(
+        theirs.streams[0].bytes,
+        64 * 1024,
+        "the server counted it all"
+    );
+    assert_eq!(state(&mut c), State::DisplayResults);
+    // No IPERF_DONE yet: `c` and `data` stay open while the next test runs.
+    let mut s = spec(port);
+    s.amount = Amount::Bytes(100_003);
+    let r = run(&s).expect("the slot was free");
+    assert_eq!(sum(&r, StreamDirection::Up).1.bytes, 100_003);
+    c.write_all(&[State::IperfDone.to_byte()])
+        .expect("IPERF_DONE");
+    drop(data);
+}

@@ -53,7 +53,7 @@ pub(super) fn run_test(
     let negotiated = negotiate(ctrl, peer, deadline, shared);
     // Out of the handshake, whether it ended in a test or not.
     drop(handshake);
-    let (params, proto, _slot) = negotiated?;
+    let (params, proto, slot) = negotiated?;
     let start = started(id, peer, &params, proto);
     shared.log.event(start.clone());
     let n = params.stream_count() as usize;
@@ -90,6 +90,9 @@ pub(super) fn run_test(
     }
     let (mut mine, wall) = own_results(&mut session);
     let done = finished(id, peer, &mine, &session, wall);
+    // The streams are done: the slot is free before the client hears the results, so
+    // a client that starts its next test at once is not told the server is busy.
+    drop(slot);
     if params.get_server_output {
         match shared.log.output(&[start, done.clone()]) {
             ServerOutput::Text(t) => mine.server_output_text = Some(t),
