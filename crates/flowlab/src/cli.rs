@@ -12,7 +12,8 @@ use crate::cmd;
 #[derive(Debug, Parser)]
 #[command(
     name = "flowlab",
-    version,
+    // The commit too, so a report of a problem says exactly which build it was.
+    version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("FLOWLAB_COMMIT"), ")"),
     about = "A laboratory for network transfers: throughput, loss, jitter, and why.",
     // As iperf3: -v is the version, -V verbose.
     disable_version_flag = true
@@ -172,6 +173,12 @@ mod tests {
     fn v_is_the_version_and_capital_v_verbose_as_in_iperf3() {
         let e = Cli::try_parse_from(["flowlab", "-v"]).unwrap_err();
         assert_eq!(e.kind(), clap::error::ErrorKind::DisplayVersion);
+        let shown = e.to_string();
+        assert!(
+            shown.starts_with(concat!("flowlab ", env!("CARGO_PKG_VERSION"), " ("))
+                && (shown.contains("commit ") || shown.contains("outside a git checkout")),
+            "{shown}"
+        );
         let cli = Cli::try_parse_from(["flowlab", "test", "-VV", "h"]).expect("parses");
         assert_eq!(cli.verbose, 2);
     }

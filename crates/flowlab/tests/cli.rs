@@ -156,6 +156,30 @@ fn invalid_flags_and_combinations() {
     support::usage_error(&["test", "h", "--rcv-timeout", "0"], "--rcv-timeout 0");
 }
 
+/// `flowlab -v` names the commit it was built from: here, this checkout's HEAD (a
+/// build outside a git checkout says so instead, as `build.rs` writes).
+#[test]
+fn the_version_names_the_commit_it_was_built_from() {
+    let out = flowlab().arg("-v").output().expect("runs");
+    assert_success(&out);
+    let shown = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let head = std::process::Command::new("git")
+        .args(["log", "-1", "--format=%h %cs", "--abbrev=12"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+    let expected = match head {
+        Some(c) => format!("flowlab {} (commit {c})", env!("CARGO_PKG_VERSION")),
+        None => format!(
+            "flowlab {} (built outside a git checkout)",
+            env!("CARGO_PKG_VERSION")
+        ),
+    };
+    assert_eq!(shown, expected);
+}
+
 #[test]
 fn json_output_is_one_versioned_document() {
     let port = support::start_server(ServerConfig::default());
@@ -723,12 +747,6 @@ fn bare_commands_list_their_subcommands() {
             );
         }
     }
-    let out = flowlab().arg("-v").output().expect("runs");
-    assert_success(&out);
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
-        format!("flowlab {}", env!("CARGO_PKG_VERSION"))
-    );
 }
 
 /// Habits from iperf3 and typos get the command to type: iperf3's first words, and
