@@ -13,13 +13,13 @@ use crate::{Panel, PlotError, Series};
 /// The font every text is set in, compiled in so that no system font is needed
 /// (DejaVu Sans; licence in assets/DejaVuSans-LICENSE.txt).
 static FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
-const FAMILY: &str = "sans-serif";
+pub(crate) const FAMILY: &str = "sans-serif";
 
 /// Height of one panel, pixels (a stack of panels is this tall each).
 pub const PANEL_HEIGHT: u32 = 420;
 pub const WIDTH: u32 = 1000;
 
-fn register_font() {
+pub(crate) fn register_font() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         // The font is a fixed, valid TrueType file; a failure would show up in every test.
@@ -27,7 +27,7 @@ fn register_font() {
     });
 }
 
-fn err(e: impl std::fmt::Display) -> PlotError {
+pub(crate) fn err(e: impl std::fmt::Display) -> PlotError {
     PlotError::Draw(e.to_string())
 }
 

@@ -16,6 +16,9 @@
 //!   intervals' medians and the idle median (the RRUL picture beside throughput).
 //! - [`Graph::LatencyCdf`]: the distribution of the loaded round trips, and the idle ones.
 //!
+//! A topology is drawn apart, from plain data ([`Diagram`] → [`topology_svg`]):
+//! nodes in columns by their distance from the first host, links labelled.
+//!
 //! Several results are overlaid, each series labelled by the options in which the
 //! results differ ([`labels`]). The window, RTT, time/sequence and I/O graphs need a
 //! `--trace`d result, the latency graphs a `--latency` one.
@@ -23,10 +26,12 @@
 mod draw;
 mod series;
 mod study;
+mod topology;
 
 pub use draw::{render_file, render_svg};
 pub use series::{Band, Panel, Series, labels, panels};
 pub use study::{metric_panel, scatter_panel, spread_ellipse};
+pub use topology::{Diagram, DiagramLink, NodeKind, topology_svg};
 
 use flowlab_results::result::TestResult;
 

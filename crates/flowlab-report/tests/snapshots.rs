@@ -212,7 +212,7 @@ fn the_system_a_test_ran_on() {
 }
 
 /// Issue 14: on loopback, with lo steering no packets, a sender's retransmissions are
-/// reordering between the CPUs' queues (docs/PERFORMANCE.md): the table says so under the
+/// reordering between the CPUs' queues (docs/lab-notes/performance.md): the table says so under the
 /// totals, with what removes them — and says nothing where that is not the explanation.
 #[test]
 fn retransmissions_across_unsteered_loopback_are_called_reordering() {
@@ -685,6 +685,31 @@ fn net_check_with_deviations_loss_an_unlimited_path_and_a_quiet_host() {
         p.emulator_late_p99_ms = Some(0.35);
     }
     pin!("net-check-edges-table", net_check_table(&c));
+}
+
+/// A pair's name longer than the path column widens it: every row's columns still
+/// start under their headings.
+#[test]
+fn net_check_widens_its_path_column_for_long_host_names() {
+    let (_, mut c) = net_check("net-check.json", &[None]);
+    c.paths[0].from = "laptop".into();
+    c.paths[0].to = "server".into();
+    let t = net_check_table(&c);
+    let header = t.lines().find(|l| l.starts_with("path ")).expect("header");
+    let cc = header.find("cc").expect("the cc heading");
+    let rows = t
+        .lines()
+        .skip_while(|l| !l.starts_with("path "))
+        .skip(1)
+        .take_while(|l| !l.starts_with("verdict"))
+        .filter(|l| !l.starts_with(' '));
+    for row in rows {
+        let b = row.as_bytes();
+        assert!(
+            b[cc - 1] == b' ' && b[cc] != b' ',
+            "the cc column is not under its heading:\n{t}"
+        );
+    }
 }
 
 /// A study's flat metrics of each recorded result: names, values and units.

@@ -180,6 +180,40 @@ fn the_version_names_the_commit_it_was_built_from() {
     assert_eq!(shown, expected);
 }
 
+/// `net show --svg` draws the topology beside the plan it prints: every node, and each
+/// link the file shapes labelled with its name and shape (no root needed).
+#[test]
+fn net_show_draws_the_topology_as_svg() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let out = dir.path().join("port.svg");
+    let file = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../topologies/portfolio.toml"
+    );
+    let run = flowlab()
+        .args(["net", "show", file, "--svg"])
+        .arg(&out)
+        .output()
+        .expect("runs");
+    assert_success(&run);
+    assert!(String::from_utf8_lossy(&run.stdout).contains("topology port: 9 hosts"));
+    let svg = std::fs::read_to_string(&out).expect("the drawing");
+    let text = |t: &str| svg.contains(&format!(">\n{t}\n</text>"));
+    for node in ["h1", "h9", "r1", "r4", "s1", "s2"] {
+        assert!(text(node), "{node} is not drawn");
+    }
+    for label in ["L1", "40.0 Mbits/sec", "delay 20 ms", "queue 16 packets"] {
+        assert!(text(label), "{label} is not drawn");
+    }
+    assert_eq!(svg.matches("<circle").count(), 9, "one circle a host");
+    let refused = flowlab()
+        .args(["net", "show", file, "--svg", "/nonexistent/dir/t.svg"])
+        .output()
+        .expect("runs");
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--svg /nonexistent/dir/t.svg"));
+}
+
 #[test]
 fn json_output_is_one_versioned_document() {
     let port = support::start_server(ServerConfig::default());

@@ -3,7 +3,36 @@
 use std::fmt::Write as _;
 
 use crate::units::{Rate, UnitFormat};
-use flowlab_results::net::{Built, TopologyStatus};
+use flowlab_results::net::{Built, Shape, TopologyStatus};
+
+/// One direction of a link as the file shapes it: "50.0 Mbits/sec, delay 10 ms, queue
+/// 100 packets, loss 0.5 %" (`net show`'s lines, and its drawing's labels).
+pub fn shape_text(s: &Shape) -> String {
+    let mut v = Vec::new();
+    if let Some(r) = s.rate_bps {
+        v.push(Rate(r as f64, UnitFormat::Adaptive).to_string());
+    }
+    v.push(format!(
+        "delay {} ms",
+        short(s.delay.as_secs_f64() * 1000.0, 3)
+    ));
+    if !s.jitter.is_zero() {
+        v.push(format!(
+            "jitter {} ms",
+            short(s.jitter.as_secs_f64() * 1000.0, 3)
+        ));
+    }
+    if let Some(q) = s.queue_packets {
+        v.push(format!("queue {q} packets"));
+    }
+    if let Some(q) = s.queue_bytes {
+        v.push(format!("queue {q} bytes"));
+    }
+    if s.loss > 0.0 {
+        v.push(format!("loss {} %", short(s.loss * 100.0, 4)));
+    }
+    v.join(", ")
+}
 
 /// `flowlab net show`: subnets and addresses, then what each host pair's path implies.
 pub fn net_plan(p: &flowlab_results::net::PlanSummary) -> String {
@@ -29,37 +58,13 @@ pub fn net_plan(p: &flowlab_results::net::PlanSummary) -> String {
         );
     }
     for d in &p.shaped {
-        let s = &d.shape;
-        let mut v = Vec::new();
-        if let Some(r) = s.rate_bps {
-            v.push(Rate(r as f64, UnitFormat::Adaptive).to_string());
-        }
-        v.push(format!(
-            "delay {} ms",
-            short(s.delay.as_secs_f64() * 1000.0, 3)
-        ));
-        if !s.jitter.is_zero() {
-            v.push(format!(
-                "jitter {} ms",
-                short(s.jitter.as_secs_f64() * 1000.0, 3)
-            ));
-        }
-        if let Some(q) = s.queue_packets {
-            v.push(format!("queue {q} packets"));
-        }
-        if let Some(q) = s.queue_bytes {
-            v.push(format!("queue {q} bytes"));
-        }
-        if s.loss > 0.0 {
-            v.push(format!("loss {} %", short(s.loss * 100.0, 4)));
-        }
         let _ = writeln!(
             out,
             "  link {} {} -> {}: {}",
             d.link,
             d.from,
             d.to,
-            v.join(", ")
+            shape_text(&d.shape)
         );
     }
     if !p.all_paths && p.paths.is_empty() {

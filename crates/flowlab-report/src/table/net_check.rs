@@ -111,9 +111,23 @@ pub fn net_check(c: &NetCheck) -> String {
         format!("{v:.digits$}")
     };
     let unit = crate::units::unit_name(power as usize, "bits/sec");
+    let name = |r: &flowlab_results::net::CheckedPath| {
+        if r.connections > 1 {
+            format!("{}-{}:{}", r.from, r.to, r.connections)
+        } else {
+            format!("{}-{}", r.from, r.to)
+        }
+    };
+    // The path column fits the longest pair's name ("laptop-server"), at least 10.
+    let path_width = rows
+        .iter()
+        .map(|r| name(r).chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(10);
     let columns = |out: &mut String, cells: [&str; 6]| {
         let line = format!(
-            "{:<10} {:<6} {:<15}  {:<26}  {:<17}  {}",
+            "{:<path_width$} {:<6} {:<15}  {:<26}  {:<17}  {}",
             cells[0], cells[1], cells[2], cells[3], cells[4], cells[5]
         );
         let _ = writeln!(out, "{}", line.trim_end());
@@ -151,13 +165,6 @@ pub fn net_check(c: &NetCheck) -> String {
                 out,
                 "Jain's fairness index over the pairs under {cc} (rate / fair share): {j:.3}"
             );
-        }
-    };
-    let name = |r: &flowlab_results::net::CheckedPath| {
-        if r.connections > 1 {
-            format!("{}-{}:{}", r.from, r.to, r.connections)
-        } else {
-            format!("{}-{}", r.from, r.to)
         }
     };
     for r in rows {

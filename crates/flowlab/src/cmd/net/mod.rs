@@ -24,6 +24,10 @@ pub enum Command {
         /// lists no paths otherwise).
         #[arg(value_name = "HOST", num_args = 2)]
         hosts: Vec<String>,
+        /// Also draw the topology into FILE (SVG): hosts, routers and switches, each link
+        /// labelled with its rate, delay, queue and loss.
+        #[arg(long, value_name = "FILE")]
+        svg: Option<std::path::PathBuf>,
     },
     /// Build the topology in network namespaces (root): nodes, links, addresses, routes,
     /// rate and queue limits (tbf), delay, jitter and loss (netem or the user-space
@@ -116,8 +120,12 @@ pub struct BackendArg {
 
 pub fn run(c: Command) -> anyhow::Result<()> {
     match c {
-        Command::Show { file, hosts } => {
+        Command::Show { file, hosts, svg } => {
             let t = file_or_up(&file)?;
+            if let Some(out) = &svg {
+                let drawing = flowlab_plot::topology_svg(&diagram(&t))?;
+                std::fs::write(out, drawing).with_context(|| format!("--svg {}", out.display()))?;
+            }
             let plan = Plan::of(&t);
             let summary = match hosts.as_slice() {
                 [a, b] => plan
@@ -315,4 +323,62 @@ fn emulate(state_dir: &Path, topology: &str, keep_cpus_awake: bool) -> anyhow::R
         },
     )?;
     Ok(())
+}
+
+/// A topology as its drawing shows it: every node with its kind, hosts first, then
+/// routers and switches, each in name order, and each link labelled with its name and
+/// shape, one line each way when the two directions differ.
+fn diagram(t: &Topology) -> flowlab_plot::Diagram {
+    use flowlab_net::topology::Kind;
+    use flowlab_plot::{DiagramLink, NodeKind};
+    let mut nodes: Vec<(String, NodeKind)> = t
+        .nodes
+        .iter()
+        .map(|(name, kind)| {
+            let kind = match kind {
+                Kind::Host => NodeKind::Host,
+                Kind::Router => NodeKind::Router,
+                Kind::Switch => NodeKind::Switch,
+            };
+            (name.clone(), kind)
+        })
+        .collect();
+    nodes.sort_by_key(|(_, k)| match k {
+        NodeKind::Host => 0,
+        NodeKind::Router => 1,
+        NodeKind::Switch => 2,
+    });
+    let links = t
+        .links
+        .iter()
+        .map(|l| {
+            // A link the file names is labelled with its name; one it does not, with
+            // its shape alone (a part a line: the labels stay narrow).
+            let mut label: Vec<String> = if l.name.starts_with("link ") {
+                Vec::new()
+            } else {
+                vec![l.name.clone()]
+            };
+            match (l.a_to_b.is_plain(), l.b_to_a.is_plain()) {
+                (true, true) => {}
+                _ if l.a_to_b == l.b_to_a => {
+                    label.extend(table::shape_text(&l.a_to_b).split(", ").map(str::to_owned))
+                }
+                _ => label.extend([
+                    format!("→ {}: {}", l.b, table::shape_text(&l.a_to_b)),
+                    format!("→ {}: {}", l.a, table::shape_text(&l.b_to_a)),
+                ]),
+            }
+            DiagramLink {
+                a: l.a.clone(),
+                b: l.b.clone(),
+                label,
+            }
+        })
+        .collect();
+    flowlab_plot::Diagram {
+        title: t.name.clone(),
+        nodes,
+        links,
+    }
 }
