@@ -11,8 +11,9 @@
 #            `--checksum`, as aria2c's closest equivalent to flowlab's verification).
 # A third line runs aria2c without any verification, for reference.
 # Each run starts from an empty output directory; runs alternate between the tools, and
-# the table shows the median of BENCH_REPEAT runs (default 3) and the time ratio
-# aria2c/flowlab (> 1: flowlab is faster).
+# the table shows min / median / max of BENCH_REPEAT runs (default 7), the time ratio
+# aria2c/flowlab of the medians (> 1: flowlab is faster), and flags a tool whose runs
+# spread by more than 25 % of its median.
 #
 # Needs: aria2c and nginx (Debian: apt-get install aria2 nginx-light), python3.
 # Env:   BENCH_SIZE, BENCH_COUNT, BENCH_REPEAT, BENCH_PORT (first of four ports, default 5410).
@@ -22,7 +23,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 FLOWLAB="$ROOT/target/release/flowlab"
 SIZE="${BENCH_SIZE:-1G}"
 COUNT="${BENCH_COUNT:-160}"
-REPEAT="${BENCH_REPEAT:-3}"
+REPEAT="${BENCH_REPEAT:-7}"
 PORT="${BENCH_PORT:-5410}"
 
 die() { echo "fetch_vs_aria2c.sh: error: $*" >&2; exit 2; }
@@ -117,11 +118,18 @@ python3 - "$SIZE" "${F_TIMES[*]}" "${A_TIMES[*]}" "${U_TIMES[*]}" <<'PY'
 import statistics, sys
 size = sys.argv[1]
 f, a, u = ([float(x) for x in arg.split()] for arg in sys.argv[2:5])
-mf, ma, mu = statistics.median(f), statistics.median(a), statistics.median(u)
+mf = statistics.median(f)
 print()
-print("| tool | median seconds (whole command) | ratio aria2c/flowlab |")
-print("|---|---|---|")
-print(f"| flowlab fetch (2 servers, adaptive, BLAKE3 per fragment) | {mf:.3f} | |")
-print(f"| aria2c (2 nginx, --split 2, SHA-256 of the file) | {ma:.3f} | {ma / mf:.2f} |")
-print(f"| aria2c, same without verification | {mu:.3f} | {mu / mf:.2f} |")
+print("| tool | seconds, whole command: min / median / max | ratio aria2c/flowlab (medians) | spread |")
+print("|---|---|---:|---|")
+for name, xs in [
+    ("flowlab fetch (2 servers, adaptive, BLAKE3 per fragment)", f),
+    ("aria2c (2 nginx, --split 2, SHA-256 of the file)", a),
+    ("aria2c, same without verification", u),
+]:
+    m = statistics.median(xs)
+    spread = (max(xs) - min(xs)) / m
+    flag = f"{spread:.0%}" + ("  SPREAD>25%" if spread > 0.25 else "")
+    ratio = "" if xs is f else f"{m / mf:.2f}"
+    print(f"| {name} | {min(xs):.3f} / {m:.3f} / {max(xs):.3f} | {ratio} | {flag} |")
 PY

@@ -2,7 +2,8 @@
 # The fresh-clone check: clones this repository's committed HEAD into a new temporary
 # directory of mode 0700 (as `mktemp -d` makes it, like any private checkout), then runs
 # the two set-up commands from the first lines of README.md there, exactly as written,
-# then CI's lint gates (scripts/lint.sh), and says which passed. Run it before every
+# then CI's lint gates (scripts/lint.sh) and, as root, its package check
+# (scripts/package.sh --check), and says which passed. Run it before every
 # submission: a suite that passes only in the tree where it was written is a broken suite.
 #
 #   scripts/fresh-check.sh [--runs N] [--busy] [--keep]
@@ -85,9 +86,27 @@ else
   tail -n 40 "$dir/out.log" | sed 's/^/    /'
 fi
 
-if [ "$failed" -eq 0 ]; then
-  echo "fresh-check.sh: PASS: both README commands, $runs run(s), and the lint gates, in a fresh 0700 clone"
+# And the package, as CI builds, installs, checks and purges it after the suite (root).
+steps=$((2 * runs + 1))
+if [ "$(id -u)" -eq 0 ]; then
+  steps=$((steps + 1))
+  echo "fresh-check.sh: CI's package check: scripts/package.sh --check"
+  start=$(date +%s)
+  if (cd "$dir/flowlab" && env -u CARGO_TARGET_DIR scripts/package.sh --check) > "$dir/out.log" 2>&1; then
+    echo "fresh-check.sh: PASS ($(( $(date +%s) - start )) s): scripts/package.sh --check"
+    tail -n 1 "$dir/out.log" | sed 's/^/    /'
+  else
+    failed=$((failed + 1))
+    echo "fresh-check.sh: FAIL ($(( $(date +%s) - start )) s): scripts/package.sh --check — its last 40 lines:"
+    tail -n 40 "$dir/out.log" | sed 's/^/    /'
+  fi
 else
-  echo "fresh-check.sh: FAIL: $failed of $((2 * runs + 1)) command runs failed"
+  echo "fresh-check.sh: the package check needs root (apt-get install): not run"
+fi
+
+if [ "$failed" -eq 0 ]; then
+  echo "fresh-check.sh: PASS: both README commands, $runs run(s), the lint gates and (as root) the package, in a fresh 0700 clone"
+else
+  echo "fresh-check.sh: FAIL: $failed of $steps command runs failed"
   exit 1
 fi

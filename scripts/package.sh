@@ -27,7 +27,7 @@ target/release/flowlab completions zsh > "$out/completions/_flowlab"
 target/release/flowlab completions fish > "$out/completions/flowlab.fish"
 # Stripped: the release profile keeps line tables for backtraces, which a package
 # need not carry (57 MB against about 11).
-deb="$(cargo deb -p flowlab --no-build --strip --quiet)"
+deb="$(realpath --relative-to=. "$(cargo deb -p flowlab --no-build --strip --quiet)")"
 echo "$deb"
 
 [ "${1:-}" = "--check" ] || exit 0

@@ -5,7 +5,7 @@
 //! does not start on a cache line. A `Vec<u8>` of 128 KiB from the system allocator starts
 //! 16 bytes past a page boundary (glibc's chunk header) or anywhere on a 16-byte grid, so
 //! flowlab's TCP receiver ran at half iperf3's speed on some machines, and at either
-//! speed from one test to the next in a long-running server (docs/PERFORMANCE.md, "Issue
+//! speed from one test to the next in a long-running server (docs/lab-notes/performance.md, "Issue
 //! 14: the cause"). iperf3 maps its buffer (page-aligned); so does this.
 
 use std::alloc::{Layout, alloc_zeroed, dealloc, handle_alloc_error};

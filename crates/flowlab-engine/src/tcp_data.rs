@@ -22,13 +22,10 @@ use crate::trace::Tracer;
 /// longer per read likely keeps more of the stream's kernel work on its own CPU (not
 /// measured with counters): on loopback a packet that arrives while the reader is inside
 /// `recvmsg` waits on the socket's backlog for the reader to process, one that arrives
-/// while it sleeps is processed by the sender's CPU, the bottleneck. Measured
-/// (docs/PERFORMANCE.md "Reading 512 KiB at a time", issue 14, 2026-11-27):
-/// a stock `iperf3 -c -C cubic` into a long-running `flowlab serve`, one stream,
-/// 57.6 Gbit/s at the median reading 1 MiB at a time, 56.7 at 512 KiB, 53.2 at 128 KiB,
-/// iperf3's own server 54.5; under bbr 23.3 against 20.2 at 128 KiB; eight streams under
-/// bbr 30.1 against 21.3. 512 KiB a stream takes nearly all of it at half the memory of
-/// 1 MiB (`-P 128`: 64 MiB).
+/// while it sleeps is processed by the sender's CPU, the bottleneck. 512 KiB took nearly
+/// all of what 1 MiB reads gained over 128 KiB ones, at half the memory of 1 MiB (`-P
+/// 128`: 64 MiB); `bench/compare.sh --cc cubic --streams 1` measures it
+/// (docs/lab-notes/performance.md, "Reading 512 KiB at a time").
 pub(crate) const RECEIVE_BYTES: usize = 512 * 1024;
 
 /// The buffer a TCP receiver reads into: page-aligned ([`PageBuf`]), at least
@@ -422,7 +419,7 @@ const SPIN_REST_US: u64 = 100_000;
 /// not pay — more than one spell of [`SPIN_US`] running out empty for every eight polls
 /// that found data, over [`RATE_WINDOW_US`]: packets further apart than a spell — rests
 /// for [`SPIN_REST_US`]. (A sender on the same CPU is not detected: there the polls
-/// mostly find data too. Measured in docs/PERFORMANCE.md, issue 14: `flowlab test -R -A
+/// mostly find data too. Measured in docs/lab-notes/performance.md, issue 14: `flowlab test -R -A
 /// 0,1` against `iperf3 -s`, 14 Gbit/s with batched wake-ups, 20 without, 38 polling.)
 #[derive(Debug)]
 struct SpinRead {
@@ -490,7 +487,8 @@ const WAKE_SPAN_US: u64 = 100;
 /// [`MARKED_TIMEOUT`], so that a stream at that rate fills its mark before its read times
 /// out. Each of several streams is slower than one alone: `-P 8` on loopback under bbr
 /// carries about 2 Gbit/s a stream, and its eight threads, woken for every packet, made
-/// the test 0.75–0.96 as fast as iperf3's at the median (docs/PERFORMANCE.md, issue 14).
+/// the test 0.75–0.96 as fast as iperf3's at the median (docs/lab-notes/performance.md,
+/// issue 14).
 const MARK_SPAN_US: u64 = 500;
 // A stream at the mark's threshold fills its mark before the read it waits in times out.
 const _: () = assert!(2 * MARK_SPAN_US as u128 <= MARKED_TIMEOUT.as_micros());
@@ -506,7 +504,7 @@ const _: () = assert!(RECEIVE_BYTES >= 2 * MAX_MARK);
 /// paused) wait no longer than this to be read and counted. The kernel rounds a socket
 /// timeout up to a scheduler tick: 1 ms at HZ=1000, 4 ms at 250 (the reference machine),
 /// 10 ms at 100. (Waiting in poll(2), whose timer keeps to 1 ms, was tried: it left the
-/// two ends sharing one CPU in a quarter of the runs; docs/PERFORMANCE.md.)
+/// two ends sharing one CPU in a quarter of the runs; docs/lab-notes/performance.md.)
 const MARKED_TIMEOUT: Duration = Duration::from_millis(1);
 
 /// Batches a fast TCP receiver's wake-ups with the socket's low-water mark (SO_RCVLOWAT).
@@ -515,7 +513,7 @@ const MARKED_TIMEOUT: Duration = Duration::from_millis(1);
 /// loopback that is the sender's CPU, the bottleneck, and each cross-CPU wake-up costs it
 /// time it would spend sending. Woken for every 64 KiB packet, flowlab's receiver took
 /// about a fifth more wake-ups per byte than iperf3's (whose slower loop lets more
-/// queue), and the test ran 9–12 % slower (docs/PERFORMANCE.md, issue 14). So a stream
+/// queue), and the test ran 9–12 % slower (docs/lab-notes/performance.md, issue 14). So a stream
 /// that measures fast asks the kernel to wake its reader once per [`WAKE_SPAN_US`] of
 /// data instead (at least [`MIN_MARK`], at most [`MAX_MARK`], at most an eighth of the
 /// receive buffer); while one is set, reads time out after [`MARKED_TIMEOUT`], and one

@@ -1,7 +1,7 @@
 //! `--trace`: TCP_INFO samples taken by each stream's own thread.
 //!
 //! A separate sampling thread would wake every period on every end; on a busy host that
-//! costs the streams throughput (docs/PERFORMANCE.md). Instead the thread that moves a
+//! costs the streams throughput (docs/lab-notes/performance.md). Instead the thread that moves a
 //! stream's data looks at the clock after every read or write, and, blocked, wakes at
 //! least once per period (its socket timeout is lowered to the period), so samples fall
 //! on the period's grid without any extra wake-up while data flows. The samples stay with

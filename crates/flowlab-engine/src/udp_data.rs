@@ -91,7 +91,7 @@ fn send_streaming(
         let now = ctl.epoch.elapsed();
         if backoff.is_some() || window.is_some() {
             // Before every batch: a report read a batch later is a probe too many, and
-            // the cost is one system call per up to 64 datagrams (docs/PERFORMANCE.md).
+            // the cost is one system call per up to 64 datagrams (docs/lab-notes/performance.md).
             read_reports(sock, backoff.as_mut(), window.as_mut(), now, seq);
         }
         if let Some(b) = &backoff {
@@ -339,7 +339,7 @@ pub(crate) fn receive(
 ) -> io::Result<()> {
     sock.set_read_timeout(Some(POLL))?;
     // A receiver that waits for a CPU while senders run lets its socket overflow: short
-    // slices let it preempt them when it wakes (docs/PERFORMANCE.md, UDP loss).
+    // slices let it preempt them when it wakes (docs/lab-notes/performance.md, UDP loss).
     match cpu::request_slice(cpu::RECEIVER_SLICE_NS) {
         Ok(cpu::Slice::Granted(ns)) => {
             tracing::debug!("UDP receiver: scheduling slice {} µs", ns / 1000)
@@ -597,7 +597,7 @@ const NAP_MIN_RCVBUF: usize = 2 << 20;
 /// does it wait in a blocking read. Paced tests (`-b RATE`) never nap: a datagram read up
 /// to [`NAP_US`] late would add to the jitter they report. Unpinned receivers do not
 /// either: there senders overrun them; nor one whose buffer is under [`NAP_MIN_RCVBUF`].
-/// (Measured in docs/PERFORMANCE.md, issue 14, "a pinned UDP receiver naps".)
+/// (Measured in docs/lab-notes/performance.md, issue 14, "a pinned UDP receiver naps".)
 #[derive(Debug)]
 struct NapRead {
     /// Napped since the last data: the next read that finds nothing makes the one after

@@ -329,7 +329,7 @@ fn receiver_overflow_is_reported_and_slows_the_sender_both_ways() {
 /// Issue 14: UDP at unlimited rate between flowlab ends keeps within the receiver's
 /// window, both ways: both ends agree on it, and the receiving socket (at the buffer
 /// flowlab asks for, whatever the host grants) never overflows, so nothing is lost on
-/// loopback, where before the window two streams lost 0.1–1.1 % (docs/PERFORMANCE.md).
+/// loopback, where before the window two streams lost 0.1–1.1 % (docs/lab-notes/performance.md).
 #[test]
 fn udp_at_full_speed_keeps_within_the_receivers_window_both_ways() {
     for direction in [Direction::Forward, Direction::Reverse] {

@@ -9,7 +9,7 @@
 //! latency-performance profile do) keeps every idle CPU in its shallowest state, polling,
 //! until it closes the file: wake-ups come sooner, at the cost of idle CPUs that poll
 //! instead of sleeping (power; on a VM the host sees its vCPUs busy). docs/net.md and
-//! docs/PERFORMANCE.md measure both.
+//! docs/lab-notes/performance.md measure both.
 
 use std::fs::File;
 use std::io::{self, Write};
@@ -26,7 +26,7 @@ pub fn changes_nothing_here() -> Option<String> {
 }
 
 /// Why a latency request changes nothing under cpuidle driver `driver`, if it does not
-/// ([`idle_ignores_latency_requests`]; measured: docs/PERFORMANCE.md, "On a host without
+/// ([`idle_ignores_latency_requests`]; measured: docs/lab-notes/performance.md, "On a host without
 /// a cpuidle driver the option changes nothing").
 pub fn changes_nothing_with(driver: Option<&str>) -> Option<String> {
     driver.is_some_and(idle_ignores_latency_requests).then(|| {

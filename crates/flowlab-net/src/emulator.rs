@@ -47,18 +47,15 @@ impl Rng {
 /// How long before a packet is due the emulator's thread asks the kernel to wake it, so
 /// that a late wake-up does not delay the packet: it spins the rest of the way. Every
 /// microsecond of margin is a microsecond of spinning before every frame, so the margin
-/// is not a bound on nearly every wake-up (the mean lateness plus three deviations, as
-/// it was before 2026-11-27) but the 90th percentile of the wake-ups' lateness: nine in
-/// time for every one late ([`WakeMargin::HITS_PER_MISS`]), learnt as it goes by a
-/// stochastic quantile estimate — up that many [`WakeMargin::STEP`]s when a wake-up
-/// comes later than the margin, down one step when it does not, so it settles where one
-/// in ten does. A late one makes its frame late by what it overshot, which the lateness
-/// histogram counts. On the development VM timer wake-ups of a real-time thread on an
-/// idle vCPU (`cyclictest -i 400 -l 8000 --policy fifo -p 1`) come 25 µs late at the
-/// median, 34 µs at the 90th percentile and 95 µs at the 99th. At the seed's 30 Mbit/s
-/// the emulator used 22.8 % of a core with the margin at the 95th percentile, 19.2 % at
-/// the 90th and 16.6 % at the 80th (medians of five alternating runs), the 80th's frames
-/// late by some 5 µs a crossing more on average (docs/PERFORMANCE.md).
+/// is not a bound on nearly every wake-up (the mean lateness plus three deviations) but
+/// the 90th percentile of the wake-ups' lateness: nine in time for every one late
+/// ([`WakeMargin::HITS_PER_MISS`]), learnt as it goes by a stochastic quantile estimate —
+/// up that many [`WakeMargin::STEP`]s when a wake-up comes later than the margin, down
+/// one step when it does not, so it settles where one in ten does. A late one makes its
+/// frame late by what it overshot, which the lateness histogram counts. The 90th
+/// percentile is where a lower one stopped saving CPU at the seed's 30 Mbit/s and
+/// started to cost frames lateness (`bench/emulator.sh`; the runs:
+/// docs/lab-notes/performance.md, "The emulator's CPU at 30 Mbit/s").
 #[derive(Debug, Clone, Copy)]
 pub struct WakeMargin {
     margin_ns: u64,

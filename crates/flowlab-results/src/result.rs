@@ -601,7 +601,7 @@ pub fn summarize(
 /// sender's writes on its own, the sends its ACKs set off in the other's softirq) can
 /// overtake each other, and the receiver's SACKs of the ones ahead look like loss to
 /// the sender. Gone with both ends on one CPU, or with lo's packets steered (each flow
-/// then queued on one CPU): docs/PERFORMANCE.md, "Retransmissions on loopback".
+/// then queued on one CPU): docs/lab-notes/performance.md, "Retransmissions on loopback".
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoopbackReordering {
     /// Segments the test's TCP senders retransmitted.

@@ -133,7 +133,7 @@ fn paced_into_a_stalled_receiver(direction: Direction, window: bool) -> (u64, u6
 /// A paced sender keeps within its receiver's window, both ways: a receiver stopped for
 /// longer than its buffer lasts at the rate loses nothing, where without the window
 /// (`--no-window`, the same stalls) its socket overflows — the loss the README's `quick`
-/// showed on a host with the kernel's default `rmem_max` (docs/PERFORMANCE.md).
+/// showed on a host with the kernel's default `rmem_max` (docs/lab-notes/performance.md).
 #[test]
 fn a_paced_sender_stops_while_its_receiver_is_stopped_both_ways() {
     for direction in [Direction::Forward, Direction::Reverse] {
