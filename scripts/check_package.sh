@@ -11,6 +11,12 @@ deb="$(realpath "${1:?usage: check_package.sh PACKAGE.deb}")"
 [ "$(id -u)" -eq 0 ] || { echo "check_package.sh: needs root (apt-get install)" >&2; exit 2; }
 export DEBIAN_FRONTEND=noninteractive
 fail() { echo "check_package.sh: $*" >&2; exit 1; }
+# systemd-analyze checks the unit: from Debian's systemd package where it is missing
+# (the machine need not run systemd).
+if ! command -v systemd-analyze >/dev/null 2>&1; then
+  echo "check_package.sh: installing systemd (Debian package) for systemd-analyze"
+  apt-get update -qq && apt-get install -y -qq systemd >/dev/null
+fi
 purge() { apt-get purge -y -qq flowlab >/dev/null 2>&1 || true; }
 purge
 trap purge EXIT

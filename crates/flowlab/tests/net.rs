@@ -1087,8 +1087,9 @@ fn one_way_us(from: &std::net::UdpSocket, to: &std::net::UdpSocket, count: usize
 /// of a departure (the delay less the send cost and 0.1 ms of slack).
 ///
 /// Judged against the same probes without the stream (the thread then watches both
-/// sockets all the time), measured alternately, the lower 90th percentile of two rounds
-/// each: the host's interference shows in some rounds, a rule's error in every one. On
+/// sockets all the time), measured alternately, the lowest 90th percentile of two rounds
+/// each, or of up to four each when the first two disagree: the host's interference
+/// shows in some rounds, a rule's error in every one. On
 /// the development VM both measured 15–24 µs over the 0.4 ms; with the rule fed the
 /// long way's delay for both sockets, 1 056 µs with the stream.
 #[test]
@@ -1138,7 +1139,24 @@ fn arrivals_the_short_way_keep_their_delay_while_the_emulator_sleeps_for_the_lon
         }
     }
     let mut rounds: Vec<(&str, f64, f64, f64)> = Vec::new();
-    for round in 0..4 {
+    let lowest = |rounds: &[(&str, f64, f64, f64)], way: &str| {
+        rounds
+            .iter()
+            .filter(|r| r.0 == way)
+            .map(|r| r.3)
+            .fold(f64::INFINITY, f64::min)
+    };
+    // Two rounds each way, and up to two more each while the stream's best round is
+    // beyond the quiet one's: a rule's error shows in every stream round, a noisy phase
+    // of the host in some rounds of either kind (once 53 and 205 µs quiet, 233 and 282
+    // with the stream, in a fresh clone's suite).
+    for round in 0..8 {
+        if round >= 4
+            && round % 2 == 0
+            && lowest(&rounds, "stream") <= lowest(&rounds, "quiet") + 150.0
+        {
+            break;
+        }
         let streaming = round % 2 == 1;
         let stream = streaming.then(|| {
             let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -1161,14 +1179,7 @@ fn arrivals_the_short_way_keep_their_delay_while_the_emulator_sleeps_for_the_lon
         let way = if streaming { "stream" } else { "quiet" };
         rounds.push((way, p(&us, 0.0), p(&us, 0.5), p(&us, 0.9)));
     }
-    let lowest = |way: &str| {
-        rounds
-            .iter()
-            .filter(|r| r.0 == way)
-            .map(|r| r.3)
-            .fold(f64::INFINITY, f64::min)
-    };
-    let (quiet, busy) = (lowest("quiet"), lowest("stream"));
+    let (quiet, busy) = (lowest(&rounds, "quiet"), lowest(&rounds, "stream"));
     let seen = format!(
         "over the 0.4 ms, 90th percentile: {busy:.0} µs with the stream, {quiet:.0} µs \
          without; (least, median, 90th) µs per round: {rounds:.0?} {}",
