@@ -8,13 +8,14 @@ use flowlab_results::net::{Built, EmulatedDirection, TopologyStatus};
 use crate::build::{self, State};
 use crate::forward::LinkStats;
 
-/// How the topology of `state` was built.
-pub fn built(state: &State) -> Built {
+/// How topology `topo`, whose state is `state`, was built.
+pub fn built(state: &State, topo: &str) -> Built {
     match state.backend {
         None => Built::TbfOnly,
         Some(b) => Built::Emulated {
             backend: b.to_string(),
             emulator_pid: state.emulator_pid,
+            emulator_running: build::lost_emulator(state, topo).is_none(),
             links: state.emulated_links.clone(),
             cpus_kept_awake: state.cpus_kept_awake,
         },
@@ -27,7 +28,7 @@ pub fn topologies(dir: &Path) -> Vec<TopologyStatus> {
     build::status()
         .into_iter()
         .map(|(name, namespaces)| {
-            let built = build::state(dir, &name).map_or(Built::Unknown, |s| built(&s));
+            let built = build::state(dir, &name).map_or(Built::Unknown, |s| built(&s, &name));
             let stats: Vec<LinkStats> = std::fs::read_to_string(build::stats_file(dir, &name))
                 .ok()
                 .and_then(|t| serde_json::from_str(&t).ok())

@@ -459,19 +459,30 @@ fn net_up_down_and_status_of_each_kind_of_topology() {
     let emulated = Built::Emulated {
         backend: "userspace".into(),
         emulator_pid: Some(4242),
+        emulator_running: true,
         links: vec!["L1".into(), "L2".into()],
         cpus_kept_awake: false,
     };
     let awake = Built::Emulated {
         backend: "userspace".into(),
         emulator_pid: Some(4243),
+        emulator_running: true,
         links: vec!["L1".into()],
         cpus_kept_awake: true,
     };
     let netem = Built::Emulated {
         backend: "netem".into(),
         emulator_pid: None,
+        emulator_running: true,
         links: Vec::new(),
+        cpus_kept_awake: false,
+    };
+    // Up, but its emulator gone (killed, or ended with its session).
+    let lost = Built::Emulated {
+        backend: "userspace".into(),
+        emulator_pid: Some(4244),
+        emulator_running: false,
+        links: vec!["L1".into(), "L2".into()],
         cpus_kept_awake: false,
     };
     let mut text = String::new();
@@ -500,6 +511,12 @@ fn net_up_down_and_status_of_each_kind_of_topology() {
             built: emulated,
             namespaces: vec!["fl-port-h1".into(), "fl-port-link.0".into()],
             emulated: vec![direction("a→b", 120_000), direction("b→a", 0)],
+        },
+        TopologyStatus {
+            name: "left".into(),
+            built: lost,
+            namespaces: vec!["fl-left-h1".into(), "fl-left-link.0".into()],
+            emulated: Vec::new(),
         },
         TopologyStatus {
             name: "half".into(),

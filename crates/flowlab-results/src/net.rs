@@ -214,10 +214,13 @@ pub enum Built {
     TbfOnly,
     /// Delay, jitter and loss emulated by `backend` (`netem` or `userspace`), on `links`
     /// by the emulator process `emulator_pid` (user-space backend only), which holds the
-    /// CPUs out of deep idle states when `cpus_kept_awake` (`--keep-cpus-awake`).
+    /// CPUs out of deep idle states when `cpus_kept_awake` (`--keep-cpus-awake`). An
+    /// emulator that is not `emulator_running` was lost (killed, or ended with its
+    /// session): the emulated links carry nothing.
     Emulated {
         backend: String,
         emulator_pid: Option<u32>,
+        emulator_running: bool,
         links: Vec<String>,
         cpus_kept_awake: bool,
     },

@@ -336,6 +336,35 @@ pub fn cpu_latency_before_holding() -> Option<i32> {
     Some(before)
 }
 
+/// The processes that hold a CPU latency request now (`/dev/cpu_dma_latency` open), each
+/// as "PID: its command line": said when a test finds the CPUs held longer than it
+/// expects.
+pub fn cpu_latency_holders() -> Vec<String> {
+    let device = std::path::Path::new(flowlab_proto::system::CPU_LATENCY_DEVICE);
+    let Ok(proc_dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    proc_dir
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+                fds.flatten()
+                    .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|to| to == device))
+            })
+        })
+        .map(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let words: Vec<String> = cmdline
+                .split(|&b| b == 0)
+                .filter(|w| !w.is_empty())
+                .map(|w| String::from_utf8_lossy(w).into_owned())
+                .collect();
+            format!("{pid}: {}", words.join(" "))
+        })
+        .collect()
+}
+
 /// The network namespaces of topology `topo` that exist now.
 pub fn namespaces_of(topo: &str) -> Vec<String> {
     let out = std::process::Command::new("ip")

@@ -129,7 +129,7 @@ fn a_topology_is_built_routed_shaped_and_removed() {
     };
     let dir = tempfile::tempdir().expect("tmp");
     let file = small("tnet1", dir.path());
-    let _guard = Down("tnet1");
+    let _guard = Down::new("tnet1");
     up(&file, &[]);
     assert_eq!(namespaces_of("tnet1").len(), 6);
     // Every node is named in every namespace (a router at each of its addresses).
@@ -198,7 +198,7 @@ fn topologies_that_are_up_are_named_by_show_status_and_exec() {
         return;
     };
     let dir = tempfile::tempdir().expect("tmp");
-    let (_one, _two) = (Down("tsev1"), Down("tsev2"));
+    let (_one, _two) = (Down::new("tsev1"), Down::new("tsev2"));
     for name in ["tsev1", "tsev2"] {
         let text =
             format!("name = \"{name}\"\nhosts = [\"a\", \"b\"]\n[[link]]\nends = [\"a\", \"b\"]\n");
@@ -249,7 +249,7 @@ fn down_cleans_up_after_a_killed_builder() {
     let dir = tempfile::tempdir().expect("tmp");
     // A delayed link, so that the user-space backend starts its emulator process too.
     let file = small_with("tnet2", dir.path(), r#"delay = "5ms""#);
-    let _guard = Down("tnet2");
+    let _guard = Down::new("tnet2");
     // Killed at various points of building; the last one long after it finished.
     for wait_ms in [0, 30, 200, 600, 5000] {
         let mut up = flowlab()
@@ -305,7 +305,7 @@ fn a_path_whose_emulator_stopped_is_named_at_once() {
     };
     let dir = tempfile::tempdir().expect("tmp");
     let file = small_with("tnet7", dir.path(), r#"delay = "5ms""#);
-    let _guard = Down("tnet7");
+    let _guard = Down::new("tnet7");
     up(&file, &["--backend", "userspace"]);
     let pids = emulators_of("tnet7");
     assert_eq!(pids.len(), 1);
@@ -337,7 +337,7 @@ fn the_netem_backend_is_used_where_present_and_refused_where_not() {
         env!("CARGO_MANIFEST_DIR"),
         "/../../topologies/portfolio.toml"
     );
-    let _guard = Down("port");
+    let _guard = Down::new("port");
     let out = flowlab()
         .args(["net", "up", "--backend", "netem", portfolio])
         .output()
@@ -404,7 +404,7 @@ fn the_emulator_keeps_the_cpus_awake_only_when_asked_and_only_while_it_runs() {
         write_topology(dir.path(), name, &text)
     };
     // Nothing to emulate: refused before anything is built.
-    let _plain = Down("tawak1");
+    let _plain = Down::new("tawak1");
     let out = flowlab()
         .args(["net", "up", "--keep-cpus-awake"])
         .arg(two("tawak1", r#"rate = "100M""#))
@@ -418,7 +418,7 @@ fn the_emulator_keeps_the_cpus_awake_only_when_asked_and_only_while_it_runs() {
     assert!(namespaces_of("tawak1").is_empty());
     // Asked for: held while the emulator runs, and said.
     let delayed = two("tawak2", r#"delay = "1ms""#);
-    let _awake = Down("tawak2");
+    let _awake = Down::new("tawak2");
     let out = flowlab()
         .args(["net", "up", "--backend", "userspace", "--keep-cpus-awake"])
         .arg(&delayed)
@@ -473,7 +473,12 @@ fn the_emulator_keeps_the_cpus_awake_only_when_asked_and_only_while_it_runs() {
         .output()
         .expect("down");
     assert!(out.status.success());
-    assert_eq!(latency(), Some(before), "let go with the topology");
+    assert_eq!(
+        latency(),
+        Some(before),
+        "let go with the topology; held by {:?}",
+        support::cpu_latency_holders()
+    );
     // Not asked for: nothing held, and a check that asks for it is refused.
     up(&delayed, &["--backend", "userspace"]);
     assert_eq!(latency(), Some(before), "held only when asked for");
@@ -497,6 +502,55 @@ fn the_emulator_keeps_the_cpus_awake_only_when_asked_and_only_while_it_runs() {
     );
     let doc = checked();
     assert_eq!(doc["cpus_kept_awake"], false, "{doc}");
+
+    // Its emulator lost (killed here; a session that ends kills it the same way and
+    // leaves the namespaces): `net status` says so, a check is refused before it
+    // measures, naming the way out, and `down` takes it down.
+    let pid = flowlab_net::build::state(&flowlab_net::build::state_dir(), "tawak2")
+        .and_then(|s| s.emulator_pid)
+        .expect("the emulator's pid in the state");
+    assert!(
+        Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()
+            .expect("kill")
+            .success()
+    );
+    let gone = std::time::Instant::now() + Duration::from_secs(10);
+    while Path::new(&format!("/proc/{pid}")).exists() && std::time::Instant::now() < gone {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let status = flowlab().args(["net", "status"]).output().expect("status");
+    let status = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        status.contains(&format!("its emulator (pid {pid}) is not running")),
+        "{status}"
+    );
+    let out = flowlab()
+        .args(["net", "check", "--pairs", "a-b", "-t", "1"])
+        .arg(&delayed)
+        .output()
+        .expect("check");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && err.contains(&format!(
+                "topology tawak2 is up, but its link emulator (pid {pid}) is not running"
+            ))
+            && err.contains("(flowlab net down tawak2)")
+            && out.stdout.is_empty(),
+        "{err}"
+    );
+    let out = flowlab()
+        .args(["net", "down", "tawak2"])
+        .output()
+        .expect("down");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(namespaces_of("tawak2").is_empty());
 }
 
 /// Runs `net check -J` and returns its document and stderr, asserting it succeeded.
@@ -678,7 +732,7 @@ fn portfolio_fidelity(backend: &str) {
         env!("CARGO_MANIFEST_DIR"),
         "/../../topologies/portfolio.toml"
     );
-    let _guard = Down("port");
+    let _guard = Down::new("port");
     // The seed's kernels ran cubic; machines today default to cubic or bbr.
     for cc in ["cubic", "bbr"] {
         // A check during which the hypervisor took much of the CPU measures the host:
@@ -788,7 +842,7 @@ loss = 0.05
 "#,
     )
     .expect("write");
-    let _guard = Down("tloss");
+    let _guard = Down::new("tloss");
     let (doc, _) = check(&[
         file.to_str().expect("path"),
         "--backend",
@@ -838,7 +892,7 @@ delay = "1ms"
 loss = 0.0001
 "#,
     );
-    let _down = Down("tgso");
+    let _down = Down::new("tgso");
     up(&file, &["--backend", "userspace"]);
     let (doc, _) = check(&[file.to_str().expect("path"), "-t", "2"]);
     let p = &doc["paths"][0];
@@ -900,7 +954,7 @@ fn check_measures_paths_beside_what_the_file_implies() {
     };
     let dir = tempfile::tempdir().expect("tmp");
     let file = small("tnet3", dir.path());
-    let _guard = Down("tnet3");
+    let _guard = Down::new("tnet3");
     let out = flowlab()
         .args(["net", "check"])
         .arg(&file)
@@ -978,7 +1032,7 @@ fn the_rtt_through_the_emulator_does_not_grow_with_the_links_crossed() {
     let dir = tempfile::tempdir().expect("tmp");
     let plain_file = chain("tchn0", dir.path(), "");
     let emulated_file = chain("tchn4", dir.path(), "5ms");
-    let (_plain_down, _emulated_down) = (Down("tchn0"), Down("tchn4"));
+    let (_plain_down, _emulated_down) = (Down::new("tchn0"), Down::new("tchn4"));
     up(&plain_file, &[]);
     up(&emulated_file, &[]);
     let idle_rtt = |file: &Path| -> (f64, f64) {
@@ -1101,7 +1155,7 @@ fn arrivals_the_short_way_keep_their_delay_while_the_emulator_sleeps_for_the_lon
                 delay = \"2ms\"\nreverse = { delay = \"400us\" }\n";
     let dir = tempfile::tempdir().expect("tmp");
     let file = write_topology(dir.path(), "tasym", text);
-    let _guard = Down("tasym");
+    let _guard = Down::new("tasym");
     up(&file, &["--backend", "userspace"]);
     // A UDP socket in `node`'s namespace, bound to its address in the topology's plan.
     let topology = flowlab_net::topology::Topology::parse(text).expect("topology");
@@ -1198,7 +1252,7 @@ fn pairs_run_together_share_the_bottleneck_and_routers_can_be_ends() {
     };
     let dir = tempfile::tempdir().expect("tmp");
     let file = small("tnet4", dir.path());
-    let _guard = Down("tnet4");
+    let _guard = Down::new("tnet4");
     let path = file.to_str().expect("path");
     // h1 (two connections) and h3 send to h2 at once over the 50 Mbit/s wan: judged under
     // cubic, and again under the system's default where that is another algorithm.
@@ -1336,7 +1390,7 @@ fn a_small_receive_window_is_diagnosed_and_sized_for_the_path_under_bbr_and_cubi
     let dir = tempfile::tempdir().expect("tmp");
     // 50 Mbit/s with 20 ms each way: 250 kB in flight to fill it.
     let file = small_with("tnet5", dir.path(), r#"delay = "20ms""#);
-    let _guard = Down("tnet5");
+    let _guard = Down::new("tnet5");
     up(&file, &[]);
     let rate = |v: &serde_json::Value| {
         v["end"]["sums"][0]["receiver"]["bits_per_second"]
@@ -1398,7 +1452,7 @@ fn the_table_names_the_congestion_control_and_the_bounds_judged() {
     };
     let dir = tempfile::tempdir().expect("tmp");
     let file = small("tnet6", dir.path());
-    let _guard = Down("tnet6");
+    let _guard = Down::new("tnet6");
     let default = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
         .expect("the default congestion control")
         .trim()
@@ -1533,7 +1587,7 @@ fn latency_under_load_shows_the_bottlenecks_queue() {
     };
     let dir = tempfile::tempdir().expect("tmp");
     let file = small_at("tnet9", dir.path(), "30M", "");
-    let _guard = Down("tnet9");
+    let _guard = Down::new("tnet9");
     up(&file, &[]);
     let queue_ms = 100.0 * 1514.0 * 8.0 / 30e6 * 1e3;
     let mut medians = Vec::new();
@@ -1594,7 +1648,7 @@ fn rpm_working_latency_matches_the_bottlenecks_queue() {
     };
     let dir = tempfile::tempdir().expect("tmp");
     let file = small_with("tnet10", dir.path(), r#"delay = "10ms""#);
-    let _guard = Down("tnet10");
+    let _guard = Down::new("tnet10");
     up(&file, &[]);
     let (d, queue) = (20.0, 100.0 * 1514.0 * 8.0 / 50e6 * 1e3);
     let expected = d + queue;

@@ -60,16 +60,17 @@ fn a_shipped_study_runs_small_and_reports(study: &std::path::Path, i: usize) {
     // A study on a topology needs root: in CI it must run; elsewhere it is skipped
     // with a printed reason.
     let text = std::fs::read_to_string(study).expect("read");
-    if text.lines().any(|l| l.starts_with("topology")) && !root() {
+    let is_on_topology = text.lines().any(|l| l.starts_with("topology"));
+    if is_on_topology && !root() {
         return;
     }
     // A study on a topology holds the machine shared (support::MachineLock).
-    let _machine = text
-        .lines()
-        .any(|l| l.starts_with("topology"))
-        .then(support::machine_shared);
+    let _machine = is_on_topology.then(support::machine_shared);
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{name}: tempdir: {e}"));
     let study = beside_renamed_topology(study, &text, dir.path(), i);
+    // The study takes its topology down; one an earlier, killed run left is taken down
+    // first (else the study would find it up, its emulator gone, and refuse).
+    let _down = is_on_topology.then(|| support::NetDown::new(&format!("shp{i}")));
     let out = flowlab()
         .current_dir(dir.path())
         .arg("run")
@@ -346,7 +347,7 @@ fn run_again_while_up(
     up_args: &[&str],
 ) -> (String, bool) {
     let file = format!("{name}.toml");
-    let _down = support::NetDown(name);
+    let _down = support::NetDown::new(name);
     let up = flowlab()
         .current_dir(dir)
         .args(["net", "up"])
@@ -404,7 +405,7 @@ fn a_study_that_keeps_the_cpus_awake_holds_them_only_while_it_runs() {
     // tests of this binary measure.
     let _alone = RUNS.write().unwrap_or_else(|e| e.into_inner());
     let _machine = support::machine_alone();
-    let _down = support::NetDown("stawk");
+    let _down = support::NetDown::new("stawk");
     let latency = flowlab_engine::sysinfo::cpu_latency_us;
     let Some(before) = support::cpu_latency_before_holding() else {
         return;
@@ -446,7 +447,12 @@ fn a_study_that_keeps_the_cpus_awake_holds_them_only_while_it_runs() {
         driver.is_ok_and(|d| d.trim() == "none"),
         "{said}"
     );
-    assert_eq!(latency(), Some(before), "let go with the topology");
+    assert_eq!(
+        latency(),
+        Some(before),
+        "let go with the topology; held by {:?}",
+        support::cpu_latency_holders()
+    );
     assert!(namespaces_of("stawk").is_empty(), "taken down");
 
     // Up already without the flag: refused before anything runs (no database made),

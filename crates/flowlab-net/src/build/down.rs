@@ -32,7 +32,7 @@ pub fn down(name: &str, dir: &Path) -> Result<Vec<String>, NetError> {
         .into_iter()
         .filter(|n| existing.contains(n))
         .collect();
-    stop(&emulators(&pids, name));
+    let stuck = stop(&emulators(&pids, name));
     // Servers and shells started with `net exec` would keep a namespace alive.
     let inside: Vec<u32> = listed
         .iter()
@@ -44,9 +44,13 @@ pub fn down(name: &str, dir: &Path) -> Result<Vec<String>, NetError> {
                 .collect::<Vec<u32>>()
         })
         .collect();
-    stop(&inside);
+    let stuck: Vec<u32> = stuck.into_iter().chain(stop(&inside)).collect();
     let mut removed = Vec::new();
-    let mut failed = None;
+    // What still runs is said, after the namespaces' names are gone all the same.
+    let mut failed = (!stuck.is_empty()).then(|| NetError::Command {
+        command: format!("kill -KILL {}", join(&stuck)),
+        message: "still running ten seconds after SIGKILL (an uninterruptible wait?)".into(),
+    });
     for ns in listed {
         // A namespace still being entered or left can refuse once: try again briefly.
         let mut result = run("ip", &["netns", "del", &ns]);
@@ -83,6 +87,13 @@ pub fn down(name: &str, dir: &Path) -> Result<Vec<String>, NetError> {
         }
     }
     Ok(removed)
+}
+
+fn join(pids: &[u32]) -> String {
+    pids.iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Topologies that are up (by namespace prefix), with their namespaces.

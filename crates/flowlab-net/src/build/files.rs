@@ -96,6 +96,25 @@ pub fn emulator_trouble(dir: &Path, topo: &str) -> Option<String> {
     (!trouble.is_empty()).then(|| trouble.join("; "))
 }
 
+/// The emulator `up` recorded for topology `topo`, when it no longer runs: killed, or
+/// ended with every process of the session that started it while the topology stayed
+/// up. The topology's emulated links then carry nothing.
+pub fn lost_emulator(state: &State, topo: &str) -> Option<u32> {
+    state
+        .emulator_pid
+        .filter(|&pid| !super::processes::is_emulator(pid, topo))
+}
+
+/// Why topology `topo`, which is up, cannot be measured as it is, if it cannot: its
+/// emulator is lost ([`lost_emulator`]). Said by what would use it (a study, `net
+/// check`) before anything runs, with the way out.
+pub fn unusable(dir: &Path, topo: &str) -> Option<String> {
+    let pid = lost_emulator(&state(dir, topo)?, topo)?;
+    Some(format!(
+        "topology {topo} is up, but its link emulator (pid {pid}) is not running, so its emulated links carry nothing (left by a run that ended without taking it down?): take it down first (flowlab net down {topo})"
+    ))
+}
+
 /// What the emulator's log says went wrong: a panic's place and message (the lines
 /// after it are a backtrace), else its last three lines.
 pub(super) fn last_words(log: &str) -> Vec<String> {

@@ -30,7 +30,7 @@ use crate::topology::Topology;
 
 pub use addresses::{hosts_file, interfaces, routes, segment_interfaces};
 pub use down::{down, status};
-pub use files::{emulator_trouble, state, state_dir, stats_file};
+pub use files::{emulator_trouble, lost_emulator, state, state_dir, stats_file, unusable};
 pub use processes::emulators;
 pub use shaping::{DEFAULT_QUEUE, PACKET_BYTES, shaping};
 pub use up::{has_emulated_links, up};

@@ -113,22 +113,29 @@ pub fn emulators(recorded: &[u32], topo: &str) -> Vec<u32> {
 }
 
 /// Whether `pid` still runs: it exists and is not a zombie (a zombie child of this
-/// process — the emulator when `up` ran in this process — is reaped here).
+/// process — the emulator when `up` ran in this process — is reaped here), or it is a
+/// zombie whose other threads have not all exited: a thread-group leader that exits
+/// first shows as a zombie while the rest still run, and they hold the process's files
+/// (the emulator's CPU latency request among them) until the last one is gone.
 pub(super) fn running(pid: u32) -> bool {
     // SAFETY: waitpid with WNOHANG on a pid; fails harmlessly if it is not our child.
     unsafe { libc::waitpid(pid as libc::pid_t, std::ptr::null_mut(), libc::WNOHANG) };
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+    let leader_runs = match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         // The state follows the parenthesised command name.
         Ok(stat) => stat
             .rsplit_once(") ")
             .is_some_and(|(_, rest)| !rest.starts_with('Z')),
         Err(_) => false,
-    }
+    };
+    leader_runs
+        || std::fs::read_dir(format!("/proc/{pid}/task")).is_ok_and(|threads| threads.count() > 1)
 }
 
-/// Sends SIGTERM, then SIGKILL to what still runs after a second; waits until gone. The
-/// signals go through pidfds opened first, so a pid reused meanwhile is never hit.
-pub(super) fn stop(pids: &[u32]) {
+/// Sends SIGTERM, then SIGKILL to what still runs after a second; waits until gone, or
+/// returns what still runs ten seconds after the SIGKILL (a process in an uninterruptible
+/// wait). The signals go through pidfds opened first, so a pid reused meanwhile is never
+/// hit.
+pub(super) fn stop(pids: &[u32]) -> Vec<u32> {
     let handles: Vec<(u32, Option<std::os::fd::OwnedFd>)> = pids
         .iter()
         .map(|&p| {
@@ -167,15 +174,16 @@ pub(super) fn stop(pids: &[u32]) {
         }
     };
     signal(libc::SIGTERM);
-    for round in 0..40 {
+    for round in 0..110 {
         if !pids.iter().any(|&p| running(p)) {
-            return;
+            return Vec::new();
         }
         if round == 10 {
             signal(libc::SIGKILL);
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
+    pids.iter().copied().filter(|&p| running(p)).collect()
 }
 
 #[cfg(test)]

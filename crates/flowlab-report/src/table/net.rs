@@ -115,8 +115,19 @@ fn built(b: &Built) -> String {
         Built::Emulated {
             backend,
             emulator_pid: Some(pid),
+            emulator_running: false,
+            links,
+            ..
+        } => format!(
+            "{backend} backend, but its emulator (pid {pid}) is not running: links {} carry nothing (flowlab net down, then up again)",
+            links.join(", ")
+        ),
+        Built::Emulated {
+            backend,
+            emulator_pid: Some(pid),
             links,
             cpus_kept_awake,
+            ..
         } => format!(
             "{backend} backend (emulator pid {pid}, links {}{})",
             links.join(", "),

@@ -79,6 +79,9 @@ pub fn check(
     }
     let up_already = build::status().iter().any(|(n, _)| *n == t.name);
     let (_teardown, state) = if up_already {
+        if let Some(why) = build::unusable(&build::state_dir(), &t.name) {
+            return Err(Error::Failed(why));
+        }
         let state = build::state(&build::state_dir(), &t.name);
         // A backend asked for explicitly must be the one it runs on.
         let running = state.as_ref().and_then(|s| s.backend);

@@ -197,13 +197,18 @@ impl Drop for Up {
 }
 
 /// Refuses `net`'s topology when it is up already and `study` cannot use it as it is:
-/// the study changes its links (they would not be the cell's), or keeps the CPUs awake
-/// and the topology's emulator does not. Whether it is up: the study uses it as it is.
+/// its emulator is lost ([`build::unusable`]), the study changes its links (they would
+/// not be the cell's), or keeps the CPUs awake and the topology's emulator does not.
+/// Whether it is up: the study uses it as it is.
 pub fn refuse_if_unusable(net: &Net, study: &Study) -> Result<bool, RunError> {
     let name = &net.topo.name;
-    let Some(state) = build::state(&build::state_dir(), name) else {
+    let dir = build::state_dir();
+    let Some(state) = build::state(&dir, name) else {
         return Ok(false);
     };
+    if let Some(why) = build::unusable(&dir, name) {
+        return Err(RunError::Failed(why));
+    }
     if !study.links.is_empty() {
         return Err(RunError::Failed(format!(
             "topology {name} is up already, but the study changes its links ([[link]]) and must build it itself: take it down first (flowlab net down {})",

@@ -7,14 +7,31 @@ pub use flowlab_testkit::*;
 
 /// Runs `flowlab net down NAME` when dropped: a topology a test brought up is taken
 /// down (its emulator, and what it holds, gone) however the test ends.
-pub struct NetDown(pub &'static str);
+pub struct NetDown(String);
+
+impl NetDown {
+    /// The guard of topology `name`, a name of the test's own: one left up by an earlier
+    /// run of the test (killed before its guard could act: the end of a session kills
+    /// every process and leaves the namespaces) is taken down first, and said.
+    pub fn new(name: &str) -> Self {
+        if !namespaces_of(name).is_empty() {
+            eprintln!("note: topology {name} was left up by an earlier run: taken down first");
+            net_down(name);
+        }
+        NetDown(name.to_string())
+    }
+}
+
+fn net_down(name: &str) {
+    let _ = assert_cmd::Command::cargo_bin("flowlab")
+        .expect("the flowlab binary")
+        .args(["net", "down", name])
+        .output();
+}
 
 impl Drop for NetDown {
     fn drop(&mut self) {
-        let _ = assert_cmd::Command::cargo_bin("flowlab")
-            .expect("the flowlab binary")
-            .args(["net", "down", self.0])
-            .output();
+        net_down(&self.0);
     }
 }
 

@@ -139,7 +139,7 @@ pub fn run(c: Command) -> anyhow::Result<()> {
             let t = load_topology(&file)?;
             let state = build::up(&t, &build::state_dir(), &up_options(&backend)?)?;
             say_if_holding_changes_nothing(&state);
-            let built = flowlab_net::status::built(&state);
+            let built = flowlab_net::status::built(&state, &t.name);
             print!("{}", table::net_up(&t.name, t.nodes.len(), &built));
         }
         Command::Down { name } => {
