@@ -50,45 +50,55 @@ fi
 # Then run them in three lanes side by side, each lane one binary after another, as
 # `cargo test` would run them (in the package's directory, CARGO_MANIFEST_DIR set):
 #   1. tests/net.rs, whose tests build topologies one at a time and are mostly waiting
-#      on the links they emulate (~4 of the suite's ~10 minutes on two cores);
-#   2. tests/studies.rs and the other binaries that mostly wait (on timeouts, a
-#      stalled peer), and fragments.rs, whose paced servers must reach their rates;
+#      on the links they emulate: first its tests that need the machine to themselves
+#      (`machine_alone::`: no other topology beside them, the CPU latency request
+#      theirs alone), then the rest;
+#   2. the binaries that mostly wait (on timeouts, a stalled peer) and fragments.rs,
+#      whose paced servers must reach their rates, while lane 1's first part runs;
+#      then tests/studies.rs, whose topologies run beside the rest of net.rs;
 #   3. the rest, which mostly keep the CPUs busy for the seconds their tests last.
 # What the first two lanes measure is timing (an emulated link's delay, a server's
 # pacing, a timeout) and they use little CPU, so they run at a higher priority (nice
 # -10 and -5; as root, which their topology tests need) and get the CPU when they ask;
-# the third's tests run for a time, not a quantity of work, and lose little. The CPU
-# latency request one lane's topology holds must not meet the other's, and the two net
-# tests that judge fairness and the portfolio's bounds do not share the CPUs with a
-# study's topology: those tests take a file lock (crates/flowlab/tests/support).
-lane_of() {
+# the third's tests run for a time, not a quantity of work, and lose little. Which tests
+# need the machine alone and which share it is a file lock the tests take
+# (crates/flowlab/tests/support); the order here only keeps them from waiting on it.
+# plan_of NAME: one line per run of test binary NAME: its lane, its rank in the lane
+# (lowest first) and the arguments it runs with.
+plan_of() {
   case "$1" in
-    net) echo 1 ;;
-    studies | fragments | hostile | stalled_receiver | public_server | bad_input) echo 2 ;;
-    *) echo 3 ;;
+    net) printf '1\t0\tmachine_alone::\n1\t1\t--skip machine_alone::\n' ;;
+    fragments | hostile | stalled_receiver | public_server | bad_input) printf '2\t0\t\n' ;;
+    studies) printf '2\t1\t\n' ;;
+    *) printf '3\t0\t\n' ;;
   esac
 }
 sed -n 's/.*"manifest_path":"\([^"]*\)".*"name":"\([^"]*\)","src_path":"\([^"]*\)".*"profile":{[^}]*"test":true[^}]*}.*"executable":"\([^"]*\)".*/\1\t\2\t\3\t\4/p' \
   "$work/build.json" | while IFS=$'\t' read -r manifest name src exe; do
   dir="$(dirname "$manifest")"
-  printf '%s\t%s\t%s\t%s\t%s\n' "$(lane_of "$name")" "$dir" "${src#"$dir"/}" "$exe" "$name"
-done > "$work/binaries"
+  plan_of "$name" | while IFS=$'\t' read -r lane rank args; do
+    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$lane" "$rank" "$dir" "${src#"$dir"/}" "$exe" "$args"
+  done
+done | sort -s -t $'\t' -k1,1n -k2,2n > "$work/binaries"
 
 # One lane: each binary's output is kept, then printed whole (not interleaved with
 # another lane's) in cargo's own form, "Running SRC (BINARY)" and the binary's lines.
 run_lane() {
-  local lane dir src exe name out began rc niceness
-  while IFS=$'\t' read -r lane dir src exe name; do
+  local lane rank dir src exe args out began rc niceness
+  while IFS=$'\t' read -r lane rank dir src exe args; do
     [ "$lane" = "$1" ] || continue
-    out="$work/$(basename "$exe").out"
+    out="$work/$(basename "$exe").$rank.out"
     began=$EPOCHREALTIME
     set +e
     # Not the list on standard input: a test's child could read it away.
     case "$lane" in 1) niceness=-10 ;; 2) niceness=-5 ;; *) niceness=0 ;; esac
     # Without root `nice` cannot raise a priority: it says so (in the output), and runs on.
-    (cd "$dir" && CARGO_MANIFEST_DIR="$dir" nice -n "$niceness" "$exe") < /dev/null > "$out" 2>&1
+    # $args is split into words on purpose.
+    # shellcheck disable=SC2086
+    (cd "$dir" && CARGO_MANIFEST_DIR="$dir" nice -n "$niceness" "$exe" $args) < /dev/null > "$out" 2>&1
     rc=$?
     set -e
+    [ -z "$args" ] || src="$src $args"
     awk -v rc="$rc" -v from="$began" -v to="$EPOCHREALTIME" -v pkg="$(basename "$dir")" \
       -v src="$src" 'BEGIN { printf "%d %.1f %s %s\n", rc, to - from, pkg, src }' >> "$work/ran"
     flock "$work/print.lock" sh -c '{ printf "\n     Running %s (%s)\n" "$1" "$2"; cat "$3"
@@ -122,10 +132,11 @@ fi
 # Where the time went: the slowest test binaries, each with the seconds it ran
 # (building came before and is not counted), and how long the lanes took together.
 echo "slowest test binaries (seconds running):"
-sort -k2 -rn "$work/ran" | head -8 | awk '{ printf "%8.1f  %s %s\n", $2, $3, $4 }'
+sort -k2 -rn "$work/ran" | head -8 | awk '{ t = $2; $1 = $2 = ""; sub(/^ +/, ""); printf "%8.1f  %s\n", t, $0 }'
 echo "the three lanes ran ${lanes} s side by side"
-binaries=$(grep -c . "$work/ran" || true)
-bad=$(awk '$1 != 0' "$work/ran" | grep -c . || true)
+# A binary run in parts (net.rs) counts once, and failed if a part did.
+binaries=$(awk '{ print $3, $4 }' "$work/ran" | sort -u | grep -c . || true)
+bad=$(awk '$1 != 0 { print $3, $4 }' "$work/ran" | sort -u | grep -c . || true)
 awk -v skipped="$skipped" -v binaries="$binaries" -v bad="$bad" '
   /^test result: / {
     for (i = 1; i <= NF; i++) {

@@ -193,7 +193,11 @@ pub fn queue_limit_bytes(s: &Shape) -> u64 {
 /// A link between two nodes, with its shape in each direction.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Link {
+    /// The name the file gives it, else "link N" (N its place in the file, from 1).
     pub name: String,
+    /// Whether the file names it (`name = …`), so that a drawing labels it with its name.
+    #[serde(default)]
+    pub named: bool,
     pub a: String,
     pub b: String,
     pub a_to_b: Shape,
@@ -377,6 +381,7 @@ impl Topology {
                 None => a_to_b,
             };
             links.push(Link {
+                named: l.name.is_some(),
                 name: label,
                 a: a.clone(),
                 b: b.clone(),

@@ -205,6 +205,11 @@ fn net_show_draws_the_topology_as_svg() {
     for label in ["L1", "40.0 Mbits/sec", "delay 20 ms", "queue 16 packets"] {
         assert!(text(label), "{label} is not drawn");
     }
+    // A link the file does not name is drawn with its shape alone, not "link N".
+    assert!(
+        !svg.contains(">\nlink "),
+        "an unnamed link labelled by its number"
+    );
     assert_eq!(svg.matches("<circle").count(), 9, "one circle a host");
     let refused = flowlab()
         .args(["net", "show", file, "--svg", "/nonexistent/dir/t.svg"])

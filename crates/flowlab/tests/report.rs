@@ -264,6 +264,12 @@ fn the_html_report_renders_in_a_real_browser() {
     run_study(dir.path());
     let out = report(dir.path(), &["results.db", "-o", "report.html"]);
     assert!(out.status.success(), "{}", text(&out));
+    // Said where it went, on stderr; nothing on stdout.
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "wrote report.html (the HTML report of study small)\n"
+    );
+    assert!(out.stdout.is_empty());
     let page = dir.path().join("report.html");
     let html = std::fs::read_to_string(&page).expect("report.html");
     // Self-contained: nothing to fetch.

@@ -118,8 +118,19 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         },
     };
     match &a.out {
-        Some(path) => std::fs::write(path, text)
-            .with_context(|| format!("cannot write {}", path.display()))?,
+        Some(path) => {
+            std::fs::write(path, text)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            // As `plot` says it: on stderr, stdout staying for what is asked for.
+            let what = match (&a.compare, format) {
+                (Some(cells), _) => format!("{} against {}", cells[0], cells[1]),
+                (None, Format::Html) => "the HTML report".into(),
+                (None, Format::Markdown) => "the markdown report".into(),
+                (None, Format::Csv) => "the CSV report".into(),
+                (None, Format::Json) => "the JSON report".into(),
+            };
+            eprintln!("wrote {} ({what} of study {})", path.display(), input.study);
+        }
         None => super::emit(&text),
     }
     Ok(())

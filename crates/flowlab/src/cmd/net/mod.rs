@@ -354,10 +354,10 @@ fn diagram(t: &Topology) -> flowlab_plot::Diagram {
         .map(|l| {
             // A link the file names is labelled with its name; one it does not, with
             // its shape alone (a part a line: the labels stay narrow).
-            let mut label: Vec<String> = if l.name.starts_with("link ") {
-                Vec::new()
-            } else {
+            let mut label: Vec<String> = if l.named {
                 vec![l.name.clone()]
+            } else {
+                Vec::new()
             };
             match (l.a_to_b.is_plain(), l.b_to_a.is_plain()) {
                 (true, true) => {}
