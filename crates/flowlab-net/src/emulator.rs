@@ -289,6 +289,18 @@ impl<T> DelayLine<T> {
         (Verdict::Queued(due), None)
     }
 
+    /// Changes the delay, jitter, loss and limit for the packets offered from now on
+    /// (`flowlab net set`): those in the line keep their departure times, none is
+    /// dropped (a line over its new limit refuses packets until it is under it), and a
+    /// packet never overtakes one ahead of it, so a shorter delay takes effect once the
+    /// packets sent under the longer one have left.
+    pub fn set(&mut self, delay: Duration, jitter: Duration, loss: f64, limit: u64) {
+        self.delay_ns = delay.as_nanos() as u64;
+        self.jitter_ns = jitter.as_nanos() as u64;
+        self.loss_below = (loss.clamp(0.0, 1.0) * u64::MAX as f64) as u64;
+        self.limit = limit.max(1) as usize;
+    }
+
     /// The least time a packet offered now can take to be due, ns (delay less jitter).
     pub fn least_delay_ns(&self) -> u64 {
         self.delay_ns.saturating_sub(self.jitter_ns)
@@ -319,6 +331,39 @@ impl<T> DelayLine<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_changed_line_keeps_what_it_holds_and_delays_what_comes_next() {
+        let ms = Duration::from_millis;
+        let mut line = DelayLine::new(ms(40), Duration::ZERO, 0.0, 3, 7);
+        assert_eq!(line.push(0, 'a').0, Verdict::Queued(40_000_000));
+        assert_eq!(line.push(1_000_000, 'b').0, Verdict::Queued(41_000_000));
+        // Shorter, and a limit below what the line holds.
+        line.set(ms(5), Duration::ZERO, 0.0, 1);
+        assert_eq!(line.len(), 2, "nothing queued is dropped");
+        assert_eq!(line.push(2_000_000, 'c').0, Verdict::Full);
+        assert_eq!(line.pop_due(40_000_000), Some((40_000_000, 'a')));
+        assert_eq!(line.pop_due(41_000_000), Some((41_000_000, 'b')));
+        // Under the new limit again: the new delay, never before what went ahead.
+        assert_eq!(line.push(41_000_000, 'd').0, Verdict::Queued(46_000_000));
+        line.set(ms(80), Duration::ZERO, 0.0, 3);
+        assert_eq!(line.push(42_000_000, 'e').0, Verdict::Queued(122_000_000));
+        line.set(ms(5), Duration::ZERO, 0.0, 3);
+        assert_eq!(
+            line.push(43_000_000, 'f').0,
+            Verdict::Queued(122_000_000),
+            "not before the packet ahead"
+        );
+        line.set(ms(5), Duration::ZERO, 0.5, 3);
+        let lost = (0..1000)
+            .filter(|&i| {
+                let verdict = line.push(200_000_000 + i, 'x');
+                while line.pop_due(u64::MAX).is_some() {}
+                verdict.0 == Verdict::Lost
+            })
+            .count();
+        assert!((400..600).contains(&lost), "{lost} of 1000 lost at 0.5");
+    }
 
     #[test]
     fn the_send_cost_is_the_mean_of_sampled_frames() {

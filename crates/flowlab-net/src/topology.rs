@@ -107,6 +107,11 @@ fn did_you_mean(key: &str) -> Option<&'static str> {
 /// The byte where `key` is given (`key =` at a line's start or in an inline table) in
 /// the table that begins at byte `from` of `text` (up to the next table's header).
 fn key_at(text: &str, from: usize, key: &str) -> Option<usize> {
+    // An empty key (`"" = …`) is found everywhere and nowhere: the search below would
+    // not move on from it.
+    if key.is_empty() {
+        return None;
+    }
     let rest = text.get(from..)?;
     // The table's own lines: past its header line, up to the next `[` line.
     let body = rest.find('\n').map_or(rest.len(), |n| n + 1);
@@ -987,6 +992,15 @@ mod tests {
             e.message
         );
         assert_eq!(e.at, Some(place(&text, "rat =")), "{text}");
+    }
+
+    /// Regression (found by the topology fuzz target): an empty quoted key, unknown,
+    /// sent the search for where it is written round for ever.
+    #[test]
+    fn an_empty_key_is_refused_where_its_table_begins() {
+        let e = Topology::parse("\"\"=\"\"\"\"\"\"\n").unwrap_err();
+        assert!(e.message.starts_with("unknown field ``"), "{}", e.message);
+        assert_eq!(e.at, Some((1, 1)));
     }
 
     #[test]

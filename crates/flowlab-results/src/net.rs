@@ -226,6 +226,20 @@ pub enum Built {
     },
 }
 
+/// A tbf bucket `flowlab net set` kept larger than its new rate's: tbf never sends a
+/// packet longer than its bucket, and may hold packets as long as the old one was.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KeptBucket {
+    /// The direction: its sending node, and the other end.
+    pub from: String,
+    pub to: String,
+    /// The bucket kept, bytes.
+    pub bytes: u64,
+    /// The new rate, and the bucket it alone would get (10 ms of it).
+    pub rate_bps: u64,
+    pub bucket_at_rate: u64,
+}
+
 /// A topology that is up (`net status`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TopologyStatus {

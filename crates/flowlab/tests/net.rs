@@ -1731,3 +1731,210 @@ mod machine_alone {
         assert!(namespaces_of("tnet4").is_empty());
     }
 }
+
+/// `net set` changes a link while a test crosses it: within an interval of the change
+/// the test's rate falls to the new rate and its round trips rise to the new delay;
+/// the sending end's tbf is changed in place (the same qdisc, its counters going on, no
+/// drop at the change), and the test goes on to its end. Under cubic and bbr, whose
+/// queues differ. Then what the change cannot do is refused, naming the link and why,
+/// with nothing changed.
+#[test]
+fn a_link_changed_while_a_test_crosses_it_takes_effect_within_an_interval() {
+    let Some(_serial) = root_and_serial() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tmp");
+    // A queue of 100 packets (24 ms at 50 Mbit/s): the RTT before the change stays well
+    // under the 80 ms after it, whatever the congestion control keeps queued.
+    let text = "name = \"tnset\"\nhosts = [\"a\", \"b\"]\n[[link]]\nname = \"wan\"\nends = [\"a\", \"b\"]\nrate = \"50M\"\ndelay = \"10ms\"\nqueue = 100\n";
+    let file = write_topology(dir.path(), "tnset", text);
+    let _guard = Down::new("tnset");
+    let set = |values: &[&str]| {
+        flowlab()
+            .args(["net", "set", "-t", "tnset", "wan"])
+            .args(values)
+            .output()
+            .expect("net set")
+    };
+    // The sending end's root qdisc: its handle and what it counted.
+    let tbf = || -> (String, u64, u64) {
+        let out = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                "fl-tnset-a",
+                "tc",
+                "-s",
+                "-j",
+                "qdisc",
+                "show",
+                "dev",
+                "l0",
+            ])
+            .output()
+            .expect("tc");
+        let all: serde_json::Value = serde_json::from_slice(&out.stdout).expect("tc -j");
+        let q = all
+            .as_array()
+            .and_then(|a| a.iter().find(|q| q["kind"] == "tbf"))
+            .unwrap_or_else(|| panic!("no tbf on a's l0: {all}"));
+        (
+            q["handle"].as_str().expect("handle").to_string(),
+            q["packets"].as_u64().expect("packets"),
+            q["drops"].as_u64().expect("drops"),
+        )
+    };
+    for cc in ["cubic", "bbr"] {
+        up(&file, &[]);
+        let mut server = serve_in("tnset", "b", &["-1"]);
+        let client = flowlab()
+            .args(["net", "exec", "-t", "tnset", "a", "--"])
+            .arg(assert_cmd::cargo::cargo_bin("flowlab"))
+            .args([
+                "test", "b", "-J", "-t", "3", "-i", "0.5", "--trace", "-C", cc,
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("test from a");
+        let started = std::time::Instant::now();
+        std::thread::sleep(Duration::from_millis(1500));
+        let before = tbf();
+        let changed_at = started.elapsed().as_secs_f64();
+        let out = set(&["rate=10M", "delay=40ms"]);
+        let after = tbf();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "topology tnset, link wan changed:\n  a → b: 10.0 Mbits/sec, delay 40 ms, queue 100 packets (was 50.0 Mbits/sec, delay 10 ms, queue 100 packets)\n  b → a: 10.0 Mbits/sec, delay 40 ms, queue 100 packets (was 50.0 Mbits/sec, delay 10 ms, queue 100 packets)\n"
+        );
+        assert_eq!(before.0, after.0, "{cc}: the same tbf, changed in place");
+        assert!(
+            after.1 >= before.1,
+            "{cc}: its counters went on: {before:?} {after:?}"
+        );
+        assert_eq!(before.2, after.2, "{cc}: a drop at the change");
+        let out = client.wait_with_output().expect("the test");
+        let _ = server.kill();
+        let _ = server.wait();
+        assert!(
+            out.status.success(),
+            "{cc}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        // The change, on the test's clock: it started at most this much after `started`
+        // (the exec and its connection), and the intervals count from its start.
+        let lead = 0.3;
+        let intervals: Vec<(f64, f64, f64)> = v["intervals"]
+            .as_array()
+            .expect("intervals")
+            .iter()
+            .map(|i| {
+                (
+                    i["start"].as_f64().expect("start"),
+                    i["end"].as_f64().expect("end"),
+                    i["sums"][0]["bits_per_second"].as_f64().expect("rate"),
+                )
+            })
+            .collect();
+        let seen = format!("{cc}: change at {changed_at:.2} s; intervals {intervals:?}");
+        let before_change: Vec<f64> = intervals
+            .iter()
+            .filter(|(start, end, _)| *start >= 0.5 && *end <= changed_at - lead)
+            .map(|i| i.2)
+            .collect();
+        let after_change: Vec<f64> = intervals
+            .iter()
+            .filter(|(start, _, _)| *start >= changed_at + 0.5)
+            .map(|i| i.2)
+            .collect();
+        assert!(
+            !before_change.is_empty() && !after_change.is_empty(),
+            "{seen}"
+        );
+        assert!(before_change.iter().all(|&r| r > 40e6), "{seen}");
+        assert!(after_change.iter().all(|&r| r < 10.5e6), "{seen}");
+        // Round trips: under 80 ms before the change, at least 80 ms an interval after.
+        let samples = v["trace"]["streams"]
+            .as_array()
+            .expect("traced streams")
+            .iter()
+            .find(|s| s["sender"] == true)
+            .expect("the sender's trace")["samples"]
+            .as_array()
+            .expect("samples")
+            .iter()
+            .map(|s| {
+                (
+                    s["t_us"].as_f64().expect("t") / 1e6,
+                    s["srtt_us"].as_f64().expect("srtt") / 1e3,
+                )
+            })
+            .collect::<Vec<_>>();
+        assert!(
+            samples
+                .iter()
+                .filter(|(t, _)| *t >= 0.5 && *t <= changed_at - lead)
+                .all(|(_, ms)| *ms < 80.0),
+            "{seen}: {samples:?}"
+        );
+        let late: Vec<f64> = samples
+            .iter()
+            .filter(|(t, _)| *t >= changed_at + 0.5)
+            .map(|s| s.1)
+            .collect();
+        assert!(
+            !late.is_empty() && late.iter().all(|&ms| ms >= 80.0),
+            "{seen}: {samples:?}"
+        );
+        let out = flowlab()
+            .args(["net", "down", "tnset"])
+            .output()
+            .expect("down");
+        assert!(out.status.success());
+    }
+    // Refused, nothing changed: an emulation the link was not built with, a key the
+    // file does not know, a link it does not have.
+    let plain = write_topology(
+        dir.path(),
+        "tnset",
+        "name = \"tnset\"\nhosts = [\"a\", \"b\"]\n[[link]]\nname = \"wan\"\nends = [\"a\", \"b\"]\nrate = \"50M\"\n",
+    );
+    up(&plain, &[]);
+    for (values, says) in [
+        (
+            &["delay=5ms"][..],
+            "link wan was brought up without delay, jitter or loss",
+        ),
+        (&["speed=5M"], "wan: 'speed' is not a link property"),
+    ] {
+        let out = set(values);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(says),
+            "{values:?}: {err}"
+        );
+    }
+    let out = flowlab()
+        .args(["net", "set", "-t", "tnset", "lan", "rate=1M"])
+        .output()
+        .expect("net set");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("topology tnset has no link 'lan' (it has: wan)"),
+        "{err}"
+    );
+    let status = flowlab()
+        .args(["net", "show", "tnset"])
+        .output()
+        .expect("show");
+    assert!(
+        String::from_utf8_lossy(&status.stdout).contains("50.0 Mbits/sec"),
+        "unchanged"
+    );
+}

@@ -2,7 +2,9 @@
 
 use std::path::Path;
 
-use super::files::{emulator_log, remove_hosts, state_file, state_json, stats_file};
+use super::files::{
+    control_socket, emulator_log, remove_hosts, state_file, state_json, stats_file,
+};
 use super::processes::{emulators, stop};
 use super::{NetError, namespaces, prefix, preflight, run};
 
@@ -77,6 +79,7 @@ pub fn down(name: &str, dir: &Path) -> Result<Vec<String>, NetError> {
         stats_file(dir, name),
         stats_file(dir, name).with_extension("json.tmp"),
         emulator_log(dir, name),
+        control_socket(dir, name),
     ] {
         let _ = std::fs::remove_file(p);
     }

@@ -79,6 +79,11 @@ pub fn stats_file(dir: &Path, topo: &str) -> PathBuf {
     dir.join(format!("{topo}.stats.json"))
 }
 
+/// The emulator's control socket (`flowlab net set`).
+pub fn control_socket(dir: &Path, topo: &str) -> PathBuf {
+    dir.join(format!("{topo}.ctl"))
+}
+
 pub(super) fn emulator_log(dir: &Path, topo: &str) -> PathBuf {
     dir.join(format!("{topo}.emulator.log"))
 }

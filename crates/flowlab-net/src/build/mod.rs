@@ -20,6 +20,7 @@ mod addresses;
 mod down;
 mod files;
 mod processes;
+mod set;
 mod shaping;
 mod up;
 
@@ -30,8 +31,11 @@ use crate::topology::Topology;
 
 pub use addresses::{hosts_file, interfaces, routes, segment_interfaces};
 pub use down::{down, status};
-pub use files::{emulator_trouble, lost_emulator, state, state_dir, stats_file, unusable};
+pub use files::{
+    control_socket, emulator_trouble, lost_emulator, state, state_dir, stats_file, unusable,
+};
 pub use processes::emulators;
+pub use set::{Changed, set};
 pub use shaping::{DEFAULT_QUEUE, PACKET_BYTES, shaping};
 pub use up::{has_emulated_links, up};
 
@@ -147,6 +151,10 @@ pub struct State {
     /// Its emulator holds the CPUs out of deep idle states (`--keep-cpus-awake`).
     #[serde(default)]
     pub cpus_kept_awake: bool,
+    /// tbf buckets kept larger than their rate's by `set` (bytes, by "NAMESPACE DEVICE"):
+    /// a bucket smaller than a packet tbf holds would never send it.
+    #[serde(default)]
+    pub kept_buckets: std::collections::BTreeMap<String, u64>,
 }
 
 /// The middle namespace of link `index` under the user-space backend (a dot cannot

@@ -20,57 +20,79 @@ pub(super) fn needs_emulation(s: &Shape) -> bool {
 /// rate and queue; with `netem`, netem for delay, jitter and loss at the root and tbf as
 /// its child. Without `netem`, delay, jitter and loss are left to the user-space emulator.
 pub fn shaping(dev: &str, s: &Shape, netem: bool) -> Vec<Vec<String>> {
-    let mut cmds = Vec::new();
-    let limit_bytes = crate::topology::queue_limit_bytes(s);
-    let tbf = |parent: &[&str], rate: u64| -> Vec<String> {
-        // Burst: tbf sends only when the kernel runs it, and tokens beyond the bucket are
-        // lost, so a bucket shorter than the longest time the host leaves it unserved
-        // loses rate and stretches the queue's delay beyond limit/rate. A 1 ms bucket
-        // lost up to 0.7 % of the rate on a VM whose timers were 1–6 ms late (15 ms at
-        // times) at 0.3 % CPU steal, and 1–7 % while 2–12 % was stolen (docs/net.md);
-        // tc-tbf(8)'s rule, rate/HZ, at the coarsest tick (100 Hz) is 10 ms. At least
-        // two full packets.
-        let burst = (rate / 8 / TBF_BUCKET_PER_SECOND).max(2 * PACKET_BYTES);
-        let mut v: Vec<String> = ["qdisc", "add", "dev", dev]
-            .iter()
-            .map(|x| x.to_string())
-            .collect();
-        v.extend(parent.iter().map(|x| x.to_string()));
-        v.extend([
-            "tbf".to_string(),
-            "rate".into(),
-            format!("{rate}bit"),
-            "burst".into(),
-            burst.to_string(),
-            "limit".into(),
-            limit_bytes.to_string(),
-        ]);
-        v
-    };
     if netem && needs_emulation(s) {
-        let mut v: Vec<String> = ["qdisc", "add", "dev", dev, "root", "handle", "1:", "netem"]
-            .iter()
-            .map(|x| x.to_string())
-            .collect();
-        v.extend([
-            "delay".into(),
-            format!("{}us", s.delay.as_micros()),
-            format!("{}us", s.jitter.as_micros()),
-        ]);
-        if s.loss > 0.0 {
-            v.extend(["loss".into(), format!("{}%", s.loss * 100.0)]);
-        }
-        // netem's limit counts the packets on its delay line: as many as the user-space
-        // emulator's line holds.
-        v.extend(["limit".into(), crate::emulator::line_limit(s).to_string()]);
-        cmds.push(v);
-        if let Some(rate) = s.rate_bps {
-            cmds.push(tbf(&["parent", "1:", "handle", "2:"], rate));
-        }
-    } else if let Some(rate) = s.rate_bps {
-        cmds.push(tbf(&["root"], rate));
+        let mut cmds = vec![netem_qdisc(dev, s)];
+        cmds.extend(tbf(dev, &NETEM_CHILD, s, None));
+        cmds
+    } else {
+        tbf(dev, &["root"], s, None).into_iter().collect()
     }
-    cmds
+}
+
+/// The bucket tbf gets at `rate_bps`, bytes: 10 ms at the rate, at least two full
+/// packets. Burst: tbf sends only when the kernel runs it, and tokens beyond the bucket
+/// are lost, so a bucket shorter than the longest time the host leaves it unserved loses
+/// rate and stretches the queue's delay beyond limit/rate. A 1 ms bucket lost up to 0.7 %
+/// of the rate on a VM whose timers were 1–6 ms late (15 ms at times) at 0.3 % CPU steal,
+/// and 1–7 % while 2–12 % was stolen (docs/net.md); tc-tbf(8)'s rule, rate/HZ, at the
+/// coarsest tick (100 Hz) is 10 ms.
+pub(super) fn bucket(rate_bps: u64) -> u64 {
+    (rate_bps / 8 / TBF_BUCKET_PER_SECOND).max(2 * PACKET_BYTES)
+}
+
+/// Where tbf sits under netem.
+pub(super) const NETEM_CHILD: [&str; 4] = ["parent", "1:", "handle", "2:"];
+
+/// `qdisc add dev DEV PARENT… tbf …` for the rate and queue of `s`, if it has a rate,
+/// with its [`bucket`] or `burst` bytes.
+pub(super) fn tbf(
+    dev: &str,
+    parent: &[&str],
+    s: &Shape,
+    burst: Option<u64>,
+) -> Option<Vec<String>> {
+    let rate = s.rate_bps?;
+    let burst = burst.unwrap_or(bucket(rate));
+    let mut v = words(&["qdisc", "add", "dev", dev]);
+    v.extend(words(parent));
+    v.extend([
+        "tbf".to_string(),
+        "rate".into(),
+        format!("{rate}bit"),
+        "burst".into(),
+        burst.to_string(),
+        "limit".into(),
+        crate::topology::queue_limit_bytes(s).to_string(),
+    ]);
+    Some(v)
+}
+
+/// `qdisc add dev DEV root handle 1: netem …` for the delay, jitter and loss of `s`.
+pub(super) fn netem_qdisc(dev: &str, s: &Shape) -> Vec<String> {
+    let mut v = words(&["qdisc", "add", "dev", dev, "root", "handle", "1:", "netem"]);
+    v.extend([
+        "delay".into(),
+        format!("{}us", s.delay.as_micros()),
+        format!("{}us", s.jitter.as_micros()),
+    ]);
+    if s.loss > 0.0 {
+        v.extend(["loss".into(), format!("{}%", s.loss * 100.0)]);
+    }
+    // netem's limit counts the packets on its delay line: as many as the user-space
+    // emulator's line holds.
+    v.extend(["limit".into(), crate::emulator::line_limit(s).to_string()]);
+    v
+}
+
+/// The same `tc` command changing the qdisc in place (`qdisc change …`): its queue and
+/// what it holds stay.
+pub(super) fn in_place(mut cmd: Vec<String>) -> Vec<String> {
+    cmd[1] = "change".into();
+    cmd
+}
+
+fn words(w: &[&str]) -> Vec<String> {
+    w.iter().map(|x| x.to_string()).collect()
 }
 
 #[cfg(test)]

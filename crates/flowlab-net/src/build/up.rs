@@ -3,8 +3,6 @@
 
 use std::path::Path;
 
-use flowlab_results::net::Shape;
-
 use super::addresses::{hosts_file, interfaces, routes, static_neighbours};
 use super::files::{record, write_hosts, write_state};
 use super::processes::start_emulator;
@@ -18,7 +16,7 @@ use crate::topology::{Kind, Link, Plan, Topology};
 
 /// Whether link `l` needs more than tbf (delay, jitter or loss, either way): netem or
 /// the user-space emulator.
-fn is_emulated(l: &Link) -> bool {
+pub(super) fn is_emulated(l: &Link) -> bool {
     needs_emulation(&l.a_to_b) || needs_emulation(&l.b_to_a)
 }
 
@@ -96,6 +94,7 @@ fn build(
         emulated_links: links.iter().map(|l| l.name.clone()).collect(),
         topology: Some(t.clone()),
         cpus_kept_awake: false,
+        kept_buckets: Default::default(),
     };
     if !links.is_empty() {
         state.emulator_pid = Some(start_emulator(&t.name, dir, &links, opts)?);
@@ -178,13 +177,7 @@ fn add_emulated_link(
         let _ = crate::netns::run_in(&mid, move || crate::netns::no_gro(end));
         run("ip", &["-n", &mid, "link", "set", "dev", end, "up"])?;
     }
-    let spec = |s: &Shape| LineSpec {
-        delay_us: s.delay.as_micros() as u64,
-        jitter_us: s.jitter.as_micros() as u64,
-        loss: s.loss,
-        limit: crate::emulator::line_limit(s),
-    };
-    let (a_to_b, b_to_a) = (spec(&l.a_to_b), spec(&l.b_to_a));
+    let (a_to_b, b_to_a) = (LineSpec::of(&l.a_to_b), LineSpec::of(&l.b_to_a));
     let gso = EmulatedLink::gso_fits(&a_to_b, &b_to_a);
     // A link that loses or reorders frames gets them cut to the MTU before the emulator;
     // one without keeps the nodes' offloads and carries super-frames.

@@ -35,6 +35,18 @@ pub struct LineSpec {
     pub limit: u64,
 }
 
+impl LineSpec {
+    /// The emulation of one direction shaped `s`.
+    pub fn of(s: &flowlab_results::net::Shape) -> Self {
+        LineSpec {
+            delay_us: s.delay.as_micros() as u64,
+            jitter_us: s.jitter.as_micros() as u64,
+            loss: s.loss,
+            limit: crate::emulator::line_limit(s),
+        }
+    }
+}
+
 /// One link for the emulator: its middle namespace and the two veths there.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EmulatedLink {
@@ -65,11 +77,110 @@ impl EmulatedLink {
     }
 }
 
-/// Runs the emulator for `links`: one thread per link, each in its namespace. Calls
-/// `ready` once every link's sockets are open (or returns the first link's error), then
-/// calls `report` with the counters about once a second until every link has ended.
+/// A change of a link's two directions (`flowlab net set`), as `set` sends it to the
+/// emulator's control socket: one JSON line, answered by one line, `ok` or why not.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LinkChange {
+    pub link: String,
+    pub a_to_b: LineSpec,
+    pub b_to_a: LineSpec,
+}
+
+/// A change waiting for a link's thread, and the eventfd that wakes it from its poll
+/// (a thread asleep towards the other direction's frame would otherwise judge arrivals
+/// by the old delay until it woke).
+#[derive(Debug)]
+pub(crate) struct Pending {
+    change: std::sync::Mutex<Option<(LineSpec, LineSpec)>>,
+    wake: std::os::fd::OwnedFd,
+}
+
+impl Pending {
+    fn new() -> io::Result<Self> {
+        // SAFETY: eventfd(2) with flags; the descriptor is owned at once.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Pending {
+            change: std::sync::Mutex::new(None),
+            // SAFETY: a fresh descriptor owned by nothing else.
+            wake: unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) },
+        })
+    }
+
+    fn offer(&self, a_to_b: LineSpec, b_to_a: LineSpec) {
+        *self.change.lock().unwrap_or_else(|e| e.into_inner()) = Some((a_to_b, b_to_a));
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: an 8-byte write to an eventfd this value owns.
+        unsafe { libc::write(self.wake.as_raw_fd(), one.as_ptr().cast(), 8) };
+    }
+
+    /// The descriptor a link's thread polls.
+    pub(crate) fn fd(&self) -> std::os::fd::RawFd {
+        self.wake.as_raw_fd()
+    }
+
+    /// The change offered since the last call, if any.
+    pub(crate) fn take(&self) -> Option<(LineSpec, LineSpec)> {
+        let mut count = [0u8; 8];
+        // SAFETY: an 8-byte read from a non-blocking eventfd this value owns.
+        unsafe { libc::read(self.wake.as_raw_fd(), count.as_mut_ptr().cast(), 8) };
+        self.change.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+}
+
+use std::os::fd::AsRawFd;
+
+/// Serves the control socket at `path` (`set` connects to it): each connection sends one
+/// [`LinkChange`] line and reads `ok`, or why the change was refused.
+fn serve_control(
+    path: &std::path::Path,
+    links: Vec<(EmulatedLink, Arc<Pending>)>,
+) -> io::Result<()> {
+    use std::io::{BufRead, Write};
+    let _ = std::fs::remove_file(path);
+    let listener = std::os::unix::net::UnixListener::bind(path)?;
+    // Root's alone: a change reaches every test crossing the link.
+    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+            let mut line = String::new();
+            let mut reader = io::BufReader::new(&stream);
+            let answer = match reader.read_line(&mut line) {
+                Ok(_) => match serde_json::from_str::<LinkChange>(&line) {
+                    Ok(c) => match links.iter().find(|(l, _)| l.name == c.link) {
+                        Some((l, _)) if l.gso && !EmulatedLink::gso_fits(&c.a_to_b, &c.b_to_a) => {
+                            format!(
+                                "link {} was brought up without loss or jitter, and carries TCP's super-frames whole: it cannot take them live (give it some in the file and bring it up again)",
+                                c.link
+                            )
+                        }
+                        Some((_, pending)) => {
+                            pending.offer(c.a_to_b, c.b_to_a);
+                            "ok".into()
+                        }
+                        None => format!("the emulator forwards no link named '{}'", c.link),
+                    },
+                    Err(e) => format!("not a link change: {e}"),
+                },
+                Err(e) => format!("reading the change: {e}"),
+            };
+            let _ = (&stream).write_all(format!("{answer}\n").as_bytes());
+        }
+    });
+    Ok(())
+}
+
+/// Runs the emulator for `links`: one thread per link, each in its namespace, and a
+/// control socket at `control` through which their delay, jitter, loss and limit change
+/// live. Calls `ready` once every link's sockets are open (or returns the first link's
+/// error), then calls `report` with the counters about once a second until every link
+/// has ended.
 pub fn run(
     links: Vec<EmulatedLink>,
+    control: &std::path::Path,
     ready: impl FnOnce(),
     mut report: impl FnMut(&[LinkStats]),
 ) -> io::Result<()> {
@@ -80,7 +191,10 @@ pub fn run(
     let (tx, rx) = std::sync::mpsc::channel::<io::Result<()>>();
     let mut threads = Vec::new();
     let mut all = Vec::new();
+    let mut controlled = Vec::new();
     for (i, link) in links.into_iter().enumerate() {
+        let pending = Arc::new(Pending::new()?);
+        controlled.push((link.clone(), pending.clone()));
         let counters = Arc::new(LinkCounters::default());
         all.push((link.name.clone(), counters.clone()));
         let tx = tx.clone();
@@ -97,7 +211,7 @@ pub fn run(
                     // Not held while forwarding: if any thread dies early, `run` sees
                     // the channel close instead of waiting for ever.
                     drop(tx);
-                    match forward(a, b, &link, &counters, link_seed) {
+                    match forward(a, b, &link, &counters, &pending, link_seed) {
                         Ok(()) => eprintln!(
                             "flowlab net emulator: link {}: its interfaces went away",
                             link.name
@@ -124,6 +238,8 @@ pub fn run(
             Err(_) => return Err(io::Error::other("an emulator thread ended early")),
         }
     }
+    serve_control(control, controlled)
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", control.display())))?;
     ready();
     let snapshot = |all: &[(String, Arc<LinkCounters>)]| -> Vec<LinkStats> {
         all.iter().map(|(name, c)| LinkStats::of(name, c)).collect()

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::socket::*;
 use super::stats::*;
-use super::{EmulatedLink, LineSpec};
+use super::{EmulatedLink, LineSpec, Pending};
 use crate::emulator::{DelayLine, RecentPolls, SendCost, Verdict, WakeMargin, arrivals_can_wait};
 
 /// Reads every frame waiting on `from` (up to a few batches, so that due frames are not
@@ -316,6 +316,7 @@ pub(super) fn forward(
     b: PacketSocket,
     link: &EmulatedLink,
     counters: &LinkCounters,
+    pending: &Pending,
     seed: u64,
 ) -> io::Result<()> {
     let line = |s: &LineSpec, seed| {
@@ -406,12 +407,18 @@ pub(super) fn forward(
                 events: watch(wait_b),
                 revents: 0,
             },
+            // A change from `net set`.
+            libc::pollfd {
+                fd: pending.fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
         ];
         // SAFETY: `fds` and the optional timeout live for the call.
         let rc = unsafe {
             libc::ppoll(
                 fds.as_mut_ptr(),
-                2,
+                fds.len() as libc::nfds_t,
                 timeout.as_ref().map_or(std::ptr::null(), |t| t as *const _),
                 std::ptr::null(),
             )
@@ -432,11 +439,24 @@ pub(super) fn forward(
                 return Err(e);
             }
         }
-        if fds
+        if fds[..2]
             .iter()
             .any(|f| f.revents & (libc::POLLHUP | libc::POLLNVAL) != 0)
         {
             return Ok(());
+        }
+        // Before this pass reads: what arrived from now on meets the new line.
+        if fds[2].revents & libc::POLLIN != 0 {
+            if let Some((to_b, to_a)) = pending.take() {
+                for (line, s) in [(&mut ab, to_b), (&mut ba, to_a)] {
+                    line.set(
+                        Duration::from_micros(s.delay_us),
+                        Duration::from_micros(s.jitter_us),
+                        s.loss,
+                        s.limit,
+                    );
+                }
+            }
         }
         for (i, socket, cost) in [(0, &a, &mut cost_ba), (1, &b, &mut cost_ab)] {
             if fds[i].revents & libc::POLLERR == 0 {

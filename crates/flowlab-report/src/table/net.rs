@@ -149,6 +149,43 @@ pub fn net_up(name: &str, nodes: usize, how: &Built) -> String {
     )
 }
 
+/// One direction of a link changed by `flowlab net set`: its ends, and its shape before
+/// and after.
+#[derive(Debug, Clone, Copy)]
+pub struct SetDirection<'a> {
+    pub from: &'a str,
+    pub to: &'a str,
+    pub before: &'a Shape,
+    pub after: &'a Shape,
+}
+
+/// `flowlab net set`: each direction of the link as it was and as it is now.
+pub fn net_set(topology: &str, link: &str, directions: &[SetDirection<'_>]) -> String {
+    let mut out = format!("topology {topology}, link {link} changed:\n");
+    for d in directions {
+        let (was, now) = (shape_text(d.before), shape_text(d.after));
+        if was == now {
+            let _ = writeln!(out, "  {} → {}: {now} (as it was)", d.from, d.to);
+        } else {
+            let _ = writeln!(out, "  {} → {}: {now} (was {was})", d.from, d.to);
+        }
+    }
+    out
+}
+
+/// What `flowlab net set` says of a bucket it kept larger than the new rate's.
+pub fn kept_bucket_note(link: &str, k: &flowlab_results::net::KeptBucket) -> String {
+    format!(
+        "link {link}, {} → {}: tbf's bucket stays {} bytes (10 ms at {} would be {}): a smaller one would strand the longer packets it may hold, so after an idle moment up to {} bytes pass at once",
+        k.from,
+        k.to,
+        k.bytes,
+        Rate(k.rate_bps as f64, UnitFormat::Adaptive),
+        k.bucket_at_rate,
+        k.bytes
+    )
+}
+
 /// `flowlab net down`.
 pub fn net_down(name: &str, namespaces_removed: usize) -> String {
     format!("topology {name}: removed {namespaces_removed} namespaces\n")

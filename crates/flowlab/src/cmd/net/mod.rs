@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use crate::usage::Usage;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use flowlab_net::build;
@@ -102,6 +103,19 @@ pub enum Command {
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
+    /// Change a link of a topology that is up, both ways, in place: rate, delay, jitter,
+    /// loss, queue or queue_bytes, written as the file writes them (rate=10M
+    /// delay=40ms). What is queued stays queued, and tests crossing it go on.
+    Set {
+        /// Topology name (needed when more than one is up).
+        #[arg(short, long)]
+        topology: Option<String>,
+        /// The link, by its name in the file ("link N" for the Nth unnamed one).
+        link: String,
+        /// KEY=VALUE, one or more.
+        #[arg(value_name = "KEY=VALUE", required = true)]
+        values: Vec<String>,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -169,6 +183,46 @@ pub fn run(c: Command) -> anyhow::Result<()> {
             node,
             command,
         } => exec(topology, &node, &command)?,
+        Command::Set {
+            topology,
+            link,
+            values,
+        } => {
+            build::preflight()?;
+            let topo = the_topology(topology)?;
+            let mut pairs = Vec::new();
+            for v in &values {
+                let Some(pair) = v.split_once('=') else {
+                    return Err(Usage(format!(
+                        "flowlab net set: '{v}' is not KEY=VALUE (rate=10M, delay=40ms, loss=0.01, …)"
+                    ))
+                    .into());
+                };
+                pairs.push(pair);
+            }
+            let changed = build::set(&build::state_dir(), &topo, &link, &pairs)?;
+            for k in &changed.kept {
+                eprintln!("note: {}", table::kept_bucket_note(&link, k));
+            }
+            let (b, a) = (&changed.before, &changed.after);
+            let direction = |from, to, before, after| table::SetDirection {
+                from,
+                to,
+                before,
+                after,
+            };
+            print!(
+                "{}",
+                table::net_set(
+                    &topo,
+                    &link,
+                    &[
+                        direction(&b.a, &b.b, &b.a_to_b, &a.a_to_b),
+                        direction(&b.b, &b.a, &b.b_to_a, &a.b_to_a),
+                    ]
+                )
+            );
+        }
         Command::Check {
             file,
             pairs,
@@ -259,9 +313,9 @@ fn up_options(backend: &BackendArg) -> anyhow::Result<build::UpOptions> {
 }
 
 /// `net exec`: this process becomes `command` inside `node`'s namespace.
-fn exec(topology: Option<String>, node: &str, command: &[String]) -> anyhow::Result<()> {
-    build::preflight()?;
-    let topo = match topology {
+/// The topology `-t` names, or the only one up.
+fn the_topology(topology: Option<String>) -> anyhow::Result<String> {
+    Ok(match topology {
         Some(t) => t,
         None => match build::status().as_slice() {
             [(t, _)] => t.clone(),
@@ -274,7 +328,12 @@ fn exec(topology: Option<String>, node: &str, command: &[String]) -> anyhow::Res
                 )
             }
         },
-    };
+    })
+}
+
+fn exec(topology: Option<String>, node: &str, command: &[String]) -> anyhow::Result<()> {
+    build::preflight()?;
+    let topo = the_topology(topology)?;
     let ns = build::ns_name(&topo, node);
     if !build::namespaces().contains(&ns) {
         anyhow::bail!("topology {topo} has no node '{node}' up");
@@ -308,6 +367,7 @@ fn emulate(state_dir: &Path, topology: &str, keep_cpus_awake: bool) -> anyhow::R
     let tmp = stats.with_extension("json.tmp");
     flowlab_net::forward::run(
         links,
+        &build::control_socket(state_dir, topology),
         || {
             let mut out = std::io::stdout();
             let _ = writeln!(out, "ready");

@@ -1,0 +1,183 @@
+//! `set`: a link of a topology that is up, changed in place (`flowlab net set`): tbf and
+//! netem changed with `tc qdisc change` (never deleted and added again, which would drop
+//! what they queue), the user-space emulator's lines through its control socket.
+
+use std::path::Path;
+
+use flowlab_results::net::Shape;
+
+use super::files::{control_socket, state, unusable, write_state};
+use super::shaping::{NETEM_CHILD, bucket, in_place, needs_emulation, netem_qdisc, tbf};
+use super::up::is_emulated;
+use super::{Backend, NetError, ns_name, preflight, run};
+use crate::forward::{LineSpec, LinkChange};
+use crate::topology::Link;
+
+/// A link as it was and as `set` left it, and the tbf buckets kept larger than the new
+/// rate's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Changed {
+    pub before: Link,
+    pub after: Link,
+    pub kept: Vec<flowlab_results::net::KeptBucket>,
+}
+
+/// Sets properties of link `link` of topology `topo` (each `(key, value)` as a study's
+/// `[[link]]` or the file would write it: `rate`, `delay`, `jitter`, `loss`, `queue`,
+/// `queue_bytes`), both directions, while it is up. Refused, with nothing changed, when
+/// the change needs what the link was not built with: delay, jitter or loss on a link
+/// (or, with netem, a direction) that had none, or loss and jitter on a user-space link
+/// that carries super-frames.
+pub fn set(
+    dir: &Path,
+    topo: &str,
+    link: &str,
+    values: &[(&str, &str)],
+) -> Result<Changed, NetError> {
+    preflight()?;
+    let Some(mut recorded) = state(dir, topo) else {
+        return Err(NetError::Unsupported(format!(
+            "no topology named '{topo}' is up (flowlab net status lists them)"
+        )));
+    };
+    if let Some(why) = unusable(dir, topo) {
+        return Err(NetError::Unsupported(why));
+    }
+    let Some(old) = recorded.topology.clone() else {
+        return Err(NetError::Unsupported(format!(
+            "topology {topo} was brought up by a flowlab that did not record its links: bring it up again to change them"
+        )));
+    };
+    let mut new = old.clone();
+    for (key, value) in values {
+        new.set_link(link, key, value)?;
+    }
+    let i = new
+        .links
+        .iter()
+        .position(|l| l.name == link)
+        .expect("set_link found the link");
+    let (before, after) = (old.links[i].clone(), new.links[i].clone());
+    let by_emulator = recorded.backend == Some(Backend::Userspace)
+        && recorded.emulated_links.contains(&before.name);
+    let netem = recorded.backend == Some(Backend::Netem);
+    // Every refusal before anything changes.
+    let gains = |was: &Shape, now: &Shape| !needs_emulation(was) && needs_emulation(now);
+    let gained = if netem {
+        gains(&before.a_to_b, &after.a_to_b) || gains(&before.b_to_a, &after.b_to_a)
+    } else {
+        !by_emulator && is_emulated(&after)
+    };
+    if gained {
+        return Err(NetError::Unsupported(format!(
+            "link {link} was brought up without delay, jitter or loss{}, so nothing emulates them on it: give it some in the file (delay = \"1us\" is enough) and bring it up again",
+            if netem { " that way" } else { "" }
+        )));
+    }
+    let dev = format!("l{i}");
+    let mut commands = Vec::new();
+    let mut kept = Vec::new();
+    for (was, now, node) in [
+        (&before.a_to_b, &after.a_to_b, &before.a),
+        (&before.b_to_a, &after.b_to_a, &before.b),
+    ] {
+        let netem_root = netem && needs_emulation(was);
+        let mut here = Vec::new();
+        if netem_root {
+            here.push(in_place(netem_qdisc(&dev, now)));
+        }
+        let parent: &[&str] = if netem_root { &NETEM_CHILD } else { &["root"] };
+        // tbf never sends a packet longer than its bucket, and it holds packets as long
+        // as its bucket was (TCP's super-frames, up to 64 KB, where the bucket allowed):
+        // a smaller bucket would strand them, and with them the connection. So a bucket
+        // never shrinks in place.
+        let ns = ns_name(topo, node);
+        let key = format!("{ns} {dev}");
+        let held = match (was.rate_bps, recorded.kept_buckets.get(&key)) {
+            (_, Some(&kept)) => Some(kept),
+            (Some(rate), None) => Some(bucket(rate)),
+            (None, None) => None,
+        };
+        let burst = match (now.rate_bps, held) {
+            (Some(rate), Some(held)) if held > bucket(rate) => {
+                let other = if *node == before.a {
+                    &before.b
+                } else {
+                    &before.a
+                };
+                kept.push(flowlab_results::net::KeptBucket {
+                    from: node.clone(),
+                    to: other.clone(),
+                    bytes: held,
+                    rate_bps: rate,
+                    bucket_at_rate: bucket(rate),
+                });
+                recorded.kept_buckets.insert(key, held);
+                Some(held)
+            }
+            _ => {
+                recorded.kept_buckets.remove(&key);
+                None
+            }
+        };
+        if let Some(t) = tbf(&dev, parent, now, burst) {
+            here.push(if was.rate_bps.is_some() {
+                in_place(t)
+            } else {
+                t
+            });
+        }
+        commands.extend(here.into_iter().map(|c| (ns.clone(), c)));
+    }
+    // The emulator first: it may refuse (loss or jitter on a link that carries
+    // super-frames), and then nothing has changed.
+    if by_emulator {
+        tell_emulator(
+            &control_socket(dir, topo),
+            &LinkChange {
+                link: link.to_string(),
+                a_to_b: LineSpec::of(&after.a_to_b),
+                b_to_a: LineSpec::of(&after.b_to_a),
+            },
+        )?;
+    }
+    for (ns, cmd) in &commands {
+        let mut args = vec!["-n", ns.as_str()];
+        args.extend(cmd.iter().map(String::as_str));
+        run("tc", &args)?;
+    }
+    recorded.topology = Some(new);
+    write_state(dir, topo, &recorded)?;
+    Ok(Changed {
+        before,
+        after,
+        kept,
+    })
+}
+
+/// Sends `change` to the emulator listening on `socket` and waits for its answer: why it
+/// refused the change, or that it could not be asked.
+fn tell_emulator(socket: &Path, change: &LinkChange) -> Result<(), NetError> {
+    use std::io::{BufRead, Write};
+    let failed = |e: std::io::Error| NetError::Io(socket.to_path_buf(), e);
+    let mut stream = std::os::unix::net::UnixStream::connect(socket).map_err(failed)?;
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .map_err(failed)?;
+    let line = serde_json::to_string(change).unwrap_or_default();
+    stream
+        .write_all(format!("{line}\n").as_bytes())
+        .map_err(failed)?;
+    let mut answer = String::new();
+    std::io::BufReader::new(&stream)
+        .read_line(&mut answer)
+        .map_err(failed)?;
+    match answer.trim() {
+        "ok" => Ok(()),
+        "" => Err(NetError::Io(
+            socket.to_path_buf(),
+            std::io::Error::other("the link emulator did not answer within 5 s"),
+        )),
+        why => Err(NetError::Unsupported(why.to_string())),
+    }
+}
