@@ -60,9 +60,25 @@ pub struct TopologyError {
 }
 
 impl TopologyError {
+    /// An error saying `message` on one line: a control character it quotes from the file
+    /// (a name written as a multi-line string) is shown escaped (`\n`).
     fn new(message: impl Into<String>) -> TopologyError {
+        let message: String = message.into();
         TopologyError {
-            message: message.into(),
+            message: if message.contains(char::is_control) {
+                message
+                    .chars()
+                    .map(|c| {
+                        if c.is_control() {
+                            c.escape_default().to_string()
+                        } else {
+                            c.to_string()
+                        }
+                    })
+                    .collect()
+            } else {
+                message
+            },
             at: None,
         }
     }
@@ -312,16 +328,16 @@ impl Topology {
                 Some(key) => {
                     let from = span.as_ref().map_or(0, |s| s.start);
                     TopologyError {
-                        message: match did_you_mean(key) {
+                        at: Some(line_column(text, key_at(text, from, key).unwrap_or(from))),
+                        ..TopologyError::new(match did_you_mean(key) {
                             Some(meant) => format!("{message}; did you mean `{meant}`?"),
                             None => format!("{message}; a topology's keys: docs/net.md"),
-                        },
-                        at: Some(line_column(text, key_at(text, from, key).unwrap_or(from))),
+                        })
                     }
                 }
                 None => TopologyError {
-                    message,
                     at: span.map(|s| line_column(text, s.start)),
+                    ..TopologyError::new(message)
                 },
             }
         })?;
@@ -992,6 +1008,16 @@ mod tests {
             e.message
         );
         assert_eq!(e.at, Some(place(&text, "rat =")), "{text}");
+    }
+
+    /// Regression (found by the topology fuzz target): a name written as a multi-line
+    /// string is refused on one line, its line break shown escaped.
+    #[test]
+    fn a_name_with_a_line_break_is_refused_on_one_line() {
+        let e = Topology::parse("name=\"\"\"\r\n\".\nname=\"\"\"\r\n").unwrap_err();
+        let said = e.to_string();
+        assert!(!said.contains('\n') && !said.contains('\r'), "{said}");
+        assert!(said.contains("topology name '\".\\nname='"), "{said}");
     }
 
     /// Regression (found by the topology fuzz target): an empty quoted key, unknown,
