@@ -14,6 +14,7 @@ mod socket;
 mod stats;
 
 use std::io;
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -129,8 +130,6 @@ impl Pending {
         self.change.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 }
-
-use std::os::fd::AsRawFd;
 
 /// Serves the control socket at `path` (`set` connects to it): each connection sends one
 /// [`LinkChange`] line and reads `ok`, or why the change was refused.
