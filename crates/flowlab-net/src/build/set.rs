@@ -77,21 +77,20 @@ pub fn set(
     let dev = format!("l{i}");
     let mut commands = Vec::new();
     let mut kept = Vec::new();
-    for (was, now, node) in [
-        (&before.a_to_b, &after.a_to_b, &before.a),
-        (&before.b_to_a, &after.b_to_a, &before.b),
+    for (was, now, node, other) in [
+        (&before.a_to_b, &after.a_to_b, &before.a, &before.b),
+        (&before.b_to_a, &after.b_to_a, &before.b, &before.a),
     ] {
+        let ns = ns_name(topo, node);
         let netem_root = netem && needs_emulation(was);
-        let mut here = Vec::new();
         if netem_root {
-            here.push(in_place(netem_qdisc(&dev, now)));
+            commands.push((ns.clone(), in_place(netem_qdisc(&dev, now))));
         }
         let parent: &[&str] = if netem_root { &NETEM_CHILD } else { &["root"] };
         // tbf never sends a packet longer than its bucket, and it holds packets as long
         // as its bucket was (TCP's super-frames, up to 64 KB, where the bucket allowed):
         // a smaller bucket would strand them, and with them the connection. So a bucket
         // never shrinks in place.
-        let ns = ns_name(topo, node);
         let key = format!("{ns} {dev}");
         let held = match (was.rate_bps, recorded.kept_buckets.get(&key)) {
             (_, Some(&kept)) => Some(kept),
@@ -100,11 +99,6 @@ pub fn set(
         };
         let burst = match (now.rate_bps, held) {
             (Some(rate), Some(held)) if held > bucket(rate) => {
-                let other = if *node == before.a {
-                    &before.b
-                } else {
-                    &before.a
-                };
                 kept.push(flowlab_results::net::KeptBucket {
                     from: node.clone(),
                     to: other.clone(),
@@ -121,13 +115,13 @@ pub fn set(
             }
         };
         if let Some(t) = tbf(&dev, parent, now, burst) {
-            here.push(if was.rate_bps.is_some() {
+            let t = if was.rate_bps.is_some() {
                 in_place(t)
             } else {
                 t
-            });
+            };
+            commands.push((ns, t));
         }
-        commands.extend(here.into_iter().map(|c| (ns.clone(), c)));
     }
     // The emulator first: it may refuse (loss or jitter on a link that carries
     // super-frames), and then nothing has changed.
