@@ -239,6 +239,13 @@ fn topologies_that_are_up_are_named_by_show_status_and_exec() {
     let (code, none) = text(&["net", "status", "tsnone"]);
     assert_eq!(code, Some(1), "{none}");
     assert!(none.contains("no topology named 'tsnone' is up"), "{none}");
+    // net check measures the topology that is up by that name, as it is.
+    let (code, checked) = text(&["net", "check", "tsev1", "-t", "1"]);
+    assert_eq!(code, Some(0), "{checked}");
+    assert!(
+        checked.contains("verdict: the one path is within bounds"),
+        "{checked}"
+    );
 }
 
 #[test]

@@ -293,7 +293,6 @@ fn side_row(
 pub fn end(e: &EndInfo, udp: bool, f: UnitFormat) -> String {
     let mut out = String::from("- - - - - - - - - - - - - - - - - - - - - - - - -\n");
     out.push_str("[ ID] Dir  Interval           Transfer     Bitrate\n");
-    let many = e.streams.len() > 1;
     for s in &e.streams {
         let id = s.id.to_string();
         match &s.sender {
@@ -313,14 +312,17 @@ pub fn end(e: &EndInfo, udp: bool, f: UnitFormat) -> String {
             }
         }
     }
-    if many {
-        for sum in &e.sums {
-            if let Some(t) = &sum.sender {
-                side_row(&mut out, "SUM", sum.direction, t, "sender", udp, f);
-            }
-            if let Some(t) = &sum.receiver {
-                side_row(&mut out, "SUM", sum.direction, t, "receiver", udp, f);
-            }
+    // As in the intervals, a direction of one stream has no [SUM]: it would repeat it.
+    for sum in &e.sums {
+        let streams = e.streams.iter().filter(|s| s.direction == sum.direction);
+        if streams.count() < 2 {
+            continue;
+        }
+        if let Some(t) = &sum.sender {
+            side_row(&mut out, "SUM", sum.direction, t, "sender", udp, f);
+        }
+        if let Some(t) = &sum.receiver {
+            side_row(&mut out, "SUM", sum.direction, t, "receiver", udp, f);
         }
     }
     let c = &e.cpu;
@@ -640,6 +642,57 @@ mod tests {
             "{}",
             block(20, 40)
         );
+    }
+
+    /// The summary, as the intervals: a `[SUM]` only for a direction of several streams.
+    #[test]
+    fn the_summary_sums_only_a_direction_of_several_streams() {
+        use flowlab_results::result::{CpuInfo, EndStream, EndSum};
+        let totals = SideTotals {
+            bytes: 1_000_000,
+            seconds: 1.0,
+            bits_per_second: 8e6,
+            ..SideTotals::default()
+        };
+        let stream = |id, direction| EndStream {
+            id,
+            direction,
+            sender: Some(totals.clone()),
+            receiver: Some(totals.clone()),
+            server_socket: None,
+        };
+        let sum = |direction| EndSum {
+            direction,
+            sender: Some(totals.clone()),
+            receiver: Some(totals.clone()),
+        };
+        let mut e = EndInfo {
+            streams: vec![
+                stream(1, StreamDirection::Up),
+                stream(3, StreamDirection::Down),
+            ],
+            sums: vec![sum(StreamDirection::Up), sum(StreamDirection::Down)],
+            cpu: CpuInfo::default(),
+            congestion_local: None,
+            congestion_remote: None,
+            interrupted: false,
+            server_output: None,
+            failed_streams: Vec::new(),
+        };
+        let sums = |e: &EndInfo| {
+            let text = end(e, false, UnitFormat::Adaptive);
+            let rows: Vec<String> = text
+                .lines()
+                .filter(|l| l.starts_with("[SUM]"))
+                .map(|l| l[..10].to_string())
+                .collect();
+            rows
+        };
+        // --bidir of one stream each way: nothing to sum.
+        assert!(sums(&e).is_empty(), "{:?}", sums(&e));
+        // Two streams up, one down: the up direction is summed, the down one is not.
+        e.streams.insert(1, stream(2, StreamDirection::Up));
+        assert_eq!(sums(&e), ["[SUM] up  ", "[SUM] up  "]);
     }
 
     #[test]

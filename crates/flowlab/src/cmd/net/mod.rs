@@ -52,7 +52,8 @@ pub enum Command {
     /// Measure each host pair's RTT and bottleneck throughput and print them beside what
     /// the file implies, flagging deviations (builds the topology if it is not up).
     Check {
-        /// The topology file (TOML; docs/net.md).
+        /// The topology file (TOML; docs/net.md), or the name of a topology that is up.
+        #[arg(value_name = "FILE|NAME")]
         file: std::path::PathBuf,
         /// Only these pairs, e.g. h1-h4,h1-h9 (default: every pair of hosts). Routers may
         /// be ends too; `A-B:N` runs N parallel connections.
@@ -234,7 +235,7 @@ pub fn run(c: Command) -> anyhow::Result<()> {
             backend,
             json,
         } => {
-            let t = load_topology(&file)?;
+            let t = file_or_up(&file)?;
             let load = net_check::Load {
                 seconds: time,
                 bitrate,
