@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use flowlab_results::net::{Built, EmulatedDirection, TopologyStatus};
+use flowlab_results::net::{Built, EmulatedDirection, ScheduleStatus, TopologyStatus};
 
 use crate::build::{self, State};
 use crate::forward::LinkStats;
@@ -33,14 +33,37 @@ pub fn topologies(dir: &Path) -> Vec<TopologyStatus> {
                 .ok()
                 .and_then(|t| serde_json::from_str(&t).ok())
                 .unwrap_or_default();
+            let schedule = build::state(dir, &name)
+                .and_then(|s| s.scheduler_pid)
+                .map(|pid| schedule(dir, &name, pid));
             TopologyStatus {
                 name,
                 built,
                 namespaces,
                 emulated: stats.iter().flat_map(directions).collect(),
+                schedule,
             }
         })
         .collect()
+}
+
+/// The schedule of topology `topo`, run by process `pid`: whether it still runs, and the
+/// last line of its log.
+fn schedule(dir: &Path, topo: &str, pid: u32) -> ScheduleStatus {
+    let log = build::schedule_log(dir, topo);
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let done = text.lines().any(|l| l.ends_with(build::SCHEDULE_DONE));
+    let last = text
+        .lines()
+        .rfind(|l| !l.ends_with(build::SCHEDULE_DONE))
+        .map(str::to_string);
+    ScheduleStatus {
+        pid,
+        running: build::scheduler_running(pid, topo),
+        log: log.display().to_string(),
+        last,
+        done,
+    }
 }
 
 /// A link's counters, a→b then b→a.

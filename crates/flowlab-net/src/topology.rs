@@ -19,6 +19,16 @@
 //! queue = 67                      # packets (or queue_bytes = 100000)
 //! loss = 0.001                    # random loss, fraction (optional)
 //! reverse = { rate = "10M" }      # b → a differs (any of the properties)
+//! schedule_repeat = "20s"         # optional: the steps below start again every 20 s
+//!
+//! [[link.schedule]]               # L1 changes while it is up: at 5 s …
+//! at = "5s"
+//! rate = "10M"
+//! delay = "40ms"
+//!
+//! [[link.schedule]]               # … and at 12 s
+//! at = "12s"
+//! rate = "40M"
 //! ```
 //!
 //! [`Topology::parse`] checks the file and says what is wrong in one line (with the line
@@ -31,7 +41,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
-use flowlab_results::net::{PathSummary, PlanSummary, Shape, ShapedDirection, Subnet};
+use flowlab_results::net::{
+    LinkSchedule, PathSummary, PlanSummary, Shape, ShapedDirection, Subnet,
+};
 use flowlab_results::units::{parse_duration, parse_rate};
 use serde::{Deserialize, Serialize};
 
@@ -88,8 +100,15 @@ fn err<T>(msg: impl Into<String>) -> Result<T, TopologyError> {
     Err(TopologyError::new(msg))
 }
 
-/// Every key a topology file has, at the top and in a `[[link]]` (docs/net.md).
-const KEYS: [&str; 13] = [
+/// Most steps in one link's schedule.
+pub const MAX_STEPS: usize = 10_000;
+
+/// Every key a topology file has, at the top, in a `[[link]]` and in its
+/// `[[link.schedule]]` (docs/net.md).
+const KEYS: [&str; 16] = [
+    "schedule",
+    "schedule_repeat",
+    "at",
     "name",
     "hosts",
     "routers",
@@ -178,6 +197,41 @@ struct RawLink {
     #[serde(flatten)]
     props: RawProps,
     reverse: Option<RawProps>,
+    #[serde(default)]
+    schedule: Vec<RawStep>,
+    schedule_repeat: Option<toml::Spanned<String>>,
+}
+
+/// A `[[link.schedule]]` step: when, and the properties it sets (both ways).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStep {
+    at: toml::Spanned<String>,
+    rate: Option<String>,
+    delay: Option<String>,
+    jitter: Option<String>,
+    queue: Option<i64>,
+    queue_bytes: Option<i64>,
+    loss: Option<f64>,
+}
+
+impl RawStep {
+    /// The properties it sets, as `(key, value)` the way the file writes them.
+    fn changes(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        let mut put = |key: &str, value: Option<String>| {
+            if let Some(v) = value {
+                out.push((key.to_string(), v));
+            }
+        };
+        put("rate", self.rate.clone());
+        put("delay", self.delay.clone());
+        put("jitter", self.jitter.clone());
+        put("queue", self.queue.map(|q| q.to_string()));
+        put("queue_bytes", self.queue_bytes.map(|q| q.to_string()));
+        put("loss", self.loss.map(|l| l.to_string()));
+        out
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -223,6 +277,110 @@ pub struct Link {
     pub b: String,
     pub a_to_b: Shape,
     pub b_to_a: Shape,
+    /// How it changes while it is up (`[[link.schedule]]`); empty: never.
+    #[serde(default, skip_serializing_if = "Schedule::is_empty")]
+    pub schedule: Schedule,
+}
+
+/// A link's changes over time: steps at times from the moment the topology is up,
+/// optionally repeated.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Schedule {
+    /// In time order, at most one a time.
+    pub steps: Vec<Step>,
+    /// The steps start again this long after the start of each round, from the link's
+    /// own values (the file's), for as long as the topology is up.
+    pub repeat: Option<Duration>,
+}
+
+/// One step of a [`Schedule`]: from `at` on, the link has its own values with this
+/// step's and its round's earlier steps' changes applied.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Step {
+    pub at: Duration,
+    /// `(key, value)` as the file writes them ([`Topology::set_link`]'s keys).
+    pub set: Vec<(String, String)>,
+}
+
+impl Step {
+    /// "rate=10M delay=40ms", as `flowlab net set` takes it.
+    pub fn said(&self) -> String {
+        let pairs: Vec<String> = self.set.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        pairs.join(" ")
+    }
+}
+
+/// A moment when a scheduled link changes: at `at` after the start, in round `round`
+/// (from 0), it takes the values of step `step` (its own values with that step and the
+/// round's earlier ones applied), or, with `step` `None`, its own values again (a round
+/// after the first begins without a step at 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Moment {
+    pub at: Duration,
+    pub round: u64,
+    pub step: Option<usize>,
+}
+
+impl Schedule {
+    pub fn is_empty(&self) -> bool {
+        self.steps.is_empty()
+    }
+
+    /// Every moment the link changes, in time order: finite without `repeat`, endless
+    /// with it.
+    pub fn moments(&self) -> impl Iterator<Item = Moment> + '_ {
+        let rounds = match self.repeat {
+            Some(_) if !self.steps.is_empty() => u64::MAX,
+            _ => 1,
+        };
+        (0..rounds).flat_map(move |round| {
+            let start = self
+                .repeat
+                .map_or(Duration::ZERO, |r| r.saturating_mul(round as u32));
+            let reset = (round > 0 && self.steps.first().is_some_and(|s| !s.at.is_zero()))
+                .then_some(Moment {
+                    at: start,
+                    round,
+                    step: None,
+                });
+            reset
+                .into_iter()
+                .chain(self.steps.iter().enumerate().map(move |(i, s)| Moment {
+                    at: start + s.at,
+                    round,
+                    step: Some(i),
+                }))
+        })
+    }
+}
+
+impl Link {
+    /// Sets property `key` to `value` as [`Topology::set_link`] does.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), TopologyError> {
+        change(self, [(key, value)])
+    }
+
+    /// The link as it is from step `step` of its schedule on, within a round: its own
+    /// values with steps `0..=step` applied (`None`: its own values).
+    pub fn at_step(&self, step: Option<usize>) -> Result<Link, TopologyError> {
+        let mut l = self.clone();
+        for s in &self.schedule.steps[..step.map_or(0, |i| i + 1)] {
+            change(&mut l, s.set.iter().map(|(k, v)| (k.as_str(), v.as_str())))?;
+        }
+        Ok(l)
+    }
+
+    /// Every shape each direction takes: its own, then at each step of its schedule.
+    pub fn shapes(&self) -> Vec<(Shape, Shape)> {
+        let mut out = vec![(self.a_to_b, self.b_to_a)];
+        for i in 0..self.schedule.steps.len() {
+            // Each step was applied when the file was read.
+            if let Ok(l) = self.at_step(Some(i)) {
+                out.push((l.a_to_b, l.b_to_a));
+            }
+        }
+        out
+    }
 }
 
 /// A checked topology (serialisable so that `up` can record what it built).
@@ -298,6 +456,139 @@ fn shape(p: &RawProps, base: Option<&Shape>, at: &str) -> Result<Shape, Topology
         return err(format!("{at}: jitter is larger than the delay"));
     }
     Ok(s)
+}
+
+/// Sets properties of link `l`, each `(key, value)` as the file writes it, both ways and
+/// at once (a step may lower delay and jitter together; see [`Topology::set_link`]).
+fn change<'a>(
+    l: &mut Link,
+    pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> Result<(), TopologyError> {
+    let link = l.name.as_str();
+    let mut p = RawProps::default();
+    for (key, value) in pairs {
+        let number =
+            |what: &str| TopologyError::new(format!("{link}: {key} '{value}' is not {what}"));
+        let v = value.trim();
+        match key {
+            "rate" => p.rate = Some(v.into()),
+            "delay" => p.delay = Some(v.into()),
+            "jitter" => p.jitter = Some(v.into()),
+            "loss" => p.loss = Some(v.parse().map_err(|_| number("a fraction"))?),
+            "queue" => p.queue = Some(v.parse().map_err(|_| number("a packet count"))?),
+            "queue_bytes" => {
+                p.queue_bytes = Some(v.parse().map_err(|_| number("a byte count"))?);
+            }
+            _ => {
+                return err(format!(
+                    "{link}: '{key}' is not a link property (rate, delay, jitter, loss, queue, queue_bytes)"
+                ));
+            }
+        }
+    }
+    // One of queue and queue_bytes replaces the other.
+    let (a_to_b, b_to_a) = (
+        shape(&p, Some(&l.a_to_b), link)?,
+        shape(&p, Some(&l.b_to_a), &format!("{link} (reverse)"))?,
+    );
+    (l.a_to_b, l.b_to_a) = (a_to_b, b_to_a);
+    Ok(())
+}
+
+/// The schedule of link `link`, read as `raw` gives it, each step checked by applying
+/// it: a bad step is refused with its line (that of its `at`).
+fn schedule(text: &str, raw: &RawLink, link: &Link) -> Result<Schedule, TopologyError> {
+    let name = &link.name;
+    let at_line = |span: std::ops::Range<usize>, message: String| TopologyError {
+        at: Some(line_column(text, span.start)),
+        ..TopologyError::new(message)
+    };
+    let time = |v: &toml::Spanned<String>, what: &str| {
+        let bad =
+            |why: String| at_line(v.span(), format!("{name}: {what} '{}': {why}", v.get_ref()));
+        if v.get_ref().trim_start().starts_with('-') {
+            return Err(bad("a time from the start cannot be negative".into()));
+        }
+        parse_duration(v.get_ref()).map_err(|e| bad(e.to_string()))
+    };
+    if raw.schedule.len() > MAX_STEPS {
+        return err(format!(
+            "{name}: {} schedule steps; a link has at most {MAX_STEPS}",
+            raw.schedule.len()
+        ));
+    }
+    let repeat = match &raw.schedule_repeat {
+        Some(r) if raw.schedule.is_empty() => {
+            return Err(at_line(
+                r.span(),
+                format!("{name}: schedule_repeat without a [[link.schedule]] step to repeat"),
+            ));
+        }
+        Some(r) => Some(time(r, "schedule_repeat")?),
+        None => None,
+    };
+    let mut steps: Vec<(Step, std::ops::Range<usize>)> = Vec::new();
+    for raw_step in &raw.schedule {
+        let set = raw_step.changes();
+        if set.is_empty() {
+            return Err(at_line(
+                raw_step.at.span(),
+                format!(
+                    "{name}: the schedule step at {} changes nothing: give it rate, delay, jitter, loss, queue or queue_bytes",
+                    raw_step.at.get_ref()
+                ),
+            ));
+        }
+        let at = time(&raw_step.at, "schedule step at")?;
+        if let Some(r) = repeat.filter(|r| at >= *r) {
+            return Err(at_line(
+                raw_step.at.span(),
+                format!(
+                    "{name}: the schedule step at {} is not before schedule_repeat ({} s): a round must hold its steps",
+                    raw_step.at.get_ref(),
+                    r.as_secs_f64()
+                ),
+            ));
+        }
+        steps.push((Step { at, set }, raw_step.at.span()));
+    }
+    steps.sort_by_key(|(s, _)| s.at);
+    for pair in steps.windows(2) {
+        if pair[0].0.at == pair[1].0.at {
+            return Err(at_line(
+                pair[1].1.clone(),
+                format!(
+                    "{name}: two schedule steps at {} s: give them one step",
+                    pair[1].0.at.as_secs_f64()
+                ),
+            ));
+        }
+    }
+    if repeat.is_some_and(|r| r.is_zero()) {
+        return err(format!("{name}: schedule_repeat must be longer than 0"));
+    }
+    // Each step applied in turn, as the round applies them.
+    let mut now = link.clone();
+    for (step, span) in &steps {
+        change(
+            &mut now,
+            step.set.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+        )
+        .map_err(|e| {
+            at_line(
+                span.clone(),
+                format!(
+                    "schedule step at {} s: {}",
+                    step.at.as_secs_f64(),
+                    e.message
+                ),
+            )
+        })?;
+    }
+    Ok(Schedule {
+        steps: steps.into_iter().map(|(s, _)| s).collect(),
+        repeat,
+    })
 }
 
 fn check_name(name: &str, what: &str, max: usize) -> Result<(), TopologyError> {
@@ -401,14 +692,17 @@ impl Topology {
                 Some(r) => shape(r, Some(&a_to_b), &format!("{label} (reverse)"))?,
                 None => a_to_b,
             };
-            links.push(Link {
+            let mut link = Link {
                 named: l.name.is_some(),
                 name: label,
                 a: a.clone(),
                 b: b.clone(),
                 a_to_b,
                 b_to_a,
-            });
+                schedule: Schedule::default(),
+            };
+            link.schedule = schedule(text, l, &link)?;
+            links.push(link);
         }
         let mut degrees: HashMap<&str, usize> = HashMap::new();
         for l in &links {
@@ -447,36 +741,23 @@ impl Topology {
     /// link's other properties stay. A study's `[[link]]` changes a link this way for
     /// each cell.
     pub fn set_link(&mut self, link: &str, key: &str, value: &str) -> Result<(), TopologyError> {
-        let Some(l) = self.links.iter_mut().find(|l| l.name == link) else {
-            let names: Vec<&str> = self.links.iter().map(|l| l.name.as_str()).collect();
-            return err(format!(
-                "topology {} has no link '{link}' (it has: {})",
-                self.name,
-                names.join(", ")
-            ));
-        };
-        let number =
-            |what: &str| TopologyError::new(format!("{link}: {key} '{value}' is not {what}"));
-        let v = value.trim();
-        let mut p = RawProps::default();
-        match key {
-            "rate" => p.rate = Some(v.into()),
-            "delay" => p.delay = Some(v.into()),
-            "jitter" => p.jitter = Some(v.into()),
-            "loss" => p.loss = Some(v.parse().map_err(|_| number("a fraction"))?),
-            "queue" => p.queue = Some(v.parse().map_err(|_| number("a packet count"))?),
-            "queue_bytes" => {
-                p.queue_bytes = Some(v.parse().map_err(|_| number("a byte count"))?);
-            }
-            _ => {
-                return err(format!(
-                    "{link}: '{key}' is not a link property (rate, delay, jitter, loss, queue, queue_bytes)"
-                ));
-            }
-        }
-        l.a_to_b = shape(&p, Some(&l.a_to_b), link)?;
-        l.b_to_a = shape(&p, Some(&l.b_to_a), &format!("{link} (reverse)"))?;
-        Ok(())
+        let i = self.link_index(link)?;
+        self.links[i].set(key, value)
+    }
+
+    /// Where link `link` is in [`Topology::links`]; refused with the links there are.
+    pub fn link_index(&self, link: &str) -> Result<usize, TopologyError> {
+        self.links
+            .iter()
+            .position(|l| l.name == link)
+            .ok_or_else(|| {
+                let names: Vec<&str> = self.links.iter().map(|l| l.name.as_str()).collect();
+                TopologyError::new(format!(
+                    "topology {} has no link '{link}' (it has: {})",
+                    self.name,
+                    names.join(", ")
+                ))
+            })
     }
 
     pub fn hosts(&self) -> impl Iterator<Item = &String> {
@@ -653,6 +934,16 @@ impl<'a> Plan<'a> {
             paths: Vec::new(),
             host_pairs: hosts * hosts.saturating_sub(1) / 2,
             all_paths: false,
+            schedules: t
+                .links
+                .iter()
+                .filter(|l| !l.schedule.is_empty())
+                .map(|l| LinkSchedule {
+                    link: l.name.clone(),
+                    steps: l.schedule.steps.iter().map(|s| (s.at, s.said())).collect(),
+                    repeat: l.schedule.repeat,
+                })
+                .collect(),
         }
     }
 
@@ -926,6 +1217,164 @@ mod tests {
                 .unwrap_err();
             assert_eq!(e.message, message, "{link} {key} {value}");
         }
+    }
+
+    /// SMALL with a schedule on wan: `extra` goes into the wan link, `steps` after it.
+    fn scheduled(extra: &str, steps: &str) -> String {
+        SMALL.replace(
+            "reverse = { rate = \"10M\", delay = \"5ms\" }\n",
+            &format!("reverse = {{ rate = \"10M\", delay = \"5ms\" }}\n{extra}\n{steps}\n"),
+        )
+    }
+
+    #[test]
+    fn a_schedule_changes_a_link_step_by_step_and_round_by_round() {
+        let text = scheduled(
+            "schedule_repeat = \"10s\"",
+            "[[link.schedule]]\nat = \"6s\"\nrate = \"50M\"\n\
+             [[link.schedule]]\nat = \"2s\"\nrate = \"5M\"\ndelay = \"2ms\"\njitter = \"1ms\"\n",
+        );
+        let t = Topology::parse(&text).unwrap();
+        let wan = &t.links[1];
+        // In time order, whatever the file's.
+        let ats: Vec<f64> = wan
+            .schedule
+            .steps
+            .iter()
+            .map(|s| s.at.as_secs_f64())
+            .collect();
+        assert_eq!(ats, [2.0, 6.0]);
+        assert_eq!(wan.schedule.steps[0].said(), "rate=5M delay=2ms jitter=1ms");
+        assert_eq!(wan.schedule.repeat, Some(Duration::from_secs(10)));
+        // Step by step within a round: each step on top of the earlier ones, both ways.
+        let first = wan.at_step(Some(0)).unwrap();
+        assert_eq!(first.a_to_b.rate_bps, Some(5_000_000));
+        assert_eq!(first.b_to_a.rate_bps, Some(5_000_000));
+        assert_eq!(first.a_to_b.delay, Duration::from_millis(2));
+        assert_eq!(first.a_to_b.queue_packets, Some(100), "the rest stays");
+        let second = wan.at_step(Some(1)).unwrap();
+        assert_eq!(second.a_to_b.rate_bps, Some(50_000_000));
+        assert_eq!(
+            second.a_to_b.delay,
+            Duration::from_millis(2),
+            "step 0's delay holds"
+        );
+        assert_eq!(wan.at_step(None).unwrap().a_to_b, wan.a_to_b);
+        assert_eq!(wan.shapes().len(), 3);
+        // Round after round: each later round starts from the link's own values.
+        let moments: Vec<(f64, u64, Option<usize>)> = wan
+            .schedule
+            .moments()
+            .take(7)
+            .map(|m| (m.at.as_secs_f64(), m.round, m.step))
+            .collect();
+        assert_eq!(
+            moments,
+            [
+                (2.0, 0, Some(0)),
+                (6.0, 0, Some(1)),
+                (10.0, 1, None),
+                (12.0, 1, Some(0)),
+                (16.0, 1, Some(1)),
+                (20.0, 2, None),
+                (22.0, 2, Some(0)),
+            ]
+        );
+        // A step at 0 begins each round itself; without repeat the moments end.
+        let text = scheduled(
+            "schedule_repeat = \"4s\"",
+            "[[link.schedule]]\nat = \"0s\"\nloss = 0.01\n[[link.schedule]]\nat = \"1s\"\nloss = 0\n",
+        );
+        let t = Topology::parse(&text).unwrap();
+        let at: Vec<f64> = t.links[1]
+            .schedule
+            .moments()
+            .take(4)
+            .map(|m| m.at.as_secs_f64())
+            .collect();
+        assert_eq!(at, [0.0, 1.0, 4.0, 5.0]);
+        let once = Topology::parse(&scheduled(
+            "",
+            "[[link.schedule]]\nat = \"1s\"\nrate = \"1M\"\n",
+        ))
+        .unwrap();
+        assert_eq!(once.links[1].schedule.moments().count(), 1);
+        assert!(t.links[0].schedule.is_empty());
+    }
+
+    #[test]
+    fn a_bad_schedule_is_refused_at_its_line_with_the_reason() {
+        // Line (1-based) of the first line that begins with `needle`.
+        let line_of = |text: &str, needle: &str| {
+            text.lines()
+                .position(|l| l.trim_start().starts_with(needle))
+                .unwrap()
+                + 1
+        };
+        for (extra, steps, needle, want) in [
+            (
+                "",
+                "[[link.schedule]]\nat = \"3s\"\njitter = \"30ms\"\n",
+                "at = \"3s\"",
+                "schedule step at 3 s: wan: jitter is larger than the delay",
+            ),
+            (
+                "",
+                "[[link.schedule]]\nat = \"soon\"\nrate = \"1M\"\n",
+                "at = \"soon\"",
+                "wan: schedule step at 'soon': 'soon' is not a duration",
+            ),
+            (
+                "",
+                "[[link.schedule]]\nat = \"-1s\"\nrate = \"1M\"\n",
+                "at = \"-1s\"",
+                "cannot be negative",
+            ),
+            (
+                "",
+                "[[link.schedule]]\nat = \"1s\"\n",
+                "at = \"1s\"",
+                "wan: the schedule step at 1s changes nothing",
+            ),
+            (
+                "",
+                "[[link.schedule]]\nat = \"1s\"\nrate = \"1M\"\n[[link.schedule]]\nat = \"1000ms\"\nrate = \"2M\"\n",
+                "at = \"1000ms\"",
+                "wan: two schedule steps at 1 s",
+            ),
+            (
+                "schedule_repeat = \"2s\"",
+                "[[link.schedule]]\nat = \"2s\"\nrate = \"1M\"\n",
+                "at = \"2s\"",
+                "is not before schedule_repeat (2 s)",
+            ),
+            (
+                "schedule_repeat = \"2s\"",
+                "",
+                "schedule_repeat",
+                "wan: schedule_repeat without a [[link.schedule]] step",
+            ),
+            (
+                "",
+                "[[link.schedule]]\nat = \"1s\"\nrate = \"0\"\n",
+                "at = \"1s\"",
+                "wan: rate must be more than 0",
+            ),
+        ] {
+            let text = scheduled(extra, steps);
+            let e = Topology::parse(&text).unwrap_err();
+            assert!(e.message.contains(want), "wanted '{want}' in: {e}");
+            assert_eq!(
+                e.at.map(|(l, _)| l),
+                Some(line_of(&text, needle)),
+                "{e}\n{text}"
+            );
+        }
+        // A misspelt key in a step is pointed at, with the key meant.
+        let text = scheduled("", "[[link.schedule]]\nat = \"1s\"\nrtae = \"1M\"\n");
+        let e = Topology::parse(&text).unwrap_err();
+        assert!(e.message.ends_with("did you mean `rate`?"), "{e}");
+        assert_eq!(e.at.map(|(l, _)| l), Some(line_of(&text, "rtae")));
     }
 
     #[test]

@@ -511,18 +511,37 @@ fn net_up_down_and_status_of_each_kind_of_topology() {
             built: emulated,
             namespaces: vec!["fl-port-h1".into(), "fl-port-link.0".into()],
             emulated: vec![direction("a→b", 120_000), direction("b→a", 0)],
+            schedule: Some(flowlab_results::net::ScheduleStatus {
+                pid: 4321,
+                running: true,
+                log: "/run/flowlab/net/port.schedule.log".into(),
+                last: Some(
+                    "2026-11-29T02:08:26.358Z +1.008 s  wan: rate=10M delay=40ms (round 1)".into(),
+                ),
+                done: false,
+            }),
         },
         TopologyStatus {
             name: "left".into(),
             built: lost,
             namespaces: vec!["fl-left-h1".into(), "fl-left-link.0".into()],
             emulated: Vec::new(),
+            schedule: Some(flowlab_results::net::ScheduleStatus {
+                pid: 4322,
+                running: false,
+                log: "/run/flowlab/net/left.schedule.log".into(),
+                last: Some(
+                    "2026-11-29T02:08:25.350Z +0.000 s  schedule of topology left started".into(),
+                ),
+                done: false,
+            }),
         },
         TopologyStatus {
             name: "half".into(),
             built: Built::Unknown,
             namespaces: vec!["fl-half-h1".into()],
             emulated: Vec::new(),
+            schedule: None,
         },
     ]);
     pin!("net-up-down-status", text);

@@ -29,6 +29,19 @@ pub struct PlanSummary {
     pub host_pairs: usize,
     /// Whether `paths` holds every pair.
     pub all_paths: bool,
+    /// The links that change on a schedule, in the file's order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub schedules: Vec<LinkSchedule>,
+}
+
+/// How a link changes while it is up (`[[link.schedule]]`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LinkSchedule {
+    pub link: String,
+    /// Each step: its time from the start, and what it sets ("rate=10M delay=40ms").
+    pub steps: Vec<(Duration, String)>,
+    /// The steps start again this often, from the file's values.
+    pub repeat: Option<Duration>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -248,6 +261,21 @@ pub struct TopologyStatus {
     pub namespaces: Vec<String>,
     /// The user-space emulator's counters, two per link it forwards (empty without one).
     pub emulated: Vec<EmulatedDirection>,
+    /// The process changing its links on their schedule, when some link has one.
+    pub schedule: Option<ScheduleStatus>,
+}
+
+/// The schedule of a topology that is up: its process, and the last line of its log.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ScheduleStatus {
+    pub pid: u32,
+    pub running: bool,
+    /// Its log: when it started and each change it made.
+    pub log: String,
+    /// The log's last change (or its start, before any), as the log says it.
+    pub last: Option<String>,
+    /// It made every change it had (none repeats), and ended.
+    pub done: bool,
 }
 
 /// What the user-space emulator did in one direction of one link, since it started.

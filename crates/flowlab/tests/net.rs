@@ -1854,69 +1854,7 @@ fn a_link_changed_while_a_test_crosses_it_takes_effect_within_an_interval() {
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
         // The change, on the test's clock: it started at most this much after `started`
         // (the exec and its connection), and the intervals count from its start.
-        let lead = 0.3;
-        let intervals: Vec<(f64, f64, f64)> = v["intervals"]
-            .as_array()
-            .expect("intervals")
-            .iter()
-            .map(|i| {
-                (
-                    i["start"].as_f64().expect("start"),
-                    i["end"].as_f64().expect("end"),
-                    i["sums"][0]["bits_per_second"].as_f64().expect("rate"),
-                )
-            })
-            .collect();
-        let seen = format!("{cc}: change at {changed_at:.2} s; intervals {intervals:?}");
-        let before_change: Vec<f64> = intervals
-            .iter()
-            .filter(|(start, end, _)| *start >= 0.5 && *end <= changed_at - lead)
-            .map(|i| i.2)
-            .collect();
-        let after_change: Vec<f64> = intervals
-            .iter()
-            .filter(|(start, _, _)| *start >= changed_at + 0.5)
-            .map(|i| i.2)
-            .collect();
-        assert!(
-            !before_change.is_empty() && !after_change.is_empty(),
-            "{seen}"
-        );
-        assert!(before_change.iter().all(|&r| r > 40e6), "{seen}");
-        assert!(after_change.iter().all(|&r| r < 10.5e6), "{seen}");
-        // Round trips: under 80 ms before the change, at least 80 ms an interval after.
-        let samples = v["trace"]["streams"]
-            .as_array()
-            .expect("traced streams")
-            .iter()
-            .find(|s| s["sender"] == true)
-            .expect("the sender's trace")["samples"]
-            .as_array()
-            .expect("samples")
-            .iter()
-            .map(|s| {
-                (
-                    s["t_us"].as_f64().expect("t") / 1e6,
-                    s["srtt_us"].as_f64().expect("srtt") / 1e3,
-                )
-            })
-            .collect::<Vec<_>>();
-        assert!(
-            samples
-                .iter()
-                .filter(|(t, _)| *t >= 0.5 && *t <= changed_at - lead)
-                .all(|(_, ms)| *ms < 80.0),
-            "{seen}: {samples:?}"
-        );
-        let late: Vec<f64> = samples
-            .iter()
-            .filter(|(t, _)| *t >= changed_at + 0.5)
-            .map(|s| s.1)
-            .collect();
-        assert!(
-            !late.is_empty() && late.iter().all(|&ms| ms >= 80.0),
-            "{seen}: {samples:?}"
-        );
+        seen_within_an_interval(&v, changed_at, 0.3, cc);
         let out = flowlab()
             .args(["net", "down", "tnset"])
             .output()
@@ -1961,5 +1899,154 @@ fn a_link_changed_while_a_test_crosses_it_takes_effect_within_an_interval() {
     assert!(
         String::from_utf8_lossy(&status.stdout).contains("50.0 Mbits/sec"),
         "unchanged"
+    );
+}
+
+/// A link that changes on its schedule (`[[link.schedule]]`) changes at its time from `net
+/// up`: a traced test crossing it sees the new rate and round trip within an interval of
+/// the time the schedule's log gives, under cubic and bbr. `net status` names the
+/// schedule's process and its last change, and `down` stops it.
+#[test]
+fn a_scheduled_change_is_seen_by_a_test_within_an_interval_of_its_time() {
+    let Some(_serial) = root_and_serial() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tmp");
+    let text = "name = \"tsch\"\nhosts = [\"a\", \"b\"]\n[[link]]\nname = \"wan\"\nends = [\"a\", \"b\"]\nrate = \"50M\"\ndelay = \"10ms\"\nqueue = 100\n\
+                [[link.schedule]]\nat = \"2.5s\"\nrate = \"10M\"\ndelay = \"40ms\"\n";
+    let file = write_topology(dir.path(), "tsch", text);
+    let _guard = Down::new("tsch");
+    let schedulers = || -> Vec<String> {
+        std::fs::read_dir("/proc")
+            .expect("/proc")
+            .flatten()
+            .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+            .map(|raw| String::from_utf8_lossy(&raw).replace('\0', " "))
+            .filter(|line| line.contains("net _schedule") && line.trim_end().ends_with(" tsch"))
+            .collect()
+    };
+    for cc in ["cubic", "bbr"] {
+        up(&file, &[]);
+        assert_eq!(schedulers().len(), 1, "{cc}: its schedule runs");
+        let mut server = serve_in("tsch", "b", &["-1"]);
+        let spawned = chrono::Utc::now();
+        let client = flowlab()
+            .args(["net", "exec", "-t", "tsch", "a", "--"])
+            .arg(assert_cmd::cargo::cargo_bin("flowlab"))
+            .args([
+                "test", "b", "-J", "-t", "4", "-i", "0.5", "--trace", "-C", cc,
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("test from a");
+        let out = client.wait_with_output().expect("the test");
+        let _ = server.kill();
+        let _ = server.wait();
+        assert!(
+            out.status.success(),
+            "{cc}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let status = flowlab()
+            .args(["net", "status", "tsch"])
+            .output()
+            .expect("status");
+        let status = String::from_utf8_lossy(&status.stdout).into_owned();
+        // Its one change made, it ended.
+        assert!(
+            status.contains("  schedule: done (") && status.ends_with("wan: rate=10M delay=40ms\n"),
+            "{status}"
+        );
+        // When the schedule made its change, by its log's clock.
+        let log = std::fs::read_to_string("/run/flowlab/net/tsch.schedule.log").expect("log");
+        let line = log
+            .lines()
+            .find(|l| l.ends_with("wan: rate=10M delay=40ms"))
+            .unwrap_or_else(|| panic!("{cc}: no change in the log: {log}"));
+        let stamp = line.split_whitespace().next().expect("a timestamp");
+        let changed = chrono::DateTime::parse_from_rfc3339(stamp).expect("RFC 3339");
+        let changed_at = (changed.with_timezone(&chrono::Utc) - spawned)
+            .to_std()
+            .expect("changed after the test was started")
+            .as_secs_f64();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        seen_within_an_interval(&v, changed_at, 0.3, cc);
+        let out = flowlab()
+            .args(["net", "down", "tsch"])
+            .output()
+            .expect("down");
+        assert!(out.status.success());
+        assert!(schedulers().is_empty(), "{cc}: down stops the schedule");
+    }
+}
+
+/// A traced test's JSON `v` across link wan (50 Mbit/s, 10 ms each way, 100 packets)
+/// changed to 10 Mbit/s and 40 ms at `changed_at` s on the test's clock, or up to `lead`
+/// s earlier (the test started at most that long after the moment its clock was taken
+/// from): its intervals over 40 Mbit/s before the change and under 10.5 an interval
+/// after, its round trips under 80 ms before and at least 80 ms an interval after.
+fn seen_within_an_interval(v: &serde_json::Value, changed_at: f64, lead: f64, cc: &str) {
+    let intervals: Vec<(f64, f64, f64)> = v["intervals"]
+        .as_array()
+        .expect("intervals")
+        .iter()
+        .map(|i| {
+            (
+                i["start"].as_f64().expect("start"),
+                i["end"].as_f64().expect("end"),
+                i["sums"][0]["bits_per_second"].as_f64().expect("rate"),
+            )
+        })
+        .collect();
+    let seen = format!("{cc}: change at {changed_at:.2} s; intervals {intervals:?}");
+    let before_change: Vec<f64> = intervals
+        .iter()
+        .filter(|(start, end, _)| *start >= 0.5 && *end <= changed_at - lead)
+        .map(|i| i.2)
+        .collect();
+    let after_change: Vec<f64> = intervals
+        .iter()
+        .filter(|(start, _, _)| *start >= changed_at + 0.5)
+        .map(|i| i.2)
+        .collect();
+    assert!(
+        !before_change.is_empty() && !after_change.is_empty(),
+        "{seen}"
+    );
+    assert!(before_change.iter().all(|&r| r > 40e6), "{seen}");
+    assert!(after_change.iter().all(|&r| r < 10.5e6), "{seen}");
+    // Round trips: under 80 ms before the change, at least 80 ms an interval after.
+    let samples = v["trace"]["streams"]
+        .as_array()
+        .expect("traced streams")
+        .iter()
+        .find(|s| s["sender"] == true)
+        .expect("the sender's trace")["samples"]
+        .as_array()
+        .expect("samples")
+        .iter()
+        .map(|s| {
+            (
+                s["t_us"].as_f64().expect("t") / 1e6,
+                s["srtt_us"].as_f64().expect("srtt") / 1e3,
+            )
+        })
+        .collect::<Vec<_>>();
+    assert!(
+        samples
+            .iter()
+            .filter(|(t, _)| *t >= 0.5 && *t <= changed_at - lead)
+            .all(|(_, ms)| *ms < 80.0),
+        "{seen}: {samples:?}"
+    );
+    let late: Vec<f64> = samples
+        .iter()
+        .filter(|(t, _)| *t >= changed_at + 0.5)
+        .map(|s| s.1)
+        .collect();
+    assert!(
+        !late.is_empty() && late.iter().all(|&ms| ms >= 80.0),
+        "{seen}: {samples:?}"
     );
 }

@@ -3,7 +3,8 @@
 use std::path::Path;
 
 use super::files::{
-    control_socket, emulator_log, remove_hosts, state_file, state_json, stats_file,
+    change_lock, control_socket, emulator_log, remove_hosts, schedule_log, state_file, state_json,
+    stats_file,
 };
 use super::processes::{emulators, stop};
 use super::{NetError, namespaces, prefix, preflight, run};
@@ -80,6 +81,8 @@ pub fn down(name: &str, dir: &Path) -> Result<Vec<String>, NetError> {
         stats_file(dir, name).with_extension("json.tmp"),
         emulator_log(dir, name),
         control_socket(dir, name),
+        schedule_log(dir, name),
+        change_lock(dir, name),
     ] {
         let _ = std::fs::remove_file(p);
     }

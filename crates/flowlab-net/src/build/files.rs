@@ -84,6 +84,16 @@ pub fn control_socket(dir: &Path, topo: &str) -> PathBuf {
     dir.join(format!("{topo}.ctl"))
 }
 
+/// Where the schedule of `topo` logs each change it makes.
+pub fn schedule_log(dir: &Path, topo: &str) -> PathBuf {
+    dir.join(format!("{topo}.schedule.log"))
+}
+
+/// The lock that makes a topology's link changes one at a time.
+pub(super) fn change_lock(dir: &Path, topo: &str) -> PathBuf {
+    dir.join(format!("{topo}.lock"))
+}
+
 pub(super) fn emulator_log(dir: &Path, topo: &str) -> PathBuf {
     dir.join(format!("{topo}.emulator.log"))
 }
@@ -110,6 +120,11 @@ pub fn lost_emulator(state: &State, topo: &str) -> Option<u32> {
         .filter(|&pid| !super::processes::is_emulator(pid, topo))
 }
 
+/// Whether `pid` is the running schedule of topology `topo`.
+pub fn scheduler_running(pid: u32, topo: &str) -> bool {
+    super::processes::is_scheduler(pid, topo)
+}
+
 /// Why topology `topo`, which is up, cannot be measured as it is, if it cannot: its
 /// emulator is lost ([`lost_emulator`]). Said by what would use it (a study, `net
 /// check`) before anything runs, with the way out.
@@ -129,6 +144,26 @@ pub(super) fn last_words(log: &str) -> Vec<String> {
         None => &lines[lines.len().saturating_sub(3)..],
     };
     said.iter().map(|l| l.to_string()).collect()
+}
+
+/// An exclusive lock on topology `topo`'s state while its links change (a schedule's
+/// change, `flowlab net set`, `up` recording its schedule), held while the returned file
+/// is open.
+pub(super) fn lock_changes(dir: &Path, topo: &str) -> Result<std::fs::File, NetError> {
+    let path = change_lock(dir, topo);
+    let failed = |e| NetError::Io(path.clone(), e);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(failed)?;
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock(2) on a descriptor this function owns; released when it is closed.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        return Err(failed(std::io::Error::last_os_error()));
+    }
+    Ok(file)
 }
 
 pub(super) fn write_state(dir: &Path, topo: &str, state: &State) -> Result<(), NetError> {

@@ -20,6 +20,7 @@ mod addresses;
 mod down;
 mod files;
 mod processes;
+mod schedule;
 mod set;
 mod shaping;
 mod up;
@@ -32,10 +33,12 @@ use crate::topology::Topology;
 pub use addresses::{hosts_file, interfaces, routes, segment_interfaces};
 pub use down::{down, status};
 pub use files::{
-    control_socket, emulator_trouble, lost_emulator, state, state_dir, stats_file, unusable,
+    control_socket, emulator_trouble, lost_emulator, schedule_log, scheduler_running, state,
+    state_dir, stats_file, unusable,
 };
 pub use processes::emulators;
-pub use set::{Changed, set};
+pub use schedule::{SCHEDULE_DONE, run as run_schedule};
+pub use set::{Changed, set, set_to};
 pub use shaping::{DEFAULT_QUEUE, PACKET_BYTES, shaping};
 pub use up::{has_emulated_links, up};
 
@@ -129,7 +132,8 @@ pub struct UpOptions {
     pub backend: Backend,
     /// The program run as the user-space emulator: `PROGRAM net _emulate TOPOLOGY`, with
     /// the links as JSON ([`crate::forward::EmulatedLink`]) on its stdin; it prints
-    /// `ready` once it forwards.
+    /// `ready` once it forwards. Also run as the schedule of links that change
+    /// (`PROGRAM net _schedule TOPOLOGY`).
     pub emulator: PathBuf,
     /// The emulator holds the CPUs out of deep idle states while it runs
     /// ([`crate::awake`]); only the user-space backend can.
@@ -155,6 +159,9 @@ pub struct State {
     /// a bucket smaller than a packet tbf holds would never send it.
     #[serde(default)]
     pub kept_buckets: std::collections::BTreeMap<String, u64>,
+    /// The process running its links' schedule, when some link has one.
+    #[serde(default)]
+    pub scheduler_pid: Option<u32>,
 }
 
 /// The middle namespace of link `index` under the user-space backend (a dot cannot

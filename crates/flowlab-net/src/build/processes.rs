@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use super::files::{emulator_log, record};
+use super::files::{emulator_log, record, schedule_log};
 use super::{NetError, UpOptions};
 
 /// Starts the emulator process and waits until it forwards. Its pid is recorded first,
@@ -22,7 +22,7 @@ pub(super) fn start_emulator(
         // The emulator may be reached as /proc/<pid>/exe (flowlab's own binary): its
         // name in `ps` is still flowlab.
         .arg0("flowlab")
-        .args(["net", "_emulate"])
+        .args(["net", EMULATE])
         .args(opts.keep_cpus_awake.then_some(KEEP_CPUS_AWAKE))
         .arg("--state-dir")
         .arg(dir)
@@ -70,17 +70,63 @@ pub(super) fn start_emulator(
     Ok(pid)
 }
 
+/// Starts the process that runs the schedule of topology `topo`, which is up
+/// ([`super::schedule::run`]): `PROGRAM net _schedule --state-dir DIR TOPO`, logging to
+/// [`schedule_log`]. Its pid is recorded first, so `down` stops it.
+pub(super) fn start_scheduler(topo: &str, dir: &Path, program: &Path) -> Result<u32, NetError> {
+    use std::os::unix::process::CommandExt;
+    let log_path = schedule_log(dir, topo);
+    let log = std::fs::File::create(&log_path).map_err(|e| NetError::Io(log_path.clone(), e))?;
+    let child = std::process::Command::new(program)
+        .arg0("flowlab")
+        .args(["net", SCHEDULE])
+        .arg("--state-dir")
+        .arg(dir)
+        .arg(topo)
+        .stdin(std::process::Stdio::null())
+        .stdout(
+            log.try_clone()
+                .map_err(|e| NetError::Io(log_path.clone(), e))?,
+        )
+        .stderr(log)
+        // Its own process group, as the emulator's: a Ctrl-C meant for the caller does
+        // not stop the schedule.
+        .process_group(0)
+        .spawn()
+        .map_err(|e| {
+            NetError::Unsupported(format!(
+                "the schedule did not start: {}: {e}",
+                program.display()
+            ))
+        })?;
+    let pid = child.id();
+    record(dir, topo, &format!("pid {pid}"))?;
+    // The child lives on; it is not waited for (down stops it).
+    std::mem::forget(child);
+    Ok(pid)
+}
+
+/// The hidden subcommands of a topology's own processes.
+const EMULATE: &str = "_emulate";
+const SCHEDULE: &str = "_schedule";
+
 /// The emulator's flag for holding the CPUs out of deep idle states.
 const KEEP_CPUS_AWAKE: &str = "--keep-cpus-awake";
 
 /// Whether process `pid` is the emulator of topology `topo`.
 pub(super) fn is_emulator(pid: u32, topo: &str) -> bool {
-    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|raw| emulates(&raw, topo))
+    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|raw| runs(&raw, EMULATE, topo))
+}
+
+/// Whether process `pid` runs the schedule of topology `topo`.
+pub(super) fn is_scheduler(pid: u32, topo: &str) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|raw| runs(&raw, SCHEDULE, topo))
 }
 
 /// Whether a command line (`/proc/PID/cmdline`: NUL-separated) is that of topology
-/// `topo`'s emulator: it ends in `net _emulate [--keep-cpus-awake] --state-dir DIR <topo>`.
-fn emulates(cmdline: &[u8], topo: &str) -> bool {
+/// `topo`'s process `what` (its emulator or its schedule): it ends in
+/// `net WHAT [--keep-cpus-awake] --state-dir DIR <topo>`.
+fn runs(cmdline: &[u8], what: &str, topo: &str) -> bool {
     let args: Vec<&[u8]> = cmdline
         .split(|&b| b == 0)
         .filter(|a| !a.is_empty())
@@ -96,11 +142,11 @@ fn emulates(cmdline: &[u8], topo: &str) -> bool {
         .unwrap_or(head);
     last == topo.as_bytes()
         && rest[rest.len() - 2] == b"--state-dir"
-        && head.ends_with(&[b"net".as_slice(), b"_emulate"])
+        && head.ends_with(&[b"net".as_slice(), what.as_bytes()])
 }
 
-/// Emulator processes of `topo` running now: the recorded ones and any other found in
-/// /proc (one started by an `up` that died before recording it).
+/// The processes of `topo` running now, its emulator and its schedule: the recorded ones
+/// and any other found in /proc (one started by an `up` that died before recording it).
 pub fn emulators(recorded: &[u32], topo: &str) -> Vec<u32> {
     let mut pids: Vec<u32> = recorded.to_vec();
     if let Ok(dir) = std::fs::read_dir("/proc") {
@@ -108,7 +154,7 @@ pub fn emulators(recorded: &[u32], topo: &str) -> Vec<u32> {
     }
     pids.sort_unstable();
     pids.dedup();
-    pids.retain(|&p| is_emulator(p, topo));
+    pids.retain(|&p| is_emulator(p, topo) || is_scheduler(p, topo));
     pids
 }
 
@@ -203,10 +249,22 @@ mod tests {
             "/run/x",
             "lab",
         ]);
+        let emulates = |raw: &[u8], topo| runs(raw, EMULATE, topo);
         assert!(emulates(&plain, "lab"));
         assert!(emulates(&awake, "lab"));
         assert!(!emulates(&plain, "lab2"), "another topology's");
         assert!(!emulates(&line(&["flowlab", "net", "up", "lab"]), "lab"));
+        // The schedule's process is known as such, not as an emulator.
+        let schedule = line(&[
+            "flowlab",
+            "net",
+            "_schedule",
+            "--state-dir",
+            "/run/x",
+            "lab",
+        ]);
+        assert!(runs(&schedule, SCHEDULE, "lab"));
+        assert!(!emulates(&schedule, "lab"));
         assert!(!emulates(
             &line(&[
                 "flowlab",

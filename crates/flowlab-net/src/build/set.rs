@@ -4,9 +4,7 @@
 
 use std::path::Path;
 
-use flowlab_results::net::Shape;
-
-use super::files::{control_socket, state, unusable, write_state};
+use super::files::{control_socket, lock_changes, state, unusable, write_state};
 use super::shaping::{NETEM_CHILD, bucket, in_place, needs_emulation, netem_qdisc, tbf};
 use super::up::is_emulated;
 use super::{Backend, NetError, ns_name, preflight, run};
@@ -34,7 +32,35 @@ pub fn set(
     link: &str,
     values: &[(&str, &str)],
 ) -> Result<Changed, NetError> {
+    change(dir, topo, link, |l| {
+        let mut l = l.clone();
+        for (key, value) in values {
+            l.set(key, value)?;
+        }
+        Ok(l)
+    })
+}
+
+/// Sets link `link` of topology `topo` to the shapes of `to` (as a step of its schedule
+/// has it), both directions, while it is up; refused as [`set`] refuses.
+pub fn set_to(dir: &Path, topo: &str, link: &str, to: &Link) -> Result<Changed, NetError> {
+    change(dir, topo, link, |l| {
+        let mut l = l.clone();
+        (l.a_to_b, l.b_to_a) = (to.a_to_b, to.b_to_a);
+        Ok(l)
+    })
+}
+
+/// Changes link `link` of topology `topo`, which is up, to what `new` makes of it as it
+/// is now; one change at a time (a schedule's and `flowlab net set`'s).
+fn change(
+    dir: &Path,
+    topo: &str,
+    link: &str,
+    new: impl FnOnce(&Link) -> Result<Link, crate::topology::TopologyError>,
+) -> Result<Changed, NetError> {
     preflight()?;
+    let _one_at_a_time = lock_changes(dir, topo)?;
     let Some(mut recorded) = state(dir, topo) else {
         return Err(NetError::Unsupported(format!(
             "no topology named '{topo}' is up (flowlab net status lists them)"
@@ -43,28 +69,25 @@ pub fn set(
     if let Some(why) = unusable(dir, topo) {
         return Err(NetError::Unsupported(why));
     }
-    let Some(old) = recorded.topology.clone() else {
+    let Some(mut topology) = recorded.topology.clone() else {
         return Err(NetError::Unsupported(format!(
             "topology {topo} was brought up by a flowlab that did not record its links: bring it up again to change them"
         )));
     };
-    let mut new = old.clone();
-    for (key, value) in values {
-        new.set_link(link, key, value)?;
-    }
-    let i = new
-        .links
-        .iter()
-        .position(|l| l.name == link)
-        .expect("set_link found the link");
-    let (before, after) = (old.links[i].clone(), new.links[i].clone());
+    let i = topology.link_index(link)?;
+    let before = topology.links[i].clone();
+    let after = new(&before)?;
+    let dev = format!("l{i}");
     let by_emulator = recorded.backend == Some(Backend::Userspace)
         && recorded.emulated_links.contains(&before.name);
     let netem = recorded.backend == Some(Backend::Netem);
+    // Which directions have netem at their root: those that had delay, jitter or loss
+    // when built, or were given netem for a schedule that has some.
+    let netem_root = |node: &str| netem && has_netem_root(&ns_name(topo, node), &dev);
+    let roots = (netem_root(&before.a), netem_root(&before.b));
     // Every refusal before anything changes.
-    let gains = |was: &Shape, now: &Shape| !needs_emulation(was) && needs_emulation(now);
     let gained = if netem {
-        gains(&before.a_to_b, &after.a_to_b) || gains(&before.b_to_a, &after.b_to_a)
+        (needs_emulation(&after.a_to_b) && !roots.0) || (needs_emulation(&after.b_to_a) && !roots.1)
     } else {
         !by_emulator && is_emulated(&after)
     };
@@ -74,15 +97,13 @@ pub fn set(
             if netem { " that way" } else { "" }
         )));
     }
-    let dev = format!("l{i}");
     let mut commands = Vec::new();
     let mut kept = Vec::new();
-    for (was, now, node, other) in [
-        (&before.a_to_b, &after.a_to_b, &before.a, &before.b),
-        (&before.b_to_a, &after.b_to_a, &before.b, &before.a),
+    for (was, now, node, other, netem_root) in [
+        (&before.a_to_b, &after.a_to_b, &before.a, &before.b, roots.0),
+        (&before.b_to_a, &after.b_to_a, &before.b, &before.a, roots.1),
     ] {
         let ns = ns_name(topo, node);
-        let netem_root = netem && needs_emulation(was);
         if netem_root {
             commands.push((ns.clone(), in_place(netem_qdisc(&dev, now))));
         }
@@ -140,13 +161,20 @@ pub fn set(
         args.extend(cmd.iter().map(String::as_str));
         run("tc", &args)?;
     }
-    recorded.topology = Some(new);
+    topology.links[i] = after.clone();
+    recorded.topology = Some(topology);
     write_state(dir, topo, &recorded)?;
     Ok(Changed {
         before,
         after,
         kept,
     })
+}
+
+/// Whether interface `dev` in namespace `ns` has netem as its root qdisc.
+fn has_netem_root(ns: &str, dev: &str) -> bool {
+    run("tc", &["-n", ns, "qdisc", "show", "dev", dev, "root"])
+        .is_ok_and(|out| out.trim_start().starts_with("qdisc netem"))
 }
 
 /// Sends `change` to the emulator listening on `socket` and waits for its answer: why it

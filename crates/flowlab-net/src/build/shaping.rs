@@ -17,10 +17,11 @@ pub(super) fn needs_emulation(s: &Shape) -> bool {
 }
 
 /// The `tc` arguments that shape one direction of a link on interface `dev`: `tbf` for
-/// rate and queue; with `netem`, netem for delay, jitter and loss at the root and tbf as
-/// its child. Without `netem`, delay, jitter and loss are left to the user-space emulator.
-pub fn shaping(dev: &str, s: &Shape, netem: bool) -> Vec<Vec<String>> {
-    if netem && needs_emulation(s) {
+/// rate and queue; with `netem_root`, netem for delay, jitter and loss at the root (even
+/// of none yet, for a schedule that gives some later) and tbf as its child. Without it,
+/// delay, jitter and loss are left to the user-space emulator.
+pub fn shaping(dev: &str, s: &Shape, netem_root: bool) -> Vec<Vec<String>> {
+    if netem_root {
         let mut cmds = vec![netem_qdisc(dev, s)];
         cmds.extend(tbf(dev, &NETEM_CHILD, s, None));
         cmds
@@ -113,6 +114,15 @@ mod tests {
             "qdisc add dev l3 root tbf rate 40000000bit burst 50000 limit 101438"
         );
         assert!(shaping("l3", &Shape::default(), false).is_empty());
+        // A netem root asked for (a schedule gives the direction delay later) holds one
+        // even with nothing to emulate yet.
+        let cmds = shaping("l3", &s, true);
+        assert!(
+            cmds[0]
+                .join(" ")
+                .contains("root handle 1: netem delay 0us 0us"),
+            "{cmds:?}"
+        );
     }
 
     #[test]

@@ -4,8 +4,8 @@
 use std::path::Path;
 
 use super::addresses::{hosts_file, interfaces, routes, static_neighbours};
-use super::files::{record, write_hosts, write_state};
-use super::processes::start_emulator;
+use super::files::{lock_changes, record, write_hosts, write_state};
+use super::processes::{start_emulator, start_scheduler};
 use super::shaping::{needs_emulation, shaping};
 use super::{
     Backend, NetError, State, UpOptions, down, link_ns_name, namespaces, netem_available, ns_name,
@@ -14,10 +14,20 @@ use super::{
 use crate::forward::{EmulatedLink, LineSpec};
 use crate::topology::{Kind, Link, Plan, Topology};
 
-/// Whether link `l` needs more than tbf (delay, jitter or loss, either way): netem or
-/// the user-space emulator.
+/// Whether link `l` needs more than tbf (delay, jitter or loss, either way, now or at a
+/// step of its schedule): netem or the user-space emulator.
 pub(super) fn is_emulated(l: &Link) -> bool {
-    needs_emulation(&l.a_to_b) || needs_emulation(&l.b_to_a)
+    l.shapes()
+        .iter()
+        .any(|(a_to_b, b_to_a)| needs_emulation(a_to_b) || needs_emulation(b_to_a))
+}
+
+/// Whether each direction of `l` (a → b, b → a) needs netem, now or at a step of its
+/// schedule.
+fn netem_ways(l: &Link) -> (bool, bool) {
+    l.shapes().iter().fold((false, false), |(a, b), (ab, ba)| {
+        (a || needs_emulation(ab), b || needs_emulation(ba))
+    })
 }
 
 /// Whether some link of `t` needs emulating: without one, `up` starts no emulator (and
@@ -95,12 +105,20 @@ fn build(
         topology: Some(t.clone()),
         cpus_kept_awake: false,
         kept_buckets: Default::default(),
+        scheduler_pid: None,
     };
     if !links.is_empty() {
         state.emulator_pid = Some(start_emulator(&t.name, dir, &links, opts)?);
         state.cpus_kept_awake = opts.keep_cpus_awake;
     }
     write_state(dir, &t.name, &state)?;
+    // The schedule last, once everything it changes is there: its times count from here.
+    if t.links.iter().any(|l| !l.schedule.is_empty()) {
+        // Its first change waits for its pid to be recorded.
+        let _recording = lock_changes(dir, &t.name)?;
+        state.scheduler_pid = Some(start_scheduler(&t.name, dir, &opts.emulator)?);
+        write_state(dir, &t.name, &state)?;
+    }
     Ok(state)
 }
 
@@ -178,7 +196,11 @@ fn add_emulated_link(
         run("ip", &["-n", &mid, "link", "set", "dev", end, "up"])?;
     }
     let (a_to_b, b_to_a) = (LineSpec::of(&l.a_to_b), LineSpec::of(&l.b_to_a));
-    let gso = EmulatedLink::gso_fits(&a_to_b, &b_to_a);
+    // Super-frames only where no step of its schedule loses or reorders frames either.
+    let gso = l
+        .shapes()
+        .iter()
+        .all(|(ab, ba)| EmulatedLink::gso_fits(&LineSpec::of(ab), &LineSpec::of(ba)));
     // A link that loses or reorders frames gets them cut to the MTU before the emulator;
     // one without keeps the nodes' offloads and carries super-frames.
     for n in [&na, &nb] {
@@ -218,8 +240,12 @@ fn attach_and_shape(t: &Topology, i: usize, l: &Link, netem: bool) -> Result<(),
         }
         run("ip", &["-n", n, "link", "set", "dev", &dev, "up"])?;
     }
-    for (s, n) in [(&l.a_to_b, &na), (&l.b_to_a, &nb)] {
-        for cmd in shaping(&dev, s, netem) {
+    let (netem_ab, netem_ba) = netem_ways(l);
+    for (s, n, netem_root) in [
+        (&l.a_to_b, &na, netem && netem_ab),
+        (&l.b_to_a, &nb, netem && netem_ba),
+    ] {
+        for cmd in shaping(&dev, s, netem_root) {
             let mut args = vec!["-n", n.as_str()];
             args.extend(cmd.iter().map(String::as_str));
             run("tc", &args)?;

@@ -67,6 +67,25 @@ pub fn net_plan(p: &flowlab_results::net::PlanSummary) -> String {
             shape_text(&d.shape)
         );
     }
+    for sch in &p.schedules {
+        let steps: Vec<String> = sch
+            .steps
+            .iter()
+            .map(|(at, said)| format!("at {} s {said}", short(at.as_secs_f64(), 6)))
+            .collect();
+        let again = sch.repeat.map_or(String::new(), |r| {
+            format!(
+                "; again every {} s, from the file's values",
+                short(r.as_secs_f64(), 6)
+            )
+        });
+        let _ = writeln!(
+            out,
+            "  schedule of {}: {}{again}",
+            sch.link,
+            steps.join("; ")
+        );
+    }
     if !p.all_paths && p.paths.is_empty() {
         let _ = writeln!(
             out,
@@ -223,6 +242,22 @@ pub fn net_status(up: &[TopologyStatus]) -> String {
                 d.max_late_us,
                 d.send_cost_us
             );
+        }
+        if let Some(sch) = &t.schedule {
+            let last = sch.last.as_deref().unwrap_or("nothing yet");
+            let _ = match (sch.running, sch.done) {
+                (true, _) => writeln!(
+                    out,
+                    "  schedule: pid {} ({}), last: {last}",
+                    sch.pid, sch.log
+                ),
+                (false, true) => writeln!(out, "  schedule: done ({}), last: {last}", sch.log),
+                (false, false) => writeln!(
+                    out,
+                    "  schedule: its process (pid {}) is not running: its links no longer change ({}), last: {last}",
+                    sch.pid, sch.log
+                ),
+            };
         }
     }
     out

@@ -77,6 +77,12 @@ pub fn check(
             .ok_or_else(|| Error::Failed(format!("{} has no address", p.to)))?;
         paths.push((path, to));
     }
+    for l in t.links.iter().filter(|l| !l.schedule.is_empty()) {
+        note(format!(
+            "link {} changes on a schedule: the check judges paths across it by the values it was given (the file's, or those of the topology that is up, as they are now), so a scheduled change while it runs shows as a deviation",
+            l.name
+        ));
+    }
     let up_already = build::status().iter().any(|(n, _)| *n == t.name);
     let (_teardown, state) = if up_already {
         if let Some(why) = build::unusable(&build::state_dir(), &t.name) {

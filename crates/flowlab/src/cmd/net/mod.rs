@@ -93,6 +93,14 @@ pub enum Command {
         state_dir: std::path::PathBuf,
         topology: String,
     },
+    /// The schedule of a topology's changing links (started by `up`; logs to its stdout).
+    #[command(name = "_schedule", hide = true)]
+    Schedule {
+        /// The `up`'s state directory.
+        #[arg(long)]
+        state_dir: std::path::PathBuf,
+        topology: String,
+    },
     /// Run a command inside a node: `flowlab net exec h1 -- flowlab test 10.0.5.1`.
     Exec {
         /// Topology name (needed when more than one is up).
@@ -263,6 +271,10 @@ pub fn run(c: Command) -> anyhow::Result<()> {
             state_dir,
             topology,
         } => emulate(&state_dir, &topology, keep_cpus_awake)?,
+        Command::Schedule {
+            state_dir,
+            topology,
+        } => build::run_schedule(&state_dir, &topology, &mut std::io::stdout())?,
     }
     Ok(())
 }
