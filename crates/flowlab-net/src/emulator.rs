@@ -1,7 +1,8 @@
 //! The user-space link emulator's model of one direction of a link (sans-IO): random
 //! loss, then a propagation delay with jitter, as netem applies them. Rate and queue are
-//! not here: both backends leave them to `tbf` on the sending interface, so the two
-//! backends differ only in where delay, jitter and loss happen.
+//! not here for a link of fixed rate: both backends leave them to `tbf` on the sending
+//! interface, so the two backends differ only in where delay, jitter and loss happen. A
+//! trace-driven link's rate and queue are here, ahead of the delay ([`crate::trace`]).
 //!
 //! Time is nanoseconds on any monotonic clock the caller chooses, so the model is tested
 //! without a clock.
@@ -10,6 +11,8 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use flowlab_results::net::Shape;
+
+use crate::trace::TraceQueue;
 
 /// The delay line holds at most this many packets (netem's `limit` is set to the same
 /// number, see [`line_limit`]), whatever the link's rate.
@@ -248,6 +251,9 @@ pub struct DelayLine<T> {
     /// Departure time of the newest packet: packets never overtake each other.
     last_due: u64,
     line: VecDeque<(u64, T)>,
+    /// A trace-driven link's queue ahead of the line: a packet enters the line when the
+    /// trace's opportunities have delivered it ([`crate::trace`]).
+    trace: Option<TraceQueue<T>>,
 }
 
 impl<T> DelayLine<T> {
@@ -260,7 +266,15 @@ impl<T> DelayLine<T> {
             rng: Rng::new(seed),
             last_due: 0,
             line: VecDeque::new(),
+            trace: None,
         }
+    }
+
+    /// The line behind `queue`, a trace-driven link's queue: packets offered wait there
+    /// for the trace's opportunities, then take the line's delay.
+    pub fn behind(mut self, queue: TraceQueue<T>) -> Self {
+        self.trace = Some(queue);
+        self
     }
 
     /// The line for one direction of a link with shape `s`.
@@ -272,12 +286,38 @@ impl<T> DelayLine<T> {
     /// jitter (uniform, like netem without a distribution table), but never before the
     /// packet ahead of it: unlike netem, jitter does not reorder.
     pub fn push(&mut self, now: u64, packet: T) -> (Verdict, Option<T>) {
+        self.push_sized(now, packet, crate::trace::OPPORTUNITY_BYTES)
+    }
+
+    /// [`DelayLine::push`] for a packet of `bytes` (its IP length), which a trace-driven
+    /// link's queue counts: there it waits for the trace's opportunities, `Full` when the
+    /// queue holds its limit, and `Queued` says the next opportunity.
+    pub fn push_sized(&mut self, now: u64, packet: T, bytes: u64) -> (Verdict, Option<T>) {
         if self.loss_below > 0 && self.rng.next_u64() < self.loss_below {
             return (Verdict::Lost, Some(packet));
+        }
+        if self.trace.is_some() {
+            self.deliver(now);
+            let queue = self.trace.as_mut().expect("a trace queue");
+            return match queue.push(now, packet, bytes) {
+                Ok(()) => (
+                    Verdict::Queued(queue.next_opportunity().unwrap_or(now)),
+                    None,
+                ),
+                Err(p) => (Verdict::Full, Some(p)),
+            };
         }
         if self.line.len() >= self.limit {
             return (Verdict::Full, Some(packet));
         }
+        let due = self.due(now);
+        self.line.push_back((due, packet));
+        (Verdict::Queued(due), None)
+    }
+
+    /// When a packet entering the line at `now` leaves it: `now` + delay ± jitter, never
+    /// before the one ahead.
+    fn due(&mut self, now: u64) -> u64 {
         let mut due = now + self.delay_ns;
         if self.jitter_ns > 0 {
             let offset = self.rng.next_u64() % (2 * self.jitter_ns + 1);
@@ -285,8 +325,24 @@ impl<T> DelayLine<T> {
         }
         let due = due.max(self.last_due);
         self.last_due = due;
-        self.line.push_back((due, packet));
-        (Verdict::Queued(due), None)
+        due
+    }
+
+    /// Moves what a trace-driven link's opportunities up to `upto` deliver into the line.
+    fn deliver(&mut self, upto: u64) {
+        let Some(mut queue) = self.trace.take() else {
+            return;
+        };
+        queue.deliver(upto, &mut |when, p| {
+            let due = self.due(when);
+            self.line.push_back((due, p));
+        });
+        self.trace = Some(queue);
+    }
+
+    /// Opportunities of a trace-driven link that went unused so far (its queue empty).
+    pub fn unused_opportunities(&self) -> u64 {
+        self.trace.as_ref().map_or(0, TraceQueue::unused)
     }
 
     /// Changes the delay, jitter, loss and limit for the packets offered from now on
@@ -301,18 +357,27 @@ impl<T> DelayLine<T> {
         self.limit = limit.max(1) as usize;
     }
 
-    /// The least time a packet offered now can take to be due, ns (delay less jitter).
+    /// The least time a packet offered now can take to be due, ns (delay less jitter;
+    /// none behind a trace's queue, whose next opportunity may be now).
     pub fn least_delay_ns(&self) -> u64 {
+        if self.trace.is_some() {
+            return 0;
+        }
         self.delay_ns.saturating_sub(self.jitter_ns)
     }
 
-    /// When the next packet is due, if any is waiting.
+    /// When the next packet is due, if any is waiting (behind a trace's queue: at the
+    /// earliest, the next opportunity and the delay after it).
     pub fn next_due(&self) -> Option<u64> {
-        self.line.front().map(|(due, _)| *due)
+        let queued = self.trace.as_ref().and_then(TraceQueue::next_opportunity);
+        let queued = queued.map(|t| t + self.delay_ns.saturating_sub(self.jitter_ns));
+        let lined = self.line.front().map(|(due, _)| *due);
+        lined.into_iter().chain(queued).min()
     }
 
     /// The next packet and when it was due, if it is due at `now`.
     pub fn pop_due(&mut self, now: u64) -> Option<(u64, T)> {
+        self.deliver(now);
         match self.line.front() {
             Some((due, _)) if *due <= now => self.line.pop_front(),
             _ => None,
@@ -320,11 +385,11 @@ impl<T> DelayLine<T> {
     }
 
     pub fn len(&self) -> usize {
-        self.line.len()
+        self.line.len() + self.trace.as_ref().map_or(0, TraceQueue::len)
     }
 
     pub fn is_empty(&self) -> bool {
-        self.line.is_empty()
+        self.len() == 0
     }
 }
 
@@ -363,6 +428,34 @@ mod tests {
             })
             .count();
         assert!((400..600).contains(&lost), "{lost} of 1000 lost at 0.5");
+    }
+
+    #[test]
+    fn behind_a_trace_packets_wait_for_opportunities_then_take_the_delay() {
+        use crate::trace::{DeliveryTrace, QueueLimit, TraceQueue};
+        let ms = Duration::from_millis;
+        // An opportunity at 2 ms and at 4 ms of every 4; a queue of 2 packets; 10 ms on.
+        let trace = DeliveryTrace::parse("2\n4\n").unwrap();
+        let mut line = DelayLine::new(ms(10), Duration::ZERO, 0.0, 1000, 7)
+            .behind(TraceQueue::new(trace, QueueLimit::Packets(2)));
+        assert_eq!(line.least_delay_ns(), 0, "an opportunity may come at once");
+        assert_eq!(line.push_sized(0, 'a', 1500).0, Verdict::Queued(2_000_000));
+        assert_eq!(line.push_sized(0, 'b', 1500).0, Verdict::Queued(2_000_000));
+        assert_eq!(line.push_sized(0, 'c', 1500).0, Verdict::Full);
+        // 'a' leaves the queue at 2 ms, the line at 12; 'b' at 4 and 14.
+        assert_eq!(line.next_due(), Some(12_000_000));
+        assert_eq!(line.pop_due(11_999_999), None);
+        assert_eq!(line.len(), 2);
+        assert_eq!(line.pop_due(12_000_000), Some((12_000_000, 'a')));
+        assert_eq!(line.next_due(), Some(14_000_000));
+        assert_eq!(line.pop_due(20_000_000), Some((14_000_000, 'b')));
+        assert!(line.is_empty());
+        // Nothing waited from 4 ms to 21 ms: the opportunities at 6 … 20 ms went unused.
+        assert_eq!(
+            line.push_sized(21_000_000, 'd', 1500).0,
+            Verdict::Queued(22_000_000)
+        );
+        assert_eq!(line.unused_opportunities(), 8);
     }
 
     #[test]

@@ -13,6 +13,7 @@
 //!   probes from inside one.
 //! - [`locate`]: which topology and node a process runs in, and its paths' bottlenecks.
 //! - [`status`]: the topologies that are up, how they were built, what their emulator did.
+//! - [`trace`]: links whose capacity follows a recorded trace (mahimahi's format), sans-IO.
 
 pub mod awake;
 pub mod build;
@@ -24,3 +25,4 @@ pub mod netns;
 pub mod probe;
 pub mod status;
 pub mod topology;
+pub mod trace;

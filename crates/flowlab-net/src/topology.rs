@@ -105,7 +105,8 @@ pub const MAX_STEPS: usize = 10_000;
 
 /// Every key a topology file has, at the top, in a `[[link]]` and in its
 /// `[[link.schedule]]` (docs/net.md).
-const KEYS: [&str; 16] = [
+const KEYS: [&str; 17] = [
+    "trace",
     "schedule",
     "schedule_repeat",
     "at",
@@ -181,6 +182,8 @@ fn line_column(text: &str, at: usize) -> (usize, usize) {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawProps {
+    /// A delivery-opportunity trace's file (mahimahi's format) the capacity follows.
+    trace: Option<String>,
     rate: Option<String>,
     delay: Option<String>,
     jitter: Option<String>,
@@ -280,6 +283,40 @@ pub struct Link {
     /// How it changes while it is up (`[[link.schedule]]`); empty: never.
     #[serde(default, skip_serializing_if = "Schedule::is_empty")]
     pub schedule: Schedule,
+    /// The trace each direction's capacity follows (`trace = "FILE"`), if any; such a
+    /// direction's `rate_bps` is the trace's mean.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub a_to_b_trace: Option<LinkTrace>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub b_to_a_trace: Option<LinkTrace>,
+}
+
+/// A trace a link direction's capacity follows ([`crate::trace`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LinkTrace {
+    /// The file, as the topology names it.
+    pub name: String,
+    /// Where it was read: the emulator reads it there again.
+    pub path: std::path::PathBuf,
+    /// Its mean capacity, bits per second.
+    pub mean_bps: u64,
+}
+
+/// Reads a trace file the topology names: where it is, and its text (or why not).
+pub type ReadTrace<'a> = &'a dyn Fn(&str) -> Result<(std::path::PathBuf, String), String>;
+
+/// A [`ReadTrace`] that reads trace files relative to directory `dir` (the topology
+/// file's).
+pub fn beside(
+    dir: &std::path::Path,
+) -> impl Fn(&str) -> Result<(std::path::PathBuf, String), String> + '_ {
+    move |name| {
+        let path = dir.join(name);
+        let path = path.canonicalize().unwrap_or(path);
+        std::fs::read_to_string(&path)
+            .map(|text| (path.clone(), text))
+            .map_err(|e| format!("{}: {e}", path.display()))
+    }
 }
 
 /// A link's changes over time: steps at times from the moment the topology is up,
@@ -479,6 +516,11 @@ fn change<'a>(
             "queue_bytes" => {
                 p.queue_bytes = Some(v.parse().map_err(|_| number("a byte count"))?);
             }
+            "trace" => {
+                return err(format!(
+                    "{link}: a link's trace is given in its topology file, and stays while it is up"
+                ));
+            }
             _ => {
                 return err(format!(
                     "{link}: '{key}' is not a link property (rate, delay, jitter, loss, queue, queue_bytes)"
@@ -591,6 +633,64 @@ fn schedule(text: &str, raw: &RawLink, link: &Link) -> Result<Schedule, Topology
     })
 }
 
+/// The traces link `link` follows (`trace = "FILE"`, each way or in `reverse`), read and
+/// checked with `read`; each such direction gets the trace's mean as its rate.
+fn traces(link: &mut Link, raw: &RawLink, read: ReadTrace<'_>) -> Result<(), TopologyError> {
+    let name = link.name.clone();
+    let one = |file: &str, way: &str| -> Result<LinkTrace, TopologyError> {
+        let (path, text) =
+            read(file).map_err(|e| TopologyError::new(format!("{name}: trace{way}: {e}")))?;
+        let trace = crate::trace::DeliveryTrace::parse(&text).map_err(|e| {
+            TopologyError::new(format!("{name}: trace{way}: {}: {e}", path.display()))
+        })?;
+        Ok(LinkTrace {
+            name: file.to_string(),
+            path,
+            mean_bps: trace.mean_bps(),
+        })
+    };
+    let forward = raw.props.trace.as_deref();
+    let reverse = match &raw.reverse {
+        Some(r) if r.trace.is_some() => r.trace.as_deref(),
+        // A reverse with a rate of its own follows no trace.
+        Some(r) if r.rate.is_some() => None,
+        _ => forward,
+    };
+    if forward.is_some() && raw.props.rate.is_some() {
+        return err(format!("{name}: give rate or trace, not both"));
+    }
+    if raw
+        .reverse
+        .as_ref()
+        .is_some_and(|r| r.trace.is_some() && r.rate.is_some())
+    {
+        return err(format!("{name} (reverse): give rate or trace, not both"));
+    }
+    if (forward.is_some() || reverse.is_some()) && !link.schedule.is_empty() {
+        return err(format!(
+            "{name}: a link whose capacity follows a trace has no schedule (the trace is its schedule)"
+        ));
+    }
+    if let Some(f) = forward {
+        let t = one(f, "")?;
+        link.a_to_b.rate_bps = Some(t.mean_bps);
+        link.a_to_b_trace = Some(t);
+    }
+    if let Some(f) = reverse {
+        let t = one(f, " (reverse)")?;
+        link.b_to_a.rate_bps = Some(t.mean_bps);
+        link.b_to_a_trace = Some(t);
+    }
+    Ok(())
+}
+
+impl Link {
+    /// Whether either direction's capacity follows a trace.
+    pub fn follows_a_trace(&self) -> bool {
+        self.a_to_b_trace.is_some() || self.b_to_a_trace.is_some()
+    }
+}
+
 fn check_name(name: &str, what: &str, max: usize) -> Result<(), TopologyError> {
     let ok = !name.is_empty()
         && name.len() <= max
@@ -608,8 +708,19 @@ fn check_name(name: &str, what: &str, max: usize) -> Result<(), TopologyError> {
 }
 
 impl Topology {
-    /// Parses and checks a topology file.
+    /// Parses and checks a topology file that names no trace file (one that does is
+    /// refused: see [`Topology::parse_with`]).
     pub fn parse(text: &str) -> Result<Topology, TopologyError> {
+        Self::parse_with(text, &|name| {
+            Err(format!(
+                "{name}: a topology's trace files are read beside its file (flowlab reads it from one)"
+            ))
+        })
+    }
+
+    /// Parses and checks a topology file, reading the trace files it names with `read`
+    /// (see [`beside`]).
+    pub fn parse_with(text: &str, read: ReadTrace<'_>) -> Result<Topology, TopologyError> {
         let raw: RawTopology = toml::from_str(text).map_err(|e| {
             let span = e.span();
             let message = e.message().trim_end().to_string();
@@ -700,8 +811,11 @@ impl Topology {
                 a_to_b,
                 b_to_a,
                 schedule: Schedule::default(),
+                a_to_b_trace: None,
+                b_to_a_trace: None,
             };
             link.schedule = schedule(text, l, &link)?;
+            traces(&mut link, l, read)?;
             links.push(link);
         }
         let mut degrees: HashMap<&str, usize> = HashMap::new();
@@ -899,6 +1013,13 @@ impl<'a> Plan<'a> {
             from: from.to_string(),
             to: to.to_string(),
             shape,
+            trace: if from == l.a {
+                &l.a_to_b_trace
+            } else {
+                &l.b_to_a_trace
+            }
+            .as_ref()
+            .map(|t| t.name.clone()),
         };
         let mut shaped = Vec::new();
         for l in t
@@ -907,7 +1028,7 @@ impl<'a> Plan<'a> {
             .filter(|l| !l.a_to_b.is_plain() || !l.b_to_a.is_plain())
         {
             shaped.push(direction(l, &l.a, &l.b, l.a_to_b));
-            if l.b_to_a != l.a_to_b {
+            if l.b_to_a != l.a_to_b || l.b_to_a_trace != l.a_to_b_trace {
                 shaped.push(direction(l, &l.b, &l.a, l.b_to_a));
             }
         }
@@ -1375,6 +1496,109 @@ mod tests {
         let e = Topology::parse(&text).unwrap_err();
         assert!(e.message.ends_with("did you mean `rate`?"), "{e}");
         assert_eq!(e.at.map(|(l, _)| l), Some(line_of(&text, "rtae")));
+    }
+
+    /// A reader of in-memory trace files, for [`Topology::parse_with`].
+    fn files<'a>(
+        files: &'a [(&'a str, &'a str)],
+    ) -> impl Fn(&str) -> Result<(std::path::PathBuf, String), String> + 'a {
+        move |name| {
+            files
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(n, text)| {
+                    (
+                        std::path::PathBuf::from(format!("/t/{n}")),
+                        text.to_string(),
+                    )
+                })
+                .ok_or_else(|| format!("/t/{name}: No such file or directory"))
+        }
+    }
+
+    #[test]
+    fn a_link_follows_its_traces_each_way_at_their_mean_rate() {
+        // 1 opportunity a ms: 12 Mbit/s; 1 every 2 ms: 6 Mbit/s.
+        let steady: String = (1..=10).map(|i| format!("{i}\n")).collect();
+        let slow: String = (1..=5).map(|i| format!("{}\n", 2 * i)).collect();
+        let traces = [("down.tr", steady.as_str()), ("up.tr", slow.as_str())];
+        let read = files(&traces);
+        let with = |props: &str| {
+            let text = SMALL.replace(
+                "rate = \"30M\"\n        delay = \"20ms\"\n        queue = 100\n        reverse = { rate = \"10M\", delay = \"5ms\" }",
+                props,
+            );
+            Topology::parse_with(&text, &read)
+        };
+        let t =
+            with("trace = \"down.tr\"\ndelay = \"5ms\"\nreverse = { trace = \"up.tr\" }").unwrap();
+        let wan = &t.links[1];
+        assert!(wan.follows_a_trace());
+        assert_eq!(wan.a_to_b.rate_bps, Some(12_000_000));
+        assert_eq!(wan.b_to_a.rate_bps, Some(6_000_000));
+        assert_eq!(
+            wan.a_to_b_trace.as_ref().unwrap().path,
+            std::path::Path::new("/t/down.tr")
+        );
+        assert_eq!(wan.b_to_a_trace.as_ref().unwrap().name, "up.tr");
+        assert_eq!(
+            wan.b_to_a.delay,
+            Duration::from_millis(5),
+            "the rest inherited"
+        );
+        // The plan's bottleneck is the trace's mean.
+        let plan = Plan::of(&t);
+        assert_eq!(
+            plan.path("h1", "h2").unwrap().bottleneck_bps,
+            Some(12_000_000)
+        );
+        // Both ways the same trace; or a reverse of fixed rate.
+        let t = with("trace = \"down.tr\"").unwrap();
+        assert_eq!(t.links[1].b_to_a_trace, t.links[1].a_to_b_trace);
+        let t = with("trace = \"down.tr\"\nreverse = { rate = \"1M\" }").unwrap();
+        assert!(t.links[1].b_to_a_trace.is_none());
+        assert_eq!(t.links[1].b_to_a.rate_bps, Some(1_000_000));
+        // Refused, naming the link, the file and the line.
+        for (props, says) in [
+            (
+                "trace = \"down.tr\"\nrate = \"5M\"",
+                "wan: give rate or trace, not both",
+            ),
+            (
+                "trace = \"none.tr\"",
+                "wan: trace: /t/none.tr: No such file or directory",
+            ),
+            (
+                "trace = \"down.tr\"\n[[link.schedule]]\nat = \"1s\"\ndelay = \"1ms\"",
+                "wan: a link whose capacity follows a trace has no schedule",
+            ),
+        ] {
+            let e = with(props).unwrap_err();
+            assert!(e.message.contains(says), "wanted '{says}' in: {e}");
+        }
+        let bad_files = [("bad.tr", "1\n2\nthree\n")];
+        let bad = files(&bad_files);
+        let text = SMALL.replace("rate = \"30M\"", "trace = \"bad.tr\"");
+        let e = Topology::parse_with(&text, &bad).unwrap_err();
+        assert_eq!(
+            e.message,
+            "wan: trace: /t/bad.tr: line 3: 'three' is not a time in whole milliseconds (one opportunity per line)"
+        );
+        // Without a file to read beside, a trace is refused; nothing else needs one.
+        assert!(
+            Topology::parse(&text)
+                .unwrap_err()
+                .message
+                .contains("read beside its file")
+        );
+        // A trace is the file's, not changed live.
+        let mut t = with("trace = \"down.tr\"").unwrap();
+        assert!(
+            t.set_link("wan", "trace", "up.tr")
+                .unwrap_err()
+                .message
+                .contains("given in its topology file")
+        );
     }
 
     #[test]

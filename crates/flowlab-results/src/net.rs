@@ -80,6 +80,9 @@ pub struct ShapedDirection {
     pub from: String,
     pub to: String,
     pub shape: Shape,
+    /// The trace file its capacity follows (its rate is then the trace's mean).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace: Option<String>,
 }
 
 /// What a path between two hosts implies.

@@ -1981,6 +1981,95 @@ fn a_scheduled_change_is_seen_by_a_test_within_an_interval_of_its_time() {
     }
 }
 
+/// A link whose capacity follows a trace (mahimahi's format, replayed by the user-space
+/// emulator): a steady trace of one 1500-byte opportunity a millisecond carries a TCP
+/// download at its payload capacity, 1448 of each 1500 bytes (12 Mbit/s × 1448/1500),
+/// within 5 %; a trace with a second of no opportunity every two stalls the transfer
+/// for an interval. Under cubic and bbr.
+#[test]
+fn a_trace_driven_link_delivers_the_traces_capacity_and_its_outages() {
+    let Some(_serial) = root_and_serial() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tmp");
+    let steady: String = (1..=1000).map(|ms| format!("{ms}\n")).collect();
+    let outage = format!("{steady}2000\n");
+    std::fs::write(dir.path().join("steady.trace"), steady).expect("trace");
+    std::fs::write(dir.path().join("outage.trace"), outage).expect("trace");
+    let _guards = (Down::new("ttrs"), Down::new("ttro"));
+    let test = |topo: &str, cc: &str, args: &[&str]| -> serde_json::Value {
+        let mut server = serve_in(topo, "b", &["-1"]);
+        let out = flowlab()
+            .args(["net", "exec", "-t", topo, "a", "--"])
+            .arg(assert_cmd::cargo::cargo_bin("flowlab"))
+            .args(["test", "b", "-J", "-C", cc])
+            .args(args)
+            .output()
+            .expect("test from a");
+        let _ = server.kill();
+        let _ = server.wait();
+        assert!(
+            out.status.success(),
+            "{topo} {cc}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("JSON")
+    };
+    for (topo, trace) in [("ttrs", "steady.trace"), ("ttro", "outage.trace")] {
+        let text = format!(
+            "name = \"{topo}\"\nhosts = [\"a\", \"b\"]\n[[link]]\nname = \"air\"\nends = [\"a\", \"b\"]\ntrace = \"{trace}\"\ndelay = \"10ms\"\nqueue = 100\n"
+        );
+        let file = write_topology(dir.path(), topo, &text);
+        up(&file, &[]);
+        let shown = flowlab()
+            .args(["net", "show", topo])
+            .output()
+            .expect("show");
+        assert!(
+            String::from_utf8_lossy(&shown.stdout).contains(&format!(
+                "link air a -> b: trace {trace} (mean {})",
+                if topo == "ttrs" {
+                    "12.0 Mbits/sec"
+                } else {
+                    "6.01 Mbits/sec"
+                }
+            )),
+            "{}",
+            String::from_utf8_lossy(&shown.stdout)
+        );
+        for cc in ["cubic", "bbr"] {
+            if topo == "ttrs" {
+                let v = test(topo, cc, &["-t", "4", "-O", "1"]);
+                let rate = v["end"]["sums"][0]["receiver"]["bits_per_second"]
+                    .as_f64()
+                    .expect("received rate");
+                let capacity = 12e6 * 1448.0 / 1500.0;
+                assert!(
+                    (rate - capacity).abs() <= 0.05 * capacity,
+                    "{cc}: {rate:.0} bit/s against a payload capacity of {capacity:.0}"
+                );
+            } else {
+                let v = test(topo, cc, &["-t", "3", "-i", "0.25"]);
+                let rates: Vec<f64> = v["intervals"]
+                    .as_array()
+                    .expect("intervals")
+                    .iter()
+                    .map(|i| i["sums"][0]["bits_per_second"].as_f64().expect("rate"))
+                    .collect();
+                // A quarter second inside an outage carries nothing; one outside carries
+                // most of the capacity.
+                assert!(rates.iter().any(|&r| r < 0.05 * 12e6), "{cc}: {rates:?}");
+                assert!(rates.iter().any(|&r| r > 0.8 * 11.58e6), "{cc}: {rates:?}");
+            }
+        }
+        let down = flowlab()
+            .args(["net", "down", topo])
+            .output()
+            .expect("down");
+        assert!(down.status.success());
+    }
+}
+
 /// A traced test's JSON `v` across link wan (50 Mbit/s, 10 ms each way, 100 packets)
 /// changed to 10 Mbit/s and 40 ms at `changed_at` s on the test's clock, or up to `lead`
 /// s earlier (the test started at most that long after the moment its clock was taken

@@ -76,6 +76,11 @@ fn change(
     };
     let i = topology.link_index(link)?;
     let before = topology.links[i].clone();
+    if before.follows_a_trace() {
+        return Err(NetError::Unsupported(format!(
+            "link {link} follows a trace, which sets its rate and queue: it is changed in its file, and brought up again"
+        )));
+    }
     let after = new(&before)?;
     let dev = format!("l{i}");
     let by_emulator = recorded.backend == Some(Backend::Userspace)

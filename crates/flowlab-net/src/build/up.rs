@@ -11,15 +11,17 @@ use super::{
     Backend, NetError, State, UpOptions, down, link_ns_name, namespaces, netem_available, ns_name,
     prefix, preflight, run,
 };
-use crate::forward::{EmulatedLink, LineSpec};
+use crate::forward::{EmulatedLink, LineSpec, TraceSpec};
 use crate::topology::{Kind, Link, Plan, Topology};
+use flowlab_results::net::Shape;
 
 /// Whether link `l` needs more than tbf (delay, jitter or loss, either way, now or at a
 /// step of its schedule): netem or the user-space emulator.
 pub(super) fn is_emulated(l: &Link) -> bool {
-    l.shapes()
-        .iter()
-        .any(|(a_to_b, b_to_a)| needs_emulation(a_to_b) || needs_emulation(b_to_a))
+    l.follows_a_trace()
+        || l.shapes()
+            .iter()
+            .any(|(a_to_b, b_to_a)| needs_emulation(a_to_b) || needs_emulation(b_to_a))
 }
 
 /// Whether each direction of `l` (a → b, b → a) needs netem, now or at a step of its
@@ -50,10 +52,19 @@ pub fn up(t: &Topology, dir: &Path, opts: &UpOptions) -> Result<State, NetError>
         .filter(|(_, l)| is_emulated(l))
         .map(|(i, _)| i)
         .collect();
+    let traced = t.links.iter().find(|l| l.follows_a_trace());
     let backend = if emulated.is_empty() {
         None
     } else {
         Some(match opts.backend {
+            // Only the user-space emulator replays a trace.
+            Backend::Auto if traced.is_some() => Backend::Userspace,
+            Backend::Netem if traced.is_some() => {
+                return Err(NetError::Unsupported(format!(
+                    "link {} follows a trace, which only the user-space emulator replays; use --backend userspace (or auto)",
+                    traced.map_or("", |l| l.name.as_str())
+                )));
+            }
             Backend::Auto if netem_available() => Backend::Netem,
             Backend::Auto | Backend::Userspace => Backend::Userspace,
             Backend::Netem if netem_available() => Backend::Netem,
@@ -196,11 +207,12 @@ fn add_emulated_link(
         run("ip", &["-n", &mid, "link", "set", "dev", end, "up"])?;
     }
     let (a_to_b, b_to_a) = (LineSpec::of(&l.a_to_b), LineSpec::of(&l.b_to_a));
-    // Super-frames only where no step of its schedule loses or reorders frames either.
-    let gso = l
-        .shapes()
-        .iter()
-        .all(|(ab, ba)| EmulatedLink::gso_fits(&LineSpec::of(ab), &LineSpec::of(ba)));
+    // Super-frames only where no step of its schedule loses or reorders frames either,
+    // and no trace counts its opportunities in packets of the MTU.
+    let gso = !l.follows_a_trace()
+        && l.shapes()
+            .iter()
+            .all(|(ab, ba)| EmulatedLink::gso_fits(&LineSpec::of(ab), &LineSpec::of(ba)));
     // A link that loses or reorders frames gets them cut to the MTU before the emulator;
     // one without keeps the nodes' offloads and carries super-frames.
     for n in [&na, &nb] {
@@ -215,6 +227,13 @@ fn add_emulated_link(
             }
         })?;
     }
+    let trace = |t: &Option<crate::topology::LinkTrace>, s: &flowlab_results::net::Shape| {
+        t.as_ref().map(|t| TraceSpec {
+            file: t.path.clone(),
+            queue_packets: s.queue_packets,
+            queue_bytes: s.queue_bytes,
+        })
+    };
     Ok(EmulatedLink {
         name: l.name.clone(),
         namespace: mid,
@@ -223,6 +242,8 @@ fn add_emulated_link(
         a_to_b,
         b_to_a,
         gso,
+        a_to_b_trace: trace(&l.a_to_b_trace, &l.a_to_b),
+        b_to_a_trace: trace(&l.b_to_a_trace, &l.b_to_a),
     })
 }
 
@@ -241,11 +262,23 @@ fn attach_and_shape(t: &Topology, i: usize, l: &Link, netem: bool) -> Result<(),
         run("ip", &["-n", n, "link", "set", "dev", &dev, "up"])?;
     }
     let (netem_ab, netem_ba) = netem_ways(l);
+    // A direction that follows a trace gets its rate and queue from the emulator.
+    let own = |s: &Shape, traced: bool| {
+        if traced { Shape::default() } else { *s }
+    };
     for (s, n, netem_root) in [
-        (&l.a_to_b, &na, netem && netem_ab),
-        (&l.b_to_a, &nb, netem && netem_ba),
+        (
+            own(&l.a_to_b, l.a_to_b_trace.is_some()),
+            &na,
+            netem && netem_ab,
+        ),
+        (
+            own(&l.b_to_a, l.b_to_a_trace.is_some()),
+            &nb,
+            netem && netem_ba,
+        ),
     ] {
-        for cmd in shaping(&dev, s, netem_root) {
+        for cmd in shaping(&dev, &s, netem_root) {
             let mut args = vec!["-n", n.as_str()];
             args.extend(cmd.iter().map(String::as_str));
             run("tc", &args)?;

@@ -65,6 +65,36 @@ pub struct EmulatedLink {
     /// keep their offloads on.
     #[serde(default)]
     pub gso: bool,
+    /// The trace each direction's capacity follows, if any: the emulator then owns that
+    /// direction's rate and queue ([`crate::trace`]).
+    #[serde(default)]
+    pub a_to_b_trace: Option<TraceSpec>,
+    #[serde(default)]
+    pub b_to_a_trace: Option<TraceSpec>,
+}
+
+/// A trace-driven direction: its trace file (mahimahi's format) and its queue's limit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TraceSpec {
+    pub file: std::path::PathBuf,
+    pub queue_packets: Option<u64>,
+    pub queue_bytes: Option<u64>,
+}
+
+impl TraceSpec {
+    /// The queue in front of the trace's opportunities, behind which `line` delays.
+    pub fn queue<T>(&self) -> io::Result<crate::trace::TraceQueue<T>> {
+        use crate::trace::{DeliveryTrace, QueueLimit, TraceQueue};
+        let text = std::fs::read_to_string(&self.file)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", self.file.display())))?;
+        let trace = DeliveryTrace::parse(&text)
+            .map_err(|e| io::Error::other(format!("{}: {e}", self.file.display())))?;
+        let limit = match (self.queue_bytes, self.queue_packets) {
+            (Some(b), _) => QueueLimit::Bytes(b),
+            (None, p) => QueueLimit::Packets(p.unwrap_or(crate::build::DEFAULT_QUEUE)),
+        };
+        Ok(TraceQueue::new(trace, limit))
+    }
 }
 
 impl EmulatedLink {

@@ -91,7 +91,9 @@ pub(super) fn receive(
                     len,
                 }
             };
-            match line.push(arrived, frame) {
+            // A trace counts IP packets' bytes: the frame less its Ethernet header.
+            let ip_bytes = (len as u64).saturating_sub(14);
+            match line.push_sized(arrived, frame, ip_bytes) {
                 (Verdict::Queued(_), _) => {}
                 (Verdict::Lost, Some(f)) => {
                     counters.lost.fetch_add(1, Relaxed);
@@ -330,6 +332,12 @@ pub(super) fn forward(
     };
     let mut ab = line(&link.a_to_b, seed);
     let mut ba = line(&link.b_to_a, seed.rotate_left(32) ^ 0x9e37_79b9);
+    if let Some(t) = &link.a_to_b_trace {
+        ab = ab.behind(t.queue()?);
+    }
+    if let Some(t) = &link.b_to_a_trace {
+        ba = ba.behind(t.queue()?);
+    }
     set_int(&a.fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1)?;
     set_int(&b.fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1)?;
     // Wake on time: the default 50 µs timer slack would add to every delay.

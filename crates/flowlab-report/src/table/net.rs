@@ -58,14 +58,21 @@ pub fn net_plan(p: &flowlab_results::net::PlanSummary) -> String {
         );
     }
     for d in &p.shaped {
-        let _ = writeln!(
-            out,
-            "  link {} {} -> {}: {}",
-            d.link,
-            d.from,
-            d.to,
-            shape_text(&d.shape)
-        );
+        let shape = match &d.trace {
+            Some(t) => {
+                let mean = d.shape.rate_bps.unwrap_or(0) as f64;
+                let rest = shape_text(&flowlab_results::net::Shape {
+                    rate_bps: None,
+                    ..d.shape
+                });
+                format!(
+                    "trace {t} (mean {}), {rest}",
+                    Rate(mean, UnitFormat::Adaptive)
+                )
+            }
+            None => shape_text(&d.shape),
+        };
+        let _ = writeln!(out, "  link {} {} -> {}: {shape}", d.link, d.from, d.to);
     }
     for sch in &p.schedules {
         let steps: Vec<String> = sch

@@ -34,7 +34,9 @@ impl Net {
     pub fn load(file: &Path) -> Result<Net, String> {
         let text = std::fs::read_to_string(file)
             .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
-        let topo = Topology::parse(&text).map_err(|e| format!("{}: {e}", file.display()))?;
+        let dir = file.parent().unwrap_or(Path::new("."));
+        let topo = Topology::parse_with(&text, &flowlab_net::topology::beside(dir))
+            .map_err(|e| format!("{}: {e}", file.display()))?;
         Ok(Net {
             networks: vec![topo.clone()],
             topo,

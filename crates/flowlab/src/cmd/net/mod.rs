@@ -282,7 +282,8 @@ pub fn run(c: Command) -> anyhow::Result<()> {
 /// The topology in `file`; an error names the file.
 fn load_topology(file: &Path) -> anyhow::Result<Topology> {
     let text = std::fs::read_to_string(file).with_context(|| file.display().to_string())?;
-    Topology::parse(&text).map_err(|e| {
+    let dir = file.parent().unwrap_or(Path::new("."));
+    Topology::parse_with(&text, &flowlab_net::topology::beside(dir)).map_err(|e| {
         let place =
             e.at.map(|(line, column)| crate::usage::snippet(&text, line, column));
         anyhow::anyhow!("{}: {e}{}", file.display(), place.unwrap_or_default())
