@@ -103,6 +103,32 @@ impl DeliveryTrace {
         (bits * 1_000_000_000 / u128::from(self.period_ns())) as u64
     }
 
+    /// The capacity over one period in bins of `bin_ms`: each bin's start (s) and the
+    /// bits per second its opportunities carry (a graph of the trace).
+    pub fn capacity(&self, bin_ms: u32) -> Vec<(f64, f64)> {
+        let bin_ms = bin_ms.max(1);
+        let period_ms = *self.ms.last().unwrap_or(&0);
+        let bins = period_ms.div_ceil(bin_ms) as usize;
+        let last = bins.max(1) - 1;
+        let mut count = vec![0u64; last + 1];
+        for &t in self.ms.iter() {
+            // An opportunity at a bin's end time belongs to that bin (times count from 1).
+            let i = (t.saturating_sub(1) / bin_ms) as usize;
+            count[i.min(last)] += 1;
+        }
+        let bits_per_bin_to_bps = OPPORTUNITY_BYTES as f64 * 8.0 * 1000.0 / f64::from(bin_ms);
+        count
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| {
+                (
+                    (i as u64 * u64::from(bin_ms)) as f64 / 1000.0,
+                    n as f64 * bits_per_bin_to_bps,
+                )
+            })
+            .collect()
+    }
+
     /// Opportunity `k` (counted from the start over every repetition): when it comes, ns.
     fn at(&self, k: u64) -> u64 {
         let n = self.ms.len() as u64;
@@ -275,6 +301,23 @@ mod tests {
             assert_eq!(e.line, line, "{text:?}: {e}");
             assert!(e.message.contains(says), "{text:?}: {e}");
         }
+    }
+
+    #[test]
+    fn the_capacity_is_binned_over_a_period() {
+        // 2 ms at 2 opportunities a ms (24 Mbit/s), then 2 ms with none.
+        let t = DeliveryTrace::parse("1\n1\n2\n2\n4\n").unwrap();
+        assert_eq!(
+            t.capacity(2),
+            [(0.0, 24_000_000.0), (0.002, 6_000_000.0)],
+            "the 4 ms opportunity closes the period in its last bin"
+        );
+        let steady =
+            DeliveryTrace::parse(&(1..=1000).map(|i| format!("{i}\n")).collect::<String>())
+                .unwrap();
+        let bins = steady.capacity(100);
+        assert_eq!(bins.len(), 10);
+        assert!(bins.iter().all(|&(_, bps)| bps == 12_000_000.0), "{bins:?}");
     }
 
     #[test]

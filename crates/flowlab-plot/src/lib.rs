@@ -16,6 +16,8 @@
 //!   intervals' medians and the idle median (the RRUL picture beside throughput).
 //! - [`Graph::LatencyCdf`]: the distribution of the loaded round trips, and the idle ones.
 //!
+//! A trace-driven link's capacity is drawn apart, from its bins ([`capacity_panel`]).
+//!
 //! A topology is drawn apart, from plain data ([`Diagram`] → [`topology_svg`]):
 //! nodes in columns by their distance from the first host, links labelled.
 //!
@@ -29,7 +31,7 @@ mod study;
 mod topology;
 
 pub use draw::{render_file, render_svg};
-pub use series::{Band, Panel, Series, labels, panels};
+pub use series::{Band, Panel, Series, capacity_panel, labels, panels};
 pub use study::{metric_panel, scatter_panel, spread_ellipse};
 pub use topology::{Diagram, DiagramLink, NodeKind, topology_svg};
 

@@ -286,6 +286,41 @@ fn throughput(inputs: &[Input], labels: &[String]) -> Result<Panel, PlotError> {
     })
 }
 
+/// A trace-driven link's capacity over one period of each trace (`flowlab plot
+/// --capacity`): each trace's name and its bins, each bin's start (s) and bits per second,
+/// `bin_s` long; drawn as steps.
+pub fn capacity_panel(traces: &[(String, Vec<(f64, f64)>)], bin_s: f64) -> Panel {
+    let mut series: Vec<Series> = traces
+        .iter()
+        .map(|(name, bins)| Series {
+            colour: None,
+            name: name.clone(),
+            points: bins
+                .iter()
+                .flat_map(|&(t, bps)| span(t, t + bin_s, bps))
+                .collect(),
+        })
+        .collect();
+    let (div, unit) = scale(max_y(&series), 1000.0, |p| unit_name(p, "bits/sec"));
+    rescale(&mut series, div);
+    Panel {
+        title: format!(
+            "Capacity of the trace (its opportunities per {} ms)",
+            (bin_s * 1000.0).round()
+        ),
+        x_label: "time (s)".into(),
+        y_label: format!("capacity ({unit})"),
+        series,
+        bands: Vec::new(),
+        error_bars: Vec::new(),
+        dots: Vec::new(),
+        dashed: Vec::new(),
+        markers: Vec::new(),
+        x_ticks: Vec::new(),
+        x_log: false,
+    }
+}
+
 /// The traced senders of an input (the sending end's samples of each stream).
 fn senders(input: &Input) -> Result<Vec<&TracedStream>, PlotError> {
     let t = input

@@ -504,13 +504,21 @@ fn net_up_down_and_status_of_each_kind_of_topology() {
         late: 2,
         max_late_us: 1350,
         send_cost_us: 2.25,
+        unused_opportunities: None,
     };
     text += &table::net_status(&[
         TopologyStatus {
             name: "port".into(),
             built: emulated,
             namespaces: vec!["fl-port-h1".into(), "fl-port-link.0".into()],
-            emulated: vec![direction("a→b", 120_000), direction("b→a", 0)],
+            emulated: vec![
+                direction("a→b", 120_000),
+                // A direction that follows a trace counts its unused opportunities.
+                EmulatedDirection {
+                    unused_opportunities: Some(4_700),
+                    ..direction("b→a", 0)
+                },
+            ],
             schedule: Some(flowlab_results::net::ScheduleStatus {
                 pid: 4321,
                 running: true,

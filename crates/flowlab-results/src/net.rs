@@ -306,4 +306,8 @@ pub struct EmulatedDirection {
     pub max_late_us: u64,
     /// How early frames are written to make up for the cost of sending them, µs.
     pub send_cost_us: f64,
+    /// A direction that follows a trace: its opportunities that went unused (nothing
+    /// waited for them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unused_opportunities: Option<u64>,
 }

@@ -570,6 +570,51 @@ fn plot_draws_svg_and_png_from_results() {
     assert!(String::from_utf8_lossy(&out.stderr).contains(".svg or .png"));
 }
 
+/// `plot --capacity` draws a trace's capacity, alone or under a result's graphs; a bad
+/// trace is refused with its file and line.
+#[test]
+fn plot_draws_a_traces_capacity_and_refuses_a_bad_trace_by_its_line() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let trace = dir.path().join("steady.trace");
+    let steady: String = (1..=1000).map(|ms| format!("{ms}\n")).collect();
+    std::fs::write(&trace, steady).expect("trace");
+    let svg = dir.path().join("capacity.svg");
+    let out = flowlab()
+        .args(["plot", "-o"])
+        .arg(&svg)
+        .arg("--capacity")
+        .arg(&trace)
+        .output()
+        .expect("runs");
+    assert_success(&out);
+    let drawn = std::fs::read_to_string(&svg).expect("written");
+    assert!(
+        drawn.contains("Capacity of the trace") && drawn.contains("steady.trace"),
+        "title and legend"
+    );
+    assert!(
+        drawn.contains("capacity (Mbits/sec)"),
+        "12 Mbit/s in Mbit/s"
+    );
+    let bad = dir.path().join("bad.trace");
+    std::fs::write(&bad, "1\n2\n1\n").expect("trace");
+    let out = flowlab()
+        .args(["plot", "-o"])
+        .arg(&svg)
+        .arg("--capacity")
+        .arg(&bad)
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("bad.trace: line 3: 1 ms comes before the line above it (2 ms)"),
+        "{err}"
+    );
+    // Neither a result nor a trace: nothing to draw.
+    support::usage_error(&["plot", "-o", "x.svg"], "RESULT.json");
+}
+
 #[test]
 fn fragments_make_serve_fetch_sweep_join_from_the_command_line() {
     let dir = tempfile::tempdir().expect("temp dir");

@@ -2062,6 +2062,22 @@ fn a_trace_driven_link_delivers_the_traces_capacity_and_its_outages() {
                 assert!(rates.iter().any(|&r| r > 0.8 * 11.58e6), "{cc}: {rates:?}");
             }
         }
+        // The emulator counts the opportunities that went unused: by the thousand on the
+        // way of the acknowledgements, which find nothing waiting behind them.
+        let status = flowlab()
+            .args(["net", "status", topo])
+            .output()
+            .expect("status");
+        let status = String::from_utf8_lossy(&status.stdout).into_owned();
+        let unused: Vec<u64> = status
+            .lines()
+            .filter_map(|l| {
+                let (head, _) = l.split_once(" trace opportunities unused")?;
+                head.rsplit(' ').next()?.parse().ok()
+            })
+            .collect();
+        assert_eq!(unused.len(), 2, "both ways follow the trace: {status}");
+        assert!(unused[1] > 1000, "b→a: {status}");
         let down = flowlab()
             .args(["net", "down", topo])
             .output()

@@ -334,9 +334,11 @@ pub(super) fn forward(
     let mut ba = line(&link.b_to_a, seed.rotate_left(32) ^ 0x9e37_79b9);
     if let Some(t) = &link.a_to_b_trace {
         ab = ab.behind(t.queue()?);
+        counters.a_to_b.traced.store(true, Relaxed);
     }
     if let Some(t) = &link.b_to_a_trace {
         ba = ba.behind(t.queue()?);
+        counters.b_to_a.traced.store(true, Relaxed);
     }
     set_int(&a.fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1)?;
     set_int(&b.fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1)?;
@@ -540,6 +542,10 @@ pub(super) fn forward(
         }
         if Duration::from_nanos(now) >= stats_due {
             stats_due += Duration::from_secs(1);
+            for (line, c) in [(&ab, &counters.a_to_b), (&ba, &counters.b_to_a)] {
+                c.unused_opportunities
+                    .store(line.unused_opportunities(), Relaxed);
+            }
             counters
                 .a_to_b
                 .emulator_drops

@@ -38,6 +38,10 @@ pub struct Counters {
     /// thread was in its poll ([`RecentPolls`](crate::emulator::RecentPolls)): its wake-ups'. The rest passed while
     /// the thread was up (its own work on other frames, or the CPU taken from it).
     pub woke_late_histogram: [AtomicU64; LATE_BUCKETS],
+    /// A trace-driven direction ([`crate::trace`]): its opportunities that went unused
+    /// (its queue was empty), as its thread last counted them.
+    pub traced: std::sync::atomic::AtomicBool,
+    pub unused_opportunities: AtomicU64,
 }
 
 impl Default for Counters {
@@ -55,6 +59,8 @@ impl Default for Counters {
             send_cost_ns: AtomicU64::new(0),
             late_histogram: std::array::from_fn(|_| AtomicU64::new(0)),
             woke_late_histogram: std::array::from_fn(|_| AtomicU64::new(0)),
+            traced: std::sync::atomic::AtomicBool::new(false),
+            unused_opportunities: AtomicU64::new(0),
         }
     }
 }
@@ -138,6 +144,9 @@ pub struct DirectionStats {
     /// buckets left out (empty from an emulator older than it).
     #[serde(default)]
     pub woke_late_histogram: Vec<u64>,
+    /// A trace-driven direction's unused opportunities (absent for a fixed-rate one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unused_opportunities: Option<u64>,
 }
 
 impl DirectionStats {
@@ -207,6 +216,10 @@ impl From<&Counters> for DirectionStats {
             send_cost_ns: c.send_cost_ns.load(Relaxed),
             late_histogram: trimmed(&c.late_histogram),
             woke_late_histogram: trimmed(&c.woke_late_histogram),
+            unused_opportunities: c
+                .traced
+                .load(Relaxed)
+                .then(|| c.unused_opportunities.load(Relaxed)),
         }
     }
 }

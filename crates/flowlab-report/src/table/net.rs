@@ -230,7 +230,7 @@ pub fn net_status(up: &[TopologyStatus]) -> String {
         for d in &t.emulated {
             let _ = writeln!(
                 out,
-                "  link {} {}: {} forwarded{}, {} lost (random), {} line full, {} emulator drops, {} oversize, mean lateness {:.0} µs, {} late (worst {} µs), written {:.0} µs early for the cost of sending",
+                "  link {} {}: {} forwarded{}, {} lost (random), {} line full, {} emulator drops, {} oversize, mean lateness {:.0} µs, {} late (worst {} µs), written {:.0} µs early for the cost of sending{}",
                 d.link,
                 d.way,
                 d.forwarded,
@@ -247,7 +247,10 @@ pub fn net_status(up: &[TopologyStatus]) -> String {
                 d.mean_late_us,
                 d.late,
                 d.max_late_us,
-                d.send_cost_us
+                d.send_cost_us,
+                d.unused_opportunities.map_or(String::new(), |n| format!(
+                    ", {n} trace opportunities unused"
+                ))
             );
         }
         if let Some(sch) = &t.schedule {

@@ -7,8 +7,12 @@ use flowlab_results::result::{SCHEMA, TestResult};
 #[derive(Debug, ClapArgs)]
 pub struct Args {
     /// Result files written by `flowlab test --json` (several are overlaid).
-    #[arg(required = true, value_name = "RESULT.json")]
+    #[arg(required_unless_present = "capacity", value_name = "RESULT.json")]
     pub results: Vec<std::path::PathBuf>,
+    /// Also draw the capacity of this trace (mahimahi's format, as a topology's `trace`
+    /// takes it) over one period, in 100 ms steps; several are overlaid.
+    #[arg(long, value_name = "TRACE")]
+    pub capacity: Vec<std::path::PathBuf>,
     /// Output file; .svg or .png.
     #[arg(short, long, value_name = "FILE")]
     pub output: std::path::PathBuf,
@@ -37,11 +41,39 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
             })
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let panels = flowlab_plot::panels(graph, &inputs)?;
+    let mut panels = if inputs.is_empty() {
+        Vec::new()
+    } else {
+        flowlab_plot::panels(graph, &inputs)?
+    };
+    if !a.capacity.is_empty() {
+        let traces = a
+            .capacity
+            .iter()
+            .map(|path| {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("--capacity {}", path.display()))?;
+                let trace = flowlab_net::trace::DeliveryTrace::parse(&text)
+                    .with_context(|| format!("--capacity {}", path.display()))?;
+                let name = path.file_name().map_or_else(
+                    || path.display().to_string(),
+                    |s| s.to_string_lossy().into(),
+                );
+                Ok((name, trace.capacity(CAPACITY_BIN_MS)))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        panels.push(flowlab_plot::capacity_panel(
+            &traces,
+            f64::from(CAPACITY_BIN_MS) / 1000.0,
+        ));
+    }
     flowlab_plot::render_file(&panels, &a.output)?;
     eprintln!("wrote {}", a.output.display());
     Ok(())
 }
+
+/// How much of a trace each step of its capacity graph covers, ms.
+const CAPACITY_BIN_MS: u32 = 100;
 
 /// A finished test's result from a `flowlab test --json` file.
 fn read_result(path: &std::path::Path) -> anyhow::Result<TestResult> {
