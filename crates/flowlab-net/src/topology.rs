@@ -210,6 +210,16 @@ struct RawLink {
 #[serde(deny_unknown_fields)]
 struct RawStep {
     at: toml::Spanned<String>,
+    #[serde(flatten)]
+    props: RawStepProps,
+    /// The b → a direction's own changes, over those above.
+    reverse: Option<RawStepProps>,
+}
+
+/// What a schedule step sets (a link's properties but its trace).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStepProps {
     rate: Option<String>,
     delay: Option<String>,
     jitter: Option<String>,
@@ -218,7 +228,7 @@ struct RawStep {
     loss: Option<f64>,
 }
 
-impl RawStep {
+impl RawStepProps {
     /// The properties it sets, as `(key, value)` the way the file writes them.
     fn changes(&self) -> Vec<(String, String)> {
         let mut out = Vec::new();
@@ -335,15 +345,39 @@ pub struct Schedule {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Step {
     pub at: Duration,
-    /// `(key, value)` as the file writes them ([`Topology::set_link`]'s keys).
+    /// `(key, value)` as the file writes them ([`Topology::set_link`]'s keys), both ways.
     pub set: Vec<(String, String)>,
+    /// The b → a direction's own, over `set` (a step's `reverse = { … }`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reverse: Vec<(String, String)>,
 }
 
 impl Step {
-    /// "rate=10M delay=40ms", as `flowlab net set` takes it.
+    /// "rate=10M delay=40ms", as `flowlab net set` takes it; "… (reverse rate=50M)" with
+    /// the b → a direction's own.
     pub fn said(&self) -> String {
-        let pairs: Vec<String> = self.set.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        pairs.join(" ")
+        let words = |pairs: &[(String, String)]| {
+            let w: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            w.join(" ")
+        };
+        match (self.set.is_empty(), self.reverse.is_empty()) {
+            (_, true) => words(&self.set),
+            (true, false) => format!("reverse {}", words(&self.reverse)),
+            (false, false) => format!("{} (reverse {})", words(&self.set), words(&self.reverse)),
+        }
+    }
+
+    /// Applies this step to link `l`: `set` both ways, then `reverse` to b → a.
+    fn apply(&self, l: &mut Link) -> Result<(), TopologyError> {
+        change(l, self.set.iter().map(|(k, v)| (k.as_str(), v.as_str())))?;
+        if !self.reverse.is_empty() {
+            let p = props(
+                &l.name,
+                self.reverse.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+            )?;
+            l.b_to_a = shape(&p, Some(&l.b_to_a), &format!("{} (reverse)", l.name))?;
+        }
+        Ok(())
     }
 }
 
@@ -402,7 +436,7 @@ impl Link {
     pub fn at_step(&self, step: Option<usize>) -> Result<Link, TopologyError> {
         let mut l = self.clone();
         for s in &self.schedule.steps[..step.map_or(0, |i| i + 1)] {
-            change(&mut l, s.set.iter().map(|(k, v)| (k.as_str(), v.as_str())))?;
+            s.apply(&mut l)?;
         }
         Ok(l)
     }
@@ -501,7 +535,22 @@ fn change<'a>(
     l: &mut Link,
     pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
 ) -> Result<(), TopologyError> {
+    let p = props(&l.name, pairs)?;
     let link = l.name.as_str();
+    // One of queue and queue_bytes replaces the other.
+    let (a_to_b, b_to_a) = (
+        shape(&p, Some(&l.a_to_b), link)?,
+        shape(&p, Some(&l.b_to_a), &format!("{link} (reverse)"))?,
+    );
+    (l.a_to_b, l.b_to_a) = (a_to_b, b_to_a);
+    Ok(())
+}
+
+/// Properties `(key, value)` of link `link`, as the file writes them, read.
+fn props<'a>(
+    link: &str,
+    pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> Result<RawProps, TopologyError> {
     let mut p = RawProps::default();
     for (key, value) in pairs {
         let number =
@@ -528,13 +577,7 @@ fn change<'a>(
             }
         }
     }
-    // One of queue and queue_bytes replaces the other.
-    let (a_to_b, b_to_a) = (
-        shape(&p, Some(&l.a_to_b), link)?,
-        shape(&p, Some(&l.b_to_a), &format!("{link} (reverse)"))?,
-    );
-    (l.a_to_b, l.b_to_a) = (a_to_b, b_to_a);
-    Ok(())
+    Ok(p)
 }
 
 /// The schedule of link `link`, read as `raw` gives it, each step checked by applying
@@ -571,8 +614,13 @@ fn schedule(text: &str, raw: &RawLink, link: &Link) -> Result<Schedule, Topology
     };
     let mut steps: Vec<(Step, std::ops::Range<usize>)> = Vec::new();
     for raw_step in &raw.schedule {
-        let set = raw_step.changes();
-        if set.is_empty() {
+        let set = raw_step.props.changes();
+        let reverse = raw_step
+            .reverse
+            .as_ref()
+            .map(RawStepProps::changes)
+            .unwrap_or_default();
+        if set.is_empty() && reverse.is_empty() {
             return Err(at_line(
                 raw_step.at.span(),
                 format!(
@@ -592,7 +640,7 @@ fn schedule(text: &str, raw: &RawLink, link: &Link) -> Result<Schedule, Topology
                 ),
             ));
         }
-        steps.push((Step { at, set }, raw_step.at.span()));
+        steps.push((Step { at, set, reverse }, raw_step.at.span()));
     }
     steps.sort_by_key(|(s, _)| s.at);
     for pair in steps.windows(2) {
@@ -612,11 +660,7 @@ fn schedule(text: &str, raw: &RawLink, link: &Link) -> Result<Schedule, Topology
     // Each step applied in turn, as the round applies them.
     let mut now = link.clone();
     for (step, span) in &steps {
-        change(
-            &mut now,
-            step.set.iter().map(|(k, v)| (k.as_str(), v.as_str())),
-        )
-        .map_err(|e| {
+        step.apply(&mut now).map_err(|e| {
             at_line(
                 span.clone(),
                 format!(
@@ -1414,6 +1458,24 @@ mod tests {
             .map(|m| m.at.as_secs_f64())
             .collect();
         assert_eq!(at, [0.0, 1.0, 4.0, 5.0]);
+        // A step's reverse changes b → a alone, over what the step sets both ways.
+        let text = scheduled(
+            "",
+            "[[link.schedule]]\nat = \"1s\"\nrate = \"150M\"\nreverse = { rate = \"600M\" }\n\
+             [[link.schedule]]\nat = \"2s\"\nreverse = { delay = \"1ms\" }\n",
+        );
+        let t = Topology::parse(&text).unwrap();
+        let wan = &t.links[1];
+        assert_eq!(
+            wan.schedule.steps[0].said(),
+            "rate=150M (reverse rate=600M)"
+        );
+        assert_eq!(wan.schedule.steps[1].said(), "reverse delay=1ms");
+        let l = wan.at_step(Some(1)).unwrap();
+        assert_eq!(l.a_to_b.rate_bps, Some(150_000_000));
+        assert_eq!(l.b_to_a.rate_bps, Some(600_000_000));
+        assert_eq!(l.a_to_b.delay, Duration::from_millis(20), "a → b as it was");
+        assert_eq!(l.b_to_a.delay, Duration::from_millis(1));
         let once = Topology::parse(&scheduled(
             "",
             "[[link.schedule]]\nat = \"1s\"\nrate = \"1M\"\n",

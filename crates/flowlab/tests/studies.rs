@@ -108,7 +108,8 @@ fn a_shipped_study_runs_small_and_reports(study: &std::path::Path, i: usize) {
 /// A study on a topology runs from a copy in `dir` beside a copy of its topology renamed
 /// `shpN` (the study's place in the list), so that a topology of the same name already up on
 /// the machine (a user's, a long study's) neither refuses the run nor is taken down by
-/// it. Other studies run from where they are.
+/// it (the trace files it names read where the original's are). Other studies run from
+/// where they are.
 fn beside_renamed_topology(
     study: &std::path::Path,
     text: &str,
@@ -130,7 +131,19 @@ fn beside_renamed_topology(
         .unwrap_or_else(|| panic!("{}: no name", topo_path.display()));
     let stem = study.file_stem().expect("name").to_string_lossy();
     let renamed = topo.replacen(name_line, &format!("name = \"shp{index}\""), 1);
-    std::fs::write(dir.join("topology.toml"), renamed).expect("write");
+    // Its traces are where the original's are: each `trace = "FILE"` made absolute.
+    let topo_dir = topo_path.parent().expect("topologies/");
+    let mut copied = String::new();
+    let mut rest = renamed.as_str();
+    while let Some(at) = rest.find("trace = \"") {
+        let (head, tail) = rest.split_at(at + "trace = \"".len());
+        let end = tail.find('"').expect("a quoted trace file");
+        copied += head;
+        copied += &topo_dir.join(&tail[..end]).display().to_string();
+        rest = &tail[end..];
+    }
+    copied += rest;
+    std::fs::write(dir.join("topology.toml"), copied).expect("write");
     let copy = dir.join(format!("{stem}.toml"));
     std::fs::write(
         &copy,
