@@ -14,6 +14,8 @@
 //! - [`locate`]: which topology and node a process runs in, and its paths' bottlenecks.
 //! - [`status`]: the topologies that are up, how they were built, what their emulator did.
 //! - [`trace`]: links whose capacity follows a recorded trace (mahimahi's format), sans-IO.
+//! - [`medium`]: a shared Wi-Fi medium's model (DCF, A-MPDU, airtime fairness), sans-IO;
+//!   not yet part of a topology.
 
 pub mod awake;
 pub mod build;
@@ -21,6 +23,7 @@ pub mod check;
 pub mod emulator;
 pub mod forward;
 pub mod locate;
+pub mod medium;
 pub mod netns;
 pub mod probe;
 pub mod status;

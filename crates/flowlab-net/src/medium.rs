@@ -1,0 +1,627 @@
+//! A shared Wi-Fi medium (sans-IO): an access point and its stations on one channel,
+//! both directions on the same air, as DCF shares it: each backlogged transmitter (each
+//! station, and the access point for all its downlink queues together) counts down a
+//! random backoff while the air is idle, the first to reach zero sends one frame, or an
+//! A-MPDU of the frames it has queued for one receiver, and two that reach zero in the
+//! same slot collide. Per-frame fairness follows, and with it the performance anomaly of
+//! Heusse, Rousseau, Berger-Sabbatel and Duda (INFOCOM 2003): a slow station slows every
+//! other. The access point may instead share its downlink by airtime (deficit round robin,
+//! as Linux's mac80211 schedules it).
+//!
+//! The model's numbers, each with its source, are in docs/lab-notes/shared-medium-model.md.
+//! Times are nanoseconds on the caller's clock; the medium is not yet part of a topology.
+
+use std::collections::VecDeque;
+
+use crate::emulator::Rng;
+
+/// An 802.11 PHY's timings: the channel access and the response to a data frame.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Preset {
+    pub slot_ns: u64,
+    pub sifs_ns: u64,
+    /// AIFSN of best effort under DCF: DIFS = SIFS + 2 slots.
+    pub aifsn: u64,
+    pub cw_min: u32,
+    pub cw_max: u32,
+    /// MAC header, LLC/SNAP and FCS around an IP packet, bytes.
+    pub mpdu_overhead: u32,
+    /// The acknowledgement of one frame, and the Block Ack of an A-MPDU, ns (with their
+    /// preambles).
+    pub ack_ns: u64,
+    pub block_ack_ns: u64,
+    /// An A-MPDU's limits: bytes, MPDUs and PPDU time (0 bytes: no aggregation).
+    pub max_ampdu_bytes: u32,
+    pub max_mpdus: usize,
+    pub max_ppdu_ns: u64,
+}
+
+impl Preset {
+    /// 802.11b (DSSS, long preamble): slot 20 µs, SIFS 10, DIFS 50, CW 31–1023, an ACK
+    /// of 14 bytes at 1 Mbit/s (304 µs with its preamble), no aggregation.
+    pub const B: Preset = Preset {
+        slot_ns: 20_000,
+        sifs_ns: 10_000,
+        aifsn: 2,
+        cw_min: 31,
+        cw_max: 1023,
+        mpdu_overhead: 34,
+        ack_ns: 304_000,
+        block_ack_ns: 304_000,
+        max_ampdu_bytes: 0,
+        max_mpdus: 1,
+        max_ppdu_ns: u64::MAX,
+    };
+    /// 802.11n (HT mixed, 5 GHz): slot 9 µs, SIFS 16, CW 15–1023, responses at
+    /// 24 Mbit/s (an ACK 28 µs, a Block Ack 32 µs), A-MPDUs up to 65 535 bytes, 64
+    /// MPDUs, 5.484 ms.
+    pub const N: Preset = Preset {
+        slot_ns: 9_000,
+        sifs_ns: 16_000,
+        aifsn: 2,
+        cw_min: 15,
+        cw_max: 1023,
+        mpdu_overhead: 38,
+        ack_ns: 28_000,
+        block_ack_ns: 32_000,
+        max_ampdu_bytes: 65_535,
+        max_mpdus: 64,
+        max_ppdu_ns: 5_484_000,
+    };
+
+    /// DIFS (AIFS of best effort).
+    pub fn aifs_ns(&self) -> u64 {
+        self.sifs_ns + self.aifsn * self.slot_ns
+    }
+}
+
+/// A transmitter's PHY rate.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Rate {
+    /// DSSS/CCK (802.11b): bits at `bps` after a preamble.
+    Dsss { bps: u64, preamble_ns: u64 },
+    /// OFDM (802.11a/g/n/ac): `bits_per_symbol` over all streams, symbols of
+    /// `symbol_ns` (3 600 with a short guard interval: the data part is then rounded up
+    /// to a multiple of 4 µs), after a preamble.
+    Ofdm {
+        bits_per_symbol: u64,
+        symbol_ns: u64,
+        preamble_ns: u64,
+    },
+}
+
+impl Rate {
+    /// 802.11b at `mbit` Mbit/s with the long preamble (192 µs).
+    pub fn dsss(mbit: f64) -> Rate {
+        Rate::Dsss {
+            bps: (mbit * 1e6) as u64,
+            preamble_ns: 192_000,
+        }
+    }
+
+    /// How long a PPDU of `bytes` (its PSDU) takes on the air, ns.
+    pub fn ppdu_ns(&self, bytes: u64) -> u64 {
+        match *self {
+            Rate::Dsss { bps, preamble_ns } => {
+                preamble_ns + (bytes * 8 * 1_000_000_000).div_ceil(bps.max(1))
+            }
+            Rate::Ofdm {
+                bits_per_symbol,
+                symbol_ns,
+                preamble_ns,
+            } => {
+                // 16 service bits and 6 tail bits around the data.
+                let symbols = (16 + 8 * bytes + 6).div_ceil(bits_per_symbol.max(1));
+                let data = symbols * symbol_ns;
+                preamble_ns + data.div_ceil(4_000) * 4_000
+            }
+        }
+    }
+}
+
+/// How the access point picks the station its next transmission goes to.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Policy {
+    /// One transmission per backlogged station in turn: DCF's per-frame fairness.
+    RoundRobin,
+    /// Deficit round robin on airtime: each station's turn lasts while its deficit is
+    /// positive; a transmission to it costs what `charge` says, and a turn adds
+    /// `quantum_ns`.
+    Airtime { quantum_ns: u64, charge: Charge },
+}
+
+/// What a transmission to a station costs it under [`Policy::Airtime`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Charge {
+    /// The channel time from the previous transmission's end to this one's end.
+    Txop,
+    /// The PPDU and a SIFS, as mac80211 counts a frame's airtime.
+    Ppdu,
+}
+
+/// One transmission on the air: who sent what to whom, when it began, when its frames
+/// are delivered (the PPDU's end), and when the air is free again (the response's end).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Txop<T> {
+    pub from: usize,
+    pub to: usize,
+    pub frames: Vec<T>,
+    pub start: u64,
+    pub deliver: u64,
+    pub end: u64,
+}
+
+/// A node of the medium: the access point (0) or a station.
+#[derive(Debug)]
+struct Node<T> {
+    /// The station's uplink (one queue, to the access point), or the access point's
+    /// queue to each station (by station).
+    queues: Vec<VecDeque<(T, u32)>>,
+    /// Its PHY rate towards the access point (a station) — the access point sends to
+    /// each station at that station's `down` rate.
+    up: Rate,
+    down: Rate,
+    cw: u32,
+    /// Backoff slots left, and since when it counts them (after an AIFS).
+    counter: Option<u64>,
+    armed_at: u64,
+    /// Under [`Policy::Airtime`]: the access point's deficit towards this station, ns.
+    deficit: i64,
+}
+
+/// One channel: an access point and its stations ([`Medium::station`]).
+#[derive(Debug)]
+pub struct Medium<T> {
+    preset: Preset,
+    policy: Policy,
+    nodes: Vec<Node<T>>,
+    /// The end of the last transmission: the air is busy until then.
+    air_free: u64,
+    /// Under round robin, the station the access point served last.
+    last_served: usize,
+    rng: Rng,
+    /// Frames each queue may hold.
+    limit: usize,
+}
+
+impl<T> Medium<T> {
+    /// A channel with `preset`'s timings whose access point shares its downlink by
+    /// `policy`; each queue holds up to `limit` frames.
+    pub fn new(preset: Preset, policy: Policy, limit: usize, seed: u64) -> Self {
+        let ap = Node {
+            queues: vec![VecDeque::new()],
+            up: Rate::dsss(1.0),
+            down: Rate::dsss(1.0),
+            cw: preset.cw_min,
+            counter: None,
+            armed_at: 0,
+            deficit: 0,
+        };
+        Medium {
+            preset,
+            policy,
+            nodes: vec![ap],
+            air_free: 0,
+            last_served: 0,
+            rng: Rng::new(seed),
+            limit: limit.max(1),
+        }
+    }
+
+    /// Adds a station sending at `up` and receiving at `down`; its number (from 1).
+    pub fn station(&mut self, up: Rate, down: Rate) -> usize {
+        self.nodes.push(Node {
+            queues: vec![VecDeque::new()],
+            up,
+            down,
+            cw: self.preset.cw_min,
+            counter: None,
+            armed_at: 0,
+            deficit: 0,
+        });
+        let n = self.nodes.len() - 1;
+        self.nodes[0].queues.resize_with(n + 1, VecDeque::new);
+        n
+    }
+
+    /// Queues `packet` of `bytes` (its IP length) at `now` from station `from` to the
+    /// access point, or (from 0, the access point) to station `to`; handed back when its
+    /// queue is full.
+    pub fn push(
+        &mut self,
+        now: u64,
+        from: usize,
+        to: usize,
+        packet: T,
+        bytes: u32,
+    ) -> Result<(), T> {
+        let q = if from == 0 { to } else { 0 };
+        let Some(queue) = self.nodes.get(from).and_then(|n| n.queues.get(q)) else {
+            return Err(packet);
+        };
+        if queue.len() >= self.limit {
+            return Err(packet);
+        }
+        let was_idle = !self.backlogged(from);
+        self.nodes[from].queues[q].push_back((packet, bytes));
+        if self.nodes[from].counter.is_none() {
+            let draw = self.draw(self.nodes[from].cw);
+            self.nodes[from].counter = Some(draw);
+        }
+        if was_idle {
+            // It contends from now: an AIFS, then what is left of its backoff.
+            let node = &mut self.nodes[from];
+            node.armed_at = node.armed_at.max(now).max(self.air_free);
+        }
+        Ok(())
+    }
+
+    fn draw(&mut self, cw: u32) -> u64 {
+        self.rng.next_u64() % (u64::from(cw) + 1)
+    }
+
+    fn backlogged(&self, i: usize) -> bool {
+        self.nodes[i].queues.iter().any(|q| !q.is_empty())
+    }
+
+    /// When node `i`'s backoff reaches zero, if it contends.
+    fn expiry(&self, i: usize) -> Option<u64> {
+        let n = &self.nodes[i];
+        let c = n.counter?;
+        self.backlogged(i)
+            .then(|| n.armed_at + self.preset.aifs_ns() + c * self.preset.slot_ns)
+    }
+
+    /// When the next transmission begins, if anything is queued.
+    pub fn next_due(&self) -> Option<u64> {
+        (0..self.nodes.len()).filter_map(|i| self.expiry(i)).min()
+    }
+
+    /// Makes every transmission that begins by `now`, handing each to `out` (its frames
+    /// are delivered at its `deliver` time).
+    pub fn poll(&mut self, now: u64, out: &mut impl FnMut(Txop<T>)) {
+        while let Some(start) = self.next_due().filter(|&t| t <= now) {
+            let winners: Vec<usize> = (0..self.nodes.len())
+                .filter(|&i| self.expiry(i) == Some(start))
+                .collect();
+            // The others freeze their counters at `start`, and go on once the air is free.
+            let (aifs, slot) = (self.preset.aifs_ns(), self.preset.slot_ns);
+            for i in 0..self.nodes.len() {
+                if winners.contains(&i) {
+                    continue;
+                }
+                let n = &mut self.nodes[i];
+                if let Some(c) = n.counter {
+                    let counting_from = n.armed_at + aifs;
+                    let done = start.saturating_sub(counting_from) / slot;
+                    n.counter = Some(c.saturating_sub(done));
+                }
+            }
+            let end = if let [one] = winners[..] {
+                let txop = self.transmit(one, start);
+                let end = txop.end;
+                out(txop);
+                let cw_min = self.preset.cw_min;
+                self.nodes[one].cw = cw_min;
+                self.nodes[one].counter = Some(self.draw(cw_min));
+                end
+            } else {
+                // A collision: the air busy for the longest PPDU and the response's
+                // timeout; every frame stays queued, each window doubles.
+                let longest = winners
+                    .iter()
+                    .map(|&i| {
+                        let (rate, bytes) = self.head(i);
+                        rate.ppdu_ns(bytes)
+                    })
+                    .max()
+                    .unwrap_or(0);
+                let end = start + longest + self.preset.sifs_ns + self.preset.ack_ns;
+                for &i in &winners {
+                    let cw = (2 * (self.nodes[i].cw + 1) - 1).min(self.preset.cw_max);
+                    self.nodes[i].cw = cw;
+                    self.nodes[i].counter = Some(self.draw(cw));
+                }
+                end
+            };
+            self.air_free = end;
+            for n in &mut self.nodes {
+                n.armed_at = end;
+            }
+        }
+    }
+
+    /// The rate and PSDU bytes of node `i`'s next single frame (what a collision costs).
+    fn head(&self, i: usize) -> (Rate, u64) {
+        let to = if i == 0 { self.next_station() } else { 0 };
+        let q = if i == 0 { to } else { 0 };
+        let bytes = self.nodes[i].queues[q]
+            .front()
+            .map_or(0, |(_, b)| u64::from(*b + self.preset.mpdu_overhead));
+        (self.rate(i, to), bytes)
+    }
+
+    /// The rate from node `from` to node `to`: a station's uplink rate, or the access
+    /// point's to that station.
+    fn rate(&self, from: usize, to: usize) -> Rate {
+        if from == 0 {
+            self.nodes[to].down
+        } else {
+            self.nodes[from].up
+        }
+    }
+
+    /// Stations in turn after station `from` (0: from the first), wrapping round.
+    fn after(&self, from: usize) -> impl Iterator<Item = usize> {
+        let n = self.nodes.len();
+        (1..n).map(move |k| (from + k - 1) % (n - 1) + 1)
+    }
+
+    fn ap_backlogged(&self, s: usize) -> bool {
+        !self.nodes[0].queues[s].is_empty()
+    }
+
+    /// Under airtime fairness, the station whose turn it is: from the one served last on
+    /// (it keeps its turn while its deficit lasts), the first backlogged with a deficit
+    /// left.
+    fn drr_pick(&self) -> Option<usize> {
+        self.after(self.last_served.max(1) - 1)
+            .find(|&s| self.ap_backlogged(s) && self.nodes[s].deficit > 0)
+    }
+
+    /// The station the access point sends to next, by its policy.
+    fn next_station(&self) -> usize {
+        let first = self
+            .after(self.last_served)
+            .find(|&s| self.ap_backlogged(s));
+        match self.policy {
+            Policy::RoundRobin => first.unwrap_or(1),
+            Policy::Airtime { .. } => self.drr_pick().or(first).unwrap_or(1),
+        }
+    }
+
+    /// Node `i`, which won the air at `start`, sends: one frame, or an A-MPDU of what it
+    /// has queued for one receiver.
+    fn transmit(&mut self, i: usize, start: u64) -> Txop<T> {
+        if let (0, Policy::Airtime { quantum_ns, .. }) = (i, self.policy) {
+            // A new round of quanta until some backlogged station has a deficit left.
+            while self.drr_pick().is_none() {
+                for s in 1..self.nodes.len() {
+                    if self.ap_backlogged(s) {
+                        self.nodes[s].deficit += quantum_ns as i64;
+                    }
+                }
+            }
+        }
+        let to = if i == 0 { self.next_station() } else { 0 };
+        let q = if i == 0 { to } else { 0 };
+        let p = self.preset;
+        let rate = self.rate(i, to);
+        // As many as fit the limits: 4-byte delimiters, each subframe but the last padded
+        // to 4 bytes.
+        let queue = &self.nodes[i].queues[q];
+        let mut k = 1;
+        let mut bytes = u64::from(queue.front().map_or(0, |(_, b)| *b) + p.mpdu_overhead);
+        if p.max_ampdu_bytes > 0 {
+            let sub = |b: u32| u64::from(4 + b + p.mpdu_overhead);
+            let mut total = sub(queue[0].1);
+            for (_, b) in queue.iter().skip(1).take(p.max_mpdus - 1) {
+                let padded = total.div_ceil(4) * 4;
+                let next = padded + sub(*b);
+                if next > u64::from(p.max_ampdu_bytes) || rate.ppdu_ns(next) > p.max_ppdu_ns {
+                    break;
+                }
+                total = next;
+                k += 1;
+            }
+            bytes = total;
+        }
+        let frames: Vec<T> = self.nodes[i].queues[q].drain(..k).map(|(f, _)| f).collect();
+        let response = if k > 1 { p.block_ack_ns } else { p.ack_ns };
+        let deliver = start + rate.ppdu_ns(bytes);
+        let end = deliver + p.sifs_ns + response;
+        if i == 0 {
+            if let Policy::Airtime { charge, .. } = self.policy {
+                let cost = match charge {
+                    Charge::Txop => end - self.air_free,
+                    Charge::Ppdu => rate.ppdu_ns(bytes) + p.sifs_ns,
+                };
+                self.nodes[to].deficit -= cost as i64;
+            }
+            self.last_served = to;
+        }
+        Txop {
+            from: i,
+            to,
+            frames,
+            start,
+            deliver,
+            end,
+        }
+    }
+}
+
+/// The throughput each host gets, bits per second of `payload`-byte packets, when
+/// `rates.len()` hosts with those rates send saturated on an 802.11b channel:
+/// Heusse et al.'s model (every host the same, below the slowest's rate alone; made for
+/// one slow host among fast ones), with the contention and collision terms of
+/// docs/lab-notes/shared-medium-model.md §1.
+pub fn anomaly_model(p: &Preset, rates: &[Rate], payload: u32) -> f64 {
+    let n = rates.len() as f64;
+    let cw = f64::from(p.cw_min);
+    let p_c = 1.0 - (1.0 - 1.0 / (cw + 1.0)).powf(n - 1.0);
+    let t_cont = p.slot_ns as f64 * (cw / 2.0) * (1.0 + p_c) / n;
+    let t = |r: &Rate| {
+        p.aifs_ns() as f64
+            + r.ppdu_ns(u64::from(payload + p.mpdu_overhead)) as f64
+            + p.sifs_ns as f64
+            + p.ack_ns as f64
+            + t_cont
+    };
+    let times: Vec<f64> = rates.iter().map(t).collect();
+    let sum: f64 = times.iter().sum();
+    // What a collision costs, Heusse's t_jam: the slowest host's time when it is one of
+    // the two colliding (2/N of collisions), the others' (their mean) otherwise.
+    let slowest = times.iter().copied().fold(0.0, f64::max);
+    let others = if n > 1.0 {
+        (sum - slowest) / (n - 1.0)
+    } else {
+        slowest
+    };
+    let t_jam = (2.0 / n).min(1.0) * slowest + (1.0 - 2.0 / n).max(0.0) * others;
+    let cycle = sum + p_c * t_jam * n;
+    f64::from(payload) * 8.0 / (cycle / 1e9)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: u64 = 1_000_000_000;
+
+    fn ht40_mcs15_sgi() -> Rate {
+        Rate::Ofdm {
+            bits_per_symbol: 1080,
+            symbol_ns: 3_600,
+            preamble_ns: 40_000,
+        }
+    }
+
+    #[test]
+    fn a_ppdu_takes_its_preamble_and_its_symbols() {
+        let r = ht40_mcs15_sgi();
+        // One 1500-byte IP packet (1538-byte MPDU): 12 symbols of 3.6 µs, rounded up to
+        // 44 µs, after a 40 µs preamble.
+        assert_eq!(r.ppdu_ns(1538), 84_000);
+        assert_eq!(r.ppdu_ns(64_846), 1_772_000);
+        // 802.11b: 1534 bytes at 11 Mbit/s after 192 µs.
+        assert_eq!(Rate::dsss(11.0).ppdu_ns(1534), 192_000 + 1_115_637);
+    }
+
+    #[test]
+    fn the_anomaly_model_gives_heusses_figures() {
+        let model = |mbits: &[f64]| {
+            let rates: Vec<Rate> = mbits.iter().map(|&m| Rate::dsss(m)).collect();
+            anomaly_model(&Preset::B, &rates, 1500) / 1e6
+        };
+        assert!((model(&[11.0]) - 6.056).abs() < 0.002, "{}", model(&[11.0]));
+        assert!(
+            (model(&[11.0, 1.0]) - 0.7677).abs() < 0.0005,
+            "{}",
+            model(&[11.0, 1.0])
+        );
+    }
+
+    /// Two saturated stations, `up` Mbit/s each, 200 s: what each delivered, Mbit/s.
+    fn saturated_uplinks(up: [f64; 2], seconds: u64) -> [f64; 2] {
+        let mut m: Medium<()> = Medium::new(Preset::B, Policy::RoundRobin, 10, 7);
+        let s = up.map(|r| m.station(Rate::dsss(r), Rate::dsss(r)));
+        let mut got = [0u64; 2];
+        for &st in &s {
+            m.push(0, st, 0, (), 1500).unwrap();
+        }
+        while let Some(t) = m.next_due().filter(|&t| t < seconds * S) {
+            let mut sent = Vec::new();
+            m.poll(t, &mut |tx| sent.push(tx.from));
+            for from in sent {
+                let i = s.iter().position(|&x| x == from).unwrap();
+                got[i] += 1;
+                // Saturated: another frame is always there.
+                let _ = m.push(t, from, 0, (), 1500);
+            }
+        }
+        got.map(|n| n as f64 * 1500.0 * 8.0 / seconds as f64 / 1e6)
+    }
+
+    #[test]
+    fn a_slow_station_slows_the_fast_one_as_heusse_found() {
+        let [fast, slow] = saturated_uplinks([11.0, 1.0], 200);
+        let model = anomaly_model(&Preset::B, &[Rate::dsss(11.0), Rate::dsss(1.0)], 1500) / 1e6;
+        for got in [fast, slow] {
+            assert!(
+                (got - model).abs() <= 0.03 * model,
+                "{fast} {slow} against {model}"
+            );
+        }
+        // Alone at 11 Mbit/s: 6.06.
+        let mut m: Medium<()> = Medium::new(Preset::B, Policy::RoundRobin, 10, 3);
+        let st = m.station(Rate::dsss(11.0), Rate::dsss(11.0));
+        m.push(0, st, 0, (), 1500).unwrap();
+        let mut n = 0u64;
+        while let Some(t) = m.next_due().filter(|&t| t < 100 * S) {
+            m.poll(t, &mut |_| n += 1);
+            let _ = m.push(t, st, 0, (), 1500);
+        }
+        let alone = n as f64 * 12_000.0 / 100.0 / 1e6;
+        assert!((alone - 6.056).abs() < 0.03 * 6.056, "{alone}");
+    }
+
+    /// The access point alone sends to two saturated stations at 11 and 1 Mbit/s for
+    /// 200 s under `policy`: what each got, Mbit/s.
+    fn downlink(policy: Policy) -> [f64; 2] {
+        let mut m: Medium<()> = Medium::new(Preset::B, policy, 10, 11);
+        let s = [11.0, 1.0].map(|r| m.station(Rate::dsss(r), Rate::dsss(r)));
+        for &st in &s {
+            for _ in 0..5 {
+                m.push(0, 0, st, (), 1500).unwrap();
+            }
+        }
+        let mut got = [0u64; 2];
+        while let Some(t) = m.next_due().filter(|&t| t < 200 * S) {
+            let mut sent = Vec::new();
+            m.poll(t, &mut |tx| sent.push(tx.to));
+            for to in sent {
+                got[s.iter().position(|&x| x == to).unwrap()] += 1;
+                let _ = m.push(t, 0, to, (), 1500);
+            }
+        }
+        got.map(|n| n as f64 * 12_000.0 / 200.0 / 1e6)
+    }
+
+    #[test]
+    fn the_access_point_shares_by_frames_or_by_airtime() {
+        let near = |got: f64, want: f64| (got - want).abs() <= 0.03 * want;
+        let [f, s] = downlink(Policy::RoundRobin);
+        assert!(near(f, 0.794) && near(s, 0.794), "round robin: {f} {s}");
+        let [f, s] = downlink(Policy::Airtime {
+            quantum_ns: 256_000,
+            charge: Charge::Txop,
+        });
+        assert!(
+            near(f, 3.028) && near(s, 0.457),
+            "airtime, TXOP charged: {f} {s}"
+        );
+        let [f, s] = downlink(Policy::Airtime {
+            quantum_ns: 256_000,
+            charge: Charge::Ppdu,
+        });
+        assert!(
+            near(f, 3.562) && near(s, 0.376),
+            "airtime, PPDU charged: {f} {s}"
+        );
+    }
+
+    #[test]
+    fn an_a_mpdu_carries_what_is_queued_for_one_receiver_within_its_limits() {
+        let mut m: Medium<u32> = Medium::new(Preset::N, Policy::RoundRobin, 1000, 5);
+        let st = m.station(ht40_mcs15_sgi(), ht40_mcs15_sgi());
+        for i in 0..100 {
+            m.push(0, st, 0, i, 1500).unwrap();
+        }
+        let mut txops = Vec::new();
+        while let Some(t) = m.next_due() {
+            m.poll(t, &mut |tx| txops.push(tx));
+        }
+        // 42 frames of 1544 bytes fit 65 535 bytes; the rest follow in order.
+        let sizes: Vec<usize> = txops.iter().map(|t| t.frames.len()).collect();
+        assert_eq!(sizes, [42, 42, 16]);
+        assert_eq!(txops[0].frames[..3], [0, 1, 2]);
+        assert_eq!(txops[0].deliver - txops[0].start, 1_772_000);
+        // A Block Ack after an A-MPDU: SIFS 16 + 32 µs.
+        assert_eq!(txops[0].end - txops[0].deliver, 48_000);
+        // Each begins after the previous one's end, an AIFS and a backoff.
+        for w in txops.windows(2) {
+            assert!(w[1].start >= w[0].end + Preset::N.aifs_ns());
+        }
+    }
+}
