@@ -211,25 +211,14 @@ struct RawLink {
 struct RawStep {
     at: toml::Spanned<String>,
     #[serde(flatten)]
-    props: RawStepProps,
+    props: RawProps,
     /// The b → a direction's own changes, over those above.
-    reverse: Option<RawStepProps>,
+    reverse: Option<RawProps>,
 }
 
-/// What a schedule step sets (a link's properties but its trace).
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawStepProps {
-    rate: Option<String>,
-    delay: Option<String>,
-    jitter: Option<String>,
-    queue: Option<i64>,
-    queue_bytes: Option<i64>,
-    loss: Option<f64>,
-}
-
-impl RawStepProps {
-    /// The properties it sets, as `(key, value)` the way the file writes them.
+impl RawProps {
+    /// The properties it sets but a trace, as `(key, value)` the way the file writes
+    /// them.
     fn changes(&self) -> Vec<(String, String)> {
         let mut out = Vec::new();
         let mut put = |key: &str, value: Option<String>| {
@@ -614,11 +603,21 @@ fn schedule(text: &str, raw: &RawLink, link: &Link) -> Result<Schedule, Topology
     };
     let mut steps: Vec<(Step, std::ops::Range<usize>)> = Vec::new();
     for raw_step in &raw.schedule {
+        if raw_step.props.trace.is_some()
+            || raw_step.reverse.as_ref().is_some_and(|r| r.trace.is_some())
+        {
+            return Err(at_line(
+                raw_step.at.span(),
+                format!(
+                    "{name}: a schedule step changes no trace (a link follows one trace, given with the link)"
+                ),
+            ));
+        }
         let set = raw_step.props.changes();
         let reverse = raw_step
             .reverse
             .as_ref()
-            .map(RawStepProps::changes)
+            .map(RawProps::changes)
             .unwrap_or_default();
         if set.is_empty() && reverse.is_empty() {
             return Err(at_line(
@@ -1542,6 +1541,12 @@ mod tests {
                 "[[link.schedule]]\nat = \"1s\"\nrate = \"0\"\n",
                 "at = \"1s\"",
                 "wan: rate must be more than 0",
+            ),
+            (
+                "",
+                "[[link.schedule]]\nat = \"1s\"\ntrace = \"x.trace\"\n",
+                "at = \"1s\"",
+                "wan: a schedule step changes no trace",
             ),
         ] {
             let text = scheduled(extra, steps);

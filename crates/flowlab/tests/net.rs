@@ -1149,20 +1149,26 @@ fn serve_in(topo: &str, node: &str, args: &[&str]) -> std::process::Child {
 /// `flowlab test ARGS -J` from h1 of topology `topo` to a server in h2 (10.0.3.2 in
 /// small.toml's plan), as a JSON document.
 fn test_h1_to_h2(topo: &str, args: &[&str]) -> serde_json::Value {
-    let mut server = serve_in(topo, "h2", &["-1"]);
+    test_across(topo, "h1", "h2", args)
+}
+
+/// `flowlab test ARGS -J` from node `from` of topology `topo` to a server in node `to`,
+/// as a JSON document.
+fn test_across(topo: &str, from: &str, to: &str, args: &[&str]) -> serde_json::Value {
+    let mut server = serve_in(topo, to, &["-1"]);
     let out = flowlab()
-        .args(["net", "exec", "-t", topo, "h1", "--"])
+        .args(["net", "exec", "-t", topo, from, "--"])
         .arg(assert_cmd::cargo::cargo_bin("flowlab"))
         // By name: `net up` wrote the namespaces' hosts files.
-        .args(["test", "h2", "-J"])
+        .args(["test", to, "-J"])
         .args(args)
         .output()
-        .expect("test from h1");
+        .expect("test across the topology");
     let _ = server.kill();
     let _ = server.wait();
     assert!(
         out.status.success(),
-        "{}",
+        "{topo} {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).expect("JSON")
@@ -1998,22 +2004,8 @@ fn a_trace_driven_link_delivers_the_traces_capacity_and_its_outages() {
     std::fs::write(dir.path().join("outage.trace"), outage).expect("trace");
     let _guards = (Down::new("ttrs"), Down::new("ttro"));
     let test = |topo: &str, cc: &str, args: &[&str]| -> serde_json::Value {
-        let mut server = serve_in(topo, "b", &["-1"]);
-        let out = flowlab()
-            .args(["net", "exec", "-t", topo, "a", "--"])
-            .arg(assert_cmd::cargo::cargo_bin("flowlab"))
-            .args(["test", "b", "-J", "-C", cc])
-            .args(args)
-            .output()
-            .expect("test from a");
-        let _ = server.kill();
-        let _ = server.wait();
-        assert!(
-            out.status.success(),
-            "{topo} {cc}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).expect("JSON")
+        let args: Vec<&str> = ["-C", cc].iter().chain(args).copied().collect();
+        test_across(topo, "a", "b", &args)
     };
     for (topo, trace) in [("ttrs", "steady.trace"), ("ttro", "outage.trace")] {
         let text = format!(
