@@ -52,6 +52,15 @@ pub fn run(dir: &Path, topo: &str, log: &mut dyn Write) -> Result<(), NetError> 
         if let Some(wait) = moment.at.checked_sub(start.elapsed()) {
             std::thread::sleep(wait);
         }
+        if state(dir, topo).is_none() {
+            // Taken down by other means than `down`, which stops this process first.
+            say(
+                log,
+                start,
+                "the topology is no longer up: the schedule ends",
+            );
+            return Ok(());
+        }
         let link = links[i];
         let what = describe(link, &moment);
         let done = link
