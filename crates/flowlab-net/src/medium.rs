@@ -188,6 +188,8 @@ impl<T> Medium<T> {
     /// A channel with `preset`'s timings whose access point shares its downlink by
     /// `policy`; each queue holds up to `limit` frames.
     pub fn new(preset: Preset, policy: Policy, limit: usize, seed: u64) -> Self {
+        // The access point sends to each station at that station's `down` rate: its own
+        // rates are never read.
         let ap = Node {
             queues: vec![VecDeque::new()],
             up: Rate::dsss(1.0),

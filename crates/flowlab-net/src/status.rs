@@ -59,7 +59,7 @@ fn schedule(dir: &Path, topo: &str, pid: u32) -> ScheduleStatus {
         .map(str::to_string);
     ScheduleStatus {
         pid,
-        running: build::scheduler_running(pid, topo),
+        running: build::is_scheduler(pid, topo),
         log: log.display().to_string(),
         last,
         done,

@@ -304,20 +304,6 @@ pub struct LinkTrace {
 /// Reads a trace file the topology names: where it is, and its text (or why not).
 pub type ReadTrace<'a> = &'a dyn Fn(&str) -> Result<(std::path::PathBuf, String), String>;
 
-/// A [`ReadTrace`] that reads trace files relative to directory `dir` (the topology
-/// file's).
-pub fn beside(
-    dir: &std::path::Path,
-) -> impl Fn(&str) -> Result<(std::path::PathBuf, String), String> + '_ {
-    move |name| {
-        let path = dir.join(name);
-        let path = path.canonicalize().unwrap_or(path);
-        std::fs::read_to_string(&path)
-            .map(|text| (path.clone(), text))
-            .map_err(|e| format!("{}: {e}", path.display()))
-    }
-}
-
 /// A link's changes over time: steps at times from the moment the topology is up,
 /// optionally repeated.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -762,7 +748,7 @@ impl Topology {
     }
 
     /// Parses and checks a topology file, reading the trace files it names with `read`
-    /// (see [`beside`]).
+    /// (see [`crate::build::beside`]).
     pub fn parse_with(text: &str, read: ReadTrace<'_>) -> Result<Topology, TopologyError> {
         let raw: RawTopology = toml::from_str(text).map_err(|e| {
             let span = e.span();

@@ -641,11 +641,9 @@ fn net_show_plans_every_shipped_topology() {
     assert!(names.len() >= 3, "{names:?}");
     for path in names {
         let text = std::fs::read_to_string(&path).expect("topology");
-        let t = flowlab_net::topology::Topology::parse_with(
-            &text,
-            &flowlab_net::topology::beside(&dir),
-        )
-        .unwrap_or_else(|e| panic!("{path:?}: {e}"));
+        let t =
+            flowlab_net::topology::Topology::parse_with(&text, &flowlab_net::build::beside(&dir))
+                .unwrap_or_else(|e| panic!("{path:?}: {e}"));
         let stem = path.file_stem().expect("stem").to_string_lossy();
         pin!(
             format!("net-show-{stem}"),

@@ -2114,9 +2114,8 @@ fn seen_within_an_interval(v: &serde_json::Value, changed_at: f64, lead: f64, cc
     );
     assert!(before_change.iter().all(|&r| r > 40e6), "{seen}");
     // An upload's intervals count what the sender wrote, which runs ahead of the link
-    // by what its socket buffer takes in (one interval of 10.51 Mbit/s beside two of
-    // 8.4 was seen): each interval is judged as no longer at the old rate, and their
-    // mean (bits over their time) as at the new one.
+    // by what its socket buffer takes in: each interval is judged as no longer at the
+    // old rate, and their mean (bits over their time) as at the new one.
     assert!(after_change.iter().all(|i| i.2 < 15e6), "{seen}");
     let (bits, secs) = after_change
         .iter()

@@ -84,6 +84,18 @@ pub fn control_socket(dir: &Path, topo: &str) -> PathBuf {
     dir.join(format!("{topo}.ctl"))
 }
 
+/// A [`ReadTrace`](crate::topology::ReadTrace) that reads the trace files a topology
+/// names relative to directory `dir` (the topology file's): where each is, and its text.
+pub fn beside(dir: &Path) -> impl Fn(&str) -> Result<(PathBuf, String), String> + '_ {
+    move |name| {
+        let path = dir.join(name);
+        let path = path.canonicalize().unwrap_or(path);
+        std::fs::read_to_string(&path)
+            .map(|text| (path.clone(), text))
+            .map_err(|e| format!("{}: {e}", path.display()))
+    }
+}
+
 /// Where the schedule of `topo` logs each change it makes.
 pub fn schedule_log(dir: &Path, topo: &str) -> PathBuf {
     dir.join(format!("{topo}.schedule.log"))
@@ -118,11 +130,6 @@ pub fn lost_emulator(state: &State, topo: &str) -> Option<u32> {
     state
         .emulator_pid
         .filter(|&pid| !super::processes::is_emulator(pid, topo))
-}
-
-/// Whether `pid` is the running schedule of topology `topo`.
-pub fn scheduler_running(pid: u32, topo: &str) -> bool {
-    super::processes::is_scheduler(pid, topo)
 }
 
 /// Why topology `topo`, which is up, cannot be measured as it is, if it cannot: its

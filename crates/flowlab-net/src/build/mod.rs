@@ -33,10 +33,10 @@ use crate::topology::Topology;
 pub use addresses::{hosts_file, interfaces, routes, segment_interfaces};
 pub use down::{down, status};
 pub use files::{
-    control_socket, emulator_trouble, lost_emulator, schedule_log, scheduler_running, state,
-    state_dir, stats_file, unusable,
+    beside, control_socket, emulator_trouble, lost_emulator, schedule_log, state, state_dir,
+    stats_file, unusable,
 };
-pub use processes::emulators;
+pub use processes::{emulators, is_scheduler};
 pub use schedule::{SCHEDULE_DONE, run as run_schedule};
 pub use set::{Changed, set, set_to};
 pub use shaping::{DEFAULT_QUEUE, PACKET_BYTES, shaping};

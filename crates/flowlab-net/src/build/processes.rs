@@ -115,12 +115,17 @@ const KEEP_CPUS_AWAKE: &str = "--keep-cpus-awake";
 
 /// Whether process `pid` is the emulator of topology `topo`.
 pub(super) fn is_emulator(pid: u32, topo: &str) -> bool {
-    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|raw| runs(&raw, EMULATE, topo))
+    pid_runs(pid, EMULATE, topo)
 }
 
 /// Whether process `pid` runs the schedule of topology `topo`.
-pub(super) fn is_scheduler(pid: u32, topo: &str) -> bool {
-    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|raw| runs(&raw, SCHEDULE, topo))
+pub fn is_scheduler(pid: u32, topo: &str) -> bool {
+    pid_runs(pid, SCHEDULE, topo)
+}
+
+/// Whether process `pid` is topology `topo`'s process `what` ([`runs`]).
+fn pid_runs(pid: u32, what: &str, topo: &str) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|raw| runs(&raw, what, topo))
 }
 
 /// Whether a command line (`/proc/PID/cmdline`: NUL-separated) is that of topology

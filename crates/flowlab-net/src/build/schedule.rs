@@ -87,7 +87,8 @@ fn describe(link: &Link, m: &Moment) -> String {
     }
 }
 
-/// Writes "2026-11-29T02:41:03.512Z +1.503 s  TEXT" to `log`.
+/// Writes a line to `log`: the UTC time to the millisecond (RFC 3339), the time since
+/// `start` ("+1.503 s"), and `text`.
 fn say(log: &mut dyn Write, start: Instant, text: &str) {
     let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%S%.3fZ");
     let since = start.elapsed().as_secs_f64();

@@ -35,7 +35,7 @@ impl Net {
         let text = std::fs::read_to_string(file)
             .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
         let dir = file.parent().unwrap_or(Path::new("."));
-        let topo = Topology::parse_with(&text, &flowlab_net::topology::beside(dir))
+        let topo = Topology::parse_with(&text, &flowlab_net::build::beside(dir))
             .map_err(|e| format!("{}: {e}", file.display()))?;
         Ok(Net {
             networks: vec![topo.clone()],

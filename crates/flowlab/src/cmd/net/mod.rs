@@ -283,7 +283,7 @@ pub fn run(c: Command) -> anyhow::Result<()> {
 fn load_topology(file: &Path) -> anyhow::Result<Topology> {
     let text = std::fs::read_to_string(file).with_context(|| file.display().to_string())?;
     let dir = file.parent().unwrap_or(Path::new("."));
-    Topology::parse_with(&text, &flowlab_net::topology::beside(dir)).map_err(|e| {
+    Topology::parse_with(&text, &flowlab_net::build::beside(dir)).map_err(|e| {
         let place =
             e.at.map(|(line, column)| crate::usage::snippet(&text, line, column));
         anyhow::anyhow!("{}: {e}{}", file.display(), place.unwrap_or_default())
