@@ -173,10 +173,20 @@ pub(super) fn lock_changes(dir: &Path, topo: &str) -> Result<std::fs::File, NetE
     Ok(file)
 }
 
+/// Writes topology `topo`'s state whole, never in part: into a file of this process's
+/// own, then renamed over the state. A reader (the schedule's process reading it as it
+/// starts, while `up` records that process's pid) sees the old state or the new one,
+/// never a truncated file it cannot parse.
 pub(super) fn write_state(dir: &Path, topo: &str, state: &State) -> Result<(), NetError> {
     let path = state_json(dir, topo);
+    let tmp = dir.join(format!("{topo}.json.{}.tmp", std::process::id()));
     let text = serde_json::to_string_pretty(state).unwrap_or_default();
-    std::fs::write(&path, text).map_err(|e| NetError::Io(path, e))
+    std::fs::write(&tmp, text)
+        .and_then(|()| std::fs::rename(&tmp, &path))
+        .map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            NetError::Io(path, e)
+        })
 }
 
 /// What `up` recorded about `topo`, if it finished.
