@@ -71,6 +71,15 @@ pub fn judged_rate(implied: &PathInfo, m: &Measured) -> Option<u64> {
         .filter(|_| implied.loss == 0.0 && !m.shared)
 }
 
+/// The rates a path's TCP throughput is held within, bits per second: from
+/// [`RATE_LOW`] of its judged rate to [`RATE_HIGH`] of its ceiling (the judged rate, or
+/// on a shared medium the rate without acknowledgements on the air).
+pub fn rate_bounds(implied: &PathInfo, m: &Measured) -> Option<[f64; 2]> {
+    let r = judged_rate(implied, m)?;
+    let ceiling = implied.rate_ceiling_bps.unwrap_or(r).max(r);
+    Some([RATE_LOW * r as f64, RATE_HIGH * ceiling as f64])
+}
+
 /// The loss a path with configured random loss may show, as a fraction: the configured
 /// loss ± [`LOSS_TOLERANCE`] of it; `None` without configured loss.
 pub fn loss_bounds(implied: &PathInfo) -> Option<[f64; 2]> {
@@ -143,9 +152,9 @@ pub fn deviations(implied: &PathInfo, m: &Measured) -> Vec<String> {
             out.push(format!("RTT off by {:.1} ms", off * 1000.0));
         }
     }
-    if let Some(r) = judged_rate(implied, m) {
+    if let (Some(r), Some([low, high])) = (judged_rate(implied, m), rate_bounds(implied, m)) {
         let share = m.bps / r as f64;
-        if !(RATE_LOW..=RATE_HIGH).contains(&share) {
+        if !(low..=high).contains(&m.bps) {
             // The bottleneck's queue against the path's bandwidth-delay product, in
             // time: a loss-based sender needs (1 − β)/β of a BDP of queue to keep the
             // link busy after it backs off (reno: one BDP, the rule of thumb; cubic:
@@ -264,6 +273,8 @@ mod tests {
             queue_delay: Duration::from_millis(40),
             bottleneck_queue_delay: Duration::from_millis(40),
             loss: 0.0,
+            rate_ceiling_bps: None,
+            on_air: false,
         }
     }
 

@@ -9,7 +9,9 @@
 //! as Linux's mac80211 schedules it).
 //!
 //! The model's numbers, each with its source, are in docs/lab-notes/shared-medium-model.md.
-//! Times are nanoseconds on the caller's clock; the medium is not yet part of a topology.
+//! Times are nanoseconds on the caller's clock. A topology's `[[medium]]` is forwarded
+//! through one (`forward::medium`); its stations' expected rates come from the same
+//! timings ([`Preset::alone_bps`], [`Preset::tcp_alone_bps`], [`Preset::busy_shares`]).
 
 use std::collections::VecDeque;
 
@@ -18,6 +20,14 @@ use crate::emulator::Rng;
 /// An 802.11 PHY's timings: the channel access and the response to a data frame.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Preset {
+    /// The standard's name as a topology file gives it ("802.11n").
+    pub name: &'static str,
+    /// The PHY's preamble and header before the data, ns, and its OFDM symbol (0: DSSS,
+    /// whose data is sent bit by bit): what [`Preset::rate`] builds a station's rate of.
+    pub preamble_ns: u64,
+    pub symbol_ns: u64,
+    /// The fastest PHY rate a station of this standard may be given, bits per second.
+    pub max_bps: u64,
     pub slot_ns: u64,
     pub sifs_ns: u64,
     /// AIFSN of best effort under DCF: DIFS = SIFS + 2 slots.
@@ -40,6 +50,10 @@ impl Preset {
     /// 802.11b (DSSS, long preamble): slot 20 µs, SIFS 10, DIFS 50, CW 31–1023, an ACK
     /// of 14 bytes at 1 Mbit/s (304 µs with its preamble), no aggregation.
     pub const B: Preset = Preset {
+        name: "802.11b",
+        preamble_ns: 192_000,
+        symbol_ns: 0,
+        max_bps: 11_000_000,
         slot_ns: 20_000,
         sifs_ns: 10_000,
         aifsn: 2,
@@ -56,6 +70,10 @@ impl Preset {
     /// 24 Mbit/s (an ACK 28 µs, a Block Ack 32 µs), A-MPDUs up to 65 535 bytes, 64
     /// MPDUs, 5.484 ms.
     pub const N: Preset = Preset {
+        name: "802.11n",
+        preamble_ns: 40_000,
+        symbol_ns: 3_600,
+        max_bps: 600_000_000,
         slot_ns: 9_000,
         sifs_ns: 16_000,
         aifsn: 2,
@@ -69,9 +87,233 @@ impl Preset {
         max_ppdu_ns: 5_484_000,
     };
 
+    /// 802.11a (OFDM, 5 GHz): slot 9 µs, SIFS 16, CW 15–1023, a 20 µs preamble and 4 µs
+    /// symbols, an ACK at 24 Mbit/s (28 µs), no aggregation; up to 54 Mbit/s.
+    pub const A: Preset = Preset {
+        name: "802.11a",
+        preamble_ns: 20_000,
+        symbol_ns: 4_000,
+        max_bps: 54_000_000,
+        slot_ns: 9_000,
+        sifs_ns: 16_000,
+        aifsn: 2,
+        cw_min: 15,
+        cw_max: 1023,
+        mpdu_overhead: 36,
+        ack_ns: 28_000,
+        block_ack_ns: 28_000,
+        max_ampdu_bytes: 0,
+        max_mpdus: 1,
+        max_ppdu_ns: u64::MAX,
+    };
+    /// 802.11g (OFDM, 2.4 GHz, short slot, no 802.11b station): as 802.11a but a SIFS of
+    /// 10 µs, each PPDU (the ACK's too) followed by a 6 µs signal extension, counted
+    /// here as part of its preamble.
+    pub const G: Preset = Preset {
+        name: "802.11g",
+        preamble_ns: 26_000,
+        sifs_ns: 10_000,
+        ack_ns: 34_000,
+        block_ack_ns: 34_000,
+        ..Preset::A
+    };
+    /// 802.11ac (VHT, 5 GHz): as 802.11n with a 44 µs preamble (two streams' training
+    /// fields and VHT-SIG-B) and A-MPDUs up to 1 048 575 bytes; up to 3 466.8 Mbit/s
+    /// (160 MHz, four streams).
+    pub const AC: Preset = Preset {
+        name: "802.11ac",
+        preamble_ns: 44_000,
+        max_bps: 3_466_800_000,
+        max_ampdu_bytes: 1_048_575,
+        ..Preset::N
+    };
+
+    /// Every preset, by name.
+    pub const ALL: [Preset; 5] = [Preset::B, Preset::A, Preset::G, Preset::N, Preset::AC];
+
+    /// The preset a topology file names ("802.11n").
+    pub fn named(name: &str) -> Option<Preset> {
+        Self::ALL.into_iter().find(|p| p.name == name)
+    }
+
     /// DIFS (AIFS of best effort).
     pub fn aifs_ns(&self) -> u64 {
         self.sifs_ns + self.aifsn * self.slot_ns
+    }
+
+    /// A station's PHY rate of `bps` bits per second in this standard: DSSS, or OFDM
+    /// symbols carrying `bps` × the symbol's time (rounded to a whole bit), with the
+    /// short guard interval for 802.11n and ac.
+    pub fn rate(&self, bps: u64) -> Rate {
+        if self.symbol_ns == 0 {
+            Rate::Dsss {
+                bps,
+                preamble_ns: self.preamble_ns,
+            }
+        } else {
+            Rate::Ofdm {
+                bits_per_symbol: ((bps as f64 * self.symbol_ns as f64 / 1e9).round() as u64).max(1),
+                symbol_ns: self.symbol_ns,
+                preamble_ns: self.preamble_ns,
+            }
+        }
+    }
+
+    /// How many of the frames of `sizes` (IP bytes each, in queue order) one
+    /// transmission at `rate` carries, and its PSDU's bytes: one frame, or an A-MPDU of
+    /// as many as fit the limits (4-byte delimiters, each subframe but the last padded
+    /// to 4 bytes).
+    pub fn fit(&self, rate: &Rate, mut sizes: impl Iterator<Item = u32>) -> (usize, u64) {
+        let Some(first) = sizes.next() else {
+            return (0, 0);
+        };
+        if self.max_ampdu_bytes == 0 {
+            return (1, u64::from(first + self.mpdu_overhead));
+        }
+        let sub = |b: u32| u64::from(4 + b + self.mpdu_overhead);
+        let (mut k, mut total) = (1, sub(first));
+        for b in sizes.take(self.max_mpdus - 1) {
+            let next = total.div_ceil(4) * 4 + sub(b);
+            if next > u64::from(self.max_ampdu_bytes) || rate.ppdu_ns(next) > self.max_ppdu_ns {
+                break;
+            }
+            total = next;
+            k += 1;
+        }
+        (k, total)
+    }
+
+    /// A transmission of `k` frames of `packet` IP bytes at `rate` as many as fit: the
+    /// frames it carries and its time on the air from the PPDU's start to the
+    /// response's end, ns.
+    fn exchange(&self, rate: &Rate, packet: u32, k: usize) -> (usize, u64) {
+        let (k, bytes) = self.fit(rate, std::iter::repeat_n(packet, k));
+        let response = if k > 1 {
+            self.block_ack_ns
+        } else {
+            self.ack_ns
+        };
+        (k, rate.ppdu_ns(bytes) + self.sifs_ns + response)
+    }
+
+    /// How long a lone `packet`-byte packet takes across an idle channel at `rate`, from
+    /// its arrival to its PPDU's end: an AIFS, a mean backoff and its PPDU, ns.
+    pub fn latency_ns(&self, rate: &Rate, packet: u32) -> u64 {
+        self.access_ns() as u64 + rate.ppdu_ns(u64::from(packet + self.mpdu_overhead))
+    }
+
+    /// The longest a frame may wait for the air behind one transmission at `rate`: that
+    /// transmission as full as the standard allows (its PPDU, SIFS and response), then
+    /// an AIFS and the longest first backoff, ns.
+    pub fn air_wait_ns(&self, rate: &Rate, packet: u32) -> u64 {
+        let (_, air) = self.exchange(rate, packet, usize::MAX);
+        air + self.aifs_ns() + u64::from(self.cw_min) * self.slot_ns
+    }
+
+    /// The mean idle time before a lone sender's transmission: an AIFS and half the
+    /// minimum window's slots.
+    fn access_ns(&self) -> f64 {
+        self.aifs_ns() as f64 + self.slot_ns as f64 * f64::from(self.cw_min) / 2.0
+    }
+
+    /// What one busy sender alone on the channel carries at `rate`, IP bits per second
+    /// of `packet`-byte packets (UDP, say): each transmission as full as the standard
+    /// allows, after an AIFS and a mean backoff.
+    pub fn alone_bps(&self, rate: &Rate, packet: u32) -> f64 {
+        let (k, air) = self.exchange(rate, packet, usize::MAX);
+        k as f64 * f64::from(packet) * 8.0 / ((self.access_ns() + air as f64) / 1e9)
+    }
+
+    /// What one TCP flow alone on the channel carries, payload bits per second: its
+    /// segments of `mss` bytes (52 bytes of IP and TCP header with timestamps) sent at
+    /// `data`, the receiver's acknowledgements (one for every two segments, in one
+    /// transmission of their own for each of the sender's) at `ack` — the method of
+    /// docs/lab-notes/shared-medium-model.md §3. The two count their backoffs down
+    /// together, as DCF's busy senders do (Heusse et al.'s contention for two, lab note
+    /// §1), and seldom collide: the acknowledgements reach their queue only once the
+    /// segments they acknowledge are delivered, after the sender has begun its next
+    /// countdown.
+    pub fn tcp_alone_bps(&self, data: &Rate, ack: &Rate, mss: u32) -> f64 {
+        let (k, air) = self.exchange(data, mss + 52, usize::MAX);
+        // Without aggregation, two transmissions of one segment each a round.
+        let (segments, sends) = if k == 1 { (2, 2) } else { (k, 1) };
+        let acks = segments.div_ceil(2);
+        let (carried, ack_air) = self.exchange(ack, 52, acks);
+        let ack_sends = acks.div_ceil(carried.max(1));
+        let cw = f64::from(self.cw_min);
+        let p_c = 1.0 / (cw + 1.0);
+        let backoff = self.slot_ns as f64 * cw / 2.0 * (1.0 + p_c);
+        let round = (sends + ack_sends) as f64 * self.aifs_ns() as f64
+            + (sends as u64 * air + ack_sends as u64 * ack_air) as f64
+            + sends as f64 * backoff;
+        segments as f64 * f64::from(mss) * 8.0 / (round / 1e9)
+    }
+
+    /// What each of several senders busy at once gets under DCF's per-transmission
+    /// fairness, IP bits per second of `packet`-byte packets, each at its own rate: each
+    /// sends one transmission (as full as the standard allows) a round, and the round
+    /// adds the contention and collisions of Heusse et al.'s model (equal for all: the
+    /// performance anomaly).
+    pub fn busy_shares(&self, rates: &[Rate], packet: u32) -> Vec<f64> {
+        let exchanges: Vec<(usize, u64)> = rates
+            .iter()
+            .map(|r| self.exchange(r, packet, usize::MAX))
+            .collect();
+        let times: Vec<f64> = exchanges
+            .iter()
+            .map(|&(_, air)| self.aifs_ns() as f64 + air as f64)
+            .collect();
+        let round = self.dcf_round(&times);
+        exchanges
+            .iter()
+            .map(|&(k, _)| k as f64 * f64::from(packet) * 8.0 / (round / 1e9))
+            .collect()
+    }
+
+    /// What the access point alone gets to each of several busy stations at `rates`
+    /// under [`Policy::Airtime`] charging [`Charge::Ppdu`], IP bits per second of
+    /// `packet`-byte packets: each station the same PPDU time (and a SIFS) — x_i
+    /// transmissions a second with x_i · c_i equal for all, filling the channel:
+    /// Σ x_i · t_i = 1, t_i a transmission's access and exchange.
+    pub fn airtime_shares(&self, rates: &[Rate], packet: u32) -> Vec<f64> {
+        let txops: Vec<(usize, f64, f64)> = rates
+            .iter()
+            .map(|r| {
+                let (k, bytes) = self.fit(r, std::iter::repeat_n(packet, usize::MAX));
+                let (_, air) = self.exchange(r, packet, k);
+                let charged = (r.ppdu_ns(bytes) + self.sifs_ns) as f64 / 1e9;
+                (k, charged, (self.access_ns() + air as f64) / 1e9)
+            })
+            .collect();
+        let per_charge: f64 = txops.iter().map(|(_, c, t)| t / c).sum();
+        txops
+            .iter()
+            .map(|(k, c, _)| (1.0 / per_charge) / c * *k as f64 * f64::from(packet) * 8.0)
+            .collect()
+    }
+
+    /// A round of DCF in which each of `times.len()` busy senders makes one exchange of
+    /// its `times` (its AIFS and exchange, ns): their sum, the backoff slots counted down
+    /// and the collisions (Heusse et al.'s t_cont and t_jam, lab note §1), ns.
+    fn dcf_round(&self, times: &[f64]) -> f64 {
+        let n = times.len() as f64;
+        if times.is_empty() {
+            return 0.0;
+        }
+        let cw = f64::from(self.cw_min);
+        let p_c = 1.0 - (1.0 - 1.0 / (cw + 1.0)).powf(n - 1.0);
+        let contention = self.slot_ns as f64 * (cw / 2.0) * (1.0 + p_c);
+        let sum: f64 = times.iter().sum();
+        // What a collision costs: the slowest sender's exchange when it is one of the
+        // two colliding (2/N of collisions), the others' mean otherwise.
+        let slowest = times.iter().copied().fold(0.0, f64::max);
+        let others = if n > 1.0 {
+            (sum - slowest) / (n - 1.0)
+        } else {
+            slowest
+        };
+        let jam = (2.0 / n).min(1.0) * slowest + (1.0 - 2.0 / n).max(0.0) * others;
+        sum + contention + p_c * jam * n
     }
 }
 
@@ -251,9 +493,14 @@ impl<T> Medium<T> {
             self.nodes[from].counter = Some(draw);
         }
         if was_idle {
-            // It contends from now: an AIFS, then what is left of its backoff.
+            // It contends from now: an AIFS, then what is left of its backoff. Slots
+            // begin at the same moments for every contender, counted from the end of the
+            // air's last transmission: one that starts contending within a slot starts
+            // at the next, so that two whose backoffs end in the same slot collide.
+            let (free, slot) = (self.air_free, self.preset.slot_ns);
             let node = &mut self.nodes[from];
-            node.armed_at = node.armed_at.max(now).max(self.air_free);
+            let at = node.armed_at.max(now).max(free);
+            node.armed_at = free + (at - free).div_ceil(slot) * slot;
         }
         Ok(())
     }
@@ -399,25 +646,7 @@ impl<T> Medium<T> {
         let q = if i == 0 { to } else { 0 };
         let p = self.preset;
         let rate = self.rate(i, to);
-        // As many as fit the limits: 4-byte delimiters, each subframe but the last padded
-        // to 4 bytes.
-        let queue = &self.nodes[i].queues[q];
-        let mut k = 1;
-        let mut bytes = u64::from(queue.front().map_or(0, |(_, b)| *b) + p.mpdu_overhead);
-        if p.max_ampdu_bytes > 0 {
-            let sub = |b: u32| u64::from(4 + b + p.mpdu_overhead);
-            let mut total = sub(queue[0].1);
-            for (_, b) in queue.iter().skip(1).take(p.max_mpdus - 1) {
-                let padded = total.div_ceil(4) * 4;
-                let next = padded + sub(*b);
-                if next > u64::from(p.max_ampdu_bytes) || rate.ppdu_ns(next) > p.max_ppdu_ns {
-                    break;
-                }
-                total = next;
-                k += 1;
-            }
-            bytes = total;
-        }
+        let (k, bytes) = p.fit(&rate, self.nodes[i].queues[q].iter().map(|(_, b)| *b));
         let frames: Vec<T> = self.nodes[i].queues[q].drain(..k).map(|(f, _)| f).collect();
         let response = if k > 1 { p.block_ack_ns } else { p.ack_ns };
         let deliver = start + rate.ppdu_ns(bytes);
@@ -449,30 +678,14 @@ impl<T> Medium<T> {
 /// one slow host among fast ones), with the contention and collision terms of
 /// docs/lab-notes/shared-medium-model.md §1.
 pub fn anomaly_model(p: &Preset, rates: &[Rate], payload: u32) -> f64 {
-    let n = rates.len() as f64;
-    let cw = f64::from(p.cw_min);
-    let p_c = 1.0 - (1.0 - 1.0 / (cw + 1.0)).powf(n - 1.0);
-    let t_cont = p.slot_ns as f64 * (cw / 2.0) * (1.0 + p_c) / n;
-    let t = |r: &Rate| {
-        p.aifs_ns() as f64
-            + r.ppdu_ns(u64::from(payload + p.mpdu_overhead)) as f64
-            + p.sifs_ns as f64
-            + p.ack_ns as f64
-            + t_cont
-    };
-    let times: Vec<f64> = rates.iter().map(t).collect();
-    let sum: f64 = times.iter().sum();
-    // What a collision costs, Heusse's t_jam: the slowest host's time when it is one of
-    // the two colliding (2/N of collisions), the others' (their mean) otherwise.
-    let slowest = times.iter().copied().fold(0.0, f64::max);
-    let others = if n > 1.0 {
-        (sum - slowest) / (n - 1.0)
-    } else {
-        slowest
-    };
-    let t_jam = (2.0 / n).min(1.0) * slowest + (1.0 - 2.0 / n).max(0.0) * others;
-    let cycle = sum + p_c * t_jam * n;
-    f64::from(payload) * 8.0 / (cycle / 1e9)
+    let times: Vec<f64> = rates
+        .iter()
+        .map(|r| {
+            (p.aifs_ns() + r.ppdu_ns(u64::from(payload + p.mpdu_overhead)) + p.sifs_ns + p.ack_ns)
+                as f64
+        })
+        .collect();
+    f64::from(payload) * 8.0 / (p.dcf_round(&times) / 1e9)
 }
 
 #[cfg(test)]
@@ -625,5 +838,44 @@ mod tests {
         for w in txops.windows(2) {
             assert!(w[1].start >= w[0].end + Preset::N.aifs_ns());
         }
+    }
+
+    #[test]
+    fn the_expected_rates_follow_the_timings() {
+        let b = Preset::B;
+        // Alone at 11 Mbit/s: 1500 bytes take 50 + 310 (mean backoff) + 192 + 1115.6
+        // + 10 + 304 µs: Heusse's 6.056 Mbit/s.
+        let alone = b.alone_bps(&b.rate(11_000_000), 1500) / 1e6;
+        assert!((alone - 6.056).abs() < 0.002, "{alone}");
+        // Busy together, each gets what the anomaly model gives.
+        let shares = b.busy_shares(&[b.rate(11_000_000), b.rate(1_000_000)], 1500);
+        let model = anomaly_model(&b, &[Rate::dsss(11.0), Rate::dsss(1.0)], 1500);
+        for s in &shares {
+            assert!((s - model).abs() < 1.0, "{shares:?} against {model}");
+        }
+        // 802.11n at 300 Mbit/s: 42 segments in 1772 µs, a Block Ack, and the 21
+        // acknowledgements in a 96 µs A-MPDU of their own, two AIFS and one shared
+        // backoff (7.5 slots × 17/16): 42 × 1448 × 8 bits in 2 × 34 + 71.72 + 1820 +
+        // 144 µs.
+        let n = Preset::N;
+        assert_eq!(n.rate(300_000_000), ht40_mcs15_sgi());
+        let tcp = n.tcp_alone_bps(&n.rate(300_000_000), &n.rate(300_000_000), 1448) / 1e6;
+        assert!((tcp - 231.27).abs() < 0.01, "{tcp}");
+        // Air time charged equally: the lab note's 3.562 and 0.376 Mbit/s.
+        let shares = b.airtime_shares(&[b.rate(11_000_000), b.rate(1_000_000)], 1500);
+        assert!((shares[0] / 1e6 - 3.562).abs() < 0.002, "{shares:?}");
+        assert!((shares[1] / 1e6 - 0.376).abs() < 0.001, "{shares:?}");
+        // Every preset is found by its name, and builds rates of its kind.
+        for p in Preset::ALL {
+            assert_eq!(Preset::named(p.name), Some(p));
+        }
+        assert_eq!(
+            Preset::A.rate(54_000_000),
+            Rate::Ofdm {
+                bits_per_symbol: 216,
+                symbol_ns: 4_000,
+                preamble_ns: 20_000
+            }
+        );
     }
 }

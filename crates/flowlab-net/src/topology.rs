@@ -29,6 +29,16 @@
 //! [[link.schedule]]               # … and at 12 s
 //! at = "12s"
 //! rate = "40M"
+//!
+//! [[medium]]                      # a shared Wi-Fi channel: its stations share the air
+//! name = "wlan"
+//! ap = "r1"                       # the access point: a router
+//! standard = "802.11n"            # timings: 802.11b, 802.11a, 802.11g, 802.11n, 802.11ac
+//! fairness = "frames"             # the access point's downlink: "frames" or "airtime"
+//!
+//! [[medium.station]]              # a host on it, with its PHY rate
+//! host = "h9"
+//! rate = "300M"
 //! ```
 //!
 //! [`Topology::parse`] checks the file and says what is wrong in one line (with the line
@@ -42,7 +52,8 @@ use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use flowlab_results::net::{
-    LinkSchedule, PathSummary, PlanSummary, Shape, ShapedDirection, Subnet,
+    LinkSchedule, MediumSummary, PathSummary, PlanSummary, Shape, ShapedDirection, StationExpected,
+    Subnet,
 };
 use flowlab_results::units::{parse_duration, parse_rate};
 use serde::{Deserialize, Serialize};
@@ -58,6 +69,10 @@ pub const MAX_NODES: usize = 2048;
 /// Most links in a topology: each link without a switch takes one of the 65 535 /24
 /// subnets of 10.0.0.0/8, as each switch does.
 pub const MAX_LINKS: usize = 4096;
+/// Most stations on one medium.
+pub const MAX_STATIONS: usize = 64;
+/// A medium's queues hold this many frames each unless the file says otherwise.
+pub const DEFAULT_MEDIUM_QUEUE: u64 = 1000;
 /// `net show` lists every pair's path up to this many hosts (120 pairs); beyond it, the
 /// path of a pair named on the command line.
 pub const MAX_LISTED_HOSTS: usize = 16;
@@ -248,6 +263,30 @@ struct RawTopology {
     switches: Vec<String>,
     #[serde(default, rename = "link")]
     links: Vec<RawLink>,
+    #[serde(default, rename = "medium")]
+    media: Vec<RawMedium>,
+}
+
+/// A `[[medium]]`: a shared Wi-Fi channel.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMedium {
+    name: toml::Spanned<String>,
+    ap: toml::Spanned<String>,
+    standard: toml::Spanned<String>,
+    fairness: Option<toml::Spanned<String>>,
+    queue: Option<toml::Spanned<i64>>,
+    #[serde(default, rename = "station")]
+    stations: Vec<RawStation>,
+}
+
+/// A `[[medium.station]]`: a host on the channel and its PHY rates.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStation {
+    host: toml::Spanned<String>,
+    rate: toml::Spanned<String>,
+    down_rate: Option<toml::Spanned<String>>,
 }
 
 /// What a node is.
@@ -288,6 +327,143 @@ pub struct Link {
     pub a_to_b_trace: Option<LinkTrace>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub b_to_a_trace: Option<LinkTrace>,
+    /// The shared medium this link is a station's hop on (a: the station, b: its access
+    /// point), if any: the air carries it, and its rates are the medium's expectation of
+    /// a TCP flow alone on it ([`SharedMedium`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub medium: Option<String>,
+}
+
+/// A shared Wi-Fi channel (`[[medium]]`): an access point and its stations, each
+/// station's hop a link of [`Topology::links`] that the medium's air carries.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SharedMedium {
+    pub name: String,
+    /// The access point: a router.
+    pub ap: String,
+    /// The standard whose timings it has ([`crate::medium::Preset::named`]).
+    pub standard: String,
+    /// How the access point shares its downlink between busy stations.
+    pub fairness: Fairness,
+    /// Frames each queue holds: each station's, and the access point's to each station.
+    pub queue: u64,
+    pub stations: Vec<Station>,
+}
+
+/// How an access point shares its downlink ([`crate::medium::Policy`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Fairness {
+    /// A transmission to each busy station in turn, as DCF gives each sender.
+    Frames,
+    /// Equal air time for each busy station (deficit round robin on air time, as
+    /// Linux's mac80211 schedules it).
+    Airtime,
+}
+
+impl Fairness {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Fairness::Frames => "frames",
+            Fairness::Airtime => "airtime",
+        }
+    }
+}
+
+/// One station of a [`SharedMedium`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Station {
+    pub host: String,
+    /// Its link's name in [`Topology::links`].
+    pub link: String,
+    /// Its PHY rate to the access point, and the access point's to it, bits per second.
+    pub up_bps: u64,
+    pub down_bps: u64,
+}
+
+impl SharedMedium {
+    pub fn preset(&self) -> crate::medium::Preset {
+        crate::medium::Preset::named(&self.standard).unwrap_or(crate::medium::Preset::N)
+    }
+
+    /// The access point's policy: airtime's quantum is mac80211's default weight.
+    pub fn policy(&self) -> crate::medium::Policy {
+        match self.fairness {
+            Fairness::Frames => crate::medium::Policy::RoundRobin,
+            Fairness::Airtime => crate::medium::Policy::Airtime {
+                quantum_ns: 256_000,
+                charge: crate::medium::Charge::Ppdu,
+            },
+        }
+    }
+
+    /// What it is expected to carry: each station alone (TCP each way) and all busy at
+    /// once (1500-byte packets, each station sending, and the access point sending to
+    /// each), by the model of [`crate::medium`].
+    pub fn expected(&self) -> Vec<StationExpected> {
+        let p = self.preset();
+        let up: Vec<_> = self.stations.iter().map(|s| p.rate(s.up_bps)).collect();
+        let down: Vec<_> = self.stations.iter().map(|s| p.rate(s.down_bps)).collect();
+        let busy_up = p.busy_shares(&up, 1500);
+        let busy_down: Vec<f64> = match self.fairness {
+            // The access point alone sends, a transmission to each in turn.
+            Fairness::Frames => {
+                let air: Vec<f64> = down
+                    .iter()
+                    .map(|r| 1e9 * 1500.0 * 8.0 / p.alone_bps(r, 1500))
+                    .collect();
+                let k: Vec<f64> = down
+                    .iter()
+                    .map(|r| p.fit(r, std::iter::repeat_n(1500, usize::MAX)).0 as f64)
+                    .collect();
+                let round: f64 = air.iter().zip(&k).map(|(a, k)| a * k).sum();
+                k.iter().map(|k| k * 1500.0 * 8.0 / (round / 1e9)).collect()
+            }
+            // Equal air time as the access point charges it, each transmission's PPDU
+            // and a SIFS: x_i transmissions a second to station i with x_i · c_i the
+            // same for all, and Σ x_i · t_i = 1 (t_i: a transmission's channel time).
+            Fairness::Airtime => p.airtime_shares(&down, 1500),
+        };
+        self.stations
+            .iter()
+            .enumerate()
+            .map(|(i, s)| StationExpected {
+                host: s.host.clone(),
+                up_phy_bps: s.up_bps,
+                down_phy_bps: s.down_bps,
+                tcp_up_bps: p.tcp_alone_bps(&up[i], &down[i], 1448),
+                tcp_down_bps: p.tcp_alone_bps(&down[i], &up[i], 1448),
+                busy_up_bps: busy_up[i],
+                busy_down_bps: busy_down[i],
+            })
+            .collect()
+    }
+
+    /// The longest a frame may wait for this medium's air behind another sender's
+    /// transmission (the slowest station's fullest, either way).
+    pub fn air_wait(&self) -> Duration {
+        let p = self.preset();
+        let ns = self
+            .stations
+            .iter()
+            .flat_map(|s| [s.up_bps, s.down_bps])
+            .map(|bps| p.air_wait_ns(&p.rate(bps), 1500))
+            .max()
+            .unwrap_or(0);
+        Duration::from_nanos(ns)
+    }
+
+    /// What `net show` says of it.
+    pub fn summary(&self) -> MediumSummary {
+        MediumSummary {
+            name: self.name.clone(),
+            ap: self.ap.clone(),
+            standard: self.standard.clone(),
+            fairness: self.fairness.as_str().to_string(),
+            queue: self.queue,
+            stations: self.expected(),
+        }
+    }
 }
 
 /// A trace a link direction's capacity follows ([`crate::trace`]).
@@ -436,6 +612,9 @@ pub struct Topology {
     /// Every node and its kind, in name order.
     pub nodes: BTreeMap<String, Kind>,
     pub links: Vec<Link>,
+    /// The shared media (`[[medium]]`), whose stations' hops are among `links`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub media: Vec<SharedMedium>,
 }
 
 fn shape(p: &RawProps, base: Option<&Shape>, at: &str) -> Result<Shape, TopologyError> {
@@ -720,6 +899,195 @@ impl Link {
     }
 }
 
+/// Medium `raw` checked, its stations' hops added to `links` (a: the station, b: the
+/// access point); a mistake is refused at its line.
+fn medium(
+    text: &str,
+    raw: &RawMedium,
+    nodes: &BTreeMap<String, Kind>,
+    pairs: &mut BTreeSet<(String, String)>,
+    links: &mut Vec<Link>,
+) -> Result<SharedMedium, TopologyError> {
+    use crate::medium::Preset;
+    let at = |span: std::ops::Range<usize>, message: String| TopologyError {
+        at: Some(line_column(text, span.start)),
+        ..TopologyError::new(message)
+    };
+    let name = raw.name.get_ref().clone();
+    check_name(&name, "medium", MAX_NODE).map_err(|e| at(raw.name.span(), e.message))?;
+    if links.iter().any(|l| l.medium.as_deref() == Some(&name)) {
+        return Err(at(
+            raw.name.span(),
+            format!("medium '{name}' is defined twice"),
+        ));
+    }
+    let ap = raw.ap.get_ref().clone();
+    match nodes.get(&ap) {
+        Some(Kind::Router) => {}
+        Some(_) => {
+            return Err(at(
+                raw.ap.span(),
+                format!(
+                    "medium {name}: its access point '{ap}' must be a router (it forwards between its stations and the rest)"
+                ),
+            ));
+        }
+        None => {
+            return Err(at(
+                raw.ap.span(),
+                format!("medium {name}: unknown node '{ap}'"),
+            ));
+        }
+    }
+    let preset = Preset::named(raw.standard.get_ref()).ok_or_else(|| {
+        let names: Vec<&str> = Preset::ALL.iter().map(|p| p.name).collect();
+        at(
+            raw.standard.span(),
+            format!(
+                "medium {name}: standard '{}' is not one of {}",
+                raw.standard.get_ref(),
+                names.join(", ")
+            ),
+        )
+    })?;
+    let fairness = match raw
+        .fairness
+        .as_ref()
+        .map(|f| (f.get_ref().as_str(), f.span()))
+    {
+        None | Some(("frames", _)) => Fairness::Frames,
+        Some(("airtime", _)) => Fairness::Airtime,
+        Some((other, span)) => {
+            return Err(at(
+                span,
+                format!("medium {name}: fairness '{other}' is not frames or airtime"),
+            ));
+        }
+    };
+    let queue = match &raw.queue {
+        None => DEFAULT_MEDIUM_QUEUE,
+        Some(q) if (1..=100_000).contains(q.get_ref()) => *q.get_ref() as u64,
+        Some(q) => {
+            return Err(at(
+                q.span(),
+                format!(
+                    "medium {name}: queue {} must be 1 to 100000 frames",
+                    q.get_ref()
+                ),
+            ));
+        }
+    };
+    if raw.stations.is_empty() {
+        return Err(at(
+            raw.name.span(),
+            format!("medium {name} has no [[medium.station]]"),
+        ));
+    }
+    if raw.stations.len() > MAX_STATIONS {
+        return Err(at(
+            raw.name.span(),
+            format!(
+                "medium {name} has {} stations; a medium has at most {MAX_STATIONS}",
+                raw.stations.len()
+            ),
+        ));
+    }
+    let rate = |r: &toml::Spanned<String>, host: &str| -> Result<u64, TopologyError> {
+        let bad = |why: String| {
+            at(
+                r.span(),
+                format!(
+                    "medium {name}: station {host}: rate '{}': {why}",
+                    r.get_ref()
+                ),
+            )
+        };
+        let bps = parse_rate(r.get_ref()).map_err(|e| bad(e.to_string()))?;
+        if !(1_000_000..=preset.max_bps).contains(&bps) {
+            return Err(bad(format!(
+                "{} PHY rates run from 1 Mbit/s to {} Mbit/s",
+                preset.name,
+                preset.max_bps as f64 / 1e6
+            )));
+        }
+        Ok(bps)
+    };
+    let mut stations = Vec::new();
+    for st in &raw.stations {
+        let host = st.host.get_ref().clone();
+        match nodes.get(&host) {
+            Some(Kind::Host) => {}
+            Some(_) => {
+                return Err(at(
+                    st.host.span(),
+                    format!("medium {name}: station '{host}' must be a host"),
+                ));
+            }
+            None => {
+                return Err(at(
+                    st.host.span(),
+                    format!("medium {name}: unknown node '{host}'"),
+                ));
+            }
+        }
+        let key = if host < ap {
+            (host.clone(), ap.clone())
+        } else {
+            (ap.clone(), host.clone())
+        };
+        if !pairs.insert(key) {
+            return Err(at(
+                st.host.span(),
+                format!("medium {name}: '{host}' and '{ap}' are already linked"),
+            ));
+        }
+        let up_bps = rate(&st.rate, &host)?;
+        let down_bps = match &st.down_rate {
+            Some(r) => rate(r, &host)?,
+            None => up_bps,
+        };
+        let link = format!("{name}.{host}");
+        stations.push(Station {
+            host: host.clone(),
+            link: link.clone(),
+            up_bps,
+            down_bps,
+        });
+        links.push(Link {
+            name: link,
+            named: true,
+            a: host,
+            b: ap.clone(),
+            a_to_b: Shape::default(),
+            b_to_a: Shape::default(),
+            schedule: Schedule::default(),
+            a_to_b_trace: None,
+            b_to_a_trace: None,
+            medium: Some(name.clone()),
+        });
+    }
+    let medium = SharedMedium {
+        name,
+        ap,
+        standard: preset.name.to_string(),
+        fairness,
+        queue,
+        stations,
+    };
+    // Each hop's rates: a TCP flow's alone on the air, each way.
+    for s in medium.expected() {
+        let l = links
+            .iter_mut()
+            .find(|l| l.a == s.host && l.medium.is_some())
+            .expect("the station's link was just added");
+        l.a_to_b.rate_bps = Some(s.tcp_up_bps as u64);
+        l.b_to_a.rate_bps = Some(s.tcp_down_bps as u64);
+        l.a_to_b.queue_packets = Some(queue);
+        l.b_to_a.queue_packets = Some(queue);
+    }
+    Ok(medium)
+}
+
 fn check_name(name: &str, what: &str, max: usize) -> Result<(), TopologyError> {
     let ok = !name.is_empty()
         && name.len() <= max
@@ -842,10 +1210,21 @@ impl Topology {
                 schedule: Schedule::default(),
                 a_to_b_trace: None,
                 b_to_a_trace: None,
+                medium: None,
             };
             link.schedule = schedule(text, l, &link)?;
             traces(&mut link, l, read)?;
             links.push(link);
+        }
+        let mut media = Vec::new();
+        for m in &raw.media {
+            media.push(medium(text, m, &nodes, &mut pairs, &mut links)?);
+        }
+        if links.len() > MAX_LINKS {
+            return err(format!(
+                "{} links with the media's stations; a topology has at most {MAX_LINKS}",
+                links.len()
+            ));
         }
         let mut degrees: HashMap<&str, usize> = HashMap::new();
         for l in &links {
@@ -872,6 +1251,7 @@ impl Topology {
             name: raw.name,
             nodes,
             links,
+            media,
         };
         if let Some((a, b)) = Plan::of(&t).unreachable_host() {
             return err(format!("hosts '{a}' and '{b}' are not connected"));
@@ -929,13 +1309,22 @@ pub struct PathInfo {
     /// The slowest emulated link in the direction of travel (`None`: none is limited).
     pub bottleneck_bps: Option<u64>,
     /// The most queueing the path can add in the direction of travel: for every
-    /// rate-limited hop, its full queue (Q packets × 1514 bytes, or its bytes) at its rate.
+    /// rate-limited hop, its full queue (Q packets × 1514 bytes, or its bytes) at its rate;
+    /// and for every hop on a shared medium, the wait for its air behind another
+    /// sender's fullest transmission, there and back ([`SharedMedium::air_wait`]).
     pub queue_delay: Duration,
     /// The bottleneck's own full queue at its rate (what decides whether TCP can keep
     /// the path busy).
     pub bottleneck_queue_delay: Duration,
     /// Random loss in the direction of travel: 1 − Π (1 − loss of each hop).
     pub loss: f64,
+    /// On a path across a shared medium, the most a TCP flow may carry: the bottleneck
+    /// with the medium's hops at their payload rate with no acknowledgement on the air
+    /// (`bottleneck_bps` counts one for every two segments, and a receiver may send
+    /// fewer). `None` on other paths: their ceiling is the bottleneck.
+    pub rate_ceiling_bps: Option<u64>,
+    /// Whether the path crosses a shared medium's air.
+    pub on_air: bool,
 }
 
 /// How a node was reached in the path search: hops, delay, and the link and node it was
@@ -1055,6 +1444,8 @@ impl<'a> Plan<'a> {
             .links
             .iter()
             .filter(|l| !l.a_to_b.is_plain() || !l.b_to_a.is_plain())
+            // A station's hop is said with its medium.
+            .filter(|l| l.medium.is_none())
         {
             shaped.push(direction(l, &l.a, &l.b, l.a_to_b));
             if l.b_to_a != l.a_to_b || l.b_to_a_trace != l.a_to_b_trace {
@@ -1094,6 +1485,7 @@ impl<'a> Plan<'a> {
                     repeat: l.schedule.repeat,
                 })
                 .collect(),
+            media: t.media.iter().map(SharedMedium::summary).collect(),
         }
     }
 
@@ -1226,7 +1618,9 @@ impl<'a> Plan<'a> {
                 }
             })
             .sum();
-        let bottleneck_bps = hops.iter().filter_map(|h| self.shape(h).rate_bps).min();
+        // Each crossing of a shared medium's air, there and back, by a small packet.
+        let air: Duration = hops.iter().map(|h| self.air_latency(h)).sum();
+        let bottleneck_bps = self.bottleneck(&hops);
         let queue_delay = hops
             .iter()
             .map(|h| self.shape(h))
@@ -1234,27 +1628,115 @@ impl<'a> Plan<'a> {
                 let bytes = queue_limit_bytes(&s) as f64;
                 Some(Duration::from_secs_f64(bytes * 8.0 / s.rate_bps? as f64))
             })
-            .sum();
-        // The slowest link's own queue (the first of equals), drained at its rate.
+            .sum::<Duration>()
+            + self.air_waits(&hops);
+        // The slowest link's own queue (the first of equals), drained at its rate; where
+        // the bottleneck is a medium's hops together, the deepest of their queues.
+        let queue_of = |s: Shape| {
+            let bytes = queue_limit_bytes(&s) as f64;
+            Some(Duration::from_secs_f64(bytes * 8.0 / s.rate_bps? as f64))
+        };
         let bottleneck_queue_delay = hops
             .iter()
             .map(|h| self.shape(h))
             .filter(|s| s.rate_bps.is_some() && s.rate_bps == bottleneck_bps)
-            .find_map(|s| {
-                let bytes = queue_limit_bytes(&s) as f64;
-                Some(Duration::from_secs_f64(bytes * 8.0 / s.rate_bps? as f64))
+            .find_map(queue_of)
+            .or_else(|| {
+                hops.iter()
+                    .filter(|h| t.links[h.link].medium.is_some())
+                    .filter_map(|h| queue_of(self.shape(h)))
+                    .max()
             })
             .unwrap_or_default();
         let kept: f64 = hops.iter().map(|h| 1.0 - self.shape(h).loss).product();
+        let rate_ceiling_bps = self.ceiling(&hops);
+        let on_air = hops.iter().any(|h| t.links[h.link].medium.is_some());
         Some(PathInfo {
             nodes,
             hops,
-            rtt: there + back,
+            rtt: there + back + air,
             bottleneck_bps,
             queue_delay,
             bottleneck_queue_delay,
             loss: 1.0 - kept,
+            rate_ceiling_bps,
+            on_air,
         })
+    }
+
+    /// The slowest of `hops`' rates, where the hops a path makes on one shared medium
+    /// (a station to its access point, then to another station) count as one, at the
+    /// rate of their air time added: 1 / (1/r₁ + 1/r₂).
+    fn bottleneck(&self, hops: &[Hop]) -> Option<u64> {
+        self.slowest(hops, |h| self.shape(h).rate_bps)
+    }
+
+    /// How long a small packet (100 bytes, an echo) takes across hop `h` of a shared
+    /// medium's air and back, idle ([`crate::medium::Preset::latency_ns`]); zero for a
+    /// link's hop.
+    fn air_latency(&self, h: &Hop) -> Duration {
+        let t = self.topology;
+        let l = &t.links[h.link];
+        let Some(m) = t.media.iter().find(|m| Some(&m.name) == l.medium.as_ref()) else {
+            return Duration::ZERO;
+        };
+        let Some(s) = m.stations.iter().find(|s| s.link == l.name) else {
+            return Duration::ZERO;
+        };
+        let p = m.preset();
+        let ns = p.latency_ns(&p.rate(s.up_bps), 100) + p.latency_ns(&p.rate(s.down_bps), 100);
+        Duration::from_nanos(ns)
+    }
+
+    /// What waiting for a shared medium's air may add to a round trip across `hops`: on
+    /// each hop on a medium, there and back, another sender's fullest transmission.
+    fn air_waits(&self, hops: &[Hop]) -> Duration {
+        let t = self.topology;
+        hops.iter()
+            .filter_map(|h| {
+                let name = t.links[h.link].medium.as_ref()?;
+                Some(2 * t.media.iter().find(|m| &m.name == name)?.air_wait())
+            })
+            .sum()
+    }
+
+    /// [`Plan::bottleneck`] with each hop on a shared medium at the payload rate of TCP
+    /// segments alone on the air, without acknowledgements ([`PathInfo::rate_ceiling_bps`]).
+    fn ceiling(&self, hops: &[Hop]) -> Option<u64> {
+        let t = self.topology;
+        let on_air = |h: &Hop| -> Option<u64> {
+            let l = &t.links[h.link];
+            let m = t
+                .media
+                .iter()
+                .find(|m| Some(&m.name) == l.medium.as_ref())?;
+            let s = m.stations.iter().find(|s| s.link == l.name)?;
+            let p = m.preset();
+            let bps = if h.forward { s.up_bps } else { s.down_bps };
+            Some((p.alone_bps(&p.rate(bps), 1500) * 1448.0 / 1500.0) as u64)
+        };
+        if !hops.iter().any(|h| t.links[h.link].medium.is_some()) {
+            return None;
+        }
+        self.slowest(hops, |h| on_air(h).or(self.shape(h).rate_bps))
+    }
+
+    /// The slowest of `hops` at the rates `rate` gives, a shared medium's hops counted
+    /// together ([`Plan::bottleneck`]).
+    fn slowest(&self, hops: &[Hop], rate: impl Fn(&Hop) -> Option<u64>) -> Option<u64> {
+        let mut rates: Vec<u64> = Vec::new();
+        let mut air: BTreeMap<&str, f64> = BTreeMap::new();
+        for h in hops {
+            let Some(r) = rate(h) else {
+                continue;
+            };
+            match &self.topology.links[h.link].medium {
+                Some(m) => *air.entry(m.as_str()).or_default() += 1.0 / r as f64,
+                None => rates.push(r),
+            }
+        }
+        rates.extend(air.values().map(|inverse| (1.0 / inverse).round() as u64));
+        rates.into_iter().min()
     }
 
     /// The shape of a hop in its direction of travel.
@@ -1468,6 +1950,144 @@ mod tests {
         .unwrap();
         assert_eq!(once.links[1].schedule.moments().count(), 1);
         assert!(t.links[0].schedule.is_empty());
+    }
+
+    const WLAN: &str = r#"
+name = "w"
+hosts = ["a", "b", "srv"]
+routers = ["ap"]
+[[link]]
+ends = ["srv", "ap"]
+[[medium]]
+name = "wlan"
+ap = "ap"
+standard = "802.11n"
+[[medium.station]]
+host = "a"
+rate = "300M"
+[[medium.station]]
+host = "b"
+rate = "65M"
+down_rate = "130M"
+"#;
+
+    #[test]
+    fn a_medium_gives_each_station_a_hop_at_the_rates_its_air_allows() {
+        let t = Topology::parse(WLAN).unwrap();
+        assert_eq!(t.media.len(), 1);
+        let m = &t.media[0];
+        assert_eq!(
+            (m.ap.as_str(), m.fairness, m.queue),
+            ("ap", Fairness::Frames, 1000)
+        );
+        let hop = &t.links[t.link_index("wlan.b").unwrap()];
+        assert_eq!((hop.a.as_str(), hop.b.as_str()), ("b", "ap"));
+        assert_eq!(hop.medium.as_deref(), Some("wlan"));
+        // Each way, a TCP flow's rate alone on the air.
+        let p = crate::medium::Preset::N;
+        let (up, down) = (p.rate(65_000_000), p.rate(130_000_000));
+        assert_eq!(
+            hop.a_to_b.rate_bps,
+            Some(p.tcp_alone_bps(&up, &down, 1448) as u64)
+        );
+        assert_eq!(
+            hop.b_to_a.rate_bps,
+            Some(p.tcp_alone_bps(&down, &up, 1448) as u64)
+        );
+        // Station to station crosses the air twice: the two hops' air times add up.
+        let plan = Plan::of(&t);
+        let ab = plan.path("a", "b").unwrap().bottleneck_bps.unwrap() as f64;
+        let r1 = t.links[t.link_index("wlan.a").unwrap()]
+            .a_to_b
+            .rate_bps
+            .unwrap() as f64;
+        let r2 = hop.b_to_a.rate_bps.unwrap() as f64;
+        assert!((ab - 1.0 / (1.0 / r1 + 1.0 / r2)).abs() < 1.0, "{ab}");
+        // net show lists the medium, not its hops as links.
+        let summary = plan.summary();
+        assert!(summary.shaped.is_empty(), "{:?}", summary.shaped);
+        assert_eq!(summary.media[0].stations.len(), 2);
+    }
+
+    #[test]
+    fn a_bad_medium_is_refused_at_its_line_with_the_reason() {
+        let line_of = |text: &str, needle: &str| {
+            text.lines()
+                .position(|l| l.trim_start().starts_with(needle))
+                .unwrap()
+                + 1
+        };
+        for (from, to, want) in [
+            (
+                "standard = \"802.11n\"",
+                "standard = \"802.11x\"",
+                "medium wlan: standard '802.11x' is not one of 802.11b, 802.11a, 802.11g, 802.11n, 802.11ac",
+            ),
+            (
+                "ap = \"ap\"",
+                "ap = \"srv\"",
+                "medium wlan: its access point 'srv' must be a router",
+            ),
+            (
+                "ap = \"ap\"",
+                "ap = \"nope\"",
+                "medium wlan: unknown node 'nope'",
+            ),
+            (
+                "host = \"a\"",
+                "host = \"ap\"",
+                "medium wlan: station 'ap' must be a host",
+            ),
+            (
+                "host = \"b\"",
+                "host = \"srv\"",
+                "medium wlan: 'srv' and 'ap' are already linked",
+            ),
+            (
+                "rate = \"300M\"",
+                "rate = \"900M\"",
+                "medium wlan: station a: rate '900M': 802.11n PHY rates run from 1 Mbit/s to 600 Mbit/s",
+            ),
+            (
+                "down_rate = \"130M\"",
+                "down_rate = \"fast\"",
+                "medium wlan: station b: rate 'fast'",
+            ),
+            (
+                "standard = \"802.11n\"",
+                "standard = \"802.11n\"\nfairness = \"fair\"",
+                "medium wlan: fairness 'fair' is not frames or airtime",
+            ),
+            (
+                "standard = \"802.11n\"",
+                "standard = \"802.11n\"\nqueue = 0",
+                "medium wlan: queue 0 must be 1 to 100000 frames",
+            ),
+        ] {
+            let text = WLAN.replacen(from, to, 1);
+            let e = Topology::parse(&text).unwrap_err();
+            let needle = to.lines().last().unwrap();
+            assert_eq!(e.at.map(|(l, _)| l), Some(line_of(&text, needle)), "{e}");
+            assert!(e.message.starts_with(want), "{e}");
+        }
+        // A host on the medium with a link of its own has two.
+        let text = format!("{WLAN}[[link]]\nends = [\"a\", \"srv\"]\n");
+        let e = Topology::parse(&text).unwrap_err();
+        assert!(
+            e.message.contains("'a' and 'srv'") || e.message.contains("host 'a' has 2 links"),
+            "{e}"
+        );
+        let text = WLAN
+            .replace(
+                "[[medium.station]]\nhost = \"b\"\nrate = \"65M\"\ndown_rate = \"130M\"\n",
+                "",
+            )
+            .replace("[[medium.station]]\nhost = \"a\"\nrate = \"300M\"\n", "");
+        let e = Topology::parse(&text).unwrap_err();
+        assert!(
+            e.message.contains("medium wlan has no [[medium.station]]"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -32,6 +32,42 @@ pub struct PlanSummary {
     /// The links that change on a schedule, in the file's order.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub schedules: Vec<LinkSchedule>,
+    /// The shared media (`[[medium]]`), in the file's order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub media: Vec<MediumSummary>,
+}
+
+/// A shared Wi-Fi medium and what its model expects of it (docs/net.md, "Shared media").
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MediumSummary {
+    pub name: String,
+    /// Its access point (a router).
+    pub ap: String,
+    /// "802.11n", …
+    pub standard: String,
+    /// How the access point shares its downlink: "frames" or "airtime".
+    pub fairness: String,
+    /// Frames each of its queues holds.
+    pub queue: u64,
+    pub stations: Vec<StationExpected>,
+}
+
+/// One station of a shared medium: its PHY rates and what the medium's model expects it
+/// to carry, bits per second.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StationExpected {
+    pub host: String,
+    /// PHY rate to the access point, and the access point's to it.
+    pub up_phy_bps: u64,
+    pub down_phy_bps: u64,
+    /// A TCP flow's payload alone on the air, up and down.
+    pub tcp_up_bps: f64,
+    pub tcp_down_bps: f64,
+    /// 1500-byte packets while every station sends at once (DCF's per-transmission
+    /// fairness), and while the access point sends to every station at once (by its
+    /// fairness).
+    pub busy_up_bps: f64,
+    pub busy_down_bps: f64,
 }
 
 /// How a link changes while it is up (`[[link.schedule]]`).
@@ -310,4 +346,8 @@ pub struct EmulatedDirection {
     /// waited for them).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unused_opportunities: Option<u64>,
+    /// A station's direction on a shared medium: the air its transmissions took (each
+    /// from its PPDU's start to its acknowledgement's end), seconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub airtime_s: Option<f64>,
 }

@@ -81,6 +81,12 @@ fn change(
             "link {link} follows a trace, which sets its rate and queue: it is changed in its file, and brought up again"
         )));
     }
+    if let Some(m) = &before.medium {
+        return Err(NetError::Unsupported(format!(
+            "link {link} is station {}'s hop on medium {m}, whose air sets its rate and queue: the medium is changed in its file, and brought up again",
+            before.a
+        )));
+    }
     let after = new(&before)?;
     let dev = format!("l{i}");
     let by_emulator = recorded.backend == Some(Backend::Userspace)

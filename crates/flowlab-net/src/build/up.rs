@@ -11,14 +11,16 @@ use super::{
     Backend, NetError, State, UpOptions, down, link_ns_name, namespaces, netem_available, ns_name,
     prefix, preflight, run,
 };
-use crate::forward::{EmulatedLink, LineSpec, TraceSpec};
+use crate::forward::{EmulatedLink, LineSpec, StationSpec, TraceSpec};
 use crate::topology::{Kind, Link, Plan, Topology};
 use flowlab_results::net::Shape;
 
 /// Whether link `l` needs more than tbf (delay, jitter or loss, either way, now or at a
-/// step of its schedule): netem or the user-space emulator.
+/// step of its schedule): netem or the user-space emulator; or only the user-space
+/// emulator can carry it (a trace, a shared medium).
 pub(super) fn is_emulated(l: &Link) -> bool {
     l.follows_a_trace()
+        || l.medium.is_some()
         || l.shapes()
             .iter()
             .any(|(a_to_b, b_to_a)| needs_emulation(a_to_b) || needs_emulation(b_to_a))
@@ -57,12 +59,18 @@ pub fn up(t: &Topology, dir: &Path, opts: &UpOptions) -> Result<State, NetError>
         None
     } else {
         Some(match opts.backend {
-            // Only the user-space emulator replays a trace.
-            Backend::Auto if traced.is_some() => Backend::Userspace,
+            // Only the user-space emulator replays a trace or shares a medium's air.
+            Backend::Auto if traced.is_some() || !t.media.is_empty() => Backend::Userspace,
             Backend::Netem if traced.is_some() => {
                 return Err(NetError::Unsupported(format!(
                     "link {} follows a trace, which only the user-space emulator replays; use --backend userspace (or auto)",
                     traced.map_or("", |l| l.name.as_str())
+                )));
+            }
+            Backend::Netem if !t.media.is_empty() => {
+                return Err(NetError::Unsupported(format!(
+                    "medium {} is a shared medium, which only the user-space emulator carries; use --backend userspace (or auto)",
+                    t.media[0].name
                 )));
             }
             Backend::Auto if netem_available() => Backend::Netem,
@@ -210,6 +218,7 @@ fn add_emulated_link(
     // Super-frames only where no step of its schedule loses or reorders frames either,
     // and no trace counts its opportunities in packets of the MTU.
     let gso = !l.follows_a_trace()
+        && l.medium.is_none()
         && l.shapes()
             .iter()
             .all(|(ab, ba)| EmulatedLink::gso_fits(&LineSpec::of(ab), &LineSpec::of(ba)));
@@ -244,6 +253,24 @@ fn add_emulated_link(
         gso,
         a_to_b_trace: trace(&l.a_to_b_trace, &l.a_to_b),
         b_to_a_trace: trace(&l.b_to_a_trace, &l.b_to_a),
+        station: station(t, l),
+    })
+}
+
+/// What the emulator needs of link `l` if it is a station's hop on a shared medium.
+fn station(t: &Topology, l: &Link) -> Option<StationSpec> {
+    let m = t
+        .media
+        .iter()
+        .find(|m| Some(&m.name) == l.medium.as_ref())?;
+    let s = m.stations.iter().find(|s| s.link == l.name)?;
+    Some(StationSpec {
+        medium: m.name.clone(),
+        standard: m.standard.clone(),
+        fairness: m.fairness,
+        queue: m.queue,
+        up_bps: s.up_bps,
+        down_bps: s.down_bps,
     })
 }
 
@@ -262,9 +289,14 @@ fn attach_and_shape(t: &Topology, i: usize, l: &Link, netem: bool) -> Result<(),
         run("ip", &["-n", n, "link", "set", "dev", &dev, "up"])?;
     }
     let (netem_ab, netem_ba) = netem_ways(l);
-    // A direction that follows a trace gets its rate and queue from the emulator.
+    // A direction that follows a trace, or crosses a shared medium's air, gets its
+    // rate and queue from the emulator.
     let own = |s: &Shape, traced: bool| {
-        if traced { Shape::default() } else { *s }
+        if traced || l.medium.is_some() {
+            Shape::default()
+        } else {
+            *s
+        }
     };
     for (s, n, netem_root) in [
         (

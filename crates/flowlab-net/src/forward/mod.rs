@@ -9,6 +9,7 @@
 //!   tbf (rate,queue) │  emulator thread  │ tbf (rate,queue)
 //! ```
 
+mod air;
 mod relay;
 mod socket;
 mod stats;
@@ -71,6 +72,37 @@ pub struct EmulatedLink {
     pub a_to_b_trace: Option<TraceSpec>,
     #[serde(default)]
     pub b_to_a_trace: Option<TraceSpec>,
+    /// A station's hop on a shared medium (a: the station, b: its access point): the
+    /// air carries it, with every other hop of the same medium, in one thread.
+    #[serde(default)]
+    pub station: Option<StationSpec>,
+}
+
+/// A station's hop on a shared medium, as the emulator builds the medium from its
+/// hops (each names the medium and repeats its standard, fairness and queue).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StationSpec {
+    pub medium: String,
+    pub standard: String,
+    pub fairness: crate::topology::Fairness,
+    pub queue: u64,
+    /// The station's PHY rate, and the access point's to it, bits per second.
+    pub up_bps: u64,
+    pub down_bps: u64,
+}
+
+impl StationSpec {
+    fn policy(&self) -> crate::medium::Policy {
+        crate::topology::SharedMedium {
+            name: self.medium.clone(),
+            ap: String::new(),
+            standard: self.standard.clone(),
+            fairness: self.fairness,
+            queue: self.queue,
+            stations: Vec::new(),
+        }
+        .policy()
+    }
 }
 
 /// A trace-driven direction: its trace file (mahimahi's format) and its queue's limit.
@@ -202,6 +234,36 @@ fn serve_control(
     Ok(())
 }
 
+/// A link to forward, with the counters its thread keeps.
+type CountedLink = (EmulatedLink, Arc<LinkCounters>);
+
+/// A medium's hops opened: each hop's sockets in its own middle namespace (a socket
+/// stays bound to its interface after the thread moves on to the next namespace), and
+/// the medium they share.
+fn open_medium(
+    hops: &[CountedLink],
+    seed: u64,
+) -> io::Result<(crate::medium::Medium<socket::Frame>, Vec<air::Hop>)> {
+    let specs: Vec<&StationSpec> = hops
+        .iter()
+        .filter_map(|(l, _)| l.station.as_ref())
+        .collect();
+    let medium = air::medium_of(&specs, seed)?;
+    let mut opened = Vec::new();
+    for (i, (link, counters)) in hops.iter().enumerate() {
+        crate::netns::enter(&link.namespace)
+            .map_err(|e| io::Error::new(e.kind(), format!("link {}: {e}", link.name)))?;
+        let open = |dev: &str| {
+            PacketSocket::open(dev, false)
+                .map_err(|e| io::Error::new(e.kind(), format!("link {}: {e}", link.name)))
+        };
+        let (a, b) = (open(&link.a)?, open(&link.b)?);
+        let hop_seed = seed.wrapping_add((i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        opened.push(air::Hop::new(a, b, link, counters.clone(), hop_seed));
+    }
+    Ok((medium, opened))
+}
+
 /// Runs the emulator for `links`: one thread per link, each in its namespace, and a
 /// control socket at `control` through which their delay, jitter, loss and limit change
 /// live. Calls `ready` once every link's sockets are open (or returns the first link's
@@ -221,11 +283,20 @@ pub fn run(
     let mut threads = Vec::new();
     let mut all = Vec::new();
     let mut controlled = Vec::new();
+    // A shared medium's hops go to one thread, in the order of their links.
+    let mut media: Vec<(String, Vec<CountedLink>)> = Vec::new();
     for (i, link) in links.into_iter().enumerate() {
-        let pending = Arc::new(Pending::new()?);
-        controlled.push((link.clone(), pending.clone()));
         let counters = Arc::new(LinkCounters::default());
         all.push((link.name.clone(), counters.clone()));
+        if let Some(st) = &link.station {
+            match media.iter_mut().find(|(m, _)| *m == st.medium) {
+                Some((_, hops)) => hops.push((link, counters)),
+                None => media.push((st.medium.clone(), vec![(link, counters)])),
+            }
+            continue;
+        }
+        let pending = Arc::new(Pending::new()?);
+        controlled.push((link.clone(), pending.clone()));
         let tx = tx.clone();
         let link_seed = seed.wrapping_add((i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
         threads.push(std::thread::spawn(move || {
@@ -255,6 +326,27 @@ pub fn run(
                         e.kind(),
                         format!("link {}: {e}", link.name),
                     )));
+                }
+            }
+        }));
+    }
+    for (k, (name, hops)) in media.into_iter().enumerate() {
+        let tx = tx.clone();
+        let medium_seed = seed ^ (k as u64 + 1).wrapping_mul(0xd1b5_4a32_d192_ed03);
+        threads.push(std::thread::spawn(move || {
+            match open_medium(&hops, medium_seed) {
+                Ok((medium, opened)) => {
+                    let _ = tx.send(Ok(()));
+                    drop(tx);
+                    match air::forward_air(&name, medium, opened) {
+                        Ok(()) => eprintln!(
+                            "flowlab net emulator: medium {name}: its interfaces went away"
+                        ),
+                        Err(e) => eprintln!("flowlab net emulator: medium {name}: stopped: {e}"),
+                    }
+                }
+                Err(e) => {
+                    let _ = tx.send(Err(io::Error::new(e.kind(), format!("medium {name}: {e}"))));
                 }
             }
         }));

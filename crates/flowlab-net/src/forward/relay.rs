@@ -12,6 +12,12 @@ use super::stats::*;
 use super::{EmulatedLink, LineSpec, Pending};
 use crate::emulator::{DelayLine, RecentPolls, SendCost, Verdict, WakeMargin, arrivals_can_wait};
 
+/// Why a frame read was not kept: lost at random, or its queue was full.
+pub(super) enum Refused {
+    Lost,
+    Full,
+}
+
 /// Reads every frame waiting on `from` (up to a few batches, so that due frames are not
 /// held back behind a flood) into `line`, stamped with its arrival time. Says whether
 /// it read them all (false: a flood, more are waiting).
@@ -21,6 +27,29 @@ pub(super) fn receive(
     counters: &Counters,
     batch: &mut Batch,
     clock: &Clock,
+) -> io::Result<bool> {
+    receive_into(
+        from,
+        counters,
+        batch,
+        clock,
+        &mut |arrived, frame, ip_bytes| match line.push_sized(arrived, frame, ip_bytes) {
+            (Verdict::Lost, Some(f)) => Err((Refused::Lost, f)),
+            (Verdict::Full, Some(f)) => Err((Refused::Full, f)),
+            _ => Ok(()),
+        },
+    )
+}
+
+/// Reads every frame waiting on `from`, as [`receive`] does, handing each to `put` with
+/// its arrival time and its IP packet's bytes; a frame `put` hands back is counted as
+/// lost or as a full queue's.
+pub(super) fn receive_into(
+    from: &PacketSocket,
+    counters: &Counters,
+    batch: &mut Batch,
+    clock: &Clock,
+    put: &mut dyn FnMut(u64, Frame, u64) -> Result<(), (Refused, Frame)>,
 ) -> io::Result<bool> {
     for _ in 0..8 {
         for i in 0..BATCH {
@@ -93,17 +122,16 @@ pub(super) fn receive(
             };
             // A trace counts IP packets' bytes: the frame less its Ethernet header.
             let ip_bytes = (len as u64).saturating_sub(14);
-            match line.push_sized(arrived, frame, ip_bytes) {
-                (Verdict::Queued(_), _) => {}
-                (Verdict::Lost, Some(f)) => {
+            match put(arrived, frame, ip_bytes) {
+                Ok(()) => {}
+                Err((Refused::Lost, f)) => {
                     counters.lost.fetch_add(1, Relaxed);
                     batch.give(f.buf);
                 }
-                (Verdict::Full, Some(f)) => {
+                Err((Refused::Full, f)) => {
                     counters.line_full.fetch_add(1, Relaxed);
                     batch.give(f.buf);
                 }
-                (_, None) => {}
             }
         }
         if got < BATCH {
@@ -264,8 +292,8 @@ pub(super) fn transmit(
 /// measured at it), and when the thread was last in its poll.
 #[derive(Clone, Copy)]
 pub(super) struct Pass<'a> {
-    now: u64,
-    polls: &'a RecentPolls,
+    pub(super) now: u64,
+    pub(super) polls: &'a RecentPolls,
 }
 
 /// A poll of the forwarding loop, as it ended.
@@ -301,6 +329,74 @@ impl Slept {
         }
         wakeups[late_bucket(late)].fetch_add(1, Relaxed);
     }
+}
+
+/// Sleeps in a poll of `fds` from `now` until `target` on the clock (None: until an
+/// event): what ppoll returned.
+pub(super) fn sleep(fds: &mut [libc::pollfd], target: Option<u64>, now: u64) -> libc::c_int {
+    let timeout = target.map(|t| {
+        let wait = t.saturating_sub(now);
+        libc::timespec {
+            tv_sec: (wait / 1_000_000_000) as libc::time_t,
+            tv_nsec: (wait % 1_000_000_000) as libc::c_long,
+        }
+    });
+    // SAFETY: `fds` and the optional timeout live for the call.
+    unsafe {
+        libc::ppoll(
+            fds.as_mut_ptr(),
+            fds.len() as libc::nfds_t,
+            timeout.as_ref().map_or(std::ptr::null(), |t| t as *const _),
+            std::ptr::null(),
+        )
+    }
+}
+
+/// After a poll said `socket` has an error queued: a transmit stamp updates `cost` (the
+/// cost of writing to it) and `counters.send_cost_ns`; an error saying its interface
+/// went away is `Ok(false)` (the topology was taken down); any other error is said, on
+/// behalf of `what` ("link l1"), and forwarding goes on.
+pub(super) fn error_queue(
+    socket: &PacketSocket,
+    cost: &mut SendCost,
+    counters: &Counters,
+    clock: &Clock,
+    what: &str,
+) -> io::Result<bool> {
+    match socket.transmit_stamps()? {
+        Some(wall) => {
+            cost.stamped((wall - clock.wall_offset()).max(0) as u64);
+            counters.send_cost_ns.store(cost.estimate(), Relaxed);
+        }
+        None => match socket.error() {
+            0 => {}
+            e if link_gone(&io::Error::from_raw_os_error(e)) => return Ok(false),
+            e => eprintln!(
+                "flowlab net emulator: {what}: {}",
+                io::Error::from_raw_os_error(e)
+            ),
+        },
+    }
+    Ok(true)
+}
+
+/// After a poll the timer ended (`rc` 0), spins from `now` to `next`, the due time it
+/// woke `margin` early for: the clock's time when it stops.
+pub(super) fn spin_to(
+    clock: &Clock,
+    now: u64,
+    rc: libc::c_int,
+    next: Option<u64>,
+    margin: u64,
+) -> u64 {
+    let mut now = now;
+    if let (0, Some(due)) = (rc, next) {
+        while now < due && due - now <= margin {
+            std::hint::spin_loop();
+            now = clock.now();
+        }
+    }
+    now
 }
 
 /// Whether `e` says the socket's interface went away (the topology was taken down).
@@ -386,13 +482,6 @@ pub(super) fn forward(
         .min();
         let margin = wake.margin();
         let target = next.map(|due| due.saturating_sub(margin));
-        let timeout = target.map(|t| {
-            let wait = t.saturating_sub(now);
-            libc::timespec {
-                tv_sec: (wait / 1_000_000_000) as libc::time_t,
-                tv_nsec: (wait % 1_000_000_000) as libc::c_long,
-            }
-        });
         // A socket whose frames cannot be due before the thread wakes anyway is not
         // watched for them (`arrivals_can_wait`); it is read once the thread is up and
         // the frames then due have gone.
@@ -424,15 +513,7 @@ pub(super) fn forward(
                 revents: 0,
             },
         ];
-        // SAFETY: `fds` and the optional timeout live for the call.
-        let rc = unsafe {
-            libc::ppoll(
-                fds.as_mut_ptr(),
-                fds.len() as libc::nfds_t,
-                timeout.as_ref().map_or(std::ptr::null(), |t| t as *const _),
-                std::ptr::null(),
-            )
-        };
+        let rc = sleep(&mut fds, target, now);
         let woke = clock.now();
         // From the top of the pass: its setup before the poll (well under a µs) is
         // counted in rather than read off the clock a second time.
@@ -468,31 +549,15 @@ pub(super) fn forward(
                 }
             }
         }
-        for (i, socket, cost) in [(0, &a, &mut cost_ba), (1, &b, &mut cost_ab)] {
-            if fds[i].revents & libc::POLLERR == 0 {
-                continue;
-            }
-            match socket.transmit_stamps()? {
-                Some(wall) => {
-                    cost.stamped((wall - clock.wall_offset()).max(0) as u64);
-                    let c = if i == 0 {
-                        &counters.b_to_a
-                    } else {
-                        &counters.a_to_b
-                    };
-                    c.send_cost_ns.store(cost.estimate(), Relaxed);
-                }
-                // An interface that went away reports an error on its socket: the link
-                // is gone. Any other error is said and forwarding goes on.
-                None => match socket.error() {
-                    0 => {}
-                    e if link_gone(&io::Error::from_raw_os_error(e)) => return Ok(()),
-                    e => eprintln!(
-                        "flowlab net emulator: link {}: {}",
-                        link.name,
-                        io::Error::from_raw_os_error(e)
-                    ),
-                },
+        // Frames written to `a` go b → a: its stamps measure that direction.
+        let what = format!("link {}", link.name);
+        for (i, socket, cost, c) in [
+            (0, &a, &mut cost_ba, &counters.b_to_a),
+            (1, &b, &mut cost_ab, &counters.a_to_b),
+        ] {
+            if fds[i].revents & libc::POLLERR != 0 && !error_queue(socket, cost, c, &clock, &what)?
+            {
+                return Ok(());
             }
         }
         // A watched socket is read if the poll said so, and was otherwise empty when the
@@ -514,16 +579,8 @@ pub(super) fn forward(
                 (rc >= 0).then_some(woke)
             };
         }
-        let mut now = clock.now();
-        if rc == 0 {
-            if let Some(due) = next {
-                // Woken by the timer: spin to the due time.
-                while now < due && due - now <= margin {
-                    std::hint::spin_loop();
-                    now = clock.now();
-                }
-            }
-        }
+        // Woken by the timer: spin to the due time.
+        let now = spin_to(&clock, clock.now(), rc, next, margin);
         let at = Pass { now, polls: &polls };
         let mut send =
             |line, to, cost, counters| transmit(line, at, to, cost, counters, &mut batch, &clock);

@@ -42,6 +42,10 @@ pub struct Counters {
     /// (its queue was empty), as its thread last counted them.
     pub traced: std::sync::atomic::AtomicBool,
     pub unused_opportunities: AtomicU64,
+    /// A station's direction on a shared medium: the air its transmissions took, from
+    /// each PPDU's start to its acknowledgement's end, ns.
+    pub on_air: std::sync::atomic::AtomicBool,
+    pub airtime_ns: AtomicU64,
 }
 
 impl Default for Counters {
@@ -61,6 +65,8 @@ impl Default for Counters {
             woke_late_histogram: std::array::from_fn(|_| AtomicU64::new(0)),
             traced: std::sync::atomic::AtomicBool::new(false),
             unused_opportunities: AtomicU64::new(0),
+            on_air: std::sync::atomic::AtomicBool::new(false),
+            airtime_ns: AtomicU64::new(0),
         }
     }
 }
@@ -147,6 +153,10 @@ pub struct DirectionStats {
     /// A trace-driven direction's unused opportunities (absent for a fixed-rate one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unused_opportunities: Option<u64>,
+    /// A station's direction on a shared medium: the air its transmissions took, ns
+    /// ([`Counters::airtime_ns`]; absent for a link's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub airtime_ns: Option<u64>,
 }
 
 impl DirectionStats {
@@ -220,6 +230,7 @@ impl From<&Counters> for DirectionStats {
                 .traced
                 .load(Relaxed)
                 .then(|| c.unused_opportunities.load(Relaxed)),
+            airtime_ns: c.on_air.load(Relaxed).then(|| c.airtime_ns.load(Relaxed)),
         }
     }
 }

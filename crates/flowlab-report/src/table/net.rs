@@ -93,6 +93,33 @@ pub fn net_plan(p: &flowlab_results::net::PlanSummary) -> String {
             steps.join("; ")
         );
     }
+    for m in &p.media {
+        let fairness = match m.fairness.as_str() {
+            "airtime" => "downlink shared by air time",
+            _ => "downlink shared by frames",
+        };
+        let _ = writeln!(
+            out,
+            "  medium {}: {}, access point {}, {fairness}, queues of {} frames",
+            m.name, m.standard, m.ap, m.queue
+        );
+        let _ = writeln!(
+            out,
+            "    {:<8} {:>17}  {:>19}  {:>19}",
+            "station", "PHY up/down", "TCP alone up/down", "all busy up/down"
+        );
+        for s in &m.stations {
+            let pair = |up: f64, down: f64| format!("{}/{} Mbit/s", mbit(up), mbit(down));
+            let _ = writeln!(
+                out,
+                "    {:<8} {:>17}  {:>19}  {:>19}",
+                s.host,
+                pair(s.up_phy_bps as f64, s.down_phy_bps as f64),
+                pair(s.tcp_up_bps, s.tcp_down_bps),
+                pair(s.busy_up_bps, s.busy_down_bps)
+            );
+        }
+    }
     if !p.all_paths && p.paths.is_empty() {
         let _ = writeln!(
             out,
@@ -104,7 +131,12 @@ pub fn net_plan(p: &flowlab_results::net::PlanSummary) -> String {
     }
     let _ = writeln!(
         out,
-        "paths (RTT = one-way delays there and back, rate = slowest link):"
+        "{}",
+        if p.media.is_empty() {
+            "paths (RTT = one-way delays there and back, rate = slowest link):"
+        } else {
+            "paths (RTT = one-way delays and a small packet's time on the air there and back, rate = slowest link, a medium's hops as one):"
+        }
     );
     for path in &p.paths {
         let rate = path.bottleneck_bps.map_or("unlimited".to_string(), |r| {
@@ -120,6 +152,21 @@ pub fn net_plan(p: &flowlab_results::net::PlanSummary) -> String {
         );
     }
     out
+}
+
+/// Bits per second as Mbit/s to three significant figures ("0.768", "5.2", "224").
+fn mbit(bps: f64) -> String {
+    let m = bps / 1e6;
+    let digits = if m >= 100.0 {
+        0
+    } else if m >= 10.0 {
+        1
+    } else if m >= 1.0 {
+        2
+    } else {
+        3
+    };
+    short(m, digits)
 }
 
 /// `x` with at most `digits` decimals and no trailing zeros ("10", "0.25", "7"): what a
@@ -230,7 +277,7 @@ pub fn net_status(up: &[TopologyStatus]) -> String {
         for d in &t.emulated {
             let _ = writeln!(
                 out,
-                "  link {} {}: {} forwarded{}, {} lost (random), {} line full, {} emulator drops, {} oversize, mean lateness {:.0} µs, {} late (worst {} µs), written {:.0} µs early for the cost of sending{}",
+                "  link {} {}: {} forwarded{}, {} lost (random), {} line full, {} emulator drops, {} oversize, mean lateness {:.0} µs, {} late (worst {} µs), written {:.0} µs early for the cost of sending{}{}",
                 d.link,
                 d.way,
                 d.forwarded,
@@ -250,7 +297,9 @@ pub fn net_status(up: &[TopologyStatus]) -> String {
                 d.send_cost_us,
                 d.unused_opportunities.map_or(String::new(), |n| format!(
                     ", {n} trace opportunities unused"
-                ))
+                )),
+                d.airtime_s
+                    .map_or(String::new(), |s| format!(", {s:.3} s on the air"))
             );
         }
         if let Some(sch) = &t.schedule {

@@ -189,8 +189,14 @@ fn under_load(jobs: &[Job<'_>], load: &Load) -> Result<Vec<Loaded>, Error> {
         .map(|job| {
             // About one echo in flight at a time, as a ping that waits for each reply
             // would send them: on a shallow queue counted in packets, every echo takes
-            // a place the load could have used.
-            let every = job.implied.rtt + Duration::from_millis(10);
+            // a place the load could have used. On a shared medium's air each echo
+            // takes a transmission there and one back (1.6 ms of 802.11b's at 11
+            // Mbit/s): one every 50 ms at most, or the echoes alone would take a
+            // seventh of the air the load is judged by.
+            let mut every = job.implied.rtt + Duration::from_millis(10);
+            if job.implied.on_air {
+                every = every.max(Duration::from_millis(50));
+            }
             let (ns, to) = (ns_name(job.topo, &job.pair.from), (job.to, job.port).into());
             echo_until(ns, to, every, stop.clone())
         })

@@ -5,8 +5,7 @@ use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use flowlab_net::check::{
-    RATE_HIGH, RATE_LOW, RTT_TOLERANCE, deviations, jain_index, judged_rate, loss_bounds,
-    max_min_shares, queue_bound,
+    RTT_TOLERANCE, deviations, jain_index, loss_bounds, max_min_shares, queue_bound, rate_bounds,
 };
 use flowlab_net::topology::{PathInfo, Plan, Topology};
 use flowlab_results::net::CheckedPath;
@@ -147,8 +146,7 @@ pub fn measure(
             implied_loss_percent: implied.loss * 100.0,
             measured_loss_percent: m.loss.map(|l| l * 100.0),
             rtt_tolerance_ms: ms(RTT_TOLERANCE),
-            rate_bounds_bps: judged_rate(implied, &m)
-                .map(|r| [RATE_LOW * r as f64, RATE_HIGH * r as f64]),
+            rate_bounds_bps: rate_bounds(implied, &m),
             loss_bounds_percent: loss_bounds(implied).map(|b| b.map(|l| l * 100.0)),
             deviations: deviations(implied, &m),
         });
