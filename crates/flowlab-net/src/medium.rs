@@ -249,6 +249,31 @@ impl Preset {
         segments as f64 * f64::from(mss) * 8.0 / (round / 1e9)
     }
 
+    /// The PHY rate (both ways, in whole kbit/s) at which one TCP flow alone gets
+    /// `target` payload bits per second by [`Preset::tcp_alone_bps`]: how a station's rate
+    /// is set from a measured TCP throughput (iperf3's, say). `None` if even the
+    /// standard's fastest rate gets less.
+    pub fn phy_for_tcp(&self, target: f64) -> Option<u64> {
+        let tcp = |kbps: u64| {
+            let r = self.rate(kbps * 1000);
+            self.tcp_alone_bps(&r, &r, 1448)
+        };
+        let (mut low, mut high) = (1_000, self.max_bps / 1000);
+        if tcp(high) < target {
+            return None;
+        }
+        // The rate only ever helps, in steps of whole symbols: the least that reaches it.
+        while low < high {
+            let mid = (low + high) / 2;
+            if tcp(mid) >= target {
+                high = mid;
+            } else {
+                low = mid + 1;
+            }
+        }
+        Some(high)
+    }
+
     /// What each of several senders busy at once gets under DCF's per-transmission
     /// fairness, IP bits per second of `packet`-byte packets, each at its own rate: each
     /// sends one transmission (as full as the standard allows) a round, and the round

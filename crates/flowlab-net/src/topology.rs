@@ -453,6 +453,19 @@ impl SharedMedium {
         Duration::from_nanos(ns)
     }
 
+    /// Gives each of its stations' hops among `links` the rates its air allows a TCP
+    /// flow alone, each way, and its queue.
+    fn shape_hops(&self, links: &mut [Link]) {
+        for (s, e) in self.stations.iter().zip(self.expected()) {
+            if let Some(l) = links.iter_mut().find(|l| l.name == s.link) {
+                l.a_to_b.rate_bps = Some(e.tcp_up_bps as u64);
+                l.b_to_a.rate_bps = Some(e.tcp_down_bps as u64);
+                l.a_to_b.queue_packets = Some(self.queue);
+                l.b_to_a.queue_packets = Some(self.queue);
+            }
+        }
+    }
+
     /// What `net show` says of it.
     pub fn summary(&self) -> MediumSummary {
         MediumSummary {
@@ -1074,17 +1087,7 @@ fn medium(
         queue,
         stations,
     };
-    // Each hop's rates: a TCP flow's alone on the air, each way.
-    for s in medium.expected() {
-        let l = links
-            .iter_mut()
-            .find(|l| l.a == s.host && l.medium.is_some())
-            .expect("the station's link was just added");
-        l.a_to_b.rate_bps = Some(s.tcp_up_bps as u64);
-        l.b_to_a.rate_bps = Some(s.tcp_down_bps as u64);
-        l.a_to_b.queue_packets = Some(queue);
-        l.b_to_a.queue_packets = Some(queue);
-    }
+    medium.shape_hops(links);
     Ok(medium)
 }
 
@@ -1263,9 +1266,46 @@ impl Topology {
     /// or `queue_bytes`) to `value`, written as the file would, in both directions; the
     /// link's other properties stay. A study's `[[link]]` changes a link this way for
     /// each cell.
+    ///
+    /// A station's hop on a shared medium (`MEDIUM.HOST`) takes `rate` (its PHY rate,
+    /// both ways) and `down_rate` (the access point's to it), as its `[[medium.station]]`
+    /// would.
     pub fn set_link(&mut self, link: &str, key: &str, value: &str) -> Result<(), TopologyError> {
         let i = self.link_index(link)?;
-        self.links[i].set(key, value)
+        let Some(m) = self.links[i].medium.clone() else {
+            return self.links[i].set(key, value);
+        };
+        let medium = self
+            .media
+            .iter_mut()
+            .find(|x| x.name == m)
+            .ok_or_else(|| TopologyError::new(format!("{link}: no medium '{m}'")))?;
+        if !matches!(key, "rate" | "down_rate") {
+            return err(format!(
+                "{link}: '{key}' is not a station's property (rate, down_rate)"
+            ));
+        }
+        let preset = medium.preset();
+        let bps = parse_rate(value)
+            .map_err(|e| TopologyError::new(format!("{link}: {key} '{value}': {e}")))?;
+        if !(1_000_000..=preset.max_bps).contains(&bps) {
+            return err(format!(
+                "{link}: {key} '{value}': {} PHY rates run from 1 Mbit/s to {} Mbit/s",
+                preset.name,
+                preset.max_bps as f64 / 1e6
+            ));
+        }
+        let station = medium
+            .stations
+            .iter_mut()
+            .find(|s| s.link == link)
+            .ok_or_else(|| TopologyError::new(format!("{link}: not a station of {m}")))?;
+        if key == "rate" {
+            station.up_bps = bps;
+        }
+        station.down_bps = bps;
+        medium.shape_hops(&mut self.links);
+        Ok(())
     }
 
     /// Where link `link` is in [`Topology::links`]; refused with the links there are.
@@ -2423,5 +2463,54 @@ down_rate = "130M"
             let text = std::fs::read_to_string(dir.join(f)).unwrap();
             Topology::parse(&text).unwrap_or_else(|e| panic!("{f}: {e}"));
         }
+    }
+
+    #[test]
+    fn the_shared_air_topologies_give_the_seeds_rates_alone() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../topologies");
+        let read = |f: &str| Topology::parse(&std::fs::read_to_string(dir.join(f)).unwrap());
+        let near = |got: Option<u64>, want: f64| {
+            let got = got.unwrap() as f64 / 1e6;
+            assert!((got - want).abs() <= 0.005 * want, "{got} against {want}");
+        };
+        // Scenario 1 (Table 1): A 164, B 135 at the medium distance; the study sets B's
+        // other distances as a `[[link]]` would.
+        let mut t = read("two-servers-air.toml").unwrap();
+        let plan = Plan::of(&t);
+        near(plan.path("sa", "client").unwrap().bottleneck_bps, 164.0);
+        near(plan.path("sb", "client").unwrap().bottleneck_bps, 135.0);
+        for (rate, want) in [("201.0M", 169.0), ("99.0M", 85.0)] {
+            t.set_link("wlan.sb", "rate", rate).unwrap();
+            near(
+                Plan::of(&t).path("sb", "client").unwrap().bottleneck_bps,
+                want,
+            );
+        }
+        let e = t.set_link("wlan.sb", "delay", "1ms").unwrap_err();
+        assert!(
+            e.message.contains("'delay' is not a station's property"),
+            "{e}"
+        );
+        let e = t.set_link("wlan.sb", "rate", "5G").unwrap_err();
+        assert!(e.message.contains("802.11ac PHY rates run from"), "{e}");
+        // Scenario 2 (Table 5, short distance): A to the client 301, B 154 across the air
+        // twice.
+        let t = read("wifi-client-air.toml").unwrap();
+        let plan = Plan::of(&t);
+        near(plan.path("sa", "client").unwrap().bottleneck_bps, 301.0);
+        near(plan.path("sb", "client").unwrap().bottleneck_bps, 154.0);
+    }
+
+    #[test]
+    fn a_phy_rate_is_found_for_a_measured_tcp_rate() {
+        let p = crate::medium::Preset::AC;
+        let kbps = p.phy_for_tcp(164e6).unwrap();
+        let r = p.rate(kbps * 1000);
+        let tcp = p.tcp_alone_bps(&r, &r, 1448) / 1e6;
+        assert!((164.0..164.2).contains(&tcp), "{kbps} kbit/s: {tcp}");
+        // The least such rate: a symbol's bit less falls short.
+        let less = p.rate((kbps - 3) * 1000);
+        assert!(p.tcp_alone_bps(&less, &less, 1448) < 164e6);
+        assert_eq!(crate::medium::Preset::B.phy_for_tcp(10e6), None);
     }
 }
