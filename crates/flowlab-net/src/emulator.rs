@@ -340,6 +340,34 @@ impl<T> DelayLine<T> {
         self.trace = Some(queue);
     }
 
+    /// Records the events of a trace-driven link's queue from now on (mahimahi's log).
+    pub fn record(&mut self) {
+        if let Some(q) = &mut self.trace {
+            q.record();
+        }
+    }
+
+    /// The events of a trace-driven link's queue recorded since the last call, its idle
+    /// opportunities counted up to `now`.
+    pub fn take_log(&mut self, now: u64) -> Vec<crate::trace::LogEvent> {
+        self.trace.as_mut().map_or_else(Vec::new, |q| {
+            q.idle_until(now);
+            q.take_log()
+        })
+    }
+
+    /// Counts a trace-driven link's idle opportunities up to `now` as unused.
+    pub fn idle_until(&mut self, now: u64) {
+        if let Some(q) = &mut self.trace {
+            q.idle_until(now);
+        }
+    }
+
+    /// Packets a trace-driven link's queue dropped early so far (CoDel's, PIE's).
+    pub fn early_drops(&self) -> u64 {
+        self.trace.as_ref().map_or(0, TraceQueue::early_drops)
+    }
+
     /// Opportunities of a trace-driven link that went unused so far (its queue empty).
     pub fn unused_opportunities(&self) -> u64 {
         self.trace.as_ref().map_or(0, TraceQueue::unused)

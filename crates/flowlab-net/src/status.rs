@@ -82,6 +82,7 @@ fn directions(l: &LinkStats) -> [EmulatedDirection; 2] {
         max_late_us: d.max_late_us,
         send_cost_us: d.send_cost_ns as f64 / 1000.0,
         unused_opportunities: d.unused_opportunities,
+        early_drops: d.early_drops,
         airtime_s: d.airtime_ns.map(|ns| ns as f64 / 1e9),
     })
 }

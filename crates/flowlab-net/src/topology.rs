@@ -205,6 +205,10 @@ struct RawProps {
     queue: Option<i64>,
     queue_bytes: Option<i64>,
     loss: Option<f64>,
+    /// A trace-driven direction's queue: droptail, drophead, codel or pie.
+    queue_policy: Option<String>,
+    /// CoDel's target, or PIE's reference delay.
+    queue_target: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -488,6 +492,13 @@ pub struct LinkTrace {
     pub path: std::path::PathBuf,
     /// Its mean capacity, bits per second.
     pub mean_bps: u64,
+    /// How its queue drops (`queue_policy`).
+    #[serde(default = "drop_tail")]
+    pub policy: crate::trace::QueuePolicy,
+}
+
+fn drop_tail() -> crate::trace::QueuePolicy {
+    crate::trace::QueuePolicy::DropTail
 }
 
 /// Reads a trace file the topology names: where it is, and its text (or why not).
@@ -791,6 +802,15 @@ fn schedule(text: &str, raw: &RawLink, link: &Link) -> Result<Schedule, Topology
                 ),
             ));
         }
+        let queue_policy = |p: &RawProps| p.queue_policy.is_some() || p.queue_target.is_some();
+        if queue_policy(&raw_step.props) || raw_step.reverse.as_ref().is_some_and(queue_policy) {
+            return Err(at_line(
+                raw_step.at.span(),
+                format!(
+                    "{name}: a schedule step changes no queue_policy (a trace's queue keeps the one given with the link)"
+                ),
+            ));
+        }
         let set = raw_step.props.changes();
         let reverse = raw_step
             .reverse
@@ -868,7 +888,14 @@ fn traces(link: &mut Link, raw: &RawLink, read: ReadTrace<'_>) -> Result<(), Top
             name: file.to_string(),
             path,
             mean_bps: trace.mean_bps(),
+            policy: crate::trace::QueuePolicy::DropTail,
         })
+    };
+    // Each direction's own policy; b → a follows a → b's where it says none.
+    let forward_policy = queue_policy(&raw.props, &name)?;
+    let reverse_own = match &raw.reverse {
+        Some(r) => queue_policy(r, &format!("{name} (reverse)"))?,
+        None => None,
     };
     let forward = raw.props.trace.as_deref();
     let reverse = match &raw.reverse {
@@ -892,17 +919,72 @@ fn traces(link: &mut Link, raw: &RawLink, read: ReadTrace<'_>) -> Result<(), Top
             "{name}: a link whose capacity follows a trace has no schedule (the trace is its schedule)"
         ));
     }
+    for (file, policy, way) in [
+        (forward, forward_policy, ""),
+        (reverse, reverse_own, " (reverse)"),
+    ] {
+        if file.is_none() && policy.is_some() {
+            return err(format!(
+                "{name}{way}: queue_policy is for a direction that follows a trace, whose queue is the emulator's (a fixed-rate link's queue is tbf's, drop-tail)"
+            ));
+        }
+    }
     if let Some(f) = forward {
-        let t = one(f, "")?;
+        let mut t = one(f, "")?;
+        t.policy = forward_policy.unwrap_or(t.policy);
         link.a_to_b.rate_bps = Some(t.mean_bps);
         link.a_to_b_trace = Some(t);
     }
     if let Some(f) = reverse {
-        let t = one(f, " (reverse)")?;
+        let mut t = one(f, " (reverse)")?;
+        t.policy = reverse_own.or(forward_policy).unwrap_or(t.policy);
         link.b_to_a.rate_bps = Some(t.mean_bps);
         link.b_to_a_trace = Some(t);
     }
     Ok(())
+}
+
+/// The queue policy `p` gives (`queue_policy`, `queue_target`), if any.
+fn queue_policy(
+    p: &RawProps,
+    at: &str,
+) -> Result<Option<crate::trace::QueuePolicy>, TopologyError> {
+    use crate::trace::QueuePolicy;
+    let target = match &p.queue_target {
+        Some(t) => {
+            let d = parse_duration(t)
+                .map_err(|e| TopologyError::new(format!("{at}: queue_target: {e}")))?;
+            if d.is_zero() {
+                return err(format!("{at}: queue_target must be longer than 0"));
+            }
+            Some(d.as_nanos() as u64)
+        }
+        None => None,
+    };
+    let policy = match p.queue_policy.as_deref() {
+        None if target.is_some() => {
+            return err(format!(
+                "{at}: queue_target is CoDel's or PIE's: give queue_policy = \"codel\" or \"pie\""
+            ));
+        }
+        None => return Ok(None),
+        Some("droptail") => QueuePolicy::DropTail,
+        Some("drophead") => QueuePolicy::DropHead,
+        Some("codel") => QueuePolicy::codel(target),
+        Some("pie") => QueuePolicy::pie(target),
+        Some(other) => {
+            return err(format!(
+                "{at}: queue_policy '{other}' is not droptail, drophead, codel or pie"
+            ));
+        }
+    };
+    if target.is_some() && matches!(policy, QueuePolicy::DropTail | QueuePolicy::DropHead) {
+        return err(format!(
+            "{at}: queue_target is CoDel's or PIE's, not {}'s",
+            policy.name()
+        ));
+    }
+    Ok(Some(policy))
 }
 
 impl Link {
@@ -1308,6 +1390,50 @@ impl Topology {
         Ok(())
     }
 
+    /// Makes link `link` follow trace `file` both ways (read with `read`), as a study's
+    /// `[[link]]` `trace` does: its capacity the trace's, each direction keeping its
+    /// delay, queue and queue policy. Refused for a station's hop and a link with a
+    /// schedule, as the file would refuse them.
+    pub fn set_trace(
+        &mut self,
+        link: &str,
+        file: &str,
+        read: ReadTrace<'_>,
+    ) -> Result<(), TopologyError> {
+        let i = self.link_index(link)?;
+        let l = &mut self.links[i];
+        if l.medium.is_some() {
+            return err(format!(
+                "{link}: a station's hop follows its medium's air, not a trace"
+            ));
+        }
+        if !l.schedule.is_empty() {
+            return err(format!(
+                "{link}: a link whose capacity follows a trace has no schedule (the trace is its schedule)"
+            ));
+        }
+        let (path, text) =
+            read(file).map_err(|e| TopologyError::new(format!("{link}: trace: {e}")))?;
+        let trace = crate::trace::DeliveryTrace::parse(&text)
+            .map_err(|e| TopologyError::new(format!("{link}: trace: {}: {e}", path.display())))?;
+        for (shape, traced) in [
+            (&mut l.a_to_b, &mut l.a_to_b_trace),
+            (&mut l.b_to_a, &mut l.b_to_a_trace),
+        ] {
+            let policy = traced
+                .as_ref()
+                .map_or(crate::trace::QueuePolicy::DropTail, |t| t.policy);
+            shape.rate_bps = Some(trace.mean_bps());
+            *traced = Some(LinkTrace {
+                name: file.to_string(),
+                path: path.clone(),
+                mean_bps: trace.mean_bps(),
+                policy,
+            });
+        }
+        Ok(())
+    }
+
     /// Where link `link` is in [`Topology::links`]; refused with the links there are.
     pub fn link_index(&self, link: &str) -> Result<usize, TopologyError> {
         self.links
@@ -1478,6 +1604,13 @@ impl<'a> Plan<'a> {
             }
             .as_ref()
             .map(|t| t.name.clone()),
+            queue_policy: if from == l.a {
+                &l.a_to_b_trace
+            } else {
+                &l.b_to_a_trace
+            }
+            .as_ref()
+            .and_then(|t| t.policy.said()),
         };
         let mut shaped = Vec::new();
         for l in t
@@ -2166,6 +2299,12 @@ down_rate = "130M"
             ),
             (
                 "",
+                "[[link.schedule]]\nat = \"2s\"\nqueue_policy = \"codel\"\n",
+                "at = \"2s\"",
+                "wan: a schedule step changes no queue_policy",
+            ),
+            (
+                "",
                 "[[link.schedule]]\nat = \"1s\"\nrate = \"1M\"\n[[link.schedule]]\nat = \"1000ms\"\nrate = \"2M\"\n",
                 "at = \"1000ms\"",
                 "wan: two schedule steps at 1 s",
@@ -2271,8 +2410,54 @@ down_rate = "130M"
         let t = with("trace = \"down.tr\"\nreverse = { rate = \"1M\" }").unwrap();
         assert!(t.links[1].b_to_a_trace.is_none());
         assert_eq!(t.links[1].b_to_a.rate_bps, Some(1_000_000));
+        // A trace's queue policy, b → a following a → b's unless it says its own; a
+        // reverse of fixed rate has none.
+        use crate::trace::QueuePolicy;
+        let t = with("trace = \"down.tr\"\nqueue_policy = \"codel\"\nqueue_target = \"10ms\"\nreverse = { trace = \"up.tr\", queue_policy = \"pie\" }").unwrap();
+        let wan = &t.links[1];
+        assert_eq!(
+            wan.a_to_b_trace.as_ref().unwrap().policy,
+            QueuePolicy::codel(Some(10_000_000))
+        );
+        assert_eq!(
+            wan.b_to_a_trace.as_ref().unwrap().policy,
+            QueuePolicy::pie(None)
+        );
+        let t = with("trace = \"down.tr\"\nqueue_policy = \"drophead\"").unwrap();
+        assert_eq!(
+            t.links[1].b_to_a_trace.as_ref().unwrap().policy,
+            QueuePolicy::DropHead
+        );
+        let t = with("trace = \"down.tr\"\nqueue_policy = \"pie\"\nreverse = { rate = \"1M\" }")
+            .unwrap();
+        assert!(t.links[1].b_to_a_trace.is_none());
+        let shaped = Plan::of(&t).summary().shaped;
+        assert_eq!(
+            shaped[0].queue_policy.as_deref(),
+            Some("PIE (target 15 ms, burst 150 ms)")
+        );
         // Refused, naming the link, the file and the line.
         for (props, says) in [
+            (
+                "rate = \"5M\"\nqueue_policy = \"codel\"",
+                "wan: queue_policy is for a direction that follows a trace",
+            ),
+            (
+                "trace = \"down.tr\"\nqueue_policy = \"red\"",
+                "wan: queue_policy 'red' is not droptail, drophead, codel or pie",
+            ),
+            (
+                "trace = \"down.tr\"\nqueue_target = \"5ms\"",
+                "wan: queue_target is CoDel's or PIE's: give queue_policy",
+            ),
+            (
+                "trace = \"down.tr\"\nqueue_policy = \"drophead\"\nqueue_target = \"5ms\"",
+                "wan: queue_target is CoDel's or PIE's, not drophead's",
+            ),
+            (
+                "trace = \"down.tr\"\nreverse = { rate = \"1M\", queue_policy = \"codel\" }",
+                "wan (reverse): queue_policy is for a direction that follows a trace",
+            ),
             (
                 "trace = \"down.tr\"\nrate = \"5M\"",
                 "wan: give rate or trace, not both",
@@ -2304,6 +2489,26 @@ down_rate = "130M"
                 .message
                 .contains("read beside its file")
         );
+        // A study's cell sets a trace both ways, each keeping its queue policy.
+        let mut t =
+            with("trace = \"down.tr\"\nqueue_policy = \"codel\"\nreverse = { rate = \"1M\" }")
+                .unwrap();
+        t.set_trace("wan", "up.tr", &read).unwrap();
+        let wan = &t.links[1];
+        assert_eq!(
+            (wan.a_to_b.rate_bps, wan.b_to_a.rate_bps),
+            (Some(6_000_000), Some(6_000_000))
+        );
+        assert_eq!(
+            wan.a_to_b_trace.as_ref().unwrap().policy,
+            crate::trace::QueuePolicy::codel(None)
+        );
+        assert_eq!(
+            wan.b_to_a_trace.as_ref().unwrap().policy,
+            crate::trace::QueuePolicy::DropTail
+        );
+        let e = t.set_trace("wan", "bad.tr", &bad).unwrap_err();
+        assert!(e.message.contains("line 3"), "{e}");
         // A trace is the file's, not changed live.
         let mut t = with("trace = \"down.tr\"").unwrap();
         assert!(

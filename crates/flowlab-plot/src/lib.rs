@@ -16,7 +16,8 @@
 //!   intervals' medians and the idle median (the RRUL picture beside throughput).
 //! - [`Graph::LatencyCdf`]: the distribution of the loaded round trips, and the idle ones.
 //!
-//! A trace-driven link's capacity is drawn apart, from its bins ([`capacity_panel`]).
+//! A trace-driven link's capacity is drawn apart, from its bins ([`capacity_panel`]), as
+//! are its log's throughput and queueing delay ([`link_log_panels`]).
 //!
 //! A topology is drawn apart, from plain data ([`Diagram`] → [`topology_svg`]):
 //! nodes in columns by their distance from the first host, links labelled.
@@ -31,7 +32,9 @@ mod study;
 mod topology;
 
 pub use draw::{render_file, render_svg};
-pub use series::{Band, Panel, Series, capacity_panel, labels, panels};
+pub use series::{
+    Band, LinkLogSeries, Panel, Series, capacity_panel, labels, link_log_panels, panels,
+};
 pub use study::{metric_panel, scatter_panel, spread_ellipse};
 pub use topology::{Diagram, DiagramLink, NodeKind, topology_svg};
 

@@ -321,6 +321,72 @@ pub fn capacity_panel(traces: &[(String, Vec<(f64, f64)>)], bin_s: f64) -> Panel
     }
 }
 
+/// A trace-driven link direction's log, binned (what flowlab_net's `LinkLog` reads):
+/// per bin, its start (s) and bits per second of capacity, ingress and throughput; each
+/// delivered packet's departure (s) and wait (ms).
+#[derive(Debug, Clone, Copy)]
+pub struct LinkLogSeries<'a> {
+    pub name: &'a str,
+    pub bin_s: f64,
+    pub capacity: &'a [(f64, f64)],
+    pub ingress: &'a [(f64, f64)],
+    pub throughput: &'a [(f64, f64)],
+    pub delays: &'a [(f64, f64)],
+}
+
+/// The two graphs of a link's log that mahimahi's `mm-throughput-graph` and
+/// `mm-delay-graph` draw: capacity, ingress and throughput over time; and each packet's
+/// queueing delay at its departure.
+pub fn link_log_panels(log: &LinkLogSeries<'_>) -> [Panel; 2] {
+    let steps = |name: &str, colour: usize, bins: &[(f64, f64)]| Series {
+        colour: Some(colour),
+        name: format!("{} {name}", log.name),
+        points: bins
+            .iter()
+            .flat_map(|&(t, bps)| span(t, t + log.bin_s, bps))
+            .collect(),
+    };
+    let mut series = vec![
+        steps("capacity", GREY, log.capacity),
+        steps("ingress", 1, log.ingress),
+        steps("throughput", 0, log.throughput),
+    ];
+    let (div, unit) = scale(max_y(&series), 1000.0, |p| unit_name(p, "bits/sec"));
+    rescale(&mut series, div);
+    let empty = |title: String, y_label: String, series: Vec<Series>| Panel {
+        title,
+        x_label: "time (s)".into(),
+        y_label,
+        series,
+        bands: Vec::new(),
+        error_bars: Vec::new(),
+        dots: Vec::new(),
+        dashed: Vec::new(),
+        markers: Vec::new(),
+        x_ticks: Vec::new(),
+        x_log: false,
+    };
+    let throughput = empty(
+        format!(
+            "Capacity, ingress and throughput of the link (per {} ms)",
+            (log.bin_s * 1000.0).round()
+        ),
+        format!("rate ({unit})"),
+        series,
+    );
+    let mut delay = empty(
+        "Per-packet queueing delay (each delivered packet's wait, at its departure)".into(),
+        "queueing delay (ms)".into(),
+        Vec::new(),
+    );
+    delay.dots.push(Series {
+        colour: Some(0),
+        name: format!("{} queueing delay", log.name),
+        points: log.delays.to_vec(),
+    });
+    [throughput, delay]
+}
+
 /// The traced senders of an input (the sending end's samples of each stream).
 fn senders(input: &Input) -> Result<Vec<&TracedStream>, PlotError> {
     let t = input

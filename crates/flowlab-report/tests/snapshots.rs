@@ -505,6 +505,7 @@ fn net_up_down_and_status_of_each_kind_of_topology() {
         max_late_us: 1350,
         send_cost_us: 2.25,
         unused_opportunities: None,
+        early_drops: None,
         airtime_s: None,
     };
     text += &table::net_status(&[

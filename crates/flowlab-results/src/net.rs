@@ -119,6 +119,10 @@ pub struct ShapedDirection {
     /// The trace file its capacity follows (its rate is then the trace's mean).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub trace: Option<String>,
+    /// How a trace's queue drops, where not at its tail ("CoDel (target 5 ms, interval
+    /// 100 ms)").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue_policy: Option<String>,
 }
 
 /// What a path between two hosts implies.
@@ -346,6 +350,10 @@ pub struct EmulatedDirection {
     /// waited for them).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unused_opportunities: Option<u64>,
+    /// A direction that follows a trace: packets its queue dropped early (CoDel's,
+    /// PIE's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub early_drops: Option<u64>,
     /// A station's direction on a shared medium: the air its transmissions took (each
     /// from its PPDU's start to its acknowledgement's end), seconds.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -107,7 +107,15 @@ pub struct LinkChange {
 }
 
 /// What a `[[link]]` may change: a topology link's properties (docs/net.md).
-pub const LINK_PROPERTIES: [&str; 6] = ["rate", "delay", "jitter", "loss", "queue", "queue_bytes"];
+pub const LINK_PROPERTIES: [&str; 7] = [
+    "rate",
+    "delay",
+    "jitter",
+    "loss",
+    "queue",
+    "queue_bytes",
+    "trace",
+];
 
 /// A swept parameter and its values, in the file's order.
 #[derive(Debug, Clone, PartialEq)]

@@ -2084,6 +2084,96 @@ fn a_trace_driven_link_delivers_the_traces_capacity_and_its_outages() {
     }
 }
 
+/// A trace's queue under CoDel keeps a TCP flow's queueing delay near its target where
+/// a drop-tail queue of the same 1000 packets would hold a second of it, and the link's
+/// log (`net up --link-logs`) says so in mahimahi's format, which `flowlab plot
+/// --link-log` draws.
+#[test]
+fn a_traces_codel_queue_keeps_the_wait_short_and_its_log_says_so() {
+    let Some(_serial) = root_and_serial() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tmp");
+    let steady: String = (1..=1000).map(|ms| format!("{ms}\n")).collect();
+    std::fs::write(dir.path().join("steady.trace"), steady).expect("trace");
+    let _guard = Down::new("ttrc");
+    let text = "name = \"ttrc\"\nhosts = [\"a\", \"b\"]\n[[link]]\nname = \"air\"\nends = [\"a\", \"b\"]\ntrace = \"steady.trace\"\ndelay = \"10ms\"\nqueue = 1000\nqueue_policy = \"codel\"\n";
+    let file = write_topology(dir.path(), "ttrc", text);
+    let logs = dir.path().join("logs");
+    std::fs::create_dir(&logs).expect("logs dir");
+    up(&file, &["--link-logs", logs.to_str().expect("utf-8")]);
+    let shown = flowlab()
+        .args(["net", "show", "ttrc"])
+        .output()
+        .expect("show");
+    assert!(
+        String::from_utf8_lossy(&shown.stdout)
+            .contains("queue 1000 packets, CoDel (target 5 ms, interval 100 ms)"),
+        "{}",
+        String::from_utf8_lossy(&shown.stdout)
+    );
+    let v = test_across("ttrc", "a", "b", &["-C", "cubic", "-t", "6"]);
+    let rate = v["end"]["sums"][0]["receiver"]["bits_per_second"]
+        .as_f64()
+        .expect("received rate");
+    // The emulator writes its logs once a second.
+    std::thread::sleep(Duration::from_millis(1200));
+    let status = flowlab()
+        .args(["net", "status", "ttrc"])
+        .output()
+        .expect("status");
+    let status = String::from_utf8_lossy(&status.stdout).into_owned();
+    let down = flowlab()
+        .args(["net", "down", "ttrc"])
+        .output()
+        .expect("down");
+    assert!(down.status.success());
+    let text = std::fs::read_to_string(logs.join("air.a-b.log")).expect("a → b's log");
+    assert!(
+        text.starts_with("# flowlab net emulator: link air a→b"),
+        "{}",
+        &text[..200.min(text.len())]
+    );
+    let log = flowlab_net::trace::LinkLog::parse(&text, 100).expect("mahimahi's format");
+    let p95 = log.p95_delay_ms.expect("deliveries");
+    eprintln!(
+        "CoDel: {rate:.0} bit/s received, log: capacity {:.0}, throughput {:.0}, p95 wait {p95} ms, {} drops",
+        log.mean_capacity_bps, log.mean_throughput_bps, log.drops
+    );
+    // CoDel's target is 5 ms: the wait stays within a few of it, the link busy.
+    assert!(p95 <= 30.0, "95th percentile wait {p95} ms");
+    assert!(log.drops > 0, "CoDel dropped nothing: {status}");
+    assert!(
+        status.contains("dropped early by the queue's policy"),
+        "{status}"
+    );
+    assert!(rate >= 0.85 * 12e6 * 1448.0 / 1500.0, "{rate:.0} bit/s");
+    assert!(
+        (log.mean_capacity_bps - 12e6).abs() <= 0.02 * 12e6,
+        "{}",
+        log.mean_capacity_bps
+    );
+    // And drawn as mahimahi's two graphs.
+    let svg = dir.path().join("air.svg");
+    let out = flowlab()
+        .args(["plot", "--link-log"])
+        .arg(logs.join("air.a-b.log"))
+        .arg("-o")
+        .arg(&svg)
+        .output()
+        .expect("plot");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let drawn = std::fs::read_to_string(&svg).expect("svg");
+    assert!(
+        drawn.contains("Per-packet queueing delay") && drawn.contains("air.a-b.log throughput")
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("95th percentile queueing delay"));
+}
+
 /// A traced download's JSON `v` across link wan (50 Mbit/s, 10 ms each way, 100
 /// packets) changed to 10 Mbit/s and 40 ms at `changed_at` s on the test's clock, or up
 /// to `lead` s earlier (the test started at most that long after the moment its clock

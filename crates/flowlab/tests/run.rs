@@ -686,6 +686,34 @@ fn nodes_and_paths_are_checked_before_anything_is_built() {
         "{}",
         text(&out)
     );
+    // A trace per cell, read beside the topology file; a bad one refused with its cell,
+    // file and line.
+    std::fs::write(dir.path().join("one.trace"), "1\n2\n").expect("trace");
+    std::fs::write(dir.path().join("bad.trace"), "1\nsoon\n").expect("trace");
+    let traced = |traces: &str| {
+        study("node = \"h2\"", "from = \"h1\"").replace(
+            "[[server]]",
+            &format!(
+                "[params]\nt = [{traces}]\n[[link]]\nname = \"wan\"\ntrace = \"{{t}}\"\n[[server]]"
+            ),
+        )
+    };
+    let path = write_study(dir.path(), &traced("\"one.trace\""));
+    let out = run(dir.path(), &["--dry-run", path.to_str().expect("utf-8")]);
+    assert!(
+        text(&out).contains("cell t=one.trace\n  link wan: trace one.trace\n"),
+        "{}",
+        text(&out)
+    );
+    let path = write_study(dir.path(), &traced("\"one.trace\", \"bad.trace\""));
+    let out = run(dir.path(), &["--dry-run", path.to_str().expect("utf-8")]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("[[link]] 'wan', cell t=bad.trace: wan: trace: ")
+            && text(&out).contains("bad.trace: line 2: 'soon' is not a time in whole milliseconds"),
+        "{}",
+        text(&out)
+    );
     // Keeping the CPUs awake needs an emulator in every network the study builds:
     // small.toml has no delay, and a cell may take it away.
     let awake = |study_text: String| {

@@ -138,6 +138,9 @@ pub struct UpOptions {
     /// The emulator holds the CPUs out of deep idle states while it runs
     /// ([`crate::awake`]); only the user-space backend can.
     pub keep_cpus_awake: bool,
+    /// A directory to log each trace-driven direction's queue to (mahimahi's format), as
+    /// `LINK.a-b.log` and `LINK.b-a.log`.
+    pub link_logs: Option<PathBuf>,
 }
 
 /// What `up` built, kept in `<state dir>/<topology>.json` for `status` and `down`.

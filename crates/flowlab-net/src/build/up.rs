@@ -110,7 +110,7 @@ fn build(
     let mut links = Vec::new();
     for (i, l) in t.links.iter().enumerate() {
         if backend == Some(Backend::Userspace) && emulated.contains(&i) {
-            links.push(add_emulated_link(t, dir, i, l)?);
+            links.push(add_emulated_link(t, dir, i, l, opts.link_logs.as_deref())?);
         } else {
             add_veth(t, i, l)?;
         }
@@ -187,6 +187,7 @@ fn add_emulated_link(
     dir: &Path,
     i: usize,
     l: &Link,
+    logs: Option<&Path>,
 ) -> Result<EmulatedLink, NetError> {
     let dev = format!("l{i}");
     let (na, nb) = (ns_name(&t.name, &l.a), ns_name(&t.name, &l.b));
@@ -236,13 +237,16 @@ fn add_emulated_link(
             }
         })?;
     }
-    let trace = |t: &Option<crate::topology::LinkTrace>, s: &flowlab_results::net::Shape| {
-        t.as_ref().map(|t| TraceSpec {
-            file: t.path.clone(),
-            queue_packets: s.queue_packets,
-            queue_bytes: s.queue_bytes,
-        })
-    };
+    let trace =
+        |t: &Option<crate::topology::LinkTrace>, s: &flowlab_results::net::Shape, way: &str| {
+            t.as_ref().map(|t| TraceSpec {
+                file: t.path.clone(),
+                queue_packets: s.queue_packets,
+                queue_bytes: s.queue_bytes,
+                policy: t.policy,
+                log: logs.map(|d| d.join(log_name(&l.name, way))),
+            })
+        };
     Ok(EmulatedLink {
         name: l.name.clone(),
         namespace: mid,
@@ -251,10 +255,26 @@ fn add_emulated_link(
         a_to_b,
         b_to_a,
         gso,
-        a_to_b_trace: trace(&l.a_to_b_trace, &l.a_to_b),
-        b_to_a_trace: trace(&l.b_to_a_trace, &l.b_to_a),
+        a_to_b_trace: trace(&l.a_to_b_trace, &l.a_to_b, "a-b"),
+        b_to_a_trace: trace(&l.b_to_a_trace, &l.b_to_a, "b-a"),
         station: station(t, l),
     })
+}
+
+/// The file a trace-driven direction `way` ("a-b") of link `link` logs to: the link's
+/// name with anything but letters, digits, '-' and '.' as '-'.
+pub fn log_name(link: &str, way: &str) -> String {
+    let safe: String = link
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    format!("{safe}.{way}.log")
 }
 
 /// What the emulator needs of link `l` if it is a station's hop on a shared medium.

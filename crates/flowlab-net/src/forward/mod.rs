@@ -111,11 +111,52 @@ pub struct TraceSpec {
     pub file: std::path::PathBuf,
     pub queue_packets: Option<u64>,
     pub queue_bytes: Option<u64>,
+    /// How its queue drops.
+    #[serde(default = "drop_tail")]
+    pub policy: crate::trace::QueuePolicy,
+    /// Where to log its queue's events (mahimahi's format), if anywhere.
+    #[serde(default)]
+    pub log: Option<std::path::PathBuf>,
+}
+
+fn drop_tail() -> crate::trace::QueuePolicy {
+    crate::trace::QueuePolicy::DropTail
 }
 
 impl TraceSpec {
-    /// The queue in front of the trace's opportunities, behind which `line` delays.
-    pub fn queue<T>(&self) -> io::Result<crate::trace::TraceQueue<T>> {
+    /// Opens its log, if it has one, and writes its header: for link `link`'s direction
+    /// `way` ("a→b").
+    pub(crate) fn open_log(
+        &self,
+        link: &str,
+        way: &str,
+    ) -> io::Result<Option<io::BufWriter<std::fs::File>>> {
+        use std::io::Write;
+        let Some(path) = &self.log else {
+            return Ok(None);
+        };
+        let file = std::fs::File::create(path)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+        let mut w = io::BufWriter::new(file);
+        let limit = match (self.queue_bytes, self.queue_packets) {
+            (Some(b), _) => format!("bytes={b}"),
+            (None, p) => format!("packets={}", p.unwrap_or(crate::build::DEFAULT_QUEUE)),
+        };
+        writeln!(
+            w,
+            "# flowlab net emulator: link {link} {way} [{}] > {}",
+            self.file.display(),
+            path.display()
+        )?;
+        writeln!(w, "# queue: {} [{limit}]", self.policy.name())?;
+        writeln!(w, "# init timestamp: 0")?;
+        writeln!(w, "# base timestamp: 0")?;
+        Ok(Some(w))
+    }
+
+    /// The queue in front of the trace's opportunities, behind which `line` delays (its
+    /// random drops, PIE's, drawn from `seed`).
+    pub fn queue<T>(&self, seed: u64) -> io::Result<crate::trace::TraceQueue<T>> {
         use crate::trace::{DeliveryTrace, QueueLimit, TraceQueue};
         let text = std::fs::read_to_string(&self.file)
             .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", self.file.display())))?;
@@ -125,7 +166,7 @@ impl TraceSpec {
             (Some(b), _) => QueueLimit::Bytes(b),
             (None, p) => QueueLimit::Packets(p.unwrap_or(crate::build::DEFAULT_QUEUE)),
         };
-        Ok(TraceQueue::new(trace, limit))
+        Ok(TraceQueue::with_policy(trace, limit, self.policy, seed))
     }
 }
 

@@ -399,6 +399,21 @@ pub(super) fn spin_to(
     now
 }
 
+/// Appends `events` to a trace-driven direction's log, and flushes it (a log that cannot
+/// be written is given up: forwarding goes on).
+fn write_log(w: &mut io::BufWriter<std::fs::File>, events: &[crate::trace::LogEvent]) {
+    use std::io::Write;
+    let mut write = || -> io::Result<()> {
+        for e in events {
+            writeln!(w, "{}", e.line())?;
+        }
+        w.flush()
+    };
+    if let Err(e) = write() {
+        eprintln!("flowlab net emulator: writing a link's log: {e}");
+    }
+}
+
 /// Whether `e` says the socket's interface went away (the topology was taken down).
 pub(super) fn link_gone(e: &io::Error) -> bool {
     matches!(
@@ -428,13 +443,29 @@ pub(super) fn forward(
     };
     let mut ab = line(&link.a_to_b, seed);
     let mut ba = line(&link.b_to_a, seed.rotate_left(32) ^ 0x9e37_79b9);
+    // A trace-driven direction's queue, and its log if one is asked for.
     if let Some(t) = &link.a_to_b_trace {
-        ab = ab.behind(t.queue()?);
-        counters.a_to_b.traced.store(true, Relaxed);
+        ab = ab.behind(t.queue(seed ^ 0x5eed)?);
     }
     if let Some(t) = &link.b_to_a_trace {
-        ba = ba.behind(t.queue()?);
-        counters.b_to_a.traced.store(true, Relaxed);
+        ba = ba.behind(t.queue(seed.rotate_left(17))?);
+    }
+    let mut logs = [None, None];
+    for (k, (trace, line, c, way)) in [
+        (&link.a_to_b_trace, &mut ab, &counters.a_to_b, "a→b"),
+        (&link.b_to_a_trace, &mut ba, &counters.b_to_a, "b→a"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let Some(t) = trace else {
+            continue;
+        };
+        c.traced.store(true, Relaxed);
+        logs[k] = t.open_log(&link.name, way)?;
+        if logs[k].is_some() {
+            line.record();
+        }
     }
     set_int(&a.fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1)?;
     set_int(&b.fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1)?;
@@ -599,9 +630,18 @@ pub(super) fn forward(
         }
         if Duration::from_nanos(now) >= stats_due {
             stats_due += Duration::from_secs(1);
-            for (line, c) in [(&ab, &counters.a_to_b), (&ba, &counters.b_to_a)] {
+            let [log_ab, log_ba] = &mut logs;
+            for (line, c, log) in [
+                (&mut ab, &counters.a_to_b, log_ab),
+                (&mut ba, &counters.b_to_a, log_ba),
+            ] {
+                line.idle_until(now);
+                if let Some(w) = log {
+                    write_log(w, &line.take_log(now));
+                }
                 c.unused_opportunities
                     .store(line.unused_opportunities(), Relaxed);
+                c.early_drops.store(line.early_drops(), Relaxed);
             }
             counters
                 .a_to_b

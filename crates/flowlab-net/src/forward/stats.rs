@@ -42,6 +42,9 @@ pub struct Counters {
     /// (its queue was empty), as its thread last counted them.
     pub traced: std::sync::atomic::AtomicBool,
     pub unused_opportunities: AtomicU64,
+    /// A trace-driven direction: packets its queue's policy dropped early (CoDel's,
+    /// PIE's), as its thread last counted them.
+    pub early_drops: AtomicU64,
     /// A station's direction on a shared medium: the air its transmissions took, from
     /// each PPDU's start to its acknowledgement's end, ns.
     pub on_air: std::sync::atomic::AtomicBool,
@@ -65,6 +68,7 @@ impl Default for Counters {
             woke_late_histogram: std::array::from_fn(|_| AtomicU64::new(0)),
             traced: std::sync::atomic::AtomicBool::new(false),
             unused_opportunities: AtomicU64::new(0),
+            early_drops: AtomicU64::new(0),
             on_air: std::sync::atomic::AtomicBool::new(false),
             airtime_ns: AtomicU64::new(0),
         }
@@ -153,6 +157,9 @@ pub struct DirectionStats {
     /// A trace-driven direction's unused opportunities (absent for a fixed-rate one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unused_opportunities: Option<u64>,
+    /// A trace-driven direction's early drops ([`Counters::early_drops`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub early_drops: Option<u64>,
     /// A station's direction on a shared medium: the air its transmissions took, ns
     /// ([`Counters::airtime_ns`]; absent for a link's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -230,6 +237,7 @@ impl From<&Counters> for DirectionStats {
                 .traced
                 .load(Relaxed)
                 .then(|| c.unused_opportunities.load(Relaxed)),
+            early_drops: c.traced.load(Relaxed).then(|| c.early_drops.load(Relaxed)),
             airtime_ns: c.on_air.load(Relaxed).then(|| c.airtime_ns.load(Relaxed)),
         }
     }

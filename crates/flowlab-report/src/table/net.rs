@@ -72,7 +72,15 @@ pub fn net_plan(p: &flowlab_results::net::PlanSummary) -> String {
             }
             None => shape_text(&d.shape),
         };
-        let _ = writeln!(out, "  link {} {} -> {}: {shape}", d.link, d.from, d.to);
+        let policy = d
+            .queue_policy
+            .as_ref()
+            .map_or(String::new(), |p| format!(", {p}"));
+        let _ = writeln!(
+            out,
+            "  link {} {} -> {}: {shape}{policy}",
+            d.link, d.from, d.to
+        );
     }
     for sch in &p.schedules {
         let steps: Vec<String> = sch
@@ -277,7 +285,7 @@ pub fn net_status(up: &[TopologyStatus]) -> String {
         for d in &t.emulated {
             let _ = writeln!(
                 out,
-                "  link {} {}: {} forwarded{}, {} lost (random), {} line full, {} emulator drops, {} oversize, mean lateness {:.0} µs, {} late (worst {} µs), written {:.0} µs early for the cost of sending{}{}",
+                "  link {} {}: {} forwarded{}, {} lost (random), {} line full, {} emulator drops, {} oversize, mean lateness {:.0} µs, {} late (worst {} µs), written {:.0} µs early for the cost of sending{}{}{}",
                 d.link,
                 d.way,
                 d.forwarded,
@@ -298,6 +306,11 @@ pub fn net_status(up: &[TopologyStatus]) -> String {
                 d.unused_opportunities.map_or(String::new(), |n| format!(
                     ", {n} trace opportunities unused"
                 )),
+                d.early_drops
+                    .filter(|&n| n > 0)
+                    .map_or(String::new(), |n| format!(
+                        ", {n} dropped early by the queue's policy"
+                    )),
                 d.airtime_s
                     .map_or(String::new(), |s| format!(", {s:.3} s on the air"))
             );

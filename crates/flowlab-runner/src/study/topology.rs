@@ -60,8 +60,15 @@ impl Net {
                 continue;
             }
             let mut topo = self.topo.clone();
+            // A trace is read beside the topology file, as the file's own are.
+            let dir = self.file.parent().unwrap_or(Path::new("."));
             for (link, key, value) in study.link_values(cell) {
-                topo.set_link(&link, &key, &value).map_err(|e| {
+                let set = if key == "trace" {
+                    topo.set_trace(&link, &value, &build::beside(dir))
+                } else {
+                    topo.set_link(&link, &key, &value)
+                };
+                set.map_err(|e| {
                     format!("[[link]] '{link}', cell {}: {e}", study.cell_label(cell))
                 })?;
             }
@@ -244,6 +251,7 @@ pub fn up(net: &Net, network: usize, study: &Study, emulator: &Path) -> Result<U
         },
         emulator: emulator.to_path_buf(),
         keep_cpus_awake: study.keep_cpus_awake,
+        link_logs: None,
     };
     build::up(&net.networks[network], &dir, &opts).map_err(|source| RunError::Up {
         name: name.clone(),

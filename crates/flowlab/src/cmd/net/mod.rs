@@ -139,6 +139,11 @@ pub struct BackendArg {
     /// sleeping (power; a VM's host sees its vCPUs busy). docs/net.md.
     #[arg(long)]
     pub keep_cpus_awake: bool,
+    /// Log each trace-driven link direction's queue to DIR (mahimahi's format: arrivals,
+    /// opportunities, deliveries with their wait, drops), as LINK.a-b.log and
+    /// LINK.b-a.log; `flowlab plot --link-log` draws one.
+    #[arg(long, value_name = "DIR")]
+    pub link_logs: Option<std::path::PathBuf>,
 }
 
 pub fn run(c: Command) -> anyhow::Result<()> {
@@ -323,6 +328,10 @@ fn up_options(backend: &BackendArg) -> anyhow::Result<build::UpOptions> {
         backend: backend.backend,
         emulator: crate::cmd::own_binary().context("finding flowlab's own binary")?,
         keep_cpus_awake: backend.keep_cpus_awake,
+        link_logs: backend
+            .link_logs
+            .as_ref()
+            .map(|d| std::path::absolute(d).unwrap_or_else(|_| d.clone())),
     })
 }
 
