@@ -1939,7 +1939,19 @@ fn a_scheduled_change_is_seen_by_a_test_within_an_interval_of_its_time() {
     };
     for cc in ["cubic", "bbr"] {
         up(&file, &[]);
-        assert_eq!(schedulers().len(), 1, "{cc}: its schedule runs");
+        if schedulers().len() != 1 {
+            let log =
+                std::fs::read_to_string(flowlab_net::build::state_dir().join("tsch.schedule.log"));
+            let status = flowlab()
+                .args(["net", "status", "tsch"])
+                .output()
+                .expect("status");
+            panic!(
+                "{cc}: its schedule does not run ({} processes); its log: {log:?}; net status: {}",
+                schedulers().len(),
+                String::from_utf8_lossy(&status.stdout)
+            );
+        }
         let mut server = serve_in("tsch", "b", &["-1"]);
         let spawned = chrono::Utc::now();
         let client = flowlab()
