@@ -347,13 +347,12 @@ impl<T> DelayLine<T> {
         }
     }
 
-    /// The events of a trace-driven link's queue recorded since the last call, its idle
-    /// opportunities counted up to `now`.
-    pub fn take_log(&mut self, now: u64) -> Vec<crate::trace::LogEvent> {
-        self.trace.as_mut().map_or_else(Vec::new, |q| {
-            q.idle_until(now);
-            q.take_log()
-        })
+    /// The events of a trace-driven link's queue recorded since the last call (its idle
+    /// opportunities among them once [`DelayLine::idle_until`] counted them).
+    pub fn take_log(&mut self) -> Vec<crate::trace::LogEvent> {
+        self.trace
+            .as_mut()
+            .map_or_else(Vec::new, TraceQueue::take_log)
     }
 
     /// Counts a trace-driven link's idle opportunities up to `now` as unused.

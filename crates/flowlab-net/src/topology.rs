@@ -366,6 +366,17 @@ pub enum Fairness {
 }
 
 impl Fairness {
+    /// The access point's policy: airtime's quantum is mac80211's default weight.
+    pub fn policy(self) -> crate::medium::Policy {
+        match self {
+            Fairness::Frames => crate::medium::Policy::RoundRobin,
+            Fairness::Airtime => crate::medium::Policy::Airtime {
+                quantum_ns: 256_000,
+                charge: crate::medium::Charge::Ppdu,
+            },
+        }
+    }
+
     pub fn as_str(&self) -> &'static str {
         match self {
             Fairness::Frames => "frames",
@@ -388,17 +399,6 @@ pub struct Station {
 impl SharedMedium {
     pub fn preset(&self) -> crate::medium::Preset {
         crate::medium::Preset::named(&self.standard).unwrap_or(crate::medium::Preset::N)
-    }
-
-    /// The access point's policy: airtime's quantum is mac80211's default weight.
-    pub fn policy(&self) -> crate::medium::Policy {
-        match self.fairness {
-            Fairness::Frames => crate::medium::Policy::RoundRobin,
-            Fairness::Airtime => crate::medium::Policy::Airtime {
-                quantum_ns: 256_000,
-                charge: crate::medium::Charge::Ppdu,
-            },
-        }
     }
 
     /// What it is expected to carry: each station alone (TCP each way) and all busy at
@@ -1344,6 +1344,15 @@ impl Topology {
         Ok(t)
     }
 
+    /// The shared medium and station whose hop link `l` is; `None` for a link of the file.
+    pub fn station_of(&self, l: &Link) -> Option<(&SharedMedium, &Station)> {
+        let m = self
+            .media
+            .iter()
+            .find(|m| Some(&m.name) == l.medium.as_ref())?;
+        Some((m, m.stations.iter().find(|s| s.link == l.name)?))
+    }
+
     /// Sets property `key` of link `link` (`rate`, `delay`, `jitter`, `loss`, `queue`
     /// or `queue_bytes`) to `value`, written as the file would, in both directions; the
     /// link's other properties stay. A study's `[[link]]` changes a link this way for
@@ -1849,11 +1858,7 @@ impl<'a> Plan<'a> {
     /// link's hop.
     fn air_latency(&self, h: &Hop) -> Duration {
         let t = self.topology;
-        let l = &t.links[h.link];
-        let Some(m) = t.media.iter().find(|m| Some(&m.name) == l.medium.as_ref()) else {
-            return Duration::ZERO;
-        };
-        let Some(s) = m.stations.iter().find(|s| s.link == l.name) else {
+        let Some((m, s)) = t.station_of(&t.links[h.link]) else {
             return Duration::ZERO;
         };
         let p = m.preset();
@@ -1866,10 +1871,7 @@ impl<'a> Plan<'a> {
     fn air_waits(&self, hops: &[Hop]) -> Duration {
         let t = self.topology;
         hops.iter()
-            .filter_map(|h| {
-                let name = t.links[h.link].medium.as_ref()?;
-                Some(2 * t.media.iter().find(|m| &m.name == name)?.air_wait())
-            })
+            .filter_map(|h| Some(2 * t.station_of(&t.links[h.link])?.0.air_wait()))
             .sum()
     }
 
@@ -1878,12 +1880,7 @@ impl<'a> Plan<'a> {
     fn ceiling(&self, hops: &[Hop]) -> Option<u64> {
         let t = self.topology;
         let on_air = |h: &Hop| -> Option<u64> {
-            let l = &t.links[h.link];
-            let m = t
-                .media
-                .iter()
-                .find(|m| Some(&m.name) == l.medium.as_ref())?;
-            let s = m.stations.iter().find(|s| s.link == l.name)?;
+            let (m, s) = t.station_of(&t.links[h.link])?;
             let p = m.preset();
             let bps = if h.forward { s.up_bps } else { s.down_bps };
             Some((p.alone_bps(&p.rate(bps), 1500) * 1448.0 / 1500.0) as u64)

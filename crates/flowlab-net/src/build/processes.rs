@@ -77,7 +77,7 @@ pub(super) fn start_scheduler(topo: &str, dir: &Path, program: &Path) -> Result<
     use std::os::unix::process::CommandExt;
     let log_path = schedule_log(dir, topo);
     let log = std::fs::File::create(&log_path).map_err(|e| NetError::Io(log_path.clone(), e))?;
-    let child = std::process::Command::new(program)
+    let mut child = std::process::Command::new(program)
         .arg0("flowlab")
         .args(["net", SCHEDULE])
         .arg("--state-dir")
@@ -101,6 +101,23 @@ pub(super) fn start_scheduler(topo: &str, dir: &Path, program: &Path) -> Result<
         })?;
     let pid = child.id();
     record(dir, topo, &format!("pid {pid}"))?;
+    // `spawn` returns once the exec has begun, but the new command line is in place a
+    // moment later: until then `down` (which knows the schedule by it) would pass it by.
+    let since = std::time::Instant::now();
+    while !is_scheduler(pid, topo) {
+        if child.try_wait().ok().flatten().is_some()
+            || since.elapsed() > std::time::Duration::from_secs(5)
+        {
+            let _ = child.kill();
+            let _ = child.wait();
+            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+            return Err(NetError::Unsupported(format!(
+                "the schedule did not start: {}",
+                log.lines().last().unwrap_or("it exited without a word")
+            )));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
     // The child lives on; it is not waited for (down stops it).
     std::mem::forget(child);
     Ok(pid)

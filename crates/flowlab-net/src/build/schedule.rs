@@ -20,14 +20,8 @@ pub const SCHEDULE_DONE: &str = "schedule done: no link changes any more";
 /// changes any more (never, with a repeating schedule).
 pub fn run(dir: &Path, topo: &str, log: &mut dyn Write) -> Result<(), NetError> {
     let start = Instant::now();
-    // `up` recorded the topology before starting this process; a read that finds no
-    // state is tried again for a moment before the schedule gives up (a suite run once
-    // saw this process gone at once, its cause not found).
-    let mut recorded = state(dir, topo);
-    while recorded.is_none() && start.elapsed() < std::time::Duration::from_secs(2) {
-        std::thread::sleep(std::time::Duration::from_millis(50));
-        recorded = state(dir, topo);
-    }
+    // `up` recorded the topology (atomically) before starting this process.
+    let recorded = state(dir, topo);
     let Some(topology) = recorded.and_then(|s| s.topology) else {
         return Err(NetError::Unsupported(format!(
             "no topology named '{topo}' is up with its links recorded"

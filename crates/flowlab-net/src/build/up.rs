@@ -279,11 +279,7 @@ pub fn log_name(link: &str, way: &str) -> String {
 
 /// What the emulator needs of link `l` if it is a station's hop on a shared medium.
 fn station(t: &Topology, l: &Link) -> Option<StationSpec> {
-    let m = t
-        .media
-        .iter()
-        .find(|m| Some(&m.name) == l.medium.as_ref())?;
-    let s = m.stations.iter().find(|s| s.link == l.name)?;
+    let (m, s) = t.station_of(l)?;
     Some(StationSpec {
         medium: m.name.clone(),
         standard: m.standard.clone(),

@@ -80,7 +80,7 @@ pub(super) fn medium_of(specs: &[&StationSpec], seed: u64) -> io::Result<Medium<
     let preset = Preset::named(&first.standard)
         .ok_or_else(|| io::Error::other(format!("no standard '{}'", first.standard)))?;
     let queue = usize::try_from(first.queue).unwrap_or(usize::MAX);
-    let mut m = Medium::new(preset, first.policy(), queue, seed);
+    let mut m = Medium::new(preset, first.fairness.policy(), queue, seed);
     for s in specs {
         m.station(preset.rate(s.up_bps), preset.rate(s.down_bps));
     }

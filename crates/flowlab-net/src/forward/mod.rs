@@ -91,20 +91,6 @@ pub struct StationSpec {
     pub down_bps: u64,
 }
 
-impl StationSpec {
-    fn policy(&self) -> crate::medium::Policy {
-        crate::topology::SharedMedium {
-            name: self.medium.clone(),
-            ap: String::new(),
-            standard: self.standard.clone(),
-            fairness: self.fairness,
-            queue: self.queue,
-            stations: Vec::new(),
-        }
-        .policy()
-    }
-}
-
 /// A trace-driven direction: its trace file (mahimahi's format) and its queue's limit.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TraceSpec {

@@ -637,7 +637,7 @@ pub(super) fn forward(
             ] {
                 line.idle_until(now);
                 if let Some(w) = log {
-                    write_log(w, &line.take_log(now));
+                    write_log(w, &line.take_log());
                 }
                 c.unused_opportunities
                     .store(line.unused_opportunities(), Relaxed);
