@@ -493,6 +493,19 @@ impl<T> Medium<T> {
         n
     }
 
+    /// Station `station`'s rates from now on, as [`Medium::station`] gave them: a
+    /// transmission already begun keeps its own. Ignored for a station it does not have.
+    pub fn set_rates(&mut self, station: usize, up: Rate, down: Rate) {
+        if let Some(n) = self.nodes.get_mut(station).filter(|_| station > 0) {
+            (n.up, n.down) = (up, down);
+        }
+    }
+
+    /// Its standard's timings.
+    pub fn preset(&self) -> Preset {
+        self.preset
+    }
+
     /// Queues `packet` of `bytes` (its IP length) at `now` from station `from` to the
     /// access point, or (from 0, the access point) to station `to`; handed back when its
     /// queue is full.
@@ -794,6 +807,31 @@ mod tests {
         }
         let alone = n as f64 * 12_000.0 / 100.0 / 1e6;
         assert!((alone - 6.056).abs() < 0.03 * 6.056, "{alone}");
+    }
+
+    #[test]
+    fn new_rates_make_the_next_transmissions_and_not_one_begun() {
+        let mut m: Medium<()> = Medium::new(Preset::B, Policy::RoundRobin, 10, 5);
+        let st = m.station(Rate::dsss(1.0), Rate::dsss(1.0));
+        m.push(0, st, 0, (), 1500).unwrap();
+        m.push(0, st, 0, (), 1500).unwrap();
+        let mut air = Vec::new();
+        let first = m.next_due().unwrap();
+        m.poll(first, &mut |tx| air.push(tx.deliver - tx.start));
+        // Changed once the first is on the air: it keeps its 1 Mbit/s PPDU.
+        m.set_rates(st, Rate::dsss(11.0), Rate::dsss(11.0));
+        let second = m.next_due().unwrap();
+        m.poll(second, &mut |tx| air.push(tx.deliver - tx.start));
+        assert_eq!(
+            air,
+            [
+                Rate::dsss(1.0).ppdu_ns(1534),
+                Rate::dsss(11.0).ppdu_ns(1534)
+            ]
+        );
+        // The access point's rates are no station's.
+        m.set_rates(0, Rate::dsss(2.0), Rate::dsss(2.0));
+        m.set_rates(9, Rate::dsss(2.0), Rate::dsss(2.0));
     }
 
     /// The access point alone sends to two saturated stations at 11 and 1 Mbit/s for

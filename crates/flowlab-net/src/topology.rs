@@ -89,7 +89,7 @@ pub struct TopologyError {
 impl TopologyError {
     /// An error saying `message` on one line: a control character it quotes from the file
     /// (a name written as a multi-line string) is shown escaped (`\n`).
-    fn new(message: impl Into<String>) -> TopologyError {
+    pub(crate) fn new(message: impl Into<String>) -> TopologyError {
         let message: String = message.into();
         TopologyError {
             message: if message.contains(char::is_control) {

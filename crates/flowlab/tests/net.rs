@@ -2411,3 +2411,122 @@ fn two_busy_stations_share_the_air_as_the_anomaly_model_and_airtime_fairness_say
         assert!(down.status.success());
     }
 }
+
+/// `net set` changes a station's PHY rate while a test crosses its hop of a shared
+/// medium: an 802.11b station at 1 Mbit/s, sent more UDP than its air carries, receives
+/// what the medium's model gives one station alone at that rate, and from an interval
+/// after the change what it gives at 11 Mbit/s, each within 10 %. `net set` says the
+/// station's rates and what TCP gets now, `net show` of the topology has the new rate,
+/// and what a station's hop cannot take is refused with the reason.
+#[test]
+fn a_stations_rate_changed_live_takes_effect_within_an_interval() {
+    use flowlab_net::medium::Preset;
+    let Some(_serial) = root_and_serial() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tmp");
+    let _guard = Down::new("tstat");
+    let text = "name = \"tstat\"\nhosts = [\"sta\", \"srv\"]\nrouters = [\"ap\"]\n\
+                [[link]]\nends = [\"srv\", \"ap\"]\n\
+                [[medium]]\nname = \"wlan\"\nap = \"ap\"\nstandard = \"802.11b\"\nqueue = 30\n\
+                [[medium.station]]\nhost = \"sta\"\nrate = \"1M\"\n";
+    let file = write_topology(dir.path(), "tstat", text);
+    up(&file, &[]);
+    let set = |values: &[&str]| {
+        flowlab()
+            .args(["net", "set", "-t", "tstat", "wlan.sta"])
+            .args(values)
+            .output()
+            .expect("net set")
+    };
+    let mut server = serve_in("tstat", "srv", &["-1"]);
+    // The server sends: the access point's queue to the station fills, and the station
+    // receives what the air carries.
+    let client = flowlab()
+        .args(["net", "exec", "-t", "tstat", "sta", "--"])
+        .arg(assert_cmd::cargo::cargo_bin("flowlab"))
+        .args([
+            "test", "srv", "-u", "-b", "10M", "-l", "1472", "-t", "5", "-i", "0.5", "-J", "-R",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("test from sta");
+    let started = std::time::Instant::now();
+    std::thread::sleep(Duration::from_millis(2500));
+    let changed_at = started.elapsed().as_secs_f64();
+    let out = set(&["rate=11M"]);
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        said.starts_with(
+            "topology tstat, link wlan.sta changed: station sta to access point ap, PHY rate up/down 11/11 Mbit/s (was 1/1 Mbit/s)\n  TCP alone up/down "
+        ),
+        "{said}"
+    );
+    let out = client.wait_with_output().expect("the test");
+    let _ = server.kill();
+    let _ = server.wait();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let intervals: Vec<(f64, f64, f64)> = v["intervals"]
+        .as_array()
+        .expect("intervals")
+        .iter()
+        .map(|i| {
+            (
+                i["start"].as_f64().expect("start"),
+                i["end"].as_f64().expect("end"),
+                i["sums"][0]["bits_per_second"].as_f64().expect("rate"),
+            )
+        })
+        .collect();
+    let b = Preset::B;
+    let udp = |mbit: u64| b.alone_bps(&b.rate(mbit * 1_000_000), 1500) * 1472.0 / 1500.0;
+    let seen = format!(
+        "change at {changed_at:.2} s; model {:.0} then {:.0} bit/s; intervals {intervals:?}",
+        udp(1),
+        udp(11)
+    );
+    let near = |got: f64, model: f64| (got / model - 1.0).abs() <= 0.10;
+    let before: Vec<f64> = intervals
+        .iter()
+        .filter(|(start, end, _)| *start >= 0.5 && *end <= changed_at - 0.3)
+        .map(|i| i.2)
+        .collect();
+    let after: Vec<f64> = intervals
+        .iter()
+        .filter(|(start, _, _)| *start >= changed_at + 0.5)
+        .map(|i| i.2)
+        .collect();
+    assert!(before.len() >= 2 && after.len() >= 2, "{seen}");
+    assert!(before.iter().all(|&r| near(r, udp(1))), "{seen}");
+    assert!(after.iter().all(|&r| near(r, udp(11))), "{seen}");
+    // The topology as recorded has the new rate; what a station's hop cannot take is
+    // refused, naming the link and the keys it takes.
+    let show = flowlab()
+        .args(["net", "show", "tstat"])
+        .output()
+        .expect("show");
+    let show = String::from_utf8_lossy(&show.stdout).into_owned();
+    assert!(
+        show.lines()
+            .any(|l| l.trim_start().starts_with("sta ") && l.contains(" 11/11 Mbit/s ")),
+        "{show}"
+    );
+    let out = set(&["delay=5ms"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && err.contains("wlan.sta: 'delay' is not a station's property (rate, down_rate)"),
+        "{err}"
+    );
+}

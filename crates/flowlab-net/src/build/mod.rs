@@ -38,7 +38,7 @@ pub use files::{
 };
 pub use processes::{emulators, is_scheduler};
 pub use schedule::{SCHEDULE_DONE, run as run_schedule};
-pub use set::{Changed, set, set_to};
+pub use set::{Changed, ChangedStation, set, set_to};
 pub use shaping::{DEFAULT_QUEUE, PACKET_BYTES, shaping};
 pub use up::{has_emulated_links, up};
 

@@ -8,8 +8,8 @@ use super::files::{control_socket, lock_changes, state, unusable, write_state};
 use super::shaping::{NETEM_CHILD, bucket, in_place, needs_emulation, netem_qdisc, tbf};
 use super::up::is_emulated;
 use super::{Backend, NetError, ns_name, preflight, run};
-use crate::forward::{LineSpec, LinkChange};
-use crate::topology::Link;
+use crate::forward::{LineSpec, LinkChange, StationRates};
+use crate::topology::{Link, Topology};
 
 /// A link as it was and as `set` left it, and the tbf buckets kept larger than the new
 /// rate's.
@@ -18,11 +18,23 @@ pub struct Changed {
     pub before: Link,
     pub after: Link,
     pub kept: Vec<flowlab_results::net::KeptBucket>,
+    /// A station's hop on a shared medium: the station as it was and is (its PHY rates,
+    /// what TCP gets alone and while every station is busy), and its access point.
+    pub station: Option<ChangedStation>,
+}
+
+/// A station whose rates `set` changed ([`Changed::station`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChangedStation {
+    pub ap: String,
+    pub before: flowlab_results::net::StationExpected,
+    pub after: flowlab_results::net::StationExpected,
 }
 
 /// Sets properties of link `link` of topology `topo` (each `(key, value)` as a study's
 /// `[[link]]` or the file would write it: `rate`, `delay`, `jitter`, `loss`, `queue`,
-/// `queue_bytes`), both directions, while it is up. Refused, with nothing changed, when
+/// `queue_bytes`; a station's hop on a shared medium takes `rate` and `down_rate`, its
+/// PHY rates), both directions, while it is up. Refused, with nothing changed, when
 /// the change needs what the link was not built with: delay, jitter or loss on a link
 /// (or, with netem, a direction) that had none, or loss and jitter on a user-space link
 /// that carries super-frames.
@@ -32,32 +44,39 @@ pub fn set(
     link: &str,
     values: &[(&str, &str)],
 ) -> Result<Changed, NetError> {
-    change(dir, topo, link, |l| {
-        let mut l = l.clone();
+    change(dir, topo, link, |t| {
+        let mut t = t.clone();
         for (key, value) in values {
-            l.set(key, value)?;
+            t.set_link(link, key, value)?;
         }
-        Ok(l)
+        Ok(t)
     })
 }
 
 /// Sets link `link` of topology `topo` to the shapes of `to` (as a step of its schedule
 /// has it), both directions, while it is up; refused as [`set`] refuses.
 pub fn set_to(dir: &Path, topo: &str, link: &str, to: &Link) -> Result<Changed, NetError> {
-    change(dir, topo, link, |l| {
-        let mut l = l.clone();
+    change(dir, topo, link, |t| {
+        let mut t = t.clone();
+        let i = t.link_index(link)?;
+        let l = &mut t.links[i];
+        if l.medium.is_some() {
+            return Err(crate::topology::TopologyError::new(format!(
+                "link {link} is a station's hop: its own values are its medium's"
+            )));
+        }
         (l.a_to_b, l.b_to_a) = (to.a_to_b, to.b_to_a);
-        Ok(l)
+        Ok(t)
     })
 }
 
-/// Changes link `link` of topology `topo`, which is up, to what `new` makes of it as it
-/// is now; one change at a time (a schedule's and `flowlab net set`'s).
+/// Changes link `link` of topology `topo`, which is up, to what `new` makes of the
+/// topology as it is now; one change at a time (a schedule's and `flowlab net set`'s).
 fn change(
     dir: &Path,
     topo: &str,
     link: &str,
-    new: impl FnOnce(&Link) -> Result<Link, crate::topology::TopologyError>,
+    new: impl FnOnce(&Topology) -> Result<Topology, crate::topology::TopologyError>,
 ) -> Result<Changed, NetError> {
     preflight()?;
     let _one_at_a_time = lock_changes(dir, topo)?;
@@ -81,13 +100,11 @@ fn change(
             "link {link} follows a trace, which sets its rate and queue: it is changed in its file, and brought up again"
         )));
     }
-    if let Some(m) = &before.medium {
-        return Err(NetError::Unsupported(format!(
-            "link {link} is station {}'s hop on medium {m}, whose air sets its rate and queue: the medium is changed in its file, and brought up again",
-            before.a
-        )));
+    let changed = new(&topology)?;
+    if before.medium.is_some() {
+        return change_station(dir, topo, recorded, &topology, changed, i);
     }
-    let after = new(&before)?;
+    let after = changed.links[i].clone();
     let dev = format!("l{i}");
     let by_emulator = recorded.backend == Some(Backend::Userspace)
         && recorded.emulated_links.contains(&before.name);
@@ -164,6 +181,7 @@ fn change(
                 link: link.to_string(),
                 a_to_b: LineSpec::of(&after.a_to_b),
                 b_to_a: LineSpec::of(&after.b_to_a),
+                station: None,
             },
         )?;
     }
@@ -179,7 +197,58 @@ fn change(
         before,
         after,
         kept,
+        station: None,
     })
+}
+
+/// Changes station hop `i` of topology `topo` from `was` to `now` (its PHY rates): told
+/// to the emulator's medium, whose next transmissions to and from the station use them.
+fn change_station(
+    dir: &Path,
+    topo: &str,
+    mut recorded: super::State,
+    was: &Topology,
+    now: Topology,
+    i: usize,
+) -> Result<Changed, NetError> {
+    let expected = |t: &Topology| {
+        let l = &t.links[i];
+        let (m, s) = t.station_of(l)?;
+        let k = m.stations.iter().position(|x| x.link == s.link)?;
+        Some((
+            m.ap.clone(),
+            m.expected().swap_remove(k),
+            s.up_bps,
+            s.down_bps,
+        ))
+    };
+    let (Some((ap, before, ..)), Some((_, after, up_bps, down_bps))) =
+        (expected(was), expected(&now))
+    else {
+        return Err(NetError::Unsupported(format!(
+            "link {}: its medium is not recorded with the topology",
+            was.links[i].name
+        )));
+    };
+    let l = &now.links[i];
+    tell_emulator(
+        &control_socket(dir, topo),
+        &LinkChange {
+            link: l.name.clone(),
+            a_to_b: LineSpec::of(&l.a_to_b),
+            b_to_a: LineSpec::of(&l.b_to_a),
+            station: Some(StationRates { up_bps, down_bps }),
+        },
+    )?;
+    let changed = Changed {
+        before: was.links[i].clone(),
+        after: l.clone(),
+        kept: Vec::new(),
+        station: Some(ChangedStation { ap, before, after }),
+    };
+    recorded.topology = Some(now);
+    write_state(dir, topo, &recorded)?;
+    Ok(changed)
 }
 
 /// Whether interface `dev` in namespace `ns` has netem as its root qdisc.

@@ -21,7 +21,7 @@ use super::relay::{
 };
 use super::socket::*;
 use super::stats::*;
-use super::{EmulatedLink, StationSpec};
+use super::{EmulatedLink, Pending, StationChange, StationSpec};
 use crate::emulator::{DelayLine, RecentPolls, SendCost, WakeMargin};
 use crate::medium::{Medium, Preset, Txop};
 
@@ -88,11 +88,13 @@ pub(super) fn medium_of(specs: &[&StationSpec], seed: u64) -> io::Result<Medium<
 }
 
 /// Forwards a medium's hops until their interfaces go away (the topology was taken
-/// down) or an error occurs.
+/// down) or an error occurs; a station's rates change when `pending` has them
+/// (`flowlab net set`).
 pub(super) fn forward_air(
     name: &str,
     mut medium: Medium<Frame>,
     mut hops: Vec<Hop>,
+    pending: &Pending<StationChange>,
 ) -> io::Result<()> {
     for h in &hops {
         set_int(&h.a.fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1)?;
@@ -114,7 +116,7 @@ pub(super) fn forward_air(
     // The medium's time: how far it has run its transmissions. A frame read later but
     // stamped earlier joins its queue now, not in the past the medium has already made.
     let mut air_now = 0u64;
-    let mut fds: Vec<libc::pollfd> = Vec::with_capacity(2 * hops.len());
+    let mut fds: Vec<libc::pollfd> = Vec::with_capacity(2 * hops.len() + 1);
     loop {
         let now = clock.now();
         let next = hops
@@ -143,6 +145,11 @@ pub(super) fn forward_air(
                 });
             }
         }
+        fds.push(libc::pollfd {
+            fd: pending.fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        });
         let rc = sleep(&mut fds, target, now);
         let woke = clock.now();
         polls.record(now, woke);
@@ -168,6 +175,13 @@ pub(super) fn forward_air(
             .any(|f| f.revents & (libc::POLLHUP | libc::POLLNVAL) != 0)
         {
             return Ok(());
+        }
+        // Before this pass reads: the transmissions from now on are at the new rates.
+        if fds[2 * hops.len()].revents & libc::POLLIN != 0 {
+            let preset = medium.preset();
+            for (hop, r) in pending.take() {
+                medium.set_rates(hop + 1, preset.rate(r.up_bps), preset.rate(r.down_bps));
+            }
         }
         for (i, h) in hops.iter_mut().enumerate() {
             let station = i + 1;

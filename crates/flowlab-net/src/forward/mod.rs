@@ -174,18 +174,42 @@ pub struct LinkChange {
     pub link: String,
     pub a_to_b: LineSpec,
     pub b_to_a: LineSpec,
+    /// A station's new PHY rates (its hop on a shared medium): the medium's air, not its
+    /// lines, sets how fast it goes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub station: Option<StationRates>,
 }
 
-/// A change waiting for a link's thread, and the eventfd that wakes it from its poll
-/// (a thread asleep towards the other direction's frame would otherwise judge arrivals
-/// by the old delay until it woke).
+/// A station's PHY rates, bits per second: its own, and the access point's to it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct StationRates {
+    pub up_bps: u64,
+    pub down_bps: u64,
+}
+
+/// A station's new rates for a medium's thread: its hop (from 0), and the rates.
+pub(crate) type StationChange = (usize, StationRates);
+
+/// What the control socket hands a change to: a link's thread, or the thread of the
+/// medium whose hop `hop` the link is.
+enum Control {
+    Line(Arc<Pending<(LineSpec, LineSpec)>>),
+    Air {
+        pending: Arc<Pending<StationChange>>,
+        hop: usize,
+    },
+}
+
+/// Changes waiting for a thread (a link's, or a medium's), and the eventfd that wakes it
+/// from its poll (a thread asleep towards the other direction's frame would otherwise
+/// judge arrivals by the old values until it woke).
 #[derive(Debug)]
-pub(crate) struct Pending {
-    change: std::sync::Mutex<Option<(LineSpec, LineSpec)>>,
+pub(crate) struct Pending<T> {
+    changes: std::sync::Mutex<Vec<T>>,
     wake: std::os::fd::OwnedFd,
 }
 
-impl Pending {
+impl<T> Pending<T> {
     fn new() -> io::Result<Self> {
         // SAFETY: eventfd(2) with flags; the descriptor is owned at once.
         let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
@@ -193,39 +217,39 @@ impl Pending {
             return Err(io::Error::last_os_error());
         }
         Ok(Pending {
-            change: std::sync::Mutex::new(None),
+            changes: std::sync::Mutex::new(Vec::new()),
             // SAFETY: a fresh descriptor owned by nothing else.
             wake: unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) },
         })
     }
 
-    fn offer(&self, a_to_b: LineSpec, b_to_a: LineSpec) {
-        *self.change.lock().unwrap_or_else(|e| e.into_inner()) = Some((a_to_b, b_to_a));
+    fn offer(&self, change: T) {
+        self.changes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(change);
         let one = 1u64.to_ne_bytes();
         // SAFETY: an 8-byte write to an eventfd this value owns.
         unsafe { libc::write(self.wake.as_raw_fd(), one.as_ptr().cast(), 8) };
     }
 
-    /// The descriptor a link's thread polls.
+    /// The descriptor the thread polls.
     pub(crate) fn fd(&self) -> std::os::fd::RawFd {
         self.wake.as_raw_fd()
     }
 
-    /// The change offered since the last call, if any.
-    pub(crate) fn take(&self) -> Option<(LineSpec, LineSpec)> {
+    /// The changes offered since the last call, oldest first.
+    pub(crate) fn take(&self) -> Vec<T> {
         let mut count = [0u8; 8];
         // SAFETY: an 8-byte read from a non-blocking eventfd this value owns.
         unsafe { libc::read(self.wake.as_raw_fd(), count.as_mut_ptr().cast(), 8) };
-        self.change.lock().unwrap_or_else(|e| e.into_inner()).take()
+        std::mem::take(&mut *self.changes.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
 
 /// Serves the control socket at `path` (`set` connects to it): each connection sends one
 /// [`LinkChange`] line and reads `ok`, or why the change was refused.
-fn serve_control(
-    path: &std::path::Path,
-    links: Vec<(EmulatedLink, Arc<Pending>)>,
-) -> io::Result<()> {
+fn serve_control(path: &std::path::Path, links: Vec<(EmulatedLink, Control)>) -> io::Result<()> {
     use std::io::{BufRead, Write};
     let _ = std::fs::remove_file(path);
     let listener = std::os::unix::net::UnixListener::bind(path)?;
@@ -239,16 +263,7 @@ fn serve_control(
             let answer = match reader.read_line(&mut line) {
                 Ok(_) => match serde_json::from_str::<LinkChange>(&line) {
                     Ok(c) => match links.iter().find(|(l, _)| l.name == c.link) {
-                        Some((l, _)) if l.gso && !EmulatedLink::gso_fits(&c.a_to_b, &c.b_to_a) => {
-                            format!(
-                                "link {} was brought up without loss or jitter, and carries TCP's super-frames whole: it cannot take them live (give it some in the file and bring it up again)",
-                                c.link
-                            )
-                        }
-                        Some((_, pending)) => {
-                            pending.offer(c.a_to_b, c.b_to_a);
-                            "ok".into()
-                        }
+                        Some((l, control)) => answer(l, control, c),
                         None => format!("the emulator forwards no link named '{}'", c.link),
                     },
                     Err(e) => format!("not a link change: {e}"),
@@ -261,8 +276,41 @@ fn serve_control(
     Ok(())
 }
 
+/// Hands change `c` of link `l` to the thread that forwards it: "ok", or why not.
+fn answer(l: &EmulatedLink, control: &Control, c: LinkChange) -> String {
+    match (control, c.station) {
+        (Control::Line(_), Some(_)) => format!("link {} is no station's hop", c.link),
+        (Control::Line(_), None) if l.gso && !EmulatedLink::gso_fits(&c.a_to_b, &c.b_to_a) => {
+            format!(
+                "link {} was brought up without loss or jitter, and carries TCP's super-frames whole: it cannot take them live (give it some in the file and bring it up again)",
+                c.link
+            )
+        }
+        (Control::Line(pending), None) => {
+            pending.offer((c.a_to_b, c.b_to_a));
+            "ok".into()
+        }
+        (Control::Air { .. }, None) => format!(
+            "link {} is a station's hop on a shared medium: its rate and down_rate change",
+            c.link
+        ),
+        (Control::Air { pending, hop }, Some(rates)) => {
+            pending.offer((*hop, rates));
+            "ok".into()
+        }
+    }
+}
+
 /// A link to forward, with the counters its thread keeps.
 type CountedLink = (EmulatedLink, Arc<LinkCounters>);
+
+/// A shared medium's hops, gathered for its thread, and the changes of its stations'
+/// rates waiting for it.
+struct Medium {
+    name: String,
+    hops: Vec<CountedLink>,
+    pending: Arc<Pending<StationChange>>,
+}
 
 /// A medium's hops opened: each hop's sockets in its own middle namespace (a socket
 /// stays bound to its interface after the thread moves on to the next namespace), and
@@ -311,19 +359,33 @@ pub fn run(
     let mut all = Vec::new();
     let mut controlled = Vec::new();
     // A shared medium's hops go to one thread, in the order of their links.
-    let mut media: Vec<(String, Vec<CountedLink>)> = Vec::new();
+    let mut media: Vec<Medium> = Vec::new();
     for (i, link) in links.into_iter().enumerate() {
         let counters = Arc::new(LinkCounters::default());
         all.push((link.name.clone(), counters.clone()));
         if let Some(st) = &link.station {
-            match media.iter_mut().find(|(m, _)| *m == st.medium) {
-                Some((_, hops)) => hops.push((link, counters)),
-                None => media.push((st.medium.clone(), vec![(link, counters)])),
-            }
+            let k = match media.iter().position(|m| m.name == st.medium) {
+                Some(k) => k,
+                None => {
+                    media.push(Medium {
+                        name: st.medium.clone(),
+                        hops: Vec::new(),
+                        pending: Arc::new(Pending::new()?),
+                    });
+                    media.len() - 1
+                }
+            };
+            let m = &mut media[k];
+            let control = Control::Air {
+                pending: m.pending.clone(),
+                hop: m.hops.len(),
+            };
+            controlled.push((link.clone(), control));
+            m.hops.push((link, counters));
             continue;
         }
         let pending = Arc::new(Pending::new()?);
-        controlled.push((link.clone(), pending.clone()));
+        controlled.push((link.clone(), Control::Line(pending.clone())));
         let tx = tx.clone();
         let link_seed = seed.wrapping_add((i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
         threads.push(std::thread::spawn(move || {
@@ -357,7 +419,15 @@ pub fn run(
             }
         }));
     }
-    for (k, (name, hops)) in media.into_iter().enumerate() {
+    for (
+        k,
+        Medium {
+            name,
+            hops,
+            pending,
+        },
+    ) in media.into_iter().enumerate()
+    {
         let tx = tx.clone();
         let medium_seed = seed ^ (k as u64 + 1).wrapping_mul(0xd1b5_4a32_d192_ed03);
         threads.push(std::thread::spawn(move || {
@@ -365,7 +435,7 @@ pub fn run(
                 Ok((medium, opened)) => {
                     let _ = tx.send(Ok(()));
                     drop(tx);
-                    match air::forward_air(&name, medium, opened) {
+                    match air::forward_air(&name, medium, opened, &pending) {
                         Ok(()) => eprintln!(
                             "flowlab net emulator: medium {name}: its interfaces went away"
                         ),

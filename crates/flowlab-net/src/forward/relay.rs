@@ -429,7 +429,7 @@ pub(super) fn forward(
     b: PacketSocket,
     link: &EmulatedLink,
     counters: &LinkCounters,
-    pending: &Pending,
+    pending: &Pending<(LineSpec, LineSpec)>,
     seed: u64,
 ) -> io::Result<()> {
     let line = |s: &LineSpec, seed| {
@@ -569,7 +569,7 @@ pub(super) fn forward(
         }
         // Before this pass reads: what arrived from now on meets the new line.
         if fds[2].revents & libc::POLLIN != 0 {
-            if let Some((to_b, to_a)) = pending.take() {
+            if let Some((to_b, to_a)) = pending.take().pop() {
                 for (line, s) in [(&mut ab, to_b), (&mut ba, to_a)] {
                     line.set(
                         Duration::from_micros(s.delay_us),

@@ -19,7 +19,8 @@ pub mod test;
 pub use diagnosis::diagnosis;
 pub use fetch::{fetch, fragment_set, serving_fragments, sweep};
 pub use net::{
-    SetDirection, kept_bucket_note, net_down, net_plan, net_set, net_status, net_up, shape_text,
+    SetDirection, kept_bucket_note, net_down, net_plan, net_set, net_set_station, net_status,
+    net_up, shape_text,
 };
 pub use net_check::net_check;
 pub use ping::{ping_header, ping_histogram, ping_reply, ping_summary};

@@ -254,6 +254,32 @@ pub fn net_set(topology: &str, link: &str, directions: &[SetDirection<'_>]) -> S
     out
 }
 
+/// `flowlab net set` on a station's hop of a shared medium (access point `ap`): its PHY
+/// rates as they were and are, and what TCP now gets alone and with every station busy.
+pub fn net_set_station(
+    topology: &str,
+    link: &str,
+    ap: &str,
+    before: &flowlab_results::net::StationExpected,
+    after: &flowlab_results::net::StationExpected,
+) -> String {
+    let pair = |up: f64, down: f64| format!("{}/{} Mbit/s", mbit(up), mbit(down));
+    let phy = |s: &flowlab_results::net::StationExpected| {
+        pair(s.up_phy_bps as f64, s.down_phy_bps as f64)
+    };
+    format!(
+        "topology {topology}, link {link} changed: station {} to access point {ap}, \
+         PHY rate up/down {} (was {})\n  TCP alone up/down {} (was {}); all busy {} (was {})\n",
+        after.host,
+        phy(after),
+        phy(before),
+        pair(after.tcp_up_bps, after.tcp_down_bps),
+        pair(before.tcp_up_bps, before.tcp_down_bps),
+        pair(after.busy_up_bps, after.busy_down_bps),
+        pair(before.busy_up_bps, before.busy_down_bps),
+    )
+}
+
 /// What `flowlab net set` says of a bucket it kept larger than the new rate's.
 pub fn kept_bucket_note(link: &str, k: &flowlab_results::net::KeptBucket) -> String {
     format!(

@@ -218,6 +218,13 @@ pub fn run(c: Command) -> anyhow::Result<()> {
             for k in &changed.kept {
                 eprintln!("note: {}", table::kept_bucket_note(&link, k));
             }
+            if let Some(st) = &changed.station {
+                print!(
+                    "{}",
+                    table::net_set_station(&topo, &link, &st.ap, &st.before, &st.after)
+                );
+                return Ok(());
+            }
             let (b, a) = (&changed.before, &changed.after);
             let direction = |from, to, before, after| table::SetDirection {
                 from,
