@@ -39,6 +39,10 @@
 //! [[medium.station]]              # a host on it, with its PHY rate
 //! host = "h9"
 //! rate = "300M"
+//!
+//! [[medium.station.schedule]]     # h9's PHY rates change while it is up (it walks away)
+//! at = "10s"
+//! rate = "65M"                    # rate: both ways; down_rate: the access point's alone
 //! ```
 //!
 //! [`Topology::parse`] checks the file and says what is wrong in one line (with the line
@@ -290,6 +294,18 @@ struct RawMedium {
 struct RawStation {
     host: toml::Spanned<String>,
     rate: toml::Spanned<String>,
+    down_rate: Option<toml::Spanned<String>>,
+    schedule_repeat: Option<toml::Spanned<String>>,
+    #[serde(default)]
+    schedule: Vec<RawStationStep>,
+}
+
+/// A `[[medium.station.schedule]]` step: when, and the station's PHY rates from then on.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStationStep {
+    at: toml::Spanned<String>,
+    rate: Option<toml::Spanned<String>>,
     down_rate: Option<toml::Spanned<String>>,
 }
 
@@ -619,6 +635,11 @@ impl Link {
     /// Every shape each direction takes: its own, then at each step of its schedule.
     pub fn shapes(&self) -> Vec<(Shape, Shape)> {
         let mut out = vec![(self.a_to_b, self.b_to_a)];
+        // A station's schedule changes its PHY rates, which its medium's air turns into
+        // rates (Topology::station_at).
+        if self.medium.is_some() {
+            return out;
+        }
         for i in 0..self.schedule.steps.len() {
             // Each step was applied when the file was read.
             if let Ok(l) = self.at_step(Some(i)) {
@@ -766,31 +787,7 @@ fn schedule(text: &str, raw: &RawLink, link: &Link) -> Result<Schedule, Topology
         at: Some(line_column(text, span.start)),
         ..TopologyError::new(message)
     };
-    let time = |v: &toml::Spanned<String>, what: &str| {
-        let bad =
-            |why: String| at_line(v.span(), format!("{name}: {what} '{}': {why}", v.get_ref()));
-        if v.get_ref().trim_start().starts_with('-') {
-            return Err(bad("a time from the start cannot be negative".into()));
-        }
-        parse_duration(v.get_ref()).map_err(|e| bad(e.to_string()))
-    };
-    if raw.schedule.len() > MAX_STEPS {
-        return err(format!(
-            "{name}: {} schedule steps; a link has at most {MAX_STEPS}",
-            raw.schedule.len()
-        ));
-    }
-    let repeat = match &raw.schedule_repeat {
-        Some(r) if raw.schedule.is_empty() => {
-            return Err(at_line(
-                r.span(),
-                format!("{name}: schedule_repeat without a [[link.schedule]] step to repeat"),
-            ));
-        }
-        Some(r) => Some(time(r, "schedule_repeat")?),
-        None => None,
-    };
-    let mut steps: Vec<(Step, std::ops::Range<usize>)> = Vec::new();
+    let mut steps_given = Vec::new();
     for raw_step in &raw.schedule {
         if raw_step.props.trace.is_some()
             || raw_step.reverse.as_ref().is_some_and(|r| r.trace.is_some())
@@ -811,33 +808,130 @@ fn schedule(text: &str, raw: &RawLink, link: &Link) -> Result<Schedule, Topology
                 ),
             ));
         }
-        let set = raw_step.props.changes();
         let reverse = raw_step
             .reverse
             .as_ref()
             .map(RawProps::changes)
             .unwrap_or_default();
+        steps_given.push((given(&raw_step.at), raw_step.props.changes(), reverse));
+    }
+    let (steps, repeat) = timed_steps(
+        text,
+        name,
+        ("[[link.schedule]]", LINK_STEP_KEYS),
+        steps_given,
+        raw.schedule_repeat.as_ref().map(given),
+    )?;
+    checked_in_turn(text, link, steps, repeat)
+}
+
+/// What a link's schedule step may set.
+const LINK_STEP_KEYS: &str = "rate, delay, jitter, loss, queue or queue_bytes";
+
+/// What a station's schedule step may set.
+const STATION_STEP_KEYS: &str = "rate or down_rate";
+
+/// The schedule of `steps`, each applied to `link` in turn, as the round applies them: a
+/// step the link refuses is refused at its line.
+fn checked_in_turn(
+    text: &str,
+    link: &Link,
+    steps: TimedSteps,
+    repeat: Option<Duration>,
+) -> Result<Schedule, TopologyError> {
+    let mut now = link.clone();
+    for (step, span) in &steps {
+        step.apply(&mut now).map_err(|e| TopologyError {
+            at: span.as_ref().map(|s| line_column(text, s.start)),
+            ..TopologyError::new(format!(
+                "schedule step at {} s: {}",
+                step.at.as_secs_f64(),
+                e.message
+            ))
+        })?;
+    }
+    Ok(Schedule {
+        steps: steps.into_iter().map(|(s, _)| s).collect(),
+        repeat,
+    })
+}
+
+/// A time as given: its text, and where it is in the file (a study's `[[link]]` gives
+/// a schedule in one string).
+type Given<'a> = (&'a str, Option<std::ops::Range<usize>>);
+
+/// A file's time as [`Given`].
+fn given(v: &toml::Spanned<String>) -> Given<'_> {
+    (v.get_ref().as_str(), Some(v.span()))
+}
+
+/// Steps in time order, each with where its `at` is in the file.
+type TimedSteps = Vec<(Step, Option<std::ops::Range<usize>>)>;
+
+/// A schedule's steps as given: each one's `at`, what it sets both ways, and what it
+/// sets b → a alone.
+type GivenSteps<'a> = Vec<(Given<'a>, Vec<(String, String)>, Vec<(String, String)>)>;
+
+/// The steps of `name`'s schedule (its table and the keys a step may set in `kind`) in
+/// time order, and the time its rounds repeat, if they do: a step that sets nothing,
+/// comes at a bad or repeated time, or not before the repeat is refused at its line.
+fn timed_steps(
+    text: &str,
+    name: &str,
+    (table, keys): (&str, &str),
+    given: GivenSteps<'_>,
+    repeat: Option<Given<'_>>,
+) -> Result<(TimedSteps, Option<Duration>), TopologyError> {
+    let at_line = |span: Option<std::ops::Range<usize>>, message: String| TopologyError {
+        at: span.map(|s| line_column(text, s.start)),
+        ..TopologyError::new(message)
+    };
+    let time = |(v, span): &Given<'_>, what: &str| {
+        let bad = |why: String| at_line(span.clone(), format!("{name}: {what} '{v}': {why}"));
+        if v.trim_start().starts_with('-') {
+            return Err(bad("a time from the start cannot be negative".into()));
+        }
+        parse_duration(v).map_err(|e| bad(e.to_string()))
+    };
+    if given.len() > MAX_STEPS {
+        return err(format!(
+            "{name}: {} schedule steps; a schedule has at most {MAX_STEPS}",
+            given.len()
+        ));
+    }
+    let repeat = match repeat {
+        Some(r) if given.is_empty() => {
+            return Err(at_line(
+                r.1,
+                format!("{name}: schedule_repeat without a {table} step to repeat"),
+            ));
+        }
+        Some(r) => Some(time(&r, "schedule_repeat")?),
+        None => None,
+    };
+    let mut steps: TimedSteps = Vec::new();
+    for (raw_at, set, reverse) in given {
         if set.is_empty() && reverse.is_empty() {
             return Err(at_line(
-                raw_step.at.span(),
+                raw_at.1,
                 format!(
-                    "{name}: the schedule step at {} changes nothing: give it rate, delay, jitter, loss, queue or queue_bytes",
-                    raw_step.at.get_ref()
+                    "{name}: the schedule step at {} changes nothing: give it {keys}",
+                    raw_at.0
                 ),
             ));
         }
-        let at = time(&raw_step.at, "schedule step at")?;
+        let at = time(&raw_at, "schedule step at")?;
         if let Some(r) = repeat.filter(|r| at >= *r) {
             return Err(at_line(
-                raw_step.at.span(),
+                raw_at.1,
                 format!(
                     "{name}: the schedule step at {} is not before schedule_repeat ({} s): a round must hold its steps",
-                    raw_step.at.get_ref(),
+                    raw_at.0,
                     r.as_secs_f64()
                 ),
             ));
         }
-        steps.push((Step { at, set, reverse }, raw_step.at.span()));
+        steps.push((Step { at, set, reverse }, raw_at.1));
     }
     steps.sort_by_key(|(s, _)| s.at);
     for pair in steps.windows(2) {
@@ -854,24 +948,7 @@ fn schedule(text: &str, raw: &RawLink, link: &Link) -> Result<Schedule, Topology
     if repeat.is_some_and(|r| r.is_zero()) {
         return err(format!("{name}: schedule_repeat must be longer than 0"));
     }
-    // Each step applied in turn, as the round applies them.
-    let mut now = link.clone();
-    for (step, span) in &steps {
-        step.apply(&mut now).map_err(|e| {
-            at_line(
-                span.clone(),
-                format!(
-                    "schedule step at {} s: {}",
-                    step.at.as_secs_f64(),
-                    e.message
-                ),
-            )
-        })?;
-    }
-    Ok(Schedule {
-        steps: steps.into_iter().map(|(s, _)| s).collect(),
-        repeat,
-    })
+    Ok((steps, repeat))
 }
 
 /// The traces link `link` follows (`trace = "FILE"`, each way or in `reverse`), read and
@@ -1142,6 +1219,29 @@ fn medium(
             None => up_bps,
         };
         let link = format!("{name}.{host}");
+        // Its schedule: each step's rates checked as the station's own are.
+        let mut steps_given = Vec::new();
+        for step in &st.schedule {
+            let mut set = Vec::new();
+            for (key, r) in [("rate", &step.rate), ("down_rate", &step.down_rate)] {
+                if let Some(r) = r {
+                    rate(r, &host)?;
+                    set.push((key.to_string(), r.get_ref().clone()));
+                }
+            }
+            steps_given.push((given(&step.at), set, Vec::new()));
+        }
+        let (steps, repeat) = timed_steps(
+            text,
+            &link,
+            ("[[medium.station.schedule]]", STATION_STEP_KEYS),
+            steps_given,
+            st.schedule_repeat.as_ref().map(given),
+        )?;
+        let schedule = Schedule {
+            steps: steps.into_iter().map(|(s, _)| s).collect(),
+            repeat,
+        };
         stations.push(Station {
             host: host.clone(),
             link: link.clone(),
@@ -1155,7 +1255,7 @@ fn medium(
             b: ap.clone(),
             a_to_b: Shape::default(),
             b_to_a: Shape::default(),
-            schedule: Schedule::default(),
+            schedule,
             a_to_b_trace: None,
             b_to_a_trace: None,
             medium: Some(name.clone()),
@@ -1344,6 +1444,21 @@ impl Topology {
         Ok(t)
     }
 
+    /// What station hop `l`'s schedule sets from step `step` on, within a round, as
+    /// `flowlab net set` takes it: the station's own rates (the file's), then each step's
+    /// up to `step`, in order; `None` for a link of the file.
+    pub fn station_at(&self, l: &Link, step: Option<usize>) -> Option<Vec<(String, String)>> {
+        let (_, s) = self.station_of(l)?;
+        let mut pairs = vec![
+            ("rate".to_string(), s.up_bps.to_string()),
+            ("down_rate".to_string(), s.down_bps.to_string()),
+        ];
+        for st in &l.schedule.steps[..step.map_or(0, |i| i + 1)] {
+            pairs.extend(st.set.iter().cloned());
+        }
+        Some(pairs)
+    }
+
     /// The shared medium and station whose hop link `l` is; `None` for a link of the file.
     pub fn station_of(&self, l: &Link) -> Option<(&SharedMedium, &Station)> {
         let m = self
@@ -1396,6 +1511,80 @@ impl Topology {
         }
         station.down_bps = bps;
         medium.shape_hops(&mut self.links);
+        Ok(())
+    }
+
+    /// Gives link `link` the schedule `text` says, as a study's `[[link]]` `schedule`
+    /// does: steps separated by `;`, each a time from the start and what it sets, as
+    /// `flowlab net set` takes it (`"2s rate=10M delay=40ms; 5s rate=50M"`), and, for
+    /// rounds, `repeat TIME`; `none` for no schedule. A station's hop (`MEDIUM.HOST`)
+    /// takes `rate` and `down_rate`. Refused as the file would refuse the steps, and for
+    /// a link that follows a trace.
+    pub fn set_schedule(&mut self, link: &str, text: &str) -> Result<(), TopologyError> {
+        let i = self.link_index(link)?;
+        if self.links[i].follows_a_trace() {
+            return err(format!(
+                "{link}: a link whose capacity follows a trace has no schedule (the trace is its schedule)"
+            ));
+        }
+        let station = self.links[i].medium.is_some();
+        let mut steps_given = Vec::new();
+        let mut repeat = None;
+        if text.trim() != "none" {
+            for part in text.split(';').map(str::trim) {
+                let mut words = part.split_whitespace();
+                let Some(first) = words.next() else {
+                    return err(format!(
+                        "{link}: schedule '{text}': an empty step (steps are 'TIME KEY=VALUE …; …')"
+                    ));
+                };
+                if first == "repeat" {
+                    repeat = Some((words.next().unwrap_or(""), None));
+                    continue;
+                }
+                let mut set = Vec::new();
+                for w in words {
+                    let Some((k, v)) = w.split_once('=') else {
+                        return err(format!(
+                            "{link}: schedule step at {first}: '{w}' is not KEY=VALUE"
+                        ));
+                    };
+                    set.push((k.to_string(), v.to_string()));
+                }
+                steps_given.push(((first, None), set, Vec::new()));
+            }
+        }
+        let keys = if station {
+            STATION_STEP_KEYS
+        } else {
+            LINK_STEP_KEYS
+        };
+        let (steps, repeat) =
+            timed_steps("", link, ("'TIME KEY=VALUE'", keys), steps_given, repeat)?;
+        let schedule = if station {
+            // Each step as `net set` would set it, on a copy.
+            let mut check = self.clone();
+            for (step, _) in &steps {
+                for (k, v) in &step.set {
+                    check.set_link(link, k, v).map_err(|e| {
+                        TopologyError::new(format!(
+                            "schedule step at {} s: {}",
+                            step.at.as_secs_f64(),
+                            e.message
+                        ))
+                    })?;
+                }
+            }
+            Schedule {
+                steps: steps.into_iter().map(|(s, _)| s).collect(),
+                repeat,
+            }
+        } else {
+            let mut own = self.links[i].clone();
+            own.schedule = Schedule::default();
+            checked_in_turn("", &own, steps, repeat)?
+        };
+        self.links[i].schedule = schedule;
         Ok(())
     }
 
@@ -2345,6 +2534,167 @@ down_rate = "130M"
         let e = Topology::parse(&text).unwrap_err();
         assert!(e.message.ends_with("did you mean `rate`?"), "{e}");
         assert_eq!(e.at.map(|(l, _)| l), Some(line_of(&text, "rtae")));
+    }
+
+    /// A station's schedule changes its PHY rates: its steps in time order, what each
+    /// sets as `net set` takes it (the station's own rates first), listed by `net show`;
+    /// a bad step is refused at its line.
+    #[test]
+    fn a_stations_schedule_sets_its_rates_step_by_step() {
+        let line_of = |text: &str, needle: &str| {
+            text.lines()
+                .position(|l| l.trim_start().starts_with(needle))
+                .unwrap()
+                + 1
+        };
+        let air = |steps: &str| {
+            format!(
+                "name = \"t\"\nhosts = [\"s\", \"h\"]\nrouters = [\"ap\"]\n\
+                 [[link]]\nends = [\"h\", \"ap\"]\n\
+                 [[medium]]\nname = \"w\"\nap = \"ap\"\nstandard = \"802.11g\"\n\
+                 [[medium.station]]\nhost = \"s\"\nrate = \"54M\"\nschedule_repeat = \"10s\"\n{steps}"
+            )
+        };
+        let t = Topology::parse(&air(
+            "[[medium.station.schedule]]\nat = \"6s\"\nrate = \"54M\"\n\
+             [[medium.station.schedule]]\nat = \"2s\"\nrate = \"6M\"\ndown_rate = \"12M\"\n",
+        ))
+        .expect("parses");
+        let hop = t.links.iter().find(|l| l.name == "w.s").expect("the hop");
+        let said: Vec<String> = hop.schedule.steps.iter().map(Step::said).collect();
+        assert_eq!(said, ["rate=6M down_rate=12M", "rate=54M"]);
+        assert_eq!(hop.schedule.repeat, Some(Duration::from_secs(10)));
+        let pairs = |step| {
+            t.station_at(hop, step)
+                .expect("a station")
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        assert_eq!(pairs(None), "rate=54000000 down_rate=54000000");
+        assert_eq!(
+            pairs(Some(0)),
+            "rate=54000000 down_rate=54000000 rate=6M down_rate=12M"
+        );
+        assert_eq!(t.station_at(&t.links[0], None), None);
+        // Its hop's shapes are its air's, whatever the steps.
+        assert_eq!(hop.shapes().len(), 1);
+        assert_eq!(Plan::of(&t).summary().schedules[0].link, "w.s");
+        for (steps, needle, want) in [
+            (
+                "[[medium.station.schedule]]\nat = \"1s\"\ndelay = \"5ms\"\n",
+                "delay",
+                "unknown field `delay`",
+            ),
+            (
+                "[[medium.station.schedule]]\nat = \"1s\"\nrate = \"100M\"\n",
+                "rate = \"100M\"",
+                "medium w: station s: rate '100M': 802.11g PHY rates run from 1 Mbit/s to 54 Mbit/s",
+            ),
+            (
+                "[[medium.station.schedule]]\nat = \"1s\"\n",
+                "at = \"1s\"",
+                "w.s: the schedule step at 1s changes nothing: give it rate or down_rate",
+            ),
+            (
+                "[[medium.station.schedule]]\nat = \"12s\"\nrate = \"6M\"\n",
+                "at = \"12s\"",
+                "is not before schedule_repeat (10 s)",
+            ),
+        ] {
+            let text = air(steps);
+            let e = Topology::parse(&text).unwrap_err();
+            assert!(e.message.contains(want), "wanted '{want}' in: {e}");
+            assert_eq!(
+                e.at.map(|(l, _)| l),
+                Some(line_of(&text, needle)),
+                "{e}\n{text}"
+            );
+        }
+    }
+
+    /// A study's `[[link]]` `schedule`: steps in one string, as `net set` takes them, in
+    /// time order whatever the order given, with `repeat`; `none` takes a schedule away;
+    /// each step checked as the file's are, on a link and on a station's hop.
+    #[test]
+    fn a_schedule_given_in_one_string_is_the_files() {
+        let mut t = Topology::parse(SMALL).unwrap();
+        t.set_schedule("wan", "5s rate=50M; 2s rate=10M delay=40ms; repeat 20s")
+            .expect("a schedule");
+        let wan = &t.links[1];
+        let said: Vec<String> = wan.schedule.steps.iter().map(Step::said).collect();
+        assert_eq!(said, ["rate=10M delay=40ms", "rate=50M"]);
+        assert_eq!(wan.schedule.steps[0].at, Duration::from_secs(2));
+        assert_eq!(wan.schedule.repeat, Some(Duration::from_secs(20)));
+        assert_eq!(
+            wan.at_step(Some(0)).unwrap().a_to_b.delay,
+            Duration::from_millis(40)
+        );
+        t.set_schedule("wan", "none").expect("none");
+        assert!(t.links[1].schedule.is_empty());
+        for (text, want) in [
+            (
+                "2s rate",
+                "wan: schedule step at 2s: 'rate' is not KEY=VALUE",
+            ),
+            (
+                "2s mtu=1400",
+                "schedule step at 2 s: wan: 'mtu' is not a link property",
+            ),
+            (
+                "2s jitter=30ms",
+                "schedule step at 2 s: wan: jitter is larger than the delay",
+            ),
+            (
+                "soon rate=1M",
+                "wan: schedule step at 'soon': 'soon' is not a duration",
+            ),
+            ("2s rate=1M;", "wan: schedule '2s rate=1M;': an empty step"),
+            (
+                "25s rate=1M; repeat 20s",
+                "wan: the schedule step at 25s is not before schedule_repeat (20 s)",
+            ),
+            (
+                "2s",
+                "wan: the schedule step at 2s changes nothing: give it rate, delay",
+            ),
+        ] {
+            let e = t.set_schedule("wan", text).unwrap_err();
+            assert!(e.message.contains(want), "{text}: wanted '{want}' in: {e}");
+            assert!(e.at.is_none(), "no line in a study's string: {e}");
+        }
+        let e = t.set_schedule("lan", "1s rate=1M").unwrap_err();
+        assert!(e.message.contains("no link 'lan'"), "{e}");
+        // A station's hop: its rates.
+        let mut air = Topology::parse(
+            "name = \"t\"\nhosts = [\"s\", \"h\"]\nrouters = [\"ap\"]\n\
+             [[link]]\nends = [\"h\", \"ap\"]\n\
+             [[medium]]\nname = \"w\"\nap = \"ap\"\nstandard = \"802.11g\"\n\
+             [[medium.station]]\nhost = \"s\"\nrate = \"54M\"\n",
+        )
+        .unwrap();
+        air.set_schedule("w.s", "3s rate=6M down_rate=12M")
+            .expect("rates");
+        let hop = air.links.iter().find(|l| l.name == "w.s").unwrap();
+        assert_eq!(
+            air.station_at(hop, Some(0)).unwrap().last().unwrap(),
+            &("down_rate".to_string(), "12M".to_string())
+        );
+        for (text, want) in [
+            (
+                "3s delay=5ms",
+                "w.s: 'delay' is not a station's property (rate, down_rate)",
+            ),
+            (
+                "3s rate=100M",
+                "802.11g PHY rates run from 1 Mbit/s to 54 Mbit/s",
+            ),
+            ("3s", "changes nothing: give it rate or down_rate"),
+        ] {
+            let e = air.set_schedule("w.s", text).unwrap_err();
+            assert!(e.message.contains(want), "{text}: wanted '{want}' in: {e}");
+        }
     }
 
     /// A reader of in-memory trace files, for [`Topology::parse_with`].

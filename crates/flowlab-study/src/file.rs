@@ -71,6 +71,10 @@ pub struct Study {
     /// The topology's emulator holds the CPUs out of deep idle states while the topology
     /// is up (`flowlab net up --keep-cpus-awake`; needs `topology`).
     pub keep_cpus_awake: bool,
+    /// The topology's schedules (its file's, and `[[link]]` `schedule`s) start again
+    /// at each trial, so that every trial meets their changes at the same times from its
+    /// start (`schedule_per_trial = true`; else they run from when the network came up).
+    pub schedule_per_trial: bool,
     pub on_error: OnError,
     /// flowlab commands run once before the servers start (`fragments make …`).
     pub setup: Vec<String>,
@@ -107,7 +111,7 @@ pub struct LinkChange {
 }
 
 /// What a `[[link]]` may change: a topology link's properties (docs/net.md).
-pub const LINK_PROPERTIES: [&str; 7] = [
+pub const LINK_PROPERTIES: [&str; 8] = [
     "rate",
     "delay",
     "jitter",
@@ -115,6 +119,7 @@ pub const LINK_PROPERTIES: [&str; 7] = [
     "queue",
     "queue_bytes",
     "trace",
+    "schedule",
 ];
 
 /// A swept parameter and its values, in the file's order.
@@ -274,6 +279,7 @@ struct RawStudy {
     pause: Option<Spanned<String>>,
     topology: Option<String>,
     keep_cpus_awake: Option<Spanned<bool>>,
+    schedule_per_trial: Option<Spanned<bool>>,
     on_error: Option<Spanned<String>>,
     params: Option<Spanned<toml::Table>>,
     #[serde(default)]
@@ -437,6 +443,14 @@ pub fn parse(text: &str) -> Result<Study, StudyError> {
             ));
         }
     }
+    if let Some(k) = raw.schedule_per_trial.as_ref().filter(|k| *k.get_ref()) {
+        if raw.topology.is_none() {
+            return Err(at(
+                k.span(),
+                "schedule_per_trial starts a topology's schedules again at each trial, but the study has no topology".into(),
+            ));
+        }
+    }
     let mut links: Vec<LinkChange> = Vec::new();
     for l in &raw.links {
         if raw.topology.is_none() {
@@ -501,6 +515,7 @@ pub fn parse(text: &str) -> Result<Study, StudyError> {
         pause,
         topology: raw.topology,
         keep_cpus_awake: raw.keep_cpus_awake.is_some_and(|k| *k.get_ref()),
+        schedule_per_trial: raw.schedule_per_trial.is_some_and(|k| *k.get_ref()),
         links,
         on_error,
         setup: raw.setup,

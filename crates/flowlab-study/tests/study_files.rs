@@ -437,7 +437,7 @@ fn every_refusal_names_its_place_and_its_reason() {
         ),
         (
             format!("name = \"x\"\ntopology = \"t.toml\"\n[[link]]\nname = \"b\"\nmtu = 9000\n{step}"),
-            "[[link]] 'b': 'mtu' is not a link property (rate, delay, jitter, loss, queue, queue_bytes, trace)",
+            "[[link]] 'b': 'mtu' is not a link property (rate, delay, jitter, loss, queue, queue_bytes, trace, schedule)",
             3,
         ),
         (

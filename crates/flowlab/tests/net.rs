@@ -2413,11 +2413,13 @@ fn two_busy_stations_share_the_air_as_the_anomaly_model_and_airtime_fairness_say
 }
 
 /// `net set` changes a station's PHY rate while a test crosses its hop of a shared
-/// medium: an 802.11b station at 1 Mbit/s, sent more UDP than its air carries, receives
-/// what the medium's model gives one station alone at that rate, and from an interval
-/// after the change what it gives at 11 Mbit/s, each within 10 %. `net set` says the
-/// station's rates and what TCP gets now, `net show` of the topology has the new rate,
-/// and what a station's hop cannot take is refused with the reason.
+/// medium, and so does the station's schedule (`[[medium.station.schedule]]`): an
+/// 802.11b station at 1 Mbit/s, sent more UDP than its air carries, receives what the
+/// medium's model gives one station alone at that rate; from an interval after `net set
+/// rate=11M`, what it gives at 11 Mbit/s; and from an interval after its schedule's step
+/// back to 1 Mbit/s (at its log's time), the 1 Mbit/s figure again; each within 10 %.
+/// `net set` says the station's rates and what TCP gets now, `net show` of the topology
+/// has the new rate, and what a station's hop cannot take is refused with the reason.
 #[test]
 fn a_stations_rate_changed_live_takes_effect_within_an_interval() {
     use flowlab_net::medium::Preset;
@@ -2429,7 +2431,8 @@ fn a_stations_rate_changed_live_takes_effect_within_an_interval() {
     let text = "name = \"tstat\"\nhosts = [\"sta\", \"srv\"]\nrouters = [\"ap\"]\n\
                 [[link]]\nends = [\"srv\", \"ap\"]\n\
                 [[medium]]\nname = \"wlan\"\nap = \"ap\"\nstandard = \"802.11b\"\nqueue = 30\n\
-                [[medium.station]]\nhost = \"sta\"\nrate = \"1M\"\n";
+                [[medium.station]]\nhost = \"sta\"\nrate = \"1M\"\n\
+                [[medium.station.schedule]]\nat = \"6s\"\nrate = \"1M\"\n";
     let file = write_topology(dir.path(), "tstat", text);
     up(&file, &[]);
     let set = |values: &[&str]| {
@@ -2442,11 +2445,12 @@ fn a_stations_rate_changed_live_takes_effect_within_an_interval() {
     let mut server = serve_in("tstat", "srv", &["-1"]);
     // The server sends: the access point's queue to the station fills, and the station
     // receives what the air carries.
+    let spawned = chrono::Utc::now();
     let client = flowlab()
         .args(["net", "exec", "-t", "tstat", "sta", "--"])
         .arg(assert_cmd::cargo::cargo_bin("flowlab"))
         .args([
-            "test", "srv", "-u", "-b", "10M", "-l", "1472", "-t", "5", "-i", "0.5", "-J", "-R",
+            "test", "srv", "-u", "-b", "10M", "-l", "1472", "-t", "8", "-i", "0.5", "-J", "-R",
         ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -2467,6 +2471,17 @@ fn a_stations_rate_changed_live_takes_effect_within_an_interval() {
             "topology tstat, link wlan.sta changed: station sta to access point ap, PHY rate up/down 11/11 Mbit/s (was 1/1 Mbit/s)\n  TCP alone up/down "
         ),
         "{said}"
+    );
+    // The topology as recorded has the new rate.
+    let show = flowlab()
+        .args(["net", "show", "tstat"])
+        .output()
+        .expect("show");
+    let show = String::from_utf8_lossy(&show.stdout).into_owned();
+    assert!(
+        show.lines()
+            .any(|l| l.trim_start().starts_with("sta ") && l.contains(" 11/11 Mbit/s ")),
+        "{show}"
     );
     let out = client.wait_with_output().expect("the test");
     let _ = server.kill();
@@ -2489,39 +2504,46 @@ fn a_stations_rate_changed_live_takes_effect_within_an_interval() {
             )
         })
         .collect();
+    // The schedule's step, by its log's clock.
+    let log = std::fs::read_to_string("/run/flowlab/net/tstat.schedule.log").expect("log");
+    let line = log
+        .lines()
+        .find(|l| l.ends_with("wlan.sta: rate=1M"))
+        .unwrap_or_else(|| panic!("no step in the schedule's log: {log}"));
+    let stamp = line.split_whitespace().next().expect("a timestamp");
+    let stepped = chrono::DateTime::parse_from_rfc3339(stamp).expect("RFC 3339");
+    let stepped_at = (stepped.with_timezone(&chrono::Utc) - spawned)
+        .to_std()
+        .expect("the step came after the test was started")
+        .as_secs_f64();
     let b = Preset::B;
     let udp = |mbit: u64| b.alone_bps(&b.rate(mbit * 1_000_000), 1500) * 1472.0 / 1500.0;
     let seen = format!(
-        "change at {changed_at:.2} s; model {:.0} then {:.0} bit/s; intervals {intervals:?}",
+        "set at {changed_at:.2} s, stepped at {stepped_at:.2} s; model {:.0} at 1 Mbit/s, {:.0} at 11; intervals {intervals:?}",
         udp(1),
         udp(11)
     );
     let near = |got: f64, model: f64| (got / model - 1.0).abs() <= 0.10;
-    let before: Vec<f64> = intervals
-        .iter()
-        .filter(|(start, end, _)| *start >= 0.5 && *end <= changed_at - 0.3)
-        .map(|i| i.2)
-        .collect();
-    let after: Vec<f64> = intervals
-        .iter()
-        .filter(|(start, _, _)| *start >= changed_at + 0.5)
-        .map(|i| i.2)
-        .collect();
-    assert!(before.len() >= 2 && after.len() >= 2, "{seen}");
-    assert!(before.iter().all(|&r| near(r, udp(1))), "{seen}");
-    assert!(after.iter().all(|&r| near(r, udp(11))), "{seen}");
-    // The topology as recorded has the new rate; what a station's hop cannot take is
-    // refused, naming the link and the keys it takes.
-    let show = flowlab()
-        .args(["net", "show", "tstat"])
-        .output()
-        .expect("show");
-    let show = String::from_utf8_lossy(&show.stdout).into_owned();
-    assert!(
-        show.lines()
-            .any(|l| l.trim_start().starts_with("sta ") && l.contains(" 11/11 Mbit/s ")),
-        "{show}"
-    );
+    // Each window: from half a second after one change to 0.3 s before the next (the
+    // test's clock starts after `started`, by its exec and connection).
+    let within = |from: f64, to: f64| -> Vec<f64> {
+        intervals
+            .iter()
+            .filter(|(start, end, _)| *start >= from && *end <= to)
+            .map(|i| i.2)
+            .collect()
+    };
+    let windows = [
+        (within(0.5, changed_at - 0.3), udp(1)),
+        (within(changed_at + 0.5, stepped_at - 0.3), udp(11)),
+        (within(stepped_at + 0.5, f64::MAX), udp(1)),
+    ];
+    for (rates, model) in &windows {
+        assert!(rates.len() >= 2, "{seen}");
+        assert!(rates.iter().all(|&r| near(r, *model)), "{seen}");
+    }
+    // What a station's hop cannot take is refused, naming the link and the keys it
+    // takes.
     let out = set(&["delay=5ms"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(

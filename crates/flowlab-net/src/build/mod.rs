@@ -37,7 +37,7 @@ pub use files::{
     stats_file, unusable,
 };
 pub use processes::{emulators, is_scheduler};
-pub use schedule::{SCHEDULE_DONE, run as run_schedule};
+pub use schedule::{SCHEDULE_DONE, restart_schedule, run as run_schedule};
 pub use set::{Changed, ChangedStation, set, set_to};
 pub use shaping::{DEFAULT_QUEUE, PACKET_BYTES, shaping};
 pub use up::{has_emulated_links, up};
@@ -152,9 +152,14 @@ pub struct State {
     pub emulator_pid: Option<u32>,
     /// The links the emulator forwards.
     pub emulated_links: Vec<String>,
-    /// The topology as it was brought up (older states lack it).
+    /// The topology as it is now: as it was brought up, with what `set` and its schedule
+    /// changed since (older states lack it).
     #[serde(default)]
     pub topology: Option<Topology>,
+    /// The topology as it was brought up, kept when its links change on a schedule: a
+    /// schedule started again ([`restart_schedule`]) starts from its values.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub built: Option<Topology>,
     /// Its emulator holds the CPUs out of deep idle states (`--keep-cpus-awake`).
     #[serde(default)]
     pub cpus_kept_awake: bool,

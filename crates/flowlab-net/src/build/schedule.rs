@@ -7,8 +7,9 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Instant;
 
-use super::files::state;
-use super::{NetError, set_to};
+use super::files::{lock_changes, state, write_state};
+use super::processes::{is_scheduler, start_scheduler, stop};
+use super::{NetError, set, set_to};
 use crate::topology::{Link, Moment};
 
 /// How the log's last line ends once no link changes any more.
@@ -22,7 +23,7 @@ pub fn run(dir: &Path, topo: &str, log: &mut dyn Write) -> Result<(), NetError> 
     let start = Instant::now();
     // `up` recorded the topology (atomically) before starting this process.
     let recorded = state(dir, topo);
-    let Some(topology) = recorded.and_then(|s| s.topology) else {
+    let Some(topology) = recorded.and_then(|s| s.built.or(s.topology)) else {
         return Err(NetError::Unsupported(format!(
             "no topology named '{topo}' is up with its links recorded"
         )));
@@ -65,15 +66,81 @@ pub fn run(dir: &Path, topo: &str, log: &mut dyn Write) -> Result<(), NetError> 
         }
         let link = links[i];
         let what = describe(link, &moment);
-        let done = link
-            .at_step(moment.step)
-            .map_err(NetError::from)
-            .and_then(|to| set_to(dir, topo, &link.name, &to));
+        let done = match topology.station_at(link, moment.step) {
+            // A station's hop: its rates, as `net set` sets them.
+            Some(pairs) => {
+                let pairs: Vec<(&str, &str)> = pairs
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_str()))
+                    .collect();
+                set(dir, topo, &link.name, &pairs)
+            }
+            None => link
+                .at_step(moment.step)
+                .map_err(NetError::from)
+                .and_then(|to| set_to(dir, topo, &link.name, &to)),
+        };
         match done {
             Ok(_) => say(log, start, &format!("{}: {what}", link.name)),
             Err(e) => say(log, start, &format!("{}: {what} failed: {e}", link.name)),
         }
     }
+}
+
+/// Starts the schedule of topology `topo`, which is up, again from now, as `up` started
+/// it: its process stopped, each scheduled link set back to its own values (the file's,
+/// as `set` sets them), and a new process started with `program`, whose times count from
+/// here. A study does this before each trial when its schedule runs per trial. Returns
+/// whether the topology has a schedule (without one, nothing is done).
+pub fn restart_schedule(dir: &Path, topo: &str, program: &Path) -> Result<bool, NetError> {
+    let Some(recorded) = state(dir, topo) else {
+        return Err(NetError::Unsupported(format!(
+            "no topology named '{topo}' is up (flowlab net status lists them)"
+        )));
+    };
+    let Some(built) = recorded.built.or(recorded.topology) else {
+        return Err(NetError::Unsupported(format!(
+            "topology {topo} was brought up by a flowlab that did not record its links: bring it up again"
+        )));
+    };
+    let scheduled: Vec<&Link> = built
+        .links
+        .iter()
+        .filter(|l| !l.schedule.is_empty())
+        .collect();
+    if scheduled.is_empty() {
+        return Ok(false);
+    }
+    if let Some(pid) = recorded.scheduler_pid.filter(|&p| is_scheduler(p, topo)) {
+        let stuck = stop(&[pid]);
+        if !stuck.is_empty() {
+            return Err(NetError::Unsupported(format!(
+                "the schedule's process {pid} did not stop"
+            )));
+        }
+    }
+    for l in scheduled {
+        match built.station_at(l, None) {
+            Some(pairs) => {
+                let pairs: Vec<(&str, &str)> = pairs
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_str()))
+                    .collect();
+                set(dir, topo, &l.name, &pairs)?
+            }
+            None => set_to(dir, topo, &l.name, l)?,
+        };
+    }
+    // Its first change waits for its pid to be recorded.
+    let _recording = lock_changes(dir, topo)?;
+    let mut now = state(dir, topo).ok_or_else(|| {
+        NetError::Unsupported(format!(
+            "topology {topo} went down while its schedule started"
+        ))
+    })?;
+    now.scheduler_pid = Some(start_scheduler(topo, dir, program)?);
+    write_state(dir, topo, &now)?;
+    Ok(true)
 }
 
 /// What a moment does to `link`: "rate=10M delay=40ms", or its own values again.

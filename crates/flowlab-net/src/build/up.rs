@@ -122,6 +122,11 @@ fn build(
         emulator_pid: None,
         emulated_links: links.iter().map(|l| l.name.clone()).collect(),
         topology: Some(t.clone()),
+        built: t
+            .links
+            .iter()
+            .any(|l| !l.schedule.is_empty())
+            .then(|| t.clone()),
         cpus_kept_awake: false,
         kept_buckets: Default::default(),
         scheduler_pid: None,

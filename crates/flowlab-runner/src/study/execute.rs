@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use flowlab_db::{Claim, Db, Retake, StepRecord};
+use flowlab_net::build;
 use flowlab_results::study::{RunSummary, TrialEvent, TrialStatus};
 use flowlab_study::{Cell, Study};
 
@@ -161,6 +162,9 @@ pub fn execute(
                 if interrupt.load(Ordering::Acquire) {
                     break;
                 }
+                if study.schedule_per_trial {
+                    site.restart_schedules(run)?;
+                }
                 let t0 = Instant::now();
                 let scratch = Scratch::new("warm-up")?;
                 let (error, _) = match ready(cell, &ports, &scratch) {
@@ -182,6 +186,12 @@ pub fn execute(
         }
         if ran > 0 {
             std::thread::sleep(pause);
+        }
+        if study.schedule_per_trial {
+            if let Err(e) = site.restart_schedules(run) {
+                db.release(id)?;
+                return Err(e);
+            }
         }
         let t0 = Instant::now();
         let scratch = Scratch::new(&format!("trial-{id}"))?;
@@ -291,6 +301,18 @@ impl Site {
         self.network = None;
         self.running.clear();
         self.up.take().and_then(topology::Up::down)
+    }
+
+    /// Starts the schedules of the topology the study brought up again from now
+    /// ([`build::restart_schedule`]): what a study with `schedule_per_trial` does before
+    /// each trial.
+    fn restart_schedules(&self, run: &Run<'_>) -> Result<(), RunError> {
+        let Some(up) = self.up.as_ref().filter(|u| u.ours()) else {
+            return Ok(());
+        };
+        build::restart_schedule(&build::state_dir(), up.name(), run.emulator)
+            .map(|_| ())
+            .map_err(|e| RunError::Failed(format!("starting the schedules again: {e}")))
     }
 
     /// The servers' ports, in the study's order.

@@ -63,10 +63,10 @@ impl Net {
             // A trace is read beside the topology file, as the file's own are.
             let dir = self.file.parent().unwrap_or(Path::new("."));
             for (link, key, value) in study.link_values(cell) {
-                let set = if key == "trace" {
-                    topo.set_trace(&link, &value, &build::beside(dir))
-                } else {
-                    topo.set_link(&link, &key, &value)
+                let set = match key.as_str() {
+                    "trace" => topo.set_trace(&link, &value, &build::beside(dir)),
+                    "schedule" => topo.set_schedule(&link, &value),
+                    _ => topo.set_link(&link, &key, &value),
                 };
                 set.map_err(|e| {
                     format!("[[link]] '{link}', cell {}: {e}", study.cell_label(cell))
@@ -176,6 +176,11 @@ pub struct Up {
 }
 
 impl Up {
+    /// The topology's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     /// Whether the study brought it up (else it was up already and stays up).
     pub fn ours(&self) -> bool {
         self.ours
@@ -221,6 +226,12 @@ pub fn refuse_if_unusable(net: &Net, study: &Study) -> Result<bool, RunError> {
     if !study.links.is_empty() {
         return Err(RunError::Failed(format!(
             "topology {name} is up already, but the study changes its links ([[link]]) and must build it itself: take it down first (flowlab net down {})",
+            net.file.display()
+        )));
+    }
+    if study.schedule_per_trial {
+        return Err(RunError::Failed(format!(
+            "topology {name} is up already, but the study starts its schedules again at each trial (schedule_per_trial) and must build it itself: take it down first (flowlab net down {})",
             net.file.display()
         )));
     }
