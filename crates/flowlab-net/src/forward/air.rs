@@ -16,9 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
-use super::relay::{
-    Pass, Refused, Slept, error_queue, link_gone, receive_into, sleep, spin_to, transmit,
-};
+use super::relay::{Pass, Refused, Slept, error_queue, link_gone, receive_into, spin_to, transmit};
 use super::socket::*;
 use super::stats::*;
 use super::{EmulatedLink, Pending, StationChange, StationSpec};
@@ -116,7 +114,15 @@ pub(super) fn forward_air(
     // The medium's time: how far it has run its transmissions. A frame read later but
     // stamped earlier joins its queue now, not in the past the medium has already made.
     let mut air_now = 0u64;
-    let mut fds: Vec<libc::pollfd> = Vec::with_capacity(2 * hops.len() + 1);
+    // One epoll set for every hop's sockets (a key each: 2 × hop + side) and the change
+    // channel: a pass costs the sockets that have something, not all of a medium's.
+    let epoll = Epoll::new()?;
+    for (i, h) in hops.iter().enumerate() {
+        epoll.add(h.a.fd.as_raw_fd(), 2 * i as u64)?;
+        epoll.add(h.b.fd.as_raw_fd(), 2 * i as u64 + 1)?;
+    }
+    epoll.add(pending.fd(), CHANGES)?;
+    let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 2 * hops.len() + 1];
     loop {
         let now = clock.now();
         let next = hops
@@ -135,22 +141,7 @@ pub(super) fn forward_air(
             .min();
         let margin = wake.margin();
         let target = next.map(|due| due.saturating_sub(margin));
-        fds.clear();
-        for h in &hops {
-            for s in [&h.a, &h.b] {
-                fds.push(libc::pollfd {
-                    fd: s.fd.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                });
-            }
-        }
-        fds.push(libc::pollfd {
-            fd: pending.fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        });
-        let rc = sleep(&mut fds, target, now);
+        let rc = epoll.wait(&mut events, target, now);
         let woke = clock.now();
         polls.record(now, woke);
         let slept = Slept {
@@ -170,22 +161,28 @@ pub(super) fn forward_air(
                 return Err(e);
             }
         }
-        if fds
+        // The events as (key, what happened); epoll_event is packed on some targets.
+        let ready = events[..usize::try_from(rc).unwrap_or(0)]
             .iter()
-            .any(|f| f.revents & (libc::POLLHUP | libc::POLLNVAL) != 0)
+            .map(|e| ({ e.u64 }, { e.events }));
+        if ready
+            .clone()
+            .any(|(key, what)| key != CHANGES && what & libc::EPOLLHUP as u32 != 0)
         {
             return Ok(());
         }
         // Before this pass reads: the transmissions from now on are at the new rates.
-        if fds[2 * hops.len()].revents & libc::POLLIN != 0 {
+        if ready.clone().any(|(key, _)| key == CHANGES) {
             let preset = medium.preset();
             for (hop, r) in pending.take() {
                 medium.set_rates(hop + 1, preset.rate(r.up_bps), preset.rate(r.down_bps));
             }
         }
-        for (i, h) in hops.iter_mut().enumerate() {
+        for (key, what) in ready.filter(|&(key, _)| key != CHANGES) {
+            let (i, side) = ((key / 2) as usize, key % 2);
             let station = i + 1;
-            for (side, fd) in [(0, fds[2 * i]), (1, fds[2 * i + 1])] {
+            let h = &mut hops[i];
+            {
                 let socket = if side == 0 { &h.a } else { &h.b };
                 // Written to `a`: towards the station, the downlink's stamps.
                 let (cost, c) = if side == 0 {
@@ -193,12 +190,12 @@ pub(super) fn forward_air(
                 } else {
                     (&mut h.cost_up, &h.counters.a_to_b)
                 };
-                if fd.revents & libc::POLLERR != 0
+                if what & libc::EPOLLERR as u32 != 0
                     && !error_queue(socket, cost, c, &clock, &format!("medium {name}"))?
                 {
                     return Ok(());
                 }
-                if fd.revents & libc::POLLIN == 0 {
+                if what & libc::EPOLLIN as u32 == 0 {
                     continue;
                 }
                 // From the station's side: its uplink; from the access point's: the
@@ -287,5 +284,70 @@ pub(super) fn forward_air(
                     .fetch_add(h.b.kernel_drops(), Relaxed);
             }
         }
+    }
+}
+
+/// The key of the change channel in a medium's epoll set.
+const CHANGES: u64 = u64::MAX;
+
+/// An epoll set: a medium's thread sleeps in it until one of its sockets has something
+/// or its timer is due.
+struct Epoll(std::os::fd::OwnedFd);
+
+impl Epoll {
+    fn new() -> io::Result<Self> {
+        // SAFETY: epoll_create1(2) with a flag; the descriptor is owned at once.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a fresh descriptor owned by nothing else.
+        Ok(Epoll(unsafe {
+            <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd)
+        }))
+    }
+
+    /// Watches `fd` for input (errors and hang-ups come unasked), reported as `key`.
+    fn add(&self, fd: std::os::fd::RawFd, key: u64) -> io::Result<()> {
+        let mut event = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: key,
+        };
+        // SAFETY: epoll_ctl(2) on this set with a live descriptor and an event it copies.
+        if unsafe { libc::epoll_ctl(self.0.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut event) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Sleeps until something is ready or, from `now`, until `target` on the clock
+    /// (None: until something is ready): how many events it filled in (0: the time
+    /// came; negative: an error, in errno). With nanoseconds (epoll_pwait2, Linux 5.11),
+    /// else to the millisecond below (the caller spins the rest).
+    fn wait(&self, events: &mut [libc::epoll_event], target: Option<u64>, now: u64) -> libc::c_int {
+        let wait = target.map(|t| t.saturating_sub(now));
+        let timeout = wait.map(|w| libc::timespec {
+            tv_sec: (w / 1_000_000_000) as libc::time_t,
+            tv_nsec: (w % 1_000_000_000) as libc::c_long,
+        });
+        let max = libc::c_int::try_from(events.len()).unwrap_or(libc::c_int::MAX);
+        // SAFETY: `events` and the optional timeout live for the call.
+        let rc = unsafe {
+            libc::epoll_pwait2(
+                self.0.as_raw_fd(),
+                events.as_mut_ptr(),
+                max,
+                timeout.as_ref().map_or(std::ptr::null(), |t| t as *const _),
+                std::ptr::null(),
+            )
+        };
+        if rc >= 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ENOSYS) {
+            return rc;
+        }
+        let ms = wait.map_or(-1, |w| {
+            libc::c_int::try_from(w / 1_000_000).unwrap_or(libc::c_int::MAX)
+        });
+        // SAFETY: as above.
+        unsafe { libc::epoll_wait(self.0.as_raw_fd(), events.as_mut_ptr(), max, ms) }
     }
 }
