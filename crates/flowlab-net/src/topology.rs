@@ -2109,6 +2109,14 @@ impl<'a> Plan<'a> {
 mod tests {
     use super::*;
 
+    /// The line (from 1) of `text` that starts with `needle`.
+    fn line_of(text: &str, needle: &str) -> usize {
+        text.lines()
+            .position(|l| l.trim_start().starts_with(needle))
+            .unwrap()
+            + 1
+    }
+
     const SMALL: &str = r#"
         name = "t"
         hosts = ["h1", "h2"]
@@ -2370,12 +2378,6 @@ down_rate = "130M"
 
     #[test]
     fn a_bad_medium_is_refused_at_its_line_with_the_reason() {
-        let line_of = |text: &str, needle: &str| {
-            text.lines()
-                .position(|l| l.trim_start().starts_with(needle))
-                .unwrap()
-                + 1
-        };
         for (from, to, want) in [
             (
                 "standard = \"802.11n\"",
@@ -2452,12 +2454,6 @@ down_rate = "130M"
     #[test]
     fn a_bad_schedule_is_refused_at_its_line_with_the_reason() {
         // Line (1-based) of the first line that begins with `needle`.
-        let line_of = |text: &str, needle: &str| {
-            text.lines()
-                .position(|l| l.trim_start().starts_with(needle))
-                .unwrap()
-                + 1
-        };
         for (extra, steps, needle, want) in [
             (
                 "",
@@ -2541,12 +2537,6 @@ down_rate = "130M"
     /// a bad step is refused at its line.
     #[test]
     fn a_stations_schedule_sets_its_rates_step_by_step() {
-        let line_of = |text: &str, needle: &str| {
-            text.lines()
-                .position(|l| l.trim_start().starts_with(needle))
-                .unwrap()
-                + 1
-        };
         let air = |steps: &str| {
             format!(
                 "name = \"t\"\nhosts = [\"s\", \"h\"]\nrouters = [\"ap\"]\n\

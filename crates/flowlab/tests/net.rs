@@ -1983,17 +1983,7 @@ fn a_scheduled_change_is_seen_by_a_test_within_an_interval_of_its_time() {
             "{status}"
         );
         // When the schedule made its change, by its log's clock.
-        let log = std::fs::read_to_string("/run/flowlab/net/tsch.schedule.log").expect("log");
-        let line = log
-            .lines()
-            .find(|l| l.ends_with("wan: rate=10M delay=40ms"))
-            .unwrap_or_else(|| panic!("{cc}: no change in the log: {log}"));
-        let stamp = line.split_whitespace().next().expect("a timestamp");
-        let changed = chrono::DateTime::parse_from_rfc3339(stamp).expect("RFC 3339");
-        let changed_at = (changed.with_timezone(&chrono::Utc) - spawned)
-            .to_std()
-            .expect("changed after the test was started")
-            .as_secs_f64();
+        let changed_at = logged_at("tsch", "wan: rate=10M delay=40ms", spawned);
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
         seen_within_an_interval(&v, changed_at, 0.3, cc);
         let out = flowlab()
@@ -2186,14 +2176,10 @@ fn a_traces_codel_queue_keeps_the_wait_short_and_its_log_says_so() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("95th percentile queueing delay"));
 }
 
-/// A traced download's JSON `v` across link wan (50 Mbit/s, 10 ms each way, 100
-/// packets) changed to 10 Mbit/s and 40 ms at `changed_at` s on the test's clock, or up
-/// to `lead` s earlier (the test started at most that long after the moment its clock
-/// was taken from): its intervals over 40 Mbit/s before the change and each under 10.5
-/// Mbit/s from an interval after it, its round trips under 80 ms before and at least 80
-/// ms an interval after.
-fn seen_within_an_interval(v: &serde_json::Value, changed_at: f64, lead: f64, cc: &str) {
-    let intervals: Vec<(f64, f64, f64)> = v["intervals"]
+/// A test's intervals (its JSON): each one's start and end, seconds from the test's
+/// start, and its rate, bit/s.
+fn intervals_of(v: &serde_json::Value) -> Vec<(f64, f64, f64)> {
+    v["intervals"]
         .as_array()
         .expect("intervals")
         .iter()
@@ -2204,7 +2190,36 @@ fn seen_within_an_interval(v: &serde_json::Value, changed_at: f64, lead: f64, cc
                 i["sums"][0]["bits_per_second"].as_f64().expect("rate"),
             )
         })
-        .collect();
+        .collect()
+}
+
+/// When topology `topo`'s schedule logged the change that ends in `change`, by the log's
+/// clock: seconds after `since`.
+fn logged_at(topo: &str, change: &str, since: chrono::DateTime<chrono::Utc>) -> f64 {
+    let log = std::fs::read_to_string(
+        flowlab_net::build::state_dir().join(format!("{topo}.schedule.log")),
+    )
+    .expect("the schedule's log");
+    let line = log
+        .lines()
+        .find(|l| l.ends_with(change))
+        .unwrap_or_else(|| panic!("no '{change}' in the schedule's log: {log}"));
+    let stamp = line.split_whitespace().next().expect("a timestamp");
+    let at = chrono::DateTime::parse_from_rfc3339(stamp).expect("RFC 3339");
+    (at.with_timezone(&chrono::Utc) - since)
+        .to_std()
+        .expect("logged after the test was started")
+        .as_secs_f64()
+}
+
+/// A traced download's JSON `v` across link wan (50 Mbit/s, 10 ms each way, 100
+/// packets) changed to 10 Mbit/s and 40 ms at `changed_at` s on the test's clock, or up
+/// to `lead` s earlier (the test started at most that long after the moment its clock
+/// was taken from): its intervals over 40 Mbit/s before the change and each under 10.5
+/// Mbit/s from an interval after it, its round trips under 80 ms before and at least 80
+/// ms an interval after.
+fn seen_within_an_interval(v: &serde_json::Value, changed_at: f64, lead: f64, cc: &str) {
+    let intervals = intervals_of(v);
     let seen = format!("{cc}: change at {changed_at:.2} s; intervals {intervals:?}");
     let before_change: Vec<f64> = intervals
         .iter()
@@ -2492,30 +2507,9 @@ fn a_stations_rate_changed_live_takes_effect_within_an_interval() {
         String::from_utf8_lossy(&out.stderr)
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    let intervals: Vec<(f64, f64, f64)> = v["intervals"]
-        .as_array()
-        .expect("intervals")
-        .iter()
-        .map(|i| {
-            (
-                i["start"].as_f64().expect("start"),
-                i["end"].as_f64().expect("end"),
-                i["sums"][0]["bits_per_second"].as_f64().expect("rate"),
-            )
-        })
-        .collect();
+    let intervals = intervals_of(&v);
     // The schedule's step, by its log's clock.
-    let log = std::fs::read_to_string("/run/flowlab/net/tstat.schedule.log").expect("log");
-    let line = log
-        .lines()
-        .find(|l| l.ends_with("wlan.sta: rate=1M"))
-        .unwrap_or_else(|| panic!("no step in the schedule's log: {log}"));
-    let stamp = line.split_whitespace().next().expect("a timestamp");
-    let stepped = chrono::DateTime::parse_from_rfc3339(stamp).expect("RFC 3339");
-    let stepped_at = (stepped.with_timezone(&chrono::Utc) - spawned)
-        .to_std()
-        .expect("the step came after the test was started")
-        .as_secs_f64();
+    let stepped_at = logged_at("tstat", "wlan.sta: rate=1M", spawned);
     let b = Preset::B;
     let udp = |mbit: u64| b.alone_bps(&b.rate(mbit * 1_000_000), 1500) * 1472.0 / 1500.0;
     let seen = format!(
