@@ -92,6 +92,45 @@ fn assert_untouched(r: &flowlab_results::result::TestResult, d: StreamDirection,
     assert!(i <= 100.0, "integrity {i} above 100 %");
 }
 
+/// Tells `tx` when the client's data phase begins: the server has sent TEST_RUNNING, so
+/// both ends' data sessions read their stream sockets. Before, what reaches a stream
+/// socket is the stream set-up's to read: the server answers a client's repeated UDP
+/// handshakes from it, and drops whatever else it finds there.
+struct SignalsStart(std::sync::mpsc::Sender<()>);
+
+impl flowlab_engine::client::Observer for SignalsStart {
+    fn started(&mut self, _: &flowlab_results::result::StartInfo) {
+        let _ = self.0.send(());
+    }
+}
+
+/// Runs `spec` on a thread of its own; the receiver hears when its data phase begins.
+fn run_telling_start(
+    spec: flowlab_results::spec::TestSpec,
+) -> (
+    std::thread::JoinHandle<
+        Result<flowlab_results::result::TestResult, flowlab_engine::client::ClientError>,
+    >,
+    std::sync::mpsc::Receiver<()>,
+) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let test = std::thread::spawn(move || {
+        flowlab_engine::client::run(
+            &spec,
+            &mut SignalsStart(tx),
+            &std::sync::atomic::AtomicBool::new(false),
+        )
+    });
+    (test, rx)
+}
+
+/// Waits (up to 10 s) until the client's data phase began.
+fn await_data_phase(started: &std::sync::mpsc::Receiver<()>) {
+    started
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the client's data phase began within 10 s");
+}
+
 fn udp_spec(port: u16, direction: Direction) -> flowlab_results::spec::TestSpec {
     let mut s = spec(port);
     s.protocol = Protocol::Udp;
@@ -107,9 +146,8 @@ fn udp_spec(port: u16, direction: Direction) -> flowlab_results::spec::TestSpec 
 /// the path could spoof it; no privilege needed.
 #[test]
 fn forged_datagrams_to_a_receiving_client_are_foreign() {
-    let (port, log) = default_server_logging();
-    let s = udp_spec(port, Direction::Reverse);
-    let test = std::thread::spawn(move || run(&s));
+    let port = default_server();
+    let (test, started) = run_telling_start(udp_spec(port, Direction::Reverse));
     let client = client_udp_port(port);
     let forger = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None)
         .expect("a UDP socket");
@@ -118,7 +156,7 @@ fn forged_datagrams_to_a_receiving_client_are_foreign() {
     forger.bind(&from.into()).expect("bind the server's port");
     let forger: UdpSocket = forger.into();
     // Forged while the test's data flows.
-    await_test_started(&log);
+    await_data_phase(&started);
     let n = forgeries(1400);
     for d in &n {
         forger
@@ -191,9 +229,8 @@ fn forged_datagrams_to_a_receiving_server_are_foreign() {
     if !is_root("forging the client's source port with a raw socket") {
         return;
     }
-    let (port, log) = default_server_logging();
-    let s = udp_spec(port, Direction::Forward);
-    let test = std::thread::spawn(move || run(&s));
+    let port = default_server();
+    let (test, started) = run_telling_start(udp_spec(port, Direction::Forward));
     let client = client_udp_port(port);
     let raw = socket2::Socket::new(
         socket2::Domain::IPV4,
@@ -201,15 +238,11 @@ fn forged_datagrams_to_a_receiving_server_are_foreign() {
         Some(socket2::Protocol::UDP),
     )
     .expect("a raw socket");
-    // Forged while the test's data flows, once the server's own socket of the stream is
-    // connected to the client's: before, the forgeries would reach its listening socket
-    // and count nowhere (a run beside the other lanes once forged that early).
-    await_test_started(&log);
-    assert!(
-        wait_until(Duration::from_secs(3), || connected_udp_sockets()
-            .contains(&(port, client))),
-        "the server's stream socket never connected to {client}"
-    );
+    // Forged while the test's data flows: once the client's data phase began, the
+    // server's stream socket is connected to the client's and its data session reads it
+    // (forged earlier, they reached the listening socket, or the stream socket while the
+    // set-up still drained it, and counted nowhere).
+    await_data_phase(&started);
     let n = forgeries(1400);
     for d in &n {
         // UDP header: source port, destination port, length, checksum 0 (none, IPv4).
