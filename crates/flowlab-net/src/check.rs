@@ -72,12 +72,15 @@ pub fn judged_rate(implied: &PathInfo, m: &Measured) -> Option<u64> {
 }
 
 /// The rates a path's TCP throughput is held within, bits per second: from
-/// [`RATE_LOW`] of its judged rate to [`RATE_HIGH`] of its ceiling (the judged rate, or
-/// on a shared medium the rate without acknowledgements on the air).
+/// [`RATE_LOW`] of its floor (the judged rate, or on a path relayed across a shared
+/// medium the rate with the sender and the access point contending) to [`RATE_HIGH`]
+/// of its ceiling (the judged rate, or on a shared medium the rate without
+/// acknowledgements on the air).
 pub fn rate_bounds(implied: &PathInfo, m: &Measured) -> Option<[f64; 2]> {
     let r = judged_rate(implied, m)?;
+    let floor = implied.rate_floor_bps.unwrap_or(r).min(r);
     let ceiling = implied.rate_ceiling_bps.unwrap_or(r).max(r);
-    Some([RATE_LOW * r as f64, RATE_HIGH * ceiling as f64])
+    Some([RATE_LOW * floor as f64, RATE_HIGH * ceiling as f64])
 }
 
 /// The loss a path with configured random loss may show, as a fraction: the configured
@@ -274,6 +277,7 @@ mod tests {
             bottleneck_queue_delay: Duration::from_millis(40),
             loss: 0.0,
             rate_ceiling_bps: None,
+            rate_floor_bps: None,
             on_air: false,
         }
     }

@@ -249,6 +249,52 @@ impl Preset {
         segments as f64 * f64::from(mss) * 8.0 / (round / 1e9)
     }
 
+    /// What one TCP flow between two stations of the channel carries alone, payload
+    /// bits per second: its segments cross the air twice (the sender's station `from`
+    /// to the access point at its `up` rate, the access point to station `to` at that
+    /// one's `down` rate), and so do their acknowledgements (`to`'s `up`, then `from`'s
+    /// `down`). The sending station and the access point are both busy the whole time,
+    /// the one with segments, the other relaying them or their acknowledgements, so
+    /// every transmission is contended for by two: each costs two senders' contention
+    /// (Heusse et al.'s t_cont(2)) and collides with the chance that two counters end in
+    /// one slot, costing the sender's exchange or the other's, the longer (lab note §3).
+    pub fn tcp_relayed_bps(&self, from: [&Rate; 2], to: [&Rate; 2], mss: u32) -> f64 {
+        let ([from_up, from_down], [to_up, to_down]) = (from, to);
+        let (k, _) = self.exchange(from_up, mss + 52, usize::MAX);
+        // Without aggregation, two segments (in two transmissions) a round.
+        let segments = if k == 1 { 2 } else { k };
+        let acks = segments.div_ceil(2);
+        // Each leg of the round: its transmissions and their exchanges' longest and sum.
+        let legs = [
+            self.transmissions(from_up, mss + 52, segments),
+            self.transmissions(to_down, mss + 52, segments),
+            self.transmissions(to_up, 52, acks),
+            self.transmissions(from_down, 52, acks),
+        ];
+        let sends: f64 = legs.iter().map(|l| l.0 as f64).sum();
+        let air: f64 = legs.iter().map(|l| l.2 as f64).sum();
+        let cw = f64::from(self.cw_min);
+        let p_c = 1.0 / (cw + 1.0);
+        let contention = self.slot_ns as f64 * cw / 2.0 * (1.0 + p_c) / 2.0;
+        let jam = self.aifs_ns() as f64 + legs.iter().map(|l| l.1).max().unwrap_or(0) as f64;
+        let round = sends * (self.aifs_ns() as f64 + contention + p_c * jam) + air;
+        segments as f64 * f64::from(mss) * 8.0 / (round / 1e9)
+    }
+
+    /// `n` frames of `packet` IP bytes sent at `rate` in as few transmissions as the
+    /// standard allows: how many, the longest exchange and their exchanges' sum, ns.
+    fn transmissions(&self, rate: &Rate, packet: u32, n: usize) -> (usize, u64, u64) {
+        let (mut left, mut sends, mut longest, mut total) = (n, 0, 0, 0);
+        while left > 0 {
+            let (k, air) = self.exchange(rate, packet, left);
+            left -= k.max(1);
+            sends += 1;
+            longest = longest.max(air);
+            total += air;
+        }
+        (sends, longest, total)
+    }
+
     /// The PHY rate (both ways, in whole kbit/s) at which one TCP flow alone gets
     /// `target` payload bits per second by [`Preset::tcp_alone_bps`]: how a station's rate
     /// is set from a measured TCP throughput (iperf3's, say). `None` if even the
@@ -729,6 +775,23 @@ pub fn anomaly_model(p: &Preset, rates: &[Rate], payload: u32) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_relayed_tcp_flow_pays_both_legs_and_two_senders_contention() {
+        // The lab note's §3a by hand: 802.11b, 11 Mbit/s to 1 Mbit/s.
+        let b = Preset::B;
+        let (fast, slow) = (Rate::dsss(11.0), Rate::dsss(1.0));
+        let got = b.tcp_relayed_bps([&fast, &fast], [&slow, &slow], 1448);
+        assert!((got / 1e6 - 0.6769).abs() < 0.0005, "{got}");
+        // The same flow the other way round crosses the same air, so the same round.
+        let back = b.tcp_relayed_bps([&slow, &slow], [&fast, &fast], 1448);
+        assert!((back - got).abs() < 1.0, "{back} against {got}");
+        // Less than the two hops' TCP-alone air times added: the contention.
+        let added = 1.0
+            / (1.0 / b.tcp_alone_bps(&fast, &fast, 1448)
+                + 1.0 / b.tcp_alone_bps(&slow, &slow, 1448));
+        assert!(got < 0.95 * added, "{got} against {added}");
+    }
 
     const S: u64 = 1_000_000_000;
 

@@ -1673,9 +1673,11 @@ pub struct PathInfo {
     /// The slowest emulated link in the direction of travel (`None`: none is limited).
     pub bottleneck_bps: Option<u64>,
     /// The most queueing the path can add in the direction of travel: for every
-    /// rate-limited hop, its full queue (Q packets × 1514 bytes, or its bytes) at its rate;
-    /// and for every hop on a shared medium, the wait for its air behind another
-    /// sender's fullest transmission, there and back ([`SharedMedium::air_wait`]).
+    /// rate-limited hop, its full queue (Q packets × 1514 bytes, or its bytes) at its rate
+    /// (the two hops of a flow relayed across a shared medium at that flow's rate,
+    /// [`PathInfo::rate_floor_bps`]'s); and for every hop on a shared medium, the wait for
+    /// its air behind another sender's fullest transmission, there and back
+    /// ([`SharedMedium::air_wait`]).
     pub queue_delay: Duration,
     /// The bottleneck's own full queue at its rate (what decides whether TCP can keep
     /// the path busy).
@@ -1687,6 +1689,12 @@ pub struct PathInfo {
     /// (`bottleneck_bps` counts one for every two segments, and a receiver may send
     /// fewer). `None` on other paths: their ceiling is the bottleneck.
     pub rate_ceiling_bps: Option<u64>,
+    /// On a path that crosses one shared medium twice (a station to another, relayed by
+    /// the access point), the least a TCP flow should carry: the bottleneck with those
+    /// two hops at what the relayed flow gets when the sender and the access point
+    /// contend for every transmission, which `bottleneck_bps` (their air times added)
+    /// leaves out. `None` on other paths: their floor is the bottleneck.
+    pub rate_floor_bps: Option<u64>,
     /// Whether the path crosses a shared medium's air.
     pub on_air: bool,
 }
@@ -1992,12 +2000,19 @@ impl<'a> Plan<'a> {
         // Each crossing of a shared medium's air, there and back, by a small packet.
         let air: Duration = hops.iter().map(|h| self.air_latency(h)).sum();
         let bottleneck_bps = self.bottleneck(&hops);
+        // A relayed flow's two queues on the air drain at the flow's rate, not at each
+        // hop's alone.
+        let relayed = self.relayed(&hops);
         let queue_delay = hops
             .iter()
-            .map(|h| self.shape(h))
-            .filter_map(|s| {
+            .filter_map(|h| {
+                let s = self.shape(h);
+                let rate = match (&t.links[h.link].medium, relayed) {
+                    (Some(m), Some((on, bps))) if m == on => bps,
+                    _ => s.rate_bps?,
+                };
                 let bytes = queue_limit_bytes(&s) as f64;
-                Some(Duration::from_secs_f64(bytes * 8.0 / s.rate_bps? as f64))
+                Some(Duration::from_secs_f64(bytes * 8.0 / rate as f64))
             })
             .sum::<Duration>()
             + self.air_waits(&hops);
@@ -2021,6 +2036,7 @@ impl<'a> Plan<'a> {
             .unwrap_or_default();
         let kept: f64 = hops.iter().map(|h| 1.0 - self.shape(h).loss).product();
         let rate_ceiling_bps = self.ceiling(&hops);
+        let rate_floor_bps = self.floor(&hops);
         let on_air = hops.iter().any(|h| t.links[h.link].medium.is_some());
         Some(PathInfo {
             nodes,
@@ -2031,6 +2047,7 @@ impl<'a> Plan<'a> {
             bottleneck_queue_delay,
             loss: 1.0 - kept,
             rate_ceiling_bps,
+            rate_floor_bps,
             on_air,
         })
     }
@@ -2040,6 +2057,54 @@ impl<'a> Plan<'a> {
     /// rate of their air time added: 1 / (1/r₁ + 1/r₂).
     fn bottleneck(&self, hops: &[Hop]) -> Option<u64> {
         self.slowest(hops, |h| self.shape(h).rate_bps)
+    }
+
+    /// [`Plan::bottleneck`] with the two hops a path makes on one shared medium at the
+    /// relayed flow's rate ([`Plan::relayed`]), [`PathInfo::rate_floor_bps`]; `None` on a
+    /// path that is not relayed so.
+    fn floor(&self, hops: &[Hop]) -> Option<u64> {
+        let (medium, bps) = self.relayed(hops)?;
+        let on = |legs: &[&Hop]| {
+            legs.first()
+                .is_some_and(|h| self.topology.links[h.link].medium.as_deref() == Some(medium))
+        };
+        self.slowest_with(
+            hops,
+            |h| self.shape(h).rate_bps,
+            |legs| on(legs).then_some(bps),
+        )
+    }
+
+    /// Where `hops` cross one shared medium twice (a station to its access point, then
+    /// to another station), the medium's name and what one TCP flow relayed so carries
+    /// ([`crate::medium::Preset::tcp_relayed_bps`]: both legs' air times and the two busy
+    /// senders' contention).
+    fn relayed(&self, hops: &[Hop]) -> Option<(&'a str, u64)> {
+        let t = self.topology;
+        let on_air: Vec<&Hop> = hops
+            .iter()
+            .filter(|h| t.links[h.link].medium.is_some())
+            .collect();
+        let [there, on] = on_air[..] else {
+            return None;
+        };
+        if !there.forward || on.forward {
+            return None;
+        }
+        let (m, from) = t.station_of(&t.links[there.link])?;
+        let (m_on, to) = t.station_of(&t.links[on.link])?;
+        if m.name != m_on.name {
+            return None;
+        }
+        let p = m.preset();
+        let (from_up, from_down, to_up, to_down) = (
+            p.rate(from.up_bps),
+            p.rate(from.down_bps),
+            p.rate(to.up_bps),
+            p.rate(to.down_bps),
+        );
+        let bps = p.tcp_relayed_bps([&from_up, &from_down], [&to_up, &to_down], 1448);
+        Some((m.name.as_str(), bps as u64))
     }
 
     /// How long a small packet (100 bytes, an echo) takes across hop `h` of a shared
@@ -2081,20 +2146,38 @@ impl<'a> Plan<'a> {
     }
 
     /// The slowest of `hops` at the rates `rate` gives, a shared medium's hops counted
-    /// together ([`Plan::bottleneck`]).
+    /// together at the rate of their air times added: 1 / (1/r₁ + 1/r₂).
     fn slowest(&self, hops: &[Hop], rate: impl Fn(&Hop) -> Option<u64>) -> Option<u64> {
+        self.slowest_with(hops, rate, |_| None)
+    }
+
+    /// [`Plan::slowest`], where `together` may give a medium's hops' rate as one (from
+    /// the hops in the path's order), else their air times add up.
+    fn slowest_with(
+        &self,
+        hops: &[Hop],
+        rate: impl Fn(&Hop) -> Option<u64>,
+        mut together: impl FnMut(&[&Hop]) -> Option<u64>,
+    ) -> Option<u64> {
         let mut rates: Vec<u64> = Vec::new();
-        let mut air: BTreeMap<&str, f64> = BTreeMap::new();
+        let mut air: BTreeMap<&str, (f64, Vec<&Hop>)> = BTreeMap::new();
         for h in hops {
             let Some(r) = rate(h) else {
                 continue;
             };
             match &self.topology.links[h.link].medium {
-                Some(m) => *air.entry(m.as_str()).or_default() += 1.0 / r as f64,
+                Some(m) => {
+                    let (inverse, legs) = air.entry(m.as_str()).or_default();
+                    *inverse += 1.0 / r as f64;
+                    legs.push(h);
+                }
                 None => rates.push(r),
             }
         }
-        rates.extend(air.values().map(|inverse| (1.0 / inverse).round() as u64));
+        rates.extend(
+            air.values()
+                .map(|(inverse, legs)| together(legs).unwrap_or((1.0 / inverse).round() as u64)),
+        );
         rates.into_iter().min()
     }
 
@@ -2363,13 +2446,36 @@ down_rate = "130M"
         );
         // Station to station crosses the air twice: the two hops' air times add up.
         let plan = Plan::of(&t);
-        let ab = plan.path("a", "b").unwrap().bottleneck_bps.unwrap() as f64;
+        let path = plan.path("a", "b").unwrap();
+        let ab = path.bottleneck_bps.unwrap() as f64;
         let r1 = t.links[t.link_index("wlan.a").unwrap()]
             .a_to_b
             .rate_bps
             .unwrap() as f64;
         let r2 = hop.b_to_a.rate_bps.unwrap() as f64;
         assert!((ab - 1.0 / (1.0 / r1 + 1.0 / r2)).abs() < 1.0, "{ab}");
+        // Its floor: the flow relayed by the access point, the sender and the access
+        // point contending for every transmission; each way at its own stations' rates.
+        let a = p.rate(300_000_000);
+        let relayed = |from: [&crate::medium::Rate; 2], to: [&crate::medium::Rate; 2]| {
+            p.tcp_relayed_bps(from, to, 1448) as u64
+        };
+        assert_eq!(path.rate_floor_bps, Some(relayed([&a, &a], [&up, &down])));
+        assert!(path.rate_floor_bps.unwrap() < ab as u64);
+        let ba = plan.path("b", "a").unwrap();
+        assert_eq!(ba.rate_floor_bps, Some(relayed([&up, &down], [&a, &a])));
+        // Its queues on the air drain at the relayed flow's rate.
+        let floor = path.rate_floor_bps.unwrap() as f64;
+        let queues: Duration = path
+            .hops
+            .iter()
+            .map(|h| {
+                Duration::from_secs_f64(queue_limit_bytes(&plan.shape(h)) as f64 * 8.0 / floor)
+            })
+            .sum();
+        assert_eq!(path.queue_delay, queues + plan.air_waits(&path.hops));
+        // One hop on the air, or none: no floor but the bottleneck.
+        assert_eq!(plan.path("a", "srv").map(|p| p.rate_floor_bps), Some(None));
         // net show lists the medium, not its hops as links.
         let summary = plan.summary();
         assert!(summary.shaped.is_empty(), "{:?}", summary.shaped);
