@@ -76,11 +76,20 @@ pub fn judged_rate(implied: &PathInfo, m: &Measured) -> Option<u64> {
 /// medium the rate with the sender and the access point contending) to [`RATE_HIGH`]
 /// of its ceiling (the judged rate, or on a shared medium the rate without
 /// acknowledgements on the air).
+///
+/// Beside busy stations a path has no floor: they contend with the TCP flow as other
+/// flows would, and what TCP keeps of its turns depends on its own dynamics (its
+/// acknowledgements wait for the air too).
 pub fn rate_bounds(implied: &PathInfo, m: &Measured) -> Option<[f64; 2]> {
     let r = judged_rate(implied, m)?;
     let floor = implied.rate_floor_bps.unwrap_or(r).min(r);
     let ceiling = implied.rate_ceiling_bps.unwrap_or(r).max(r);
-    Some([RATE_LOW * floor as f64, RATE_HIGH * ceiling as f64])
+    let low = if implied.busy_stations > 0 {
+        0.0
+    } else {
+        RATE_LOW * floor as f64
+    };
+    Some([low, RATE_HIGH * ceiling as f64])
 }
 
 /// The loss a path with configured random loss may show, as a fraction: the configured
@@ -149,7 +158,9 @@ pub fn quantile_of_sum(stages: &[Vec<(Duration, u64)>], q: f64) -> Option<Durati
 /// configured loss.
 pub fn deviations(implied: &PathInfo, m: &Measured) -> Vec<String> {
     let mut out = Vec::new();
-    if let Some(rtt) = m.rtt {
+    // Busy stations hold the air as long as DCF's backoff decides: no bound on the RTT.
+    let rtt_judged = implied.busy_stations == 0;
+    if let Some(rtt) = m.rtt.filter(|_| rtt_judged) {
         let off = rtt.as_secs_f64() - implied.rtt.as_secs_f64();
         if off.abs() > RTT_TOLERANCE.as_secs_f64() {
             out.push(format!("RTT off by {:.1} ms", off * 1000.0));
@@ -179,7 +190,7 @@ pub fn deviations(implied: &PathInfo, m: &Measured) -> Vec<String> {
     }
     // Only a rate limit makes a queue (elsewhere the bound would be the hosts' own
     // buffers, which the file does not describe).
-    if let (Some(loaded), Some(_)) = (m.loaded_rtt_p95, implied.bottleneck_bps) {
+    if let (Some(loaded), Some(_), true) = (m.loaded_rtt_p95, implied.bottleneck_bps, rtt_judged) {
         let bound = queue_bound(implied, m) + RTT_TOLERANCE;
         if loaded > bound {
             out.push(format!(
@@ -278,6 +289,7 @@ mod tests {
             loss: 0.0,
             rate_ceiling_bps: None,
             rate_floor_bps: None,
+            busy_stations: 0,
             on_air: false,
         }
     }
@@ -288,6 +300,29 @@ mod tests {
             bps,
             ..Measured::default()
         }
+    }
+
+    #[test]
+    fn beside_busy_stations_rtts_are_not_judged_and_the_rate_has_no_floor() {
+        let mut p = path(10, Some(10_000_000));
+        p.rate_ceiling_bps = Some(12_000_000);
+        // Off by 30 ms idle, far over the queue bound loaded, a fifth of the rate.
+        let m = Measured {
+            loaded_rtt_p95: Some(Duration::from_millis(500)),
+            ..measured(Some(40_000), 2_000_000.0)
+        };
+        assert_eq!(deviations(&p, &m).len(), 3, "{:?}", deviations(&p, &m));
+        p.busy_stations = 4;
+        assert_eq!(deviations(&p, &m), Vec::<String>::new());
+        assert_eq!(rate_bounds(&p, &m), Some([0.0, RATE_HIGH * 12e6]));
+        // Above the ceiling is still out of bounds.
+        let fast = measured(Some(40_000), 13e6);
+        assert_eq!(
+            deviations(&p, &fast).len(),
+            1,
+            "{:?}",
+            deviations(&p, &fast)
+        );
     }
 
     #[test]

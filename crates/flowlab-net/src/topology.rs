@@ -284,6 +284,8 @@ struct RawMedium {
     standard: toml::Spanned<String>,
     fairness: Option<toml::Spanned<String>>,
     queue: Option<toml::Spanned<i64>>,
+    busy_stations: Option<toml::Spanned<i64>>,
+    busy_rate: Option<toml::Spanned<String>>,
     #[serde(default, rename = "station")]
     stations: Vec<RawStation>,
 }
@@ -368,6 +370,19 @@ pub struct SharedMedium {
     /// Frames each queue holds: each station's, and the access point's to each station.
     pub queue: u64,
     pub stations: Vec<Station>,
+    /// Other devices on the channel, always sending ([`Busy`]); none unless given.
+    #[serde(default)]
+    pub busy: Option<Busy>,
+}
+
+/// A medium's busy stations (`busy_stations`, `busy_rate`): devices on the channel that
+/// are not hosts of the topology and always have 1500-byte packets for the access point
+/// ([`crate::medium::Medium::busy_station`]), contending for the air as its stations do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Busy {
+    pub count: u32,
+    /// Their PHY rate, bits per second.
+    pub rate_bps: u64,
 }
 
 /// How an access point shares its downlink ([`crate::medium::Policy`]).
@@ -420,29 +435,26 @@ impl SharedMedium {
     /// What it is expected to carry: each station alone (TCP each way) and all busy at
     /// once (1500-byte packets, each station sending, and the access point sending to
     /// each), by the model of [`crate::medium`].
+    ///
+    /// With busy stations ([`Busy`]) on the channel, each figure is among them: a TCP
+    /// flow's transmissions each one of a DCF round in which every busy station makes one
+    /// too ([`crate::medium::Preset::tcp_among_bps`]), the stations' uplinks sharing the
+    /// air with them, the access point one more sender among them.
     pub fn expected(&self) -> Vec<StationExpected> {
         let p = self.preset();
         let up: Vec<_> = self.stations.iter().map(|s| p.rate(s.up_bps)).collect();
         let down: Vec<_> = self.stations.iter().map(|s| p.rate(s.down_bps)).collect();
-        let busy_up = p.busy_shares(&up, 1500);
+        let others = self.busy_rates();
+        let mut senders = up.clone();
+        senders.extend(&others);
+        let busy_up = p.busy_shares(&senders, 1500);
         let busy_down: Vec<f64> = match self.fairness {
-            // The access point alone sends, a transmission to each in turn.
-            Fairness::Frames => {
-                let air: Vec<f64> = down
-                    .iter()
-                    .map(|r| 1e9 * 1500.0 * 8.0 / p.alone_bps(r, 1500))
-                    .collect();
-                let k: Vec<f64> = down
-                    .iter()
-                    .map(|r| p.fit(r, std::iter::repeat_n(1500, usize::MAX)).0 as f64)
-                    .collect();
-                let round: f64 = air.iter().zip(&k).map(|(a, k)| a * k).sum();
-                k.iter().map(|k| k * 1500.0 * 8.0 / (round / 1e9)).collect()
-            }
+            // The access point sends, a transmission to each in turn.
+            Fairness::Frames => p.round_robin_shares(&down, 1500, &others),
             // Equal air time as the access point charges it, each transmission's PPDU
             // and a SIFS: x_i transmissions a second to station i with x_i · c_i the
             // same for all, and Σ x_i · t_i = 1 (t_i: a transmission's channel time).
-            Fairness::Airtime => p.airtime_shares(&down, 1500),
+            Fairness::Airtime => p.airtime_shares_among(&down, 1500, &others),
         };
         self.stations
             .iter()
@@ -451,12 +463,24 @@ impl SharedMedium {
                 host: s.host.clone(),
                 up_phy_bps: s.up_bps,
                 down_phy_bps: s.down_bps,
-                tcp_up_bps: p.tcp_alone_bps(&up[i], &down[i], 1448),
-                tcp_down_bps: p.tcp_alone_bps(&down[i], &up[i], 1448),
+                tcp_up_bps: p.tcp_among_bps(&up[i], &down[i], 1448, &others),
+                tcp_down_bps: p.tcp_among_bps(&down[i], &up[i], 1448, &others),
                 busy_up_bps: busy_up[i],
                 busy_down_bps: busy_down[i],
             })
             .collect()
+    }
+
+    /// How many busy stations it has.
+    pub fn busy_count(&self) -> u32 {
+        self.busy.map_or(0, |b| b.count)
+    }
+
+    /// Each busy station's rate, none without them.
+    pub fn busy_rates(&self) -> Vec<crate::medium::Rate> {
+        let p = self.preset();
+        self.busy
+            .map_or_else(Vec::new, |b| vec![p.rate(b.rate_bps); b.count as usize])
     }
 
     /// The longest a frame may wait for this medium's air behind another sender's
@@ -467,6 +491,7 @@ impl SharedMedium {
             .stations
             .iter()
             .flat_map(|s| [s.up_bps, s.down_bps])
+            .chain(self.busy.filter(|b| b.count > 0).map(|b| b.rate_bps))
             .map(|bps| p.air_wait_ns(&p.rate(bps), 1500))
             .max()
             .unwrap_or(0);
@@ -495,6 +520,16 @@ impl SharedMedium {
             fairness: self.fairness.as_str().to_string(),
             queue: self.queue,
             stations: self.expected(),
+            busy: self.busy.filter(|b| b.count > 0).map(|b| {
+                let p = self.preset();
+                let mut senders: Vec<_> = self.stations.iter().map(|s| p.rate(s.up_bps)).collect();
+                senders.extend(self.busy_rates());
+                flowlab_results::net::BusyExpected {
+                    count: b.count,
+                    phy_bps: b.rate_bps,
+                    busy_up_bps: p.busy_shares(&senders, 1500)[self.stations.len()],
+                }
+            }),
         }
     }
 }
@@ -1261,6 +1296,7 @@ fn medium(
             medium: Some(name.clone()),
         });
     }
+    let busy = busy_of(text, &name, raw, &preset, stations.len())?;
     let medium = SharedMedium {
         name,
         ap,
@@ -1268,9 +1304,75 @@ fn medium(
         fairness,
         queue,
         stations,
+        busy,
     };
     medium.shape_hops(links);
     Ok(medium)
+}
+
+/// A medium's busy stations: `busy_stations` from 0 (none) to what [`MAX_STATIONS`]
+/// leaves beside its stations, at `busy_rate` (the standard's PHY rates; needed with
+/// any).
+fn busy_of(
+    text: &str,
+    name: &str,
+    raw: &RawMedium,
+    preset: &crate::medium::Preset,
+    stations: usize,
+) -> Result<Option<Busy>, TopologyError> {
+    let at = |span: std::ops::Range<usize>, message: String| TopologyError {
+        at: Some(line_column(text, span.start)),
+        ..TopologyError::new(message)
+    };
+    let room = MAX_STATIONS - stations;
+    let count = match &raw.busy_stations {
+        None => 0,
+        Some(n) if (0..=room as i64).contains(n.get_ref()) => *n.get_ref() as u32,
+        Some(n) => {
+            return Err(at(
+                n.span(),
+                format!(
+                    "medium {name}: busy_stations {} must be 0 to {room} (a medium has at most \
+                     {MAX_STATIONS} stations, busy ones included)",
+                    n.get_ref()
+                ),
+            ));
+        }
+    };
+    let rate_bps = match &raw.busy_rate {
+        None if count > 0 => {
+            return Err(at(
+                raw.busy_stations
+                    .as_ref()
+                    .map_or(raw.name.span(), |n| n.span()),
+                format!(
+                    "medium {name}: busy_stations needs busy_rate, their PHY rate (e.g. \"54M\")"
+                ),
+            ));
+        }
+        None => return Ok(None),
+        Some(r) => phy_rate(preset, r.get_ref()).map_err(|why| {
+            at(
+                r.span(),
+                format!("medium {name}: busy_rate '{}': {why}", r.get_ref()),
+            )
+        })?,
+    };
+    Ok(Some(Busy { count, rate_bps }))
+}
+
+/// A PHY rate of `preset`'s standard written as `value` ("54M"), bits per second, or why
+/// not.
+fn phy_rate(preset: &crate::medium::Preset, value: &str) -> Result<u64, String> {
+    let bps = parse_rate(value).map_err(|e| e.to_string())?;
+    if !(1_000_000..=preset.max_bps).contains(&bps) {
+        return Err(format!(
+            "{} PHY rates run from 1 Mbit/s to {} Mbit/s",
+            preset.name,
+            preset.max_bps as f64 / 1e6
+        ));
+    }
+    Ok(bps)
 }
 
 fn check_name(name: &str, what: &str, max: usize) -> Result<(), TopologyError> {
@@ -1514,6 +1616,67 @@ impl Topology {
         Ok(())
     }
 
+    /// Sets property `key` of shared medium `medium` to `value`, as its `[[medium]]`
+    /// would: `busy_stations` (0 to what 64 stations leave) or `busy_rate` (a PHY rate of
+    /// its standard); its stations' hops take the rates the air then allows. A study's
+    /// `[[medium]]` changes a medium this way for each cell.
+    pub fn set_medium(
+        &mut self,
+        medium: &str,
+        key: &str,
+        value: &str,
+    ) -> Result<(), TopologyError> {
+        let names: Vec<String> = self.media.iter().map(|m| m.name.clone()).collect();
+        let Some(m) = self.media.iter_mut().find(|m| m.name == medium) else {
+            return err(format!(
+                "no medium '{medium}' (the topology has: {})",
+                if names.is_empty() {
+                    "none".to_string()
+                } else {
+                    names.join(", ")
+                }
+            ));
+        };
+        let preset = m.preset();
+        let mut busy = m.busy.unwrap_or(Busy {
+            count: 0,
+            rate_bps: 0,
+        });
+        match key {
+            "busy_stations" => {
+                let room = MAX_STATIONS - m.stations.len();
+                busy.count = value
+                    .trim()
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|n| *n as usize <= room)
+                    .ok_or_else(|| {
+                        TopologyError::new(format!(
+                            "medium {medium}: busy_stations '{value}' must be 0 to {room} (a medium has at most {MAX_STATIONS} stations, busy ones included)"
+                        ))
+                    })?;
+            }
+            "busy_rate" => {
+                busy.rate_bps = phy_rate(&preset, value).map_err(|why| {
+                    TopologyError::new(format!("medium {medium}: busy_rate '{value}': {why}"))
+                })?;
+            }
+            _ => {
+                return err(format!(
+                    "medium {medium}: '{key}' is not a property a study sets (busy_stations, busy_rate)"
+                ));
+            }
+        }
+        if busy.count > 0 && busy.rate_bps == 0 {
+            return err(format!(
+                "medium {medium}: busy_stations needs busy_rate, their PHY rate (in the topology's [[medium]] or beside it)"
+            ));
+        }
+        m.busy = Some(busy);
+        m.shape_hops(&mut self.links);
+        Ok(())
+    }
+
     /// Gives link `link` the schedule `text` says, as a study's `[[link]]` `schedule`
     /// does: steps separated by `;`, each a time from the start and what it sets, as
     /// `flowlab net set` takes it (`"2s rate=10M delay=40ms; 5s rate=50M"`), and, for
@@ -1695,6 +1858,10 @@ pub struct PathInfo {
     /// contend for every transmission, which `bottleneck_bps` (their air times added)
     /// leaves out. `None` on other paths: their floor is the bottleneck.
     pub rate_floor_bps: Option<u64>,
+    /// The busy stations (`busy_stations`) of the media the path crosses: their
+    /// transmissions hold its packets for as long as DCF's backoff decides (802.11g, 8
+    /// busy stations: tens of ms), so its RTTs are shown and not judged. 0 on most.
+    pub busy_stations: u32,
     /// Whether the path crosses a shared medium's air.
     pub on_air: bool,
 }
@@ -2037,6 +2204,13 @@ impl<'a> Plan<'a> {
         let kept: f64 = hops.iter().map(|h| 1.0 - self.shape(h).loss).product();
         let rate_ceiling_bps = self.ceiling(&hops);
         let rate_floor_bps = self.floor(&hops);
+        let busy_stations = hops
+            .iter()
+            .filter_map(|h| t.station_of(&t.links[h.link]))
+            .map(|(m, _)| (m.name.as_str(), m.busy_count()))
+            .collect::<BTreeMap<_, _>>()
+            .values()
+            .sum();
         let on_air = hops.iter().any(|h| t.links[h.link].medium.is_some());
         Some(PathInfo {
             nodes,
@@ -2048,6 +2222,7 @@ impl<'a> Plan<'a> {
             loss: 1.0 - kept,
             rate_ceiling_bps,
             rate_floor_bps,
+            busy_stations,
             on_air,
         })
     }
@@ -2093,7 +2268,8 @@ impl<'a> Plan<'a> {
         }
         let (m, from) = t.station_of(&t.links[there.link])?;
         let (m_on, to) = t.station_of(&t.links[on.link])?;
-        if m.name != m_on.name {
+        // Among busy stations the hops' rates (each among them) are the floor.
+        if m.name != m_on.name || m.busy_count() > 0 {
             return None;
         }
         let p = m.preset();
@@ -2137,7 +2313,10 @@ impl<'a> Plan<'a> {
             let (m, s) = t.station_of(&t.links[h.link])?;
             let p = m.preset();
             let bps = if h.forward { s.up_bps } else { s.down_bps };
-            Some((p.alone_bps(&p.rate(bps), 1500) * 1448.0 / 1500.0) as u64)
+            // One sender among the busy stations, if any: a transmission each a round.
+            let mut senders = vec![p.rate(bps)];
+            senders.extend(m.busy_rates());
+            Some((p.busy_shares(&senders, 1500)[0] * 1448.0 / 1500.0) as u64)
         };
         if !hops.iter().any(|h| t.links[h.link].medium.is_some()) {
             return None;
@@ -2483,6 +2662,94 @@ down_rate = "130M"
     }
 
     #[test]
+    fn busy_stations_take_their_share_of_the_air_from_every_station() {
+        let text = WLAN.replacen(
+            "standard = \"802.11n\"",
+            "standard = \"802.11n\"\nbusy_stations = 3\nbusy_rate = \"65M\"",
+            1,
+        );
+        let t = Topology::parse(&text).unwrap();
+        let m = &t.media[0];
+        assert_eq!(
+            m.busy,
+            Some(Busy {
+                count: 3,
+                rate_bps: 65_000_000
+            })
+        );
+        let p = crate::medium::Preset::N;
+        let others = vec![p.rate(65_000_000); 3];
+        let (a, b_up, b_down) = (p.rate(300_000_000), p.rate(65_000_000), p.rate(130_000_000));
+        // Each hop's TCP among them, below its rate alone.
+        let hop = &t.links[t.link_index("wlan.b").unwrap()];
+        let among = p.tcp_among_bps(&b_up, &b_down, 1448, &others);
+        assert_eq!(hop.a_to_b.rate_bps, Some(among as u64));
+        assert!(among < p.tcp_alone_bps(&b_up, &b_down, 1448));
+        // All busy: five senders up, the busy ones among them.
+        let e = m.expected();
+        let mut senders = vec![a, b_up];
+        senders.extend(&others);
+        let shares = p.busy_shares(&senders, 1500);
+        assert_eq!((e[0].busy_up_bps, e[1].busy_up_bps), (shares[0], shares[1]));
+        let summary = m.summary();
+        let busy = summary.busy.expect("busy stations in the summary");
+        assert_eq!(
+            (busy.count, busy.phy_bps, busy.busy_up_bps),
+            (3, 65_000_000, shares[2])
+        );
+        // A path across the air: RTTs not judged, no relayed floor (each hop's rate is
+        // among the busy stations already).
+        let plan = Plan::of(&t);
+        let ab = plan.path("a", "b").unwrap();
+        assert_eq!((ab.busy_stations, ab.rate_floor_bps), (3, None));
+        assert_eq!(plan.path("a", "srv").unwrap().busy_stations, 3);
+        // A study sets them per cell; none is as the file without them.
+        let mut u = t.clone();
+        u.set_medium("wlan", "busy_stations", "0").unwrap();
+        let plain = Topology::parse(WLAN).unwrap();
+        assert_eq!(u.links, plain.links);
+        u.set_medium("wlan", "busy_rate", "13M").unwrap();
+        u.set_medium("wlan", "busy_stations", "1").unwrap();
+        assert_eq!(
+            u.media[0].busy,
+            Some(Busy {
+                count: 1,
+                rate_bps: 13_000_000
+            })
+        );
+        for (key, value, want) in [
+            (
+                "busy_stations",
+                "63",
+                "medium wlan: busy_stations '63' must be 0 to 62",
+            ),
+            (
+                "busy_stations",
+                "x",
+                "medium wlan: busy_stations 'x' must be 0 to 62",
+            ),
+            (
+                "busy_rate",
+                "1G",
+                "medium wlan: busy_rate '1G': 802.11n PHY rates run",
+            ),
+            (
+                "queue",
+                "5",
+                "medium wlan: 'queue' is not a property a study sets",
+            ),
+        ] {
+            let e = u.set_medium("wlan", key, value).unwrap_err();
+            assert!(e.message.starts_with(want), "{e}");
+        }
+        let e = u.set_medium("lan", "busy_stations", "1").unwrap_err();
+        assert_eq!(e.message, "no medium 'lan' (the topology has: wlan)");
+        let mut v = Topology::parse(WLAN).unwrap();
+        let e = v.set_medium("wlan", "busy_stations", "2").unwrap_err();
+        assert!(e.message.contains("busy_stations needs busy_rate"), "{e}");
+    }
+
+    #[test]
     fn a_bad_medium_is_refused_at_its_line_with_the_reason() {
         for (from, to, want) in [
             (
@@ -2529,6 +2796,21 @@ down_rate = "130M"
                 "standard = \"802.11n\"",
                 "standard = \"802.11n\"\nqueue = 0",
                 "medium wlan: queue 0 must be 1 to 100000 frames",
+            ),
+            (
+                "standard = \"802.11n\"",
+                "standard = \"802.11n\"\nbusy_stations = 2",
+                "medium wlan: busy_stations needs busy_rate, their PHY rate",
+            ),
+            (
+                "standard = \"802.11n\"",
+                "standard = \"802.11n\"\nbusy_rate = \"65M\"\nbusy_stations = 63",
+                "medium wlan: busy_stations 63 must be 0 to 62 (a medium has at most 64 stations",
+            ),
+            (
+                "standard = \"802.11n\"",
+                "standard = \"802.11n\"\nbusy_stations = 1\nbusy_rate = \"1G\"",
+                "medium wlan: busy_rate '1G': 802.11n PHY rates run from 1 Mbit/s to 600 Mbit/s",
             ),
         ] {
             let text = WLAN.replacen(from, to, 1);

@@ -50,6 +50,20 @@ pub struct MediumSummary {
     /// Frames each of its queues holds.
     pub queue: u64,
     pub stations: Vec<StationExpected>,
+    /// Its busy stations (`busy_stations`; absent where none): other devices on the
+    /// channel, always sending.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub busy: Option<BusyExpected>,
+}
+
+/// A medium's busy stations and what each carries while every station sends at once.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BusyExpected {
+    pub count: u32,
+    /// Their PHY rate.
+    pub phy_bps: u64,
+    /// What each carries, 1500-byte packets, while every station (busy or not) sends.
+    pub busy_up_bps: f64,
 }
 
 /// One station of a shared medium: its PHY rates and what the medium's model expects it
@@ -60,7 +74,8 @@ pub struct StationExpected {
     /// PHY rate to the access point, and the access point's to it.
     pub up_phy_bps: u64,
     pub down_phy_bps: u64,
-    /// A TCP flow's payload alone on the air, up and down.
+    /// A TCP flow's payload alone on the air (with the medium's busy stations, among
+    /// them), up and down.
     pub tcp_up_bps: f64,
     pub tcp_down_bps: f64,
     /// 1500-byte packets while every station sends at once (DCF's per-transmission
@@ -247,6 +262,11 @@ pub struct CheckedPath {
     pub loss_bounds_percent: Option<[f64; 2]>,
     /// What falls outside those bounds.
     pub deviations: Vec<String>,
+    /// The busy stations on the path's shared media (absent where none): their
+    /// transmissions hold its packets as long as DCF's backoff decides, so its RTTs, idle
+    /// and loaded, are shown and not judged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub busy_stations: Option<u32>,
     /// Share of the machine's CPU time its hypervisor took ("steal") while the load ran
     /// (null where /proc/stat cannot be read): on a virtual machine whose host is busy,
     /// the emulator and the probes wait too, and the figures with them.

@@ -99,16 +99,20 @@ pub struct Server {
     pub args: String,
 }
 
-/// A link of the study's topology that the cells change (`[[link]]`): for each
-/// property set, its value as a template of parameters (`rate = "{distance}"`). The
-/// runner brings the topology up with each cell's values.
+/// A link of the study's topology that the cells change (`[[link]]`), or a shared
+/// medium (`[[medium]]`): for each property set, its value as a template of parameters
+/// (`rate = "{distance}"`). The runner brings the topology up with each cell's values.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LinkChange {
-    /// The link's name in the topology file.
+    /// The link's name in the topology file, or the medium's.
     pub link: String,
-    /// Property (one of [`LINK_PROPERTIES`]) and value, in the file's order.
+    /// Property (one of [`LINK_PROPERTIES`], or of [`MEDIUM_PROPERTIES`] for a medium)
+    /// and value, in the file's order.
     pub set: Vec<(String, Template)>,
 }
+
+/// What a `[[medium]]` may change: a shared medium's busy stations (docs/net.md).
+pub const MEDIUM_PROPERTIES: [&str; 2] = ["busy_rate", "busy_stations"];
 
 /// What a `[[link]]` may change: a topology link's properties (docs/net.md).
 pub const LINK_PROPERTIES: [&str; 8] = [
@@ -290,6 +294,8 @@ struct RawStudy {
     excludes: Vec<Spanned<toml::Table>>,
     #[serde(default, rename = "link")]
     links: Vec<Spanned<toml::Table>>,
+    #[serde(default, rename = "medium")]
+    media: Vec<Spanned<toml::Table>>,
     #[serde(default, rename = "step")]
     steps: Vec<Spanned<RawStep>>,
 }
@@ -459,13 +465,41 @@ pub fn parse(text: &str) -> Result<Study, StudyError> {
                 "a [[link]] changes a link of the topology, but the study has no topology".into(),
             ));
         }
-        let change = link_change(l.get_ref(), &params).map_err(|m| at(l.span(), m))?;
+        let change = link_change(l.get_ref(), &params, "[[link]]", "link", &LINK_PROPERTIES)
+            .map_err(|m| at(l.span(), m))?;
         if links.iter().any(|c| c.link == change.link) {
             return Err(at(
                 l.span(),
                 format!("[[link]] '{}' is given twice", change.link),
             ));
         }
+        links.push(change);
+    }
+    // A medium's changes go with the links' (their properties are its own, so the
+    // runner tells them apart by key).
+    let mut media: Vec<String> = Vec::new();
+    for m in &raw.media {
+        if raw.topology.is_none() {
+            return Err(at(
+                m.span(),
+                "a [[medium]] changes a shared medium of the topology, but the study has no topology".into(),
+            ));
+        }
+        let change = link_change(
+            m.get_ref(),
+            &params,
+            "[[medium]]",
+            "medium",
+            &MEDIUM_PROPERTIES,
+        )
+        .map_err(|e| at(m.span(), e))?;
+        if media.contains(&change.link) {
+            return Err(at(
+                m.span(),
+                format!("[[medium]] '{}' is given twice", change.link),
+            ));
+        }
+        media.push(change.link.clone());
         links.push(change);
     }
     if raw.steps.is_empty() {
@@ -652,35 +686,45 @@ fn exclusion(table: &toml::Table, params: &[Param]) -> Result<Vec<(usize, usize)
         .collect()
 }
 
-fn link_change(table: &toml::Table, params: &[Param]) -> Result<LinkChange, String> {
+/// A `[[link]]` (`section`, of a topology's `thing`) or `[[medium]]`: its name and the
+/// `properties` it sets, each a template of parameters.
+fn link_change(
+    table: &toml::Table,
+    params: &[Param],
+    section: &str,
+    thing: &str,
+    properties: &[&str],
+) -> Result<LinkChange, String> {
     let link = match table.get("name") {
         Some(toml::Value::String(n)) => n.clone(),
         _ => {
-            return Err(
-                "a [[link]] needs the name of a link of the topology (name = \"…\")".into(),
-            );
+            return Err(format!(
+                "a {section} needs the name of a {thing} of the topology (name = \"…\")"
+            ));
         }
     };
     let mut set = Vec::new();
     for (key, v) in table.iter().filter(|(k, _)| *k != "name") {
-        if !LINK_PROPERTIES.contains(&key.as_str()) {
+        if !properties.contains(&key.as_str()) {
             return Err(format!(
-                "[[link]] '{link}': '{key}' is not a link property ({})",
-                LINK_PROPERTIES.join(", ")
+                "{section} '{link}': '{key}' is not a {thing} property ({})",
+                properties.join(", ")
             ));
         }
-        let what = format!("[[link]] '{link}': {key}");
+        let what = format!("{section} '{link}': {key}");
         let text = scalar(v).ok_or_else(|| format!("{what}: give a string or a number"))?;
         let t = template(&what, &text, params, &[])?;
         if t.0.contains(&Piece::Scratch) {
-            return Err(format!("{what}: only parameters fill a link's properties"));
+            return Err(format!(
+                "{what}: only parameters fill a {thing}'s properties"
+            ));
         }
         set.push((key.clone(), t));
     }
     if set.is_empty() {
         return Err(format!(
-            "[[link]] '{link}' changes nothing: give one or more of {}",
-            LINK_PROPERTIES.join(", ")
+            "{section} '{link}' changes nothing: give one or more of {}",
+            properties.join(", ")
         ));
     }
     Ok(LinkChange { link, set })

@@ -6,5 +6,5 @@
 pub mod file;
 pub mod plan;
 
-pub use file::{Study, StudyError, parse};
+pub use file::{MEDIUM_PROPERTIES, Study, StudyError, parse};
 pub use plan::{Cell, Plan, Trial};

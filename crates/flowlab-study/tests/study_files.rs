@@ -461,6 +461,26 @@ fn every_refusal_names_its_place_and_its_reason() {
             6,
         ),
         (
+            format!("name = \"x\"\n[[medium]]\nname = \"wlan\"\nbusy_stations = 2\n{step}"),
+            "a [[medium]] changes a shared medium of the topology, but the study has no topology",
+            2,
+        ),
+        (
+            format!("name = \"x\"\ntopology = \"t.toml\"\n[[medium]]\nname = \"wlan\"\nrate = \"1M\"\n{step}"),
+            "[[medium]] 'wlan': 'rate' is not a medium property (busy_rate, busy_stations)",
+            3,
+        ),
+        (
+            format!("name = \"x\"\ntopology = \"t.toml\"\n[[medium]]\nbusy_stations = 2\n{step}"),
+            "a [[medium]] needs the name of a medium of the topology",
+            3,
+        ),
+        (
+            format!("name = \"x\"\ntopology = \"t.toml\"\n[[medium]]\nname = \"wlan\"\nbusy_stations = 1\n[[medium]]\nname = \"wlan\"\nbusy_rate = \"6M\"\n{step}"),
+            "[[medium]] 'wlan' is given twice",
+            6,
+        ),
+        (
             "name = \"x\"\n[params.net]\nwifi = { rate = \"50M\" }\n[[step]]\nkind = \"test\"\nargs = \"{net}\"\n".into(),
             "args: '{net}': the values of 'net' are tables; name a part, e.g. {net.rate}",
             6,

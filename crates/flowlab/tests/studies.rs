@@ -410,6 +410,101 @@ fn a_schedule_per_trial_meets_every_trial_at_the_same_time() {
     }
 }
 
+/// An 802.11g station at 54 Mbit/s and a server wired to its access point, and a study
+/// that sweeps the medium's busy stations (at 24 Mbit/s): none, then three.
+const BUSY_TOPOLOGY: &str = "name = \"stbsy\"\nhosts = [\"sta\", \"srv\"]\nrouters = [\"ap\"]\n\
+    [[link]]\nends = [\"srv\", \"ap\"]\n\
+    [[medium]]\nname = \"wlan\"\nap = \"ap\"\nstandard = \"802.11g\"\nqueue = 100\nbusy_rate = \"24M\"\n\
+    [[medium.station]]\nhost = \"sta\"\nrate = \"54M\"\n";
+const BUSY_STUDY: &str = r#"
+name = "busy"
+order = "sequential"
+topology = "stbsy.toml"
+[params.busy]
+none = { n = 0, secs = 5 }
+three = { n = 3, secs = 22 }
+[[medium]]
+name = "wlan"
+busy_stations = "{busy.n}"
+[[server]]
+name = "sta"
+node = "sta"
+[[step]]
+name = "up"
+kind = "test"
+from = "srv"
+args = "{sta.host} -p {sta.port} -u -b 40M -l 1472 -t {busy.secs} -R"
+"#;
+
+/// A study sweeps a medium's busy stations per cell, as it sweeps a link's values: each
+/// cell's network is built with its count, and the station's UDP uplink (more than the
+/// air carries, from a server on the station to a receiving client on the wired side)
+/// gets what the medium's model gives it there, within 10 %: alone on the air, then one
+/// transmission in four beside three busy stations (Bianchi's round). Among busy
+/// stations a station's share spreads by ±15 % from one second to the next (a station
+/// that collides doubles its window while the others keep winning), so that cell is
+/// judged over 20 s.
+#[test]
+fn a_study_sweeps_a_mediums_busy_stations_per_cell() {
+    use flowlab_net::medium::Preset;
+    if !root() {
+        return;
+    }
+    let _beside_one_other = RUNS.read().unwrap_or_else(|e| e.into_inner());
+    let _machine = support::machine_shared();
+    let _down = support::NetDown::new("stbsy");
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("stbsy.toml"), BUSY_TOPOLOGY).expect("write");
+    std::fs::write(dir.path().join("study.toml"), BUSY_STUDY).expect("write");
+    let out = flowlab()
+        .current_dir(dir.path())
+        .args(["run", "study.toml"])
+        .timeout(Duration::from_secs(120))
+        .output()
+        .expect("run");
+    let said =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("study busy: 2 ok, 0 failed"), "{said}");
+    assert!(namespaces_of("stbsy").is_empty(), "taken down");
+    let raw = rusqlite::Connection::open(dir.path().join("results.db")).expect("db");
+    let mut q = raw
+        .prepare(
+            "SELECT t.cell, s.result FROM step s JOIN trial t ON t.id = s.trial_id ORDER BY t.id",
+        )
+        .expect("query");
+    let rows: Vec<(String, String)> = q
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .expect("rows")
+        .map(|r| r.expect("row"))
+        .collect();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    let g = Preset::G;
+    let (sta, busy) = (g.rate(54_000_000), g.rate(24_000_000));
+    for (cell, result) in &rows {
+        let n: usize = if cell.contains("busy=three") { 3 } else { 0 };
+        let mut senders = vec![sta];
+        senders.extend(vec![busy; n]);
+        // IP packets of 1500 bytes on the air; the receiver counts their 1472 of payload.
+        let model = g.busy_shares(&senders, 1500)[0] * 1472.0 / 1500.0;
+        // The client receives (the station's server sends, -R): its intervals are what
+        // arrived each second; the first and the last left out (the queues filling, the
+        // end's drain).
+        let v: serde_json::Value = serde_json::from_str(result).expect("JSON");
+        let intervals = v["intervals"].as_array().expect("intervals");
+        let rates: Vec<f64> = intervals[1..intervals.len() - 1]
+            .iter()
+            .map(|i| i["sums"][0]["bits_per_second"].as_f64().expect("a rate"))
+            .collect();
+        let got = rates.iter().sum::<f64>() / rates.len() as f64;
+        eprintln!("{cell}: {got:.0} bit/s, the model {model:.0}");
+        assert!(
+            (got - model).abs() <= 0.10 * model,
+            "{cell}: {got:.0} bit/s against the model's {model:.0}"
+        );
+    }
+}
+
 /// Brings topology `name` (`name`.toml in `dir`) up with `up_args`, runs `dir`'s
 /// study.toml into again.db, which must be refused, and takes the topology down again
 /// (also when an assertion fails): what the run said, and whether the topology was

@@ -292,6 +292,7 @@ fn station(t: &Topology, l: &Link) -> Option<StationSpec> {
         queue: m.queue,
         up_bps: s.up_bps,
         down_bps: s.down_bps,
+        busy: m.busy,
     })
 }
 

@@ -82,6 +82,12 @@ pub(super) fn medium_of(specs: &[&StationSpec], seed: u64) -> io::Result<Medium<
     for s in specs {
         m.station(preset.rate(s.up_bps), preset.rate(s.down_bps));
     }
+    // The busy stations after the hops' (station `specs.len() + 1` on): they have no hop.
+    if let Some(busy) = first.busy {
+        for _ in 0..busy.count {
+            m.busy_station(preset.rate(busy.rate_bps), 1500);
+        }
+    }
     Ok(m)
 }
 
@@ -235,7 +241,10 @@ pub(super) fn forward_air(
             } else {
                 (tx.from - 1, true)
             };
-            let h = &mut hops[i];
+            // A busy station's: the air it took is the others' wait, and nothing to hand on.
+            let Some(h) = hops.get_mut(i) else {
+                return;
+            };
             let (line, c) = if upward {
                 (&mut h.up, &h.counters.a_to_b)
             } else {

@@ -89,6 +89,10 @@ pub struct StationSpec {
     /// The station's PHY rate, and the access point's to it, bits per second.
     pub up_bps: u64,
     pub down_bps: u64,
+    /// The medium's busy stations, if any (each station's spec carries them, as it does
+    /// the standard).
+    #[serde(default)]
+    pub busy: Option<crate::topology::Busy>,
 }
 
 /// A trace-driven direction: its trace file (mahimahi's format) and its queue's limit.

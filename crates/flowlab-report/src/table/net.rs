@@ -111,10 +111,15 @@ pub fn net_plan(p: &flowlab_results::net::PlanSummary) -> String {
             "  medium {}: {}, access point {}, {fairness}, queues of {} frames",
             m.name, m.standard, m.ap, m.queue
         );
+        let tcp = if m.busy.is_some() {
+            "TCP up/down"
+        } else {
+            "TCP alone up/down"
+        };
         let _ = writeln!(
             out,
             "    {:<8} {:>17}  {:>19}  {:>19}",
-            "station", "PHY up/down", "TCP alone up/down", "all busy up/down"
+            "station", "PHY up/down", tcp, "all busy up/down"
         );
         for s in &m.stations {
             let pair = |up: f64, down: f64| format!("{}/{} Mbit/s", mbit(up), mbit(down));
@@ -125,6 +130,17 @@ pub fn net_plan(p: &flowlab_results::net::PlanSummary) -> String {
                 pair(s.up_phy_bps as f64, s.down_phy_bps as f64),
                 pair(s.tcp_up_bps, s.tcp_down_bps),
                 pair(s.busy_up_bps, s.busy_down_bps)
+            );
+        }
+        if let Some(b) = &m.busy {
+            let _ = writeln!(
+                out,
+                "    and {} busy station{} at {} Mbit/s, always sending to the access point \
+                 ({} Mbit/s each when all are busy); TCP beside them",
+                b.count,
+                if b.count == 1 { "" } else { "s" },
+                mbit(b.phy_bps as f64),
+                mbit(b.busy_up_bps)
             );
         }
     }

@@ -253,6 +253,22 @@ pub fn net_check(c: &NetCheck) -> String {
             2,
         );
     }
+    let busy: Vec<String> = rows
+        .iter()
+        .filter_map(|r| Some(format!("{}-{} ({})", r.from, r.to, r.busy_stations?)))
+        .collect();
+    if !busy.is_empty() {
+        out += &wrap(
+            &format!(
+                "note: busy stations hold the air of these paths, as long as DCF's backoff \
+                 decides, and contend with TCP as other flows would: their RTTs are shown, \
+                 not judged, and their rates are held only below their ceilings: {}",
+                busy.join(", ")
+            ),
+            WIDTH,
+            2,
+        );
+    }
     let late: Vec<String> = rows
         .iter()
         .filter_map(|r| {

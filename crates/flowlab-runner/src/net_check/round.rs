@@ -149,6 +149,7 @@ pub fn measure(
             rate_bounds_bps: rate_bounds(implied, &m),
             loss_bounds_percent: loss_bounds(implied).map(|b| b.map(|l| l * 100.0)),
             deviations: deviations(implied, &m),
+            busy_stations: (implied.busy_stations > 0).then_some(implied.busy_stations),
         });
     }
     // Jain's index over pairs, each rate taken relative to its fair share.

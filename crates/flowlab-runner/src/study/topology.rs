@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use flowlab_net::build::{self, UpOptions};
 use flowlab_net::topology::{Kind, Plan, Topology};
-use flowlab_study::{Cell, Study};
+use flowlab_study::{Cell, MEDIUM_PROPERTIES, Study};
 
 use super::RunError;
 
@@ -63,13 +63,19 @@ impl Net {
             // A trace is read beside the topology file, as the file's own are.
             let dir = self.file.parent().unwrap_or(Path::new("."));
             for (link, key, value) in study.link_values(cell) {
-                let set = match key.as_str() {
-                    "trace" => topo.set_trace(&link, &value, &build::beside(dir)),
-                    "schedule" => topo.set_schedule(&link, &value),
-                    _ => topo.set_link(&link, &key, &value),
+                let (section, set) = match key.as_str() {
+                    "trace" => (
+                        "[[link]]",
+                        topo.set_trace(&link, &value, &build::beside(dir)),
+                    ),
+                    "schedule" => ("[[link]]", topo.set_schedule(&link, &value)),
+                    k if MEDIUM_PROPERTIES.contains(&k) => {
+                        ("[[medium]]", topo.set_medium(&link, &key, &value))
+                    }
+                    _ => ("[[link]]", topo.set_link(&link, &key, &value)),
                 };
                 set.map_err(|e| {
-                    format!("[[link]] '{link}', cell {}: {e}", study.cell_label(cell))
+                    format!("{section} '{link}', cell {}: {e}", study.cell_label(cell))
                 })?;
             }
             if study.keep_cpus_awake && !build::has_emulated_links(&topo) {
