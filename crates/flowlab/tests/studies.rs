@@ -165,12 +165,22 @@ fn beside_renamed_topology(
 /// `name` (so parallel tests build their own): the directory, what the run said, and
 /// how it ended.
 fn run_on_small(name: &str, study: &str) -> (tempfile::TempDir, String, std::process::Output) {
-    let dir = tempfile::tempdir().expect("tempdir");
     let topo = std::fs::read_to_string(
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../topologies/small.toml"),
     )
     .expect("small.toml")
     .replace("name = \"small\"", &format!("name = \"{name}\""));
+    run_on(name, &topo, study)
+}
+
+/// Runs `study` (study.toml in a new directory) on topology `name` (`name`.toml beside
+/// it, `topo`): the directory, what the run said, and its output.
+fn run_on(
+    name: &str,
+    topo: &str,
+    study: &str,
+) -> (tempfile::TempDir, String, std::process::Output) {
+    let dir = tempfile::tempdir().expect("tempdir");
     std::fs::write(dir.path().join(format!("{name}.toml")), topo).expect("write");
     std::fs::write(dir.path().join("study.toml"), study).expect("write");
     let out = flowlab()
@@ -453,17 +463,7 @@ fn a_study_sweeps_a_mediums_busy_stations_per_cell() {
     let _beside_one_other = RUNS.read().unwrap_or_else(|e| e.into_inner());
     let _machine = support::machine_shared();
     let _down = support::NetDown::new("stbsy");
-    let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::write(dir.path().join("stbsy.toml"), BUSY_TOPOLOGY).expect("write");
-    std::fs::write(dir.path().join("study.toml"), BUSY_STUDY).expect("write");
-    let out = flowlab()
-        .current_dir(dir.path())
-        .args(["run", "study.toml"])
-        .timeout(Duration::from_secs(120))
-        .output()
-        .expect("run");
-    let said =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    let (dir, said, out) = run_on("stbsy", BUSY_TOPOLOGY, BUSY_STUDY);
     assert!(out.status.success(), "{said}");
     assert!(said.contains("study busy: 2 ok, 0 failed"), "{said}");
     assert!(namespaces_of("stbsy").is_empty(), "taken down");
