@@ -257,7 +257,7 @@ impl Preset {
     /// the one with segments, the other relaying them or their acknowledgements, so
     /// every transmission is contended for by two: each costs two senders' contention
     /// (Heusse et al.'s t_cont(2)) and collides with the chance that two counters end in
-    /// one slot, costing the sender's exchange or the other's, the longer (lab note §3).
+    /// one slot, costing the sender's exchange or the other's, the longer (lab note §3a).
     pub fn tcp_relayed_bps(&self, from: [&Rate; 2], to: [&Rate; 2], mss: u32) -> f64 {
         let ([from_up, from_down], [to_up, to_down]) = (from, to);
         let (k, _) = self.exchange(from_up, mss + 52, usize::MAX);
