@@ -254,30 +254,40 @@ pub fn await_listening(port: u16, mut child: Option<&mut std::process::Child>, w
     }
 }
 
-/// A free TCP and UDP port on loopback (for external servers).
+/// A free TCP and UDP port on loopback (for external servers), outside the kernel's
+/// ephemeral range ([`free_ports`]). One the kernel handed out (a bind to port 0) could be
+/// given meanwhile to another test's outgoing connection as its local port, and the
+/// server started on it would then find it taken (a fresh-clone run: "the server exited
+/// before listening").
 pub fn free_port() -> u16 {
-    loop {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        let port = l.local_addr().expect("addr").port();
-        drop(l);
-        if std::net::UdpSocket::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
+    free_ports(1)
 }
 
+/// Where this process's next search for free ports begins: each search moves it past
+/// what it found, so that two threads of one test binary are not handed the same port.
+static NEXT_PORTS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
 /// The first of `n` consecutive loopback ports, TCP and UDP, all free now: outside the
-/// kernel's ephemeral range, so no connection is handed one meanwhile.
+/// kernel's ephemeral range, so no connection is handed one meanwhile. Each process
+/// starts its searches at its own place (by its pid) and never hands out a port twice.
 pub fn free_ports(n: u16) -> u16 {
+    use std::sync::atomic::Ordering;
     let free = |p: u16| {
         std::net::TcpListener::bind(("127.0.0.1", p)).is_ok()
             && std::net::UdpSocket::bind(("127.0.0.1", p)).is_ok()
     };
-    let seed = std::process::id() as u16 % 997;
-    (0..2000u16)
-        .map(|i| 20_000 + (seed + i * 5) % 10_000)
-        .find(|&base| (base..base + n).all(free))
-        .expect("consecutive free ports between 20000 and 30000")
+    let seed = std::process::id() % 997 * 10;
+    loop {
+        let at = NEXT_PORTS.fetch_add(u32::from(n), Ordering::Relaxed);
+        assert!(
+            at < 10_000,
+            "no {n} consecutive free ports between 20000 and 30000"
+        );
+        let base = 20_000 + ((seed + at) % (10_000 - u32::from(n))) as u16;
+        if (base..base + n).all(free) {
+            return base;
+        }
+    }
 }
 
 /// Says why the running test skips its work: on stderr, and as a line in the file that
