@@ -1244,10 +1244,6 @@ mod tests {
             g.round_robin_shares(&[fast], 1500, &[])[0].round(),
             g.alone_bps(&fast, 1500).round()
         );
-        assert_eq!(
-            g.tcp_among_bps(&fast, &fast, 1448, &[]),
-            g.tcp_alone_bps(&fast, &fast, 1448)
-        );
         // Each busy station costs a TCP flow its turns.
         let tcp: Vec<f64> = [0, 1, 4]
             .iter()

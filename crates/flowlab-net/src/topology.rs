@@ -1200,7 +1200,7 @@ fn medium(
         ));
     }
     let rate = |r: &toml::Spanned<String>, host: &str| -> Result<u64, TopologyError> {
-        let bad = |why: String| {
+        phy_rate(&preset, r.get_ref()).map_err(|why| {
             at(
                 r.span(),
                 format!(
@@ -1208,16 +1208,7 @@ fn medium(
                     r.get_ref()
                 ),
             )
-        };
-        let bps = parse_rate(r.get_ref()).map_err(|e| bad(e.to_string()))?;
-        if !(1_000_000..=preset.max_bps).contains(&bps) {
-            return Err(bad(format!(
-                "{} PHY rates run from 1 Mbit/s to {} Mbit/s",
-                preset.name,
-                preset.max_bps as f64 / 1e6
-            )));
-        }
-        Ok(bps)
+        })
     };
     let mut stations = Vec::new();
     for st in &raw.stations {
@@ -1324,20 +1315,14 @@ fn busy_of(
         at: Some(line_column(text, span.start)),
         ..TopologyError::new(message)
     };
-    let room = MAX_STATIONS - stations;
     let count = match &raw.busy_stations {
         None => 0,
-        Some(n) if (0..=room as i64).contains(n.get_ref()) => *n.get_ref() as u32,
-        Some(n) => {
-            return Err(at(
+        Some(n) => busy_count(&n.get_ref().to_string(), stations).map_err(|why| {
+            at(
                 n.span(),
-                format!(
-                    "medium {name}: busy_stations {} must be 0 to {room} (a medium has at most \
-                     {MAX_STATIONS} stations, busy ones included)",
-                    n.get_ref()
-                ),
-            ));
-        }
+                format!("medium {name}: busy_stations {} {why}", n.get_ref()),
+            )
+        })?,
     };
     let rate_bps = match &raw.busy_rate {
         None if count > 0 => {
@@ -1359,6 +1344,22 @@ fn busy_of(
         })?,
     };
     Ok(Some(Busy { count, rate_bps }))
+}
+
+/// A medium's busy stations written as `value`, beside its `stations`: 0 to what
+/// [`MAX_STATIONS`] leaves, or why not ("must be …", to follow the value).
+fn busy_count(value: &str, stations: usize) -> Result<u32, String> {
+    let room = MAX_STATIONS - stations;
+    value
+        .trim()
+        .parse::<u32>()
+        .ok()
+        .filter(|n| *n as usize <= room)
+        .ok_or_else(|| {
+            format!(
+                "must be 0 to {room} (a medium has at most {MAX_STATIONS} stations, busy ones included)"
+            )
+        })
 }
 
 /// A PHY rate of `preset`'s standard written as `value` ("54M"), bits per second, or why
@@ -1593,16 +1594,8 @@ impl Topology {
                 "{link}: '{key}' is not a station's property (rate, down_rate)"
             ));
         }
-        let preset = medium.preset();
-        let bps = parse_rate(value)
-            .map_err(|e| TopologyError::new(format!("{link}: {key} '{value}': {e}")))?;
-        if !(1_000_000..=preset.max_bps).contains(&bps) {
-            return err(format!(
-                "{link}: {key} '{value}': {} PHY rates run from 1 Mbit/s to {} Mbit/s",
-                preset.name,
-                preset.max_bps as f64 / 1e6
-            ));
-        }
+        let bps = phy_rate(&medium.preset(), value)
+            .map_err(|why| TopologyError::new(format!("{link}: {key} '{value}': {why}")))?;
         let station = medium
             .stations
             .iter_mut()
@@ -1644,17 +1637,9 @@ impl Topology {
         });
         match key {
             "busy_stations" => {
-                let room = MAX_STATIONS - m.stations.len();
-                busy.count = value
-                    .trim()
-                    .parse::<u32>()
-                    .ok()
-                    .filter(|n| *n as usize <= room)
-                    .ok_or_else(|| {
-                        TopologyError::new(format!(
-                            "medium {medium}: busy_stations '{value}' must be 0 to {room} (a medium has at most {MAX_STATIONS} stations, busy ones included)"
-                        ))
-                    })?;
+                busy.count = busy_count(value, m.stations.len()).map_err(|why| {
+                    TopologyError::new(format!("medium {medium}: busy_stations '{value}' {why}"))
+                })?;
             }
             "busy_rate" => {
                 busy.rate_bps = phy_rate(&preset, value).map_err(|why| {
