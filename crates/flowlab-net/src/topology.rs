@@ -1822,8 +1822,9 @@ pub struct PathInfo {
     pub bottleneck_bps: Option<u64>,
     /// The most queueing the path can add in the direction of travel: for every
     /// rate-limited hop, its full queue (Q packets × 1514 bytes, or its bytes) at its rate
-    /// (the two hops of a flow relayed across a shared medium at that flow's rate,
-    /// [`PathInfo::rate_floor_bps`]'s); and for every hop on a shared medium, the wait for
+    /// (the two hops of a flow relayed across a shared medium at that relayed flow's
+    /// rate, which [`PathInfo::rate_floor_bps`] takes too); and for every hop on a shared
+    /// medium, the wait for
     /// its air behind another sender's fullest transmission, there and back
     /// ([`SharedMedium::air_wait`]).
     pub queue_delay: Duration,
