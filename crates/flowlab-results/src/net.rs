@@ -202,8 +202,14 @@ pub struct CheckedPath {
     /// TCP congestion control of the load (the client's, which sends).
     pub congestion: Option<String>,
     pub implied_rtt_ms: f64,
-    /// Median of 20 ICMP echoes on the idle path.
+    /// Median of 20 echoes on the idle path (of the run closest to the file's RTT,
+    /// where one was off by more than the tolerance and another was taken).
     pub measured_rtt_ms: Option<f64>,
+    /// How many runs of 20 echoes that took: 1, or up to 3 where a median was off by
+    /// more than the tolerance (a second apart; a burst of the host's passes, an
+    /// emulation that is off is off in every run). 1 in documents of flowlab before it.
+    #[serde(default = "one_run")]
+    pub measured_rtt_runs: u32,
     /// The idle RTT measured (the file's where not measured), plus every full queue on
     /// the way there, plus `host_delay_p95_ms` and `emulator_late_p95_ms`.
     pub queue_bound_ms: f64,
@@ -271,6 +277,11 @@ pub struct CheckedPath {
     /// (null where /proc/stat cannot be read): on a virtual machine whose host is busy,
     /// the emulator and the probes wait too, and the figures with them.
     pub host_steal_percent: Option<f64>,
+}
+
+/// What documents written before `measured_rtt_runs` took: one run.
+fn one_run() -> u32 {
+    1
 }
 
 /// An emulator lateness (added up over a path) from this on (ms) is noted under the

@@ -114,6 +114,7 @@ pub fn measure(
             connection_bps,
             congestion,
             host_steal_percent,
+            idle_runs,
         }) = measured[i].take()
         else {
             continue;
@@ -125,6 +126,7 @@ pub fn measure(
             congestion,
             implied_rtt_ms: ms(implied.rtt),
             measured_rtt_ms: m.rtt.map(ms),
+            measured_rtt_runs: idle_runs,
             queue_bound_ms: ms(queue_bound(implied, &m)),
             host_delay_p95_ms: m.host_delay_p95.map(ms),
             emulator_late_p95_ms: m.emulator_late_p95.map(ms),
