@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use flowlab_results::net::{Built, EmulatedDirection, ScheduleStatus, TopologyStatus};
+use flowlab_results::net::{Built, BusyAir, EmulatedDirection, ScheduleStatus, TopologyStatus};
 
 use crate::build::{self, State};
 use crate::forward::LinkStats;
@@ -40,8 +40,13 @@ pub fn topologies(dir: &Path) -> Vec<TopologyStatus> {
                 name,
                 built,
                 namespaces,
-                emulated: stats.iter().flat_map(directions).collect(),
+                emulated: stats
+                    .iter()
+                    .filter(|l| l.busy_stations.is_none())
+                    .flat_map(directions)
+                    .collect(),
                 schedule,
+                busy_air: stats.iter().filter_map(busy_air).collect(),
             }
         })
         .collect()
@@ -64,6 +69,19 @@ fn schedule(dir: &Path, topo: &str, pid: u32) -> ScheduleStatus {
         last,
         done,
     }
+}
+
+/// What a medium's busy stations sent, from their line of the stats file (None for a
+/// link's line).
+fn busy_air(l: &LinkStats) -> Option<BusyAir> {
+    let d = &l.a_to_b;
+    Some(BusyAir {
+        medium: l.link.clone(),
+        stations: l.busy_stations?,
+        packets: d.forwarded,
+        packet_bytes: d.forwarded_bytes.checked_div(d.forwarded).unwrap_or(0),
+        airtime_s: d.airtime_ns.unwrap_or(0) as f64 / 1e9,
+    })
 }
 
 /// A link's counters, a→b then b→a.

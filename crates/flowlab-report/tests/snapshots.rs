@@ -530,6 +530,14 @@ fn net_up_down_and_status_of_each_kind_of_topology() {
                 ),
                 done: false,
             }),
+            // A medium's busy stations, all of them together.
+            busy_air: vec![flowlab_results::net::BusyAir {
+                medium: "wlan".into(),
+                stations: 4,
+                packets: 13_210,
+                packet_bytes: 1500,
+                airtime_s: 8.052,
+            }],
         },
         TopologyStatus {
             name: "left".into(),
@@ -545,6 +553,7 @@ fn net_up_down_and_status_of_each_kind_of_topology() {
                 ),
                 done: false,
             }),
+            busy_air: Vec::new(),
         },
         TopologyStatus {
             name: "half".into(),
@@ -552,6 +561,7 @@ fn net_up_down_and_status_of_each_kind_of_topology() {
             namespaces: vec!["fl-half-h1".into()],
             emulated: Vec::new(),
             schedule: None,
+            busy_air: Vec::new(),
         },
     ]);
     pin!("net-up-down-status", text);

@@ -337,6 +337,23 @@ pub struct TopologyStatus {
     pub emulated: Vec<EmulatedDirection>,
     /// The process changing its links on their schedule, when some link has one.
     pub schedule: Option<ScheduleStatus>,
+    /// What each shared medium's busy stations sent, for the media that have some.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub busy_air: Vec<BusyAir>,
+}
+
+/// What a medium's busy stations sent the access point, all of them together, since the
+/// emulator started.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BusyAir {
+    pub medium: String,
+    pub stations: u32,
+    /// Packets sent (of `packet_bytes` IP bytes each).
+    pub packets: u64,
+    pub packet_bytes: u64,
+    /// The air their transmissions took (each from its PPDU's start to its
+    /// acknowledgement's end), seconds.
+    pub airtime_s: f64,
 }
 
 /// The schedule of a topology that is up: its process, and the last line of its log.

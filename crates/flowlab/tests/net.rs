@@ -2436,6 +2436,102 @@ fn two_busy_stations_share_the_air_as_the_anomaly_model_and_airtime_fairness_say
     }
 }
 
+/// Three busy 802.11g stations at 24 Mbit/s on a medium whose one host sends nothing:
+/// between two of the emulator's snapshots a few seconds apart, `net status` counts the
+/// packets they sent at the rate Bianchi's model of three saturated senders gives
+/// (`Preset::busy_shares`; the medium's simulation follows it within 1.5 %, its unit
+/// test), within 5 %, and the air their transmissions took at the air time of each
+/// (its PPDU, a SIFS and the acknowledgement), within 1 %.
+#[test]
+fn net_status_counts_the_busy_stations_packets_and_air_at_the_models_rate() {
+    use flowlab_net::build;
+    use flowlab_net::medium::Preset;
+    let Some(_serial) = root_and_serial() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tmp");
+    let _guard = Down::new("tbsy");
+    let text = "name = \"tbsy\"\nhosts = [\"sta\", \"srv\"]\nrouters = [\"ap\"]\n\
+                [[link]]\nends = [\"srv\", \"ap\"]\n\
+                [[medium]]\nname = \"wlan\"\nap = \"ap\"\nstandard = \"802.11g\"\n\
+                busy_stations = 3\nbusy_rate = \"24M\"\n\
+                [[medium.station]]\nhost = \"sta\"\nrate = \"54M\"\n";
+    let file = write_topology(dir.path(), "tbsy", text);
+    up(&file, &[]);
+    // The busy stations' line of `net status` with the time its snapshot was written
+    // (the stats file's, unchanged while status read it): (seconds, packets, bytes, air).
+    let stats = build::stats_file(&build::state_dir(), "tbsy");
+    let written = || std::fs::metadata(&stats).and_then(|m| m.modified()).ok();
+    let snapshot = |after: Option<std::time::SystemTime>| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no new snapshot in 10 s"
+            );
+            let before = written();
+            if before.is_none() || before == after {
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+            let out = flowlab()
+                .args(["net", "status", "tbsy"])
+                .output()
+                .expect("status");
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            if written() != before {
+                continue;
+            }
+            let line = text
+                .lines()
+                .find(|l| l.starts_with("  medium wlan: 3 busy stations sent "))
+                .unwrap_or_else(|| panic!("no busy stations' line: {text}"))
+                .to_owned();
+            let words: Vec<&str> = line.split_whitespace().collect();
+            let number = |i: usize| words[i].parse::<f64>().expect(&line);
+            // "medium wlan: 3 busy stations sent N packets of B bytes, S s on the air"
+            return (before, number(6), number(9), number(11));
+        }
+    };
+    let (t0, packets0, bytes, air0) = snapshot(None);
+    assert_eq!(bytes, 1500.0);
+    let mut later = snapshot(t0);
+    for _ in 0..3 {
+        later = snapshot(later.0);
+    }
+    let (t1, packets1, _, air1) = later;
+    let seconds = t1
+        .zip(t0)
+        .and_then(|(a, b)| a.duration_since(b).ok())
+        .expect("snapshot times")
+        .as_secs_f64();
+    let g = Preset::G;
+    let r = g.rate(24_000_000);
+    let each = g.busy_shares(&[r, r, r], 1500)[0];
+    let model = 3.0 * each / 12_000.0;
+    let got = (packets1 - packets0) / seconds;
+    eprintln!("busy stations: {got:.0} packets/s over {seconds:.2} s, Bianchi's model {model:.0}");
+    assert!(
+        (got - model).abs() <= 0.05 * model,
+        "{got:.0} packets/s over {seconds:.2} s; the model gives {model:.0}"
+    );
+    // Each transmission's air: the PPDU of a 1500-byte packet (with its MAC header and
+    // FCS), a SIFS and the acknowledgement's PPDU at the basic rate.
+    let per = (air1 - air0) / (packets1 - packets0);
+    let want = (r.ppdu_ns(u64::from(1500 + g.mpdu_overhead)) + g.sifs_ns + g.ack_ns) as f64 / 1e9;
+    assert!(
+        (per - want).abs() <= 0.01 * want,
+        "{:.1} µs of air a packet; an exchange takes {:.1} µs",
+        per * 1e6,
+        want * 1e6
+    );
+    let down = flowlab()
+        .args(["net", "down", "tbsy"])
+        .output()
+        .expect("down");
+    assert!(down.status.success());
+}
+
 /// `net check` across a shared medium (802.11g: a station at 54 Mbit/s, one at 6, a
 /// server wired to the access point), under cubic and bbr. The path from the slow station
 /// to the fast one crosses the air twice, relayed by the access point: its rate is held

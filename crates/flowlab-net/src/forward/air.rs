@@ -69,6 +69,9 @@ impl Hop {
     }
 }
 
+/// The IP bytes of each packet a busy station sends.
+const BUSY_PACKET: u32 = 1500;
+
 /// The medium a topology's `[[medium]]` describes, its stations in `specs`' order
 /// (station `i + 1` of the medium is hop `i`).
 pub(super) fn medium_of(specs: &[&StationSpec], seed: u64) -> io::Result<Medium<Frame>> {
@@ -85,7 +88,7 @@ pub(super) fn medium_of(specs: &[&StationSpec], seed: u64) -> io::Result<Medium<
     // The busy stations after the hops' (station `specs.len() + 1` on): they have no hop.
     if let Some(busy) = first.busy {
         for _ in 0..busy.count {
-            m.busy_station(preset.rate(busy.rate_bps), 1500);
+            m.busy_station(preset.rate(busy.rate_bps), BUSY_PACKET);
         }
     }
     Ok(m)
@@ -98,6 +101,7 @@ pub(super) fn forward_air(
     name: &str,
     mut medium: Medium<Frame>,
     mut hops: Vec<Hop>,
+    busy: Option<Arc<LinkCounters>>,
     pending: &Pending<StationChange>,
 ) -> io::Result<()> {
     for h in &hops {
@@ -241,8 +245,17 @@ pub(super) fn forward_air(
             } else {
                 (tx.from - 1, true)
             };
-            // A busy station's: the air it took is the others' wait, and nothing to hand on.
+            // A busy station's: the air it took is the others' wait, and nothing to hand
+            // on; counted on the medium's line for its busy stations.
             let Some(h) = hops.get_mut(i) else {
+                if let Some(c) = &busy {
+                    let carried = tx.carried as u64;
+                    c.a_to_b.airtime_ns.fetch_add(tx.end - tx.start, Relaxed);
+                    c.a_to_b.forwarded.fetch_add(carried, Relaxed);
+                    c.a_to_b
+                        .forwarded_bytes
+                        .fetch_add(carried * u64::from(BUSY_PACKET), Relaxed);
+                }
                 return;
             };
             let (line, c) = if upward {

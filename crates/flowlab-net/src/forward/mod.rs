@@ -314,6 +314,8 @@ struct Medium {
     name: String,
     hops: Vec<CountedLink>,
     pending: Arc<Pending<StationChange>>,
+    /// What its busy stations sent (their air time, their packets), when it has some.
+    busy: Option<Arc<LinkCounters>>,
 }
 
 /// A medium's hops opened: each hop's sockets in its own middle namespace (a socket
@@ -364,6 +366,7 @@ pub fn run(
     let mut controlled = Vec::new();
     // A shared medium's hops go to one thread, in the order of their links.
     let mut media: Vec<Medium> = Vec::new();
+    let mut busy_lines: Vec<(String, u32, Arc<LinkCounters>)> = Vec::new();
     for (i, link) in links.into_iter().enumerate() {
         let counters = Arc::new(LinkCounters::default());
         all.push((link.name.clone(), counters.clone()));
@@ -371,10 +374,22 @@ pub fn run(
             let k = match media.iter().position(|m| m.name == st.medium) {
                 Some(k) => k,
                 None => {
+                    // Its busy stations' transmissions are counted on a line of
+                    // their own in the stats file.
+                    let busy = st.busy.filter(|b| b.count > 0).map(|b| {
+                        let counters = Arc::new(LinkCounters::default());
+                        counters
+                            .a_to_b
+                            .on_air
+                            .store(true, std::sync::atomic::Ordering::Relaxed);
+                        busy_lines.push((st.medium.clone(), b.count, counters.clone()));
+                        counters
+                    });
                     media.push(Medium {
                         name: st.medium.clone(),
                         hops: Vec::new(),
                         pending: Arc::new(Pending::new()?),
+                        busy,
                     });
                     media.len() - 1
                 }
@@ -429,6 +444,7 @@ pub fn run(
             name,
             hops,
             pending,
+            busy,
         },
     ) in media.into_iter().enumerate()
     {
@@ -439,7 +455,7 @@ pub fn run(
                 Ok((medium, opened)) => {
                     let _ = tx.send(Ok(()));
                     drop(tx);
-                    match air::forward_air(&name, medium, opened, &pending) {
+                    match air::forward_air(&name, medium, opened, busy, &pending) {
                         Ok(()) => eprintln!(
                             "flowlab net emulator: medium {name}: its interfaces went away"
                         ),
@@ -463,13 +479,17 @@ pub fn run(
     serve_control(control, controlled)
         .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", control.display())))?;
     ready();
-    let snapshot = |all: &[(String, Arc<LinkCounters>)]| -> Vec<LinkStats> {
-        all.iter().map(|(name, c)| LinkStats::of(name, c)).collect()
+    let snapshot = || -> Vec<LinkStats> {
+        let links = all.iter().map(|(name, c)| LinkStats::of(name, c));
+        let busy = busy_lines
+            .iter()
+            .map(|(medium, count, c)| LinkStats::of_busy(medium, *count, c));
+        links.chain(busy).collect()
     };
     while !threads.iter().all(|t| t.is_finished()) {
         std::thread::sleep(Duration::from_secs(1));
-        report(&snapshot(&all));
+        report(&snapshot());
     }
-    report(&snapshot(&all));
+    report(&snapshot());
     Ok(())
 }

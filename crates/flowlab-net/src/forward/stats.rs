@@ -263,6 +263,11 @@ pub struct LinkStats {
     /// from an emulator older than it.
     #[serde(default)]
     pub wakeup_late_histogram: Option<Vec<u64>>,
+    /// Set on the line of a medium's busy stations (`link` is then the medium's name,
+    /// `a_to_b` what they sent the access point, all of them together): how many there
+    /// are. Absent on a link's line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub busy_stations: Option<u32>,
 }
 
 impl LinkStats {
@@ -273,6 +278,15 @@ impl LinkStats {
             a_to_b: (&c.a_to_b).into(),
             b_to_a: (&c.b_to_a).into(),
             wakeup_late_histogram: Some(trimmed(&c.wakeup_late_histogram)),
+            busy_stations: None,
+        }
+    }
+
+    /// A snapshot of the counters of medium `name`'s `count` busy stations.
+    pub fn of_busy(name: &str, count: u32, c: &LinkCounters) -> Self {
+        LinkStats {
+            busy_stations: Some(count),
+            ..LinkStats::of(name, c)
         }
     }
 

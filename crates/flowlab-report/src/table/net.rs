@@ -357,6 +357,13 @@ pub fn net_status(up: &[TopologyStatus]) -> String {
                     .map_or(String::new(), |s| format!(", {s:.3} s on the air"))
             );
         }
+        for b in &t.busy_air {
+            let _ = writeln!(
+                out,
+                "  medium {}: {} busy stations sent {} packets of {} bytes, {:.3} s on the air",
+                b.medium, b.stations, b.packets, b.packet_bytes, b.airtime_s
+            );
+        }
         if let Some(sch) = &t.schedule {
             let last = sch.last.as_deref().unwrap_or("nothing yet");
             let _ = match (sch.running, sch.done) {

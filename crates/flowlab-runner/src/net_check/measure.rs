@@ -387,7 +387,11 @@ fn emulator_wakeup_late<'a>(
     links.dedup();
     let mut pooled = Vec::new();
     for link in links {
-        let find = |all: &'a [LinkStats]| all.iter().find(|l| l.link == link);
+        // A link's line, not a medium's busy stations' (named by the medium).
+        let find = |all: &'a [LinkStats]| {
+            all.iter()
+                .find(|l| l.link == link && l.busy_stations.is_none())
+        };
         let (Some(b), Some(a)) = (find(before), find(after)) else {
             continue;
         };
@@ -420,7 +424,11 @@ fn emulator_late(
 ) -> Option<Duration> {
     let mut stages = Vec::new();
     for &(link, from_a) in crossings {
-        let find = |all: &[LinkStats]| all.iter().find(|l| l.link == link).cloned();
+        let find = |all: &[LinkStats]| {
+            all.iter()
+                .find(|l| l.link == link && l.busy_stations.is_none())
+                .cloned()
+        };
         let (Some(b), Some(a)) = (find(before), find(after)) else {
             continue;
         };
