@@ -5,7 +5,8 @@
 # flowlab as an unprivileged user too), chromium (the HTML report opened in a real
 # headless browser) and openssl (RSA keys for the authentication interop tests, made as
 # iperf3's own auth test makes them) and groff-base (`nroff`: the generated manual pages
-# rendered as `man` renders them).
+# rendered as `man` renders them) and prometheus (`promtool`: `serve --metrics`' text
+# read by Prometheus's own parser).
 #
 # Every test binary runs (--no-fail-fast), so one failure cannot hide others, and the
 # last line sums up: test binaries and tests passed, failed and skipped (a test skips,
@@ -20,6 +21,7 @@ command -v setpriv >/dev/null 2>&1 || missing+=(util-linux)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 command -v nroff >/dev/null 2>&1 || missing+=(groff-base)
+command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "test.sh: installing ${missing[*]} (Debian packages) for the tests"
   sudo=""

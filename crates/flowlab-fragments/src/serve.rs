@@ -33,7 +33,7 @@ use flowlab_proto::fragment::{
     Admission, Decoder, HELLO_HEAD, MAGIC, MAX_MANIFEST_LEN, Reply, Request, check_name,
     hello_token_len,
 };
-use flowlab_results::server::ServerEvent;
+use flowlab_results::server::{RefusalKind, ServerEvent};
 
 use crate::connections::{Connections, Place};
 use crate::manifest::{Manifest, ManifestError, hex32};
@@ -251,7 +251,7 @@ impl FragmentService {
         let token = match Self::read_hello(&mut conn, greeting.deadline) {
             Ok(t) => t,
             Err(e) => {
-                greeting.refuse(peer, format!("fragment hello: {e}"));
+                greeting.refuse(peer, RefusalKind::Handshake, format!("fragment hello: {e}"));
                 return Ok(());
             }
         };
@@ -260,6 +260,7 @@ impl FragmentService {
             // The client learns only that it was denied; the log says why.
             greeting.refuse(
                 peer,
+                RefusalKind::Credentials,
                 if token.is_empty() {
                     "fragment connection without a token (serve --token-file)".into()
                 } else {
@@ -273,6 +274,7 @@ impl FragmentService {
                 if let Some(who) = evicted {
                     greeting.refuse(
                         who,
+                        RefusalKind::Idle,
                         "fragment connection closed to make room: it had been sent no \
                          fragment (--max-fragment-connections)"
                             .into(),
@@ -342,6 +344,7 @@ impl FragmentService {
                                     if !served.load(Ordering::Acquire) {
                                         log.event(ServerEvent::Refused {
                                             peer: peer.to_string(),
+                                            kind: RefusalKind::Idle,
                                             reason: format!(
                                                 "fragment connection closed: no fragment \
                                                  sent within {} s of its admission",

@@ -424,6 +424,7 @@ fn every_server_event_as_text_and_as_json() {
         },
         ServerEvent::Refused {
             peer: "10.0.0.7:5555".into(),
+            kind: flowlab_results::server::RefusalKind::Busy,
             reason: "busy: 16 tests running".into(),
         },
     ];

@@ -34,6 +34,8 @@ pub enum ServerEvent {
     },
     Refused {
         peer: String,
+        /// What kind of refusal (what a metric counts it as).
+        kind: RefusalKind,
         reason: String,
     },
     /// Refusals and connection failures left out of the log (`--log-rate`) since the
@@ -41,4 +43,53 @@ pub enum ServerEvent {
     Suppressed {
         count: u64,
     },
+}
+
+/// What kind of thing a server refused: [`ServerEvent::Refused`]'s `kind`, and the
+/// `reason` label of `flowlab serve --metrics`' refusal counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RefusalKind {
+    /// A test or connection beyond the server's places (`--max-tests`, per source, the
+    /// fragment connections').
+    Busy,
+    /// New connections from one address beyond `--handshake-rate` or
+    /// `--max-handshakes-per-source`.
+    Flood,
+    /// Latency probes beyond `--probe-rate`.
+    Probes,
+    /// A UDP stream's opening datagram for no test that waits for one.
+    Stray,
+    /// A connection whose greeting (cookie, hello) was malformed or came too late.
+    Handshake,
+    /// A credential or token that was missing or wrong.
+    Credentials,
+    /// An admitted connection that asked for nothing in time, or was closed to make room
+    /// for others.
+    Idle,
+}
+
+impl RefusalKind {
+    pub const ALL: [RefusalKind; 7] = [
+        RefusalKind::Busy,
+        RefusalKind::Flood,
+        RefusalKind::Probes,
+        RefusalKind::Stray,
+        RefusalKind::Handshake,
+        RefusalKind::Credentials,
+        RefusalKind::Idle,
+    ];
+
+    /// Its name in the JSON log and in metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            RefusalKind::Busy => "busy",
+            RefusalKind::Flood => "flood",
+            RefusalKind::Probes => "probes",
+            RefusalKind::Stray => "stray",
+            RefusalKind::Handshake => "handshake",
+            RefusalKind::Credentials => "credentials",
+            RefusalKind::Idle => "idle",
+        }
+    }
 }

@@ -11,6 +11,7 @@ use std::net::{SocketAddr, TcpStream};
 use flowlab_proto::credential::ticket_reply;
 use flowlab_proto::fragment::Admission;
 use flowlab_proto::probe::{self, TCP_HELLO_LEN};
+use flowlab_results::server::RefusalKind;
 
 use super::auth::{ServerAuth, Unadmitted, admit, ticket_due};
 use super::{Greeting, Places};
@@ -45,12 +46,22 @@ pub(super) fn serve(
         .and_then(|()| probe::tcp_hello_size(&hello).map_err(|e| e.to_string()))
     {
         Ok(hello) => hello,
-        Err(e) => return greeting.refuse(peer, format!("TCP probe hello: {e}")),
+        Err(e) => {
+            return greeting.refuse(
+                peer,
+                RefusalKind::Handshake,
+                format!("TCP probe hello: {e}"),
+            );
+        }
     };
     let token_accepted = match admit(&mut conn, greeting.deadline, follows, auth, peer) {
         Ok(accepted) => accepted,
         Err(Unadmitted::Unreadable(e)) => {
-            return greeting.refuse(peer, format!("TCP probe credential: {e}"));
+            return greeting.refuse(
+                peer,
+                RefusalKind::Credentials,
+                format!("TCP probe credential: {e}"),
+            );
         }
         Err(Unadmitted::Refused(why)) => {
             return greeting.deny(&mut conn, peer, format!("TCP echo: {why}"));

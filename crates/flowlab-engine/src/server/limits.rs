@@ -418,6 +418,7 @@ mod tests {
         let log = RateLimited::new(inner.clone(), 5);
         let refused = |i: usize| ServerEvent::Refused {
             peer: format!("192.0.2.{i}:1"),
+            kind: flowlab_results::server::RefusalKind::Flood,
             reason: "flood".into(),
         };
         for i in 0..50 {

@@ -15,6 +15,7 @@ use flowlab_proto::credential::ticket_reply;
 use flowlab_proto::fragment::Admission;
 use flowlab_proto::load::{self, Direction, Event, FrameReader, HELLO_LEN};
 use flowlab_proto::probe::{self, HEADER_LEN};
+use flowlab_results::server::RefusalKind;
 
 use super::auth::{ServerAuth, Unadmitted, admit, ticket_due};
 use super::{Greeting, Places};
@@ -75,7 +76,7 @@ pub(super) fn serve(
         });
     let (head, congestion) = match hello {
         Ok(h) => h,
-        Err(e) => return greeting.refuse(peer, format!("load hello: {e}")),
+        Err(e) => return greeting.refuse(peer, RefusalKind::Handshake, format!("load hello: {e}")),
     };
     let (direction, follows) = (head.direction, head.credential);
     // Refused whoever asks: said before a credential costs a decryption.
@@ -85,7 +86,11 @@ pub(super) fn serve(
     let token_accepted = match admit(&mut conn, greeting.deadline, follows, service.auth, peer) {
         Ok(accepted) => accepted,
         Err(Unadmitted::Unreadable(e)) => {
-            return greeting.refuse(peer, format!("load credential: {e}"));
+            return greeting.refuse(
+                peer,
+                RefusalKind::Credentials,
+                format!("load credential: {e}"),
+            );
         }
         Err(Unadmitted::Refused(why)) => {
             return greeting.deny(&mut conn, peer, format!("load connection: {why}"));

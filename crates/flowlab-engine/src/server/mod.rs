@@ -27,7 +27,7 @@ use flowlab_proto::Cookie;
 use flowlab_proto::probe;
 use flowlab_proto::udp::handshake_reply;
 use flowlab_results::result::ServerOutput;
-use flowlab_results::server::ServerEvent;
+use flowlab_results::server::{RefusalKind, ServerEvent};
 use socket2::{Domain, Protocol as SockProtocol, SockRef, Socket, Type};
 
 use crate::control;
@@ -145,10 +145,12 @@ impl Greeting {
         self.held = None;
     }
 
-    /// Logs that `peer`'s connection is refused, and why (the peer is not told).
-    pub fn refuse(&self, peer: SocketAddr, reason: String) {
+    /// Logs that `peer`'s connection is refused, the kind of refusal and why (the peer
+    /// is not told).
+    pub fn refuse(&self, peer: SocketAddr, kind: RefusalKind, reason: String) {
         self.log.event(ServerEvent::Refused {
             peer: peer.to_string(),
+            kind,
             reason,
         });
     }
@@ -156,7 +158,7 @@ impl Greeting {
     /// Denies `peer`'s connection (its credential): logged as [`Greeting::refuse`] does,
     /// and told to the peer as a denied admission, without the reason.
     pub fn deny(&self, conn: &mut TcpStream, peer: SocketAddr, why: String) {
-        self.refuse(peer, why);
+        self.refuse(peer, RefusalKind::Credentials, why);
         let _ =
             std::io::Write::write_all(conn, &flowlab_proto::fragment::Admission::Denied.encode());
     }
@@ -164,7 +166,7 @@ impl Greeting {
     /// Turns `peer`'s connection away: logged as [`Greeting::refuse`] does, and told to
     /// the peer as a busy admission naming the reason.
     pub fn turn_away(&self, conn: &mut TcpStream, peer: SocketAddr, why: String) {
-        self.refuse(peer, why.clone());
+        self.refuse(peer, RefusalKind::Busy, why.clone());
         let _ = std::io::Write::write_all(
             conn,
             &flowlab_proto::fragment::Admission::Busy(why).encode(),
@@ -222,6 +224,29 @@ pub trait ServerLog: Send + Sync {
     /// server's output (iperf3's `--get-server-output`): what it would have printed, in
     /// the log's own format (the engine formats nothing).
     fn output(&self, events: &[ServerEvent]) -> ServerOutput;
+}
+
+/// Sees every server event as it happens, none left out (metrics count them); never
+/// asked for a test's output.
+pub trait ServerObserver: Send + Sync {
+    fn observe(&self, event: &ServerEvent);
+}
+
+/// A log whose events an observer sees first.
+struct Observed {
+    observer: Arc<dyn ServerObserver>,
+    log: Arc<dyn ServerLog>,
+}
+
+impl ServerLog for Observed {
+    fn event(&self, event: ServerEvent) {
+        self.observer.observe(&event);
+        self.log.event(event);
+    }
+
+    fn output(&self, events: &[ServerEvent]) -> ServerOutput {
+        self.log.output(events)
+    }
 }
 
 /// A log that drops everything: a client asking for the server's output gets none.
@@ -315,6 +340,16 @@ fn bind_socket(
 impl Server {
     /// Binds the TCP and UDP sockets. Port 0 picks a free TCP port and binds UDP to the same.
     pub fn bind(cfg: ServerConfig, log: Arc<dyn ServerLog>) -> std::io::Result<Server> {
+        Server::bind_observed(cfg, log, None)
+    }
+
+    /// [`Server::bind`], with `observer` seeing every event before `log`'s rate limit
+    /// (`--log-rate`) leaves any out: what counts them (metrics) misses none.
+    pub fn bind_observed(
+        cfg: ServerConfig,
+        log: Arc<dyn ServerLog>,
+        observer: Option<Arc<dyn ServerObserver>>,
+    ) -> std::io::Result<Server> {
         let ips: Vec<IpAddr> = match cfg.bind {
             Some(ip) => vec![ip],
             None => vec![
@@ -338,7 +373,14 @@ impl Server {
             };
             let local = tcp.local_addr()?;
             let udp: UdpSocket = bind_socket(local, Type::DGRAM, SockProtocol::UDP, dev)?.into();
-            let log: Arc<dyn ServerLog> = Arc::new(RateLimited::new(log, cfg.log_rate));
+            let limited = Arc::new(RateLimited::new(log.clone(), cfg.log_rate));
+            let log: Arc<dyn ServerLog> = match &observer {
+                Some(o) => Arc::new(Observed {
+                    observer: o.clone(),
+                    log: limited,
+                }),
+                None => limited,
+            };
             let gate = RateGate::new(cfg.handshake_rate);
             let probe_gate = RateGate::new(cfg.probe_rate);
             let shared = Arc::new(Shared {
@@ -399,6 +441,7 @@ impl Server {
                             drop(conn);
                             shared.log.event(ServerEvent::Refused {
                                 peer: peer.to_string(),
+                                kind: RefusalKind::Flood,
                                 reason: reason.into(),
                             });
                             continue;
@@ -471,6 +514,7 @@ fn udp_listener(udp: UdpSocket, shared: Arc<Shared>) {
             drop(waiting);
             shared.log.event(ServerEvent::Refused {
                 peer: peer.to_string(),
+                kind: RefusalKind::Stray,
                 reason: "UDP stream for no waiting test".into(),
             });
             continue;
@@ -517,6 +561,7 @@ fn echo_probe(
     if !shared.probe_gate.allow_n(peer.ip(), cost) {
         shared.log.event(ServerEvent::Refused {
             peer: peer.to_string(),
+            kind: RefusalKind::Probes,
             reason: "latency probes beyond --probe-rate".into(),
         });
         return;
@@ -613,6 +658,7 @@ fn handle_connection(mut conn: TcpStream, peer: SocketAddr, order: u64, handshak
         Err(e) => {
             shared.log.event(ServerEvent::Refused {
                 peer: peer.to_string(),
+                kind: RefusalKind::Handshake,
                 reason: format!("no valid cookie: {e}"),
             });
             return;
@@ -639,6 +685,7 @@ fn handle_connection(mut conn: TcpStream, peer: SocketAddr, order: u64, handshak
         Err(TestError::Busy(reason)) => {
             shared.log.event(ServerEvent::Refused {
                 peer: peer.to_string(),
+                kind: RefusalKind::Busy,
                 reason,
             });
             false

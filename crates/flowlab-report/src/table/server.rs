@@ -40,7 +40,7 @@ pub fn server_event(event: &ServerEvent) -> String {
             Some(t) => format!("test {t}: {peer}: {error}"),
             None => format!("{peer}: {error}"),
         },
-        ServerEvent::Refused { peer, reason } => format!("refused {peer}: {reason}"),
+        ServerEvent::Refused { peer, reason, .. } => format!("refused {peer}: {reason}"),
         ServerEvent::Suppressed { count } => {
             format!("{count} more refusals or failures not logged (--log-rate)")
         }

@@ -7,7 +7,10 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args as ClapArgs;
-use flowlab_engine::server::{DEFAULT_MAX_DURATION, Server, ServerAuth, ServerConfig, ServerLog};
+use flowlab_engine::server::{
+    DEFAULT_MAX_DURATION, Server, ServerAuth, ServerConfig, ServerLog, ServerObserver,
+};
+use flowlab_monitor::server::ServerMetrics;
 use flowlab_report::{json, table};
 use flowlab_results::result::ServerOutput;
 use flowlab_results::server::ServerEvent;
@@ -127,6 +130,11 @@ pub struct Args {
         value_name = "LINES"
     )]
     pub log_rate: u32,
+    /// Serve Prometheus metrics of this server (tests started, served and failed, bytes,
+    /// refusals by reason, tests running) at http://ADDRESS:PORT/metrics: an address of
+    /// its own, best a private one (docs/serve.md).
+    #[arg(long, value_name = "ADDRESS:PORT")]
+    pub metrics: Option<std::net::SocketAddr>,
     /// Authenticate clients as iperf3 does: the RSA private key (PEM) their tokens are
     /// encrypted for.
     #[arg(
@@ -395,7 +403,19 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         iperf3: a.iperf3_json,
         started: Default::default(),
     };
-    let server = Server::bind(cfg, Arc::new(log)).map_err(|e| {
+    // Bound now, so a port in use is said on the terminal; served once detached.
+    let metrics = match a.metrics {
+        Some(addr) => {
+            let listener = flowlab_web::Listener::bind(addr)
+                .with_context(|| format!("--metrics {addr}: cannot listen there"))?;
+            Some((listener, Arc::new(ServerMetrics::new()?)))
+        }
+        None => None,
+    };
+    let observer = metrics
+        .as_ref()
+        .map(|(_, m)| Arc::new(Counted(m.clone())) as Arc<dyn ServerObserver>);
+    let server = Server::bind_observed(cfg, Arc::new(log), observer).map_err(|e| {
         let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
             " (another server has that port: stop it, or give this one another with -p)"
         } else {
@@ -410,8 +430,33 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     } else {
         pidfile(output)?
     };
+    let _serving = match metrics {
+        Some((listener, m)) => {
+            let at = listener.local_addr()?;
+            let routes = flowlab_web::Routes::new().text(
+                "/metrics",
+                flowlab_monitor::CONTENT_TYPE,
+                move || m.encode(),
+            );
+            let serving = listener.serve(routes).context("--metrics")?;
+            if !a.json && !a.iperf3_json {
+                super::emit(&format!("metrics at http://{at}/metrics\n"));
+            }
+            Some(serving)
+        }
+        None => None,
+    };
     server.run()?;
     Ok(())
+}
+
+/// A server's metrics, counting every event it logs.
+struct Counted(Arc<ServerMetrics>);
+
+impl ServerObserver for Counted {
+    fn observe(&self, event: &ServerEvent) {
+        self.0.observe(event);
+    }
 }
 
 /// The pid file of -I/--pidfile, written, removed when the server ends.
