@@ -1,9 +1,12 @@
-//! flowlab's Prometheus metrics, counted from the events flowlab's parts already report
-//! (no part measures anything twice): a server's own counters, from its log's events
-//! (`flowlab serve --metrics`). Exposed in Prometheus's text format (0.0.4), which every
-//! Prometheus scrapes and its `promtool check metrics` reads; served by `flowlab-web`'s
-//! one HTTP listener per process.
+//! Watching networks over time. A server's own counters for Prometheus, counted from the
+//! events its log already receives (`flowlab serve --metrics`, [`server`]); and, for
+//! `flowlab monitor`, the mesh file ([`mesh`]) and the schedule of its runs
+//! ([`schedule`]), both sans-IO. Metrics are written in Prometheus's text format
+//! (0.0.4), which every Prometheus scrapes and its `promtool check metrics` reads, and
+//! served by `flowlab-web`'s one HTTP listener per process.
 
+pub mod mesh;
+pub mod schedule;
 pub mod server;
 
 /// The content type of [`server::ServerMetrics::encode`]'s text.
