@@ -18,6 +18,7 @@ pub struct ServerMetrics {
     started: IntCounterVec,
     served: IntCounterVec,
     failed: IntCounterVec,
+    not_started: IntCounter,
     running: IntGauge,
     received_bytes: IntCounter,
     sent_bytes: IntCounter,
@@ -54,6 +55,11 @@ impl ServerMetrics {
              server's places).",
             "reason",
         )?;
+        let not_started = IntCounter::new(
+            "flowlab_server_tests_not_started_total",
+            "Tests that ended before they started: parameters refused (a limit, \
+             authentication) or never come whole.",
+        )?;
         let running = IntGauge::new("flowlab_server_tests_running", "Tests running now.")?;
         let received_bytes = IntCounter::new(
             "flowlab_server_received_bytes_total",
@@ -80,6 +86,7 @@ impl ServerMetrics {
         for family in [&started, &served, &failed, &refused] {
             registry.register(Box::new(family.clone()))?;
         }
+        registry.register(Box::new(not_started.clone()))?;
         registry.register(Box::new(running.clone()))?;
         registry.register(Box::new(received_bytes.clone()))?;
         registry.register(Box::new(sent_bytes.clone()))?;
@@ -89,6 +96,7 @@ impl ServerMetrics {
             started,
             served,
             failed,
+            not_started,
             running,
             received_bytes,
             sent_bytes,
@@ -119,14 +127,15 @@ impl ServerMetrics {
                 self.received_bytes.inc_by(*bytes_received);
                 self.sent_bytes.inc_by(*bytes_sent);
             }
-            // A test that failed before it started (its handshake, its parameters) was
-            // never counted as started.
-            ServerEvent::TestFailed { test: Some(id), .. } => {
-                if let Some(protocol) = open.remove(id) {
+            // A test that failed before it started (its parameters refused or never
+            // whole) was never counted as started.
+            ServerEvent::TestFailed { test: Some(id), .. } => match open.remove(id) {
+                Some(protocol) => {
                     self.failed.with_label_values(&[&protocol]).inc();
                     self.running.dec();
                 }
-            }
+                None => self.not_started.inc(),
+            },
             ServerEvent::Refused { kind, .. } => {
                 self.refused.with_label_values(&[kind.name()]).inc();
             }
@@ -238,6 +247,7 @@ mod tests {
             0.0
         );
         assert_eq!(v("flowlab_server_tests_running"), 1.0);
+        assert_eq!(v("flowlab_server_tests_not_started_total"), 1.0);
         assert_eq!(v("flowlab_server_received_bytes_total"), 1e6);
         assert_eq!(v("flowlab_server_sent_bytes_total"), 2e3);
         assert_eq!(v("flowlab_server_refused_total{reason=\"busy\"}"), 2.0);

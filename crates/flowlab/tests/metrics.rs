@@ -72,9 +72,10 @@ fn client(port: u16, args: &[&str]) -> std::process::Output {
     c.wait_with_output().expect("client output")
 }
 
-/// A server allowing one test at a time: a test served, and one refused as busy while it
-/// ran. The metrics count one TCP test started and served, none running after it, one
-/// refusal for "busy", the bytes the server received as the client's report gives them;
+/// A server allowing one test at a time: a test served, one refused as busy while it
+/// ran, and one asking for longer than the server allows. The metrics count one TCP test
+/// started and served, none running after it, one refusal for "busy", one test not
+/// started, the bytes the server received as the client's report gives them;
 /// they are Prometheus's text format as its parser reads it, and its linter finds
 /// nothing to say.
 #[test]
@@ -129,11 +130,17 @@ fn a_servers_metrics_count_what_its_clients_saw() {
         .expect("the bytes the server received");
     assert!(received > 0.0);
 
-    // The server logs a test's end once the client has its results: wait for the count.
+    // A test asking for longer than --max-duration (600 s) is refused at its start.
+    let long = client(port, &["-t", "700"]);
+    assert!(!long.status.success(), "a 700-s test ran");
+
+    // The server logs a test's end once the client has its results: wait for the counts.
     let deadline = Instant::now() + Duration::from_secs(10);
     let text = loop {
         let (_, _, text) = scrape(metrics);
-        if value(&text, "flowlab_server_tests_served_total{protocol=\"tcp\"}") >= 1.0 {
+        if value(&text, "flowlab_server_tests_served_total{protocol=\"tcp\"}") >= 1.0
+            && value(&text, "flowlab_server_tests_not_started_total") >= 1.0
+        {
             break text;
         }
         assert!(
@@ -160,6 +167,7 @@ fn a_servers_metrics_count_what_its_clients_saw() {
         0.0
     );
     assert_eq!(v("flowlab_server_tests_running"), 0.0);
+    assert_eq!(v("flowlab_server_tests_not_started_total"), 1.0);
     assert_eq!(v("flowlab_server_refused_total{reason=\"busy\"}"), 1.0);
     assert_eq!(v("flowlab_server_received_bytes_total"), received);
     assert!(
