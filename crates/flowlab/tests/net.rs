@@ -1008,11 +1008,12 @@ fn one_way_us(from: &std::net::UdpSocket, to: &std::net::UdpSocket, count: usize
 /// of a departure (the delay less the send cost and 0.1 ms of slack).
 ///
 /// Judged against the same probes without the stream (the thread then watches both
-/// sockets all the time), measured alternately, the lowest 90th percentile of two rounds
-/// each, or of up to four each when the first two disagree: the host's interference
-/// shows in some rounds, a rule's error in every one. On
-/// the development VM both measured 15–24 µs over the 0.4 ms; with the rule fed the
-/// long way's delay for both sockets, 1 056 µs with the stream.
+/// sockets all the time), measured alternately, a quiet round then a stream round: each
+/// pair's difference of 90th percentiles, two pairs or, when they disagree, four, and the
+/// upper median of the differences: the host's interference shows in some rounds of
+/// either kind, a rule's error in every stream round. On the development VM both
+/// measured 15–24 µs over the 0.4 ms; with the rule fed the long way's delay for both
+/// sockets, 1 056 µs with the stream.
 #[test]
 fn arrivals_the_short_way_keep_their_delay_while_the_emulator_sleeps_for_the_long_way() {
     let Some(_serial) = root_and_serial() else {
@@ -1060,22 +1061,21 @@ fn arrivals_the_short_way_keep_their_delay_while_the_emulator_sleeps_for_the_lon
         }
     }
     let mut rounds: Vec<(&str, f64, f64, f64)> = Vec::new();
-    let lowest = |rounds: &[(&str, f64, f64, f64)], way: &str| {
-        rounds
-            .iter()
-            .filter(|r| r.0 == way)
-            .map(|r| r.3)
-            .fold(f64::INFINITY, f64::min)
+    // Each pair's difference (a quiet round, then a stream round: the same phase of the
+    // host), and their upper median. The lowest round of each kind was judged before:
+    // one lucky quiet round (74 µs among 375–532, with 11 % of the CPU stolen, in a
+    // fresh clone's suite) failed a stream that was no worse than the rest.
+    let differences = |rounds: &[(&str, f64, f64, f64)]| {
+        let mut d: Vec<f64> = rounds.chunks_exact(2).map(|p| p[1].3 - p[0].3).collect();
+        d.sort_by(f64::total_cmp);
+        d
     };
-    // Two rounds each way, and up to two more each while the stream's best round is
-    // beyond the quiet one's: a rule's error shows in every stream round, a noisy phase
-    // of the host in some rounds of either kind (once 53 and 205 µs quiet, 233 and 282
-    // with the stream, in a fresh clone's suite).
+    let upper_median = |d: &[f64]| d.get(d.len() / 2).copied().unwrap_or(f64::INFINITY);
+    // Two pairs, and two more when the first two's upper median is beyond the bound: a
+    // noisy phase of the host shows in some rounds of either kind (once 53 and 205 µs
+    // quiet, 233 and 282 with the stream, in a fresh clone's suite).
     for round in 0..8 {
-        if round >= 4
-            && round % 2 == 0
-            && lowest(&rounds, "stream") <= lowest(&rounds, "quiet") + 150.0
-        {
+        if round == 4 && upper_median(&differences(&rounds)) <= 150.0 {
             break;
         }
         let streaming = round % 2 == 1;
@@ -1100,14 +1100,16 @@ fn arrivals_the_short_way_keep_their_delay_while_the_emulator_sleeps_for_the_lon
         let way = if streaming { "stream" } else { "quiet" };
         rounds.push((way, p(&us, 0.0), p(&us, 0.5), p(&us, 0.9)));
     }
-    let (quiet, busy) = (lowest(&rounds, "quiet"), lowest(&rounds, "stream"));
+    let d = differences(&rounds);
+    let judged = upper_median(&d);
     let seen = format!(
-        "over the 0.4 ms, 90th percentile: {busy:.0} µs with the stream, {quiet:.0} µs \
-         without; (least, median, 90th) µs per round: {rounds:.0?} {}",
+        "90th percentile with the stream less without, per pair of rounds: {d:.0?} µs, \
+         upper median {judged:.0}; (least, median, 90th) µs over the 0.4 ms per round: \
+         {rounds:.0?} {}",
         steal_since(cpu)
     );
     eprintln!("{seen}");
-    assert!(busy <= quiet + 150.0, "{seen}");
+    assert!(judged <= 150.0, "{seen}");
     // Open until here: a closed port would answer the stream the short way (ICMP).
     drop(sink);
 }
