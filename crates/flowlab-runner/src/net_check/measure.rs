@@ -169,18 +169,15 @@ fn idle_rtts(jobs: &[Job<'_>]) -> Result<Vec<IdleRtt>, Error> {
                         PROBE_TIMEOUT.as_secs()
                     )));
                 }
-                let off = |rtt: Option<Duration>| rtt.map(|r| r.abs_diff(implied));
                 let mut kept: Option<Duration> = None;
                 for run in 1..=IDLE_RUNS {
                     if run > 1 {
                         std::thread::sleep(IDLE_PAUSE);
                     }
                     let rtt = median(&echo_run(to, Some(20), Duration::from_millis(10), None)?);
-                    if kept.is_none() || off(rtt) < off(kept) {
-                        kept = rtt;
-                    }
+                    kept = closer(kept, rtt, implied);
                     // Beside busy stations the RTT is shown, not judged: one run.
-                    if !judged || off(kept).is_some_and(|d| d <= RTT_TOLERANCE) {
+                    if !judged || kept.is_some_and(|k| k.abs_diff(implied) <= RTT_TOLERANCE) {
                         return Ok((kept, run));
                     }
                 }
@@ -188,6 +185,16 @@ fn idle_rtts(jobs: &[Job<'_>]) -> Result<Vec<IdleRtt>, Error> {
             }))
         })
         .collect()
+}
+
+/// Of the idle RTT `kept` so far and a new run's `rtt`, the one closer to `implied`; a
+/// run that measured nothing (every echo lost) never replaces one that did.
+fn closer(kept: Option<Duration>, rtt: Option<Duration>, implied: Duration) -> Option<Duration> {
+    match (kept, rtt) {
+        (Some(k), Some(r)) if r.abs_diff(implied) < k.abs_diff(implied) => Some(r),
+        (Some(k), _) => Some(k),
+        (None, r) => r,
+    }
 }
 
 /// One pair's TCP test and what was seen beside it.
@@ -451,6 +458,19 @@ fn emulator_late(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The run closest to the file's RTT is kept, from either side; a run whose echoes
+    /// were all lost does not erase one that was measured.
+    #[test]
+    fn the_idle_run_closest_to_the_file_is_kept_and_a_lost_one_never_replaces_it() {
+        let ms = Duration::from_millis;
+        let implied = ms(80);
+        assert_eq!(closer(None, Some(ms(82)), implied), Some(ms(82)));
+        assert_eq!(closer(Some(ms(82)), Some(ms(79)), implied), Some(ms(79)));
+        assert_eq!(closer(Some(ms(79)), Some(ms(82)), implied), Some(ms(79)));
+        assert_eq!(closer(Some(ms(82)), None, implied), Some(ms(82)));
+        assert_eq!(closer(None, None, implied), None);
+    }
 
     fn link(name: &str, wakeups: Option<&[(usize, u64)]>) -> LinkStats {
         LinkStats {
