@@ -592,6 +592,14 @@ fn median_of(xs: &[f64]) -> f64 {
     v[(v.len() - 1) / 2]
 }
 
+/// The nearest-rank `q` quantile of `xs` (0 < q ≤ 1); 0 of none.
+fn percentile(xs: &[f64], q: f64) -> f64 {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    let rank = (q * v.len() as f64).ceil() as usize;
+    v.get(rank.saturating_sub(1)).copied().unwrap_or(0.0)
+}
+
 /// The highest share of the CPU stolen during any path's load of a `net check` document.
 fn most_stolen(doc: &serde_json::Value) -> f64 {
     doc["paths"]
@@ -2142,13 +2150,39 @@ fn a_traces_codel_queue_keeps_the_wait_short_and_its_log_says_so() {
         &text[..200.min(text.len())]
     );
     let log = flowlab_net::trace::LinkLog::parse(&text, 100).expect("mahimahi's format");
-    let p95 = log.p95_delay_ms.expect("deliveries");
+    // Slow start's first burst overshoots by design: CoDel lets a standing queue stand
+    // for an interval (100 ms) before it drops, and TCP needs a round trip to answer,
+    // so the first second's waits reach tens of ms. What CoDel promises is the steady
+    // state: judged from the tenth interval on, over some 4 500 packets.
+    let settled: Vec<f64> = log
+        .delays
+        .iter()
+        .filter(|(left, _)| *left >= 1.0)
+        .map(|(_, wait)| *wait)
+        .collect();
+    let p95 = percentile(&settled, 0.95);
+    let first_max = log
+        .delays
+        .iter()
+        .filter(|(left, _)| *left < 1.0)
+        .map(|(_, wait)| *wait)
+        .fold(0.0, f64::max);
     eprintln!(
-        "CoDel: {rate:.0} bit/s received, log: capacity {:.0}, throughput {:.0}, p95 wait {p95} ms, {} drops",
-        log.mean_capacity_bps, log.mean_throughput_bps, log.drops
+        "CoDel: {rate:.0} bit/s received, log: capacity {:.0}, throughput {:.0}, \
+         p95 wait {p95} ms after the first second ({} packets; whole run {} ms, \
+         first second's longest {first_max} ms), {} drops",
+        log.mean_capacity_bps,
+        log.mean_throughput_bps,
+        settled.len(),
+        log.p95_delay_ms.unwrap_or(f64::NAN),
+        log.drops
     );
+    assert!(settled.len() >= 3000, "{} packets settled", settled.len());
     // CoDel's target is 5 ms: the wait stays within a few of it, the link busy.
-    assert!(p95 <= 30.0, "95th percentile wait {p95} ms");
+    assert!(
+        p95 <= 30.0,
+        "95th percentile wait {p95} ms after the first second"
+    );
     assert!(log.drops > 0, "CoDel dropped nothing: {status}");
     assert!(
         status.contains("dropped early by the queue's policy"),
