@@ -135,6 +135,7 @@ fn build(
         state.emulator_pid = Some(start_emulator(&t.name, dir, &links, opts)?);
         state.cpus_kept_awake = opts.keep_cpus_awake;
     }
+    await_carriers(&t.name)?;
     write_state(dir, &t.name, &state)?;
     // The schedule last, once everything it changes is there: its times count from here.
     if t.links.iter().any(|l| !l.schedule.is_empty()) {
@@ -144,6 +145,56 @@ fn build(
         write_state(dir, &t.name, &state)?;
     }
     Ok(state)
+}
+
+/// How long every interface of a topology is given to carry once it is built.
+const CARRIER_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Waits until every interface of topology `topo` is up with its carrier and every
+/// switch's port forwards. The kernel tells the bridge of a port's carrier through its
+/// link watch, which may hold the news up to a second: until then the port drops what
+/// it is given, and a test started at once (the emulator's veths come up last) lost
+/// every packet of its first second.
+fn await_carriers(topo: &str) -> Result<(), NetError> {
+    let ours: Vec<String> = namespaces()
+        .into_iter()
+        .filter(|n| n.starts_with(&prefix(topo)))
+        .collect();
+    let started = std::time::Instant::now();
+    loop {
+        let mut waiting = None;
+        for ns in &ours {
+            let shown = run("ip", &["-n", ns, "-d", "-j", "link", "show"])?;
+            let devices: Vec<serde_json::Value> = serde_json::from_str(&shown).unwrap_or_default();
+            waiting = devices.iter().find_map(|d| {
+                let name = d["ifname"].as_str().unwrap_or("?");
+                let state = d["operstate"].as_str().unwrap_or("");
+                let port = d["linkinfo"]["info_slave_data"]["state"].as_str();
+                let ready =
+                    name == "lo" || (state == "UP" && port.is_none_or(|p| p == "forwarding"));
+                (!ready).then(|| {
+                    format!(
+                        "{name} in {ns}: {}{}",
+                        state.to_lowercase(),
+                        port.map_or(String::new(), |p| format!(", port {p}"))
+                    )
+                })
+            });
+            if waiting.is_some() {
+                break;
+            }
+        }
+        let Some(what) = waiting else {
+            return Ok(());
+        };
+        if started.elapsed() > CARRIER_WAIT {
+            return Err(NetError::Unsupported(format!(
+                "interface {what} after {} s: the topology does not carry",
+                CARRIER_WAIT.as_secs()
+            )));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
 }
 
 /// A namespace per node (recorded before it is made), loopback up; a bridge in each
