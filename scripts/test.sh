@@ -57,7 +57,8 @@ fi
 #      theirs alone), then the rest;
 #   2. the binaries that mostly wait (on timeouts, a stalled peer) and fragments.rs,
 #      whose paced servers must reach their rates, while lane 1's first part runs;
-#      then tests/studies.rs, whose topologies run beside the rest of net.rs;
+#      then tests/studies.rs and tests/monitor.rs, whose topologies run beside the
+#      rest of net.rs;
 #   3. the rest, which mostly keep the CPUs busy for the seconds their tests last.
 # What the first two lanes measure is timing (an emulated link's delay, a server's
 # pacing, a timeout) and they use little CPU, so they run at a higher priority (nice
@@ -71,7 +72,7 @@ plan_of() {
   case "$1" in
     net) printf '1\t0\tmachine_alone::\n1\t1\t--skip machine_alone::\n' ;;
     fragments | hostile | stalled_receiver | public_server | bad_input) printf '2\t0\t\n' ;;
-    studies) printf '2\t1\t\n' ;;
+    studies | monitor) printf '2\t1\t\n' ;;
     *) printf '3\t0\t\n' ;;
   esac
 }

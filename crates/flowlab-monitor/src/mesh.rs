@@ -4,7 +4,8 @@
 //!
 //! ```toml
 //! name = "lab"                  # names the mesh's rows and metrics
-//! hosts = ["h1", "h4", "h9"]    # its members (nodes of the topology it runs on)
+//! topology = "lab.toml"         # the emulated topology it runs on (beside this file)
+//! hosts = ["h1", "h4", "h9"]    # its members: nodes of the topology
 //!
 //! [[probe]]
 //! kind = "latency"              # echoes: each pair of the mesh, every 5 minutes
@@ -40,6 +41,9 @@ pub struct MeshError {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Mesh {
     pub name: String,
+    /// The topology file whose nodes the hosts are, as written (relative to the mesh
+    /// file).
+    pub topology: Option<String>,
     pub hosts: Vec<String>,
     pub probes: Vec<Probe>,
 }
@@ -82,6 +86,7 @@ pub const MIN_EVERY: Duration = Duration::from_secs(10);
 #[serde(deny_unknown_fields)]
 struct RawMesh {
     name: Spanned<String>,
+    topology: Option<Spanned<String>>,
     hosts: Spanned<Vec<Spanned<String>>>,
     #[serde(default, rename = "probe")]
     probes: Vec<Spanned<RawProbe>>,
@@ -328,8 +333,15 @@ pub fn parse(text: &str) -> Result<Mesh, MeshError> {
             ),
         ));
     }
+    let topology = match &raw.topology {
+        Some(t) if t.get_ref().trim().is_empty() => {
+            return Err(at(t.span(), "topology: name a topology file".into()));
+        }
+        t => t.as_ref().map(|t| t.get_ref().clone()),
+    };
     Ok(Mesh {
         name: name.clone(),
+        topology,
         hosts,
         probes,
     })
@@ -359,6 +371,16 @@ seconds = 10
     fn a_mesh_reads_back_with_its_defaults() {
         let m = parse(LAB).expect("a good mesh");
         assert_eq!(m.name, "lab");
+        assert_eq!(m.topology, None);
+        let on = parse(&LAB.replace("hosts", "topology = \"lab.toml\"\nhosts")).expect("mesh");
+        assert_eq!(on.topology.as_deref(), Some("lab.toml"));
+        let empty = LAB.replace("hosts", "topology = \" \"\nhosts");
+        assert_eq!(
+            parse(&empty)
+                .map_err(|e| e.to_string())
+                .expect_err("refused"),
+            "line 2, column 12: topology: name a topology file"
+        );
         assert_eq!(m.hosts, ["h1", "h4", "h9"]);
         let [latency, throughput] = &m.probes[..] else {
             panic!("two probes: {m:?}");

@@ -16,6 +16,7 @@
 //! - [`net`]: what an emulated topology implies (`net show`), what `net check` measured,
 //!   how the topologies that are up were built (`net up`, `net status`).
 //! - [`server`]: what a server did, for its log (`serve`).
+//! - [`monitor`]: what `flowlab monitor` reports: each run on a mesh's paths.
 //! - [`study`]: what `flowlab run` reports of a study: its plan, its trials, its outcome.
 //! - [`stats`]: repeated trials summarised (mean, median, sd, 95 % CI) and compared
 //!   (Welch's t-test).
@@ -29,6 +30,7 @@ pub mod diagnosis;
 pub mod fetch;
 pub mod latency;
 pub mod metrics;
+pub mod monitor;
 pub mod net;
 pub mod ping;
 pub mod result;

@@ -15,6 +15,13 @@ pub enum Error {
         text: String,
         error: flowlab_study::StudyError,
     },
+    /// The mesh file does not parse (`text` shows where).
+    #[error("{}: {error}", file.display())]
+    Mesh {
+        file: PathBuf,
+        text: String,
+        error: flowlab_monitor::mesh::MeshError,
+    },
     #[error("cannot read {}", file.display())]
     Read {
         file: PathBuf,
@@ -48,7 +55,10 @@ pub enum Error {
 impl Error {
     /// Whether the study was refused as given (a usage error), before anything ran.
     pub fn is_refusal(&self) -> bool {
-        matches!(self, Error::Refused(_) | Error::Parse { .. })
+        matches!(
+            self,
+            Error::Refused(_) | Error::Parse { .. } | Error::Mesh { .. }
+        )
     }
 }
 

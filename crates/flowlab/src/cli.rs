@@ -65,6 +65,9 @@ pub enum Command {
     /// standard deviation and 95 % confidence interval, with charts (HTML), or two cells
     /// compared.
     Report(cmd::report::Args),
+    /// Watch a mesh of hosts: latency and throughput runs between them on a schedule, a
+    /// line per run, each path's figures for Prometheus (`--metrics`).
+    Monitor(cmd::monitor::Args),
     /// Print a shell completion script: `flowlab completions bash > …` (docs/cli.md).
     Completions(cmd::completions::Args),
     /// Print the manual page, or write one per command with `--dir` (docs/cli.md).
@@ -86,6 +89,7 @@ impl Command {
             Command::Quick(a) => Some(&a.output),
             Command::Fetch(a) => Some(&a.output),
             Command::Run(a) => Some(&a.output),
+            Command::Monitor(a) => Some(&a.output),
             _ => None,
         }
     }

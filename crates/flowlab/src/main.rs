@@ -107,6 +107,7 @@ fn main() -> ExitCode {
         Command::Fetch(a) => cmd::fetch::run(&a),
         Command::Net(c) => cmd::net::run(c),
         Command::Run(a) => cmd::run::run(&a),
+        Command::Monitor(a) => cmd::monitor::run(&a),
         Command::Report(a) => cmd::report::run(&a),
         Command::Completions(a) => cmd::completions::run(&a, Cli::command()),
         Command::Man(a) => cmd::completions::man(&a, Cli::command()),

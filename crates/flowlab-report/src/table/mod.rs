@@ -1,12 +1,13 @@
 //! The human-readable tables and lines, one module per command, every one a function
 //! from a result to the text printed (no I/O): a test's table and its diagnosis
 //! ([`mod@test`], [`mod@diagnosis`]), `fetch`'s and the sweep's ([`mod@fetch`]),
-//! `net`'s ([`mod@net`], [`mod@net_check`]), `ping`'s ([`mod@ping`]), `rpm`'s ([`mod@rpm`]), `serve`'s log lines ([`mod@server`]), `run`'s ([`mod@study`]) and
+//! `net`'s ([`mod@net`], [`mod@net_check`]), `monitor`'s ([`mod@monitor`]), `ping`'s ([`mod@ping`]), `rpm`'s ([`mod@rpm`]), `serve`'s log lines ([`mod@server`]), `run`'s ([`mod@study`]) and
 //! `sysinfo`'s ([`mod@system`]). Each is re-exported here: `table::finish`,
 //! `table::net_check`, ….
 
 pub mod diagnosis;
 pub mod fetch;
+pub mod monitor;
 pub mod net;
 pub mod net_check;
 pub mod ping;
@@ -18,6 +19,7 @@ pub mod test;
 
 pub use diagnosis::diagnosis;
 pub use fetch::{fetch, fragment_set, serving_fragments, sweep};
+pub use monitor::{monitor_run, monitor_start, monitor_summary};
 pub use net::{
     SetDirection, kept_bucket_note, net_down, net_plan, net_set, net_set_station, net_status,
     net_up, shape_text,

@@ -101,7 +101,7 @@ impl Net {
     }
 
     /// Refuses a node that is not a host or router of the topology.
-    fn node(&self, node: &str, what: &str) -> Result<(), String> {
+    pub(crate) fn node(&self, node: &str, what: &str) -> Result<(), String> {
         match self.topo.nodes.get(node) {
             Some(Kind::Switch) => Err(format!(
                 "{what}: '{node}' is a switch; name a host or a router"
@@ -254,23 +254,51 @@ pub fn refuse_if_unusable(net: &Net, study: &Study) -> Result<bool, RunError> {
 /// binary `emulator` where the kernel cannot, or uses the topology as it is when it is
 /// up already ([`refuse_if_unusable`]).
 pub fn up(net: &Net, network: usize, study: &Study, emulator: &Path) -> Result<Up, RunError> {
-    let name = net.topo.name.clone();
-    let dir = build::state_dir();
     if refuse_if_unusable(net, study)? {
-        return Ok(Up { name, ours: false });
+        return Ok(Up {
+            name: net.topo.name.clone(),
+            ours: false,
+        });
     }
+    build_up(net, &net.networks[network], study.keep_cpus_awake, emulator)
+}
+
+/// Brings `net`'s topology up as its file has it, or uses it as it is when it is up
+/// already (and its emulator is not lost): what a mesh watches.
+pub fn up_as_is(net: &Net, emulator: &Path) -> Result<Up, RunError> {
+    let name = &net.topo.name;
+    let dir = build::state_dir();
+    if build::state(&dir, name).is_some() {
+        if let Some(why) = build::unusable(&dir, name) {
+            return Err(RunError::Failed(why));
+        }
+        return Ok(Up {
+            name: name.clone(),
+            ours: false,
+        });
+    }
+    build_up(net, &net.topo, false, emulator)
+}
+
+fn build_up(
+    net: &Net,
+    topo: &Topology,
+    keep_cpus_awake: bool,
+    emulator: &Path,
+) -> Result<Up, RunError> {
+    let name = net.topo.name.clone();
     let opts = UpOptions {
         // Only the user-space emulator keeps the CPUs awake.
-        backend: if study.keep_cpus_awake {
+        backend: if keep_cpus_awake {
             build::Backend::Userspace
         } else {
             build::Backend::Auto
         },
         emulator: emulator.to_path_buf(),
-        keep_cpus_awake: study.keep_cpus_awake,
+        keep_cpus_awake,
         link_logs: None,
     };
-    build::up(&net.networks[network], &dir, &opts).map_err(|source| RunError::Up {
+    build::up(topo, &build::state_dir(), &opts).map_err(|source| RunError::Up {
         name: name.clone(),
         file: net.file.clone(),
         source,

@@ -5,6 +5,7 @@ pub mod completions;
 pub mod fetch;
 pub mod fragments;
 pub mod iperf3;
+pub mod monitor;
 pub mod net;
 pub mod ping;
 pub mod plot;

@@ -1,0 +1,259 @@
+//! `flowlab monitor`: a mesh's probes run between its hosts on their schedule, for as
+//! long as asked. The mesh file and the schedule are `flowlab_monitor`'s (sans-IO); this
+//! brings the mesh's topology up (or uses it as it is), starts a `flowlab serve` on each
+//! host a probe measures to, starts each run at its source when the schedule says, and
+//! reports it as a typed [`PathRun`] when it ends. Every process it started is stopped
+//! when the watch ends — by `--for`, by the stop flag, or on an error.
+//!
+//! Each run is a flowlab command at a [`Place`], in the source's namespace: `flowlab ping`
+//! for latency, `flowlab test` for throughput, each with `-J`, read back into the run's
+//! figures (`runs.rs`).
+
+mod runs;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use flowlab_monitor::mesh::{self, Kind, Mesh};
+use flowlab_monitor::schedule::{self, Schedule};
+use flowlab_results::monitor::{MonitorStart, MonitorSummary, PathRun};
+
+use crate::Error as RunError;
+use crate::place::{Job, Output, Place, Process};
+use crate::servers;
+use crate::study::topology::{self, Net};
+
+/// How often running processes are looked at, and the most a due run waits to start.
+const POLL: Duration = Duration::from_millis(20);
+
+/// A mesh read and checked against its topology, ready to watch.
+#[derive(Debug)]
+pub struct Prepared {
+    pub mesh: Mesh,
+    pub file: PathBuf,
+    net: Net,
+}
+
+/// Reads the mesh `file` and its topology (beside it), and checks that every host is a
+/// node of the topology and every pair has a path.
+pub fn prepare(file: &Path) -> Result<Prepared, RunError> {
+    let text = std::fs::read_to_string(file).map_err(|source| RunError::Read {
+        file: file.into(),
+        source,
+    })?;
+    let mesh = mesh::parse(&text).map_err(|error| RunError::Mesh {
+        file: file.into(),
+        text: text.clone(),
+        error,
+    })?;
+    let Some(topo) = &mesh.topology else {
+        return Err(RunError::Refused(format!(
+            "{}: no topology: a mesh's hosts are nodes of an emulated topology; name its file (topology = \"lab.toml\")",
+            file.display()
+        )));
+    };
+    let dir = file.parent().unwrap_or(Path::new(""));
+    let net = Net::load(&dir.join(topo)).map_err(RunError::Refused)?;
+    for host in &mesh.hosts {
+        net.node(host, &format!("{}: host '{host}'", file.display()))
+            .map_err(RunError::Refused)?;
+    }
+    for (from, to) in mesh.probes.iter().flat_map(|p| &p.pairs) {
+        net.address(from, to)
+            .map_err(|e| RunError::Refused(format!("{}: pair {from}-{to}: {e}", file.display())))?;
+    }
+    Ok(Prepared {
+        mesh,
+        file: file.into(),
+        net,
+    })
+}
+
+/// How to watch.
+#[derive(Debug)]
+pub struct Watch<'a> {
+    /// Where flowlab runs (the hosts' namespaces are on it).
+    pub place: &'a dyn Place,
+    /// The flowlab binary that emulates the topology's links where the kernel cannot.
+    pub emulator: &'a Path,
+    /// Set to stop: runs under way are killed and not reported.
+    pub stop: &'a AtomicBool,
+    /// Start no run after this long; the runs under way are let end. `None`: until
+    /// stopped.
+    pub until: Option<Duration>,
+    /// Draws each run's jitter.
+    pub seed: u64,
+}
+
+/// What the watch says as it goes.
+#[derive(Debug)]
+pub enum Event<'a> {
+    /// The servers listen and the schedule starts.
+    Started(&'a MonitorStart),
+    /// A run ended (measured, or failed with why).
+    Ran(&'a PathRun),
+    /// Something to tell the user that is no run's (a topology left up).
+    Note(String),
+}
+
+/// A run under way.
+#[derive(Debug)]
+struct Under {
+    run: schedule::Run,
+    kind: Kind,
+    argv: Vec<String>,
+    process: Box<dyn Process>,
+    started_unix: f64,
+    begun: Instant,
+    deadline: Duration,
+}
+
+/// Watches `p`'s mesh until `w.until` or `w.stop`, reporting to `on`.
+pub fn watch(
+    p: &Prepared,
+    w: &Watch<'_>,
+    on: &mut dyn FnMut(Event<'_>),
+) -> Result<MonitorSummary, RunError> {
+    let mesh = &p.mesh;
+    let up = topology::up_as_is(&p.net, w.emulator)?;
+    let dir = p
+        .file
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    // A server on each host a probe measures to.
+    let mut ports = std::collections::BTreeMap::new();
+    let mut serving = Vec::new();
+    for (_, to) in mesh.probes.iter().flat_map(|p| &p.pairs) {
+        if ports.contains_key(to) {
+            continue;
+        }
+        let argv = runs::serve_line();
+        let server = servers::start(w.place, to, &argv, Some(&p.net.ns(to)), dir)?;
+        ports.insert(to.clone(), server.port);
+        serving.push(server);
+    }
+    let started = Instant::now();
+    let start = MonitorStart {
+        mesh: mesh.name.clone(),
+        topology: p.net.topo.name.clone(),
+        topology_ours: up.ours(),
+        hosts: mesh.hosts.clone(),
+        probes: mesh.probes.iter().map(runs::describe).collect(),
+        seed: w.seed,
+        started_unix: w.place.now(),
+    };
+    on(Event::Started(&start));
+    let mut schedule = Schedule::new(mesh, w.seed);
+    let mut under: Vec<Under> = Vec::new();
+    let (mut count, mut failed) = (0u64, 0u64);
+    let mut report = |run: &PathRun, on: &mut dyn FnMut(Event<'_>)| {
+        count += 1;
+        failed += u64::from(!run.ok());
+        on(Event::Ran(run));
+    };
+    loop {
+        let stopping = w.stop.load(Ordering::Acquire);
+        let mut i = 0;
+        while i < under.len() {
+            let u = &mut under[i];
+            let exit = match u.process.try_wait() {
+                Ok(Some(exit)) => Some(exit),
+                Ok(None) if stopping => {
+                    u.process.kill();
+                    None
+                }
+                Ok(None) if u.begun.elapsed() > u.deadline => {
+                    u.process.kill();
+                    None
+                }
+                Ok(None) => {
+                    i += 1;
+                    continue;
+                }
+                Err(_) => None,
+            };
+            let u = under.swap_remove(i);
+            schedule.ended(&u.run, started.elapsed());
+            if stopping {
+                // Killed by the stop: it measured nothing worth a row.
+                continue;
+            }
+            let ended_unix = w.place.now();
+            let took = u.begun.elapsed();
+            let written = u.process.finish();
+            let run = runs::path_run(
+                mesh,
+                &u.run,
+                u.kind,
+                &u.argv,
+                (u.started_unix, ended_unix),
+                runs::outcome(u.kind, exit, &written, took, u.deadline),
+            );
+            report(&run, on);
+        }
+        let now = started.elapsed();
+        if stopping || w.until.is_some_and(|until| now >= until) {
+            if under.is_empty() {
+                break;
+            }
+            std::thread::sleep(POLL);
+            continue;
+        }
+        for run in schedule.start(now) {
+            let kind = mesh.probes[run.probe].kind;
+            let address = p
+                .net
+                .address(&run.from, &run.to)
+                .map_err(RunError::Failed)?;
+            let argv = runs::run_line(kind, address, ports[&run.to]);
+            let job = Job {
+                argv: &argv,
+                dir,
+                ns: Some(&p.net.ns(&run.from)),
+            };
+            let started_unix = w.place.now();
+            match w.place.start(&job, Output::Keep) {
+                Ok(process) => under.push(Under {
+                    deadline: runs::deadline(kind),
+                    run,
+                    kind,
+                    argv,
+                    process,
+                    started_unix,
+                    begun: Instant::now(),
+                }),
+                Err(e) => {
+                    schedule.ended(&run, started.elapsed());
+                    let run = runs::path_run(
+                        mesh,
+                        &run,
+                        kind,
+                        &argv,
+                        (started_unix, started_unix),
+                        Err(format!("starting flowlab: {e}")),
+                    );
+                    report(&run, on);
+                }
+            }
+        }
+        let now = started.elapsed();
+        let wait = schedule
+            .next_due_after(now)
+            .map_or(POLL, |due| due.saturating_sub(now).min(POLL));
+        std::thread::sleep(wait.max(Duration::from_millis(1)));
+    }
+    drop(serving);
+    if let Some(why) = up.down() {
+        on(Event::Note(why));
+    }
+    Ok(MonitorSummary {
+        mesh: mesh.name.clone(),
+        runs: count,
+        failed,
+        skipped_rounds: schedule.skipped(),
+        seconds: started.elapsed().as_secs_f64(),
+        interrupted: w.stop.load(Ordering::Acquire),
+    })
+}

@@ -1,0 +1,392 @@
+//! `flowlab monitor` end to end: a mesh of three hosts of an emulated topology watched
+//! on its schedule, each run's figures held to what the links imply, the schedule's
+//! promises (one run per path at a time, one throughput run in the mesh) held to the
+//! runs' own times, and the metrics endpoint held to the runs and checked by
+//! Prometheus's own parser and linter. A mesh refused as given names its file.
+
+mod support;
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use flowlab_results::monitor::{MonitorSummary, PathKind, PathRun};
+use support::{NetDown, free_ports, is_root_with_ip, machine_shared, require_tool, usage_error};
+
+/// Three hosts on a switch, each link 5 ms each way (a round trip between two hosts
+/// crosses four: 20 ms), m2's at 20 Mbit/s.
+const TOPOLOGY: &str = r#"name = "tmon"
+hosts = ["m1", "m2", "m3"]
+switches = ["s1"]
+[[link]]
+ends = ["m1", "s1"]
+delay = "5ms"
+[[link]]
+ends = ["m2", "s1"]
+delay = "5ms"
+rate = "20M"
+[[link]]
+ends = ["m3", "s1"]
+delay = "5ms"
+"#;
+
+/// Latency between every pair each 10 s; throughput into m2 from either side in turn.
+const MESH: &str = r#"name = "lab"
+topology = "tmon.toml"
+hosts = ["m1", "m2", "m3"]
+
+[[probe]]
+kind = "latency"
+every = "10s"
+jitter = "1s"
+pairs = "mesh"
+count = 20
+
+[[probe]]
+kind = "throughput"
+every = "10s"
+jitter = "1s"
+pairs = ["m1-m2", "m3-m2"]
+seconds = 2
+"#;
+
+/// The metrics at `addr`, the body.
+fn scrape(addr: SocketAddr) -> String {
+    let mut conn = std::net::TcpStream::connect(addr).expect("connect to the metrics");
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    write!(
+        conn,
+        "GET /metrics HTTP/1.1\r\nHost: flowlab\r\nConnection: close\r\n\r\n"
+    )
+    .expect("request");
+    let mut response = String::new();
+    conn.read_to_string(&mut response).expect("response");
+    let (head, body) = response.split_once("\r\n\r\n").expect("a whole response");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    body.to_string()
+}
+
+/// The value of series `name{labels}`, labels in the order the encoder sorts them.
+fn value(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.parse().ok())
+}
+
+fn labels(r: &PathRun, kind: bool) -> String {
+    let k = if kind {
+        format!(",kind=\"{}\"", r.kind.name())
+    } else {
+        String::new()
+    };
+    format!(
+        "{{direction=\"forward\"{k},mesh=\"lab\",source=\"{}\",target=\"{}\"}}",
+        r.source, r.target
+    )
+}
+
+/// Whether two runs' times overlap.
+fn overlap(a: &PathRun, b: &PathRun) -> bool {
+    a.started_unix < b.ended_unix && b.started_unix < a.ended_unix
+}
+
+#[test]
+fn a_mesh_is_watched_on_its_schedule_and_its_figures_reach_prometheus() {
+    if !is_root_with_ip("flowlab monitor brings a topology up") {
+        return;
+    }
+    let _machine = machine_shared();
+    let dir = tempfile::tempdir().expect("tmp");
+    std::fs::write(dir.path().join("tmon.toml"), TOPOLOGY).expect("topology");
+    std::fs::write(dir.path().join("mesh.toml"), MESH).expect("mesh");
+    let _down = NetDown::new("tmon");
+    let port = free_ports(1);
+    let metrics: SocketAddr = format!("127.0.0.1:{port}").parse().expect("address");
+    let mut monitor = Command::new(env!("CARGO_BIN_EXE_flowlab"))
+        .args([
+            "monitor",
+            "mesh.toml",
+            "--json",
+            "--for",
+            "14s",
+            "--seed",
+            "1",
+        ])
+        .args(["--metrics", &metrics.to_string()])
+        .current_dir(dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("flowlab monitor");
+    let stdout = monitor.stdout.take().expect("stdout");
+    let (tx, lines) = std::sync::mpsc::channel::<serde_json::Value>();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let v: serde_json::Value = serde_json::from_str(&line)
+                .unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}"));
+            if tx.send(v).is_err() {
+                break;
+            }
+        }
+    });
+    let next = |what: &str| {
+        lines
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("no {what} line within 30 s"))
+    };
+    assert_eq!(next("metrics")["event"], "metrics");
+    let start = next("start");
+    assert_eq!(start["event"], "start", "{start}");
+    assert_eq!(start["data"]["topology_ours"], true, "{start}");
+    // What runs in the topology's namespaces: gone when the watch ends.
+    let pids: Vec<String> = support::namespaces_of("tmon")
+        .iter()
+        .flat_map(|ns| {
+            let out = Command::new("ip")
+                .args(["netns", "pids", ns])
+                .output()
+                .expect("ip netns pids");
+            String::from_utf8_lossy(&out.stdout)
+                .split_whitespace()
+                .map(String::from)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(!pids.is_empty(), "no server runs in the topology");
+
+    // Scrape once at least 6 runs, two of them throughput, have ended.
+    let mut before: Vec<PathRun> = Vec::new();
+    let run_of = |v: &serde_json::Value| -> PathRun {
+        serde_json::from_value(v["data"].clone()).unwrap_or_else(|e| panic!("{e}: {v}"))
+    };
+    while before.len() < 6
+        || before
+            .iter()
+            .filter(|r| r.kind == PathKind::Throughput)
+            .count()
+            < 2
+    {
+        let v = next("run");
+        assert_eq!(v["event"], "run", "{v}");
+        before.push(run_of(&v));
+    }
+    let text = scrape(metrics);
+    let mut runs = before.clone();
+    let summary: MonitorSummary = loop {
+        let v = next("run or summary");
+        match v["event"].as_str() {
+            Some("run") => runs.push(run_of(&v)),
+            Some("summary") => {
+                break serde_json::from_value(v["data"].clone()).expect("summary");
+            }
+            _ => panic!("{v}"),
+        }
+    };
+    let status = monitor.wait().expect("monitor ends");
+    let mut stderr = String::new();
+    monitor
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut stderr)
+        .expect("stderr");
+    reader.join().expect("reader");
+    assert!(status.success(), "{status}: {stderr}");
+    assert_eq!(summary.runs as usize, runs.len(), "{summary:?}");
+    assert_eq!(summary.failed, 0, "{runs:#?}");
+
+    // The figures are the links'.
+    let mut medians = Vec::new();
+    for r in &runs {
+        assert!(r.ok(), "{r:?}");
+        if let Some(l) = &r.latency {
+            let rtt = l.rtt.as_ref().expect("round trips");
+            assert_eq!(l.received, 20, "{r:?}");
+            // Four crossings of 5 ms: no echo comes back sooner.
+            assert!(rtt.min_ms >= 19.8, "{r:?}");
+            medians.push(rtt.median_ms);
+        }
+        if let Some(t) = &r.throughput {
+            assert_eq!(r.target, "m2");
+            let floor = 0.8 * 20e6 * 1448.0 / 1500.0;
+            assert!(
+                (floor..=20e6).contains(&t.bits_per_second),
+                "{} bit/s into a 20 Mbit/s link: {r:?}",
+                t.bits_per_second
+            );
+            assert!(t.congestion.is_some(), "the congestion control is named");
+        }
+    }
+    medians.sort_by(f64::total_cmp);
+    let median = medians[medians.len() / 2];
+    assert!(
+        median <= 22.0,
+        "median of the runs' median RTTs {median} ms over 20 ms of links: {medians:?}"
+    );
+    // Every pair measured; a path never carries two runs at once, nor the mesh two
+    // throughput runs.
+    let latency_paths: std::collections::HashSet<_> = runs
+        .iter()
+        .filter(|r| r.kind == PathKind::Latency)
+        .map(|r| (r.source.clone(), r.target.clone()))
+        .collect();
+    assert_eq!(latency_paths.len(), 6, "{latency_paths:?}");
+    for (i, a) in runs.iter().enumerate() {
+        for b in &runs[i + 1..] {
+            let same_path = (a.source == b.source && a.target == b.target)
+                || (a.source == b.target && a.target == b.source);
+            let both_throughput = a.kind == PathKind::Throughput && b.kind == PathKind::Throughput;
+            assert!(
+                !((same_path || both_throughput) && overlap(a, b)),
+                "overlapping runs: {a:?} and {b:?}"
+            );
+        }
+    }
+
+    // The metrics are the runs': each path's latest figures those of the run that ended
+    // last before the scrape; its totals between the runs seen before and after it.
+    let mut latest: HashMap<(String, String, PathKind), &PathRun> = HashMap::new();
+    for r in &runs {
+        let key = (r.source.clone(), r.target.clone(), r.kind);
+        let stamp = value(
+            &text,
+            &format!("flowlab_path_last_run_timestamp_seconds{}", labels(r, true)),
+        );
+        if stamp == Some(r.ended_unix) {
+            latest.insert(key, r);
+        }
+    }
+    let seen_throughput = latest
+        .values()
+        .filter(|r| r.kind == PathKind::Throughput)
+        .count();
+    assert!(
+        latest.len() >= 4 && seen_throughput >= 1,
+        "{} paths' latest runs found in the metrics:\n{text}",
+        latest.len()
+    );
+    for r in latest.values() {
+        let l = labels(r, false);
+        let got = |name: &str| {
+            value(&text, &format!("{name}{l}")).unwrap_or_else(|| panic!("no {name}{l}:\n{text}"))
+        };
+        assert_eq!(
+            value(&text, &format!("flowlab_path_up{}", labels(r, true))),
+            Some(1.0)
+        );
+        if let Some(t) = &r.throughput {
+            assert_eq!(got("flowlab_path_sent_bytes"), t.sent_bytes as f64);
+            assert_eq!(got("flowlab_path_received_bytes"), t.received_bytes as f64);
+            assert_eq!(got("flowlab_path_sent_seconds"), t.sent_seconds);
+            assert_eq!(
+                got("flowlab_path_retransmits"),
+                t.retransmits.expect("retransmits") as f64
+            );
+            assert_eq!(
+                got("flowlab_path_throughput_bytes_per_second"),
+                t.bits_per_second / 8.0
+            );
+        }
+        if let Some(lat) = &r.latency {
+            let rtt = lat.rtt.as_ref().expect("rtt");
+            let median = format!(
+                "flowlab_path_rtt_latest_seconds{{direction=\"forward\",mesh=\"lab\",source=\"{}\",stat=\"median\",target=\"{}\"}}",
+                r.source, r.target
+            );
+            assert_eq!(value(&text, &median), Some(rtt.median_ms / 1e3));
+            assert_eq!(got("flowlab_path_loss_ratio"), lat.loss_percent / 100.0);
+            // Every echo of every run on the path so far is in the histogram.
+            let echoes = |among: &[PathRun]| -> u64 {
+                among
+                    .iter()
+                    .filter(|o| o.source == r.source && o.target == r.target)
+                    .filter_map(|o| o.latency.as_ref())
+                    .map(|o| o.received)
+                    .sum()
+            };
+            let count = got("flowlab_path_rtt_seconds_count") as u64;
+            assert!(
+                (echoes(&before)..=echoes(&runs)).contains(&count),
+                "{count} echoes in the histogram of {}→{}",
+                r.source,
+                r.target
+            );
+        }
+    }
+
+    if require_tool("promtool") {
+        let mut check = Command::new("promtool")
+            .args(["check", "metrics"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("promtool");
+        check
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(text.as_bytes())
+            .expect("to promtool");
+        let out = check.wait_with_output().expect("promtool's verdict");
+        assert!(
+            out.status.success(),
+            "promtool check metrics: {}{}\n{text}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    // Everything it started is gone, and the topology it brought up.
+    assert!(
+        support::namespaces_of("tmon").is_empty(),
+        "the topology is left up"
+    );
+    for pid in &pids {
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            "process {pid} outlived the watch"
+        );
+    }
+}
+
+/// A mesh that cannot run is refused before anything starts, naming its file and what
+/// is wrong.
+#[test]
+fn a_mesh_that_cannot_run_is_refused_naming_its_file() {
+    let dir = tempfile::tempdir().expect("tmp");
+    std::fs::write(dir.path().join("tmon.toml"), TOPOLOGY).expect("topology");
+    let write = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).expect("mesh");
+        path.to_str().expect("utf-8").to_string()
+    };
+    let no_topology = write("none.toml", &MESH.replace("topology = \"tmon.toml\"\n", ""));
+    usage_error(&["monitor", &no_topology], "none.toml: no topology");
+    let stranger = write("stranger.toml", &MESH.replace("m3", "m4"));
+    usage_error(
+        &["monitor", &stranger],
+        "host 'm4': 'm4' is not a node of topology tmon",
+    );
+    usage_error(&["monitor", &no_topology, "--for", "soon"], "--for");
+    // A mistake in the file is shown where it is.
+    let typo = write(
+        "typo.toml",
+        &MESH.replacen("every = \"10s\"", "every = \"10\"", 1),
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_flowlab"))
+        .args(["monitor", &typo])
+        .output()
+        .expect("flowlab monitor");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(
+        said.starts_with("error: ")
+            && said.contains("typo.toml: line 7, column 9: every: '10' is not a time like 90s")
+            && said.contains("7 | every = \"10\""),
+        "{said}"
+    );
+}
