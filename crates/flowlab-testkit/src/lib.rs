@@ -556,3 +556,60 @@ pub fn auth_files(
     std::fs::write(&users, format!("# user,sha256\nmario,{hash}\n")).expect("users file");
     (private, public, users)
 }
+
+/// `GET /metrics` at `addr`: the response's status line, content type and body.
+pub fn scrape_metrics(addr: std::net::SocketAddr) -> (String, String, String) {
+    use std::io::{Read, Write};
+    let mut conn = std::net::TcpStream::connect(addr).expect("connect to the metrics");
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    write!(
+        conn,
+        "GET /metrics HTTP/1.1\r\nHost: flowlab\r\nConnection: close\r\n\r\n"
+    )
+    .expect("request");
+    let mut response = String::new();
+    conn.read_to_string(&mut response).expect("response");
+    let (head, body) = response.split_once("\r\n\r\n").expect("a whole response");
+    let status = head.lines().next().unwrap_or_default().to_string();
+    let content_type = head
+        .lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("content-type")
+                .then(|| value.trim().to_string())
+        })
+        .unwrap_or_default();
+    (status, content_type, body.to_string())
+}
+
+/// Checks metrics `text` with Prometheus's own parser and linter (`promtool check
+/// metrics`, Debian `prometheus`), failing the test with its verdict; without promtool,
+/// as [`require_tool`] says.
+pub fn promtool_check_metrics(text: &str) {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    if !require_tool("promtool") {
+        return;
+    }
+    let mut check = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool");
+    check
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("to promtool");
+    let out = check.wait_with_output().expect("promtool's verdict");
+    assert!(
+        out.status.success(),
+        "promtool check metrics: {}{}\n{text}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

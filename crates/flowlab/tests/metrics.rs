@@ -2,12 +2,12 @@
 //! clients test against it, its counts held to what the clients saw, and its text checked
 //! by Prometheus's own parser and linter (`promtool check metrics`, Debian `prometheus`).
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use flowlab_testkit::{await_listening, free_ports, require_tool};
+use flowlab_testkit::{await_listening, free_ports, promtool_check_metrics, scrape_metrics};
 
 /// A `flowlab serve` killed when dropped.
 struct Serving(Child);
@@ -17,31 +17,6 @@ impl Drop for Serving {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-/// The metrics at `addr`: the response's status line, content type and body.
-fn scrape(addr: SocketAddr) -> (String, String, String) {
-    let mut conn = std::net::TcpStream::connect(addr).expect("connect to the metrics");
-    conn.set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
-    write!(
-        conn,
-        "GET /metrics HTTP/1.1\r\nHost: flowlab\r\nConnection: close\r\n\r\n"
-    )
-    .expect("request");
-    let mut response = String::new();
-    conn.read_to_string(&mut response).expect("response");
-    let (head, body) = response.split_once("\r\n\r\n").expect("a whole response");
-    let status = head.lines().next().unwrap_or_default().to_string();
-    let content_type = head
-        .lines()
-        .find_map(|l| {
-            let (name, value) = l.split_once(':')?;
-            name.eq_ignore_ascii_case("content-type")
-                .then(|| value.trim().to_string())
-        })
-        .unwrap_or_default();
-    (status, content_type, body.to_string())
 }
 
 /// The value of series `name` (labels as written) in the metrics `text`.
@@ -93,7 +68,7 @@ fn a_servers_metrics_count_what_its_clients_saw() {
     await_listening(port, Some(&mut child), "flowlab serve");
     let mut server = Serving(child);
     // Before any test: every series there, at 0.
-    let (status, content_type, before) = scrape(metrics);
+    let (status, content_type, before) = scrape_metrics(metrics);
     assert_eq!(status, "HTTP/1.1 200 OK");
     assert_eq!(content_type, "text/plain; version=0.0.4");
     assert_eq!(
@@ -111,7 +86,7 @@ fn a_servers_metrics_count_what_its_clients_saw() {
     let held = std::thread::spawn(move || client(port, &["-t", "3", "-b", "100M"]));
     // Once the metrics count it running, a second test finds the one place taken.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while value(&scrape(metrics).2, "flowlab_server_tests_running") < 1.0 {
+    while value(&scrape_metrics(metrics).2, "flowlab_server_tests_running") < 1.0 {
         assert!(Instant::now() < deadline, "the first test never ran");
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -137,7 +112,7 @@ fn a_servers_metrics_count_what_its_clients_saw() {
     // The server logs a test's end once the client has its results: wait for the counts.
     let deadline = Instant::now() + Duration::from_secs(10);
     let text = loop {
-        let (_, _, text) = scrape(metrics);
+        let (_, _, text) = scrape_metrics(metrics);
         if value(&text, "flowlab_server_tests_served_total{protocol=\"tcp\"}") >= 1.0
             && value(&text, "flowlab_server_tests_not_started_total") >= 1.0
         {
@@ -189,29 +164,7 @@ fn a_servers_metrics_count_what_its_clients_saw() {
         "{log}"
     );
 
-    if !require_tool("promtool") {
-        return;
-    }
-    let mut check = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool");
-    check
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(text.as_bytes())
-        .expect("to promtool");
-    let out = check.wait_with_output().expect("promtool's verdict");
-    assert!(
-        out.status.success(),
-        "promtool check metrics: {}{}\n{text}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    promtool_check_metrics(&text);
 }
 
 /// An address already taken is refused before anything is served, naming the flag.

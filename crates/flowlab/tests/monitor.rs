@@ -7,13 +7,16 @@
 mod support;
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use flowlab_results::monitor::{MonitorSummary, PathKind, PathRun};
-use support::{NetDown, free_ports, is_root_with_ip, machine_shared, require_tool, usage_error};
+use support::{
+    NetDown, free_ports, is_root_with_ip, machine_shared, promtool_check_metrics, scrape_metrics,
+    usage_error,
+};
 
 /// Three hosts on a switch, each link 5 ms each way (a round trip between two hosts
 /// crosses four: 20 ms), m2's at 20 Mbit/s.
@@ -51,23 +54,6 @@ jitter = "1s"
 pairs = ["m1-m2", "m3-m2"]
 seconds = 2
 "#;
-
-/// The metrics at `addr`, the body.
-fn scrape(addr: SocketAddr) -> String {
-    let mut conn = std::net::TcpStream::connect(addr).expect("connect to the metrics");
-    conn.set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
-    write!(
-        conn,
-        "GET /metrics HTTP/1.1\r\nHost: flowlab\r\nConnection: close\r\n\r\n"
-    )
-    .expect("request");
-    let mut response = String::new();
-    conn.read_to_string(&mut response).expect("response");
-    let (head, body) = response.split_once("\r\n\r\n").expect("a whole response");
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    body.to_string()
-}
 
 /// The value of series `name{labels}`, labels in the order the encoder sorts them.
 fn value(text: &str, series: &str) -> Option<f64> {
@@ -173,7 +159,8 @@ fn a_mesh_is_watched_on_its_schedule_and_its_figures_reach_prometheus() {
         assert_eq!(v["event"], "run", "{v}");
         before.push(run_of(&v));
     }
-    let text = scrape(metrics);
+    let (status, _, text) = scrape_metrics(metrics);
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
     let mut runs = before.clone();
     let summary: MonitorSummary = loop {
         let v = next("run or summary");
@@ -317,28 +304,7 @@ fn a_mesh_is_watched_on_its_schedule_and_its_figures_reach_prometheus() {
         }
     }
 
-    if require_tool("promtool") {
-        let mut check = Command::new("promtool")
-            .args(["check", "metrics"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("promtool");
-        check
-            .stdin
-            .take()
-            .expect("stdin")
-            .write_all(text.as_bytes())
-            .expect("to promtool");
-        let out = check.wait_with_output().expect("promtool's verdict");
-        assert!(
-            out.status.success(),
-            "promtool check metrics: {}{}\n{text}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    promtool_check_metrics(&text);
 
     // Everything it started is gone, and the topology it brought up.
     assert!(
