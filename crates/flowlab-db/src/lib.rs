@@ -1,5 +1,6 @@
 //! The results database: every trial of a study, each step's full result (the `-J`
-//! document, one result type), in SQLite (bundled: nothing to install).
+//! document, one result type), and a mesh's runs (`flowlab monitor --db`), in SQLite
+//! (bundled: nothing to install).
 //!
 //! - Each trial is **claimed** before it runs (a row in state `running`, in one
 //!   `BEGIN IMMEDIATE` transaction), so two runners sharing a database never run the
@@ -9,6 +10,7 @@
 //! - The schema is versioned (`PRAGMA user_version`, [`schema`]); an older database is
 //!   migrated in place, a newer one refused untouched.
 
+mod monitor;
 pub mod report;
 pub mod schema;
 mod trials;

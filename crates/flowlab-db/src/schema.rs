@@ -31,7 +31,54 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: V4,
         fill: None,
     },
+    Migration {
+        sql: V5,
+        fill: None,
+    },
 ];
+
+/// Version 5: a mesh's runs (`flowlab monitor --db`), one row each, its figures as
+/// columns: a throughput run's (`sent_bytes` … `congestion`) or a latency run's
+/// (`echoes_sent` … `jitter_ms`), the other's null, and none for a run that failed.
+const V5: &str = r#"
+    CREATE TABLE monitor_run (
+        id               INTEGER PRIMARY KEY,
+        runner_id        INTEGER NOT NULL REFERENCES runner(id),
+        mesh             TEXT NOT NULL,
+        probe            INTEGER NOT NULL,
+        kind             TEXT NOT NULL CHECK (kind IN ('latency', 'throughput')),
+        source           TEXT NOT NULL,
+        target           TEXT NOT NULL,
+        direction        TEXT NOT NULL,
+        round            INTEGER NOT NULL,
+        started          REAL NOT NULL,
+        ended            REAL NOT NULL,
+        late_s           REAL NOT NULL,
+        command          TEXT NOT NULL,
+        error            TEXT,
+        sent_bytes       INTEGER,
+        sent_s           REAL,
+        received_bytes   INTEGER,
+        received_s       REAL,
+        throughput_bps   REAL,
+        retransmits      INTEGER,
+        congestion       TEXT,
+        echoes_sent      INTEGER,
+        echoes_received  INTEGER,
+        loss_percent     REAL,
+        rtt_samples      INTEGER,
+        rtt_min_ms       REAL,
+        rtt_mean_ms      REAL,
+        rtt_median_ms    REAL,
+        rtt_p90_ms       REAL,
+        rtt_p99_ms       REAL,
+        rtt_p999_ms      REAL,
+        rtt_max_ms       REAL,
+        rtt_stdev_ms     REAL,
+        jitter_ms        REAL
+    );
+    CREATE INDEX monitor_run_path ON monitor_run (mesh, source, target, kind, ended);
+"#;
 
 /// Version 4: a failed trial run again (`flowlab run --retry-failed`) keeps its failed
 /// attempt, with the steps it had recorded (`steps`: a JSON array of the `step` rows'

@@ -336,13 +336,16 @@ fn a_version_2_database_gets_a_fetchs_per_server_metrics() {
             .expect("delete");
         raw.execute("DROP TABLE attempt", [])
             .expect("drop version 4's table");
+        raw.execute("DROP TABLE monitor_run", [])
+            .expect("drop version 5's table");
         raw.pragma_update(None, "user_version", 2).expect("version");
     }
     assert!(!metric_names().iter().any(|n| n.starts_with("server")));
     let db = Db::open(&path).expect("migrated");
     assert_eq!(db.version().expect("version"), schema::VERSION);
-    // Version 4's table of failed attempts, empty.
+    // Version 4's table of failed attempts, empty; version 5's of a mesh's runs too.
     assert!(db.attempts(1).expect("attempts").is_empty());
+    assert!(db.monitor_runs("any").expect("monitor runs").is_empty());
     assert_eq!(
         metric_names(),
         [

@@ -1,8 +1,8 @@
 //! `flowlab monitor` end to end: a mesh of three hosts of an emulated topology watched
 //! on its schedule, each run's figures held to what the links imply, the schedule's
 //! promises (one run per path at a time, one throughput run in the mesh) held to the
-//! runs' own times, and the metrics endpoint held to the runs and checked by
-//! Prometheus's own parser and linter. A mesh refused as given names its file.
+//! runs' own times, the results database and the metrics endpoint held to the runs, and
+//! the metrics checked by Prometheus's own parser and linter. A mesh refused as given names its file.
 
 mod support;
 
@@ -101,7 +101,7 @@ fn a_mesh_is_watched_on_its_schedule_and_its_figures_reach_prometheus() {
             "--seed",
             "1",
         ])
-        .args(["--metrics", &metrics.to_string()])
+        .args(["--metrics", &metrics.to_string(), "--db", "runs.db"])
         .current_dir(dir.path())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -183,6 +183,12 @@ fn a_mesh_is_watched_on_its_schedule_and_its_figures_reach_prometheus() {
     reader.join().expect("reader");
     assert!(status.success(), "{status}: {stderr}");
     assert_eq!(summary.runs as usize, runs.len(), "{summary:?}");
+    // Each run is in the database as it was reported (neither keeps each echo's round
+    // trip: the JSON line has the percentiles).
+    let db = flowlab_db::Db::open_existing(&dir.path().join("runs.db")).expect("the database");
+    let mut reported = runs.clone();
+    reported.sort_by(|a, b| a.ended_unix.total_cmp(&b.ended_unix));
+    assert_eq!(db.monitor_runs("lab").expect("recorded runs"), reported);
     assert_eq!(summary.failed, 0, "{runs:#?}");
 
     // The figures are the links'.
@@ -338,6 +344,22 @@ fn a_mesh_that_cannot_run_is_refused_naming_its_file() {
         "host 'm4': 'm4' is not a node of topology tmon",
     );
     usage_error(&["monitor", &no_topology, "--for", "soon"], "--for");
+    // A database it cannot write to is said before anything starts.
+    let mesh = write("mesh.toml", MESH);
+    let junk = dir.path().join("junk.db");
+    std::fs::write(&junk, "not a database").expect("junk");
+    let out = Command::new(env!("CARGO_BIN_EXE_flowlab"))
+        .args(["monitor", &mesh, "--for", "10s", "--db"])
+        .arg(&junk)
+        .output()
+        .expect("flowlab monitor");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("junk.db: not a flowlab results database"),
+        "{said}"
+    );
+    assert!(out.stdout.is_empty(), "nothing started");
     // A mistake in the file is shown where it is.
     let typo = write(
         "typo.toml",

@@ -2,7 +2,8 @@
 //! long as asked. The mesh file and the schedule are `flowlab_monitor`'s (sans-IO); this
 //! brings the mesh's topology up (or uses it as it is), starts a `flowlab serve` on each
 //! host a probe measures to, starts each run at its source when the schedule says, and
-//! reports it as a typed [`PathRun`] when it ends. Every process it started is stopped
+//! records it in the results database (`monitor_run`) and reports it as a typed
+//! [`PathRun`] when it ends. Every process it started is stopped
 //! when the watch ends — by `--for`, by the stop flag, or on an error.
 //!
 //! Each run is a flowlab command at a [`Place`], in the source's namespace: `flowlab ping`
@@ -15,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use flowlab_db::Db;
 use flowlab_monitor::mesh::{self, Kind, Mesh};
 use flowlab_monitor::schedule::{self, Schedule};
 use flowlab_results::monitor::{MonitorStart, MonitorSummary, PathRun};
@@ -84,6 +86,11 @@ pub struct Watch<'a> {
     pub until: Option<Duration>,
     /// Draws each run's jitter.
     pub seed: u64,
+    /// The results database each run is recorded in, the moment it ends (before it is
+    /// reported).
+    pub db: Option<&'a Path>,
+    /// This flowlab's version, recorded with its runs.
+    pub version: &'a str,
 }
 
 /// What the watch says as it goes.
@@ -109,6 +116,30 @@ struct Under {
     deadline: Duration,
 }
 
+/// The runs reported so far, each recorded first where there is a database.
+#[derive(Debug)]
+struct Tally {
+    db: Option<(Db, i64)>,
+    runs: u64,
+    failed: u64,
+    /// Why a run could not be recorded: it ends the watch, and what was recorded stays.
+    unrecorded: Option<flowlab_db::DbError>,
+}
+
+impl Tally {
+    fn report(&mut self, run: &PathRun, on: &mut dyn FnMut(Event<'_>)) {
+        if let Some((db, runner)) = &self.db {
+            if let Err(e) = db.record_monitor_run(*runner, run) {
+                self.unrecorded.get_or_insert(e);
+                return;
+            }
+        }
+        self.runs += 1;
+        self.failed += u64::from(!run.ok());
+        on(Event::Ran(run));
+    }
+}
+
 /// Watches `p`'s mesh until `w.until` or `w.stop`, reporting to `on`.
 pub fn watch(
     p: &Prepared,
@@ -116,6 +147,17 @@ pub fn watch(
     on: &mut dyn FnMut(Event<'_>),
 ) -> Result<MonitorSummary, RunError> {
     let mesh = &p.mesh;
+    // The database first: one that cannot be written is said before anything starts.
+    let db = match w.db {
+        Some(path) => {
+            let db = Db::open(path)?;
+            let system = serde_json::to_string(&flowlab_engine::sysinfo::collect())
+                .map_err(|e| RunError::Failed(format!("describing this system: {e}")))?;
+            let runner = db.register_runner(w.version, &system)?;
+            Some((db, runner))
+        }
+        None => None,
+    };
     let up = topology::up_as_is(&p.net, w.emulator)?;
     let dir = p
         .file
@@ -147,14 +189,14 @@ pub fn watch(
     on(Event::Started(&start));
     let mut schedule = Schedule::new(mesh, w.seed);
     let mut under: Vec<Under> = Vec::new();
-    let (mut count, mut failed) = (0u64, 0u64);
-    let mut report = |run: &PathRun, on: &mut dyn FnMut(Event<'_>)| {
-        count += 1;
-        failed += u64::from(!run.ok());
-        on(Event::Ran(run));
+    let mut tally = Tally {
+        db,
+        runs: 0,
+        failed: 0,
+        unrecorded: None,
     };
     loop {
-        let stopping = w.stop.load(Ordering::Acquire);
+        let stopping = w.stop.load(Ordering::Acquire) || tally.unrecorded.is_some();
         let mut i = 0;
         while i < under.len() {
             let u = &mut under[i];
@@ -191,7 +233,7 @@ pub fn watch(
                 (u.started_unix, ended_unix),
                 runs::outcome(u.kind, exit, &written, took, u.deadline),
             );
-            report(&run, on);
+            tally.report(&run, on);
         }
         let now = started.elapsed();
         if stopping || w.until.is_some_and(|until| now >= until) {
@@ -234,7 +276,7 @@ pub fn watch(
                         (started_unix, started_unix),
                         Err(format!("starting flowlab: {e}")),
                     );
-                    report(&run, on);
+                    tally.report(&run, on);
                 }
             }
         }
@@ -248,10 +290,13 @@ pub fn watch(
     if let Some(why) = up.down() {
         on(Event::Note(why));
     }
+    if let Some(e) = tally.unrecorded {
+        return Err(e.into());
+    }
     Ok(MonitorSummary {
         mesh: mesh.name.clone(),
-        runs: count,
-        failed,
+        runs: tally.runs,
+        failed: tally.failed,
         skipped_rounds: schedule.skipped(),
         seconds: started.elapsed().as_secs_f64(),
         interrupted: w.stop.load(Ordering::Acquire),

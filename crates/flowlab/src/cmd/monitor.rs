@@ -22,6 +22,10 @@ use crate::usage::Usage;
 pub struct Args {
     /// The mesh file (TOML; docs/monitor.md describes every key).
     pub mesh: PathBuf,
+    /// Record each run in this results database (SQLite; created when missing) the
+    /// moment it ends, in table `monitor_run` (docs/results-db.md).
+    #[arg(long, value_name = "FILE")]
+    pub db: Option<PathBuf>,
     /// Serve each path's figures for Prometheus at http://ADDRESS:PORT/metrics.
     #[arg(long, value_name = "ADDRESS:PORT")]
     pub metrics: Option<SocketAddr>,
@@ -91,6 +95,8 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         stop: &stop,
         until,
         seed,
+        db: a.db.as_deref(),
+        version: env!("CARGO_PKG_VERSION"),
     };
     let summary = monitor::watch(&prepared, &watch, &mut |e| match e {
         Event::Started(s) if a.json => emit_json(&json::event_line("start", s)),
