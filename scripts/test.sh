@@ -5,8 +5,9 @@
 # flowlab as an unprivileged user too), chromium (the HTML report opened in a real
 # headless browser) and openssl (RSA keys for the authentication interop tests, made as
 # iperf3's own auth test makes them) and groff-base (`nroff`: the generated manual pages
-# rendered as `man` renders them) and prometheus (`promtool`: `serve --metrics`' text
-# read by Prometheus's own parser).
+# rendered as `man` renders them), prometheus (`promtool`: `serve --metrics`' text
+# read by Prometheus's own parser) and openssh-server and openssh-client (a host over
+# SSH: sshd in a namespace of the test's own).
 #
 # Every test binary runs (--no-fail-fast), so one failure cannot hide others, and the
 # last line sums up: test binaries and tests passed, failed and skipped (a test skips,
@@ -22,12 +23,27 @@ command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 command -v nroff >/dev/null 2>&1 || missing+=(groff-base)
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+{ command -v ssh >/dev/null 2>&1 && command -v ssh-keygen >/dev/null 2>&1; } || missing+=(openssh-client)
+[ -x /usr/sbin/sshd ] || missing+=(openssh-server)
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "test.sh: installing ${missing[*]} (Debian packages) for the tests"
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  # No daemon a package brings (sshd) starts on this machine: the tests start their
+  # own, in namespaces. Debian's policy-rc.d forbids it while the packages install.
+  policy=""
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    policy=/usr/sbin/policy-rc.d
+    trap '$sudo rm -f "$policy"' EXIT
+    printf '#!/bin/sh\nexit 101\n' | $sudo tee "$policy" >/dev/null
+    $sudo chmod 755 "$policy"
+  fi
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+  if [ -n "$policy" ]; then
+    $sudo rm -f "$policy"
+    trap - EXIT
+  fi
 fi
 
 log="$(mktemp)"

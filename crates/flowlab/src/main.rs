@@ -19,6 +19,9 @@ use usage::Usage;
 const USAGE: u8 = 2;
 
 fn main() -> ExitCode {
+    if std::env::var_os(flowlab_runner::place::EXIT_WITH_STDIN).is_some() {
+        cmd::exit_with_stdin();
+    }
     let mut args: Vec<_> = std::env::args_os().collect();
     // Run under the name `iperf3` (a link so named): iperf3's command line.
     if args.first().is_some_and(|a| {

@@ -59,6 +59,8 @@ impl Local {
 #[derive(Debug)]
 struct Running {
     child: Child,
+    /// The stdin this end holds open (see [`spawn`]).
+    _lifeline: Option<std::process::ChildStdin>,
     out: Option<JoinHandle<Vec<u8>>>,
     err: Option<JoinHandle<Vec<u8>>>,
     first: Option<mpsc::Receiver<String>>,
@@ -66,61 +68,77 @@ struct Running {
     said: Arc<Mutex<Vec<u8>>>,
 }
 
+/// Starts `cmd`, its output kept as `output` says, as a [`Process`] killed and reaped
+/// when dropped. With `hold_stdin`, its stdin is a pipe this end holds open for as long
+/// as the process is kept (over SSH, the remote command's lifeline); else it is null.
+pub(super) fn spawn(
+    mut cmd: Command,
+    output: Output,
+    hold_stdin: bool,
+) -> std::io::Result<Box<dyn Process>> {
+    cmd.stdin(if hold_stdin {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let mut child = cmd.spawn()?;
+    let lifeline = child.stdin.take();
+    let stdout = child.stdout.take().ok_or(std::io::ErrorKind::BrokenPipe);
+    let stderr = child.stderr.take().ok_or(std::io::ErrorKind::BrokenPipe);
+    let (stdout, stderr) = match (stdout, stderr) {
+        (Ok(o), Ok(e)) => (o, e),
+        _ => {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(std::io::ErrorKind::BrokenPipe.into());
+        }
+    };
+    let said = Arc::new(Mutex::new(Vec::new()));
+    let mut running = Running {
+        child,
+        _lifeline: lifeline,
+        out: None,
+        err: None,
+        first: None,
+        said: Arc::clone(&said),
+    };
+    match output {
+        Output::Keep => {
+            running.out = Some(drain(stdout));
+            running.err = Some(drain(stderr));
+        }
+        Output::FirstLine => {
+            let (tx, rx) = mpsc::channel();
+            std::thread::spawn(move || {
+                let mut lines = BufReader::new(stdout).lines();
+                if let Some(Ok(first)) = lines.next() {
+                    let _ = tx.send(first);
+                }
+                for _ in lines {}
+            });
+            std::thread::spawn(move || {
+                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                    if let Ok(mut s) = said.lock() {
+                        if s.len() < 4096 {
+                            s.extend_from_slice(line.as_bytes());
+                            s.push(b'\n');
+                        }
+                    }
+                }
+            });
+            running.first = Some(rx);
+        }
+    }
+    Ok(Box::new(running))
+}
+
 impl Place for Local {
     fn start(&self, job: &Job<'_>, output: Output) -> std::io::Result<Box<dyn Process>> {
         let mut cmd = self.command(job.ns);
-        cmd.args(job.argv)
-            .current_dir(job.dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = cmd.spawn()?;
-        let stdout = child.stdout.take().ok_or(std::io::ErrorKind::BrokenPipe);
-        let stderr = child.stderr.take().ok_or(std::io::ErrorKind::BrokenPipe);
-        let (stdout, stderr) = match (stdout, stderr) {
-            (Ok(o), Ok(e)) => (o, e),
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(std::io::ErrorKind::BrokenPipe.into());
-            }
-        };
-        let said = Arc::new(Mutex::new(Vec::new()));
-        let mut running = Running {
-            child,
-            out: None,
-            err: None,
-            first: None,
-            said: Arc::clone(&said),
-        };
-        match output {
-            Output::Keep => {
-                running.out = Some(drain(stdout));
-                running.err = Some(drain(stderr));
-            }
-            Output::FirstLine => {
-                let (tx, rx) = mpsc::channel();
-                std::thread::spawn(move || {
-                    let mut lines = BufReader::new(stdout).lines();
-                    if let Some(Ok(first)) = lines.next() {
-                        let _ = tx.send(first);
-                    }
-                    for _ in lines {}
-                });
-                std::thread::spawn(move || {
-                    for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                        if let Ok(mut s) = said.lock() {
-                            if s.len() < 4096 {
-                                s.extend_from_slice(line.as_bytes());
-                                s.push(b'\n');
-                            }
-                        }
-                    }
-                });
-                running.first = Some(rx);
-            }
-        }
-        Ok(Box::new(running))
+        cmd.args(job.argv).current_dir(job.dir);
+        spawn(cmd, output, false)
     }
 
     fn put(&self, from: &Path, to: &Path) -> std::io::Result<()> {

@@ -3,7 +3,7 @@
 //!
 //! A [`Place`] is a machine: this one ([`Local`]), an in-process stand-in for the
 //! runners' own tests ([`InProcess`]), and — the seam's reason to be — a host reached
-//! over SSH. On it, a [`Job`] runs flowlab with some arguments, in a directory, inside
+//! over SSH ([`Ssh`]). On it, a [`Job`] runs flowlab with some arguments, in a directory, inside
 //! one of the machine's network namespaces when it names one. What the seam says:
 //!
 //! - **Started**: [`Place::start`] returns a [`Process`] at once; the caller polls it
@@ -21,6 +21,7 @@
 
 mod in_process;
 mod local;
+mod ssh;
 
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
@@ -30,6 +31,7 @@ use flowlab_results::rtt::RttResult;
 
 pub use in_process::{Call, Ended, InProcess};
 pub use local::Local;
+pub use ssh::{ALIVE, ALIVE_COUNT, EXIT_WITH_STDIN, Ssh, SshError, SshTarget};
 
 /// One run of flowlab at a place.
 #[derive(Debug, Clone, Copy)]

@@ -21,6 +21,25 @@ use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
+/// Ends this process when its stdin closes: set (the variable
+/// [`flowlab_runner::place::EXIT_WITH_STDIN`]) by a place that runs flowlab over SSH,
+/// where killing the local `ssh` closes the remote command's stdin and nothing else
+/// (without a terminal, sshd sends no signal). SIGTERM first, as `kill` would, so a
+/// command ends as it does on one; if it has not ended 2 s later, exit.
+pub fn exit_with_stdin() {
+    let _ = std::thread::Builder::new()
+        .name("stdin-watch".into())
+        .spawn(|| {
+            use std::io::Read;
+            let mut stdin = std::io::stdin();
+            let mut sink = [0u8; 512];
+            while matches!(stdin.read(&mut sink), Ok(n) if n > 0) {}
+            let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGTERM);
+            std::thread::sleep(std::time::Duration::from_secs(2));
+            std::process::exit(143);
+        });
+}
+
 /// A flag that the first Ctrl-C (SIGINT), SIGTERM or SIGHUP sets, to end a measurement
 /// or a study cleanly with what it has (as iperf3 ends on each); a second one exits at
 /// once.
