@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs flowlab's Debian package as a user would (`apt-get install ./….deb`), checks
 # what it put where, that the installed binary runs flowlab's main job, and that the
-# flowlab-serve unit passes systemd's own checks; then purges it. Any copy installed
+# flowlab-serve and flowlab-monitor units pass systemd's own checks; then purges it. Any copy installed
 # before is purged first. Needs root. Exit 0 when every check held, 1 otherwise.
 #
 #   scripts/check_package.sh target/debian/flowlab_0.1.0-1_amd64.deb
@@ -23,6 +23,7 @@ trap purge EXIT
 apt-get install -y -qq "$deb" >/dev/null
 
 unit=/usr/lib/systemd/system/flowlab-serve.service
+monitor_unit=/usr/lib/systemd/system/flowlab-monitor.service
 files=(
   /usr/bin/flowlab
   /usr/share/man/man1/flowlab.1.gz
@@ -31,8 +32,13 @@ files=(
   /usr/share/bash-completion/completions/flowlab
   /usr/share/zsh/vendor-completions/_flowlab
   /usr/share/fish/vendor_completions.d/flowlab.fish
+  /usr/share/man/man1/flowlab-monitor.1.gz
   "$unit"
   /etc/default/flowlab-serve
+  "$monitor_unit"
+  /etc/default/flowlab-monitor
+  /usr/share/flowlab/grafana/flowlab-mesh.json
+  /usr/share/doc/flowlab/monitor.md
   /usr/share/doc/flowlab/copyright
 )
 listed="$(dpkg -L flowlab)"
@@ -58,10 +64,18 @@ systemd-analyze security --offline=true --threshold=20 "$unit" >/dev/null \
   || fail "the unit's exposure is above 2.0 (systemd-analyze security; --threshold counts tenths)"
 [ ! -e /etc/systemd/system/multi-user.target.wants/flowlab-serve.service ] \
   || fail "the install enabled flowlab-serve"
+# The monitor builds namespaces as root: systemd's checks, and its exposure said (its
+# capabilities put it well above the server's), not enabled either.
+systemd-analyze verify "$monitor_unit" || fail "systemd-analyze verify $monitor_unit"
+systemd-analyze security --offline=true "$monitor_unit" | tail -1
+[ ! -e /etc/systemd/system/multi-user.target.wants/flowlab-monitor.service ] \
+  || fail "the install enabled flowlab-monitor"
+cmp -s /usr/share/flowlab/grafana/flowlab-mesh.json "$(dirname "$0")/../deploy/grafana/flowlab-mesh.json" \
+  || fail "the packaged Grafana dashboard is not deploy/grafana/flowlab-mesh.json"
 
 purge
 trap - EXIT
 for f in "${files[@]}"; do
   [ ! -e "$f" ] || fail "$f is still there after the purge"
 done
-echo "check_package.sh: $(basename "$deb") installed, ran flowlab quick, passed systemd-analyze and purged cleanly"
+echo "check_package.sh: $(basename "$deb") installed, ran flowlab quick, its units passed systemd-analyze, and purged cleanly"
