@@ -7,6 +7,13 @@
 //! topology = "lab.toml"         # the emulated topology it runs on (beside this file)
 //! hosts = ["h1", "h4", "h9"]    # its members: nodes of the topology
 //!
+//! # or, instead of `topology`, real hosts over SSH: each member's address (and,
+//! # optionally, the address the others reach it at and the flowlab to run there)
+//! # ssh_options = ["-i", "/etc/flowlab/lab_key"]   # more of ssh's options, for all
+//! # [ssh]
+//! # h1 = "ssh://lab@h1.example"
+//! # h4 = { url = "ssh://lab@h4.example:2222", address = "192.0.2.4", flowlab = "/opt/flowlab" }
+//!
 //! [[probe]]
 //! kind = "latency"              # echoes: each pair of the mesh, every 5 minutes
 //! every = "5m"                  # s, m or h; 10 s at least
@@ -45,7 +52,23 @@ pub struct Mesh {
     /// file).
     pub topology: Option<String>,
     pub hosts: Vec<String>,
+    /// Or how each host is reached over SSH, in the order of `hosts` (empty on a
+    /// topology).
+    pub ssh: Vec<SshHost>,
+    /// More of `ssh`'s options, for every host.
+    pub ssh_options: Vec<String>,
     pub probes: Vec<Probe>,
+}
+
+/// A host reached over SSH.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SshHost {
+    /// `ssh://[USER@]HOST[:PORT]`.
+    pub url: String,
+    /// What the other hosts reach it at; `None`: the URL's host.
+    pub address: Option<String>,
+    /// The flowlab to run there; `None`: `flowlab`, as its `PATH` finds it.
+    pub flowlab: Option<String>,
 }
 
 /// One kind of test on a schedule.
@@ -87,6 +110,8 @@ pub const MIN_EVERY: Duration = Duration::from_secs(10);
 struct RawMesh {
     name: Spanned<String>,
     topology: Option<Spanned<String>>,
+    ssh: Option<Spanned<std::collections::BTreeMap<Spanned<String>, Spanned<toml::Value>>>>,
+    ssh_options: Option<Spanned<Vec<String>>>,
     hosts: Spanned<Vec<Spanned<String>>>,
     #[serde(default, rename = "probe")]
     probes: Vec<Spanned<RawProbe>>,
@@ -339,12 +364,119 @@ pub fn parse(text: &str) -> Result<Mesh, MeshError> {
         }
         t => t.as_ref().map(|t| t.get_ref().clone()),
     };
+    let ssh = match (&raw.ssh, &raw.topology) {
+        (Some(table), Some(t)) => {
+            return Err(at(
+                t.span().start.min(table.span().start)..t.span().end,
+                "topology and [ssh]: the hosts are nodes of a topology or hosts over SSH, not both"
+                    .into(),
+            ));
+        }
+        (Some(table), None) => ssh_hosts(table, &hosts, &at)?,
+        (None, _) => Vec::new(),
+    };
+    let ssh_options = match &raw.ssh_options {
+        Some(o) if ssh.is_empty() => {
+            return Err(at(
+                o.span(),
+                "ssh_options: for hosts over SSH ([ssh])".into(),
+            ));
+        }
+        o => o.as_ref().map(|o| o.get_ref().clone()).unwrap_or_default(),
+    };
     Ok(Mesh {
         name: name.clone(),
         topology,
         hosts,
+        ssh,
+        ssh_options,
         probes,
     })
+}
+
+/// The `[ssh]` table: every host's entry, in the order of `hosts`.
+fn ssh_hosts(
+    table: &Spanned<std::collections::BTreeMap<Spanned<String>, Spanned<toml::Value>>>,
+    hosts: &[String],
+    at: &dyn Fn(Range<usize>, String) -> MeshError,
+) -> Result<Vec<SshHost>, MeshError> {
+    let entries = table.get_ref();
+    for name in entries.keys() {
+        if !hosts.contains(name.get_ref()) {
+            return Err(at(
+                name.span(),
+                format!(
+                    "[ssh] {}: not a host of the mesh ({})",
+                    name.get_ref(),
+                    hosts.join(", ")
+                ),
+            ));
+        }
+    }
+    let mut out = Vec::new();
+    for host in hosts {
+        let Some((name, value)) = entries.iter().find(|(n, _)| n.get_ref() == host) else {
+            return Err(at(
+                table.span(),
+                format!("[ssh]: host '{host}' has no address (h = \"ssh://user@host\")"),
+            ));
+        };
+        let text = |v: Option<&toml::Value>, key: &str| -> Result<Option<String>, MeshError> {
+            match v {
+                None => Ok(None),
+                Some(toml::Value::String(s)) if !s.trim().is_empty() => Ok(Some(s.clone())),
+                Some(_) => Err(at(
+                    value.span(),
+                    format!("[ssh] {host}: {key} is a non-empty string"),
+                )),
+            }
+        };
+        let entry = match value.get_ref() {
+            toml::Value::String(url) => SshHost {
+                url: url.clone(),
+                address: None,
+                flowlab: None,
+            },
+            toml::Value::Table(t) => {
+                if let Some(k) = t
+                    .keys()
+                    .find(|k| !["url", "address", "flowlab"].contains(&k.as_str()))
+                {
+                    return Err(at(
+                        value.span(),
+                        format!("[ssh] {host}: unknown key '{k}' (url, address, flowlab)"),
+                    ));
+                }
+                SshHost {
+                    url: text(t.get("url"), "url")?.ok_or_else(|| {
+                        at(
+                            value.span(),
+                            format!("[ssh] {host}: no url (\"ssh://user@host\")"),
+                        )
+                    })?,
+                    address: text(t.get("address"), "address")?,
+                    flowlab: text(t.get("flowlab"), "flowlab")?,
+                }
+            }
+            _ => {
+                return Err(at(
+                    value.span(),
+                    format!(
+                        "[ssh] {}: \"ssh://user@host\", or {{ url = …, address = …, flowlab = … }}",
+                        name.get_ref()
+                    ),
+                ));
+            }
+        };
+        if !entry.url.starts_with("ssh://") {
+            return Err(at(
+                value.span(),
+                format!("[ssh] {host}: '{}' is not an ssh:// address", entry.url),
+            ));
+        }
+        out.push(entry);
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -398,6 +530,72 @@ seconds = 10
             throughput.pairs,
             [("h1".into(), "h9".into()), ("h9".into(), "h1".into())]
         );
+    }
+
+    /// Hosts over SSH instead of a topology: each one's address, in the order of
+    /// `hosts`; every mistake in the table refused where it is.
+    #[test]
+    fn hosts_over_ssh_are_read_in_order_and_checked() {
+        let ssh = LAB.replace(
+            "hosts = [\"h1\", \"h4\", \"h9\"]",
+            "hosts = [\"h1\", \"h4\", \"h9\"]\nssh_options = [\"-i\", \"key\"]\n[ssh]\nh9 = \"ssh://lab@h9.example\"\nh1 = { url = \"ssh://h1:2222\", address = \"192.0.2.1\", flowlab = \"/opt/flowlab\" }\nh4 = \"ssh://h4\"",
+        );
+        // The probes follow the table: TOML puts them under [ssh] otherwise.
+        let ssh = ssh.replacen("[[probe]]", "\n[[probe]]", 1);
+        let m = parse(&ssh).expect("a mesh over SSH");
+        assert_eq!(m.topology, None);
+        assert_eq!(m.ssh_options, ["-i", "key"]);
+        assert_eq!(
+            m.ssh,
+            vec![
+                SshHost {
+                    url: "ssh://h1:2222".into(),
+                    address: Some("192.0.2.1".into()),
+                    flowlab: Some("/opt/flowlab".into()),
+                },
+                SshHost {
+                    url: "ssh://h4".into(),
+                    address: None,
+                    flowlab: None,
+                },
+                SshHost {
+                    url: "ssh://lab@h9.example".into(),
+                    address: None,
+                    flowlab: None,
+                },
+            ]
+        );
+        for (from, to, says) in [
+            (
+                "h4 = \"ssh://h4\"",
+                "h4 = \"h4\"",
+                "[ssh] h4: 'h4' is not an ssh:// address",
+            ),
+            (
+                "h4 = \"ssh://h4\"",
+                "h7 = \"ssh://h7\"",
+                "[ssh] h7: not a host of the mesh (h1, h4, h9)",
+            ),
+            ("h4 = \"ssh://h4\"", "", "[ssh]: host 'h4' has no address"),
+            (
+                "h4 = \"ssh://h4\"",
+                "h4 = { url = \"ssh://h4\", port = 22 }",
+                "[ssh] h4: unknown key 'port'",
+            ),
+            (
+                "[ssh]",
+                "topology = \"lab.toml\"\n[ssh]",
+                "topology and [ssh]: the hosts are nodes",
+            ),
+        ] {
+            let text = ssh.replace(from, to);
+            let e = parse(&text).expect_err(says).to_string();
+            assert!(e.contains(says), "{e}\n{text}");
+        }
+        let e = parse(&LAB.replace("hosts =", "ssh_options = [\"-v\"]\nhosts ="))
+            .expect_err("ssh_options on a topology")
+            .to_string();
+        assert!(e.contains("ssh_options: for hosts over SSH"), "{e}");
     }
 
     /// Each mistake is refused at its line, saying what is wrong and what would do.

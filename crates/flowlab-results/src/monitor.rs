@@ -30,9 +30,9 @@ impl PathKind {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MonitorStart {
     pub mesh: String,
-    /// The topology whose nodes the hosts are, and whether the monitor brought it up (it
-    /// takes it down when it ends) or found it up.
-    pub topology: String,
+    /// The topology whose nodes the hosts are (`None`: hosts over SSH), and whether the
+    /// monitor brought it up (it takes it down when it ends) or found it up.
+    pub topology: Option<String>,
     pub topology_ours: bool,
     pub hosts: Vec<String>,
     /// Each probe in words ("latency, 20 echoes, 6 pairs every 5 min").

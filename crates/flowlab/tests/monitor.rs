@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use flowlab_results::monitor::{MonitorSummary, PathKind, PathRun};
 use support::{
-    NetDown, free_ports, is_root_with_ip, machine_shared, promtool_check_metrics, scrape_metrics,
-    usage_error,
+    NetDown, free_ports, is_root_with_ip, machine_shared, promtool_check_metrics, require_tool,
+    scrape_metrics, usage_error,
 };
 
 /// Three hosts on a switch, each link 5 ms each way (a round trip between two hosts
@@ -337,7 +337,10 @@ fn a_mesh_that_cannot_run_is_refused_naming_its_file() {
         path.to_str().expect("utf-8").to_string()
     };
     let no_topology = write("none.toml", &MESH.replace("topology = \"tmon.toml\"\n", ""));
-    usage_error(&["monitor", &no_topology], "none.toml: no topology");
+    usage_error(
+        &["monitor", &no_topology],
+        "none.toml: no hosts to reach: name the emulated topology",
+    );
     let stranger = write("stranger.toml", &MESH.replace("m3", "m4"));
     usage_error(
         &["monitor", &stranger],
@@ -377,4 +380,131 @@ fn a_mesh_that_cannot_run_is_refused_naming_its_file() {
             && said.contains("7 | every = \"10\""),
         "{said}"
     );
+}
+
+/// A mesh of hosts over SSH: two namespaces of a topology, each with a real sshd
+/// (Debian `openssh-server`), watched from a third through `flowlab net exec`, as a
+/// controller reaches real hosts. The runs happen at the hosts, measure what the links
+/// carry, and everything started there ends with the watch.
+#[test]
+fn a_mesh_over_ssh_runs_at_its_hosts_and_leaves_nothing_behind() {
+    if !is_root_with_ip("hosts over SSH are namespaces of a topology")
+        || !require_tool("sshd")
+        || !require_tool("ssh")
+    {
+        return;
+    }
+    let _machine = machine_shared();
+    let dir = tempfile::tempdir().expect("tmp");
+    let topology = "name = \"tmsh\"\nhosts = [\"c\", \"a\", \"b\"]\nswitches = [\"s1\"]\n[[link]]\nends = [\"c\", \"s1\"]\n[[link]]\nends = [\"a\", \"s1\"]\n[[link]]\nends = [\"b\", \"s1\"]\nrate = \"20M\"\n";
+    std::fs::write(dir.path().join("tmsh.toml"), topology).expect("topology");
+    let _down = NetDown::new("tmsh");
+    let up = Command::new(env!("CARGO_BIN_EXE_flowlab"))
+        .args(["net", "up", "tmsh.toml"])
+        .current_dir(dir.path())
+        .output()
+        .expect("net up");
+    assert!(
+        up.status.success(),
+        "{}",
+        String::from_utf8_lossy(&up.stderr)
+    );
+    let sshd: Vec<support::Sshd> = ["a", "b"]
+        .iter()
+        .map(|h| support::Sshd::start(&format!("fl-tmsh-{h}"), "0.0.0.0:22"))
+        .collect();
+    // Both listen before the watch starts.
+    for h in ["a", "b"] {
+        let ns = format!("fl-tmsh-{h}");
+        let started = std::time::Instant::now();
+        while !Command::new("ip")
+            .args(["netns", "exec", &ns, "ss", "-Hltn", "sport = :22"])
+            .output()
+            .is_ok_and(|o| !o.stdout.is_empty())
+        {
+            assert!(started.elapsed() < Duration::from_secs(10), "sshd in {ns}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    // Each host has a key of its own sshd: the options name both.
+    let mut options = sshd[0].options();
+    options.extend([
+        "-i".to_string(),
+        sshd[1].dir.path().join("client").display().to_string(),
+    ]);
+    let quoted = |v: &[String]| {
+        v.iter()
+            .map(|o| format!("{o:?}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let flowlab = env!("CARGO_BIN_EXE_flowlab");
+    let mesh = format!(
+        "name = \"wan\"\nhosts = [\"a\", \"b\"]\nssh_options = [{}]\n\n[ssh]\na = {{ url = \"ssh://root@a\", flowlab = {flowlab:?} }}\nb = {{ url = \"ssh://root@b\", flowlab = {flowlab:?} }}\n\n[[probe]]\nkind = \"latency\"\nevery = \"10s\"\njitter = \"1s\"\npairs = \"mesh\"\ncount = 20\n\n[[probe]]\nkind = \"throughput\"\nevery = \"10s\"\njitter = \"1s\"\npairs = [\"a-b\"]\nseconds = 1\n",
+        quoted(&options)
+    );
+    std::fs::write(dir.path().join("wan.toml"), mesh).expect("mesh");
+    let out = Command::new(env!("CARGO_BIN_EXE_flowlab"))
+        .args(["net", "exec", "-t", "tmsh", "c", "--", flowlab])
+        .args([
+            "monitor", "wan.toml", "--json", "--for", "8s", "--seed", "3",
+        ])
+        .current_dir(dir.path())
+        .output()
+        .expect("flowlab monitor");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(lines[0]["event"], "start");
+    assert_eq!(lines[0]["data"]["topology"], serde_json::Value::Null);
+    let runs: Vec<PathRun> = lines
+        .iter()
+        .filter(|l| l["event"] == "run")
+        .map(|l| serde_json::from_value(l["data"].clone()).expect("a run"))
+        .collect();
+    // In 8 s: both latency pairs and the throughput pair ran at least once.
+    assert!(runs.len() >= 3, "{runs:#?}");
+    for r in &runs {
+        assert!(r.ok(), "{r:?}");
+        let target = if r.source == "a" { "b" } else { "a" };
+        assert_eq!(r.target, target);
+        let verb = if r.kind == PathKind::Latency {
+            "ping"
+        } else {
+            "test"
+        };
+        assert!(
+            r.command.starts_with(&format!("flowlab {verb} {target} ")),
+            "{}",
+            r.command
+        );
+        if let Some(l) = &r.latency {
+            assert_eq!(l.received, 20, "{r:?}");
+        }
+        if let Some(t) = &r.throughput {
+            // Into b over its 20 Mbit/s link: what the link carries, measured at a.
+            assert!(
+                (0.8 * 20e6 * 1448.0 / 1500.0..=20e6).contains(&t.bits_per_second),
+                "{r:?}"
+            );
+        }
+    }
+    assert!(runs.iter().any(|r| r.kind == PathKind::Throughput));
+    // Everything it started at the hosts ended with it (each ends itself once its
+    // connection closes: within a few seconds); their sshd goes on.
+    for h in ["a", "b"] {
+        let ns = format!("fl-tmsh-{h}");
+        let started = std::time::Instant::now();
+        while support::flowlab_running_in(&ns, "serve") > 0 {
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "a server left in {h} 5 s after the watch"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    drop(sshd);
 }

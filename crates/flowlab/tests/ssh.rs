@@ -8,11 +8,11 @@ mod support;
 
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use flowlab_runner::place::{Job, Output, Place, Process, Ssh, SshError, SshTarget};
-use support::{is_root_with_ip, require_tool};
+use support::{Sshd, flowlab_running_in, is_root_with_ip, require_tool};
 
 /// A namespace with sshd in it, reachable from here over a veth; removed when dropped.
 struct Host {
@@ -20,14 +20,12 @@ struct Host {
     address: Ipv4Addr,
     ns: String,
     dev: String,
-    sshd: Child,
-    dir: tempfile::TempDir,
+    sshd: Option<Sshd>,
 }
 
 impl Drop for Host {
     fn drop(&mut self) {
-        let _ = self.sshd.kill();
-        let _ = self.sshd.wait();
+        drop(self.sshd.take());
         // Whatever is left in the namespace goes with it.
         if let Ok(out) = Command::new("ip")
             .args(["netns", "pids", &self.ns])
@@ -52,38 +50,20 @@ fn run(program: &str, args: &[&str]) {
 }
 
 impl Host {
-    /// Namespace `ns` with sshd listening on 10.251.`subnet`.2:22, its host key and the
-    /// client's key made in a temporary directory; the veth's end here is `dev`, .1.
+    /// Namespace `ns` with sshd listening on 10.251.`subnet`.2:22; the veth's end here
+    /// is `dev`, .1.
     fn up(ns: &str, dev: &str, subnet: u8) -> Host {
         let address = Ipv4Addr::new(10, 251, subnet, 2);
         // One left by a killed run of this test goes first.
         let _ = Command::new("ip").args(["netns", "del", ns]).output();
         let _ = Command::new("ip").args(["link", "del", dev]).output();
-        let dir = tempfile::tempdir().expect("tmp");
-        let d = dir.path();
-        for key in ["host", "client"] {
-            run(
-                "ssh-keygen",
-                &[
-                    "-q",
-                    "-t",
-                    "ed25519",
-                    "-N",
-                    "",
-                    "-f",
-                    &d.join(key).display().to_string(),
-                ],
-            );
-        }
-        std::fs::copy(d.join("client.pub"), d.join("authorized")).expect("authorized keys");
-        let config = format!(
-            "ListenAddress {address}:22\nHostKey {}\nAuthorizedKeysFile {}\nPermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nPidFile none\nLogLevel ERROR\n",
-            d.join("host").display(),
-            d.join("authorized").display()
-        );
-        std::fs::write(d.join("sshd_config"), config).expect("sshd config");
-        std::fs::create_dir_all("/run/sshd").expect("sshd's privilege separation directory");
         run("ip", &["netns", "add", ns]);
+        let mut host = Host {
+            address,
+            ns: ns.into(),
+            dev: dev.into(),
+            sshd: None,
+        };
         run("ip", &["-n", ns, "link", "set", "lo", "up"]);
         run(
             "ip",
@@ -109,21 +89,7 @@ impl Host {
             ],
         );
         run("ip", &["-n", ns, "link", "set", "eth0", "up"]);
-        let sshd = Command::new("ip")
-            .args(["netns", "exec", ns, "/usr/sbin/sshd", "-D", "-e", "-f"])
-            .arg(d.join("sshd_config"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("sshd");
-        let host = Host {
-            address,
-            ns: ns.into(),
-            dev: dev.into(),
-            sshd,
-            dir,
-        };
+        host.sshd = Some(Sshd::start(ns, &format!("{address}:22")));
         let started = Instant::now();
         while TcpStream::connect_timeout(
             &SocketAddr::from((address, 22)),
@@ -140,50 +106,21 @@ impl Host {
         host
     }
 
-    /// `ssh`'s options for this host: the test's key, no known hosts, no user config.
-    fn options(&self, more: &[&str]) -> Vec<String> {
-        let mut o: Vec<String> = vec![
-            "-F".into(),
-            "/dev/null".into(),
-            "-i".into(),
-            self.dir.path().join("client").display().to_string(),
-            "-o".into(),
-            "IdentitiesOnly=yes".into(),
-            "-o".into(),
-            "StrictHostKeyChecking=no".into(),
-            "-o".into(),
-            "UserKnownHostsFile=/dev/null".into(),
-            "-o".into(),
-            "LogLevel=ERROR".into(),
-        ];
-        o.extend(more.iter().map(|s| s.to_string()));
-        o
+    /// Its sshd's directory (keys, config).
+    fn dir(&self) -> &Path {
+        self.sshd.as_ref().expect("sshd").dir.path()
     }
 
     fn connect(&self, flowlab: &str, more: &[&str]) -> Result<Ssh, SshError> {
         let target = SshTarget::parse(&format!("ssh://root@{}", self.address)).expect("address");
-        Ssh::connect(
-            target,
-            flowlab,
-            &self.options(more),
-            env!("CARGO_PKG_VERSION"),
-        )
+        let mut options = self.sshd.as_ref().expect("sshd").options();
+        options.extend(more.iter().map(|s| s.to_string()));
+        Ssh::connect(target, flowlab, &options, env!("CARGO_PKG_VERSION"))
     }
 
     /// The flowlab processes in the namespace running `what` (a word of their line).
     fn flowlab_running(&self, what: &str) -> usize {
-        let out = Command::new("ip")
-            .args(["netns", "pids", &self.ns])
-            .output()
-            .expect("ip netns pids");
-        String::from_utf8_lossy(&out.stdout)
-            .split_whitespace()
-            .filter(|pid| {
-                let line = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-                let words: Vec<&[u8]> = line.split(|b| *b == 0).collect();
-                words.iter().any(|w| w.ends_with(b"flowlab")) && words.contains(&what.as_bytes())
-            })
-            .count()
+        flowlab_running_in(&self.ns, what)
     }
 }
 
@@ -271,7 +208,7 @@ fn flowlab_over_ssh_serves_tests_moves_files_and_stops_what_it_started() {
     let here = tempfile::tempdir().expect("tmp");
     let sent: Vec<u8> = (0..100_000u32).map(|i| (i * 7 % 251) as u8).collect();
     std::fs::write(here.path().join("out"), &sent).expect("file");
-    let there = host.dir.path().join("moved");
+    let there = host.dir().join("moved");
     ssh.put(&here.path().join("out"), &there).expect("put");
     ssh.get(&there, &here.path().join("back")).expect("get");
     assert_eq!(std::fs::read(here.path().join("back")).expect("back"), sent);
@@ -355,7 +292,7 @@ fn a_host_with_another_flowlab_is_refused_naming_both_versions() {
         return;
     }
     let host = Host::up("fl-tssh-c", "fltsshc", 3);
-    let other: PathBuf = host.dir.path().join("flowlab");
+    let other: PathBuf = host.dir().join("flowlab");
     std::fs::write(&other, "#!/bin/sh\necho 'flowlab 9.9.9 (elsewhere)'\n").expect("script");
     run("chmod", &["755", &other.display().to_string()]);
     let refused = host

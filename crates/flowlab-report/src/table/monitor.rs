@@ -10,18 +10,25 @@ use crate::units::{Rate, UnitFormat, rtt};
 
 /// The mesh, its topology, its probes and the seed of its jitter.
 pub fn monitor_start(s: &MonitorStart) -> String {
-    let mut out = format!(
-        "monitor {}: {} on topology {} ({}), seed {}\n",
-        s.mesh,
-        super::count(s.hosts.len(), "host", "hosts"),
-        s.topology,
-        if s.topology_ours {
-            "brought up; taken down at the end"
-        } else {
-            "up already; left up"
-        },
-        s.seed
-    );
+    let hosts = super::count(s.hosts.len(), "host", "hosts");
+    let mut out = match &s.topology {
+        Some(t) => format!(
+            "monitor {}: {hosts} on topology {t} ({}), seed {}\n",
+            s.mesh,
+            if s.topology_ours {
+                "brought up; taken down at the end"
+            } else {
+                "up already; left up"
+            },
+            s.seed
+        ),
+        None => format!(
+            "monitor {}: {hosts} over SSH ({}), seed {}\n",
+            s.mesh,
+            s.hosts.join(", "),
+            s.seed
+        ),
+    };
     for p in &s.probes {
         let _ = writeln!(out, "  {p}");
     }

@@ -22,7 +22,7 @@ use flowlab_monitor::schedule::{self, Schedule};
 use flowlab_results::monitor::{MonitorStart, MonitorSummary, PathRun};
 
 use crate::Error as RunError;
-use crate::place::{Job, Output, Place, Process};
+use crate::place::{Job, Output, Place, Process, Ssh, SshTarget};
 use crate::servers;
 use crate::study::topology::{self, Net};
 
@@ -34,7 +34,25 @@ const POLL: Duration = Duration::from_millis(20);
 pub struct Prepared {
     pub mesh: Mesh,
     pub file: PathBuf,
-    net: Net,
+    hosts: Hosts,
+}
+
+/// Where a mesh's hosts are.
+#[derive(Debug)]
+enum Hosts {
+    /// Nodes of an emulated topology: namespaces of this machine.
+    Topology(Net),
+    /// Hosts over SSH, in the mesh's order: each one's address, what the others reach
+    /// it at, and the flowlab to run there.
+    Ssh(Vec<(SshTarget, String, String)>),
+}
+
+/// Where each host's runs start, and the address of each as the others reach it.
+struct Placed<'a> {
+    /// Each host's place and namespace, in the mesh's order.
+    at: Vec<(&'a dyn Place, Option<String>)>,
+    /// The directory a job runs in: the mesh file's here, the login's over SSH.
+    dir: &'a Path,
 }
 
 /// Reads the mesh `file` and its topology (beside it), and checks that every host is a
@@ -49,9 +67,31 @@ pub fn prepare(file: &Path) -> Result<Prepared, RunError> {
         text: text.clone(),
         error,
     })?;
+    if !mesh.ssh.is_empty() {
+        let mut hosts = Vec::new();
+        for (name, h) in mesh.hosts.iter().zip(&mesh.ssh) {
+            let target = SshTarget::parse(&h.url)
+                .map_err(|e| RunError::Refused(format!("{}: [ssh] {name}: {e}", file.display())))?;
+            let address = h.address.clone().unwrap_or_else(|| {
+                let d = &target.destination;
+                d.rsplit_once('@')
+                    .map_or(d.clone(), |(_, host)| host.to_string())
+            });
+            hosts.push((
+                target,
+                address,
+                h.flowlab.clone().unwrap_or("flowlab".into()),
+            ));
+        }
+        return Ok(Prepared {
+            mesh,
+            file: file.into(),
+            hosts: Hosts::Ssh(hosts),
+        });
+    }
     let Some(topo) = &mesh.topology else {
         return Err(RunError::Refused(format!(
-            "{}: no topology: a mesh's hosts are nodes of an emulated topology; name its file (topology = \"lab.toml\")",
+            "{}: no hosts to reach: name the emulated topology whose nodes they are (topology = \"lab.toml\"), or each host's SSH address ([ssh])",
             file.display()
         )));
     };
@@ -68,8 +108,26 @@ pub fn prepare(file: &Path) -> Result<Prepared, RunError> {
     Ok(Prepared {
         mesh,
         file: file.into(),
-        net,
+        hosts: Hosts::Topology(net),
     })
+}
+
+impl Prepared {
+    /// The address `to` is reached at from `from`.
+    fn address(&self, from: &str, to: &str) -> Result<String, RunError> {
+        match &self.hosts {
+            Hosts::Topology(net) => net
+                .address(from, to)
+                .map(|a| a.to_string())
+                .map_err(RunError::Failed),
+            Hosts::Ssh(hosts) => Ok(hosts[self.index(to)].1.clone()),
+        }
+    }
+
+    /// Host `name`'s place in the mesh's order.
+    fn index(&self, name: &str) -> usize {
+        self.mesh.hosts.iter().position(|h| h == name).unwrap_or(0)
+    }
 }
 
 /// How to watch.
@@ -158,12 +216,39 @@ pub fn watch(
         }
         None => None,
     };
-    let up = topology::up_as_is(&p.net, w.emulator)?;
-    let dir = p
+    let here = p
         .file
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
+    // The topology up, or a connection to each host (its flowlab's version checked).
+    let (up, reached) = match &p.hosts {
+        Hosts::Topology(net) => (Some(topology::up_as_is(net, w.emulator)?), Vec::new()),
+        Hosts::Ssh(hosts) => {
+            let mut reached = Vec::new();
+            for (target, _, flowlab) in hosts {
+                let ssh = Ssh::connect(target.clone(), flowlab, &mesh.ssh_options, w.version)
+                    .map_err(|e| RunError::Failed(e.to_string()))?;
+                reached.push(ssh);
+            }
+            (None, reached)
+        }
+    };
+    let placed = match &p.hosts {
+        Hosts::Topology(net) => Placed {
+            at: mesh
+                .hosts
+                .iter()
+                .map(|h| (w.place, Some(net.ns(h))))
+                .collect(),
+            dir: here,
+        },
+        Hosts::Ssh(_) => Placed {
+            at: reached.iter().map(|s| (s as &dyn Place, None)).collect(),
+            dir: Path::new("."),
+        },
+    };
+    let dir = placed.dir;
     // A server on each host a probe measures to.
     let mut ports = std::collections::BTreeMap::new();
     let mut serving = Vec::new();
@@ -172,15 +257,19 @@ pub fn watch(
             continue;
         }
         let argv = runs::serve_line();
-        let server = servers::start(w.place, to, &argv, Some(&p.net.ns(to)), dir)?;
+        let (place, ns) = &placed.at[p.index(to)];
+        let server = servers::start(*place, to, &argv, ns.as_deref(), dir)?;
         ports.insert(to.clone(), server.port);
         serving.push(server);
     }
     let started = Instant::now();
     let start = MonitorStart {
         mesh: mesh.name.clone(),
-        topology: p.net.topo.name.clone(),
-        topology_ours: up.ours(),
+        topology: match &p.hosts {
+            Hosts::Topology(net) => Some(net.topo.name.clone()),
+            Hosts::Ssh(_) => None,
+        },
+        topology_ours: up.as_ref().is_some_and(|u| u.ours()),
         hosts: mesh.hosts.clone(),
         probes: mesh.probes.iter().map(runs::describe).collect(),
         seed: w.seed,
@@ -245,18 +334,16 @@ pub fn watch(
         }
         for run in schedule.start(now) {
             let kind = mesh.probes[run.probe].kind;
-            let address = p
-                .net
-                .address(&run.from, &run.to)
-                .map_err(RunError::Failed)?;
-            let argv = runs::run_line(kind, address, ports[&run.to]);
+            let address = p.address(&run.from, &run.to)?;
+            let argv = runs::run_line(kind, &address, ports[&run.to]);
+            let (place, ns) = &placed.at[p.index(&run.from)];
             let job = Job {
                 argv: &argv,
                 dir,
-                ns: Some(&p.net.ns(&run.from)),
+                ns: ns.as_deref(),
             };
-            let started_unix = w.place.now();
-            match w.place.start(&job, Output::Keep) {
+            let started_unix = place.now();
+            match place.start(&job, Output::Keep) {
                 Ok(process) => under.push(Under {
                     deadline: runs::deadline(kind),
                     run,
@@ -287,7 +374,9 @@ pub fn watch(
         std::thread::sleep(wait.max(Duration::from_millis(1)));
     }
     drop(serving);
-    if let Some(why) = up.down() {
+    drop(placed);
+    drop(reached);
+    if let Some(why) = up.and_then(|u| u.down()) {
         on(Event::Note(why));
     }
     if let Some(e) = tally.unrecorded {

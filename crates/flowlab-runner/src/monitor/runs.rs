@@ -1,6 +1,5 @@
 //! A mesh's runs as flowlab command lines, and their output read back into figures.
 
-use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use flowlab_monitor::mesh::{Kind, Mesh, Probe};
@@ -38,7 +37,7 @@ pub fn serve_line() -> Vec<String> {
 }
 
 /// A run's command at its source: to the target's `address` and server `port`.
-pub fn run_line(kind: Kind, address: Ipv4Addr, port: u16) -> Vec<String> {
+pub fn run_line(kind: Kind, address: &str, port: u16) -> Vec<String> {
     let mut argv: Vec<String> = match kind {
         Kind::Latency { count } => vec![
             "ping".into(),
@@ -232,7 +231,7 @@ mod tests {
 
     #[test]
     fn a_run_is_the_command_its_kind_says() {
-        let at = Ipv4Addr::new(10, 0, 0, 2);
+        let at = "10.0.0.2";
         assert_eq!(
             run_line(Kind::Latency { count: 20 }, at, 5201).join(" "),
             "ping 10.0.0.2 -c 20 -i 10ms -W 1 -p 5201 -J"

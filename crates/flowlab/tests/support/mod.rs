@@ -103,3 +103,86 @@ pub fn machine_alone() -> MachineLock {
 pub fn machine_shared() -> MachineLock {
     machine_lock(libc::LOCK_SH)
 }
+
+/// A real OpenSSH server (Debian `openssh-server`) in network namespace `ns`, on
+/// `listen` (ADDRESS:PORT), with a host key and a client key made for it in a
+/// directory of its own; killed when dropped.
+pub struct Sshd {
+    child: std::process::Child,
+    pub dir: tempfile::TempDir,
+}
+
+impl Sshd {
+    pub fn start(ns: &str, listen: &str) -> Sshd {
+        let dir = tempfile::tempdir().expect("tmp");
+        let d = dir.path();
+        for key in ["host", "client"] {
+            let made = std::process::Command::new("ssh-keygen")
+                .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+                .arg(d.join(key))
+                .status()
+                .expect("ssh-keygen");
+            assert!(made.success(), "ssh-keygen");
+        }
+        std::fs::copy(d.join("client.pub"), d.join("authorized")).expect("authorized keys");
+        let config = format!(
+            "ListenAddress {listen}\nHostKey {}\nAuthorizedKeysFile {}\nPermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nPidFile none\nLogLevel ERROR\n",
+            d.join("host").display(),
+            d.join("authorized").display()
+        );
+        std::fs::write(d.join("sshd_config"), config).expect("sshd config");
+        std::fs::create_dir_all("/run/sshd").expect("sshd's privilege separation directory");
+        let child = std::process::Command::new("ip")
+            .args(["netns", "exec", ns, "/usr/sbin/sshd", "-D", "-e", "-f"])
+            .arg(d.join("sshd_config"))
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("sshd");
+        Sshd { child, dir }
+    }
+
+    /// `ssh`'s options for it: the client key, no known hosts, no user config.
+    pub fn options(&self) -> Vec<String> {
+        [
+            "-F",
+            "/dev/null",
+            "-i",
+            &self.dir.path().join("client").display().to_string(),
+            "-o",
+            "IdentitiesOnly=yes",
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-o",
+            "UserKnownHostsFile=/dev/null",
+            "-o",
+            "LogLevel=ERROR",
+        ]
+        .map(String::from)
+        .to_vec()
+    }
+}
+
+impl Drop for Sshd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The flowlab processes in namespace `ns` whose command line has the word `what`.
+pub fn flowlab_running_in(ns: &str, what: &str) -> usize {
+    let out = std::process::Command::new("ip")
+        .args(["netns", "pids", ns])
+        .output()
+        .expect("ip netns pids");
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .filter(|pid| {
+            let line = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let words: Vec<&[u8]> = line.split(|b| *b == 0).collect();
+            words.iter().any(|w| w.ends_with(b"flowlab")) && words.contains(&what.as_bytes())
+        })
+        .count()
+}
