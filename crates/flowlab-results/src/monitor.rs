@@ -41,6 +41,42 @@ pub struct MonitorStart {
     pub seed: u64,
     /// The controller's clock when the schedule started, seconds since the Unix epoch.
     pub started_unix: f64,
+    /// Each host's clock against the controller's, measured as it connected (hosts over
+    /// SSH; a topology's nodes share this machine's clock).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub clocks: Vec<ClockOffset>,
+}
+
+/// A host's clock against this one's, as Cristian's algorithm measures it: the host
+/// reads its clock between two readings of ours; of several tries, the one with the
+/// shortest round trip is kept. The host's clock is `offset_ms` ahead (behind when
+/// negative), give or take `uncertainty_ms` (half that round trip: where in it the
+/// host read its clock is unknown).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClockOffset {
+    pub host: String,
+    pub offset_ms: f64,
+    pub uncertainty_ms: f64,
+    /// Readings tried.
+    pub samples: u32,
+}
+
+impl ClockOffset {
+    /// The offset of the reading `remote` (s) taken between our `before` and `after`
+    /// (s), of the tries `(before, remote, after)` the one with the shortest round trip;
+    /// `None` with no tries.
+    pub fn best_of(host: &str, tries: &[(f64, f64, f64)]) -> Option<ClockOffset> {
+        let (before, remote, after) = tries
+            .iter()
+            .copied()
+            .min_by(|a, b| (a.2 - a.0).total_cmp(&(b.2 - b.0)))?;
+        Some(ClockOffset {
+            host: host.to_string(),
+            offset_ms: (remote - (before + after) / 2.0) * 1e3,
+            uncertainty_ms: (after - before) / 2.0 * 1e3,
+            samples: tries.len() as u32,
+        })
+    }
 }
 
 /// A latency run's figures.
@@ -120,4 +156,24 @@ pub struct MonitorSummary {
     pub seconds: f64,
     /// Ended by Ctrl-C (else by `--for`).
     pub interrupted: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_offset_is_the_shortest_round_trips() {
+        // Ahead by 2.5 s: read 2.5 s after the midpoint of the 4 ms try; the 40 ms try
+        // (its reading late in it) is not kept.
+        let c = ClockOffset::best_of(
+            "lon",
+            &[(100.0, 102.539, 100.040), (200.0, 202.502, 200.004)],
+        )
+        .expect("an offset");
+        assert!((c.offset_ms - 2500.0).abs() < 1e-6, "{c:?}");
+        assert!((c.uncertainty_ms - 2.0).abs() < 1e-6, "{c:?}");
+        assert_eq!(c.samples, 2);
+        assert_eq!(ClockOffset::best_of("lon", &[]), None);
+    }
 }

@@ -460,6 +460,15 @@ fn a_mesh_over_ssh_runs_at_its_hosts_and_leaves_nothing_behind() {
         .collect();
     assert_eq!(lines[0]["event"], "start");
     assert_eq!(lines[0]["data"]["topology"], serde_json::Value::Null);
+    // Each host's clock, read as it connected: this machine's own, so within the
+    // reading's uncertainty of no offset.
+    let start: flowlab_results::monitor::MonitorStart =
+        serde_json::from_value(lines[0]["data"].clone()).expect("start");
+    let hosts: Vec<&str> = start.clocks.iter().map(|c| c.host.as_str()).collect();
+    assert_eq!(hosts, ["a", "b"]);
+    for c in &start.clocks {
+        assert!(c.offset_ms.abs() <= c.uncertainty_ms + 0.001, "{c:?}");
+    }
     let runs: Vec<PathRun> = lines
         .iter()
         .filter(|l| l["event"] == "run")

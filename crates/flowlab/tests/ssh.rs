@@ -35,8 +35,9 @@ impl Drop for Host {
                 let _ = Command::new("kill").args(["-9", pid]).status();
             }
         }
-        let _ = Command::new("ip").args(["netns", "del", &self.ns]).status();
-        let _ = Command::new("ip").args(["link", "del", &self.dev]).status();
+        let _ = Command::new("ip").args(["netns", "del", &self.ns]).output();
+        // Gone with the namespace, usually: not said.
+        let _ = Command::new("ip").args(["link", "del", &self.dev]).output();
     }
 }
 
@@ -203,6 +204,16 @@ fn flowlab_over_ssh_serves_tests_moves_files_and_stops_what_it_started() {
         serde_json::from_slice(&written.stdout).expect("the test's document");
     let end = result.end.expect("an end");
     assert!(end.sums[0].receiver.as_ref().expect("receiver").bytes > 0);
+
+    // Its clock, read through the connection: the namespace shares this machine's, so
+    // the offset is within its uncertainty of none.
+    let clock = ssh.clock_offset("a", 5).expect("its clock");
+    assert_eq!(clock.samples, 5);
+    assert!(
+        clock.offset_ms.abs() <= clock.uncertainty_ms + 0.001,
+        "{clock:?}"
+    );
+    assert!(clock.uncertainty_ms > 0.0, "{clock:?}");
 
     // Files both ways, through the connection.
     let here = tempfile::tempdir().expect("tmp");

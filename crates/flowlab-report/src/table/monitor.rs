@@ -32,6 +32,13 @@ pub fn monitor_start(s: &MonitorStart) -> String {
     for p in &s.probes {
         let _ = writeln!(out, "  {p}");
     }
+    for c in &s.clocks {
+        let _ = writeln!(
+            out,
+            "  clock of {}: {:+.1} ms ± {:.1} ms against this one's (best of {} readings)",
+            c.host, c.offset_ms, c.uncertainty_ms, c.samples
+        );
+    }
     out
 }
 

@@ -26,6 +26,9 @@ use crate::place::{Job, Output, Place, Process, Ssh, SshTarget};
 use crate::servers;
 use crate::study::topology::{self, Net};
 
+/// Readings of each SSH host's clock; the one with the shortest round trip is kept.
+const CLOCK_TRIES: u32 = 5;
+
 /// How often running processes are looked at, and the most a due run waits to start.
 const POLL: Duration = Duration::from_millis(20);
 
@@ -221,7 +224,9 @@ pub fn watch(
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    // The topology up, or a connection to each host (its flowlab's version checked).
+    // The topology up, or a connection to each host (its flowlab's version checked,
+    // its clock read).
+    let mut clocks = Vec::new();
     let (up, reached) = match &p.hosts {
         Hosts::Topology(net) => (Some(topology::up_as_is(net, w.emulator)?), Vec::new()),
         Hosts::Ssh(hosts) => {
@@ -230,6 +235,12 @@ pub fn watch(
                 let ssh = Ssh::connect(target.clone(), flowlab, &mesh.ssh_options, w.version)
                     .map_err(|e| RunError::Failed(e.to_string()))?;
                 reached.push(ssh);
+            }
+            for (name, ssh) in mesh.hosts.iter().zip(&reached) {
+                clocks.push(
+                    ssh.clock_offset(name, CLOCK_TRIES)
+                        .map_err(RunError::Failed)?,
+                );
             }
             (None, reached)
         }
@@ -274,6 +285,7 @@ pub fn watch(
         probes: mesh.probes.iter().map(runs::describe).collect(),
         seed: w.seed,
         started_unix: w.place.now(),
+        clocks,
     };
     on(Event::Started(&start));
     let mut schedule = Schedule::new(mesh, w.seed);

@@ -20,6 +20,7 @@ use std::sync::Mutex;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
+use flowlab_results::monitor::ClockOffset;
 use flowlab_results::rtt::RttResult;
 
 use super::local::spawn;
@@ -239,6 +240,34 @@ impl Ssh {
     /// The host, as its address named it.
     pub fn host(&self) -> &str {
         &self.target.destination
+    }
+
+    /// Its clock against this machine's, best of `tries` readings (`date +%s.%N` there,
+    /// through the connection, between two readings here): see [`ClockOffset`]. The
+    /// round trip includes starting a command there, so the uncertainty is
+    /// milliseconds, not the network's microseconds.
+    pub fn clock_offset(&self, name: &str, tries: u32) -> Result<ClockOffset, String> {
+        let mut readings = Vec::new();
+        for _ in 0..tries.max(1) {
+            let before = flowlab_db::now();
+            let out = self
+                .command("exec date +%s.%N")
+                .stdin(Stdio::null())
+                .output()
+                .map_err(|e| format!("{}: reading its clock: {e}", self.host()))?;
+            let after = flowlab_db::now();
+            let text = String::from_utf8_lossy(&out.stdout);
+            let remote: f64 = text.trim().parse().map_err(|_| {
+                format!(
+                    "{}: reading its clock: `date +%s.%N` said '{}' {}",
+                    self.host(),
+                    text.trim(),
+                    String::from_utf8_lossy(&out.stderr).trim()
+                )
+            })?;
+            readings.push((before, remote, after));
+        }
+        ClockOffset::best_of(name, &readings).ok_or_else(|| "no reading".into())
     }
 }
 
