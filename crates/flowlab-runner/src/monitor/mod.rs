@@ -1,14 +1,15 @@
 //! `flowlab monitor`: a mesh's probes run between its hosts on their schedule, for as
 //! long as asked. The mesh file and the schedule are `flowlab_monitor`'s (sans-IO); this
-//! brings the mesh's topology up (or uses it as it is), starts a `flowlab serve` on each
+//! brings the mesh's topology up (or uses it as it is) or connects to its hosts over SSH
+//! (their flowlab's version checked, their clocks read), starts a `flowlab serve` on each
 //! host a probe measures to, starts each run at its source when the schedule says, and
-//! records it in the results database (`monitor_run`) and reports it as a typed
-//! [`PathRun`] when it ends. Every process it started is stopped
-//! when the watch ends — by `--for`, by the stop flag, or on an error.
+//! when it ends records it in the results database (`monitor_run`) and reports it as a
+//! typed [`PathRun`]. Every process it started is stopped when the watch ends — by
+//! `--for`, by the stop flag, or on an error.
 //!
-//! Each run is a flowlab command at a [`Place`], in the source's namespace: `flowlab ping`
-//! for latency, `flowlab test` for throughput, each with `-J`, read back into the run's
-//! figures (`runs.rs`).
+//! Each run is a flowlab command at its source's [`Place`] (this machine, in the
+//! source's namespace; or the host over SSH): `flowlab ping` for latency, `flowlab test`
+//! for throughput, each with `-J`, read back into the run's figures (`runs.rs`).
 
 mod runs;
 
@@ -136,7 +137,8 @@ impl Prepared {
 /// How to watch.
 #[derive(Debug)]
 pub struct Watch<'a> {
-    /// Where flowlab runs (the hosts' namespaces are on it).
+    /// Where a topology's namespaces are (this machine); hosts over SSH are places of
+    /// their own ([`Ssh`]), connected as the watch starts.
     pub place: &'a dyn Place,
     /// The flowlab binary that emulates the topology's links where the kernel cannot.
     pub emulator: &'a Path,
