@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# bench/ssh_overhead.sh — what a host over SSH adds to each run: a one-echo `flowlab
+# ping` run as flowlab's SSH place runs it (through a reused master connection, stdin
+# held, FLOWLAB_EXIT_WITH_STDIN set) against the same command run directly in the
+# host's namespace, alternately, RUNS times each; the difference of the medians is the
+# controller's overhead per run. A second case times `true` through the same connection
+# against `true` here: what OpenSSH itself takes to run a command there, the floor under
+# any tool's overhead. The host is a network namespace of this script's with a
+# real sshd (Debian openssh-server) behind a veth, and a `flowlab serve` for the ping.
+# Needs root.
+#
+# Usage: bench/ssh_overhead.sh [RUNS]        (default 15)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+runs="${1:-15}"
+[ "$(id -u)" -eq 0 ] || { echo "ssh_overhead.sh: needs root (a namespace)" >&2; exit 2; }
+[ -x /usr/sbin/sshd ] || { echo "ssh_overhead.sh: needs openssh-server" >&2; exit 2; }
+source bench/lib.sh
+cargo build --release --quiet -p flowlab
+flowlab="$PWD/target/release/flowlab"
+ns=fl-bench-ssh
+work="$(mktemp -d)"
+cleanup() {
+  ssh -S "$work/master" -O exit root@10.252.0.2 >/dev/null 2>&1 || true
+  ip netns pids "$ns" 2>/dev/null | xargs -r kill 2>/dev/null || true
+  ip netns del "$ns" 2>/dev/null || true
+  ip link del flbenchssh 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+ip netns del "$ns" 2>/dev/null || true
+ip netns add "$ns"
+ip -n "$ns" link set lo up
+ip link add flbenchssh type veth peer name eth0 netns "$ns"
+ip addr add 10.252.0.1/30 dev flbenchssh
+ip link set flbenchssh up
+ip -n "$ns" addr add 10.252.0.2/30 dev eth0
+ip -n "$ns" link set eth0 up
+
+ssh-keygen -q -t ed25519 -N '' -f "$work/key"
+ssh-keygen -q -t ed25519 -N '' -f "$work/host"
+cat > "$work/sshd_config" <<EOF
+ListenAddress 10.252.0.2:22
+HostKey $work/host
+AuthorizedKeysFile $work/key.pub
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+UsePAM no
+StrictModes no
+PidFile none
+EOF
+mkdir -p /run/sshd
+ip netns exec "$ns" /usr/sbin/sshd -D -e -f "$work/sshd_config" 2>/dev/null &
+ip netns exec "$ns" "$flowlab" serve -p 5299 >/dev/null 2>&1 &
+sleep 1
+
+opts=(-F /dev/null -i "$work/key" -o IdentitiesOnly=yes -o StrictHostKeyChecking=no
+      -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -S "$work/master" -o BatchMode=yes
+      -o ServerAliveInterval=5 -o ServerAliveCountMax=3)
+ssh "${opts[@]}" -M -N -o ControlPersist=no root@10.252.0.2 &
+until ssh "${opts[@]}" -O check root@10.252.0.2 2>/dev/null; do sleep 0.05; done
+
+ping_line="$flowlab ping 127.0.0.1 -p 5299 -c 1 -J"
+over_ssh="ssh ${opts[*]} -T root@10.252.0.2 -- 'cd . && FLOWLAB_EXIT_WITH_STDIN=1 exec $ping_line' < <(sleep 5 2>/dev/null)"
+direct="bash -c \"ip netns exec $ns $ping_line\""
+
+echo "machine: $(nproc) cores, kernel $(uname -r), congestion control $(cat /proc/sys/net/ipv4/tcp_congestion_control); flowlab $(checkout_id "$PWD")"
+python3 bench/ab.py "one-echo ping, over SSH vs in the namespace" wall-ms \
+  "bash -c \"$over_ssh\"" "$direct" --runs "$runs" --label-a "over SSH" --label-b direct --per 1
+python3 bench/ab.py "true, over SSH vs here" wall-ms \
+  "bash -c \"ssh ${opts[*]} -T root@10.252.0.2 -- true\"" "bash -c true" --runs "$runs" \
+  --label-a "over SSH" --label-b here --per 1
