@@ -182,20 +182,7 @@ impl Ssh {
                     |l| l.trim().to_string(),
                 ));
             }
-            let check = Command::new("ssh")
-                .args(["-O", "check"])
-                .args(base_options(
-                    self.control.path(),
-                    &self.target,
-                    &self.options,
-                ))
-                .arg(&self.target.destination)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .map_err(|e| e.to_string())?;
-            if check.success() {
+            if self.master_says("check").map_err(|e| e.to_string())? {
                 return Ok(());
             }
             if started.elapsed() > CONNECT_TIMEOUT {
@@ -206,6 +193,23 @@ impl Ssh {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Asks the master connection `op` (`check`, `exit`): whether it answered yes.
+    fn master_says(&self, op: &str) -> std::io::Result<bool> {
+        Command::new("ssh")
+            .args(["-O", op])
+            .args(base_options(
+                self.control.path(),
+                &self.target,
+                &self.options,
+            ))
+            .arg(&self.target.destination)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .map(|s| s.success())
     }
 
     /// `flowlab -v` there.
@@ -367,18 +371,7 @@ fn transferred(out: std::process::Output, doing: &str, path: &Path) -> std::io::
 impl Drop for Ssh {
     /// Closes the master connection (every command on it ends with it).
     fn drop(&mut self) {
-        let _ = Command::new("ssh")
-            .args(["-O", "exit"])
-            .args(base_options(
-                self.control.path(),
-                &self.target,
-                &self.options,
-            ))
-            .arg(&self.target.destination)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
+        let _ = self.master_says("exit");
         let mut master = self.master.lock().unwrap_or_else(|e| e.into_inner());
         let _ = master.kill();
         let _ = master.wait();
