@@ -46,9 +46,18 @@ pub struct Prepared {
 enum Hosts {
     /// Nodes of an emulated topology: namespaces of this machine.
     Topology(Net),
-    /// Hosts over SSH, in the mesh's order: each one's address, what the others reach
-    /// it at, and the flowlab to run there.
-    Ssh(Vec<(SshTarget, String, String)>),
+    /// Hosts over SSH, in the mesh's order.
+    Ssh(Vec<Remote>),
+}
+
+/// A host over SSH, as the mesh names it.
+#[derive(Debug)]
+struct Remote {
+    target: SshTarget,
+    /// What the other hosts reach it at.
+    address: String,
+    /// The flowlab to run there.
+    flowlab: String,
 }
 
 /// Where each host's runs start, and the address of each as the others reach it.
@@ -81,11 +90,11 @@ pub fn prepare(file: &Path) -> Result<Prepared, RunError> {
                 d.rsplit_once('@')
                     .map_or(d.clone(), |(_, host)| host.to_string())
             });
-            hosts.push((
+            hosts.push(Remote {
                 target,
                 address,
-                h.flowlab.clone().unwrap_or("flowlab".into()),
-            ));
+                flowlab: h.flowlab.clone().unwrap_or("flowlab".into()),
+            });
         }
         return Ok(Prepared {
             mesh,
@@ -124,13 +133,17 @@ impl Prepared {
                 .address(from, to)
                 .map(|a| a.to_string())
                 .map_err(RunError::Failed),
-            Hosts::Ssh(hosts) => Ok(hosts[self.index(to)].1.clone()),
+            Hosts::Ssh(hosts) => Ok(hosts[self.index(to)?].address.clone()),
         }
     }
 
-    /// Host `name`'s place in the mesh's order.
-    fn index(&self, name: &str) -> usize {
-        self.mesh.hosts.iter().position(|h| h == name).unwrap_or(0)
+    /// Host `name`'s place in the mesh's order (the mesh's pairs name only its hosts).
+    fn index(&self, name: &str) -> Result<usize, RunError> {
+        self.mesh
+            .hosts
+            .iter()
+            .position(|h| h == name)
+            .ok_or_else(|| RunError::Failed(format!("'{name}' is not a host of the mesh")))
     }
 }
 
@@ -233,8 +246,8 @@ pub fn watch(
         Hosts::Topology(net) => (Some(topology::up_as_is(net, w.emulator)?), Vec::new()),
         Hosts::Ssh(hosts) => {
             let mut reached = Vec::new();
-            for (target, _, flowlab) in hosts {
-                let ssh = Ssh::connect(target.clone(), flowlab, &mesh.ssh_options, w.version)
+            for h in hosts {
+                let ssh = Ssh::connect(h.target.clone(), &h.flowlab, &mesh.ssh_options, w.version)
                     .map_err(|e| RunError::Failed(e.to_string()))?;
                 reached.push(ssh);
             }
@@ -270,7 +283,7 @@ pub fn watch(
             continue;
         }
         let argv = runs::serve_line();
-        let (place, ns) = &placed.at[p.index(to)];
+        let (place, ns) = &placed.at[p.index(to)?];
         let server = servers::start(*place, to, &argv, ns.as_deref(), dir)?;
         ports.insert(to.clone(), server.port);
         serving.push(server);
@@ -350,7 +363,7 @@ pub fn watch(
             let kind = mesh.probes[run.probe].kind;
             let address = p.address(&run.from, &run.to)?;
             let argv = runs::run_line(kind, &address, ports[&run.to]);
-            let (place, ns) = &placed.at[p.index(&run.from)];
+            let (place, ns) = &placed.at[p.index(&run.from)?];
             let job = Job {
                 argv: &argv,
                 dir,
