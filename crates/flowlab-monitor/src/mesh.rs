@@ -35,6 +35,8 @@ use std::time::Duration;
 use serde::Deserialize;
 use toml::Spanned;
 
+pub use flowlab_study::ssh::{self, SshHost};
+
 /// A mesh file that was refused: where, and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("line {line}, column {column}: {message}")]
@@ -58,17 +60,6 @@ pub struct Mesh {
     /// More of `ssh`'s options, for every host.
     pub ssh_options: Vec<String>,
     pub probes: Vec<Probe>,
-}
-
-/// A host reached over SSH.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SshHost {
-    /// `ssh://[USER@]HOST[:PORT]`.
-    pub url: String,
-    /// What the other hosts reach it at; `None`: the URL's host.
-    pub address: Option<String>,
-    /// The flowlab to run there; `None`: `flowlab`, as its `PATH` finds it.
-    pub flowlab: Option<String>,
 }
 
 /// One kind of test on a schedule.
@@ -110,7 +101,7 @@ pub const MIN_EVERY: Duration = Duration::from_secs(10);
 struct RawMesh {
     name: Spanned<String>,
     topology: Option<Spanned<String>>,
-    ssh: Option<Spanned<std::collections::BTreeMap<Spanned<String>, Spanned<toml::Value>>>>,
+    ssh: Option<ssh::RawTable>,
     ssh_options: Option<Spanned<Vec<String>>>,
     hosts: Spanned<Vec<Spanned<String>>>,
     #[serde(default, rename = "probe")]
@@ -372,7 +363,7 @@ pub fn parse(text: &str) -> Result<Mesh, MeshError> {
                     .into(),
             ));
         }
-        (Some(table), None) => ssh_hosts(table, &hosts, &at)?,
+        (Some(table), None) => ssh::hosts(table, &hosts, "host", "a host of the mesh", &at)?,
         (None, _) => Vec::new(),
     };
     let ssh_options = match &raw.ssh_options {
@@ -392,91 +383,6 @@ pub fn parse(text: &str) -> Result<Mesh, MeshError> {
         ssh_options,
         probes,
     })
-}
-
-/// The `[ssh]` table: every host's entry, in the order of `hosts`.
-fn ssh_hosts(
-    table: &Spanned<std::collections::BTreeMap<Spanned<String>, Spanned<toml::Value>>>,
-    hosts: &[String],
-    at: &dyn Fn(Range<usize>, String) -> MeshError,
-) -> Result<Vec<SshHost>, MeshError> {
-    let entries = table.get_ref();
-    for name in entries.keys() {
-        if !hosts.contains(name.get_ref()) {
-            return Err(at(
-                name.span(),
-                format!(
-                    "[ssh] {}: not a host of the mesh ({})",
-                    name.get_ref(),
-                    hosts.join(", ")
-                ),
-            ));
-        }
-    }
-    let mut out = Vec::new();
-    for host in hosts {
-        let Some((name, value)) = entries.iter().find(|(n, _)| n.get_ref() == host) else {
-            return Err(at(
-                table.span(),
-                format!("[ssh]: host '{host}' has no address (h = \"ssh://user@host\")"),
-            ));
-        };
-        let text = |v: Option<&toml::Value>, key: &str| -> Result<Option<String>, MeshError> {
-            match v {
-                None => Ok(None),
-                Some(toml::Value::String(s)) if !s.trim().is_empty() => Ok(Some(s.clone())),
-                Some(_) => Err(at(
-                    value.span(),
-                    format!("[ssh] {host}: {key} is a non-empty string"),
-                )),
-            }
-        };
-        let entry = match value.get_ref() {
-            toml::Value::String(url) => SshHost {
-                url: url.clone(),
-                address: None,
-                flowlab: None,
-            },
-            toml::Value::Table(t) => {
-                if let Some(k) = t
-                    .keys()
-                    .find(|k| !["url", "address", "flowlab"].contains(&k.as_str()))
-                {
-                    return Err(at(
-                        value.span(),
-                        format!("[ssh] {host}: unknown key '{k}' (url, address, flowlab)"),
-                    ));
-                }
-                SshHost {
-                    url: text(t.get("url"), "url")?.ok_or_else(|| {
-                        at(
-                            value.span(),
-                            format!("[ssh] {host}: no url (\"ssh://user@host\")"),
-                        )
-                    })?,
-                    address: text(t.get("address"), "address")?,
-                    flowlab: text(t.get("flowlab"), "flowlab")?,
-                }
-            }
-            _ => {
-                return Err(at(
-                    value.span(),
-                    format!(
-                        "[ssh] {}: \"ssh://user@host\", or {{ url = …, address = …, flowlab = … }}",
-                        name.get_ref()
-                    ),
-                ));
-            }
-        };
-        if !entry.url.starts_with("ssh://") {
-            return Err(at(
-                value.span(),
-                format!("[ssh] {host}: '{}' is not an ssh:// address", entry.url),
-            ));
-        }
-        out.push(entry);
-    }
-    Ok(out)
 }
 
 #[cfg(test)]

@@ -38,6 +38,8 @@ use std::time::Duration;
 use serde::Deserialize;
 use toml::Spanned;
 
+use crate::ssh::SshHost;
+
 /// A study file that was refused: where, and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("line {line}, column {column}: {message}")]
@@ -66,6 +68,11 @@ pub struct Study {
     pub pause: Duration,
     /// A topology file to bring up for the study (relative to the study file).
     pub topology: Option<String>,
+    /// Or the hosts the servers' `node`s and steps' `from`s name, each reached over SSH
+    /// (`[ssh]`), in the order the file first names them.
+    pub ssh: Vec<(String, SshHost)>,
+    /// More of `ssh`'s options, for every host.
+    pub ssh_options: Vec<String>,
     /// The topology's links as each cell changes them (`[[link]]`).
     pub links: Vec<LinkChange>,
     /// The topology's emulator holds the CPUs out of deep idle states while the topology
@@ -93,7 +100,8 @@ pub struct Study {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Server {
     pub name: String,
-    /// The topology node it runs on; this machine's loopback when `None`.
+    /// The topology node (or `[ssh]` host) it runs on; this machine's loopback when
+    /// `None`.
     pub node: Option<String>,
     /// More `flowlab serve` options (`--fragments DIR`, `--max-tests 4`, …).
     pub args: String,
@@ -282,6 +290,8 @@ struct RawStudy {
     warmup: Option<Spanned<i64>>,
     pause: Option<Spanned<String>>,
     topology: Option<String>,
+    ssh: Option<crate::ssh::RawTable>,
+    ssh_options: Option<Spanned<Vec<String>>>,
     keep_cpus_awake: Option<Spanned<bool>>,
     schedule_per_trial: Option<Spanned<bool>>,
     on_error: Option<Spanned<String>>,
@@ -403,6 +413,7 @@ pub fn parse(text: &str) -> Result<Study, StudyError> {
         None => Vec::new(),
         Some(t) => params(t.get_ref()).map_err(|m| at(t.span(), m))?,
     };
+    let has_nodes = raw.topology.is_some() || raw.ssh.is_some();
     let mut servers: Vec<Server> = Vec::new();
     for sv in &raw.servers {
         let r = sv.get_ref();
@@ -424,10 +435,12 @@ pub fn parse(text: &str) -> Result<Study, StudyError> {
                 format!("server '{name}': the name is already a parameter's or a server's"),
             ));
         }
-        if r.node.is_some() && raw.topology.is_none() {
+        if r.node.is_some() && !has_nodes {
             return Err(at(
                 sv.span(),
-                format!("server '{name}' runs on a node, but the study has no topology"),
+                format!(
+                    "server '{name}' runs on a node, but the study has no topology or [ssh] hosts"
+                ),
             ));
         }
         servers.push(Server {
@@ -521,10 +534,10 @@ pub fn parse(text: &str) -> Result<Study, StudyError> {
         };
         let args = template("args", r.args.get_ref(), &params, &servers)
             .map_err(|m| at(r.args.span(), m))?;
-        if r.from.is_some() && raw.topology.is_none() {
+        if r.from.is_some() && !has_nodes {
             return Err(at(
                 s.span(),
-                "a step runs 'from' a node, but the study has no topology".into(),
+                "a step runs 'from' a node, but the study has no topology or [ssh] hosts".into(),
             ));
         }
         let name = r.name.clone().unwrap_or_else(|| format!("step {}", i + 1));
@@ -539,6 +552,44 @@ pub fn parse(text: &str) -> Result<Study, StudyError> {
             group: r.group.clone(),
         });
     }
+    let ssh = match &raw.ssh {
+        Some(table) if raw.topology.is_some() => {
+            return Err(at(
+                table.span(),
+                "topology and [ssh]: the nodes are a topology's or hosts over SSH, not both".into(),
+            ));
+        }
+        Some(table) => {
+            let mut nodes: Vec<String> = Vec::new();
+            let named = servers
+                .iter()
+                .map(|s| &s.node)
+                .chain(steps.iter().map(|s| &s.from));
+            for node in named.flatten() {
+                if !nodes.contains(node) {
+                    nodes.push(node.clone());
+                }
+            }
+            let hosts = crate::ssh::hosts(
+                table,
+                &nodes,
+                "node",
+                "a node a server or step of the study runs on",
+                &at,
+            )?;
+            nodes.into_iter().zip(hosts).collect()
+        }
+        None => Vec::new(),
+    };
+    let ssh_options = match &raw.ssh_options {
+        Some(o) if ssh.is_empty() => {
+            return Err(at(
+                o.span(),
+                "ssh_options: for hosts over SSH ([ssh])".into(),
+            ));
+        }
+        o => o.as_ref().map(|o| o.get_ref().clone()).unwrap_or_default(),
+    };
     Ok(Study {
         name: name.clone(),
         description: raw.description,
@@ -548,6 +599,8 @@ pub fn parse(text: &str) -> Result<Study, StudyError> {
         warmup,
         pause,
         topology: raw.topology,
+        ssh,
+        ssh_options,
         keep_cpus_awake: raw.keep_cpus_awake.is_some_and(|k| *k.get_ref()),
         schedule_per_trial: raw.schedule_per_trial.is_some_and(|k| *k.get_ref()),
         links,

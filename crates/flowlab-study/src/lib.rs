@@ -5,6 +5,7 @@
 
 pub mod file;
 pub mod plan;
+pub mod ssh;
 
 pub use file::{MEDIUM_PROPERTIES, Study, StudyError, parse};
 pub use plan::{Cell, Plan, Trial};

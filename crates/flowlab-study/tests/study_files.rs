@@ -392,12 +392,12 @@ fn every_refusal_names_its_place_and_its_reason() {
         ),
         (
             "name = \"x\"\n[[server]]\nname = \"a\"\nnode = \"h1\"\n".into(),
-            "server 'a' runs on a node, but the study has no topology",
+            "server 'a' runs on a node, but the study has no topology or [ssh] hosts",
             2,
         ),
         (
             "name = \"x\"\n[[step]]\nkind = \"test\"\nfrom = \"h1\"\nargs = \"h\"\n".into(),
-            "a step runs 'from' a node, but the study has no topology",
+            "a step runs 'from' a node, but the study has no topology or [ssh] hosts",
             2,
         ),
         (
@@ -418,6 +418,31 @@ fn every_refusal_names_its_place_and_its_reason() {
         (
             format!("name = \"x\"\n[[link]]\nname = \"b\"\nrate = \"1M\"\n{step}"),
             "a [[link]] changes a link of the topology, but the study has no topology",
+            2,
+        ),
+        (
+            format!("name = \"x\"\ntopology = \"t.toml\"\n[ssh]\nh1 = \"ssh://h1\"\n[[server]]\nname = \"a\"\nnode = \"h1\"\n{step}"),
+            "topology and [ssh]: the nodes are a topology's or hosts over SSH, not both",
+            3,
+        ),
+        (
+            format!("name = \"x\"\n[ssh]\nh1 = \"ssh://h1\"\nh2 = \"ssh://h2\"\n[[server]]\nname = \"a\"\nnode = \"h1\"\n{step}"),
+            "[ssh] h2: not a node a server or step of the study runs on (h1)",
+            4,
+        ),
+        (
+            "name = \"x\"\n[ssh]\nh1 = \"ssh://h1\"\n[[server]]\nname = \"a\"\nnode = \"h1\"\n[[step]]\nkind = \"test\"\nfrom = \"h2\"\nargs = \"{a}\"\n".into(),
+            "[ssh]: node 'h2' has no address (h2 = \"ssh://user@host\")",
+            2,
+        ),
+        (
+            "name = \"x\"\n[ssh]\nh1 = \"http://h1\"\n[[step]]\nkind = \"test\"\nfrom = \"h1\"\nargs = \"h\"\n".into(),
+            "[ssh] h1: 'http://h1' is not an ssh:// address",
+            3,
+        ),
+        (
+            format!("name = \"x\"\nssh_options = [\"-v\"]\n{step}"),
+            "ssh_options: for hosts over SSH ([ssh])",
             2,
         ),
         (
@@ -526,4 +551,21 @@ proptest! {
             }
         }
     }
+}
+
+#[test]
+fn hosts_over_ssh_are_the_nodes_in_the_order_the_study_names_them() {
+    let text = "name = \"x\"\nssh_options = [\"-i\", \"key\"]\n[ssh]\n\
+                c = \"ssh://lab@c.example\"\n\
+                b = { url = \"ssh://b:2222\", address = \"192.0.2.2\", flowlab = \"/opt/flowlab\" }\n\
+                [[server]]\nname = \"b\"\nnode = \"b\"\n\
+                [[step]]\nkind = \"test\"\nfrom = \"c\"\nargs = \"{b}\"\n";
+    let study = flowlab_study::parse(text).expect("a study over SSH");
+    let nodes: Vec<&str> = study.ssh.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(nodes, ["b", "c"], "servers' nodes first, then steps'");
+    assert_eq!(study.ssh[0].1.address.as_deref(), Some("192.0.2.2"));
+    assert_eq!(study.ssh[0].1.flowlab.as_deref(), Some("/opt/flowlab"));
+    assert_eq!(study.ssh[1].1.url, "ssh://lab@c.example");
+    assert_eq!(study.ssh_options, ["-i", "key"]);
+    assert_eq!(study.topology, None);
 }
