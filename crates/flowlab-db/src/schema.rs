@@ -35,7 +35,25 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: V5,
         fill: None,
     },
+    Migration {
+        sql: V6,
+        fill: None,
+    },
 ];
+
+/// Version 6: each trial's reading of its hosts' clocks over SSH (a row per host), the
+/// offset of the host's clock from the runner's and its uncertainty (half the reading's
+/// round trip), best of `samples` readings taken as the trial began.
+const V6: &str = r#"
+    CREATE TABLE trial_clock (
+        trial_id        INTEGER NOT NULL REFERENCES trial(id) ON DELETE CASCADE,
+        host            TEXT NOT NULL,
+        offset_ms       REAL NOT NULL,
+        uncertainty_ms  REAL NOT NULL,
+        samples         INTEGER NOT NULL,
+        PRIMARY KEY (trial_id, host)
+    );
+"#;
 
 /// Version 5: a mesh's runs (`flowlab monitor --db`), one row each, its figures as
 /// columns: a throughput run's (`sent_bytes` … `congestion`) or a latency run's

@@ -2,6 +2,7 @@
 
 use rusqlite::OptionalExtension;
 
+use flowlab_results::monitor::ClockOffset;
 use flowlab_results::study::Outcome;
 
 use crate::{Db, DbError, now};
@@ -289,6 +290,49 @@ impl Db {
         )
         .map_err(sql)?;
         tx.commit().map_err(sql)
+    }
+
+    /// Records trial `trial`'s reading of its hosts' clocks (replacing an earlier
+    /// attempt's for the same host).
+    pub fn record_clocks(&self, trial: i64, clocks: &[ClockOffset]) -> Result<(), DbError> {
+        for c in clocks {
+            self.conn
+                .execute(
+                    "INSERT OR REPLACE INTO trial_clock (trial_id, host, offset_ms, uncertainty_ms, samples)
+                     VALUES (?1, ?2, ?3, ?4, ?5)",
+                    rusqlite::params![trial, c.host, c.offset_ms, c.uncertainty_ms, c.samples],
+                )
+                .map_err(|source| DbError::Sqlite {
+                    path: self.path.clone(),
+                    source,
+                })?;
+        }
+        Ok(())
+    }
+
+    /// Trial `trial`'s reading of its hosts' clocks, by host.
+    pub fn clocks(&self, trial: i64) -> Result<Vec<ClockOffset>, DbError> {
+        let sql = |source| DbError::Sqlite {
+            path: self.path.clone(),
+            source,
+        };
+        self.conn
+            .prepare(
+                "SELECT host, offset_ms, uncertainty_ms, samples FROM trial_clock
+                 WHERE trial_id = ?1 ORDER BY host",
+            )
+            .map_err(sql)?
+            .query_map([trial], |r| {
+                Ok(ClockOffset {
+                    host: r.get(0)?,
+                    offset_ms: r.get(1)?,
+                    uncertainty_ms: r.get(2)?,
+                    samples: r.get(3)?,
+                })
+            })
+            .map_err(sql)?
+            .collect::<Result<_, _>>()
+            .map_err(sql)
     }
 
     /// Gives a claimed trial back (it was interrupted: it runs again on a resume). A

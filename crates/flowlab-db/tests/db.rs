@@ -148,6 +148,36 @@ fn a_gone_runners_claim_is_taken_over_only_on_resume() {
 }
 
 #[test]
+fn a_trials_clock_readings_are_kept_per_host_and_a_retake_replaces_them() {
+    use flowlab_results::monitor::ClockOffset;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut db = Db::open(&dir.path().join("r.db")).expect("create");
+    let study = db.study("s", "x", 1).expect("study");
+    let runner = db.register_runner("0.1.0", "{}").expect("runner");
+    let Claim::Mine(t) = db
+        .claim(study.id, runner, CELL, 1, Retake::default())
+        .expect("claim")
+    else {
+        panic!("a fresh trial is ours");
+    };
+    let clock = |host: &str, offset_ms: f64| ClockOffset {
+        host: host.into(),
+        offset_ms,
+        uncertainty_ms: 1.5,
+        samples: 3,
+    };
+    db.record_clocks(t, &[clock("b", -2.0), clock("a", 4.25)])
+        .expect("clocks");
+    db.record_clocks(t, &[clock("a", 4.5)]).expect("again");
+    db.finish(t, None, &[]).expect("finish");
+    assert_eq!(
+        db.clocks(t).expect("read"),
+        [clock("a", 4.5), clock("b", -2.0)],
+        "by host, the latest reading of each"
+    );
+}
+
+#[test]
 fn a_study_file_that_changed_is_refused() {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = Db::open(&dir.path().join("r.db")).expect("create");
@@ -338,14 +368,18 @@ fn a_version_2_database_gets_a_fetchs_per_server_metrics() {
             .expect("drop version 4's table");
         raw.execute("DROP TABLE monitor_run", [])
             .expect("drop version 5's table");
+        raw.execute("DROP TABLE trial_clock", [])
+            .expect("drop version 6's table");
         raw.pragma_update(None, "user_version", 2).expect("version");
     }
     assert!(!metric_names().iter().any(|n| n.starts_with("server")));
     let db = Db::open(&path).expect("migrated");
     assert_eq!(db.version().expect("version"), schema::VERSION);
-    // Version 4's table of failed attempts, empty; version 5's of a mesh's runs too.
+    // Version 4's table of failed attempts, empty; version 5's of a mesh's runs and
+    // version 6's of trials' clocks too.
     assert!(db.attempts(1).expect("attempts").is_empty());
     assert!(db.monitor_runs("any").expect("monitor runs").is_empty());
+    assert!(db.clocks(1).expect("clocks").is_empty());
     assert_eq!(
         metric_names(),
         [

@@ -46,7 +46,7 @@ impl Commands for Grammar {
 
     fn rtt(&self, argv: &[String]) -> Result<Echoes, String> {
         Ok(Echoes {
-            to: argv[0].parse().map_err(|_| "not an address")?,
+            to: argv[0].clone(),
             count: 3,
             interval: Duration::from_millis(1),
             timeout: Duration::from_millis(1),

@@ -329,3 +329,278 @@ fn a_host_with_another_flowlab_is_refused_naming_both_versions() {
         "{missing}"
     );
 }
+
+/// Topology `name` up (hosts `k`, the controller, and a, b, c on one switch, each of
+/// a, b, c with an sshd of its own listening), and `ssh`'s options for all three.
+fn three_hosts(name: &str, dir: &Path) -> (support::NetDown, Vec<Sshd>, String) {
+    let topology = format!(
+        "name = \"{name}\"\nhosts = [\"k\", \"a\", \"b\", \"c\"]\nswitches = [\"s1\"]\n\
+         [[link]]\nends = [\"k\", \"s1\"]\n[[link]]\nends = [\"a\", \"s1\"]\n\
+         [[link]]\nends = [\"b\", \"s1\"]\nrate = \"50M\"\n[[link]]\nends = [\"c\", \"s1\"]\n"
+    );
+    std::fs::write(dir.join(format!("{name}.toml")), topology).expect("topology");
+    let down = support::NetDown::new(name);
+    let up = Command::new(flowlab())
+        .args(["net", "up", &format!("{name}.toml")])
+        .current_dir(dir)
+        .output()
+        .expect("net up");
+    assert!(
+        up.status.success(),
+        "{}",
+        String::from_utf8_lossy(&up.stderr)
+    );
+    let sshd: Vec<Sshd> = ["a", "b", "c"]
+        .iter()
+        .map(|h| Sshd::start(&format!("fl-{name}-{h}"), "0.0.0.0:22"))
+        .collect();
+    for h in ["a", "b", "c"] {
+        let ns = format!("fl-{name}-{h}");
+        let started = Instant::now();
+        while !Command::new("ip")
+            .args(["netns", "exec", &ns, "ss", "-Hltn", "sport = :22"])
+            .output()
+            .is_ok_and(|o| !o.stdout.is_empty())
+        {
+            assert!(started.elapsed() < Duration::from_secs(10), "sshd in {ns}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    // Each host has a key of its own sshd: the options name all three.
+    let mut options = sshd[0].options();
+    for s in &sshd[1..] {
+        options.extend([
+            "-i".to_string(),
+            s.dir.path().join("client").display().to_string(),
+        ]);
+    }
+    let options = options
+        .iter()
+        .map(|o| format!("{o:?}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    (down, sshd, options)
+}
+
+/// The `[ssh]` table of hosts a, b and c, each running this build's flowlab.
+fn ssh_table(options: &str) -> String {
+    let f = flowlab();
+    format!(
+        "ssh_options = [{options}]\n[ssh]\na = {{ url = \"ssh://root@a\", flowlab = {f:?} }}\n\
+         b = {{ url = \"ssh://root@b\", flowlab = {f:?} }}\nc = {{ url = \"ssh://root@c\", flowlab = {f:?} }}\n"
+    )
+}
+
+/// The studies over SSH run one at a time: their hosts' run directories share this
+/// machine's /tmp, where each test counts what is left.
+static STUDIES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// The run directories hosts over SSH made in /tmp (the namespaces share this
+/// machine's files).
+fn run_dirs() -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir("/tmp")
+        .expect("/tmp")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("flowlab-run."))
+        })
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+/// `flowlab run study.toml --db r.db` in `dir`, from the controller's namespace of
+/// topology `name`, as a controller reaches real hosts.
+fn run_study(name: &str, dir: &Path) -> std::process::Output {
+    Command::new(flowlab())
+        .args(["net", "exec", "-t", name, "k", "--", flowlab()])
+        .args(["run", "study.toml", "--db", "r.db"])
+        .current_dir(dir)
+        .output()
+        .expect("flowlab run")
+}
+
+/// A study over SSH: its setup at each host (in a directory of the run's there), a
+/// fragment server on a and on b, a fetch from both, echoes and a test from c, all run
+/// at the hosts named in `[ssh]` — the same study a topology runs with `topology`
+/// instead. Each trial records the hosts' clocks; nothing is left at the hosts.
+#[test]
+fn a_study_runs_across_three_hosts_over_ssh_and_leaves_nothing_there() {
+    if !ready() {
+        return;
+    }
+    let _one_at_a_time = STUDIES.lock().unwrap_or_else(|e| e.into_inner());
+    let _machine = support::machine_shared();
+    let dir = tempfile::tempdir().expect("tmp");
+    let (_down, sshd, options) = three_hosts("tsst", dir.path());
+    let before = run_dirs();
+    let study = format!(
+        "name = \"over-ssh\"\nrepeat = 2\norder = \"sequential\"\n\
+         setup = [\"fragments make --size 4M --count 8 --out {{run}}/set\"]\n{}\n\
+         [[server]]\nname = \"sa\"\nnode = \"a\"\nargs = \"--fragments {{run}}/set\"\n\
+         [[server]]\nname = \"sb\"\nnode = \"b\"\nargs = \"--fragments {{run}}/set\"\n\
+         [[step]]\nname = \"fetch\"\nkind = \"fetch\"\nfrom = \"c\"\n\
+         args = \"--from {{sa}} --from {{sb}} --ratio 1:1 --out {{scratch}}\"\n\
+         [[step]]\nname = \"echoes\"\nkind = \"rtt\"\nfrom = \"c\"\nargs = \"{{sb.host}} -c 5 -i 20ms\"\n\
+         [[step]]\nname = \"into-b\"\nkind = \"test\"\nfrom = \"a\"\nargs = \"{{sb.host}} -p {{sb.port}} -t 1\"\n",
+        ssh_table(&options)
+    );
+    std::fs::write(dir.path().join("study.toml"), study).expect("study");
+    let out = run_study("tsst", dir.path());
+    let said =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("study over-ssh: 2 ok, 0 failed"), "{said}");
+
+    let db = rusqlite::Connection::open(dir.path().join("r.db")).expect("db");
+    let figure = |step: &str, metric: &str| -> Vec<f64> {
+        let mut q = db
+            .prepare(
+                "SELECT value FROM trial_metric WHERE step = ?1 AND metric = ?2 ORDER BY trial_id",
+            )
+            .expect("query");
+        q.query_map([step, metric], |r| r.get(0))
+            .expect("rows")
+            .collect::<Result<_, _>>()
+            .expect("values")
+    };
+    // The fetch took fragments from both servers, each of which made its set there.
+    for server in ["server1_bytes", "server2_bytes"] {
+        let bytes = figure("fetch", server);
+        assert_eq!(bytes.len(), 2, "{server}: {bytes:?}");
+        assert!(bytes.iter().all(|&b| b > 0.0), "{server}: {bytes:?}");
+    }
+    // The echoes were sent at c (its flowlab's `net _echo`) and all came back.
+    assert_eq!(figure("echoes", "echo_loss_percent"), [0.0, 0.0], "{said}");
+    assert!(figure("echoes", "rtt_median_ms").iter().all(|&ms| ms > 0.0));
+    // The test ran at a into b's 50 Mbit/s link: what the link carries.
+    for bps in figure("into-b", "throughput_bps") {
+        assert!(
+            (0.8 * 50e6 * 1448.0 / 1500.0..=50e6).contains(&bps),
+            "{bps}"
+        );
+    }
+    // Each trial read the three hosts' clocks: this machine's own, so within each
+    // reading's uncertainty of no offset.
+    let mut q = db
+        .prepare("SELECT trial_id, host, offset_ms, uncertainty_ms, samples FROM trial_clock ORDER BY trial_id, host")
+        .expect("clocks");
+    let clocks: Vec<(i64, String, f64, f64, i64)> = q
+        .query_map([], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })
+        .expect("rows")
+        .collect::<Result<_, _>>()
+        .expect("clocks");
+    assert_eq!(clocks.len(), 6, "{clocks:?}");
+    for (_, host, offset, uncertainty, samples) in &clocks {
+        assert!(["a", "b", "c"].contains(&host.as_str()));
+        assert!(offset.abs() <= uncertainty + 0.001, "{clocks:?}");
+        assert_eq!(*samples, 3);
+    }
+    // Nothing left at the hosts: no flowlab, no directory.
+    for h in ["a", "b", "c"] {
+        let ns = format!("fl-tsst-{h}");
+        let started = Instant::now();
+        while flowlab_running_in(&ns, "serve") + flowlab_running_in(&ns, "fetch") > 0 {
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "flowlab left in {h}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    assert_eq!(run_dirs(), before, "the hosts' run directories removed");
+    drop(sshd);
+}
+
+/// A host lost mid-study: its connection closed while a trial's test runs to it. That
+/// trial is recorded failed, the run ends saying which host was lost, the servers at the
+/// other hosts stop and their directories go; the trials not run stay to run again.
+#[test]
+fn a_host_lost_mid_study_fails_its_trial_and_the_others_are_cleaned_up() {
+    if !ready() {
+        return;
+    }
+    let _one_at_a_time = STUDIES.lock().unwrap_or_else(|e| e.into_inner());
+    let _machine = support::machine_shared();
+    let dir = tempfile::tempdir().expect("tmp");
+    let (_down, sshd, options) = three_hosts("tsls", dir.path());
+    let before = run_dirs();
+    let study = format!(
+        "name = \"loses-b\"\nrepeat = 3\norder = \"sequential\"\n{}\n\
+         [[server]]\nname = \"sa\"\nnode = \"a\"\n\
+         [[server]]\nname = \"sb\"\nnode = \"b\"\n\
+         [[step]]\nname = \"into-b\"\nkind = \"test\"\nfrom = \"c\"\nargs = \"{{sb.host}} -p {{sb.port}} -t 4\"\n",
+        ssh_table(&options)
+    );
+    std::fs::write(dir.path().join("study.toml"), study).expect("study");
+    let run = std::thread::spawn({
+        let dir = dir.path().to_path_buf();
+        move || run_study("tsls", &dir)
+    });
+    // Once the first trial's test runs at c, every sshd process of b's goes: the
+    // connection is lost as a host's is when it dies.
+    let started = Instant::now();
+    while flowlab_running_in("fl-tsls-c", "test") == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no test started at c"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let pids = Command::new("ip")
+        .args(["netns", "pids", "fl-tsls-b"])
+        .output()
+        .expect("pids");
+    for pid in String::from_utf8_lossy(&pids.stdout).split_whitespace() {
+        if std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "sshd") {
+            let _ = Command::new("kill").args(["-9", pid]).status();
+        }
+    }
+    let out = run.join().expect("the run's thread");
+    let said =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    eprintln!("{said}");
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains("host b (root@b): the connection was lost"),
+        "{said}"
+    );
+    let db = rusqlite::Connection::open(dir.path().join("r.db")).expect("db");
+    let statuses: Vec<String> = db
+        .prepare("SELECT status FROM trial ORDER BY id")
+        .expect("query")
+        .query_map([], |r| r.get(0))
+        .expect("rows")
+        .collect::<Result<_, _>>()
+        .expect("statuses");
+    assert_eq!(
+        statuses,
+        ["failed"],
+        "the trial under way, recorded: {said}"
+    );
+    // Everything started at the hosts ended, b's too (its server's connection closed).
+    for h in ["a", "b", "c"] {
+        let ns = format!("fl-tsls-{h}");
+        let started = Instant::now();
+        while flowlab_running_in(&ns, "serve") + flowlab_running_in(&ns, "test") > 0 {
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "flowlab left in {h}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    // a's and c's directories removed; b's stays (nobody could reach it to remove it).
+    let left: Vec<PathBuf> = run_dirs()
+        .into_iter()
+        .filter(|d| !before.contains(d))
+        .collect();
+    assert_eq!(left.len(), 1, "only the lost host's: {left:?}");
+    let _ = std::fs::remove_dir_all(&left[0]);
+    drop(sshd);
+}

@@ -23,7 +23,7 @@ use flowlab_monitor::schedule::{self, Schedule};
 use flowlab_results::monitor::{MonitorStart, MonitorSummary, PathRun};
 
 use crate::Error as RunError;
-use crate::place::{Job, Output, Place, Process, Ssh, SshTarget};
+use crate::place::{Job, Output, Place, Process, Remote};
 use crate::servers;
 use crate::study::topology::{self, Net};
 
@@ -50,16 +50,6 @@ enum Hosts {
     Ssh(Vec<Remote>),
 }
 
-/// A host over SSH, as the mesh names it.
-#[derive(Debug)]
-struct Remote {
-    target: SshTarget,
-    /// What the other hosts reach it at.
-    address: String,
-    /// The flowlab to run there.
-    flowlab: String,
-}
-
 /// Where each host's runs start, and the address of each as the others reach it.
 struct Placed<'a> {
     /// Each host's place and namespace, in the mesh's order.
@@ -83,18 +73,9 @@ pub fn prepare(file: &Path) -> Result<Prepared, RunError> {
     if !mesh.ssh.is_empty() {
         let mut hosts = Vec::new();
         for (name, h) in mesh.hosts.iter().zip(&mesh.ssh) {
-            let target = SshTarget::parse(&h.url)
-                .map_err(|e| RunError::Refused(format!("{}: [ssh] {name}: {e}", file.display())))?;
-            let address = h.address.clone().unwrap_or_else(|| {
-                let d = &target.destination;
-                d.rsplit_once('@')
-                    .map_or(d.clone(), |(_, host)| host.to_string())
-            });
-            hosts.push(Remote {
-                target,
-                address,
-                flowlab: h.flowlab.clone().unwrap_or("flowlab".into()),
-            });
+            hosts.push(Remote::of(h).map_err(|e| {
+                RunError::Refused(format!("{}: [ssh] {name}: {e}", file.display()))
+            })?);
         }
         return Ok(Prepared {
             mesh,
@@ -151,7 +132,7 @@ impl Prepared {
 #[derive(Debug)]
 pub struct Watch<'a> {
     /// Where a topology's namespaces are (this machine); hosts over SSH are places of
-    /// their own ([`Ssh`]), connected as the watch starts.
+    /// their own ([`Ssh`](crate::place::Ssh)), connected as the watch starts.
     pub place: &'a dyn Place,
     /// The flowlab binary that emulates the topology's links where the kernel cannot.
     pub emulator: &'a Path,
@@ -247,7 +228,8 @@ pub fn watch(
         Hosts::Ssh(hosts) => {
             let mut reached = Vec::new();
             for h in hosts {
-                let ssh = Ssh::connect(h.target.clone(), &h.flowlab, &mesh.ssh_options, w.version)
+                let ssh = h
+                    .connect(&mesh.ssh_options, w.version)
                     .map_err(|e| RunError::Failed(e.to_string()))?;
                 reached.push(ssh);
             }

@@ -160,7 +160,7 @@ impl Place for Local {
                 if let Some(ns) = ns {
                     flowlab_net::netns::enter(ns).map_err(|err| format!("entering {ns}: {err}"))?;
                 }
-                echo(e, stop)
+                echo_here(e, stop)
             })
             .join()
             .unwrap_or_else(|_| Err("the echo thread panicked".into()))
@@ -168,8 +168,26 @@ impl Place for Local {
     }
 }
 
-/// Sends `e`'s echoes from this thread's namespace.
-fn echo(e: &Echoes, stop: &AtomicBool) -> Result<RttResult, String> {
+/// `to`, an IPv4 address or a name this machine resolves to one.
+fn resolve(to: &str) -> Result<std::net::Ipv4Addr, String> {
+    if let Ok(a) = to.parse() {
+        return Ok(a);
+    }
+    use std::net::ToSocketAddrs;
+    let found = (to, 0)
+        .to_socket_addrs()
+        .map_err(|err| format!("cannot resolve {to}: {err}"))?
+        .find_map(|a| match a.ip() {
+            std::net::IpAddr::V4(v4) => Some(v4),
+            std::net::IpAddr::V6(_) => None,
+        });
+    found.ok_or_else(|| format!("{to} has no IPv4 address (echoes are ICMPv4)"))
+}
+
+/// Sends `e`'s echoes from this thread's namespace, one at a time, until all are sent or
+/// `stop` is set (`flowlab net _echo`, and the local place's [`Place::echo`]).
+pub fn echo_here(e: &Echoes, stop: &AtomicBool) -> Result<RttResult, String> {
+    let to = resolve(&e.to)?;
     let mut pinger = flowlab_net::probe::Pinger::open(None)
         .map_err(|err| format!("cannot open an ICMP socket (root needed): {err}"))?;
     let started = flowlab_db::now();
@@ -184,14 +202,14 @@ fn echo(e: &Echoes, stop: &AtomicBool) -> Result<RttResult, String> {
         let due = e.interval * i as u32;
         std::thread::sleep(due.saturating_sub(t0.elapsed()));
         sent += 1;
-        match pinger.ping(e.to, e.timeout) {
+        match pinger.ping(to, e.timeout) {
             Ok(Some(rtt)) => samples.push(rtt.as_secs_f64() * 1000.0),
             Ok(None) => {}
             Err(err) => return Err(format!("echo to {}: {err}", e.to)),
         }
     }
     Ok(RttResult::new(
-        &e.to.to_string(),
+        &e.to,
         sent,
         (
             e.interval.as_secs_f64() * 1000.0,

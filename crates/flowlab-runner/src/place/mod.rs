@@ -31,7 +31,8 @@ use flowlab_results::rtt::RttResult;
 
 pub use in_process::{Call, Ended, InProcess};
 pub use local::Local;
-pub use ssh::{ALIVE, ALIVE_COUNT, EXIT_WITH_STDIN, Ssh, SshError, SshTarget};
+pub use local::echo_here;
+pub use ssh::{ALIVE, ALIVE_COUNT, EXIT_WITH_STDIN, Remote, Ssh, SshError, SshTarget, echo_line};
 
 /// One run of flowlab at a place.
 #[derive(Debug, Clone, Copy)]
@@ -122,7 +123,8 @@ pub trait Place: Send + Sync + std::fmt::Debug {
 /// ICMP echoes, one at a time, on a fixed schedule.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Echoes {
-    pub to: std::net::Ipv4Addr,
+    /// An IPv4 address, or a name resolved where the echoes are sent from.
+    pub to: String,
     pub count: u64,
     pub interval: Duration,
     pub timeout: Duration,

@@ -87,6 +87,40 @@ impl SshTarget {
     }
 }
 
+/// A host as a study or a mesh names it (`[ssh]`): how to reach it, what the others
+/// reach it at, and the flowlab to run there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Remote {
+    pub target: SshTarget,
+    /// What the other hosts reach it at: the entry's `address`, else the URL's host.
+    pub address: String,
+    /// A path, or a name its `PATH` finds.
+    pub flowlab: String,
+}
+
+impl Remote {
+    /// Reads an `[ssh]` entry.
+    pub fn of(host: &flowlab_study::ssh::SshHost) -> Result<Remote, SshError> {
+        let target = SshTarget::parse(&host.url)?;
+        let address = host.address.clone().unwrap_or_else(|| {
+            let d = &target.destination;
+            d.rsplit_once('@')
+                .map_or(d.clone(), |(_, host)| host.to_string())
+        });
+        Ok(Remote {
+            target,
+            address,
+            flowlab: host.flowlab.clone().unwrap_or_else(|| "flowlab".into()),
+        })
+    }
+
+    /// Connects with `ssh`'s `options`, checking its flowlab is version `version`
+    /// ([`Ssh::connect`]).
+    pub fn connect(&self, options: &[String], version: &str) -> Result<Ssh, SshError> {
+        Ssh::connect(self.target.clone(), &self.flowlab, options, version)
+    }
+}
+
 /// A host over SSH, reached with the `ssh` binary and the user's own configuration,
 /// keys and agent, one master connection reused for every command. A job runs there
 /// as `cd DIR && exec [ip netns exec NS] FLOWLAB ARGS` with [`EXIT_WITH_STDIN`] set and
@@ -246,6 +280,55 @@ impl Ssh {
         &self.target.destination
     }
 
+    /// Whether the master connection still answers (a lost one has ended).
+    pub fn alive(&self) -> bool {
+        self.master_says("check").unwrap_or(false)
+    }
+
+    /// `script` run by the shell there: what it printed, or why it failed, naming
+    /// `doing`.
+    fn run(&self, script: &str, doing: &str) -> std::io::Result<String> {
+        let out = self.command(script).stdin(Stdio::null()).output()?;
+        if !out.status.success() {
+            return Err(std::io::Error::other(format!(
+                "{}: {doing}: {}",
+                self.host(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+
+    /// A new directory there of this run's own (`mktemp -d`, mode 0700, in its `TMPDIR`
+    /// or /tmp).
+    pub fn make_temp_dir(&self) -> std::io::Result<std::path::PathBuf> {
+        let dir = self.run(
+            "exec mktemp -d \"${TMPDIR:-/tmp}/flowlab-run.XXXXXXXX\"",
+            "making a directory",
+        )?;
+        if !dir.starts_with('/') {
+            return Err(std::io::Error::other(format!(
+                "{}: mktemp -d said '{dir}', not a directory",
+                self.host()
+            )));
+        }
+        Ok(dir.into())
+    }
+
+    /// Makes directory `dir` there (and its parents).
+    pub fn make_dir(&self, dir: &Path) -> std::io::Result<()> {
+        let dir = quote(&dir.display().to_string());
+        self.run(&format!("exec mkdir -p -- {dir}"), &format!("making {dir}"))
+            .map(|_| ())
+    }
+
+    /// Removes directory `dir` there with everything in it.
+    pub fn remove_dir(&self, dir: &Path) -> std::io::Result<()> {
+        let dir = quote(&dir.display().to_string());
+        self.run(&format!("exec rm -rf -- {dir}"), &format!("removing {dir}"))
+            .map(|_| ())
+    }
+
     /// Its clock against this machine's, best of `tries` readings (`date +%s.%N` there,
     /// through the connection, between two readings here): see [`ClockOffset`]. The
     /// round trip includes starting a command there, so the uncertainty is
@@ -343,17 +426,56 @@ impl Place for Ssh {
         flowlab_db::now()
     }
 
-    fn echo(
-        &self,
-        _echoes: &Echoes,
-        _ns: Option<&str>,
-        _stop: &AtomicBool,
-    ) -> Result<RttResult, String> {
-        Err(format!(
-            "{}: ICMP echoes are sent from this machine or its namespaces only; over SSH, measure round trips with a ping step (flowlab ping)",
-            self.host()
-        ))
+    /// The echoes are sent there, by its flowlab (`flowlab net _echo`, which prints
+    /// their result): a stop kills it.
+    fn echo(&self, e: &Echoes, ns: Option<&str>, stop: &AtomicBool) -> Result<RttResult, String> {
+        let argv = echo_line(e);
+        let job = Job {
+            argv: &argv,
+            dir: Path::new("."),
+            ns,
+        };
+        let failed = |why: String| format!("{}: echoes to {}: {why}", self.host(), e.to);
+        let mut process = self
+            .start(&job, Output::Keep)
+            .map_err(|err| failed(err.to_string()))?;
+        let exit = loop {
+            if stop.load(std::sync::atomic::Ordering::Acquire) {
+                process.kill();
+                return Err(failed("stopped".into()));
+            }
+            match process.try_wait() {
+                Ok(Some(exit)) => break exit,
+                Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+                Err(err) => return Err(failed(err.to_string())),
+            }
+        };
+        let out = process.finish();
+        if !exit.success() {
+            let err = String::from_utf8_lossy(&out.stderr);
+            let last = err.lines().rev().find(|l| !l.trim().is_empty());
+            return Err(failed(last.map_or_else(
+                || format!("it exited with {exit}"),
+                |l| l.trim_start_matches("error: ").to_string(),
+            )));
+        }
+        serde_json::from_slice(&out.stdout).map_err(|err| failed(format!("its result: {err}")))
     }
+}
+
+/// The arguments of `flowlab net _echo` that send echoes `e`.
+pub fn echo_line(e: &Echoes) -> Vec<String> {
+    vec![
+        "net".into(),
+        "_echo".into(),
+        "--count".into(),
+        e.count.to_string(),
+        "--interval-us".into(),
+        e.interval.as_micros().to_string(),
+        "--timeout-us".into(),
+        e.timeout.as_micros().to_string(),
+        e.to.clone(),
+    ]
 }
 
 /// A file's move ended: an error naming it unless `ssh` said it succeeded.

@@ -13,11 +13,12 @@ use flowlab_results::study::{RunSummary, TrialEvent, TrialStatus};
 use flowlab_study::{Cell, Study};
 
 use super::lines::{self, Commands};
+use super::places::{Places, RemoteScratch};
 use super::prepare::Prepared;
 use super::trial::{self, Ready, Stage};
 use super::{RunError, topology};
 use crate::error::io;
-use crate::place::{Job, Output, Place};
+use crate::place::Place;
 use crate::servers;
 
 /// How a prepared study runs.
@@ -59,7 +60,7 @@ pub fn execute(
     run: &Run<'_>,
     on: &mut dyn FnMut(Event<'_>),
 ) -> Result<RunSummary, RunError> {
-    let (study, dir, trials, pause) = (&p.study, &p.dir, &p.trials, p.pause);
+    let (study, trials, pause) = (&p.study, &p.trials, p.pause);
     let plan = &p.plan;
     // Checked before anything is written (checked again as each network comes up).
     if let Some(net) = &p.net {
@@ -76,22 +77,21 @@ pub fn execute(
         .map_err(|e| RunError::Failed(format!("describing this system: {e}")))?;
     let runner = db.register_runner(run.version, &system)?;
     let interrupt = &run.stop;
-    let place = &run.place;
     Scratch::sweep();
     // `{run}`: the run's own directory, removed at the end.
     let run_dir = Scratch::new("run")?;
+    // This machine, and each host over SSH with a directory of the run's there.
+    let places = Places::connect(p, Arc::clone(&run.place), &run_dir.0, run.version)?;
+    let used = used(p);
     for (text, argv) in study.setup.iter().zip(&p.setup_lines) {
-        setup(
-            place.as_ref(),
-            text,
-            &lines::with_run_dir(argv, &run_dir.path()),
-            dir,
-        )?;
+        places.setup(text, argv, &used)?;
     }
-    // Declared after the run's directory, so dropped before it.
+    // Declared after the run's directory and the places, so dropped before them.
     let mut site = Site::default();
-    let ready = |cell: &Cell, ports: &[u16], scratch: &Scratch| {
-        p.ready(run.commands, cell, ports, &scratch.path())
+    let ready = |cell: &Cell, ports: &[u16], here: &Scratch, there: &RemoteScratch<'_>| {
+        p.ready(run.commands, cell, ports, &|node: Option<&str>| {
+            there.of(node).unwrap_or_else(|| here.path())
+        })
     };
     let begun = Instant::now();
     let mut summary = RunSummary {
@@ -147,7 +147,7 @@ pub fn execute(
             }
         };
         // The trial's network up and the servers on it (a new network: both anew).
-        if let Err(e) = site.enter(p, run, p.network[t.cell], &run_dir, &mut |n| {
+        if let Err(e) = site.enter(p, run, p.network[t.cell], &places, &mut |n| {
             on(Event::Note(n))
         }) {
             db.release(id)?;
@@ -167,8 +167,9 @@ pub fn execute(
                 }
                 let t0 = Instant::now();
                 let scratch = Scratch::new("warm-up")?;
-                let (error, _) = match ready(cell, &ports, &scratch) {
-                    Ok(stages) => run_trial(place, &stages, dir, interrupt),
+                let there = places.scratch("warm-up")?;
+                let (error, _) = match ready(cell, &ports, &scratch, &there) {
+                    Ok(stages) => run_trial(&places, &stages, interrupt),
                     Err(e) => (Some(e), None),
                 };
                 on(Event::Trial(&TrialEvent {
@@ -194,11 +195,20 @@ pub fn execute(
             }
         }
         let t0 = Instant::now();
-        let scratch = Scratch::new(&format!("trial-{id}"))?;
-        let (error, records) = match ready(cell, &ports, &scratch) {
-            Ok(stages) => run_trial(place, &stages, dir, interrupt),
+        let name = format!("trial-{id}");
+        let (scratch, there, clocks) =
+            match (Scratch::new(&name), places.scratch(&name), places.clocks()) {
+                (Ok(s), Ok(t), Ok(c)) => (s, t, c),
+                (Err(e), ..) | (_, Err(e), _) | (.., Err(e)) => {
+                    db.release(id)?;
+                    return Err(places.lost().unwrap_or(e));
+                }
+            };
+        let (error, records) = match ready(cell, &ports, &scratch, &there) {
+            Ok(stages) => run_trial(&places, &stages, interrupt),
             Err(e) => (Some(e), Some(Vec::new())),
         };
+        drop(there);
         let Some(records) = records else {
             // Interrupted: given back, it runs on the next run.
             db.release(id)?;
@@ -206,6 +216,7 @@ pub fn execute(
             summary.not_run += 1;
             continue;
         };
+        db.record_clocks(id, &clocks)?;
         db.finish(id, error.as_deref(), &records)?;
         took += t0.elapsed();
         ran += 1;
@@ -228,6 +239,13 @@ pub fn execute(
         event.eta_seconds =
             Some((took / ran).as_secs_f64() * left as f64 + pause.as_secs_f64() * left as f64);
         on(Event::Trial(&event));
+        // A host lost ends the run (its trials would all fail): said once this trial is
+        // recorded; the servers stop and the other hosts' directories go as it returns.
+        if event.status == TrialStatus::Failed {
+            if let Some(lost) = places.lost() {
+                return Err(lost);
+            }
+        }
     }
     summary.interrupted |= interrupt.load(Ordering::Acquire);
     summary.seconds = begun.elapsed().as_secs_f64();
@@ -257,7 +275,7 @@ impl Site {
         p: &Prepared,
         run: &Run<'_>,
         network: usize,
-        run_dir: &Scratch,
+        places: &Places,
         note: &mut dyn FnMut(String),
     ) -> Result<(), RunError> {
         if self.network == Some(network) {
@@ -278,17 +296,14 @@ impl Site {
             self.up = Some(up);
         }
         for (s, argv) in p.study.servers.iter().zip(&p.serve_lines) {
-            let ns = match (&s.node, &p.net) {
-                (Some(node), Some(net)) => Some(net.ns(node)),
-                _ => None,
-            };
-            let argv = lines::with_run_dir(argv, &run_dir.path());
+            let at = places.at(s.node.as_deref());
+            let argv = lines::with_run_dir(argv, &at.run.display().to_string());
             self.running.push(servers::start(
-                run.place.as_ref(),
+                at.place.as_ref(),
                 &s.name,
                 &argv,
-                ns.as_deref(),
-                &p.dir,
+                at.ns.as_deref(),
+                at.dir,
             )?);
         }
         self.network = Some(network);
@@ -324,14 +339,13 @@ impl Site {
 /// Runs a trial's stages in order: the first failure ends the trial. Returns why it
 /// failed and its steps' records (`None`: interrupted).
 fn run_trial(
-    place: &Arc<dyn Place>,
+    places: &Places,
     stages: &[Vec<Ready>],
-    dir: &Path,
     interrupt: &Arc<AtomicBool>,
 ) -> (Option<String>, Option<Vec<StepRecord>>) {
     let mut records = Vec::new();
     for stage in stages {
-        match trial::run_stage(place, stage, dir, interrupt) {
+        match trial::run_stage(places, stage, interrupt) {
             Stage::Interrupted => return (None, None),
             Stage::Ran(r) => {
                 let failed = r
@@ -358,36 +372,18 @@ fn params_json(study: &Study, cell: &Cell) -> String {
     serde_json::Value::Object(map).to_string()
 }
 
-/// Runs setup command `argv` (flowlab's arguments) in `dir` at `place`; its error
-/// names it.
-fn setup(place: &dyn Place, text: &str, argv: &[String], dir: &Path) -> Result<(), RunError> {
-    let job = Job {
-        argv,
-        dir,
-        ns: None,
-    };
-    let what = || format!("setup '{text}'");
-    let mut process = place.start(&job, Output::Keep).map_err(io(what()))?;
-    let exit = loop {
-        if let Some(exit) = process.try_wait().map_err(io(what()))? {
-            break exit;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    let out = process.finish();
-    if !exit.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        let why = err
-            .lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .unwrap_or("");
-        return Err(RunError::Failed(format!(
-            "setup '{text}' failed: {}",
-            why.trim_start_matches("error: ")
-        )));
+/// Where the setup commands run: each host over SSH, and this machine when a server or
+/// a step runs here (or on a topology's node, whose files are this machine's).
+pub(super) fn used(p: &Prepared) -> Vec<Option<&str>> {
+    let mut used: Vec<Option<&str>> = p.remotes.iter().map(|(n, _)| Some(n.as_str())).collect();
+    let study = &p.study;
+    let here = p.remotes.is_empty()
+        || study.servers.iter().any(|s| s.node.is_none())
+        || study.steps.iter().any(|s| s.from.is_none());
+    if here {
+        used.insert(0, None);
     }
-    Ok(())
+    used
 }
 
 /// An empty directory of a trial's own (`{scratch}`) or of the run's (`{run}`), removed

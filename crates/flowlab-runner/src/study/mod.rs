@@ -12,6 +12,7 @@
 
 mod execute;
 pub mod lines;
+mod places;
 mod plan;
 mod prepare;
 pub mod topology;

@@ -68,7 +68,20 @@ fn summary(p: &Prepared) -> PlanSummary {
         repeat: study.repeat,
         warmup: study.warmup,
         scale,
-        setup: p.setup_lines.iter().map(|a| a.join(" ")).collect(),
+        setup: p
+            .setup_lines
+            .iter()
+            .map(|a| {
+                if p.remotes.is_empty() {
+                    return a.join(" ");
+                }
+                let at: Vec<&str> = super::execute::used(p)
+                    .into_iter()
+                    .map(|n| n.unwrap_or("this machine"))
+                    .collect();
+                format!("{}  (at {})", a.join(" "), at.join(", "))
+            })
+            .collect(),
         servers: study
             .servers
             .iter()
@@ -79,7 +92,21 @@ fn summary(p: &Prepared) -> PlanSummary {
                     format!(
                         "{} on {}",
                         argv[1..].join(" "),
-                        s.node.as_deref().unwrap_or("this machine's loopback")
+                        match (
+                            &s.node,
+                            p.remotes.iter().find(|(n, _)| Some(n) == s.node.as_ref())
+                        ) {
+                            (Some(node), Some((_, r))) => format!(
+                                "{node} ({}{} over SSH)",
+                                r.target.destination,
+                                r.target
+                                    .port
+                                    .map(|p| format!(" port {p}"))
+                                    .unwrap_or_default()
+                            ),
+                            (Some(node), None) => node.clone(),
+                            (None, _) => "this machine's loopback".into(),
+                        }
                     ),
                 )
             })

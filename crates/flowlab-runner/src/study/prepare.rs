@@ -12,6 +12,7 @@ use super::lines::{self, Commands, StepLine};
 use super::topology::{self, Net};
 use super::trial::Ready;
 use super::{RunError, RunError::Refused};
+use crate::place::Remote;
 
 /// Which trials of a study run, and how long they take.
 #[derive(Debug, Clone)]
@@ -43,6 +44,8 @@ pub struct Prepared {
     /// The study file's directory: servers and steps run there.
     pub dir: PathBuf,
     pub net: Option<Net>,
+    /// Or the hosts over SSH the nodes are (`[ssh]`), in the study's order.
+    pub remotes: Vec<(String, Remote)>,
     /// The setup commands' arguments (scaled).
     pub setup_lines: Vec<Vec<String>>,
     /// Each server's `flowlab serve` command line.
@@ -94,6 +97,15 @@ pub fn prepare(path: &Path, a: &Options, commands: &dyn Commands) -> Result<Prep
         }
         None => None,
     };
+    let remotes = study
+        .ssh
+        .iter()
+        .map(|(node, h)| {
+            Remote::of(h)
+                .map(|r| (node.clone(), r))
+                .map_err(|e| Refused(format!("{file}: [ssh] {node}: {e}")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     topology::check(&study, net.as_ref()).map_err(|e| Refused(format!("{file}: {e}")))?;
     let only = only(&study, &a.only)?;
     let serve_lines = study
@@ -117,6 +129,7 @@ pub fn prepare(path: &Path, a: &Options, commands: &dyn Commands) -> Result<Prep
         study,
         dir,
         net,
+        remotes,
         setup_lines,
         serve_lines,
         lines: Vec::new(),
@@ -151,11 +164,14 @@ pub fn prepare(path: &Path, a: &Options, commands: &dyn Commands) -> Result<Prep
                 a.scale,
             )
             .map_err(|e| {
-                Refused(format!(
-                    "{file}: step '{}', cell {}: {e}",
-                    step.name,
-                    p.study.cell_label(cell)
-                ))
+                // A study that sweeps nothing has one cell, with no name.
+                let label = p.study.cell_label(cell);
+                let cell = if label.is_empty() {
+                    String::new()
+                } else {
+                    format!(", cell {label}")
+                };
+                Refused(format!("{file}: step '{}'{cell}: {e}", step.name))
             })?;
             steps.push(line);
         }
@@ -178,8 +194,16 @@ pub fn prepare(path: &Path, a: &Options, commands: &dyn Commands) -> Result<Prep
 
 impl Prepared {
     /// Where step `i` reaches server `s`: the server's node's address on the path from
-    /// the step's node, or loopback (checked: every pair is one or the other).
+    /// the step's node, or its host's address over SSH, or loopback (checked: every
+    /// pair is one of these).
     pub fn host(&self, i: usize, s: usize) -> String {
+        let node = &self.study.servers[s].node;
+        if let Some((_, r)) = node
+            .as_ref()
+            .and_then(|n| self.remotes.iter().find(|(r, _)| r == n))
+        {
+            return r.address.clone();
+        }
         match (
             &self.study.steps[i].from,
             &self.study.servers[s].node,
@@ -194,13 +218,13 @@ impl Prepared {
     }
 
     /// `cell`'s stages ready to run, the servers listening on `ports`, `{scratch}` as
-    /// `scratch`, durations and sizes scaled.
+    /// `scratch` says for the step's node, durations and sizes scaled.
     pub(crate) fn ready(
         &self,
         commands: &dyn Commands,
         cell: &Cell,
         ports: &[u16],
-        scratch: &str,
+        scratch: &dyn Fn(Option<&str>) -> String,
     ) -> Result<Vec<Vec<Ready>>, String> {
         let study = &self.study;
         study
@@ -213,17 +237,20 @@ impl Prepared {
                         let address = |s: usize| (self.host(i, s), ports[s].to_string());
                         let step = &study.steps[i];
                         let line = lines::step_line(
-                            commands, study, i, cell, &address, scratch, self.scale,
+                            commands,
+                            study,
+                            i,
+                            cell,
+                            &address,
+                            &scratch(step.from.as_deref()),
+                            self.scale,
                         )
                         .map_err(|e| format!("step '{}': {e}", step.name))?;
                         Ok(Ready {
                             name: step.name.clone(),
                             kind: kind_name(step.kind),
                             line,
-                            ns: match (&step.from, &self.net) {
-                                (Some(from), Some(net)) => Some(net.ns(from)),
-                                _ => None,
-                            },
+                            from: step.from.clone(),
                         })
                     })
                     .collect()

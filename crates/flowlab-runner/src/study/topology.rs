@@ -159,6 +159,15 @@ pub fn check(study: &Study, net: Option<&Net>) -> Result<(), String> {
                     })?;
                 }
                 (None, None, _) => {}
+                // Over SSH: every host reaches every other at its address (the user's
+                // network), and this machine reaches them too.
+                (_, Some(_), None) if !study.ssh.is_empty() => {}
+                (Some(from), None, None) => {
+                    return Err(format!(
+                        "step '{}' runs on host {from} but server {} on this machine's loopback, which {from} cannot reach: run the server on a host too (`node`)",
+                        step.name, server.name
+                    ));
+                }
                 (from, node, _) => {
                     return Err(format!(
                         "step '{}' runs on {} but server {} on {}: give both a node of the topology (`from` and `node`), or neither",

@@ -7,7 +7,6 @@
 //! deadline, and every step when the run stops. Echoes cannot hang: each waits its
 //! timeout.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
@@ -16,7 +15,8 @@ use std::time::{Duration, Instant};
 use flowlab_db::StepRecord;
 
 use super::lines::StepLine;
-use crate::place::{Exit, Job, Output, Place, Process};
+use super::places::Places;
+use crate::place::{Exit, Job, Output, Process};
 
 /// How often running steps are looked at.
 const POLL: Duration = Duration::from_millis(2);
@@ -27,8 +27,9 @@ pub struct Ready {
     pub name: String,
     pub kind: &'static str,
     pub line: StepLine,
-    /// The network namespace its client runs in.
-    pub ns: Option<String>,
+    /// The node its client runs on (a topology's, or a host over SSH); this machine
+    /// when `None`.
+    pub from: Option<String>,
 }
 
 /// How a stage ended.
@@ -50,23 +51,26 @@ struct Started {
 /// An RTT step's thread: its document, or why it failed.
 type Echoing = JoinHandle<Result<String, String>>;
 
-/// Sends `step`'s echoes at `place` on a thread of their own, until done or stopped.
-fn echo(place: &Arc<dyn Place>, step: &Ready, stop: &Arc<AtomicBool>) -> Option<Echoing> {
+/// Sends `step`'s echoes at its place on a thread of their own, until done or stopped.
+fn echo(places: &Places, step: &Ready, stop: &Arc<AtomicBool>) -> Option<Echoing> {
     let e = step.line.echoes.clone()?;
-    let (place, ns, stop) = (Arc::clone(place), step.ns.clone(), Arc::clone(stop));
+    let at = places.at(step.from.as_deref());
+    let (place, ns, stop) = (Arc::clone(at.place), at.ns, Arc::clone(stop));
     Some(std::thread::spawn(move || {
         let r = place.echo(&e, ns.as_deref(), &stop)?;
         serde_json::to_string(&r).map_err(|err| err.to_string())
     }))
 }
 
-fn spawn(place: &dyn Place, step: &Ready, dir: &Path) -> std::io::Result<Started> {
+fn spawn(places: &Places, step: &Ready) -> std::io::Result<Started> {
     let mut argv = step.line.argv.clone();
     argv.push("-J".into());
+    let at = places.at(step.from.as_deref());
+    let place = at.place;
     let job = Job {
         argv: &argv,
-        dir,
-        ns: step.ns.as_deref(),
+        dir: at.dir,
+        ns: at.ns.as_deref(),
     };
     let started = place.now();
     let process = place.start(&job, Output::Keep)?;
@@ -79,20 +83,18 @@ fn spawn(place: &dyn Place, step: &Ready, dir: &Path) -> std::io::Result<Started
     })
 }
 
-/// Runs `steps` at once in `dir` at `place` and waits for all of them.
-pub fn run_stage(
-    place: &Arc<dyn Place>,
-    steps: &[Ready],
-    dir: &Path,
-    stop: &Arc<AtomicBool>,
-) -> Stage {
+/// Runs `steps` at once, each at its node's place, and waits for all of them. Steps
+/// are stamped with this machine's clock (a host's may be off: its offset is recorded
+/// with the trial).
+pub fn run_stage(places: &Places, steps: &[Ready], stop: &Arc<AtomicBool>) -> Stage {
+    let place = places.at(None).place;
     let mut started: Vec<Option<Started>> = Vec::new();
     let mut records: Vec<Option<StepRecord>> = Vec::new();
     // The echo steps first: a thread each starts in microseconds, where a process takes
     // milliseconds to fork (tens on a busy host), so the group starts together.
     let echoes: Vec<_> = steps
         .iter()
-        .map(|step| echo(place, step, stop).map(|e| (e, place.now())))
+        .map(|step| echo(places, step, stop).map(|e| (e, place.now())))
         .collect();
     for (step, echoed) in steps.iter().zip(&echoes) {
         records.push(None);
@@ -100,7 +102,7 @@ pub fn run_stage(
             started.push(None);
             continue;
         }
-        match spawn(place.as_ref(), step, dir) {
+        match spawn(places, step) {
             Ok(s) => started.push(Some(s)),
             Err(e) => {
                 let now = place.now();

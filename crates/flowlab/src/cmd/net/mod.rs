@@ -101,6 +101,18 @@ pub enum Command {
         state_dir: std::path::PathBuf,
         topology: String,
     },
+    /// ICMP echoes from here, one at a time on a fixed schedule, their result printed as
+    /// JSON (a study's RTT step on a host over SSH).
+    #[command(name = "_echo", hide = true)]
+    Echo {
+        #[arg(long)]
+        count: u64,
+        #[arg(long)]
+        interval_us: u64,
+        #[arg(long)]
+        timeout_us: u64,
+        to: String,
+    },
     /// Run a command inside a node: `flowlab net exec h1 -- flowlab test 10.0.5.1`.
     Exec {
         /// Topology name (needed when more than one is up).
@@ -287,6 +299,23 @@ pub fn run(c: Command) -> anyhow::Result<()> {
             state_dir,
             topology,
         } => build::run_schedule(&state_dir, &topology, &mut std::io::stdout())?,
+        Command::Echo {
+            count,
+            interval_us,
+            timeout_us,
+            to,
+        } => {
+            let echoes = flowlab_runner::place::Echoes {
+                to,
+                count,
+                interval: std::time::Duration::from_micros(interval_us),
+                timeout: std::time::Duration::from_micros(timeout_us),
+            };
+            let stop = std::sync::atomic::AtomicBool::new(false);
+            let result =
+                flowlab_runner::place::echo_here(&echoes, &stop).map_err(anyhow::Error::msg)?;
+            println!("{}", serde_json::to_string(&result)?);
+        }
     }
     Ok(())
 }

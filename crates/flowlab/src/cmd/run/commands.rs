@@ -42,8 +42,9 @@ struct FragmentsArgs {
 #[derive(Debug, Parser)]
 #[command(name = "rtt", no_binary_name = true)]
 struct RttArgs {
-    /// The host echoed (an IPv4 address: a server's `{NAME.host}`).
-    host: std::net::Ipv4Addr,
+    /// The host echoed: an IPv4 address (a server's `{NAME.host}`), or a name the
+    /// place the echoes are sent from resolves.
+    host: String,
     /// Echoes to send.
     #[arg(short = 'c', long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     count: u64,
