@@ -366,15 +366,7 @@ pub fn parse(text: &str) -> Result<Mesh, MeshError> {
         (Some(table), None) => ssh::hosts(table, &hosts, "host", "a host of the mesh", &at)?,
         (None, _) => Vec::new(),
     };
-    let ssh_options = match &raw.ssh_options {
-        Some(o) if ssh.is_empty() => {
-            return Err(at(
-                o.span(),
-                "ssh_options: for hosts over SSH ([ssh])".into(),
-            ));
-        }
-        o => o.as_ref().map(|o| o.get_ref().clone()).unwrap_or_default(),
-    };
+    let ssh_options = ssh::options(raw.ssh_options.as_ref(), !ssh.is_empty(), &at)?;
     Ok(Mesh {
         name: name.clone(),
         topology,

@@ -581,15 +581,7 @@ pub fn parse(text: &str) -> Result<Study, StudyError> {
         }
         None => Vec::new(),
     };
-    let ssh_options = match &raw.ssh_options {
-        Some(o) if ssh.is_empty() => {
-            return Err(at(
-                o.span(),
-                "ssh_options: for hosts over SSH ([ssh])".into(),
-            ));
-        }
-        o => o.as_ref().map(|o| o.get_ref().clone()).unwrap_or_default(),
-    };
+    let ssh_options = crate::ssh::options(raw.ssh_options.as_ref(), !ssh.is_empty(), &at)?;
     Ok(Study {
         name: name.clone(),
         description: raw.description,

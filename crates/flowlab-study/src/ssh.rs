@@ -119,3 +119,19 @@ pub fn hosts<E>(
     }
     Ok(out)
 }
+
+/// `ssh_options`, which only hosts over SSH take (`hosts`: the file has some); none when
+/// not given.
+pub fn options<E>(
+    raw: Option<&Spanned<Vec<String>>>,
+    hosts: bool,
+    at: &dyn Fn(Range<usize>, String) -> E,
+) -> Result<Vec<String>, E> {
+    match raw {
+        Some(o) if !hosts => Err(at(
+            o.span(),
+            "ssh_options: for hosts over SSH ([ssh])".into(),
+        )),
+        o => Ok(o.map(|o| o.get_ref().clone()).unwrap_or_default()),
+    }
+}

@@ -409,23 +409,11 @@ fn a_mesh_over_ssh_runs_at_its_hosts_and_leaves_nothing_behind() {
         "{}",
         String::from_utf8_lossy(&up.stderr)
     );
+    // Both listen before the watch starts.
     let sshd: Vec<support::Sshd> = ["a", "b"]
         .iter()
-        .map(|h| support::Sshd::start(&format!("fl-tmsh-{h}"), "0.0.0.0:22"))
+        .map(|h| support::Sshd::listening_in(&format!("fl-tmsh-{h}")))
         .collect();
-    // Both listen before the watch starts.
-    for h in ["a", "b"] {
-        let ns = format!("fl-tmsh-{h}");
-        let started = std::time::Instant::now();
-        while !Command::new("ip")
-            .args(["netns", "exec", &ns, "ss", "-Hltn", "sport = :22"])
-            .output()
-            .is_ok_and(|o| !o.stdout.is_empty())
-        {
-            assert!(started.elapsed() < Duration::from_secs(10), "sshd in {ns}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
     // Each host has a key of its own sshd: the options name both.
     let mut options = sshd[0].options();
     options.extend([

@@ -352,20 +352,8 @@ fn three_hosts(name: &str, dir: &Path) -> (support::NetDown, Vec<Sshd>, String) 
     );
     let sshd: Vec<Sshd> = ["a", "b", "c"]
         .iter()
-        .map(|h| Sshd::start(&format!("fl-{name}-{h}"), "0.0.0.0:22"))
+        .map(|h| Sshd::listening_in(&format!("fl-{name}-{h}")))
         .collect();
-    for h in ["a", "b", "c"] {
-        let ns = format!("fl-{name}-{h}");
-        let started = Instant::now();
-        while !Command::new("ip")
-            .args(["netns", "exec", &ns, "ss", "-Hltn", "sport = :22"])
-            .output()
-            .is_ok_and(|o| !o.stdout.is_empty())
-        {
-            assert!(started.elapsed() < Duration::from_secs(10), "sshd in {ns}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
     // Each host has a key of its own sshd: the options name all three.
     let mut options = sshd[0].options();
     for s in &sshd[1..] {

@@ -143,6 +143,25 @@ impl Sshd {
         Sshd { child, dir }
     }
 
+    /// An sshd on port 22 of every address of namespace `ns`, once it listens (10 s at
+    /// most).
+    pub fn listening_in(ns: &str) -> Sshd {
+        let sshd = Sshd::start(ns, "0.0.0.0:22");
+        let started = std::time::Instant::now();
+        while !std::process::Command::new("ip")
+            .args(["netns", "exec", ns, "ss", "-Hltn", "sport = :22"])
+            .output()
+            .is_ok_and(|o| !o.stdout.is_empty())
+        {
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(10),
+                "sshd in {ns}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        sshd
+    }
+
     /// `ssh`'s options for it: the client key, no known hosts, no user config.
     pub fn options(&self) -> Vec<String> {
         [
