@@ -504,9 +504,13 @@ fn a_study_runs_across_three_hosts_over_ssh_and_leaves_nothing_there() {
     drop(sshd);
 }
 
-/// A host lost mid-study: its connection closed while a trial's test runs to it. That
-/// trial is recorded failed, the run ends saying which host was lost, the servers at the
-/// other hosts stop and their directories go; the trials not run stay to run again.
+/// A host lost mid-study: its link taken down while a trial's test runs to it, as when a
+/// host dies or its network goes (its sshd would not say goodbye; stopping sshd would
+/// not even end a reused connection). The study's own keep-alive (1 s, two unanswered)
+/// tells the runner within seconds: the trial's steps end at once, the trial is recorded
+/// failed naming the host, the run ends saying which host was lost, and everything it
+/// started at the other hosts stops, their directories removed; the trials not run stay
+/// to run again.
 #[test]
 fn a_host_lost_mid_study_fails_its_trial_and_the_others_are_cleaned_up() {
     if !ready() {
@@ -516,21 +520,35 @@ fn a_host_lost_mid_study_fails_its_trial_and_the_others_are_cleaned_up() {
     let _machine = support::machine_shared();
     let dir = tempfile::tempdir().expect("tmp");
     let (_down, sshd, options) = three_hosts("tsls", dir.path());
+    /// b's processes, which outlive the run (b's sshd never learns the connection
+    /// went), killed when the test ends however it ends.
+    struct KillIn(&'static str);
+    impl Drop for KillIn {
+        fn drop(&mut self) {
+            if let Ok(out) = Command::new("ip").args(["netns", "pids", self.0]).output() {
+                for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+                    let _ = Command::new("kill").args(["-9", pid]).status();
+                }
+            }
+        }
+    }
+    let _b = KillIn("fl-tsls-b");
     let before = run_dirs();
+    let options =
+        format!("\"-o\", \"ServerAliveInterval=1\", \"-o\", \"ServerAliveCountMax=2\", {options}");
     let study = format!(
         "name = \"loses-b\"\nrepeat = 3\norder = \"sequential\"\n{}\n\
          [[server]]\nname = \"sa\"\nnode = \"a\"\n\
          [[server]]\nname = \"sb\"\nnode = \"b\"\n\
-         [[step]]\nname = \"into-b\"\nkind = \"test\"\nfrom = \"c\"\nargs = \"{{sb.host}} -p {{sb.port}} -t 4\"\n",
+         [[step]]\nname = \"into-b\"\nkind = \"test\"\nfrom = \"c\"\nargs = \"{{sb.host}} -p {{sb.port}} -t 20\"\n",
         ssh_table(&options)
     );
     std::fs::write(dir.path().join("study.toml"), study).expect("study");
-    let run = std::thread::spawn({
+    let running = std::thread::spawn({
         let dir = dir.path().to_path_buf();
         move || run_study("tsls", &dir)
     });
-    // Once the first trial's test runs at c, every sshd process of b's goes: the
-    // connection is lost as a host's is when it dies.
+    // Once the first trial's test runs at c, b's link goes down.
     let started = Instant::now();
     while flowlab_running_in("fl-tsls-c", "test") == 0 {
         assert!(
@@ -540,39 +558,54 @@ fn a_host_lost_mid_study_fails_its_trial_and_the_others_are_cleaned_up() {
         std::thread::sleep(Duration::from_millis(20));
     }
     std::thread::sleep(Duration::from_secs(1));
-    let pids = Command::new("ip")
-        .args(["netns", "pids", "fl-tsls-b"])
+    let links = Command::new("ip")
+        .args(["-n", "fl-tsls-b", "-o", "link", "show"])
         .output()
-        .expect("pids");
-    for pid in String::from_utf8_lossy(&pids.stdout).split_whitespace() {
-        if std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "sshd") {
-            let _ = Command::new("kill").args(["-9", pid]).status();
-        }
-    }
-    let out = run.join().expect("the run's thread");
+        .expect("b's links");
+    let link = String::from_utf8_lossy(&links.stdout)
+        .lines()
+        .filter_map(|l| l.split(": ").nth(1))
+        .map(|name| name.split('@').next().unwrap_or(name).to_string())
+        .find(|name| name != "lo")
+        .expect("b's link");
+    run(
+        "ip",
+        &["-n", "fl-tsls-b", "link", "set", "dev", &link, "down"],
+    );
+    let down_at = Instant::now();
+    let out = running.join().expect("the run's thread");
+    let took = down_at.elapsed();
     let said =
         String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    eprintln!("{said}");
+    eprintln!(
+        "{said}(the run ended {:.1} s after b's link went down)",
+        took.as_secs_f64()
+    );
     assert!(!out.status.success(), "{said}");
     assert!(
-        said.contains("host b (root@b): the connection was lost"),
+        said.contains("error: host b (root@b): the connection was lost"),
         "{said}"
     );
+    // Told by the keep-alive, not by the test's 20 s or its deadline.
+    assert!(took < Duration::from_secs(15), "{said}");
     let db = rusqlite::Connection::open(dir.path().join("r.db")).expect("db");
-    let statuses: Vec<String> = db
-        .prepare("SELECT status FROM trial ORDER BY id")
+    let trials: Vec<(String, String)> = db
+        .prepare("SELECT status, error FROM trial ORDER BY id")
         .expect("query")
-        .query_map([], |r| r.get(0))
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
         .expect("rows")
         .collect::<Result<_, _>>()
-        .expect("statuses");
-    assert_eq!(
-        statuses,
-        ["failed"],
-        "the trial under way, recorded: {said}"
+        .expect("trials");
+    assert_eq!(trials.len(), 1, "the trial under way, recorded: {trials:?}");
+    assert_eq!(trials[0].0, "failed");
+    assert!(
+        trials[0]
+            .1
+            .contains("host b (root@b): the connection was lost"),
+        "{trials:?}"
     );
-    // Everything started at the hosts ended, b's too (its server's connection closed).
-    for h in ["a", "b", "c"] {
+    // Everything started at the other hosts ended.
+    for h in ["a", "c"] {
         let ns = format!("fl-tsls-{h}");
         let started = Instant::now();
         while flowlab_running_in(&ns, "serve") + flowlab_running_in(&ns, "test") > 0 {

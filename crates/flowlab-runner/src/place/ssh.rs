@@ -261,17 +261,21 @@ impl Ssh {
     }
 
     /// `ssh` on the master connection, running `remote` (a shell command line) there.
+    /// Only on it: without its master (a lost connection) `ssh` would connect anew, and
+    /// wait out its connect timeout on a host that is gone; a proxy command that fails
+    /// at once (ahead of the caller's options, so it holds) makes that fallback fail.
     fn command(&self, remote: &str) -> Command {
         let mut cmd = Command::new("ssh");
-        cmd.args(base_options(
-            self.control.path(),
-            &self.target,
-            &self.options,
-        ))
-        .arg("-T")
-        .arg(&self.target.destination)
-        .arg("--")
-        .arg(remote);
+        cmd.args(["-o", "ProxyCommand=false"])
+            .args(base_options(
+                self.control.path(),
+                &self.target,
+                &self.options,
+            ))
+            .arg("-T")
+            .arg(&self.target.destination)
+            .arg("--")
+            .arg(remote);
         cmd
     }
 
@@ -290,10 +294,14 @@ impl Ssh {
     fn run(&self, script: &str, doing: &str) -> std::io::Result<String> {
         let out = self.command(script).stdin(Stdio::null()).output()?;
         if !out.status.success() {
+            let why = if self.alive() {
+                String::from_utf8_lossy(&out.stderr).trim().to_string()
+            } else {
+                "the connection was lost".into()
+            };
             return Err(std::io::Error::other(format!(
-                "{}: {doing}: {}",
-                self.host(),
-                String::from_utf8_lossy(&out.stderr).trim()
+                "{}: {doing}: {why}",
+                self.host()
             )));
         }
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())

@@ -192,12 +192,22 @@ impl Places {
 
     /// The first host whose connection was lost, said as an error.
     pub fn lost(&self) -> Option<RunError> {
-        self.hosts.iter().find(|h| !h.ssh.alive()).map(|h| {
+        self.lost_host().map(|why| {
             RunError::Failed(format!(
-                "host {} ({}): the connection was lost; the trials recorded so far are kept, and `flowlab run` again runs the rest",
+                "{why}; the trials recorded so far are kept, and `flowlab run` again runs the rest"
+            ))
+        })
+    }
+
+    /// The first host whose connection was lost: "host b (lab@b): the connection was
+    /// lost".
+    pub fn lost_host(&self) -> Option<String> {
+        self.hosts.iter().find(|h| !h.ssh.alive()).map(|h| {
+            format!(
+                "host {} ({}): the connection was lost",
                 h.node,
                 h.ssh.host()
-            ))
+            )
         })
     }
 }

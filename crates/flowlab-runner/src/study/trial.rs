@@ -20,6 +20,9 @@ use crate::place::{Exit, Job, Output, Process};
 
 /// How often running steps are looked at.
 const POLL: Duration = Duration::from_millis(2);
+/// How often the hosts over SSH are asked whether their connection lasts: a lost one
+/// ends the stage's steps at once rather than at their deadlines.
+const LOOK_FOR_LOST: Duration = Duration::from_millis(500);
 
 /// A step ready to run.
 #[derive(Debug)]
@@ -117,10 +120,17 @@ pub fn run_stage(places: &Places, steps: &[Ready], stop: &Arc<AtomicBool>) -> St
             }
         }
     }
+    // A host lost while the stage runs: said as the error of every step it ends.
+    let mut lost: Option<String> = None;
+    let mut looked = Instant::now();
     loop {
         if stop.load(Ordering::Acquire) {
             // The processes are killed as they drop.
             return Stage::Interrupted;
+        }
+        if lost.is_none() && looked.elapsed() >= LOOK_FOR_LOST {
+            looked = Instant::now();
+            lost = places.lost_host();
         }
         let mut running = false;
         for (step, s) in steps.iter().zip(started.iter_mut()) {
@@ -134,7 +144,8 @@ pub fn run_stage(places: &Places, steps: &[Ready], stop: &Arc<AtomicBool>) -> St
                     s.ended = place.now();
                 }
                 Ok(None) => {
-                    if step.line.deadline().is_some_and(|d| s.begun.elapsed() > d) {
+                    if lost.is_some() || step.line.deadline().is_some_and(|d| s.begun.elapsed() > d)
+                    {
                         s.process.kill();
                     } else {
                         running = true;
@@ -164,7 +175,10 @@ pub fn run_stage(places: &Places, steps: &[Ready], stop: &Arc<AtomicBool>) -> St
         let Some(s) = s else { continue };
         let took = s.begun.elapsed();
         let written = s.process.finish();
-        let outcome = outcome(step, s.exit, &written.stdout, &written.stderr, took);
+        let mut outcome = outcome(step, s.exit, &written.stdout, &written.stderr, took);
+        if let (Err((why, _)), Some(l)) = (&mut outcome, &lost) {
+            why.clone_from(l);
+        }
         *rec = Some(record(step, (s.started, s.ended), outcome));
     }
     Stage::Ran(records.into_iter().flatten().collect())
