@@ -20,7 +20,9 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension};
 
-pub use trials::{Attempt, Claim, Recorded, Retake, StepRecord, TrialRow};
+pub use trials::{
+    Attempt, Claim, HEARTBEAT, Heartbeat, LEASE, Recorded, Retake, StepRecord, TrialRow,
+};
 
 /// What went wrong with a database; every message names its file.
 #[derive(Debug, thiserror::Error)]

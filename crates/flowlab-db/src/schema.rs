@@ -39,7 +39,36 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: V6,
         fill: None,
     },
+    Migration {
+        sql: V7,
+        fill: None,
+    },
 ];
+
+/// Version 7: each runner's lease. A runner stamps `heartbeat` while it runs trials, so
+/// a trial claimed by a runner on another machine comes free once the stamp is older
+/// than the lease (a runner on this machine is judged by its process). And
+/// `trial_summary` groups by every column it shows, as standard SQL (and PostgreSQL)
+/// asks; its rows are those of version 2's.
+const V7: &str = r#"
+    ALTER TABLE runner ADD COLUMN heartbeat REAL;
+    DROP VIEW trial_summary;
+    CREATE VIEW trial_summary AS
+        SELECT s.name AS study, t.id AS trial_id, t.cell, t.params, t.repetition,
+               t.status, st.name AS step, st.kind, st.ended - st.started AS step_s,
+               max(CASE WHEN m.name = 'throughput_bps' THEN m.value END) AS throughput_bps,
+               max(CASE WHEN m.name = 'transfer_s' THEN m.value END) AS transfer_s,
+               max(CASE WHEN m.name = 'retransmits' THEN m.value END) AS retransmits,
+               max(CASE WHEN m.name = 'loss_percent' THEN m.value END) AS loss_percent,
+               max(CASE WHEN m.name = 'jitter_ms' THEN m.value END) AS jitter_ms,
+               max(CASE WHEN m.name = 'rtt_ms' THEN m.value END) AS rtt_ms,
+               st.error
+        FROM trial t JOIN study s ON s.id = t.study_id
+             JOIN step st ON st.trial_id = t.id
+             LEFT JOIN metric m ON m.trial_id = t.id AND m.step = st.name
+        GROUP BY s.name, t.id, t.cell, t.params, t.repetition, t.status, st.idx, st.name,
+                 st.kind, st.started, st.ended, st.error;
+"#;
 
 /// Version 6: each trial's reading of its hosts' clocks over SSH (a row per host), the
 /// offset of the host's clock from the runner's and its uncertainty (half the reading's

@@ -31,16 +31,18 @@ pub enum Claim {
     Mine(i64),
     /// It has run already (ok or failed).
     Done,
-    /// Another runner, alive or on another host, is running it.
+    /// Another runner is running it (its process lives, or, on another machine, its
+    /// lease does).
     Busy,
-    /// A runner on this host that is gone had claimed it; taken over only when asked.
+    /// A runner that is gone had claimed it (its process ended, or its lease ran out);
+    /// taken over only when asked.
     Abandoned,
 }
 
 /// Which trials recorded before a claim may take again.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Retake {
-    /// A trial claimed by a runner on this host that is gone (`--resume`).
+    /// A trial claimed by a runner that is gone (`--resume`).
     pub abandoned: bool,
     /// A trial that failed (`--retry-failed`): its failed attempt moves to the `attempt`
     /// table, steps and all.
@@ -61,9 +63,9 @@ pub struct Attempt {
 pub struct Recorded {
     pub ok: u64,
     pub failed: u64,
-    /// Claimed by a runner that is still running (or on another host).
+    /// Claimed by a runner that is still running (or holds its lease).
     pub running: u64,
-    /// Claimed by a runner on this host that is gone.
+    /// Claimed by a runner that is gone.
     pub abandoned: u64,
 }
 
@@ -105,7 +107,13 @@ pub(crate) fn insert_metrics(
     Ok(())
 }
 
-/// This host's name (runners on other hosts are never judged gone).
+/// How long a runner on another machine holds its claims without a heartbeat: six
+/// missed beats ([`HEARTBEAT`]), and room for the two machines' clocks to differ.
+pub const LEASE: f64 = 60.0;
+/// How often a running runner stamps its heartbeat ([`Heartbeat`]).
+pub const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// This host's name (a runner here is judged by its process; elsewhere, by its lease).
 fn host() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
@@ -143,18 +151,34 @@ impl Db {
         Ok(self.conn.last_insert_rowid())
     }
 
-    /// Whether runner `id` may still be running: it is on another host, or its process
-    /// is the one that registered.
+    /// Whether runner `id` may still be running: here, its process is the one that
+    /// registered; on another host, its heartbeat (or, before its first, its start) is
+    /// younger than the [`LEASE`].
     fn runner_alive(&self, id: i64) -> Result<bool, DbError> {
-        let (h, pid, start): (String, u32, i64) = self
+        let (h, pid, start, beat): (String, u32, i64, f64) = self
             .conn
             .query_row(
-                "SELECT host, pid, pid_start FROM runner WHERE id = ?1",
+                "SELECT host, pid, pid_start, coalesce(heartbeat, started) FROM runner
+                 WHERE id = ?1",
                 [id],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
             )
             .map_err(|e| self.err(e))?;
-        Ok(h != host() || process_start(pid) == Some(start as u64))
+        if h == host() {
+            return Ok(process_start(pid) == Some(start as u64));
+        }
+        Ok(now() - beat < LEASE)
+    }
+
+    /// Stamps runner `id`'s heartbeat: its claims hold for a [`LEASE`] from now.
+    pub fn heartbeat(&self, id: i64) -> Result<(), DbError> {
+        self.conn
+            .execute(
+                "UPDATE runner SET heartbeat = ?1 WHERE id = ?2",
+                rusqlite::params![now(), id],
+            )
+            .map(|_| ())
+            .map_err(|e| self.err(e))
     }
 
     /// Claims repetition `repetition` of `cell` for `runner`; a claim of a runner that
@@ -495,4 +519,46 @@ fn outcome(text: String) -> rusqlite::Result<Outcome> {
             format!("trial status '{text}' is not running, ok or failed").into(),
         )
     })
+}
+
+/// A runner's heartbeat, stamped every `every` on a connection of its own by a thread
+/// that lives as long as this does.
+#[derive(Debug)]
+pub struct Heartbeat {
+    stop: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Heartbeat {
+    /// Starts stamping runner `runner`'s heartbeat in the database at `path` (stamped
+    /// once before this returns). A stamp that cannot be written is tried again at the
+    /// next beat: the runner's own writes say what is wrong with the database.
+    pub fn start(
+        path: &std::path::Path,
+        runner: i64,
+        every: std::time::Duration,
+    ) -> Result<Heartbeat, DbError> {
+        let db = Db::open_existing(path)?;
+        db.heartbeat(runner)?;
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(every)
+            {
+                let _ = db.heartbeat(runner);
+            }
+        });
+        Ok(Heartbeat {
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Heartbeat {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }

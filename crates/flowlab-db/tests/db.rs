@@ -4,6 +4,7 @@
 
 use flowlab_db::{Claim, Db, DbError, Recorded, Retake, StepRecord, schema};
 use flowlab_results::study::Outcome;
+use std::time::Duration;
 
 /// `--resume`: a gone runner's claim is taken over.
 const RESUME: Retake = Retake {
@@ -109,6 +110,84 @@ fn a_released_trial_runs_again() {
             .expect("claim"),
         Claim::Mine(_)
     ));
+}
+
+/// A runner on another machine holds its claims while its heartbeat is younger than the
+/// lease, and loses them once it is older: a controller that died (or lost the
+/// database) gives its trial back to the others.
+#[test]
+fn a_runner_elsewhere_holds_its_claim_for_its_lease() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("r.db");
+    let mut db = Db::open(&path).expect("create");
+    let study = db.study("s", "x", 1).expect("study");
+    let elsewhere = db.register_runner("0.1.0", "{}").expect("runner");
+    let Claim::Mine(t) = db
+        .claim(study.id, elsewhere, CELL, 1, Retake::default())
+        .expect("claim")
+    else {
+        panic!("free")
+    };
+    let raw = rusqlite::Connection::open(&path).expect("raw");
+    let beat_ago = |seconds: f64| {
+        raw.execute(
+            "UPDATE runner SET host = 'elsewhere', heartbeat = ?1 WHERE id = ?2",
+            rusqlite::params![flowlab_db::now() - seconds, elsewhere],
+        )
+        .expect("the runner's heartbeat");
+    };
+    let me = db.register_runner("0.1.0", "{}").expect("runner");
+    beat_ago(flowlab_db::LEASE - 5.0);
+    assert_eq!(
+        db.claim(study.id, me, CELL, 1, RESUME).expect("claim"),
+        Claim::Busy,
+        "within its lease"
+    );
+    assert_eq!(db.recorded(study.id).expect("recorded").running, 1);
+    beat_ago(flowlab_db::LEASE + 5.0);
+    assert_eq!(db.recorded(study.id).expect("recorded").abandoned, 1);
+    assert_eq!(
+        db.claim(study.id, me, CELL, 1, Retake::default())
+            .expect("claim"),
+        Claim::Abandoned
+    );
+    assert_eq!(
+        db.claim(study.id, me, CELL, 1, RESUME).expect("take over"),
+        Claim::Mine(t)
+    );
+}
+
+/// A heartbeat stamps its runner at once and then every beat, until dropped.
+#[test]
+fn a_heartbeat_stamps_its_runner_until_dropped() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("r.db");
+    let db = Db::open(&path).expect("create");
+    let runner = db.register_runner("0.1.0", "{}").expect("runner");
+    let stamp = || -> Option<f64> {
+        rusqlite::Connection::open(&path)
+            .expect("raw")
+            .query_row(
+                "SELECT heartbeat FROM runner WHERE id = ?1",
+                [runner],
+                |r| r.get(0),
+            )
+            .expect("heartbeat")
+    };
+    assert_eq!(stamp(), None, "no beat before it starts");
+    let beat =
+        flowlab_db::Heartbeat::start(&path, runner, Duration::from_millis(50)).expect("heartbeat");
+    let first = stamp().expect("stamped as it starts");
+    // Later beats move it on (bounded: a loaded host may delay one by seconds).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while stamp() == Some(first) {
+        assert!(std::time::Instant::now() < deadline, "no second beat");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    drop(beat);
+    let last = stamp();
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(stamp(), last, "no beat once dropped");
 }
 
 /// A runner that died holding a claim: its pid names no process of its start time.
@@ -370,6 +449,8 @@ fn a_version_2_database_gets_a_fetchs_per_server_metrics() {
             .expect("drop version 5's table");
         raw.execute("DROP TABLE trial_clock", [])
             .expect("drop version 6's table");
+        raw.execute("ALTER TABLE runner DROP COLUMN heartbeat", [])
+            .expect("drop version 7's column");
         raw.pragma_update(None, "user_version", 2).expect("version");
     }
     assert!(!metric_names().iter().any(|n| n.starts_with("server")));

@@ -76,6 +76,9 @@ pub fn execute(
     let system = serde_json::to_string(&flowlab_engine::sysinfo::collect())
         .map_err(|e| RunError::Failed(format!("describing this system: {e}")))?;
     let runner = db.register_runner(run.version, &system)?;
+    // Its claims hold while it beats: another runner sharing the database takes them
+    // over once it stops (a killed runner, a lost controller).
+    let _heartbeat = flowlab_db::Heartbeat::start(run.db, runner, flowlab_db::HEARTBEAT)?;
     let interrupt = &run.stop;
     Scratch::sweep();
     // `{run}`: the run's own directory, removed at the end.
