@@ -3,8 +3,8 @@
 
 use flowlab_results::monitor::{PathKind, PathLatency, PathRun, PathThroughput};
 use flowlab_results::ping::Latency;
-use rusqlite::Row;
 
+use crate::sql::{Row, SqlError, Value};
 use crate::{Db, DbError};
 
 /// The columns of `monitor_run` after its id and runner, in the order
@@ -21,134 +21,133 @@ impl Db {
         let t = run.throughput.as_ref();
         let l = run.latency.as_ref();
         let rtt = l.and_then(|l| l.rtt.as_ref());
-        let values: Vec<Box<dyn rusqlite::ToSql + '_>> = vec![
-            Box::new(&run.mesh),
-            Box::new(run.probe as i64),
-            Box::new(run.kind.name()),
-            Box::new(&run.source),
-            Box::new(&run.target),
-            Box::new(&run.direction),
-            Box::new(run.round as i64),
-            Box::new(run.started_unix),
-            Box::new(run.ended_unix),
-            Box::new(run.late_seconds),
-            Box::new(&run.command),
-            Box::new(&run.error),
-            Box::new(t.map(|t| t.sent_bytes as i64)),
-            Box::new(t.map(|t| t.sent_seconds)),
-            Box::new(t.map(|t| t.received_bytes as i64)),
-            Box::new(t.map(|t| t.received_seconds)),
-            Box::new(t.map(|t| t.bits_per_second)),
-            Box::new(t.and_then(|t| t.retransmits).map(|r| r as i64)),
-            Box::new(t.and_then(|t| t.congestion.clone())),
-            Box::new(l.map(|l| l.sent as i64)),
-            Box::new(l.map(|l| l.received as i64)),
-            Box::new(l.map(|l| l.loss_percent)),
-            Box::new(rtt.map(|r| r.samples as i64)),
-            Box::new(rtt.map(|r| r.min_ms)),
-            Box::new(rtt.map(|r| r.mean_ms)),
-            Box::new(rtt.map(|r| r.median_ms)),
-            Box::new(rtt.map(|r| r.p90_ms)),
-            Box::new(rtt.map(|r| r.p99_ms)),
-            Box::new(rtt.map(|r| r.p999_ms)),
-            Box::new(rtt.map(|r| r.max_ms)),
-            Box::new(rtt.map(|r| r.stdev_ms)),
-            Box::new(l.and_then(|l| l.jitter_ms)),
+        let int = |v: Option<u64>| v.map(|v| v as i64);
+        let values: Vec<Value> = vec![
+            runner.into(),
+            (&run.mesh).into(),
+            (run.probe as i64).into(),
+            run.kind.name().into(),
+            (&run.source).into(),
+            (&run.target).into(),
+            (&run.direction).into(),
+            (run.round as i64).into(),
+            run.started_unix.into(),
+            run.ended_unix.into(),
+            run.late_seconds.into(),
+            (&run.command).into(),
+            run.error.as_deref().into(),
+            int(t.map(|t| t.sent_bytes)).into(),
+            t.map(|t| t.sent_seconds).into(),
+            int(t.map(|t| t.received_bytes)).into(),
+            t.map(|t| t.received_seconds).into(),
+            t.map(|t| t.bits_per_second).into(),
+            int(t.and_then(|t| t.retransmits)).into(),
+            t.and_then(|t| t.congestion.clone()).into(),
+            int(l.map(|l| l.sent)).into(),
+            int(l.map(|l| l.received)).into(),
+            l.map(|l| l.loss_percent).into(),
+            int(rtt.map(|r| r.samples)).into(),
+            rtt.map(|r| r.min_ms).into(),
+            rtt.map(|r| r.mean_ms).into(),
+            rtt.map(|r| r.median_ms).into(),
+            rtt.map(|r| r.p90_ms).into(),
+            rtt.map(|r| r.p99_ms).into(),
+            rtt.map(|r| r.p999_ms).into(),
+            rtt.map(|r| r.max_ms).into(),
+            rtt.map(|r| r.stdev_ms).into(),
+            l.and_then(|l| l.jitter_ms).into(),
         ];
-        let marks = (2..=values.len() + 1)
+        let marks = (1..=values.len())
             .map(|i| format!("?{i}"))
             .collect::<Vec<_>>()
             .join(", ");
-        let mut params: Vec<&dyn rusqlite::ToSql> = vec![&runner];
-        params.extend(values.iter().map(|v| v.as_ref()));
-        self.conn
-            .execute(
-                &format!("INSERT INTO monitor_run (runner_id, {COLUMNS}) VALUES (?1, {marks})"),
-                params.as_slice(),
-            )
-            .map_err(|e| self.err(e))?;
-        Ok(self.conn.last_insert_rowid())
+        self.with(|c| {
+            c.query_one(
+                &format!(
+                    "INSERT INTO monitor_run (runner_id, {COLUMNS}) VALUES ({marks}) RETURNING id"
+                ),
+                &values,
+            )?
+            .int(0)
+        })
     }
 
     /// Every run of mesh `mesh`, in the order they ended (each echo's round trip is not
     /// kept: `rtts_ms` is empty).
     pub fn monitor_runs(&self, mesh: &str) -> Result<Vec<PathRun>, DbError> {
-        let mut q = self
-            .conn
-            .prepare(&format!(
-                "SELECT {COLUMNS} FROM monitor_run WHERE mesh = ?1 ORDER BY ended, id"
-            ))
-            .map_err(|e| self.err(e))?;
-        q.query_map([mesh], path_run)
-            .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
-            .map_err(|e| self.err(e))
+        self.with(|c| {
+            c.query(
+                &format!("SELECT {COLUMNS} FROM monitor_run WHERE mesh = ?1 ORDER BY ended, id"),
+                &[mesh.into()],
+            )?
+            .iter()
+            .map(path_run)
+            .collect()
+        })
     }
 }
 
 /// A row of [`COLUMNS`] read back.
-fn path_run(r: &Row<'_>) -> rusqlite::Result<PathRun> {
-    let kind: String = r.get(2)?;
-    let kind = match kind.as_str() {
+fn path_run(r: &Row) -> Result<PathRun, SqlError> {
+    let kind = match r.text(2)?.as_str() {
         "latency" => PathKind::Latency,
         "throughput" => PathKind::Throughput,
         other => {
-            return Err(rusqlite::Error::FromSqlConversionFailure(
-                2,
-                rusqlite::types::Type::Text,
-                format!("run kind '{other}' is not latency or throughput").into(),
-            ));
+            return Err(SqlError::Type(format!(
+                "run kind '{other}' is not latency or throughput"
+            )));
         }
     };
-    let throughput = match r.get::<_, Option<i64>>(12)? {
+    let throughput = match r.opt_int(12)? {
         Some(sent_bytes) => Some(PathThroughput {
             sent_bytes: sent_bytes as u64,
-            sent_seconds: r.get(13)?,
-            received_bytes: r.get::<_, i64>(14)? as u64,
-            received_seconds: r.get(15)?,
-            bits_per_second: r.get(16)?,
-            retransmits: r.get::<_, Option<i64>>(17)?.map(|v| v as u64),
-            congestion: r.get(18)?,
+            sent_seconds: r.real(13)?,
+            received_bytes: r.int(14)? as u64,
+            received_seconds: r.real(15)?,
+            bits_per_second: r.real(16)?,
+            retransmits: r.opt_int(17)?.map(|v| v as u64),
+            congestion: r.opt_text(18)?,
         }),
         None => None,
     };
-    let rtt = match r.get::<_, Option<i64>>(22)? {
+    let rtt = match r.opt_int(22)? {
         Some(samples) => Some(Latency {
             samples: samples as u64,
-            min_ms: r.get(23)?,
-            mean_ms: r.get(24)?,
-            median_ms: r.get(25)?,
-            p90_ms: r.get(26)?,
-            p99_ms: r.get(27)?,
-            p999_ms: r.get(28)?,
-            max_ms: r.get(29)?,
-            stdev_ms: r.get(30)?,
+            min_ms: r.real(23)?,
+            mean_ms: r.real(24)?,
+            median_ms: r.real(25)?,
+            p90_ms: r.real(26)?,
+            p99_ms: r.real(27)?,
+            p999_ms: r.real(28)?,
+            max_ms: r.real(29)?,
+            stdev_ms: r.real(30)?,
         }),
         None => None,
     };
-    let latency = match r.get::<_, Option<i64>>(19)? {
+    let latency = match r.opt_int(19)? {
         Some(sent) => Some(PathLatency {
             sent: sent as u64,
-            received: r.get::<_, i64>(20)? as u64,
-            loss_percent: r.get(21)?,
+            received: r.int(20)? as u64,
+            loss_percent: r.real(21)?,
             rtt,
-            jitter_ms: r.get(31)?,
+            jitter_ms: r.opt_real(31)?,
             rtts_ms: Vec::new(),
         }),
         None => None,
     };
     Ok(PathRun {
-        mesh: r.get(0)?,
-        probe: r.get::<_, i64>(1)? as usize,
+        mesh: r.text(0)?,
+        probe: r.int(1)? as usize,
         kind,
-        source: r.get(3)?,
-        target: r.get(4)?,
-        direction: r.get(5)?,
-        round: r.get::<_, i64>(6)? as u64,
-        started_unix: r.get(7)?,
-        ended_unix: r.get(8)?,
-        late_seconds: r.get(9)?,
-        command: r.get(10)?,
-        error: r.get(11)?,
+        source: r.text(3)?,
+        target: r.text(4)?,
+        direction: r.text(5)?,
+        round: r.int(6)? as u64,
+        started_unix: r.real(7)?,
+        ended_unix: r.real(8)?,
+        late_seconds: r.real(9)?,
+        command: r.text(10)?,
+        error: r.opt_text(11)?,
         latency,
         throughput,
     })

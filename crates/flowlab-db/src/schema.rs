@@ -1,14 +1,52 @@
-//! The schema, one migration per version. A database records its version in
-//! `PRAGMA user_version`; opening it applies the migrations it lacks, in one transaction
-//! each. docs/results-db.md describes every table and column.
+//! The schema, one migration per version, written once for both databases (the DDL
+//! as SQLite takes it, made PostgreSQL's by [`crate::sql::postgres_ddl`]). A SQLite
+//! file records its version in `PRAGMA user_version`, a PostgreSQL database in the table
+//! `flowlab_schema`; opening either applies the migrations it lacks, in one transaction
+//! each, and a migration's computation for the rows already there runs on both.
+//! docs/results-db.md describes every table and column.
 
-use rusqlite::Transaction;
+use crate::sql::{Conn, Dialect, SqlError, values};
+
+/// What a migration computes for the rows already there.
+pub type Fill = fn(&mut Conn) -> Result<(), SqlError>;
 
 /// One version's change: its SQL, then what must be computed for rows already there.
 #[derive(Debug)]
 pub struct Migration {
     pub sql: &'static str,
-    pub fill: Option<fn(&Transaction<'_>) -> rusqlite::Result<()>>,
+    pub fill: Option<Fill>,
+}
+
+/// The table a migration locks against other processes migrating at once (SQLite takes
+/// its whole file's write lock instead).
+pub(crate) fn version_home(_dialect: Dialect) -> &'static str {
+    "flowlab_schema"
+}
+
+/// The version the database is at.
+pub(crate) fn read_version(c: &mut Conn) -> Result<i64, SqlError> {
+    match c.dialect() {
+        Dialect::Sqlite => c.query_one("PRAGMA user_version", &[])?.int(0),
+        Dialect::Postgres => c
+            .query_one("SELECT coalesce(max(version), 0) FROM flowlab_schema", &[])?
+            .int(0),
+    }
+}
+
+/// Records `version` as the database's.
+pub(crate) fn write_version(c: &mut Conn, version: i64) -> Result<(), SqlError> {
+    match c.dialect() {
+        // A pragma takes no parameters.
+        Dialect::Sqlite => c.batch(&format!("PRAGMA user_version = {version}")),
+        Dialect::Postgres => {
+            c.execute("DELETE FROM flowlab_schema", &[])?;
+            c.execute(
+                "INSERT INTO flowlab_schema (version) VALUES (?1)",
+                values![version],
+            )
+            .map(|_| ())
+        }
+    }
 }
 
 /// The migrations, oldest first: entry `i` takes a database from version `i` to `i + 1`.
@@ -223,13 +261,13 @@ const V2: &str = r#"
 
 /// Computes the metrics of every step already recorded (a database from before a version
 /// that adds metrics); those already there are replaced by the same values.
-fn fill_metrics(tx: &Transaction<'_>) -> rusqlite::Result<()> {
-    let steps: Vec<(i64, String, String, String)> = tx
-        .prepare("SELECT trial_id, name, kind, result FROM step WHERE result IS NOT NULL")?
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
-        .collect::<Result<_, _>>()?;
-    for (trial, step, kind, result) in steps {
-        crate::trials::insert_metrics(tx, trial, &step, &kind, &result)?;
+fn fill_metrics(c: &mut Conn) -> Result<(), SqlError> {
+    let steps = c.query(
+        "SELECT trial_id, name, kind, result FROM step WHERE result IS NOT NULL",
+        &[],
+    )?;
+    for r in steps {
+        crate::trials::insert_metrics(c, r.int(0)?, &r.text(1)?, &r.text(2)?, &r.text(3)?)?;
     }
     Ok(())
 }

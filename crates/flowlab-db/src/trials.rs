@@ -1,10 +1,9 @@
 //! Runners, their claims on trials, and the trials' outcomes.
 
-use rusqlite::OptionalExtension;
-
 use flowlab_results::monitor::ClockOffset;
 use flowlab_results::study::Outcome;
 
+use crate::sql::{Conn, Dialect, SqlError, values};
 use crate::{Db, DbError, now};
 
 /// One step of a finished trial.
@@ -92,17 +91,18 @@ pub struct TrialRow {
 
 /// Records the metrics of a step's document ([`flowlab_results::metrics`]).
 pub(crate) fn insert_metrics(
-    tx: &rusqlite::Transaction<'_>,
+    c: &mut Conn,
     trial: i64,
     step: &str,
     kind: &str,
     document: &str,
-) -> rusqlite::Result<()> {
-    let mut q = tx.prepare_cached(
-        "INSERT OR REPLACE INTO metric (trial_id, step, name, value) VALUES (?1, ?2, ?3, ?4)",
-    )?;
+) -> Result<(), SqlError> {
     for m in flowlab_results::metrics::of_document(kind, document) {
-        q.execute(rusqlite::params![trial, step, m.name, m.value])?;
+        c.execute(
+            "INSERT INTO metric (trial_id, step, name, value) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (trial_id, step, name) DO UPDATE SET value = excluded.value",
+            values![trial, step, &m.name, m.value],
+        )?;
     }
     Ok(())
 }
@@ -134,11 +134,11 @@ impl Db {
     /// `flowlab sysinfo --json` prints it); returns its id.
     pub fn register_runner(&self, flowlab_version: &str, system: &str) -> Result<i64, DbError> {
         let pid = std::process::id();
-        self.conn
-            .execute(
+        self.with(|c| {
+            c.query_one(
                 "INSERT INTO runner (host, pid, pid_start, started, flowlab_version, system)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                rusqlite::params![
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6) RETURNING id",
+                values![
                     host(),
                     pid,
                     process_start(pid).unwrap_or(0) as i64,
@@ -146,39 +146,38 @@ impl Db {
                     flowlab_version,
                     system
                 ],
-            )
-            .map_err(|e| self.err(e))?;
-        Ok(self.conn.last_insert_rowid())
+            )?
+            .int(0)
+        })
     }
 
     /// Whether runner `id` may still be running: here, its process is the one that
     /// registered; on another host, its heartbeat (or, before its first, its start) is
     /// younger than the [`LEASE`].
     fn runner_alive(&self, id: i64) -> Result<bool, DbError> {
-        let (h, pid, start, beat): (String, u32, i64, f64) = self
-            .conn
-            .query_row(
+        let (h, pid, start, beat) = self.with(|c| {
+            let r = c.query_one(
                 "SELECT host, pid, pid_start, coalesce(heartbeat, started) FROM runner
                  WHERE id = ?1",
-                [id],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
-            )
-            .map_err(|e| self.err(e))?;
+                values![id],
+            )?;
+            Ok((r.text(0)?, r.int(1)?, r.int(2)?, r.real(3)?))
+        })?;
         if h == host() {
-            return Ok(process_start(pid) == Some(start as u64));
+            return Ok(process_start(pid as u32) == Some(start as u64));
         }
         Ok(now() - beat < LEASE)
     }
 
     /// Stamps runner `id`'s heartbeat: its claims hold for a [`LEASE`] from now.
     pub fn heartbeat(&self, id: i64) -> Result<(), DbError> {
-        self.conn
-            .execute(
+        self.with(|c| {
+            c.execute(
                 "UPDATE runner SET heartbeat = ?1 WHERE id = ?2",
-                rusqlite::params![now(), id],
+                values![now(), id],
             )
             .map(|_| ())
-            .map_err(|e| self.err(e))
+        })
     }
 
     /// Claims repetition `repetition` of `cell` for `runner`; a claim of a runner that
@@ -191,89 +190,74 @@ impl Db {
         repetition: u32,
         retake: Retake,
     ) -> Result<Claim, DbError> {
-        let path = self.path.clone();
-        let sql = |source| DbError::Sqlite {
-            path: path.clone(),
-            source,
-        };
-        let tx = self
-            .conn
-            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-            .map_err(sql)?;
-        let existing: Option<(i64, String, i64)> = tx
-            .query_row(
-                "SELECT id, status, runner_id FROM trial
-                 WHERE study_id = ?1 AND cell = ?2 AND repetition = ?3",
-                rusqlite::params![study, cell, repetition],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-            )
-            .optional()
-            .map_err(sql)?;
-        let claim = match existing {
-            None => {
-                tx.execute(
-                    "INSERT INTO trial (study_id, cell, params, repetition, status, runner_id, started)
-                     VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?6)",
-                    rusqlite::params![study, cell, params, repetition, runner, now()],
-                )
-                .map_err(sql)?;
-                Claim::Mine(tx.last_insert_rowid())
-            }
-            Some((id, status, _)) if status == "failed" && retake.failed => {
-                // The failed attempt, steps and all, moves to `attempt`; the trial runs anew.
-                tx.execute(
-                    "INSERT INTO attempt (trial_id, runner_id, started, ended, error, steps)
-                     SELECT t.id, t.runner_id, t.started, t.ended, t.error,
-                            (SELECT json_group_array(json_object(
-                                 'idx', st.idx, 'name', st.name, 'kind', st.kind,
-                                 'args', st.args, 'started', st.started, 'ended', st.ended,
-                                 'error', st.error, 'result', st.result))
-                             FROM step st WHERE st.trial_id = t.id)
-                     FROM trial t WHERE t.id = ?1",
-                    [id],
-                )
-                .map_err(sql)?;
-                tx.execute("DELETE FROM metric WHERE trial_id = ?1", [id])
-                    .map_err(sql)?;
-                tx.execute("DELETE FROM step WHERE trial_id = ?1", [id])
-                    .map_err(sql)?;
-                tx.execute(
-                    "UPDATE trial SET status = 'running', runner_id = ?1, started = ?2,
-                     ended = NULL, error = NULL WHERE id = ?3",
-                    rusqlite::params![runner, now(), id],
-                )
-                .map_err(sql)?;
-                Claim::Mine(id)
-            }
-            Some((_, status, _)) if status != "running" => Claim::Done,
-            Some((id, _, owner)) if owner == runner => Claim::Mine(id),
-            Some((id, _, owner)) => {
-                // Judged outside the transaction's statements: /proc only.
-                drop(tx);
-                if self.runner_alive(owner)? {
-                    return Ok(Claim::Busy);
+        /// What the first look found to do.
+        enum Next {
+            Done(Claim),
+            /// Claimed by another runner: whether it lives is judged outside the
+            /// transaction (/proc, or its lease).
+            Owned(i64, i64),
+        }
+        let next = self.with(|c| {
+            c.transaction(Some("trial"), |c| -> Result<Next, SqlError> {
+                let existing = c.query_opt(
+                    "SELECT id, status, runner_id FROM trial
+                     WHERE study_id = ?1 AND cell = ?2 AND repetition = ?3",
+                    values![study, cell, repetition],
+                )?;
+                let Some(row) = existing else {
+                    let id = c
+                        .query_one(
+                            "INSERT INTO trial (study_id, cell, params, repetition, status, runner_id, started)
+                             VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?6) RETURNING id",
+                            values![study, cell, params, repetition, runner, now()],
+                        )?
+                        .int(0)?;
+                    return Ok(Next::Done(Claim::Mine(id)));
+                };
+                let (id, status, owner) = (row.int(0)?, row.text(1)?, row.int(2)?);
+                if status == "failed" && retake.failed {
+                    // The failed attempt, steps and all, moves to `attempt`; the trial
+                    // runs anew.
+                    c.execute(attempt_sql(c.dialect()), values![id])?;
+                    c.execute("DELETE FROM metric WHERE trial_id = ?1", values![id])?;
+                    c.execute("DELETE FROM step WHERE trial_id = ?1", values![id])?;
+                    c.execute(
+                        "UPDATE trial SET status = 'running', runner_id = ?1, started = ?2,
+                         ended = NULL, error = NULL WHERE id = ?3",
+                        values![runner, now(), id],
+                    )?;
+                    return Ok(Next::Done(Claim::Mine(id)));
                 }
-                if !retake.abandoned {
-                    return Ok(Claim::Abandoned);
+                if status != "running" {
+                    return Ok(Next::Done(Claim::Done));
                 }
-                let tx = self
-                    .conn
-                    .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-                    .map_err(sql)?;
-                // Only if nobody took it over meanwhile.
-                let n = tx
-                    .execute(
-                        "UPDATE trial SET runner_id = ?1, started = ?2
-                         WHERE id = ?3 AND runner_id = ?4 AND status = 'running'",
-                        rusqlite::params![runner, now(), id, owner],
-                    )
-                    .map_err(sql)?;
-                tx.commit().map_err(sql)?;
-                return Ok(if n == 1 { Claim::Mine(id) } else { Claim::Busy });
-            }
+                if owner == runner {
+                    return Ok(Next::Done(Claim::Mine(id)));
+                }
+                Ok(Next::Owned(id, owner))
+            })
+        })?;
+        let (id, owner) = match next {
+            Next::Done(claim) => return Ok(claim),
+            Next::Owned(id, owner) => (id, owner),
         };
-        tx.commit().map_err(sql)?;
-        Ok(claim)
+        if self.runner_alive(owner)? {
+            return Ok(Claim::Busy);
+        }
+        if !retake.abandoned {
+            return Ok(Claim::Abandoned);
+        }
+        // Only if nobody took it over meanwhile.
+        let n = self.with(|c| {
+            c.transaction(Some("trial"), |c| {
+                c.execute(
+                    "UPDATE trial SET runner_id = ?1, started = ?2
+                     WHERE id = ?3 AND runner_id = ?4 AND status = 'running'",
+                    values![runner, now(), id, owner],
+                )
+            })
+        })?;
+        Ok(if n == 1 { Claim::Mine(id) } else { Claim::Busy })
     }
 
     /// Records trial `trial`'s steps and its outcome, in one transaction: `ok` unless
@@ -284,115 +268,121 @@ impl Db {
         error: Option<&str>,
         steps: &[StepRecord],
     ) -> Result<(), DbError> {
-        let path = self.path.clone();
-        let sql = |source| DbError::Sqlite {
-            path: path.clone(),
-            source,
-        };
-        let tx = self.conn.transaction().map_err(sql)?;
-        for (i, s) in steps.iter().enumerate() {
-            tx.execute(
-                "INSERT OR REPLACE INTO step (trial_id, idx, name, kind, args, started, ended, error, result)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-                rusqlite::params![
-                    trial, i as i64, s.name, s.kind, s.args, s.started, s.ended, s.error, s.result
-                ],
-            )
-            .map_err(sql)?;
-            if let Some(result) = &s.result {
-                insert_metrics(&tx, trial, &s.name, &s.kind, result).map_err(sql)?;
-            }
-        }
-        tx.execute(
-            "UPDATE trial SET status = ?1, ended = ?2, error = ?3 WHERE id = ?4",
-            rusqlite::params![
-                if error.is_some() { "failed" } else { "ok" },
-                now(),
-                error,
-                trial
-            ],
-        )
-        .map_err(sql)?;
-        tx.commit().map_err(sql)
+        self.with(|c| {
+            c.transaction(None, |c| {
+                for (i, s) in steps.iter().enumerate() {
+                    c.execute(
+                        "INSERT INTO step (trial_id, idx, name, kind, args, started, ended, error, result)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+                         ON CONFLICT (trial_id, idx) DO UPDATE SET name = excluded.name,
+                             kind = excluded.kind, args = excluded.args,
+                             started = excluded.started, ended = excluded.ended,
+                             error = excluded.error, result = excluded.result",
+                        values![
+                            trial,
+                            i as i64,
+                            &s.name,
+                            &s.kind,
+                            &s.args,
+                            s.started,
+                            s.ended,
+                            s.error.as_deref(),
+                            s.result.as_deref()
+                        ],
+                    )?;
+                    if let Some(result) = &s.result {
+                        insert_metrics(c, trial, &s.name, &s.kind, result)?;
+                    }
+                }
+                c.execute(
+                    "UPDATE trial SET status = ?1, ended = ?2, error = ?3 WHERE id = ?4",
+                    values![
+                        if error.is_some() { "failed" } else { "ok" },
+                        now(),
+                        error,
+                        trial
+                    ],
+                )
+                .map(|_| ())
+            })
+        })
     }
 
     /// Records trial `trial`'s reading of its hosts' clocks (replacing an earlier
     /// attempt's for the same host).
     pub fn record_clocks(&self, trial: i64, clocks: &[ClockOffset]) -> Result<(), DbError> {
-        for c in clocks {
-            self.conn
-                .execute(
-                    "INSERT OR REPLACE INTO trial_clock (trial_id, host, offset_ms, uncertainty_ms, samples)
-                     VALUES (?1, ?2, ?3, ?4, ?5)",
-                    rusqlite::params![trial, c.host, c.offset_ms, c.uncertainty_ms, c.samples],
-                )
-                .map_err(|source| DbError::Sqlite {
-                    path: self.path.clone(),
-                    source,
-                })?;
-        }
-        Ok(())
+        self.with(|c| {
+            for clock in clocks {
+                c.execute(
+                    "INSERT INTO trial_clock (trial_id, host, offset_ms, uncertainty_ms, samples)
+                     VALUES (?1, ?2, ?3, ?4, ?5)
+                     ON CONFLICT (trial_id, host) DO UPDATE SET offset_ms = excluded.offset_ms,
+                         uncertainty_ms = excluded.uncertainty_ms, samples = excluded.samples",
+                    values![
+                        trial,
+                        &clock.host,
+                        clock.offset_ms,
+                        clock.uncertainty_ms,
+                        clock.samples
+                    ],
+                )?;
+            }
+            Ok(())
+        })
     }
 
     /// Trial `trial`'s reading of its hosts' clocks, by host.
     pub fn clocks(&self, trial: i64) -> Result<Vec<ClockOffset>, DbError> {
-        let sql = |source| DbError::Sqlite {
-            path: self.path.clone(),
-            source,
-        };
-        self.conn
-            .prepare(
+        self.with(|c| {
+            c.query(
                 "SELECT host, offset_ms, uncertainty_ms, samples FROM trial_clock
                  WHERE trial_id = ?1 ORDER BY host",
-            )
-            .map_err(sql)?
-            .query_map([trial], |r| {
+                values![trial],
+            )?
+            .iter()
+            .map(|r| {
                 Ok(ClockOffset {
-                    host: r.get(0)?,
-                    offset_ms: r.get(1)?,
-                    uncertainty_ms: r.get(2)?,
-                    samples: r.get(3)?,
+                    host: r.text(0)?,
+                    offset_ms: r.real(1)?,
+                    uncertainty_ms: r.real(2)?,
+                    samples: r.int(3)? as u32,
                 })
             })
-            .map_err(sql)?
-            .collect::<Result<_, _>>()
-            .map_err(sql)
+            .collect()
+        })
     }
 
     /// Gives a claimed trial back (it was interrupted: it runs again on a resume). A
     /// failed trial that was being run again stays failed, saying so: its earlier
     /// attempts are in `attempt`, and `--retry-failed` takes it again.
     pub fn release(&self, trial: i64) -> Result<(), DbError> {
-        self.conn
-            .execute(
+        self.with(|c| {
+            c.execute(
                 "UPDATE trial SET status = 'failed', ended = ?2,
                      error = 'interrupted while run again (--retry-failed); its failed attempts are in the attempt table'
                  WHERE id = ?1 AND status = 'running'
                    AND EXISTS (SELECT 1 FROM attempt WHERE trial_id = ?1)",
-                rusqlite::params![trial, now()],
-            )
-            .map_err(|e| self.err(e))?;
-        self.conn
-            .execute(
+                values![trial, now()],
+            )?;
+            c.execute(
                 "DELETE FROM trial WHERE id = ?1 AND status = 'running'",
-                [trial],
+                values![trial],
             )
-            .map_err(|e| self.err(e))?;
-        Ok(())
+            .map(|_| ())
+        })
     }
 
     /// How many of `study`'s trials are recorded, by state.
     pub fn recorded(&self, study: i64) -> Result<Recorded, DbError> {
-        let mut q = self
-            .conn
-            .prepare("SELECT status, runner_id FROM trial WHERE study_id = ?1")
-            .map_err(|e| self.err(e))?;
-        let rows = q
-            .query_map([study], |r| {
-                Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
-            })
-            .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
-            .map_err(|e| self.err(e))?;
+        let rows = self.with(|c| {
+            c.query(
+                "SELECT status, runner_id FROM trial WHERE study_id = ?1",
+                values![study],
+            )?
+            .iter()
+            .map(|r| Ok((r.text(0)?, r.int(1)?)))
+            .collect::<Result<Vec<_>, SqlError>>()
+        })?;
         let mut out = Recorded::default();
         for (status, runner) in rows {
             match status.as_str() {
@@ -407,118 +397,148 @@ impl Db {
 
     /// The failed attempts of `study`'s trials that were run again, oldest first.
     pub fn attempts(&self, study: i64) -> Result<Vec<Attempt>, DbError> {
-        let mut q = self
-            .conn
-            .prepare(
+        self.with(|c| {
+            c.query(
                 "SELECT t.cell, t.repetition, a.started, a.error
                  FROM attempt a JOIN trial t ON t.id = a.trial_id
                  WHERE t.study_id = ?1 ORDER BY a.id",
-            )
-            .map_err(|e| self.err(e))?;
-        q.query_map([study], |r| {
-            Ok(Attempt {
-                cell: r.get(0)?,
-                repetition: r.get(1)?,
-                started: r.get(2)?,
-                error: r.get(3)?,
+                values![study],
+            )?
+            .iter()
+            .map(|r| {
+                Ok(Attempt {
+                    cell: r.text(0)?,
+                    repetition: r.int(1)? as u32,
+                    started: r.real(2)?,
+                    error: r.opt_text(3)?,
+                })
             })
+            .collect()
         })
-        .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| self.err(e))
     }
 
     /// Every trial of `study` with its steps, in the order they were claimed.
     pub fn trials(&self, study: i64) -> Result<Vec<TrialRow>, DbError> {
-        let mut q = self
-            .conn
-            .prepare(
-                "SELECT id, cell, params, repetition, status, started, ended, error
-                 FROM trial WHERE study_id = ?1 ORDER BY id",
-            )
-            .map_err(|e| self.err(e))?;
-        let mut trials = q
-            .query_map([study], |r| {
-                Ok(TrialRow {
-                    id: r.get(0)?,
-                    cell: r.get(1)?,
-                    params: r.get(2)?,
-                    repetition: r.get(3)?,
-                    status: outcome(r.get(4)?)?,
-                    started: r.get(5)?,
-                    ended: r.get(6)?,
-                    error: r.get(7)?,
-                    steps: Vec::new(),
-                })
-            })
-            .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
-            .map_err(|e| self.err(e))?;
-        let mut q = self
-            .conn
-            .prepare(
-                "SELECT name, kind, args, started, ended, error, result
-                 FROM step WHERE trial_id = ?1 ORDER BY idx",
-            )
-            .map_err(|e| self.err(e))?;
-        for t in &mut trials {
-            t.steps = q
-                .query_map([t.id], |r| {
-                    Ok(StepRecord {
-                        name: r.get(0)?,
-                        kind: r.get(1)?,
-                        args: r.get(2)?,
-                        started: r.get(3)?,
-                        ended: r.get(4)?,
-                        error: r.get(5)?,
-                        result: r.get(6)?,
+        self.with(|c| {
+            let mut trials = c
+                .query(
+                    "SELECT id, cell, params, repetition, status, started, ended, error
+                     FROM trial WHERE study_id = ?1 ORDER BY id",
+                    values![study],
+                )?
+                .iter()
+                .map(|r| {
+                    Ok(TrialRow {
+                        id: r.int(0)?,
+                        cell: r.text(1)?,
+                        params: r.text(2)?,
+                        repetition: r.int(3)? as u32,
+                        status: outcome(r.text(4)?)?,
+                        started: r.real(5)?,
+                        ended: r.opt_real(6)?,
+                        error: r.opt_text(7)?,
+                        steps: Vec::new(),
                     })
                 })
-                .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
-                .map_err(|e| self.err(e))?;
-        }
-        Ok(trials)
+                .collect::<Result<Vec<_>, SqlError>>()?;
+            for t in &mut trials {
+                t.steps = c
+                    .query(
+                        "SELECT name, kind, args, started, ended, error, result
+                         FROM step WHERE trial_id = ?1 ORDER BY idx",
+                        values![t.id],
+                    )?
+                    .iter()
+                    .map(|r| {
+                        Ok(StepRecord {
+                            name: r.text(0)?,
+                            kind: r.text(1)?,
+                            args: r.text(2)?,
+                            started: r.real(3)?,
+                            ended: r.real(4)?,
+                            error: r.opt_text(5)?,
+                            result: r.opt_text(6)?,
+                        })
+                    })
+                    .collect::<Result<Vec<_>, SqlError>>()?;
+            }
+            Ok(trials)
+        })
     }
 
-    /// Every metric of `study`'s trials: (trial id, step, name, value).
+    /// Every metric of `study`'s trials: (trial id, step, name, value), each trial's
+    /// in the order they were recorded.
     pub fn metrics(&self, study: i64) -> Result<Vec<(i64, String, String, f64)>, DbError> {
-        let mut q = self
-            .conn
-            .prepare(
-                "SELECT m.trial_id, m.step, m.name, m.value FROM metric m
-                 JOIN trial t ON t.id = m.trial_id WHERE t.study_id = ?1
-                 ORDER BY m.trial_id, m.rowid",
-            )
-            .map_err(|e| self.err(e))?;
-        q.query_map([study], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+        self.with(|c| {
+            // The order of insertion: SQLite's rowid; PostgreSQL's place of the row in
+            // its table (metrics are written once, or deleted and written anew).
+            let order = match c.dialect() {
+                Dialect::Sqlite => "m.rowid",
+                Dialect::Postgres => "m.ctid",
+            };
+            c.query(
+                &format!(
+                    "SELECT m.trial_id, m.step, m.name, m.value FROM metric m
+                     JOIN trial t ON t.id = m.trial_id WHERE t.study_id = ?1
+                     ORDER BY m.trial_id, {order}"
+                ),
+                values![study],
+            )?
+            .iter()
+            .map(|r| Ok((r.int(0)?, r.text(1)?, r.text(2)?, r.real(3)?)))
+            .collect()
         })
-        .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| self.err(e))
     }
 
     /// The runners that ran trials of `study`: (host, flowlab version, system document).
     pub fn runners(&self, study: i64) -> Result<Vec<(String, String, String)>, DbError> {
-        let mut q = self
-            .conn
-            .prepare(
+        self.with(|c| {
+            c.query(
                 "SELECT host, flowlab_version, system FROM runner WHERE id IN
                  (SELECT DISTINCT runner_id FROM trial WHERE study_id = ?1) ORDER BY id",
-            )
-            .map_err(|e| self.err(e))?;
-        q.query_map([study], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-            .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
-            .map_err(|e| self.err(e))
+                values![study],
+            )?
+            .iter()
+            .map(|r| Ok((r.text(0)?, r.text(1)?, r.text(2)?)))
+            .collect()
+        })
     }
 }
 
 /// A trial's `status` column read back.
-fn outcome(text: String) -> rusqlite::Result<Outcome> {
+fn outcome(text: String) -> Result<Outcome, SqlError> {
     Outcome::parse(&text).ok_or_else(|| {
-        rusqlite::Error::FromSqlConversionFailure(
-            4,
-            rusqlite::types::Type::Text,
-            format!("trial status '{text}' is not running, ok or failed").into(),
-        )
+        SqlError::Type(format!(
+            "trial status '{text}' is not running, ok or failed"
+        ))
     })
+}
+
+/// The statement that copies trial `?1`'s failed attempt, its steps as a JSON array, to
+/// `attempt` (each database's own JSON functions).
+fn attempt_sql(dialect: Dialect) -> &'static str {
+    match dialect {
+        Dialect::Sqlite => {
+            "INSERT INTO attempt (trial_id, runner_id, started, ended, error, steps)
+             SELECT t.id, t.runner_id, t.started, t.ended, t.error,
+                    (SELECT json_group_array(json_object(
+                         'idx', st.idx, 'name', st.name, 'kind', st.kind,
+                         'args', st.args, 'started', st.started, 'ended', st.ended,
+                         'error', st.error, 'result', st.result))
+                     FROM step st WHERE st.trial_id = t.id)
+             FROM trial t WHERE t.id = ?1"
+        }
+        Dialect::Postgres => {
+            "INSERT INTO attempt (trial_id, runner_id, started, ended, error, steps)
+             SELECT t.id, t.runner_id, t.started, t.ended, t.error,
+                    (SELECT coalesce(json_agg(json_build_object(
+                         'idx', st.idx, 'name', st.name, 'kind', st.kind,
+                         'args', st.args, 'started', st.started, 'ended', st.ended,
+                         'error', st.error, 'result', st.result) ORDER BY st.idx), '[]')::text
+                     FROM step st WHERE st.trial_id = t.id)
+             FROM trial t WHERE t.id = ?1"
+        }
+    }
 }
 
 /// A runner's heartbeat, stamped every `every` on a connection of its own by a thread

@@ -613,3 +613,153 @@ pub fn promtool_check_metrics(text: &str) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A PostgreSQL server of the test's own (Debian `postgresql`): a new cluster in a
+/// temporary directory, made and run as the `postgres` user (`initdb` refuses root),
+/// listening on a free port of 127.0.0.1, its superuser `flowlab` trusted. Stopped and
+/// removed when dropped.
+#[derive(Debug)]
+pub struct Postgres {
+    dir: std::path::PathBuf,
+    bin: std::path::PathBuf,
+    pub port: u16,
+}
+
+impl Postgres {
+    /// Starts one; `None` (the test skipping with why) where there is no PostgreSQL or
+    /// no root, which fails the test in CI instead (CI installs it and runs as root).
+    pub fn start(what: &str) -> Option<Postgres> {
+        if !is_root(&format!("{what} (initdb runs as the postgres user)")) {
+            return None;
+        }
+        // The newest installed version's programs.
+        let mut versions: Vec<std::path::PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+            .map(|d| d.flatten().map(|e| e.path().join("bin")).collect())
+            .unwrap_or_default();
+        versions.retain(|b| b.join("initdb").exists());
+        versions.sort();
+        let Some(bin) = versions.pop() else {
+            let why = "PostgreSQL is not installed (Debian postgresql); run scripts/test.sh to install it";
+            if std::env::var_os("CI").is_some() {
+                panic!("{what}: {why}");
+            }
+            skip(&format!("{what}: {why}"));
+            return None;
+        };
+        let dir =
+            std::env::temp_dir().join(format!("flowlab-pg-{}-{}", std::process::id(), free_port()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("a directory for the cluster");
+        let as_postgres = |args: &[&str]| {
+            let out = std::process::Command::new("runuser")
+                .args(["-u", "postgres", "--"])
+                .args(args)
+                .output()
+                .expect("runuser");
+            assert!(
+                out.status.success(),
+                "{args:?}: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        let chown = std::process::Command::new("chown")
+            .args(["postgres:postgres"])
+            .arg(&dir)
+            .status()
+            .expect("chown");
+        assert!(chown.success(), "chown {}", dir.display());
+        let data = dir.join("data");
+        let initdb = bin.join("initdb");
+        as_postgres(&[
+            &initdb.display().to_string(),
+            "-D",
+            &data.display().to_string(),
+            "-U",
+            "flowlab",
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--locale=C",
+        ]);
+        let port = free_port();
+        let pg = Postgres { dir, bin, port };
+        let options = format!(
+            "-c listen_addresses=127.0.0.1 -p {port} -k {} -c fsync=off",
+            pg.dir.display()
+        );
+        as_postgres(&[
+            &pg.bin.join("pg_ctl").display().to_string(),
+            "-D",
+            &data.display().to_string(),
+            "-o",
+            &options,
+            "-l",
+            &pg.dir.join("log").display().to_string(),
+            "-w",
+            "start",
+        ]);
+        Some(pg)
+    }
+
+    /// The URL of database `name` (made by [`Postgres::create`], or `postgres`).
+    pub fn url(&self, name: &str) -> String {
+        format!("postgres://flowlab@127.0.0.1:{}/{name}", self.port)
+    }
+
+    /// Makes an empty database `name`.
+    pub fn create(&self, name: &str) {
+        let out = std::process::Command::new(self.bin.join("createdb"))
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "flowlab",
+                name,
+            ])
+            .output()
+            .expect("createdb");
+        assert!(
+            out.status.success(),
+            "createdb {name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// What `sql` prints through `psql` in database `name` (unaligned, no headers).
+    pub fn psql(&self, name: &str, sql: &str) -> String {
+        let out = std::process::Command::new(self.bin.join("psql"))
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "flowlab",
+            ])
+            .args(["-d", name, "-At", "-v", "ON_ERROR_STOP=1", "-c", sql])
+            .output()
+            .expect("psql");
+        assert!(
+            out.status.success(),
+            "psql {sql}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("runuser")
+            .args(["-u", "postgres", "--"])
+            .arg(self.bin.join("pg_ctl"))
+            .arg("-D")
+            .arg(self.dir.join("data"))
+            .args(["-m", "immediate", "-w", "stop"])
+            .output();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

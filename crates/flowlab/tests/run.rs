@@ -771,3 +771,49 @@ fn nodes_and_paths_are_checked_before_anything_is_built() {
         "{step}"
     );
 }
+
+/// The same study into PostgreSQL (a server of the test's own): `--db postgres://…`,
+/// every trial recorded there, the run's lines naming the database without its
+/// password, and `flowlab report` reading it back as it reads a file.
+#[test]
+fn a_study_runs_into_postgresql_and_reports_from_it() {
+    let Some(pg) = support::Postgres::start("a study into PostgreSQL") else {
+        return;
+    };
+    pg.create("results");
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_study(dir.path(), SMALL);
+    let url = pg.url("results");
+    // A password the server does not ask for (it trusts loopback) and the run must
+    // never print.
+    let with_password = url.replace("flowlab@", "flowlab:s3cret@");
+    let out = run(dir.path(), &["study.toml", "--db", &with_password]);
+    let said = text(&out);
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("study small: 12 ok, 0 failed"), "{said}");
+    assert!(said.contains(&format!("results in {url}")), "{said}");
+    assert!(!said.contains("s3cret"), "{said}");
+    let recorded = rows(Path::new(&url), "small");
+    assert_eq!(recorded.len(), 12, "{recorded:?}");
+    assert!(recorded.iter().all(|(_, _, s)| s == "ok"), "{recorded:?}");
+    // Run again: nothing left to run.
+    let again = run(dir.path(), &["study.toml", "--db", &url]);
+    assert!(
+        text(&again).contains("12 recorded before"),
+        "{}",
+        text(&again)
+    );
+    let report = flowlab()
+        .args(["report", &url])
+        .timeout(Duration::from_secs(60))
+        .output()
+        .expect("report");
+    let md = String::from_utf8_lossy(&report.stdout);
+    assert!(report.status.success(), "{}", text(&report));
+    assert!(md.starts_with("# Study small"), "{md}");
+    assert!(md.contains("12 of 12 trials ok, 0 failed"), "{md}");
+    assert!(
+        md.contains("## Throughput (Gbit/s) — step transfer"),
+        "{md}"
+    );
+}

@@ -99,7 +99,7 @@ pub fn execute(
     let begun = Instant::now();
     let mut summary = RunSummary {
         study: study.name.clone(),
-        db: run.db.display().to_string(),
+        db: flowlab_db::display_name(run.db),
         ..RunSummary::default()
     };
     let mut took = Duration::ZERO;

@@ -22,9 +22,9 @@ use crate::usage::Usage;
 pub struct Args {
     /// The mesh file (TOML; docs/monitor.md describes every key).
     pub mesh: PathBuf,
-    /// Record each run in this results database (SQLite; created when missing) the
-    /// moment it ends, in table `monitor_run` (docs/results-db.md).
-    #[arg(long, value_name = "FILE")]
+    /// Record each run in this results database (a SQLite file, created when missing, or
+    /// a postgres:// URL) the moment it ends, in table `monitor_run` (docs/results-db.md).
+    #[arg(long, value_name = "FILE|URL")]
     pub db: Option<PathBuf>,
     /// Serve each path's figures for Prometheus at http://ADDRESS:PORT/metrics.
     #[arg(long, value_name = "ADDRESS:PORT")]

@@ -21,7 +21,8 @@ pub enum Format {
 
 #[derive(Debug, ClapArgs)]
 pub struct Args {
-    /// The results database `flowlab run` wrote.
+    /// The results database `flowlab run` wrote: its file, or its PostgreSQL URL.
+    #[arg(value_name = "FILE|URL")]
     pub db: PathBuf,
     /// The study to report (needed when the database holds several).
     #[arg(long, value_name = "NAME")]

@@ -18,8 +18,9 @@ use crate::usage::Usage;
 pub struct Args {
     /// The study file (TOML; docs/studies.md describes every key).
     pub study: PathBuf,
-    /// The results database (SQLite; created when missing).
-    #[arg(long, default_value = "results.db", value_name = "FILE")]
+    /// The results database: a SQLite file (created when missing), or a PostgreSQL
+    /// database shared with other runners (postgres://USER@HOST:PORT/NAME).
+    #[arg(long, default_value = "results.db", value_name = "FILE|URL")]
     pub db: PathBuf,
     /// Also run the trials a runner that is gone had claimed (trials already recorded
     /// are never run again).
@@ -91,13 +92,16 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         emit(&table::study_summary(&summary));
     }
     if summary.interrupted {
-        anyhow::bail!("interrupted; every finished trial is in {}", a.db.display());
+        anyhow::bail!(
+            "interrupted; every finished trial is in {}",
+            flowlab_db::display_name(&a.db)
+        );
     }
     if summary.failed > 0 {
         anyhow::bail!(
             "{} trials failed (recorded in {} with their errors; --retry-failed runs them again)",
             summary.failed,
-            a.db.display()
+            flowlab_db::display_name(&a.db)
         );
     }
     Ok(())
