@@ -707,6 +707,17 @@ impl Postgres {
         format!("postgres://flowlab@127.0.0.1:{}/{name}", self.port)
     }
 
+    /// The URL of database `name` through the server's Unix socket: reachable from
+    /// every network namespace of this machine (they share its files), which
+    /// 127.0.0.1 is not.
+    pub fn socket_url(&self, name: &str) -> String {
+        format!(
+            "postgres://flowlab@/{name}?host={}&port={}",
+            self.dir.display(),
+            self.port
+        )
+    }
+
     /// Makes an empty database `name`.
     pub fn create(&self, name: &str) {
         let out = std::process::Command::new(self.bin.join("createdb"))

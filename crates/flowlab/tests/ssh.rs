@@ -2,7 +2,9 @@
 //! with a real OpenSSH server in it (Debian `openssh-server`), reached with a key the
 //! test makes. flowlab started there runs, moves files and reports; what was started
 //! ends when it is killed or its connection is lost; a host whose flowlab is another
-//! version is refused with both versions named.
+//! version is refused with both versions named. And studies across three such hosts:
+//! run whole and leaving nothing behind, a host lost mid-study, and the shipped seed
+//! study for real hosts run into PostgreSQL.
 
 mod support;
 
@@ -623,5 +625,87 @@ fn a_host_lost_mid_study_fails_its_trial_and_the_others_are_cleaned_up() {
         .collect();
     assert_eq!(left.len(), 1, "only the lost host's: {left:?}");
     let _ = std::fs::remove_dir_all(&left[0]);
+    drop(sshd);
+}
+
+/// The shipped seed-000 study for real hosts, its `[ssh]` table changed to three sshd
+/// namespaces and nothing else, run with one command into PostgreSQL (a server of the
+/// test's own, reached through its socket), and reported from there: two ratios, once
+/// each, the 1 GiB set scaled to 10 MiB.
+#[test]
+fn the_shipped_seed_study_runs_across_hosts_into_postgresql() {
+    if !ready() {
+        return;
+    }
+    let Some(pg) = support::Postgres::start("a study over SSH into PostgreSQL") else {
+        return;
+    };
+    pg.create("lab");
+    let _one_at_a_time = STUDIES.lock().unwrap_or_else(|e| e.into_inner());
+    let _machine = support::machine_shared();
+    let dir = tempfile::tempdir().expect("tmp");
+    let (_down, sshd, options) = three_hosts("tsps", dir.path());
+    let shipped = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../studies/over-ssh/seed-000-two-servers.toml"),
+    )
+    .expect("the shipped study");
+    let (head, rest) = shipped.split_once("[ssh]\n").expect("its [ssh] table");
+    let (_, after) = rest.split_once("\n\n").expect("the table's end");
+    let f = flowlab();
+    let hosts = format!(
+        "ssh_options = [{options}]\n[ssh]\n\
+         client = {{ url = \"ssh://root@c\", flowlab = {f:?} }}\n\
+         sa = {{ url = \"ssh://root@a\", flowlab = {f:?} }}\n\
+         sb = {{ url = \"ssh://root@b\", flowlab = {f:?} }}\n\n"
+    );
+    // Top-level keys come before the first table.
+    let (keys, tables) = head.split_at(head.find("\n[").map_or(head.len(), |i| i + 1));
+    std::fs::write(
+        dir.path().join("study.toml"),
+        format!("{keys}{tables}{hosts}{after}"),
+    )
+    .expect("the study");
+    let url = pg.socket_url("lab");
+    let out = Command::new(flowlab())
+        .args(["net", "exec", "-t", "tsps", "k", "--", flowlab()])
+        .args([
+            "run",
+            "study.toml",
+            "--db",
+            &url,
+            "--scale",
+            "0.01",
+            "--repeat",
+            "1",
+        ])
+        .args(["--only", "ratio=1:1", "--only", "ratio=adaptive"])
+        .current_dir(dir.path())
+        .output()
+        .expect("flowlab run");
+    let said =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.contains("study seed-000-two-servers-ssh: 2 ok, 0 failed"),
+        "{said}"
+    );
+    assert_eq!(
+        pg.psql("lab", "SELECT count(*) FROM trial_clock"),
+        "6",
+        "each trial's three clocks"
+    );
+    let report = Command::new(flowlab())
+        .args(["report", &url])
+        .output()
+        .expect("report");
+    let md = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        report.status.success(),
+        "{}",
+        String::from_utf8_lossy(&report.stderr)
+    );
+    assert!(md.starts_with("# Study seed-000-two-servers-ssh"), "{md}");
+    assert!(md.contains("2 of 30 trials ok, 0 failed"), "{md}");
     drop(sshd);
 }

@@ -375,16 +375,23 @@ fn params_json(study: &Study, cell: &Cell) -> String {
     serde_json::Value::Object(map).to_string()
 }
 
-/// Where the setup commands run: each host over SSH, and this machine when a server or
-/// a step runs here (or on a topology's node, whose files are this machine's).
+/// Where the setup commands run: where the servers run, whose options alone may name
+/// `{run}` — each host over SSH that runs one, and this machine when one runs here or
+/// on a topology's node (whose files are this machine's); this machine when there is
+/// no server.
 pub(super) fn used(p: &Prepared) -> Vec<Option<&str>> {
-    let mut used: Vec<Option<&str>> = p.remotes.iter().map(|(n, _)| Some(n.as_str())).collect();
-    let study = &p.study;
-    let here = p.remotes.is_empty()
-        || study.servers.iter().any(|s| s.node.is_none())
-        || study.steps.iter().any(|s| s.from.is_none());
-    if here {
-        used.insert(0, None);
+    let mut used: Vec<Option<&str>> = Vec::new();
+    for s in &p.study.servers {
+        let at = s
+            .node
+            .as_deref()
+            .filter(|n| p.remotes.iter().any(|(r, _)| r == n));
+        if !used.contains(&at) {
+            used.push(at);
+        }
+    }
+    if used.is_empty() {
+        used.push(None);
     }
     used
 }
