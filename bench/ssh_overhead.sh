@@ -9,9 +9,21 @@
 # real sshd (Debian openssh-server) behind a veth, and a `flowlab serve` for the ping.
 # Needs root.
 #
-# Usage: bench/ssh_overhead.sh [RUNS]        (default 15)
+# sshd runs every command through the login's shell, and bash reads ~/.bashrc when sshd
+# starts it, interactive or not: whatever that file does for a non-interactive shell
+# (`pyenv init`, conda) is paid by every command. By default the host's root login
+# gets the ~/.bashrc Debian gives every new user (/etc/skel/.bashrc, which returns at
+# once when not interactive), bound over root's in sshd's own mount namespace;
+# --machine-bashrc keeps this machine's.
+#
+# Usage: bench/ssh_overhead.sh [--machine-bashrc] [RUNS]        (default 15)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bashrc=/etc/skel/.bashrc
+if [ "${1:-}" = "--machine-bashrc" ]; then
+  bashrc=""
+  shift
+fi
 runs="${1:-15}"
 [ "$(id -u)" -eq 0 ] || { echo "ssh_overhead.sh: needs root (a namespace)" >&2; exit 2; }
 [ -x /usr/sbin/sshd ] || { echo "ssh_overhead.sh: needs openssh-server" >&2; exit 2; }
@@ -50,7 +62,12 @@ StrictModes no
 PidFile none
 EOF
 mkdir -p /run/sshd
-ip netns exec "$ns" /usr/sbin/sshd -D -e -f "$work/sshd_config" 2>/dev/null &
+# `ip netns exec` gives sshd a mount namespace of its own: the bind stays there.
+if [ -n "$bashrc" ]; then
+  ip netns exec "$ns" sh -c "mount --bind $bashrc /root/.bashrc && exec /usr/sbin/sshd -D -e -f $work/sshd_config" 2>/dev/null &
+else
+  ip netns exec "$ns" /usr/sbin/sshd -D -e -f "$work/sshd_config" 2>/dev/null &
+fi
 ip netns exec "$ns" "$flowlab" serve -p 5299 >/dev/null 2>&1 &
 sleep 1
 
@@ -64,6 +81,7 @@ ping_line="$flowlab ping 127.0.0.1 -p 5299 -c 1 -J"
 over_ssh="ssh ${opts[*]} -T root@10.252.0.2 -- 'cd . && FLOWLAB_EXIT_WITH_STDIN=1 exec $ping_line' < <(sleep 5 2>/dev/null)"
 direct="bash -c \"ip netns exec $ns $ping_line\""
 
+echo "the host's root ~/.bashrc: ${bashrc:-as this machine has it}"
 echo "machine: $(nproc) cores, kernel $(uname -r), congestion control $(cat /proc/sys/net/ipv4/tcp_congestion_control); flowlab $(checkout_id "$PWD")"
 python3 bench/ab.py "one-echo ping, over SSH vs in the namespace" wall-ms \
   "bash -c \"$over_ssh\"" "$direct" --runs "$runs" --label-a "over SSH" --label-b direct --per 1
