@@ -88,3 +88,28 @@ python3 bench/ab.py "one-echo ping, over SSH vs in the namespace" wall-ms \
 python3 bench/ab.py "true, over SSH vs here" wall-ms \
   "bash -c \"ssh ${opts[*]} -T root@10.252.0.2 -- true\"" "bash -c true" --runs "$runs" \
   --label-a "over SSH" --label-b here --per 1
+
+# A study's trials: ten small tests (64 KiB) with the server and the client on the host
+# over SSH, against the same study with both on this machine; each run into a new
+# database. Per trial, the difference is what the controller adds for a host over SSH:
+# the connection (made once a run), the host's clock read, the server and each step
+# started through it.
+key_opts=$(printf '"%s", ' -F /dev/null -i "$work/key" -o IdentitiesOnly=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR)
+tables='[[server]]
+name = "s"
+NODE
+[[step]]
+name = "t"
+kind = "test"
+FROM
+args = "{s.host} -p {s.port} -n 64K"'
+{ printf 'name = "over-ssh"\nrepeat = 10\norder = "sequential"\n'
+  echo "ssh_options = [${key_opts%, }]"
+  echo "[ssh]"; echo "a = { url = \"ssh://root@10.252.0.2\", flowlab = \"$flowlab\" }"
+  echo "$tables" | sed 's/^NODE$/node = "a"/; s/^FROM$/from = "a"/'; } > "$work/ssh.toml"
+{ printf 'name = "here"\nrepeat = 10\norder = "sequential"\n'
+  echo "$tables" | sed '/^NODE$/d; /^FROM$/d'; } > "$work/here.toml"
+python3 bench/ab.py "a study's trial, over SSH vs here" wall-ms \
+  "bash -c \"rm -f $work/a.db*; $flowlab run $work/ssh.toml --db $work/a.db >/dev/null\"" \
+  "bash -c \"rm -f $work/b.db*; $flowlab run $work/here.toml --db $work/b.db >/dev/null\"" \
+  --runs "$runs" --label-a "over SSH" --label-b here --per 10

@@ -276,6 +276,11 @@ impl Template {
             _ => None,
         })
     }
+
+    /// Whether it names `{scratch}`.
+    pub fn uses_scratch(&self) -> bool {
+        self.0.iter().any(|p| matches!(p, Piece::Scratch))
+    }
 }
 
 #[derive(Debug, Deserialize)]

@@ -86,6 +86,13 @@ pub fn execute(
     // This machine, and each host over SSH with a directory of the run's there.
     let places = Places::connect(p, Arc::clone(&run.place), &run_dir.0, run.version)?;
     let used = used(p);
+    // The hosts whose steps name `{scratch}`: a trial makes a directory at each.
+    let scratch_at: Vec<&str> = study
+        .steps
+        .iter()
+        .filter(|s| s.args.uses_scratch())
+        .filter_map(|s| s.from.as_deref())
+        .collect();
     for (text, argv) in study.setup.iter().zip(&p.setup_lines) {
         places.setup(text, argv, &used)?;
     }
@@ -170,7 +177,7 @@ pub fn execute(
                 }
                 let t0 = Instant::now();
                 let scratch = Scratch::new("warm-up")?;
-                let there = places.scratch("warm-up")?;
+                let there = places.scratch("warm-up", &scratch_at)?;
                 let (error, _) = match ready(cell, &ports, &scratch, &there) {
                     Ok(stages) => run_trial(&places, &stages, interrupt),
                     Err(e) => (Some(e), None),
@@ -199,14 +206,17 @@ pub fn execute(
         }
         let t0 = Instant::now();
         let name = format!("trial-{id}");
-        let (scratch, there, clocks) =
-            match (Scratch::new(&name), places.scratch(&name), places.clocks()) {
-                (Ok(s), Ok(t), Ok(c)) => (s, t, c),
-                (Err(e), ..) | (_, Err(e), _) | (.., Err(e)) => {
-                    db.release(id)?;
-                    return Err(places.lost().unwrap_or(e));
-                }
-            };
+        let (scratch, there, clocks) = match (
+            Scratch::new(&name),
+            places.scratch(&name, &scratch_at),
+            places.clocks(),
+        ) {
+            (Ok(s), Ok(t), Ok(c)) => (s, t, c),
+            (Err(e), ..) | (_, Err(e), _) | (.., Err(e)) => {
+                db.release(id)?;
+                return Err(places.lost().unwrap_or(e));
+            }
+        };
         let (error, records) = match ready(cell, &ports, &scratch, &there) {
             Ok(stages) => run_trial(&places, &stages, interrupt),
             Err(e) => (Some(e), Some(Vec::new())),

@@ -165,10 +165,11 @@ impl Places {
     }
 
     /// A trial's `{scratch}`: a directory named `name` in the run's directory at each
-    /// host (this machine's is the caller's), removed when dropped.
-    pub fn scratch(&self, name: &str) -> Result<RemoteScratch<'_>, RunError> {
+    /// host of `at` (the hosts of the steps that name it; this machine's is the
+    /// caller's), removed when dropped.
+    pub fn scratch(&self, name: &str, at: &[&str]) -> Result<RemoteScratch<'_>, RunError> {
         let mut made = RemoteScratch { dirs: Vec::new() };
-        for h in &self.hosts {
+        for h in self.hosts.iter().filter(|h| at.contains(&h.node.as_str())) {
             let dir = h.run.join(name);
             h.ssh
                 .make_dir(&dir)
@@ -178,16 +179,25 @@ impl Places {
         Ok(made)
     }
 
-    /// Each host's clock against this machine's, read now.
+    /// Each host's clock against this machine's, read now: all hosts at once, each on a
+    /// thread of its own (a trial waits for the slowest, not for their sum).
     pub fn clocks(&self) -> Result<Vec<ClockOffset>, RunError> {
-        self.hosts
-            .iter()
-            .map(|h| {
-                h.ssh
-                    .clock_offset(&h.node, CLOCK_TRIES)
-                    .map_err(|e| RunError::Failed(format!("host {}: {e}", h.node)))
-            })
-            .collect()
+        std::thread::scope(|s| {
+            let readings: Vec<_> = self
+                .hosts
+                .iter()
+                .map(|h| s.spawn(move || h.ssh.clock_offset(&h.node, CLOCK_TRIES)))
+                .collect();
+            self.hosts
+                .iter()
+                .zip(readings)
+                .map(|(h, r)| {
+                    r.join()
+                        .unwrap_or_else(|_| Err("the reading's thread panicked".into()))
+                        .map_err(|e| RunError::Failed(format!("host {}: {e}", h.node)))
+                })
+                .collect()
+        })
     }
 
     /// The first host whose connection was lost, said as an error.
