@@ -274,7 +274,11 @@ impl Conn {
             }
             (Dialect::Postgres, None) => "BEGIN".to_string(),
         };
-        self.batch(&begin)?;
+        if let Err(e) = self.batch(&begin) {
+            // A lock refused after BEGIN leaves the transaction open (and aborted).
+            let _ = self.batch("ROLLBACK");
+            return Err(e.into());
+        }
         match f(self) {
             Ok(v) => {
                 self.batch("COMMIT")?;
