@@ -177,20 +177,21 @@ fn intervals_cover_the_test_and_omit_is_excluded() {
             .map(|i| (i.start, i.end, i.omitted))
             .collect::<Vec<_>>()
     );
+    // 80 Mbit/s for the counted second only: 10 MB at each end, not 20. Each end takes
+    // its baseline on its own clock when its omitted second ends, so the two counts
+    // differ by what the rate carries between those moments: beside the suite's other
+    // lanes the receiver's came 65 ms before the sender's (10.88 MB against 10.22).
+    // That gap is the host's scheduling, not the omission, so each end is held to the
+    // rate on its own; an end that counted its omitted second would hold twice as much.
     let (snd, rcv) = sum(&r, StreamDirection::Up);
-    // 80 Mbit/s for the counted second only: 10 MB, not 20.
-    assert!(
-        (8_000_000..12_000_000).contains(&snd.bytes),
-        "omitted bytes counted: {}",
-        snd.bytes
-    );
-    // Each end takes its baseline on its own clock when the omitted second ends.
-    assert!(
-        rcv.bytes.abs_diff(snd.bytes) < snd.bytes / 20,
-        "{} vs {}",
-        snd.bytes,
-        rcv.bytes
-    );
+    for (end, bytes) in [("sender", snd.bytes), ("receiver", rcv.bytes)] {
+        assert!(
+            (8_000_000..12_000_000).contains(&bytes),
+            "the {end} counted omitted bytes: {bytes} (sender {}, receiver {})",
+            snd.bytes,
+            rcv.bytes
+        );
+    }
 }
 
 #[test]

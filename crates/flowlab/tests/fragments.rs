@@ -99,56 +99,86 @@ fn a_ratio_fetch_gets_exactly_the_assigned_fragments_and_joins_to_the_source() {
 }
 
 /// Two servers at 100 and 300 Mbit/s: the adaptive fetch is as fast as the best ratio
-/// and close to the ideal S / (rA + rB). The rates, not this machine's speed, set the
-/// times, so the comparison is of the scheduling — as long as the host gives the
-/// servers their CPU: every mode runs three times, interleaved, and each mode's fastest
-/// run is compared (one adaptive run against the best of three ratio runs once lost
-/// 0.631 s to 0.564 in a fresh-clone run whose every run was slower than the ideal).
+/// and close to the ideal S / (rA + rB). The comparison is of the scheduling, not of this
+/// machine's speed: beside the suite's other lanes the host gives the servers less than
+/// their rates, and unevenly (once 86 and 111 Mbit/s delivered; a run of 1:3 from 0.505
+/// to 0.651 s within one test). So the modes run in rounds, one run each, and each run
+/// is judged against its round's ideal: S·8 / (rA′ + rB′), where a server's rate is the
+/// most it delivered in any run of the round (at most its configured rate) — 1:2 keeps
+/// the slower server busy to the end, 1:4 the faster. A run's `efficiency` is that ideal
+/// over its time: 1 when both servers were busy to the end. Not the rates of the run
+/// itself: a scheduler that leaves a server idle lowers that server's rate in its own
+/// run, and so the ideal it would be judged by. Three rounds; each mode's best is
+/// compared.
 #[test]
 fn adaptive_fetch_is_as_fast_as_the_best_ratio_and_near_the_ideal() {
     let tmp = tempfile::tempdir().expect("tmp");
     let src = tmp.path().join("src");
     let m = manifest::make(24 << 20, 96, &src).expect("make");
-    let (ra, rb) = (100_000_000u64, 300_000_000u64);
-    let a = fragment_server(&src, ra);
-    let b = fragment_server(&src, rb);
-    let ideal = m.file.size as f64 * 8.0 / (ra + rb) as f64;
-    let (mut best, mut adaptive) = (f64::INFINITY, f64::INFINITY);
+    let rates = [100_000_000f64, 300_000_000f64];
+    let a = fragment_server(&src, rates[0] as u64);
+    let b = fragment_server(&src, rates[1] as u64);
+    let modes = ["1:2", "1:3", "1:4", "adaptive"];
+    let mut best = [0.0f64; 4];
     let mut seen = Vec::new();
     for round in 0..3 {
-        for ratio in [[1, 2], [1, 3], [1, 4]] {
+        let mut runs = Vec::new();
+        for mode in modes {
             let out = tmp
                 .path()
-                .join(format!("r{}-{}-{round}", ratio[0], ratio[1]));
-            let r = run_fetch(&[a, b], Mode::Ratio(ratio.to_vec()), &out);
-            seen.push((format!("{}:{}", ratio[0], ratio[1]), r.seconds));
-            best = best.min(r.seconds);
+                .join(format!("{}-{round}", mode.replace(':', "-")));
+            let r = match mode.split_once(':') {
+                Some((x, y)) => {
+                    let ratio = vec![x.parse().expect("ratio"), y.parse().expect("ratio")];
+                    run_fetch(&[a, b], Mode::Ratio(ratio), &out)
+                }
+                None => {
+                    let r = run_fetch(&[a, b], Mode::Adaptive, &out);
+                    assert_complete(&src, &out);
+                    // Each server's share follows the rate it delivered in this run.
+                    let (fa, fb) = (r.servers[0].fragments as f64, r.servers[1].fragments as f64);
+                    let (sa, sb) = (r.servers[0].bits_per_second, r.servers[1].bits_per_second);
+                    assert!(
+                        (fb / (fa + fb) - sb / (sa + sb)).abs() < 0.15,
+                        "{:?}",
+                        r.servers
+                    );
+                    r
+                }
+            };
+            runs.push(r);
         }
-        let out = tmp.path().join(format!("adaptive-{round}"));
-        let r = run_fetch(&[a, b], Mode::Adaptive, &out);
-        assert_complete(&src, &out);
-        // Each server's share follows the rate it delivered in this run: 3:1 as
-        // configured, or less when the host starved the faster one (once 86 and 111
-        // Mbit/s delivered, 42 and 54 fragments taken).
-        let (fa, fb) = (r.servers[0].fragments as f64, r.servers[1].fragments as f64);
-        let (sa, sb) = (r.servers[0].bits_per_second, r.servers[1].bits_per_second);
-        assert!(
-            (fb / (fa + fb) - sb / (sa + sb)).abs() < 0.15,
-            "{:?}",
-            r.servers
-        );
-        seen.push(("adaptive".into(), r.seconds));
-        adaptive = adaptive.min(r.seconds);
+        let capacity: f64 = (0..2)
+            .map(|i| {
+                runs.iter()
+                    .map(|r| r.servers[i].bits_per_second)
+                    .fold(0.0, f64::max)
+                    .min(rates[i])
+            })
+            .sum();
+        let ideal = m.file.size as f64 * 8.0 / capacity;
+        for (i, (mode, r)) in modes.iter().zip(&runs).enumerate() {
+            let efficiency = ideal / r.seconds;
+            best[i] = best[i].max(efficiency);
+            let delivered: Vec<u64> = r
+                .servers
+                .iter()
+                .map(|s| (s.bits_per_second / 1e6) as u64)
+                .collect();
+            seen.push(format!(
+                "round {round} {mode}: {:.3} s, {delivered:?} Mbit/s, ideal {ideal:.3} s, efficiency {efficiency:.3}",
+                r.seconds
+            ));
+        }
     }
+    let adaptive = best[3];
+    let best_ratio = best[..3].iter().copied().fold(0.0, f64::max);
     // 5 % for the granularity of the end game (one fragment is ~1 % of the data).
     assert!(
-        adaptive <= best * 1.05,
-        "adaptive {adaptive:.3} s, best ratio {best:.3} s: {seen:?}"
+        adaptive >= best_ratio / 1.05,
+        "adaptive {adaptive:.3}, best ratio {best_ratio:.3}: {seen:#?}"
     );
-    assert!(
-        adaptive <= ideal * 1.10,
-        "adaptive {adaptive:.3} s, ideal {ideal:.3} s: {seen:?}"
-    );
+    assert!(adaptive >= 1.0 / 1.10, "adaptive {adaptive:.3}: {seen:#?}");
 }
 
 /// Sends a hello with `token` and reads the server's admission.
