@@ -8,6 +8,7 @@ use flowlab_db::{Claim, Db, DbError, Retake, StepRecord, schema};
 use flowlab_results::monitor::{ClockOffset, PathKind, PathRun, PathThroughput};
 use flowlab_testkit::Postgres;
 use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
 
 const TCP_P2: &str = include_str!("../../flowlab-report/tests/fixtures/tcp-p2.json");
 
@@ -15,8 +16,13 @@ const TCP_P2: &str = include_str!("../../flowlab-report/tests/fixtures/tcp-p2.js
 const STUDY: &str = "name = \"s\"\nrepeat = 2\n[params]\nlength = [1000, 2000]\n\
                      [[step]]\nname = \"up\"\nkind = \"test\"\nargs = \"127.0.0.1 -t 1\"\n";
 
-fn pg(what: &str) -> Option<Postgres> {
-    Postgres::start(&format!("{what} (a PostgreSQL server of the test's own)"))
+/// A server of the test's own, one at a time in this binary (each takes a CPU while
+/// it starts and runs; four at once slowed the suite's measuring lanes). Bound as
+/// `(guard, server)`, the server is dropped first: stopped before the next one starts.
+fn pg(what: &str) -> Option<(MutexGuard<'static, ()>, Postgres)> {
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    let one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    Postgres::start(&format!("{what} (a PostgreSQL server of the test's own)")).map(|pg| (one, pg))
 }
 
 fn step(result: Option<&str>, error: Option<&str>) -> StepRecord {
@@ -118,7 +124,7 @@ fn mesh_run() -> PathRun {
 
 #[test]
 fn postgres_keeps_what_sqlite_keeps_and_a_report_reads_the_same_from_both() {
-    let Some(pg) = pg("the same data in both databases") else {
+    let Some((_one, pg)) = pg("the same data in both databases") else {
         return;
     };
     pg.create("same");
@@ -180,7 +186,7 @@ fn postgres_keeps_what_sqlite_keeps_and_a_report_reads_the_same_from_both() {
 /// Two runners claiming every trial of a study at once: each trial is claimed by one.
 #[test]
 fn two_runners_on_postgres_never_claim_one_trial_twice() {
-    let Some(pg) = pg("two runners at once") else {
+    let Some((_one, pg)) = pg("two runners at once") else {
         return;
     };
     pg.create("two");
@@ -231,7 +237,7 @@ fn two_runners_on_postgres_never_claim_one_trial_twice() {
 /// lease, then `--resume` takes it over.
 #[test]
 fn a_dead_controllers_claim_comes_free_after_its_lease_on_postgres() {
-    let Some(pg) = pg("a lease") else {
+    let Some((_one, pg)) = pg("a lease") else {
         return;
     };
     pg.create("lease");
@@ -279,7 +285,7 @@ fn a_dead_controllers_claim_comes_free_after_its_lease_on_postgres() {
 /// untouched.
 #[test]
 fn a_postgres_database_is_migrated_and_a_foreign_one_refused() {
-    let Some(pg) = pg("migrations") else {
+    let Some((_one, pg)) = pg("migrations") else {
         return;
     };
     pg.create("old");

@@ -614,15 +614,62 @@ pub fn promtool_check_metrics(text: &str) {
     );
 }
 
+/// A hold on what every test binary run at the same time shares (scripts/test.sh runs
+/// several side by side): the machine's CPU latency request, which reads the least
+/// request held by any process, and the CPU an emulator spinning to keep them awake
+/// takes. A test that holds the CPUs awake, and asserts what the machine reads while it
+/// does and after, takes it alone ([`machine_alone`]); a test that brings a topology up or
+/// runs servers beside it (sshd, PostgreSQL) takes it shared ([`machine_shared`]); the
+/// lock goes when the value is dropped.
+#[derive(Debug)]
+pub struct MachineLock {
+    _file: std::fs::File,
+}
+
+fn machine_lock(operation: libc::c_int) -> MachineLock {
+    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::io::AsRawFd;
+    let path = std::env::temp_dir().join("flowlab-tests-machine.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    // SAFETY: flock(2) on a descriptor this value owns; blocks until granted.
+    let locked = unsafe { libc::flock(file.as_raw_fd(), operation) };
+    assert_eq!(
+        locked,
+        0,
+        "flock {}: {}",
+        path.display(),
+        std::io::Error::last_os_error()
+    );
+    MachineLock { _file: file }
+}
+
+/// The machine alone: no test of any binary holds [`machine_shared`] meanwhile.
+pub fn machine_alone() -> MachineLock {
+    machine_lock(libc::LOCK_EX)
+}
+
+/// The machine beside other topologies' tests, but not beside one that holds the CPUs
+/// awake ([`machine_alone`]).
+pub fn machine_shared() -> MachineLock {
+    machine_lock(libc::LOCK_SH)
+}
+
 /// A PostgreSQL server of the test's own (Debian `postgresql`): a new cluster in a
 /// temporary directory, made and run as the `postgres` user (`initdb` refuses root),
 /// listening on a free port of 127.0.0.1, its superuser `flowlab` trusted. Stopped and
-/// removed when dropped.
+/// removed when dropped. It holds [`machine_shared`] while it runs: a server and its
+/// clients take CPU a test that holds the machine alone would miss.
 #[derive(Debug)]
 pub struct Postgres {
     dir: std::path::PathBuf,
     bin: std::path::PathBuf,
     pub port: u16,
+    _machine: MachineLock,
 }
 
 impl Postgres {
@@ -646,6 +693,7 @@ impl Postgres {
             skip(&format!("{what}: {why}"));
             return None;
         };
+        let machine = machine_shared();
         let dir =
             std::env::temp_dir().join(format!("flowlab-pg-{}-{}", std::process::id(), free_port()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -683,7 +731,12 @@ impl Postgres {
             "--locale=C",
         ]);
         let port = free_port();
-        let pg = Postgres { dir, bin, port };
+        let pg = Postgres {
+            dir,
+            bin,
+            port,
+            _machine: machine,
+        };
         let options = format!(
             "-c listen_addresses=127.0.0.1 -p {port} -k {} -c fsync=off",
             pg.dir.display()

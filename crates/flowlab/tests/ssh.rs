@@ -157,6 +157,7 @@ fn flowlab_over_ssh_serves_tests_moves_files_and_stops_what_it_started() {
     if !ready() {
         return;
     }
+    let _machine = support::machine_shared();
     let host = Host::up("fl-tssh-a", "fltssha", 1);
     let ssh = host.connect(flowlab(), &[]).expect("connected");
     let argv = |words: &[&str]| words.iter().map(|w| w.to_string()).collect::<Vec<_>>();
@@ -272,6 +273,7 @@ fn a_lost_connection_ends_what_runs_on_it() {
     if !ready() {
         return;
     }
+    let _machine = support::machine_shared();
     let host = Host::up("fl-tssh-b", "fltsshb", 2);
     // Keep-alives a second apart, two unanswered: the loss is known in about 3 s.
     let ssh = host
@@ -304,6 +306,7 @@ fn a_host_with_another_flowlab_is_refused_naming_both_versions() {
     if !ready() {
         return;
     }
+    let _machine = support::machine_shared();
     let host = Host::up("fl-tssh-c", "fltsshc", 3);
     let other: PathBuf = host.dir().join("flowlab");
     std::fs::write(&other, "#!/bin/sh\necho 'flowlab 9.9.9 (elsewhere)'\n").expect("script");

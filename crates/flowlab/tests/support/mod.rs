@@ -63,47 +63,6 @@ pub fn usage_error(args: &[&str], names: &str) {
     );
 }
 
-/// A hold on what every test binary run at the same time shares (scripts/test.sh runs
-/// several side by side): the machine's CPU latency request, which reads the least
-/// request held by any process, and the CPU an emulator spinning to keep them awake
-/// takes. A test that holds the CPUs awake, and asserts what the machine reads while it
-/// does and after, takes it alone ([`machine_alone`]); a test that brings a topology up
-/// takes it shared ([`machine_shared`]); the lock goes when the value is dropped.
-pub struct MachineLock(std::fs::File);
-
-fn machine_lock(operation: libc::c_int) -> MachineLock {
-    use std::os::unix::fs::OpenOptionsExt;
-    use std::os::unix::io::AsRawFd;
-    let path = std::env::temp_dir().join("flowlab-tests-machine.lock");
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    // SAFETY: flock(2) on a descriptor this value owns; blocks until granted.
-    let locked = unsafe { libc::flock(file.as_raw_fd(), operation) };
-    assert_eq!(
-        locked,
-        0,
-        "flock {}: {}",
-        path.display(),
-        std::io::Error::last_os_error()
-    );
-    MachineLock(file)
-}
-
-/// The machine alone: no test of any binary holds [`machine_shared`] meanwhile.
-pub fn machine_alone() -> MachineLock {
-    machine_lock(libc::LOCK_EX)
-}
-
-/// The machine beside other topologies' tests, but not beside one that holds the CPUs
-/// awake ([`machine_alone`]).
-pub fn machine_shared() -> MachineLock {
-    machine_lock(libc::LOCK_SH)
-}
-
 /// A real OpenSSH server (Debian `openssh-server`) in network namespace `ns`, on
 /// `listen` (ADDRESS:PORT), with a host key and a client key made for it in a
 /// directory of its own; killed when dropped.
