@@ -1,7 +1,7 @@
 //! The results database: every trial of a study, each step's full result (the `-J`
 //! document, one result type), and a mesh's runs (`flowlab monitor --db`), in SQLite
 //! (bundled: nothing to install) or in PostgreSQL, which several controllers share
-//! (`postgres://…`; [`sql`] speaks to either with the same statements).
+//! (`postgres://…`; its `sql` module speaks to either with the same statements).
 //!
 //! - Each trial is **claimed** before it runs (a row in state `running`, in one
 //!   transaction that holds other writers off: SQLite's `BEGIN IMMEDIATE`, a lock on
@@ -16,7 +16,7 @@
 mod monitor;
 pub mod report;
 pub mod schema;
-pub mod sql;
+mod sql;
 mod trials;
 
 use std::cell::RefCell;
@@ -25,7 +25,8 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
 
-use sql::{Conn, Dialect, SqlError, values};
+use sql::{Conn, values};
+pub use sql::{Dialect, SqlError};
 
 pub use trials::{
     Attempt, Claim, HEARTBEAT, Heartbeat, LEASE, Recorded, Retake, StepRecord, TrialRow,
@@ -164,7 +165,7 @@ impl Db {
             source: e.into(),
         })?;
         let mut db = Db {
-            conn: RefCell::new(Conn::Postgres(Box::new(client))),
+            conn: RefCell::new(Conn::Postgres(Box::new(sql::Pg::new(client)))),
             path,
         };
         db.setup()?;
@@ -234,7 +235,7 @@ impl Db {
                 if dialect == Dialect::Postgres {
                     c.batch("CREATE TABLE IF NOT EXISTS flowlab_schema (version BIGINT NOT NULL)")?;
                 }
-                c.transaction(Some(schema::version_home(dialect)), |c| {
+                c.transaction(Some(schema::VERSION_TABLE), |c| {
                     let now = schema::read_version(c)?;
                     if now != version {
                         return Ok(());
@@ -244,6 +245,8 @@ impl Db {
                         Dialect::Sqlite => c.batch(m.sql)?,
                         Dialect::Postgres => c.batch(&sql::postgres_ddl(m.sql))?,
                     }
+                    // Statements prepared before may read what the migration changed.
+                    c.forget_prepared();
                     if let Some(fill) = m.fill {
                         fill(c)?;
                     }

@@ -1,5 +1,5 @@
 //! The schema, one migration per version, written once for both databases (the DDL
-//! as SQLite takes it, made PostgreSQL's by [`crate::sql::postgres_ddl`]). A SQLite
+//! as SQLite takes it, made PostgreSQL's by `sql::postgres_ddl`). A SQLite
 //! file records its version in `PRAGMA user_version`, a PostgreSQL database in the table
 //! `flowlab_schema`; opening either applies the migrations it lacks, in one transaction
 //! each, and a migration's computation for the rows already there runs on both.
@@ -8,20 +8,18 @@
 use crate::sql::{Conn, Dialect, SqlError, values};
 
 /// What a migration computes for the rows already there.
-pub type Fill = fn(&mut Conn) -> Result<(), SqlError>;
+pub(crate) type Fill = fn(&mut Conn) -> Result<(), SqlError>;
 
 /// One version's change: its SQL, then what must be computed for rows already there.
 #[derive(Debug)]
-pub struct Migration {
-    pub sql: &'static str,
-    pub fill: Option<Fill>,
+pub(crate) struct Migration {
+    pub(crate) sql: &'static str,
+    pub(crate) fill: Option<Fill>,
 }
 
 /// The table a migration locks against other processes migrating at once (SQLite takes
 /// its whole file's write lock instead).
-pub(crate) fn version_home(_dialect: Dialect) -> &'static str {
-    "flowlab_schema"
-}
+pub(crate) const VERSION_TABLE: &str = "flowlab_schema";
 
 /// The version the database is at.
 pub(crate) fn read_version(c: &mut Conn) -> Result<i64, SqlError> {
@@ -50,7 +48,7 @@ pub(crate) fn write_version(c: &mut Conn, version: i64) -> Result<(), SqlError> 
 }
 
 /// The migrations, oldest first: entry `i` takes a database from version `i` to `i + 1`.
-pub const MIGRATIONS: &[Migration] = &[
+pub(crate) const MIGRATIONS: &[Migration] = &[
     Migration {
         sql: V1,
         fill: None,

@@ -5,6 +5,7 @@
 //! from each column's type. Where the two differ (the schema's DDL, JSON functions,
 //! the version's home, locking), the caller asks [`Conn::dialect`].
 
+use std::collections::HashMap;
 use std::fmt;
 
 /// Which database a connection speaks to.
@@ -166,7 +167,39 @@ impl Row {
 /// A connection to either database.
 pub enum Conn {
     Sqlite(rusqlite::Connection),
-    Postgres(Box<postgres::Client>),
+    Postgres(Box<Pg>),
+}
+
+/// A PostgreSQL connection and the statements it has prepared, by their text, as
+/// rusqlite's `prepare_cached` keeps SQLite's: preparing costs a round trip to the
+/// server, and flowlab runs the same few dozen statements again and again.
+pub struct Pg {
+    client: postgres::Client,
+    prepared: HashMap<String, postgres::Statement>,
+}
+
+/// More statements than flowlab has are text made on the fly: the cache starts over.
+const MOST_PREPARED: usize = 256;
+
+impl Pg {
+    pub fn new(client: postgres::Client) -> Pg {
+        Pg {
+            client,
+            prepared: HashMap::new(),
+        }
+    }
+
+    fn prepare(&mut self, sql: &str) -> Result<postgres::Statement, SqlError> {
+        if let Some(q) = self.prepared.get(sql) {
+            return Ok(q.clone());
+        }
+        let q = self.client.prepare(&dollars(sql))?;
+        if self.prepared.len() >= MOST_PREPARED {
+            self.prepared.clear();
+        }
+        self.prepared.insert(sql.to_owned(), q.clone());
+        Ok(q)
+    }
 }
 
 impl fmt::Debug for Conn {
@@ -194,9 +227,9 @@ impl Conn {
                 Ok(q.execute(rusqlite::params_from_iter(params.iter().map(lite_value)))? as u64)
             }
             Conn::Postgres(c) => {
-                let q = c.prepare(&dollars(sql))?;
+                let q = c.prepare(sql)?;
                 let bound = bind(q.params(), params)?;
-                Ok(c.execute(&q, &refs(&bound))?)
+                Ok(c.client.execute(&q, &refs(&bound))?)
             }
         }
     }
@@ -231,9 +264,13 @@ impl Conn {
                 Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
             }
             Conn::Postgres(c) => {
-                let q = c.prepare(&dollars(sql))?;
+                let q = c.prepare(sql)?;
                 let bound = bind(q.params(), params)?;
-                c.query(&q, &refs(&bound))?.iter().map(pg_row).collect()
+                c.client
+                    .query(&q, &refs(&bound))?
+                    .iter()
+                    .map(pg_row)
+                    .collect()
             }
         }
     }
@@ -253,7 +290,15 @@ impl Conn {
     pub fn batch(&mut self, sql: &str) -> Result<(), SqlError> {
         match self {
             Conn::Sqlite(c) => Ok(c.execute_batch(sql)?),
-            Conn::Postgres(c) => Ok(c.batch_execute(sql)?),
+            Conn::Postgres(c) => Ok(c.client.batch_execute(sql)?),
+        }
+    }
+
+    /// Drops the statements prepared so far: a migration changed what they read.
+    /// (SQLite prepares again by itself when its schema changes.)
+    pub fn forget_prepared(&mut self) {
+        if let Conn::Postgres(c) = self {
+            c.prepared.clear();
         }
     }
 
