@@ -2,7 +2,10 @@
 //! runner's claim taken over only when asked, outcomes kept, and every file that is not
 //! a database of this flowlab's refused untouched.
 
-use flowlab_db::{Claim, Db, DbError, Recorded, Retake, StepRecord, schema};
+mod common;
+
+use common::{TCP_P2, step};
+use flowlab_db::{Claim, Db, DbError, Recorded, Retake, schema};
 use flowlab_results::study::Outcome;
 use std::time::Duration;
 
@@ -11,18 +14,6 @@ const RESUME: Retake = Retake {
     abandoned: true,
     failed: false,
 };
-
-fn step(name: &str, result: Option<&str>, error: Option<&str>) -> StepRecord {
-    StepRecord {
-        name: name.into(),
-        kind: "test".into(),
-        args: "127.0.0.1 -t 1".into(),
-        started: 10.0,
-        ended: 11.5,
-        error: error.map(str::to_string),
-        result: result.map(str::to_string),
-    }
-}
 
 const CELL: (&str, &str) = ("length=1000", r#"{"length":"1000"}"#);
 
@@ -327,7 +318,6 @@ fn files_that_are_not_ours_are_refused_untouched() {
 }
 
 /// A recorded `flowlab test -J` document (flowlab-report's fixtures).
-const TCP_P2: &str = include_str!("../../flowlab-report/tests/fixtures/tcp-p2.json");
 
 #[test]
 fn a_version_1_database_is_migrated_with_its_metrics_computed() {

@@ -4,13 +4,14 @@
 //! frees a dead controller's trial, a migration from the previous version, and a
 //! database that is not flowlab's refused untouched.
 
-use flowlab_db::{Claim, Db, DbError, Retake, StepRecord, schema};
+mod common;
+
+use common::{TCP_P2, step};
+use flowlab_db::{Claim, Db, DbError, Retake, schema};
 use flowlab_results::monitor::{ClockOffset, PathKind, PathRun, PathThroughput};
 use flowlab_testkit::Postgres;
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
-
-const TCP_P2: &str = include_str!("../../flowlab-report/tests/fixtures/tcp-p2.json");
 
 /// A study whose cells the data below fills: two lengths, two repetitions.
 const STUDY: &str = "name = \"s\"\nrepeat = 2\n[params]\nlength = [1000, 2000]\n\
@@ -23,18 +24,6 @@ fn pg(what: &str) -> Option<(MutexGuard<'static, ()>, Postgres)> {
     static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
     let one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     Postgres::start(&format!("{what} (a PostgreSQL server of the test's own)")).map(|pg| (one, pg))
-}
-
-fn step(result: Option<&str>, error: Option<&str>) -> StepRecord {
-    StepRecord {
-        name: "up".into(),
-        kind: "test".into(),
-        args: "127.0.0.1 -t 1".into(),
-        started: 10.0,
-        ended: 11.5,
-        error: error.map(str::to_string),
-        result: result.map(str::to_string),
-    }
 }
 
 fn cell(length: u32) -> (String, String) {
@@ -65,7 +54,7 @@ fn fill(db: &mut Db) {
                 panic!("a fresh trial is ours");
             };
             if length == 2000 && repetition == 2 {
-                db.finish(t, Some("server gone"), &[step(None, Some("refused"))])
+                db.finish(t, Some("server gone"), &[step("up", None, Some("refused"))])
                     .expect("a failure");
                 let retake = Retake {
                     abandoned: false,
@@ -87,7 +76,7 @@ fn fill(db: &mut Db) {
                 }],
             )
             .expect("clocks");
-            db.finish(t, None, &[step(Some(TCP_P2), None)])
+            db.finish(t, None, &[step("up", Some(TCP_P2), None)])
                 .expect("finish");
         }
     }

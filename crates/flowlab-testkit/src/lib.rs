@@ -773,28 +773,21 @@ impl Postgres {
 
     /// Makes an empty database `name`.
     pub fn create(&self, name: &str) {
-        let out = std::process::Command::new(self.bin.join("createdb"))
-            .args([
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &self.port.to_string(),
-                "-U",
-                "flowlab",
-                name,
-            ])
-            .output()
-            .expect("createdb");
-        assert!(
-            out.status.success(),
-            "createdb {name}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        self.client("createdb", &[name]);
     }
 
     /// What `sql` prints through `psql` in database `name` (unaligned, no headers).
     pub fn psql(&self, name: &str, sql: &str) -> String {
-        let out = std::process::Command::new(self.bin.join("psql"))
+        self.client(
+            "psql",
+            &["-d", name, "-At", "-v", "ON_ERROR_STOP=1", "-c", sql],
+        )
+    }
+
+    /// What PostgreSQL's client `program` prints run with `args` against this server as
+    /// its superuser, asserting it succeeded.
+    fn client(&self, program: &str, args: &[&str]) -> String {
+        let out = std::process::Command::new(self.bin.join(program))
             .args([
                 "-h",
                 "127.0.0.1",
@@ -803,12 +796,12 @@ impl Postgres {
                 "-U",
                 "flowlab",
             ])
-            .args(["-d", name, "-At", "-v", "ON_ERROR_STOP=1", "-c", sql])
+            .args(args)
             .output()
-            .expect("psql");
+            .unwrap_or_else(|e| panic!("{program}: {e}"));
         assert!(
             out.status.success(),
-            "psql {sql}: {}",
+            "{program} {args:?}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
         String::from_utf8_lossy(&out.stdout).trim().to_string()

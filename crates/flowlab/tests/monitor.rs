@@ -397,18 +397,7 @@ fn a_mesh_over_ssh_runs_at_its_hosts_and_leaves_nothing_behind() {
     let _machine = machine_shared();
     let dir = tempfile::tempdir().expect("tmp");
     let topology = "name = \"tmsh\"\nhosts = [\"c\", \"a\", \"b\"]\nswitches = [\"s1\"]\n[[link]]\nends = [\"c\", \"s1\"]\n[[link]]\nends = [\"a\", \"s1\"]\n[[link]]\nends = [\"b\", \"s1\"]\nrate = \"20M\"\n";
-    std::fs::write(dir.path().join("tmsh.toml"), topology).expect("topology");
-    let _down = NetDown::new("tmsh");
-    let up = Command::new(env!("CARGO_BIN_EXE_flowlab"))
-        .args(["net", "up", "tmsh.toml"])
-        .current_dir(dir.path())
-        .output()
-        .expect("net up");
-    assert!(
-        up.status.success(),
-        "{}",
-        String::from_utf8_lossy(&up.stderr)
-    );
+    let _down = support::net_up(dir.path(), "tmsh", topology);
     // Both listen before the watch starts.
     let sshd: Vec<support::Sshd> = ["a", "b"]
         .iter()

@@ -343,18 +343,7 @@ fn three_hosts(name: &str, dir: &Path) -> (support::NetDown, Vec<Sshd>, String) 
          [[link]]\nends = [\"k\", \"s1\"]\n[[link]]\nends = [\"a\", \"s1\"]\n\
          [[link]]\nends = [\"b\", \"s1\"]\nrate = \"50M\"\n[[link]]\nends = [\"c\", \"s1\"]\n"
     );
-    std::fs::write(dir.join(format!("{name}.toml")), topology).expect("topology");
-    let down = support::NetDown::new(name);
-    let up = Command::new(flowlab())
-        .args(["net", "up", &format!("{name}.toml")])
-        .current_dir(dir)
-        .output()
-        .expect("net up");
-    assert!(
-        up.status.success(),
-        "{}",
-        String::from_utf8_lossy(&up.stderr)
-    );
+    let down = support::net_up(dir, name, &topology);
     let sshd: Vec<Sshd> = ["a", "b", "c"]
         .iter()
         .map(|h| Sshd::listening_in(&format!("fl-{name}-{h}")))

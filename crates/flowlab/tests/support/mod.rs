@@ -35,6 +35,26 @@ impl Drop for NetDown {
     }
 }
 
+/// Topology `name` (the file's text `topology`, written to `dir/NAME.toml`) brought up
+/// with `flowlab net up`, asserted; its guard takes it down again.
+pub fn net_up(dir: &std::path::Path, name: &str, topology: &str) -> NetDown {
+    let file = dir.join(format!("{name}.toml"));
+    std::fs::write(&file, topology).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    let down = NetDown::new(name);
+    let up = assert_cmd::Command::cargo_bin("flowlab")
+        .expect("the flowlab binary")
+        .args(["net", "up"])
+        .arg(&file)
+        .output()
+        .expect("net up");
+    assert!(
+        up.status.success(),
+        "net up {name}: {}",
+        String::from_utf8_lossy(&up.stderr)
+    );
+    down
+}
+
 /// A usage error prints exactly one line that names the flag, and exits 2; a missing
 /// argument's ("flowlab fetch needs --from …") is followed by its usage and `--help`.
 pub fn usage_error(args: &[&str], names: &str) {
