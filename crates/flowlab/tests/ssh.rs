@@ -495,6 +495,35 @@ fn a_study_runs_across_three_hosts_over_ssh_and_leaves_nothing_there() {
         }
     }
     assert_eq!(run_dirs(), before, "the hosts' run directories removed");
+
+    // The hosts are reached at once; one that cannot be used (no flowlab where the study
+    // says) fails the run before any trial, naming it, and the others reached meanwhile
+    // keep nothing of it.
+    let broken = dir.path().join("broken");
+    std::fs::create_dir(&broken).expect("dir");
+    let study = std::fs::read_to_string(dir.path().join("study.toml")).expect("study");
+    let c = format!(
+        "c = {{ url = \"ssh://root@c\", flowlab = {:?} }}",
+        flowlab()
+    );
+    assert!(study.contains(&c), "{study}");
+    let study = study.replace(
+        &c,
+        "c = { url = \"ssh://root@c\", flowlab = \"/nonexistent/flowlab\" }",
+    );
+    std::fs::write(broken.join("study.toml"), study).expect("study");
+    let out = run_study("tsst", &broken);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains("host c:") && said.contains("/nonexistent/flowlab"),
+        "{said}"
+    );
+    assert_eq!(
+        run_dirs(),
+        before,
+        "the reached hosts' run directories removed"
+    );
     drop(sshd);
 }
 

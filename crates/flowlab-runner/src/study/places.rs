@@ -68,22 +68,39 @@ impl Places {
         run: &Path,
         version: &str,
     ) -> Result<Places, RunError> {
-        let mut hosts = Vec::new();
-        for (node, remote) in &p.remotes {
-            let ssh = remote
-                .connect(&p.study.ssh_options, version)
-                .map_err(|e| RunError::Failed(format!("host {node}: {e}")))?;
-            let dir = ssh
-                .make_temp_dir()
-                .map_err(|e| RunError::Failed(format!("host {node}: {e}")))?;
-            let ssh = Arc::new(ssh);
-            hosts.push(Host {
-                node: node.clone(),
-                place: ssh.clone(),
-                ssh,
-                run: dir,
-            });
-        }
+        // Each host at once: a connection costs a few round trips and a login's shell,
+        // which add up over many hosts one after the other.
+        let connected: Vec<Result<Host, RunError>> = std::thread::scope(|scope| {
+            let threads: Vec<_> = p
+                .remotes
+                .iter()
+                .map(|(node, remote)| {
+                    scope.spawn(move || {
+                        let failed = |e: &dyn std::fmt::Display| {
+                            RunError::Failed(format!("host {node}: {e}"))
+                        };
+                        let ssh = remote
+                            .connect(&p.study.ssh_options, version)
+                            .map_err(|e| failed(&e))?;
+                        let dir = ssh.make_temp_dir().map_err(|e| failed(&e))?;
+                        let ssh = Arc::new(ssh);
+                        Ok(Host {
+                            node: node.clone(),
+                            place: ssh.clone(),
+                            ssh,
+                            run: dir,
+                        })
+                    })
+                })
+                .collect();
+            threads
+                .into_iter()
+                .map(|t| t.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+                .collect()
+        });
+        // The first failure, in the hosts' order; the hosts reached are dropped, which
+        // removes their run directories.
+        let hosts = connected.into_iter().collect::<Result<Vec<_>, _>>()?;
         Ok(Places {
             here,
             here_dir: p.dir.clone(),
