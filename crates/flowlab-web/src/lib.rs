@@ -1,17 +1,25 @@
 //! flowlab's one HTTP listener per process. Each feature adds its routes to one
-//! [`Routes`] (a server's metrics now; pages and speed-test endpoints to come), and the
-//! process serves them all from one address, on a thread of their own running an async
+//! [`Routes`] (a server's metrics, the speed-test endpoints of [`speed`]), and the
+//! process serves them all from one address, on threads of their own running an async
 //! runtime, beside its blocking servers.
 //!
 //! The listener is bound before it serves ([`Listener::bind`]), so a port in use is said
-//! at once, on the terminal, before a daemon detaches; serving starts a thread
-//! ([`Listener::serve`]), which a daemon does only once detached.
+//! at once, on the terminal, before a daemon detaches; serving starts the threads
+//! ([`Listener::serve`]), which a daemon does only once detached. Its accept loop is its
+//! own: at most [`MAX_CONNECTIONS`] at once, a request's head within [`HEAD_TIMEOUT`].
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
+use axum::extract::ConnectInfo;
 use axum::http::header::CONTENT_TYPE;
 use axum::routing::get;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tower::Service;
+
+pub mod speed;
 
 /// What a route answers: a body made when asked.
 type Body = Arc<dyn Fn() -> String + Send + Sync>;
@@ -43,33 +51,80 @@ impl Routes {
             router: self.router.route(path, handler),
         }
     }
+
+    /// The speed-test endpoints standard clients use ([`speed`]), under `limits`.
+    pub fn speed_test(self, limits: speed::Limits) -> Routes {
+        Routes {
+            router: self.router.merge(speed::routes(limits)),
+        }
+    }
 }
 
 /// A bound listener, not yet serving.
 #[derive(Debug)]
 pub struct Listener {
     socket: std::net::TcpListener,
+    head_timeout: Duration,
+    max_connections: usize,
 }
+
+/// Connections served at once; more wait in the kernel's backlog until one ends.
+pub const MAX_CONNECTIONS: usize = 512;
+
+/// Time a client has to send a request's head (line and headers) once it has begun, and
+/// a new connection its first request: a client that trickles them ties up no
+/// connection for longer.
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl Listener {
     /// Binds `addr` (port 0: any free port).
     pub fn bind(addr: SocketAddr) -> std::io::Result<Listener> {
         let socket = std::net::TcpListener::bind(addr)?;
         socket.set_nonblocking(true)?;
-        Ok(Listener { socket })
+        Ok(Listener {
+            socket,
+            head_timeout: HEAD_TIMEOUT,
+            max_connections: MAX_CONNECTIONS,
+        })
+    }
+
+    /// Another time for a request's head than [`HEAD_TIMEOUT`].
+    pub fn head_timeout(self, head_timeout: Duration) -> Listener {
+        Listener {
+            head_timeout,
+            ..self
+        }
+    }
+
+    /// Another most connections at once than [`MAX_CONNECTIONS`] (at least one).
+    pub fn max_connections(self, n: usize) -> Listener {
+        Listener {
+            max_connections: n.max(1),
+            ..self
+        }
     }
 
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
         self.socket.local_addr()
     }
 
-    /// Serves `routes` on a thread of its own until the returned [`Serving`] is dropped.
+    /// Serves `routes` on threads of their own (a runtime of one worker per CPU, at most
+    /// four: a download's bytes are copied by the kernel, not made) until the returned
+    /// [`Serving`] is dropped.
     pub fn serve(self, routes: Routes) -> std::io::Result<Serving> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
+        let workers = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(workers)
+            .thread_name("http")
             .enable_io()
+            .enable_time()
             .build()?;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let socket = self.socket;
+        let Listener {
+            socket,
+            head_timeout,
+            max_connections,
+        } = self;
         let thread = std::thread::Builder::new()
             .name("http".into())
             .spawn(move || {
@@ -78,14 +133,8 @@ impl Listener {
                         Ok(l) => l,
                         Err(e) => return eprintln!("flowlab: the HTTP listener: {e}"),
                     };
-                    let served = axum::serve(listener, routes.router)
-                        .with_graceful_shutdown(async move {
-                            let _ = stopped.await;
-                        })
-                        .await;
-                    if let Err(e) = served {
-                        eprintln!("flowlab: the HTTP listener: {e}");
-                    }
+                    let limits = (head_timeout, max_connections);
+                    accept(listener, routes.router, limits, stopped).await;
                 });
             })?;
         Ok(Serving {
@@ -93,6 +142,59 @@ impl Listener {
             thread: Some(thread),
         })
     }
+}
+
+/// Accepts connections until `stopped`, each served on a task of its own with the
+/// client's address in every request's extensions ([`ConnectInfo`]); a request's head
+/// within `head_timeout`, at most `max_connections` at once. Once stopped, the requests
+/// under way are let finish.
+async fn accept(
+    listener: tokio::net::TcpListener,
+    router: axum::Router,
+    (head_timeout, max_connections): (Duration, usize),
+    mut stopped: tokio::sync::oneshot::Receiver<()>,
+) {
+    let mut http = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    http.http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(head_timeout);
+    let slots = Arc::new(tokio::sync::Semaphore::new(max_connections));
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    loop {
+        let slot = tokio::select! {
+            slot = slots.clone().acquire_owned() => slot,
+            _ = &mut stopped => break,
+        };
+        let Ok(slot) = slot else { break };
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                // Out of descriptors, or a connection reset before it was taken: the
+                // listener itself is fine; a moment's pause lets descriptors free.
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = &mut stopped => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let router = router.clone();
+        let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
+            request.extensions_mut().insert(ConnectInfo(peer));
+            router.clone().call(request)
+        });
+        let connection = http
+            .serve_connection_with_upgrades(TokioIo::new(stream), service)
+            .into_owned();
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            let _ = connection.await;
+            drop(slot);
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
 }
 
 /// A listener serving; dropped, it stops (requests under way are let finish).

@@ -132,9 +132,27 @@ pub struct Args {
     pub log_rate: u32,
     /// Serve Prometheus metrics of this server (tests started, served and failed, bytes,
     /// refusals by reason, tests running) at http://ADDRESS:PORT/metrics: an address of
-    /// its own, best a private one (docs/serve.md).
-    #[arg(long, value_name = "ADDRESS:PORT")]
-    pub metrics: Option<std::net::SocketAddr>,
+    /// its own, best a private one (docs/cli.md). With --http and no address: on
+    /// --http's listener, beside the public endpoints.
+    #[arg(long, value_name = "ADDRESS:PORT", num_args = 0..=1)]
+    pub metrics: Option<Option<std::net::SocketAddr>>,
+    /// Serve HTTP as well, on PORT or ADDRESS:PORT (a port alone: on -B's address, or every
+    /// address): the speed-test endpoints that Cloudflare's and LibreSpeed's clients use
+    /// (docs/web.md).
+    #[arg(help_heading = "HTTP", long, value_name = "[ADDRESS:]PORT", value_parser = parse_http_at)]
+    pub http: Option<HttpAt>,
+    /// Bytes one HTTP download or upload may move (e.g. 100M); a larger one is refused.
+    #[arg(help_heading = "HTTP", long, value_parser = units::parse_size, value_name = "SIZE", default_value = "1G", requires = "http")]
+    pub http_max_bytes: u64,
+    /// HTTP downloads and uploads under way at once; more are refused as busy (503).
+    #[arg(
+        help_heading = "HTTP",
+        long,
+        default_value_t = 32,
+        value_name = "N",
+        requires = "http"
+    )]
+    pub http_max_transfers: usize,
     /// Authenticate clients as iperf3 does: the RSA private key (PEM) their tokens are
     /// encrypted for.
     #[arg(
@@ -234,6 +252,34 @@ pub struct Args {
     pub output: crate::args::OutputArgs,
 }
 
+/// Where `--http` listens: a port on -B's address (or every address), or an address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HttpAt {
+    Port(u16),
+    Address(std::net::SocketAddr),
+}
+
+impl HttpAt {
+    /// The address to bind, given -B's (`None`: every IPv6 and IPv4 address).
+    pub fn socket_addr(self, bind: Option<std::net::IpAddr>) -> std::net::SocketAddr {
+        match self {
+            HttpAt::Address(a) => a,
+            HttpAt::Port(p) => {
+                std::net::SocketAddr::new(bind.unwrap_or(std::net::Ipv6Addr::UNSPECIFIED.into()), p)
+            }
+        }
+    }
+}
+
+fn parse_http_at(text: &str) -> Result<HttpAt, String> {
+    if let Ok(port) = text.parse::<u16>() {
+        return Ok(HttpAt::Port(port));
+    }
+    text.parse().map(HttpAt::Address).map_err(|_| {
+        format!("'{text}' is neither a port nor ADDRESS:PORT (8080, 0.0.0.0:8080, [::1]:8080)")
+    })
+}
+
 impl Args {
     /// The server's configuration, or which flag is out of range.
     pub fn to_config(&self) -> Result<ServerConfig, Usage> {
@@ -274,6 +320,9 @@ impl Args {
         if self.auth_rate == 0 {
             return Err("--auth-rate must be at least 1".into());
         }
+        if self.http_max_transfers == 0 {
+            return Err("--http-max-transfers must be at least 1".into());
+        }
         if self.auth_rate_per_source == 0 {
             return Err("--auth-rate-per-source must be at least 1".into());
         }
@@ -283,6 +332,20 @@ impl Args {
         };
         let (bind, bind_dev) =
             super::bind_and_device(None, self.bind.as_deref(), self.bind_dev.as_deref())?;
+        match (self.metrics, self.http) {
+            (Some(None), None) => {
+                return Err(
+                    "--metrics needs ADDRESS:PORT (without one it is served on --http's)".into(),
+                );
+            }
+            (Some(Some(m)), Some(h)) if h.socket_addr(bind) != m => {
+                return Err(Usage(format!(
+                    "--metrics {m} and --http: one HTTP listener a process; give --metrics \
+                     without an address to serve /metrics on --http's"
+                )));
+            }
+            _ => {}
+        }
         if let Some(ms) = self.snd_timeout.filter(|ms| !(1..=86_400_000).contains(ms)) {
             return Err(Usage(format!(
                 "--snd-timeout {ms} must be 1 to 86400000 ms (a day)"
@@ -403,18 +466,29 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         iperf3: a.iperf3_json,
         started: Default::default(),
     };
-    // Bound now, so a port in use is said on the terminal; served once detached.
-    let metrics = match a.metrics {
-        Some(addr) => {
-            let listener = flowlab_web::Listener::bind(addr)
-                .with_context(|| format!("--metrics {addr}: cannot listen there"))?;
-            Some((listener, Arc::new(ServerMetrics::new()?)))
+    // One HTTP listener, bound now, so a port in use is said on the terminal; served
+    // once detached.
+    let listener = match (a.http, a.metrics) {
+        (Some(at), _) => {
+            let addr = at.socket_addr(cfg.bind);
+            Some(
+                flowlab_web::Listener::bind(addr)
+                    .with_context(|| format!("--http {addr}: cannot listen there"))?,
+            )
         }
+        (None, Some(Some(addr))) => Some(
+            flowlab_web::Listener::bind(addr)
+                .with_context(|| format!("--metrics {addr}: cannot listen there"))?,
+        ),
+        _ => None,
+    };
+    let metrics = match a.metrics {
+        Some(_) => Some(Arc::new(ServerMetrics::new()?)),
         None => None,
     };
     let observer = metrics
         .as_ref()
-        .map(|(_, m)| Arc::new(Counted(m.clone())) as Arc<dyn ServerObserver>);
+        .map(|m| Arc::new(Counted(m.clone())) as Arc<dyn ServerObserver>);
     let server = Server::bind_observed(cfg, Arc::new(log), observer).map_err(|e| {
         let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
             " (another server has that port: stop it, or give this one another with -p)"
@@ -430,17 +504,34 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     } else {
         pidfile(output)?
     };
-    let _serving = match metrics {
-        Some((listener, m)) => {
+    let _serving = match listener {
+        Some(listener) => {
             let at = listener.local_addr()?;
-            let routes = flowlab_web::Routes::new().text(
-                "/metrics",
-                flowlab_monitor::CONTENT_TYPE,
-                move || m.encode(),
-            );
-            let serving = listener.serve(routes).context("--metrics")?;
+            let mut routes = flowlab_web::Routes::new();
+            let mut said = String::new();
+            if a.http.is_some() {
+                routes = routes.speed_test(flowlab_web::speed::Limits {
+                    max_bytes: a.http_max_bytes,
+                    max_transfers: a.http_max_transfers,
+                    ..Default::default()
+                });
+                let every = if at.ip().is_unspecified() {
+                    "every address; "
+                } else {
+                    ""
+                };
+                said +=
+                    &format!("HTTP speed-test endpoints at http://{at}/ ({every}docs/web.md)\n");
+            }
+            if let Some(m) = metrics {
+                routes = routes.text("/metrics", flowlab_monitor::CONTENT_TYPE, move || {
+                    m.encode()
+                });
+                said += &format!("metrics at http://{at}/metrics\n");
+            }
+            let serving = listener.serve(routes).context("the HTTP listener")?;
             if !a.json && !a.iperf3_json {
-                super::emit(&format!("metrics at http://{at}/metrics\n"));
+                super::emit(&said);
             }
             Some(serving)
         }

@@ -1,0 +1,395 @@
+//! The speed-test endpoints standard HTTP clients ask a server for, so that they measure
+//! against flowlab (docs/web.md):
+//!
+//! - Cloudflare's (its open-source engine, npm `@cloudflare/speedtest`, and `mach`):
+//!   `GET /__down?bytes=N` sends N bytes, `POST /__up` takes its body. Each answer says
+//!   the server's own time in `Server-Timing` (`cfRequestDuration;dur=MS`), which the
+//!   engine takes out of its latency, and allows any origin to read it and to time the
+//!   request (`Timing-Allow-Origin`), as the engine runs from pages of other hosts.
+//! - LibreSpeed's backend, at the paths its client asks by default:
+//!   `/backend/garbage.php?ckSize=N` sends N MiB (4 when absent or not a positive number,
+//!   at most 1 024, as the PHP), `/backend/empty.php` takes an upload (or nothing: its
+//!   ping), `/backend/getIP.php` says the client's address as JSON
+//!   (`{"processedString": …, "rawIspInfo": ""}`). Cross-origin headers only when asked
+//!   (`?cors`), as the PHP.
+//!
+//! Every transfer counts against the limits ([`Limits`]): bytes one request may move,
+//! transfers at once (more are refused `503 Service Unavailable`), and how long a body
+//! may stall.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use bytes::Bytes;
+use futures_util::StreamExt;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// What one HTTP transfer may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Bytes one download may ask for, and one upload may send.
+    pub max_bytes: u64,
+    /// Downloads and uploads under way at once; more are refused as busy.
+    pub max_transfers: usize,
+    /// Time an upload's body may go without a byte before it is dropped.
+    pub stall: Duration,
+}
+
+impl Default for Limits {
+    /// 1 GiB a request (LibreSpeed's largest, 1 024 chunks of 1 MiB), 32 transfers, 10 s.
+    fn default() -> Limits {
+        Limits {
+            max_bytes: 1 << 30,
+            max_transfers: 32,
+            stall: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The bytes a download sends: the same 1 MiB, again and again, of numbers no link
+/// compresses (as LibreSpeed's, which a proxy would otherwise squeeze).
+const CHUNK: usize = 1 << 20;
+
+#[derive(Debug, Clone)]
+struct Speed {
+    limits: Limits,
+    chunk: Bytes,
+    transfers: Arc<Semaphore>,
+}
+
+/// The endpoints, under `limits`.
+pub fn routes(limits: Limits) -> axum::Router {
+    let speed = Speed {
+        limits,
+        chunk: incompressible(CHUNK),
+        transfers: Arc::new(Semaphore::new(limits.max_transfers)),
+    };
+    axum::Router::new()
+        .route("/__down", get(cloudflare_down))
+        .route("/__up", post(cloudflare_up))
+        .route("/backend/garbage.php", get(librespeed_garbage))
+        .route(
+            "/backend/empty.php",
+            get(librespeed_empty)
+                .post(librespeed_empty)
+                .options(librespeed_options),
+        )
+        .route("/backend/getIP.php", get(librespeed_ip))
+        .with_state(speed)
+}
+
+/// `n` bytes of xorshift64*: no repetition a compressor could find within them.
+fn incompressible(n: usize) -> Bytes {
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut out = Vec::with_capacity(n + 8);
+    while out.len() < n {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        out.extend_from_slice(&x.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes());
+    }
+    out.truncate(n);
+    Bytes::from(out)
+}
+
+/// Why a request is refused: its status, and one line the client can show.
+#[derive(Debug)]
+struct Refusal {
+    status: StatusCode,
+    why: String,
+}
+
+fn refuse(status: StatusCode, why: String) -> Refusal {
+    Refusal { status, why }
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        let mut r = (self.status, format!("{}\n", self.why)).into_response();
+        no_store(r.headers_mut());
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        r
+    }
+}
+
+fn no_store(h: &mut HeaderMap) {
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("no-store, no-cache, must-revalidate, max-age=0"),
+    );
+    h.insert(header::PRAGMA, HeaderValue::from_static("no-cache"));
+}
+
+impl Speed {
+    /// A transfer's slot, or the busy answer.
+    fn slot(&self) -> Result<OwnedSemaphorePermit, Refusal> {
+        self.transfers.clone().try_acquire_owned().map_err(|_| {
+            refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "busy: {} transfers under way, the most this server runs at once",
+                    self.limits.max_transfers
+                ),
+            )
+        })
+    }
+
+    /// `bytes` of the payload, sent as it is read, holding `slot` until the last.
+    fn download(&self, bytes: u64, slot: OwnedSemaphorePermit) -> Response {
+        let chunk = self.chunk.clone();
+        let body = futures_util::stream::unfold((bytes, slot), move |(left, slot)| {
+            let chunk = chunk.clone();
+            async move {
+                if left == 0 {
+                    return None;
+                }
+                let n = left.min(chunk.len() as u64);
+                Some((
+                    Ok::<_, std::convert::Infallible>(chunk.slice(..n as usize)),
+                    (left - n, slot),
+                ))
+            }
+        });
+        let mut r = Response::new(Body::from_stream(body));
+        let h = r.headers_mut();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/octet-stream"),
+        );
+        h.insert(header::CONTENT_LENGTH, HeaderValue::from(bytes));
+        no_store(h);
+        r
+    }
+
+    /// Reads an upload's body to its end and drops it: the bytes it held, or the answer
+    /// that refuses it (too large, stalled).
+    async fn upload(&self, headers: &HeaderMap, body: Body) -> Result<u64, Refusal> {
+        let max = self.limits.max_bytes;
+        let too_large = |n: u64| {
+            refuse(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("an upload of {n} bytes: this server takes at most {max} a request"),
+            )
+        };
+        if let Some(n) = headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            if n > max {
+                return Err(too_large(n));
+            }
+        }
+        let _slot = self.slot()?;
+        let mut stream = body.into_data_stream();
+        let mut got = 0u64;
+        loop {
+            match tokio::time::timeout(self.limits.stall, stream.next()).await {
+                Ok(Some(Ok(data))) => {
+                    got += data.len() as u64;
+                    if got > max {
+                        return Err(too_large(got));
+                    }
+                }
+                Ok(None) => return Ok(got),
+                Ok(Some(Err(e))) => {
+                    return Err(refuse(StatusCode::BAD_REQUEST, format!("the upload: {e}")));
+                }
+                Err(_) => {
+                    return Err(refuse(
+                        StatusCode::REQUEST_TIMEOUT,
+                        format!(
+                            "the upload stalled: no byte in {} s after {got}",
+                            self.limits.stall.as_secs()
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// Cloudflare's headers: any origin may read the answer, its timing and the server's
+/// time (`Server-Timing`, `dur` in milliseconds: the server's own part of the request,
+/// from its head read to its answer's head).
+fn cloudflare_headers(r: &mut Response, began: Instant) {
+    let h = r.headers_mut();
+    let any = HeaderValue::from_static("*");
+    h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, any.clone());
+    h.insert("timing-allow-origin", any);
+    h.insert(
+        header::ACCESS_CONTROL_EXPOSE_HEADERS,
+        HeaderValue::from_static("Server-Timing"),
+    );
+    let dur = began.elapsed().as_secs_f64() * 1e3;
+    if let Ok(v) = HeaderValue::from_str(&format!("cfRequestDuration;dur={dur:.3}")) {
+        h.insert("server-timing", v);
+    }
+}
+
+/// `bytes=N` of a query: N, or the answer that refuses it.
+fn bytes_asked(query: &HashMap<String, String>, max: u64) -> Result<u64, Refusal> {
+    let Some(text) = query.get("bytes") else {
+        return Err(refuse(
+            StatusCode::BAD_REQUEST,
+            "no bytes=N: say how many bytes to send".into(),
+        ));
+    };
+    let n: u64 = text.parse().map_err(|_| {
+        refuse(
+            StatusCode::BAD_REQUEST,
+            format!("bytes={text}: not a number of bytes"),
+        )
+    })?;
+    if n > max {
+        return Err(refuse(
+            StatusCode::BAD_REQUEST,
+            format!("bytes={n}: this server sends at most {max} a request"),
+        ));
+    }
+    Ok(n)
+}
+
+async fn cloudflare_down(
+    State(speed): State<Speed>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    let began = Instant::now();
+    let mut r = match bytes_asked(&query, speed.limits.max_bytes).and_then(|n| {
+        let slot = speed.slot()?;
+        Ok(speed.download(n, slot))
+    }) {
+        Ok(r) => r,
+        Err(refused) => refused.into_response(),
+    };
+    cloudflare_headers(&mut r, began);
+    r
+}
+
+async fn cloudflare_up(State(speed): State<Speed>, headers: HeaderMap, body: Body) -> Response {
+    let mut r = match speed.upload(&headers, body).await {
+        Ok(_) => {
+            let mut r = StatusCode::OK.into_response();
+            no_store(r.headers_mut());
+            r
+        }
+        Err(refused) => refused.into_response(),
+    };
+    // The server's own time is what follows the body's last byte.
+    cloudflare_headers(&mut r, Instant::now());
+    r
+}
+
+/// LibreSpeed's cross-origin headers, when the client asked (`?cors`).
+fn librespeed_cors(r: &mut Response, query: &HashMap<String, String>) {
+    if query.contains_key("cors") {
+        let h = r.headers_mut();
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_ORIGIN,
+            HeaderValue::from_static("*"),
+        );
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_METHODS,
+            HeaderValue::from_static("GET, POST"),
+        );
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_HEADERS,
+            HeaderValue::from_static("Content-Encoding, Content-Type"),
+        );
+    }
+}
+
+/// LibreSpeed's `ckSize`: chunks of 1 MiB, 4 unless a positive number, 1 024 at most.
+fn chunks_asked(query: &HashMap<String, String>) -> u64 {
+    match query.get("ckSize").map(|t| t.parse::<u64>()) {
+        Some(Ok(n)) if n > 0 => n.min(1024),
+        _ => 4,
+    }
+}
+
+async fn librespeed_garbage(
+    State(speed): State<Speed>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    // A server whose --http-max-bytes is below what is asked sends what it allows: the
+    // client measures the bytes it is sent, and knows no error here.
+    let bytes = (chunks_asked(&query) * CHUNK as u64).min(speed.limits.max_bytes);
+    let mut r = match speed.slot() {
+        Ok(slot) => speed.download(bytes, slot),
+        Err(refused) => refused.into_response(),
+    };
+    r.headers_mut().insert(
+        header::CONTENT_DISPOSITION,
+        HeaderValue::from_static("attachment; filename=random.dat"),
+    );
+    librespeed_cors(&mut r, &query);
+    r
+}
+
+async fn librespeed_empty(
+    State(speed): State<Speed>,
+    Query(query): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let mut r = match speed.upload(&headers, body).await {
+        Ok(_) => {
+            let mut r = StatusCode::OK.into_response();
+            no_store(r.headers_mut());
+            r
+        }
+        Err(refused) => refused.into_response(),
+    };
+    librespeed_cors(&mut r, &query);
+    r
+}
+
+async fn librespeed_options(Query(query): Query<HashMap<String, String>>) -> Response {
+    let mut r = StatusCode::OK.into_response();
+    librespeed_cors(&mut r, &query);
+    r
+}
+
+/// What LibreSpeed's getIP.php says of an address it looks up nowhere.
+fn address_kind(ip: IpAddr) -> Option<&'static str> {
+    match ip {
+        IpAddr::V4(v4) if v4.is_loopback() => Some("localhost IPv4 access"),
+        IpAddr::V4(v4) if v4.is_private() => Some("private IPv4 access"),
+        IpAddr::V4(v4) if v4.is_link_local() => Some("link-local IPv4 access"),
+        IpAddr::V6(v6) if v6.is_loopback() => Some("localhost IPv6 access"),
+        IpAddr::V6(v6) if v6.is_unicast_link_local() => Some("link-local IPv6 access"),
+        IpAddr::V6(v6) if v6.is_unique_local() => Some("ULA IPv6 access"),
+        _ => None,
+    }
+}
+
+async fn librespeed_ip(
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    // An IPv4 client of a dual-stack listener is seen as ::ffff:a.b.c.d.
+    let ip = peer.ip().to_canonical();
+    let shown = match address_kind(ip) {
+        Some(kind) if query.contains_key("isp") => format!("{ip} - {kind}"),
+        _ => ip.to_string(),
+    };
+    let body = serde_json::json!({ "processedString": shown, "rawIspInfo": "" }).to_string();
+    let mut r = (
+        [(header::CONTENT_TYPE, "application/json; charset=utf-8")],
+        body,
+    )
+        .into_response();
+    no_store(r.headers_mut());
+    librespeed_cors(&mut r, &query);
+    r
+}

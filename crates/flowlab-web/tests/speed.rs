@@ -1,0 +1,408 @@
+//! The speed-test endpoints over a real listener on loopback, as Cloudflare's and
+//! LibreSpeed's clients ask them (a plain HTTP/1.1 client, `ureq`), and as abusive
+//! clients do: too many bytes, too many transfers, bodies that stall, heads that never
+//! end, more connections than allowed. Each refused with the right status, the server
+//! serving the next request as before.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use flowlab_web::speed::Limits;
+use flowlab_web::{Listener, Routes, Serving};
+
+/// A listener serving the endpoints under `limits`, and its address.
+fn serve(limits: Limits) -> (Serving, SocketAddr) {
+    serve_with(limits, |l| l)
+}
+
+fn serve_with(limits: Limits, tune: impl FnOnce(Listener) -> Listener) -> (Serving, SocketAddr) {
+    let listener = tune(Listener::bind(([127, 0, 0, 1], 0).into()).expect("bind"));
+    let addr = listener.local_addr().expect("address");
+    let serving = listener
+        .serve(Routes::new().speed_test(limits))
+        .expect("serve");
+    (serving, addr)
+}
+
+/// A client that hands 4xx and 5xx answers back rather than failing on them.
+fn client() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(30)))
+        .build()
+        .into()
+}
+
+fn header(r: &ureq::http::Response<ureq::Body>, name: &str) -> String {
+    r.headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// The whole body of an answer.
+fn body(r: &mut ureq::http::Response<ureq::Body>) -> Vec<u8> {
+    let mut b = Vec::new();
+    r.body_mut()
+        .as_reader()
+        .read_to_end(&mut b)
+        .expect("the body");
+    b
+}
+
+/// How many different 8-byte words `block` holds: all of them for bytes no link
+/// compresses (the payload is one 1 MiB block sent again and again).
+fn distinct_words(block: &[u8]) -> usize {
+    block
+        .chunks_exact(8)
+        .collect::<std::collections::HashSet<_>>()
+        .len()
+}
+
+/// Cloudflare's download sends exactly the bytes asked, of no repeating pattern, with
+/// the headers its engine reads across origins: `Server-Timing` in its form, readable
+/// (`Access-Control-Expose-Headers`) and timeable (`Timing-Allow-Origin`).
+#[test]
+fn cloudflare_down_sends_what_is_asked_with_the_engines_headers() {
+    let (_serving, addr) = serve(Limits::default());
+    let agent = client();
+    for n in [0usize, 1, 1000, (1 << 20) + 7, 3 << 20] {
+        let mut r = agent
+            .get(format!("http://{addr}/__down?bytes={n}&measId=7"))
+            .call()
+            .expect("down");
+        assert_eq!(r.status(), 200, "bytes={n}");
+        assert_eq!(header(&r, "content-length"), n.to_string());
+        assert_eq!(header(&r, "access-control-allow-origin"), "*");
+        assert_eq!(header(&r, "timing-allow-origin"), "*");
+        assert!(
+            header(&r, "access-control-expose-headers").contains("Server-Timing"),
+            "{:?}",
+            r.headers()
+        );
+        let timing = header(&r, "server-timing");
+        let dur: f64 = timing
+            .strip_prefix("cfRequestDuration;dur=")
+            .and_then(|d| d.parse().ok())
+            .unwrap_or_else(|| panic!("server-timing: {timing}"));
+        assert!((0.0..1000.0).contains(&dur), "{timing}");
+        assert!(header(&r, "cache-control").contains("no-store"));
+        let got = body(&mut r);
+        assert_eq!(got.len(), n);
+        let block = &got[..n.min(1 << 20)];
+        assert_eq!(distinct_words(block), block.len() / 8, "a word repeats");
+    }
+}
+
+/// A download's size is a number within the limit; otherwise 400, saying why; the
+/// server goes on serving.
+#[test]
+fn a_bad_or_too_large_download_is_refused_with_why() {
+    let limits = Limits {
+        max_bytes: 1 << 20,
+        ..Limits::default()
+    };
+    let (_serving, addr) = serve(limits);
+    let agent = client();
+    for (query, says) in [
+        ("", "no bytes=N: say how many bytes to send"),
+        ("?bytes=lots", "bytes=lots: not a number of bytes"),
+        ("?bytes=-1", "bytes=-1: not a number of bytes"),
+        (
+            "?bytes=1048577",
+            "bytes=1048577: this server sends at most 1048576 a request",
+        ),
+    ] {
+        let mut r = agent
+            .get(format!("http://{addr}/__down{query}"))
+            .call()
+            .expect("down");
+        assert_eq!(r.status(), 400, "{query}");
+        let text = String::from_utf8(body(&mut r)).expect("text");
+        assert_eq!(text.trim(), says, "{query}");
+    }
+    let mut r = agent
+        .get(format!("http://{addr}/__down?bytes=1048576"))
+        .call()
+        .expect("down");
+    assert_eq!((r.status().as_u16(), body(&mut r).len()), (200, 1 << 20));
+}
+
+/// An upload is read to its end (sized or chunked) and answered with the server's time;
+/// one larger than the limit is refused 413, before its body when its size says so.
+#[test]
+fn uploads_are_taken_and_a_too_large_one_refused() {
+    let limits = Limits {
+        max_bytes: 4 << 20,
+        ..Limits::default()
+    };
+    let (_serving, addr) = serve(limits);
+    let agent = client();
+    let data = vec![7u8; 3 << 20];
+    let mut r = agent
+        .post(format!("http://{addr}/__up?bytes={}", data.len()))
+        .send(&data[..])
+        .expect("up");
+    assert_eq!(r.status(), 200);
+    assert!(header(&r, "server-timing").starts_with("cfRequestDuration;dur="));
+    assert_eq!(header(&r, "access-control-allow-origin"), "*");
+    assert!(body(&mut r).is_empty());
+    // Too large, said by its Content-Length: refused before a byte of it is read.
+    let mut raw = TcpStream::connect(addr).expect("connect");
+    write!(
+        raw,
+        "POST /__up HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
+        (4 << 20) + 1
+    )
+    .expect("head");
+    raw.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let mut answer = [0u8; 512];
+    let n = raw.read(&mut answer).expect("an answer before the body");
+    let answer = String::from_utf8_lossy(&answer[..n]);
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(answer.contains("at most 4194304 a request"), "{answer}");
+    // Too large, sent chunked (no size said): refused once past the limit.
+    let big = std::io::Cursor::new(vec![1u8; (4 << 20) + 4096]);
+    let r = agent
+        .post(format!("http://{addr}/__up"))
+        .send(ureq::SendBody::from_reader(&mut big.clone()))
+        .expect("up");
+    assert_eq!(r.status(), 413);
+    // And the next upload is taken as before.
+    let r = agent
+        .post(format!("http://{addr}/__up"))
+        .send(&data[..1000])
+        .expect("up");
+    assert_eq!(r.status(), 200);
+}
+
+/// Transfers beyond the limit are refused 503 with Retry-After while the others run; a
+/// client that goes away mid-download frees its transfer.
+#[test]
+fn transfers_beyond_the_limit_are_busy_until_one_ends() {
+    let limits = Limits {
+        max_transfers: 2,
+        ..Limits::default()
+    };
+    let (_serving, addr) = serve(limits);
+    let agent = client();
+    // Two downloads of a gigabyte each, read a little and held.
+    let mut held: Vec<_> = (0..2)
+        .map(|_| {
+            let mut r = agent
+                .get(format!("http://{addr}/__down?bytes={}", 1u64 << 30))
+                .call()
+                .expect("down");
+            assert_eq!(r.status(), 200);
+            let mut first = [0u8; 4096];
+            r.body_mut()
+                .as_reader()
+                .read_exact(&mut first)
+                .expect("the first bytes");
+            r
+        })
+        .collect();
+    let mut r = agent
+        .get(format!("http://{addr}/__down?bytes=10"))
+        .call()
+        .expect("down");
+    assert_eq!(r.status(), 503);
+    assert_eq!(header(&r, "retry-after"), "1");
+    let text = String::from_utf8(body(&mut r)).expect("text");
+    assert!(text.contains("busy: 2 transfers under way"), "{text}");
+    let r = agent
+        .post(format!("http://{addr}/__up"))
+        .send(&b"x"[..])
+        .expect("up");
+    assert_eq!(r.status(), 503, "uploads count too");
+    // One client goes away: its transfer ends, and another may start.
+    drop(held.pop());
+    let started = Instant::now();
+    loop {
+        let mut r = agent
+            .get(format!("http://{addr}/__down?bytes=10"))
+            .call()
+            .expect("down");
+        if r.status() == 200 {
+            assert_eq!(body(&mut r).len(), 10);
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the gone client's transfer was never freed"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// An upload whose body stops coming is dropped after the stall limit with 408, and
+/// frees its transfer.
+#[test]
+fn a_stalled_upload_is_dropped() {
+    let limits = Limits {
+        max_transfers: 1,
+        stall: Duration::from_millis(500),
+        ..Limits::default()
+    };
+    let (_serving, addr) = serve(limits);
+    let mut raw = TcpStream::connect(addr).expect("connect");
+    raw.write_all(b"POST /__up HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n0123456789")
+        .expect("a start");
+    raw.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let began = Instant::now();
+    let mut answer = [0u8; 512];
+    let n = raw.read(&mut answer).expect("an answer");
+    let answer = String::from_utf8_lossy(&answer[..n]);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(
+        answer.contains("the upload stalled: no byte in 0 s after 10"),
+        "{answer}"
+    );
+    assert!(began.elapsed() >= Duration::from_millis(400), "{answer}");
+    let r = client()
+        .get(format!("http://{addr}/__down?bytes=10"))
+        .call()
+        .expect("down");
+    assert_eq!(r.status(), 200, "the stalled upload's transfer freed");
+}
+
+/// A client that never finishes its request's head is cut off after the head's time;
+/// connections beyond the limit wait (the kernel's backlog) until one ends.
+#[test]
+fn slow_heads_are_cut_off_and_connections_beyond_the_limit_wait() {
+    let (_serving, addr) = serve_with(Limits::default(), |l| {
+        l.head_timeout(Duration::from_millis(500))
+            .max_connections(2)
+    });
+    let mut slow = TcpStream::connect(addr).expect("connect");
+    slow.write_all(b"GET /__down?bytes=1 HTTP/1.1\r\nHost:")
+        .expect("part of a head");
+    slow.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let began = Instant::now();
+    let mut rest = Vec::new();
+    let _ = slow.read_to_end(&mut rest);
+    let took = began.elapsed();
+    assert!(
+        (Duration::from_millis(400)..Duration::from_secs(5)).contains(&took),
+        "cut off after {took:?}: {}",
+        String::from_utf8_lossy(&rest)
+    );
+    // Two connections held (each with a request under way), a third waits.
+    let agent = client();
+    let held: Vec<_> = (0..2)
+        .map(|_| {
+            let mut c = TcpStream::connect(addr).expect("connect");
+            c.write_all(b"POST /__up HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n1")
+                .expect("a start");
+            c
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(100));
+    let mut third = TcpStream::connect(addr).expect("connect: the backlog takes it");
+    third
+        .write_all(b"GET /__down?bytes=3 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .expect("request");
+    third
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .expect("timeout");
+    let mut b = [0u8; 64];
+    assert!(
+        third.read(&mut b).is_err(),
+        "answered beyond the limit of two"
+    );
+    drop(held);
+    third
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let mut answer = Vec::new();
+    third.read_to_end(&mut answer).expect("an answer");
+    assert!(
+        String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    let r = agent
+        .get(format!("http://{addr}/__down?bytes=1"))
+        .call()
+        .expect("down");
+    assert_eq!(r.status(), 200);
+}
+
+/// LibreSpeed's backend as its client asks it: garbage in chunks of 1 MiB (4 unless a
+/// positive number, 1 024 at most, and never beyond the server's limit), empty taking
+/// an upload and a ping, getIP saying the address; cross-origin headers only with
+/// `?cors`.
+#[test]
+fn librespeed_backend_answers_as_its_php_does() {
+    let limits = Limits {
+        max_bytes: 6 << 20,
+        ..Limits::default()
+    };
+    let (_serving, addr) = serve(limits);
+    let agent = client();
+    for (query, mib) in [
+        ("r=0.1", 4),
+        ("ckSize=2&r=0.2", 2),
+        ("ckSize=0", 4),
+        ("ckSize=abc", 4),
+        ("ckSize=100", 6),
+    ] {
+        let mut r = agent
+            .get(format!("http://{addr}/backend/garbage.php?{query}"))
+            .call()
+            .expect("garbage");
+        assert_eq!(r.status(), 200, "{query}");
+        assert_eq!(header(&r, "content-type"), "application/octet-stream");
+        assert!(header(&r, "cache-control").contains("no-store"));
+        assert_eq!(header(&r, "access-control-allow-origin"), "", "{query}");
+        assert_eq!(body(&mut r).len(), mib << 20, "{query}");
+    }
+    let r = agent
+        .get(format!(
+            "http://{addr}/backend/garbage.php?cors=true&ckSize=1"
+        ))
+        .call()
+        .expect("garbage");
+    assert_eq!(header(&r, "access-control-allow-origin"), "*");
+    assert_eq!(header(&r, "access-control-allow-methods"), "GET, POST");
+
+    let r = agent
+        .post(format!("http://{addr}/backend/empty.php?cors=true&r=0.3"))
+        .send(&vec![0u8; 1 << 20][..])
+        .expect("empty");
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        header(&r, "access-control-allow-headers"),
+        "Content-Encoding, Content-Type"
+    );
+    let r = agent
+        .get(format!("http://{addr}/backend/empty.php?r=0.4"))
+        .call()
+        .expect("ping");
+    assert_eq!(r.status(), 200);
+
+    for (query, shown) in [
+        ("r=1", "127.0.0.1"),
+        ("isp=true&r=2", "127.0.0.1 - localhost IPv4 access"),
+    ] {
+        let mut r = agent
+            .get(format!("http://{addr}/backend/getIP.php?{query}"))
+            .call()
+            .expect("getIP");
+        assert_eq!(
+            header(&r, "content-type"),
+            "application/json; charset=utf-8"
+        );
+        let doc: serde_json::Value = serde_json::from_slice(&body(&mut r)).expect("JSON");
+        assert_eq!(
+            doc,
+            serde_json::json!({ "processedString": shown, "rawIspInfo": "" }),
+            "{query}"
+        );
+    }
+}
