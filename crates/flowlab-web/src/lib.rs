@@ -20,6 +20,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tower::Service;
 
 pub mod speed;
+pub mod tls;
 
 /// What a route answers: a body made when asked.
 type Body = Arc<dyn Fn() -> String + Send + Sync>;
@@ -66,6 +67,7 @@ pub struct Listener {
     socket: std::net::TcpListener,
     head_timeout: Duration,
     max_connections: usize,
+    tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 /// Connections served at once; more wait in the kernel's backlog until one ends.
@@ -85,7 +87,16 @@ impl Listener {
             socket,
             head_timeout: HEAD_TIMEOUT,
             max_connections: MAX_CONNECTIONS,
+            tls: None,
         })
+    }
+
+    /// Serves TLS as well, on the same port, with `config` ([`tls`] makes it).
+    pub fn tls(self, config: Arc<rustls::ServerConfig>) -> Listener {
+        Listener {
+            tls: Some(config),
+            ..self
+        }
     }
 
     /// Another time for a request's head than [`HEAD_TIMEOUT`].
@@ -124,6 +135,7 @@ impl Listener {
             socket,
             head_timeout,
             max_connections,
+            tls,
         } = self;
         let thread = std::thread::Builder::new()
             .name("http".into())
@@ -134,7 +146,7 @@ impl Listener {
                         Err(e) => return eprintln!("flowlab: the HTTP listener: {e}"),
                     };
                     let limits = (head_timeout, max_connections);
-                    accept(listener, routes.router, limits, stopped).await;
+                    accept(listener, routes.router, limits, tls, stopped).await;
                 });
             })?;
         Ok(Serving {
@@ -146,18 +158,22 @@ impl Listener {
 
 /// Accepts connections until `stopped`, each served on a task of its own with the
 /// client's address in every request's extensions ([`ConnectInfo`]); a request's head
-/// within `head_timeout`, at most `max_connections` at once. Once stopped, the requests
-/// under way are let finish.
+/// within `head_timeout`, at most `max_connections` at once. With `tls`, a connection
+/// that opens with a TLS record (its first byte 22, a handshake) is served over TLS,
+/// HTTP/2 or HTTP/1.1 as the client's ALPN says; the others in the clear, on the same
+/// port. Once stopped, the requests under way are let finish.
 async fn accept(
     listener: tokio::net::TcpListener,
     router: axum::Router,
     (head_timeout, max_connections): (Duration, usize),
+    tls: Option<Arc<rustls::ServerConfig>>,
     mut stopped: tokio::sync::oneshot::Receiver<()>,
 ) {
     let mut http = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     http.http1()
         .timer(TokioTimer::new())
         .header_read_timeout(head_timeout);
+    let tls = tls.map(tokio_rustls::TlsAcceptor::from);
     let slots = Arc::new(tokio::sync::Semaphore::new(max_connections));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     loop {
@@ -180,22 +196,52 @@ async fn accept(
         };
         let _ = stream.set_nodelay(true);
         let router = router.clone();
-        let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
-            request.extensions_mut().insert(ConnectInfo(peer));
-            router.clone().call(request)
-        });
-        let connection = http
-            .serve_connection_with_upgrades(TokioIo::new(stream), service)
-            .into_owned();
-        let connection = graceful.watch(connection);
+        let (http, tls, watcher) = (http.clone(), tls.clone(), graceful.watcher());
         tokio::spawn(async move {
-            let _ = connection.await;
-            drop(slot);
+            let _slot = slot;
+            let tls = match tls {
+                Some(tls) => {
+                    let mut first = [0u8; 1];
+                    match tokio::time::timeout(head_timeout, stream.peek(&mut first)).await {
+                        Ok(Ok(1)) => (first[0] == 22).then_some(tls),
+                        _ => return,
+                    }
+                }
+                None => None,
+            };
+            let secure = Secure(tls.is_some());
+            let service =
+                hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
+                    request.extensions_mut().insert(ConnectInfo(peer));
+                    request.extensions_mut().insert(secure);
+                    router.clone().call(request)
+                });
+            match tls {
+                Some(tls) => {
+                    let Ok(Ok(stream)) =
+                        tokio::time::timeout(head_timeout, tls.accept(stream)).await
+                    else {
+                        return;
+                    };
+                    let connection =
+                        http.serve_connection_with_upgrades(TokioIo::new(stream), service);
+                    let _ = watcher.watch(connection.into_owned()).await;
+                }
+                None => {
+                    let connection =
+                        http.serve_connection_with_upgrades(TokioIo::new(stream), service);
+                    let _ = watcher.watch(connection.into_owned()).await;
+                }
+            }
         });
     }
     drop(listener);
     graceful.shutdown().await;
 }
+
+/// Whether a request came over TLS: in every request's extensions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Secure(pub bool);
 
 /// A listener serving; dropped, it stops (requests under way are let finish).
 #[derive(Debug)]

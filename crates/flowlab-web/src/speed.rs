@@ -13,9 +13,16 @@
 //!   (`{"processedString": …, "rawIspInfo": ""}`). Cross-origin headers only when asked
 //!   (`?cors`), as the PHP.
 //!
-//! Every transfer counts against the limits ([`Limits`]): bytes one request may move,
-//! transfers at once (more are refused `503 Service Unavailable`), and how long a body
-//! may stall.
+//! - The responsiveness method's (draft-ietf-ippm-responsiveness; Apple's
+//!   `networkQuality -C URL`, Cloudflare's `mach`): `GET /config` names the other three
+//!   in the shape of Apple's reference server (both its key sets), `GET /small` sends one
+//!   byte, `GET /large` sends until the client stops reading (the method's load never
+//!   reads it to an end), `POST /slurp` takes a body of any size. Served over TLS they
+//!   are HTTP/2, as the method asks.
+//!
+//! Every transfer counts against the limits ([`Limits`]): bytes one request may move
+//! (not `/large` and `/slurp`, whose size is the method's to choose), transfers at once
+//! (more are refused `503 Service Unavailable`), and how long a body may stall.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -82,6 +89,10 @@ pub fn routes(limits: Limits) -> axum::Router {
                 .options(librespeed_options),
         )
         .route("/backend/getIP.php", get(librespeed_ip))
+        .route("/config", get(rpm_config))
+        .route("/small", get(rpm_small))
+        .route("/large", get(rpm_large))
+        .route("/slurp", post(rpm_slurp))
         .with_state(speed)
 }
 
@@ -144,19 +155,21 @@ impl Speed {
         })
     }
 
-    /// `bytes` of the payload, sent as it is read, holding `slot` until the last.
-    fn download(&self, bytes: u64, slot: OwnedSemaphorePermit) -> Response {
+    /// `bytes` of the payload (`None`: without end, until the client stops reading),
+    /// sent as it is read, holding `slot` until the last.
+    fn download(&self, bytes: Option<u64>, slot: OwnedSemaphorePermit) -> Response {
         let chunk = self.chunk.clone();
         let body = futures_util::stream::unfold((bytes, slot), move |(left, slot)| {
             let chunk = chunk.clone();
             async move {
-                if left == 0 {
-                    return None;
-                }
-                let n = left.min(chunk.len() as u64);
+                let n = match left {
+                    Some(0) => return None,
+                    Some(left) => left.min(chunk.len() as u64),
+                    None => chunk.len() as u64,
+                };
                 Some((
                     Ok::<_, std::convert::Infallible>(chunk.slice(..n as usize)),
-                    (left - n, slot),
+                    (left.map(|l| l - n), slot),
                 ))
             }
         });
@@ -166,15 +179,22 @@ impl Speed {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/octet-stream"),
         );
-        h.insert(header::CONTENT_LENGTH, HeaderValue::from(bytes));
+        if let Some(bytes) = bytes {
+            h.insert(header::CONTENT_LENGTH, HeaderValue::from(bytes));
+        }
         no_store(h);
         r
     }
 
     /// Reads an upload's body to its end and drops it: the bytes it held, or the answer
     /// that refuses it (too large, stalled).
-    async fn upload(&self, headers: &HeaderMap, body: Body) -> Result<u64, Refusal> {
-        let max = self.limits.max_bytes;
+    /// `bounded`: at most `--http-max-bytes`.
+    async fn upload(&self, headers: &HeaderMap, body: Body, bounded: bool) -> Result<u64, Refusal> {
+        let max = if bounded {
+            self.limits.max_bytes
+        } else {
+            u64::MAX
+        };
         let too_large = |n: u64| {
             refuse(
                 StatusCode::PAYLOAD_TOO_LARGE,
@@ -267,7 +287,7 @@ async fn cloudflare_down(
     let began = Instant::now();
     let mut r = match bytes_asked(&query, speed.limits.max_bytes).and_then(|n| {
         let slot = speed.slot()?;
-        Ok(speed.download(n, slot))
+        Ok(speed.download(Some(n), slot))
     }) {
         Ok(r) => r,
         Err(refused) => refused.into_response(),
@@ -277,7 +297,7 @@ async fn cloudflare_down(
 }
 
 async fn cloudflare_up(State(speed): State<Speed>, headers: HeaderMap, body: Body) -> Response {
-    let mut r = match speed.upload(&headers, body).await {
+    let mut r = match speed.upload(&headers, body, true).await {
         Ok(_) => {
             let mut r = StatusCode::OK.into_response();
             no_store(r.headers_mut());
@@ -325,7 +345,7 @@ async fn librespeed_garbage(
     // client measures the bytes it is sent, and knows no error here.
     let bytes = (chunks_asked(&query) * CHUNK as u64).min(speed.limits.max_bytes);
     let mut r = match speed.slot() {
-        Ok(slot) => speed.download(bytes, slot),
+        Ok(slot) => speed.download(Some(bytes), slot),
         Err(refused) => refused.into_response(),
     };
     r.headers_mut().insert(
@@ -342,7 +362,7 @@ async fn librespeed_empty(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let mut r = match speed.upload(&headers, body).await {
+    let mut r = match speed.upload(&headers, body, true).await {
         Ok(_) => {
             let mut r = StatusCode::OK.into_response();
             no_store(r.headers_mut());
@@ -392,4 +412,79 @@ async fn librespeed_ip(
     no_store(r.headers_mut());
     librespeed_cors(&mut r, &query);
     r
+}
+
+/// The responsiveness method's configuration, naming this server's endpoints at the
+/// address and scheme the client used: both key sets of Apple's reference server (its
+/// client reads the `https_` ones, others the plain ones).
+async fn rpm_config(
+    axum::Extension(crate::Secure(tls)): axum::Extension<crate::Secure>,
+    request: axum::extract::Request,
+) -> Response {
+    let authority = request
+        .uri()
+        .authority()
+        .map(|a| a.to_string())
+        .or_else(|| {
+            request
+                .headers()
+                .get(header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .map(str::to_string)
+        });
+    let Some(authority) = authority else {
+        return refuse(
+            StatusCode::BAD_REQUEST,
+            "no Host: the configuration names this server as the client reached it".into(),
+        )
+        .into_response();
+    };
+    let scheme = if tls { "https" } else { "http" };
+    let url = |path: &str| format!("{scheme}://{authority}/{path}");
+    let doc = serde_json::json!({
+        "version": 1,
+        "urls": {
+            "small_https_download_url": url("small"),
+            "large_https_download_url": url("large"),
+            "https_upload_url": url("slurp"),
+            "small_download_url": url("small"),
+            "large_download_url": url("large"),
+            "upload_url": url("slurp"),
+        },
+    });
+    let mut r = (
+        [(header::CONTENT_TYPE, "application/json")],
+        doc.to_string(),
+    )
+        .into_response();
+    no_store(r.headers_mut());
+    r
+}
+
+async fn rpm_small() -> Response {
+    let mut r = (
+        [(header::CONTENT_TYPE, "application/octet-stream")],
+        Bytes::from_static(b"x"),
+    )
+        .into_response();
+    no_store(r.headers_mut());
+    r
+}
+
+async fn rpm_large(State(speed): State<Speed>) -> Response {
+    match speed.slot() {
+        Ok(slot) => speed.download(None, slot),
+        Err(refused) => refused.into_response(),
+    }
+}
+
+async fn rpm_slurp(State(speed): State<Speed>, headers: HeaderMap, body: Body) -> Response {
+    match speed.upload(&headers, body, false).await {
+        Ok(_) => {
+            let mut r = StatusCode::OK.into_response();
+            no_store(r.headers_mut());
+            r
+        }
+        Err(refused) => refused.into_response(),
+    }
 }

@@ -32,7 +32,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve throughput tests to flowlab and iperf3 clients, many at once.
-    Serve(cmd::serve::Args),
+    Serve(Box<cmd::serve::Args>),
     /// Run a throughput test against a flowlab or iperf3 server.
     Test(Box<cmd::test::Args>),
     /// Round trips to a flowlab server, probe by probe: percentiles, jitter, loss,

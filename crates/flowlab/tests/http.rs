@@ -148,3 +148,271 @@ fn an_http_address_in_use_is_refused_naming_the_flag() {
         "{stderr}"
     );
 }
+
+/// `curl ARGS…` (Debian curl, HTTP/2 by nghttp2): its exit status, stdout and stderr.
+fn curl(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new("curl")
+        .args(["-s", "--max-time", "30"])
+        .args(args)
+        .output()
+        .expect("curl");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A server with `--http` and `tls` flags, its HTTP port, and what it said on starting.
+fn serve_tls(tls: &[&str]) -> (Serving, u16, String) {
+    let port = free_ports(2);
+    let http = format!("127.0.0.1:{}", port + 1);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_flowlab"))
+        .args(["serve", "-p", &port.to_string(), "--http", &http])
+        .args(tls)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("serve");
+    await_listening(port + 1, Some(&mut child), "the HTTP listener");
+    let mut said = String::new();
+    let mut out = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    // Its first lines: the endpoints, then TLS's.
+    for _ in 0..2 {
+        std::io::BufRead::read_line(&mut out, &mut said).expect("a line");
+    }
+    (Serving(child), port + 1, said)
+}
+
+/// With a self-signed certificate the same port speaks TLS 1.3 and HTTP/2 (ALPN) to a
+/// client that opens with TLS, and HTTP/1.1 in the clear to one that does not; the
+/// responsiveness method's endpoints answer over it, its configuration naming them at
+/// the https address the client used; the pin printed is the certificate's.
+#[test]
+fn tls_on_the_http_port_speaks_http2_and_the_responsiveness_endpoints() {
+    if !support::require_tool("curl") {
+        return;
+    }
+    let (_server, port, said) = serve_tls(&["--tls-self-signed"]);
+    let base = format!("https://127.0.0.1:{port}");
+    assert!(
+        said.contains(&format!(
+            "TLS on the same port, https://127.0.0.1:{port}/: a self-signed certificate for localhost, 127.0.0.1, ::1"
+        )),
+        "{said}"
+    );
+    let pin = said
+        .split("--ignore-certificate-errors-spki-list=")
+        .nth(1)
+        .and_then(|p| p.split(')').next())
+        .expect("the pin");
+
+    let (ok, out, err) = curl(&[
+        "-k",
+        "-v",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_version} %{http_code} %{size_download}",
+        &format!("{base}/__down?bytes=3000000"),
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(out, "2 200 3000000", "{err}");
+    assert!(err.contains("SSL connection using TLSv1.3"), "{err}");
+    assert!(err.contains("ALPN: server accepted h2"), "{err}");
+    // The certificate's public key is the one pinned: curl's own pin check.
+    let (ok, _, err) = curl(&[
+        "-k",
+        "--pinnedpubkey",
+        &format!("sha256//{pin}"),
+        "-o",
+        "/dev/null",
+        &format!("{base}/small"),
+    ]);
+    assert!(ok, "the printed pin is not the certificate's: {err}");
+    // In the clear on the same port.
+    let (ok, out, err) = curl(&[
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_version} %{http_code} %{size_download}",
+        &format!("http://127.0.0.1:{port}/__down?bytes=1000"),
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(out, "1.1 200 1000");
+
+    let (ok, config, err) = curl(&["-k", &format!("{base}/config")]);
+    assert!(ok, "{err}");
+    let config: serde_json::Value = serde_json::from_str(&config).expect("JSON");
+    assert_eq!(config["version"], 1);
+    for (key, path) in [
+        ("small_https_download_url", "small"),
+        ("large_https_download_url", "large"),
+        ("https_upload_url", "slurp"),
+        ("small_download_url", "small"),
+        ("large_download_url", "large"),
+        ("upload_url", "slurp"),
+    ] {
+        assert_eq!(config["urls"][key], format!("{base}/{path}"), "{config}");
+    }
+    let (ok, out, err) = curl(&["-k", "-w", " %{http_version}", &format!("{base}/small")]);
+    assert!(ok, "{err}");
+    assert_eq!(out.len(), 3, "one byte, then ' 2': {out:?}");
+    assert!(out.ends_with(" 2"), "{out}");
+    // The large download goes on past --http-max-bytes (here 1 GiB) as long as it is
+    // read: 20 MB of it read, and the client stops.
+    let mut large = Command::new("curl")
+        .args(["-sk", "--max-time", "30", &format!("{base}/large")])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("curl");
+    let mut head = vec![0u8; 20_000_000];
+    large
+        .stdout
+        .take()
+        .expect("stdout")
+        .read_exact(&mut head)
+        .expect("20 MB of /large");
+    let _ = large.kill();
+    let _ = large.wait();
+    // An upload of any size over HTTP/2.
+    let data = tempfile::NamedTempFile::new().expect("tmp");
+    std::fs::write(data.path(), vec![0u8; 50_000_000]).expect("data");
+    let (ok, out, err) = curl(&[
+        "-k",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_version} %{http_code} %{size_upload}",
+        "--data-binary",
+        &format!("@{}", data.path().display()),
+        &format!("{base}/slurp"),
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(out, "2 200 50000000");
+}
+
+/// A certificate and key of the user's (made by openssl) are served, and a client that
+/// trusts that certificate verifies it; files that are missing or do not match are
+/// refused, naming the flag and the file.
+#[test]
+fn a_certificate_of_ones_own_is_served_and_bad_ones_refused() {
+    if !support::require_tool("curl") || !support::require_tool("openssl") {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tmp");
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    let made = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+        ])
+        .args(["-nodes", "-days", "1", "-subj", "/CN=localhost"])
+        .args(["-addext", "subjectAltName=DNS:localhost"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl");
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let (cert_s, key_s) = (cert.display().to_string(), key.display().to_string());
+    let (_server, port, said) = serve_tls(&["--tls-cert", &cert_s, "--tls-key", &key_s]);
+    assert!(
+        said.contains(&format!("the certificate in {cert_s}")),
+        "{said}"
+    );
+    let (ok, out, err) = curl(&[
+        "--cacert",
+        &cert_s,
+        "--resolve",
+        &format!("localhost:{port}:127.0.0.1"),
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_version} %{http_code}",
+        &format!("https://localhost:{port}/__down?bytes=10"),
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(out, "2 200");
+
+    let refused = |tls: &[&str], says: &[&str]| {
+        let port = free_ports(2);
+        let out = Command::new(env!("CARGO_BIN_EXE_flowlab"))
+            .args(["serve", "-p", &port.to_string()])
+            .args(["--http", &format!("127.0.0.1:{}", port + 1)])
+            .args(tls)
+            .output()
+            .expect("serve");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        for s in says {
+            assert!(stderr.contains(s), "{s:?} not in: {stderr}");
+        }
+    };
+    let missing = dir.path().join("none.pem").display().to_string();
+    refused(
+        &["--tls-cert", &missing, "--tls-key", &key_s],
+        &["--tls-cert/--tls-key", &missing, "No such file"],
+    );
+    // The certificate given as its key too: no private key there.
+    refused(
+        &["--tls-cert", &cert_s, "--tls-key", &cert_s],
+        &["--tls-cert/--tls-key", &cert_s, "no private key"],
+    );
+    // Another key than the certificate's.
+    let other = dir.path().join("other.pem");
+    let made = Command::new("openssl")
+        .args([
+            "genpkey",
+            "-algorithm",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-out",
+        ])
+        .arg(&other)
+        .output()
+        .expect("openssl");
+    assert!(made.status.success());
+    refused(
+        &[
+            "--tls-cert",
+            &cert_s,
+            "--tls-key",
+            &other.display().to_string(),
+        ],
+        &["--tls-cert/--tls-key", &cert_s],
+    );
+}
+
+/// TLS asked for without --http, or half of a pair, is a usage error naming the flag.
+#[test]
+fn tls_flags_without_their_partners_are_refused() {
+    usage_error(&["serve", "--tls-self-signed"], "--http");
+    usage_error(
+        &["serve", "--http", "8080", "--tls-cert", "c.pem"],
+        "--tls-key",
+    );
+    usage_error(
+        &[
+            "serve",
+            "--http",
+            "8080",
+            "--tls-self-signed",
+            "--tls-cert",
+            "c.pem",
+            "--tls-key",
+            "k.pem",
+        ],
+        "--tls-self-signed",
+    );
+}

@@ -137,8 +137,8 @@ pub struct Args {
     #[arg(long, value_name = "ADDRESS:PORT", num_args = 0..=1)]
     pub metrics: Option<Option<std::net::SocketAddr>>,
     /// Serve HTTP as well, on PORT or ADDRESS:PORT (a port alone: on -B's address, or every
-    /// address): the speed-test endpoints that Cloudflare's and LibreSpeed's clients use
-    /// (docs/web.md).
+    /// address): the speed-test endpoints that Cloudflare's, LibreSpeed's and the
+    /// responsiveness method's clients use (docs/web.md).
     #[arg(help_heading = "HTTP", long, value_name = "[ADDRESS:]PORT", value_parser = parse_http_at)]
     pub http: Option<HttpAt>,
     /// Bytes one HTTP download or upload may move (e.g. 100M); a larger one is refused.
@@ -153,6 +153,29 @@ pub struct Args {
         requires = "http"
     )]
     pub http_max_transfers: usize,
+    /// With --http: serve TLS too, on the same port (HTTP/2 and HTTP/1.1), with this
+    /// certificate chain (PEM, the server's own first) and --tls-key.
+    #[arg(
+        help_heading = "HTTP",
+        long,
+        value_name = "FILE",
+        requires_all = ["http", "tls_key"],
+        conflicts_with = "tls_self_signed"
+    )]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// --tls-cert's private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[arg(
+        help_heading = "HTTP",
+        long,
+        value_name = "FILE",
+        requires = "tls_cert"
+    )]
+    pub tls_key: Option<std::path::PathBuf>,
+    /// With --http: serve TLS too, on the same port, with a certificate made now and
+    /// signed by itself, for localhost, the loopback addresses, this host's name and
+    /// --http's address; its public key's pin is printed, for clients to trust it.
+    #[arg(help_heading = "HTTP", long, requires = "http")]
+    pub tls_self_signed: bool,
     /// Authenticate clients as iperf3 does: the RSA private key (PEM) their tokens are
     /// encrypted for.
     #[arg(
@@ -468,13 +491,19 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     };
     // One HTTP listener, bound now, so a port in use is said on the terminal; served
     // once detached.
+    let mut said_tls = String::new();
     let listener = match (a.http, a.metrics) {
         (Some(at), _) => {
             let addr = at.socket_addr(cfg.bind);
-            Some(
-                flowlab_web::Listener::bind(addr)
-                    .with_context(|| format!("--http {addr}: cannot listen there"))?,
-            )
+            let listener = flowlab_web::Listener::bind(addr)
+                .with_context(|| format!("--http {addr}: cannot listen there"))?;
+            match tls_config(a, addr)? {
+                Some((config, said)) => {
+                    said_tls = said;
+                    Some(listener.tls(config))
+                }
+                None => Some(listener),
+            }
         }
         (None, Some(Some(addr))) => Some(
             flowlab_web::Listener::bind(addr)
@@ -522,6 +551,9 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
                 };
                 said +=
                     &format!("HTTP speed-test endpoints at http://{at}/ ({every}docs/web.md)\n");
+                if !said_tls.is_empty() {
+                    said += &format!("TLS on the same port, https://{at}/: {said_tls}\n");
+                }
             }
             if let Some(m) = metrics {
                 routes = routes.text("/metrics", flowlab_monitor::CONTENT_TYPE, move || {
@@ -539,6 +571,46 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     };
     server.run()?;
     Ok(())
+}
+
+/// The TLS configuration `--tls-cert`/`--tls-key` or `--tls-self-signed` ask for, and
+/// what to say of it; `None` when neither is given.
+fn tls_config(
+    a: &Args,
+    addr: std::net::SocketAddr,
+) -> anyhow::Result<Option<(Arc<flowlab_web::tls::ServerConfig>, String)>> {
+    use flowlab_web::tls::{Certificate, self_signed_names};
+    let certificate = match (&a.tls_cert, &a.tls_key) {
+        (Some(cert), Some(key)) => Certificate::Files {
+            cert: cert.clone(),
+            key: key.clone(),
+        },
+        _ if a.tls_self_signed => {
+            let listening = (!addr.ip().is_unspecified()).then(|| addr.ip().to_string());
+            Certificate::SelfSigned {
+                names: self_signed_names(listening.as_slice()),
+            }
+        }
+        _ => return Ok(None),
+    };
+    let flag = match certificate {
+        Certificate::Files { .. } => "--tls-cert/--tls-key",
+        Certificate::SelfSigned { .. } => "--tls-self-signed",
+    };
+    let identity = certificate.load().with_context(|| flag.to_string())?;
+    let said = match (&certificate, &identity.spki_sha256) {
+        (Certificate::SelfSigned { names }, Some(pin)) => format!(
+            "a self-signed certificate for {}; its public key's SHA-256 {pin} \
+             (Chromium: --ignore-certificate-errors-spki-list={pin})",
+            names.join(", ")
+        ),
+        (Certificate::Files { cert, .. }, _) => format!("the certificate in {}", cert.display()),
+        _ => String::new(),
+    };
+    let config = identity
+        .server_config(&[b"h2", b"http/1.1"], &certificate)
+        .with_context(|| flag.to_string())?;
+    Ok(Some((config, said)))
 }
 
 /// A server's metrics, counting every event it logs.
