@@ -22,6 +22,7 @@ METRIC says what each run's figure is:
   check-p95  the same: its first path's RTT under load, 95th percentile, in ms;
   udp-loss   a `flowlab test -u -J` document: the receivers' lost datagrams over the
              expected ones, in % (a UDP test's loss);
+  wrk-rps    wrk's output: its requests a second;
   wall-ms    the command's own wall time, in milliseconds.
 Commands run in a shell; a run that fails or prints no figure stops the case with its
 output.
@@ -38,6 +39,8 @@ SPREAD_FLAG = 0.25
 
 
 def figure(metric, out):
+    if metric == "wrk-rps":
+        return float(next(l for l in out.splitlines() if l.startswith("Requests/sec:")).split()[1])
     doc = json.loads(out) if metric != "wall-ms" else None
     if metric == "gbps":
         end = doc["end"]
@@ -70,7 +73,7 @@ def run(metric, command):
         return wall
     try:
         return figure(metric, p.stdout)
-    except (ValueError, KeyError, TypeError) as e:
+    except (ValueError, KeyError, TypeError, StopIteration) as e:
         sys.exit(f"ab.py: `{command}` printed no {metric} figure ({e}):\n{p.stdout[:2000]}")
 
 
@@ -78,7 +81,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("case")
     ap.add_argument(
-        "metric", choices=["gbps", "udp-loss", "fetch-s", "fetch-mbps", "check-gbps", "check-p95", "wall-ms"]
+        "metric", choices=["gbps", "udp-loss", "fetch-s", "fetch-mbps", "check-gbps", "check-p95", "wrk-rps", "wall-ms"]
     )
     ap.add_argument("a")
     ap.add_argument("b")

@@ -11,6 +11,12 @@ use prometheus::{Encoder, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts
 /// The protocols every server serves: their series exist from the start, at 0.
 const PROTOCOLS: [&str; 2] = ["tcp", "udp"];
 
+/// The ways of an HTTP transfer (`serve --http`).
+pub const HTTP_DIRECTIONS: [&str; 2] = ["download", "upload"];
+
+/// Why an HTTP request is refused: busy (503), too_large (413), stalled (408), bad (400).
+pub const HTTP_REFUSALS: [&str; 4] = ["busy", "too_large", "stalled", "bad"];
+
 /// What one server did since it started, counted from its events.
 #[derive(Debug)]
 pub struct ServerMetrics {
@@ -23,6 +29,10 @@ pub struct ServerMetrics {
     received_bytes: IntCounter,
     sent_bytes: IntCounter,
     refused: IntCounterVec,
+    http_transfers: IntCounterVec,
+    http_sent: IntCounter,
+    http_received: IntCounter,
+    http_refused: IntCounterVec,
     /// The protocol of each test started and not yet ended.
     open: Mutex<HashMap<u64, String>>,
 }
@@ -69,6 +79,30 @@ impl ServerMetrics {
             "flowlab_server_sent_bytes_total",
             "Test data the server sent, over the tests served.",
         )?;
+        let http_transfers = by(
+            "flowlab_server_http_transfers_total",
+            "HTTP downloads and uploads begun (serve --http).",
+            "direction",
+        )?;
+        let http_refused = by(
+            "flowlab_server_http_refused_total",
+            "HTTP requests refused, by reason (busy: beyond --http-max-transfers).",
+            "reason",
+        )?;
+        let http_sent = IntCounter::new(
+            "flowlab_server_http_sent_bytes_total",
+            "Bytes of HTTP downloads handed to their connections.",
+        )?;
+        let http_received = IntCounter::new(
+            "flowlab_server_http_received_bytes_total",
+            "Bytes of HTTP uploads read.",
+        )?;
+        for d in HTTP_DIRECTIONS {
+            http_transfers.with_label_values(&[d]);
+        }
+        for r in HTTP_REFUSALS {
+            http_refused.with_label_values(&[r]);
+        }
         let build = IntGaugeVec::new(
             Opts::new("flowlab_build_info", "The flowlab that serves (always 1)."),
             &["version"],
@@ -83,9 +117,18 @@ impl ServerMetrics {
             refused.with_label_values(&[kind.name()]);
         }
         let registry = Registry::new();
-        for family in [&started, &served, &failed, &refused] {
+        for family in [
+            &started,
+            &served,
+            &failed,
+            &refused,
+            &http_transfers,
+            &http_refused,
+        ] {
             registry.register(Box::new(family.clone()))?;
         }
+        registry.register(Box::new(http_sent.clone()))?;
+        registry.register(Box::new(http_received.clone()))?;
         registry.register(Box::new(not_started.clone()))?;
         registry.register(Box::new(running.clone()))?;
         registry.register(Box::new(received_bytes.clone()))?;
@@ -101,8 +144,32 @@ impl ServerMetrics {
             received_bytes,
             sent_bytes,
             refused,
+            http_transfers,
+            http_sent,
+            http_received,
+            http_refused,
             open: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// An HTTP download or upload began (`direction`: one of [`HTTP_DIRECTIONS`]).
+    pub fn http_transfer(&self, direction: &str) {
+        self.http_transfers.with_label_values(&[direction]).inc();
+    }
+
+    /// Bytes of HTTP downloads sent.
+    pub fn http_sent(&self, bytes: u64) {
+        self.http_sent.inc_by(bytes);
+    }
+
+    /// Bytes of HTTP uploads read.
+    pub fn http_received(&self, bytes: u64) {
+        self.http_received.inc_by(bytes);
+    }
+
+    /// An HTTP request refused (`reason`: one of [`HTTP_REFUSALS`]).
+    pub fn http_refused(&self, reason: &str) {
+        self.http_refused.with_label_values(&[reason]).inc();
     }
 
     /// Counts `event`.

@@ -53,10 +53,11 @@ impl Routes {
         }
     }
 
-    /// The speed-test endpoints standard clients use ([`speed`]), under `limits`.
-    pub fn speed_test(self, limits: speed::Limits) -> Routes {
+    /// The speed-test endpoints standard clients use ([`speed`]), under `limits`,
+    /// telling `observer` what they do.
+    pub fn speed_test(self, limits: speed::Limits, observer: Option<speed::Observer>) -> Routes {
         Routes {
-            router: self.router.merge(speed::routes(limits)),
+            router: self.router.merge(speed::routes(limits, observer)),
         }
     }
 }

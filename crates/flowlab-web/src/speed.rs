@@ -38,6 +38,25 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+/// What the endpoints tell an observer (a server's metrics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// A download began.
+    Download,
+    /// An upload began.
+    Upload,
+    /// Bytes handed to the connection.
+    Sent(u64),
+    /// Bytes of an upload read.
+    Received(u64),
+    /// A request refused: `busy` (503), `too_large` (413), `stalled` (408) or `bad`
+    /// (400).
+    Refused(&'static str),
+}
+
+/// Who is told of each [`Event`].
+pub type Observer = Arc<dyn Fn(Event) + Send + Sync>;
+
 /// What one HTTP transfer may take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
@@ -64,19 +83,29 @@ impl Default for Limits {
 /// compresses (as LibreSpeed's, which a proxy would otherwise squeeze).
 const CHUNK: usize = 1 << 20;
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 struct Speed {
     limits: Limits,
     chunk: Bytes,
     transfers: Arc<Semaphore>,
+    observer: Observer,
 }
 
-/// The endpoints, under `limits`.
-pub fn routes(limits: Limits) -> axum::Router {
+impl std::fmt::Debug for Speed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Speed")
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The endpoints, under `limits`, telling `observer` what they do.
+pub fn routes(limits: Limits, observer: Option<Observer>) -> axum::Router {
     let speed = Speed {
         limits,
         chunk: incompressible(CHUNK),
         transfers: Arc::new(Semaphore::new(limits.max_transfers)),
+        observer: observer.unwrap_or_else(|| Arc::new(|_| {})),
     };
     axum::Router::new()
         .route("/__down", get(cloudflare_down))
@@ -142,6 +171,18 @@ fn no_store(h: &mut HeaderMap) {
 }
 
 impl Speed {
+    /// The answer that refuses, told to the observer.
+    fn refused(&self, r: Refusal) -> Response {
+        let reason = match r.status {
+            StatusCode::SERVICE_UNAVAILABLE => "busy",
+            StatusCode::PAYLOAD_TOO_LARGE => "too_large",
+            StatusCode::REQUEST_TIMEOUT => "stalled",
+            _ => "bad",
+        };
+        (self.observer)(Event::Refused(reason));
+        r.into_response()
+    }
+
     /// A transfer's slot, or the busy answer.
     fn slot(&self) -> Result<OwnedSemaphorePermit, Refusal> {
         self.transfers.clone().try_acquire_owned().map_err(|_| {
@@ -158,15 +199,18 @@ impl Speed {
     /// `bytes` of the payload (`None`: without end, until the client stops reading),
     /// sent as it is read, holding `slot` until the last.
     fn download(&self, bytes: Option<u64>, slot: OwnedSemaphorePermit) -> Response {
+        (self.observer)(Event::Download);
         let chunk = self.chunk.clone();
+        let observer = self.observer.clone();
         let body = futures_util::stream::unfold((bytes, slot), move |(left, slot)| {
-            let chunk = chunk.clone();
+            let (chunk, observer) = (chunk.clone(), observer.clone());
             async move {
                 let n = match left {
                     Some(0) => return None,
                     Some(left) => left.min(chunk.len() as u64),
                     None => chunk.len() as u64,
                 };
+                observer(Event::Sent(n));
                 Some((
                     Ok::<_, std::convert::Infallible>(chunk.slice(..n as usize)),
                     (left.map(|l| l - n), slot),
@@ -211,12 +255,14 @@ impl Speed {
             }
         }
         let _slot = self.slot()?;
+        (self.observer)(Event::Upload);
         let mut stream = body.into_data_stream();
         let mut got = 0u64;
         loop {
             match tokio::time::timeout(self.limits.stall, stream.next()).await {
                 Ok(Some(Ok(data))) => {
                     got += data.len() as u64;
+                    (self.observer)(Event::Received(data.len() as u64));
                     if got > max {
                         return Err(too_large(got));
                     }
@@ -290,7 +336,7 @@ async fn cloudflare_down(
         Ok(speed.download(Some(n), slot))
     }) {
         Ok(r) => r,
-        Err(refused) => refused.into_response(),
+        Err(refused) => speed.refused(refused),
     };
     cloudflare_headers(&mut r, began);
     r
@@ -303,7 +349,7 @@ async fn cloudflare_up(State(speed): State<Speed>, headers: HeaderMap, body: Bod
             no_store(r.headers_mut());
             r
         }
-        Err(refused) => refused.into_response(),
+        Err(refused) => speed.refused(refused),
     };
     // The server's own time is what follows the body's last byte.
     cloudflare_headers(&mut r, Instant::now());
@@ -346,7 +392,7 @@ async fn librespeed_garbage(
     let bytes = (chunks_asked(&query) * CHUNK as u64).min(speed.limits.max_bytes);
     let mut r = match speed.slot() {
         Ok(slot) => speed.download(Some(bytes), slot),
-        Err(refused) => refused.into_response(),
+        Err(refused) => speed.refused(refused),
     };
     r.headers_mut().insert(
         header::CONTENT_DISPOSITION,
@@ -368,7 +414,7 @@ async fn librespeed_empty(
             no_store(r.headers_mut());
             r
         }
-        Err(refused) => refused.into_response(),
+        Err(refused) => speed.refused(refused),
     };
     librespeed_cors(&mut r, &query);
     r
@@ -474,7 +520,7 @@ async fn rpm_small() -> Response {
 async fn rpm_large(State(speed): State<Speed>) -> Response {
     match speed.slot() {
         Ok(slot) => speed.download(None, slot),
-        Err(refused) => refused.into_response(),
+        Err(refused) => speed.refused(refused),
     }
 }
 
@@ -485,6 +531,6 @@ async fn rpm_slurp(State(speed): State<Speed>, headers: HeaderMap, body: Body) -
             no_store(r.headers_mut());
             r
         }
-        Err(refused) => refused.into_response(),
+        Err(refused) => speed.refused(refused),
     }
 }

@@ -20,7 +20,7 @@ fn serve_with(limits: Limits, tune: impl FnOnce(Listener) -> Listener) -> (Servi
     let listener = tune(Listener::bind(([127, 0, 0, 1], 0).into()).expect("bind"));
     let addr = listener.local_addr().expect("address");
     let serving = listener
-        .serve(Routes::new().speed_test(limits))
+        .serve(Routes::new().speed_test(limits, None))
         .expect("serve");
     (serving, addr)
 }

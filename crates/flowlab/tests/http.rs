@@ -22,7 +22,8 @@ impl Drop for Serving {
 }
 
 /// One listener serves the speed-test endpoints and, given `--metrics` without an
-/// address, the metrics, while the server's own port serves a test as before.
+/// address, the metrics, which count the HTTP transfers too, while the server's own port
+/// serves a test as before.
 #[test]
 fn serve_http_answers_speed_tests_and_metrics_beside_its_tests() {
     let port = free_ports(2);
@@ -83,10 +84,25 @@ fn serve_http_answers_speed_tests_and_metrics_beside_its_tests() {
     );
     let (status, _, metrics) = support::scrape_metrics(http);
     assert_eq!(status, "HTTP/1.1 200 OK");
-    assert!(
-        metrics.contains("flowlab_server_tests_started_total{protocol=\"tcp\"} 1"),
-        "{metrics}"
-    );
+    // The HTTP requests are counted beside the tests: one download of 3 MB, one upload
+    // of 1 MiB, one refusal of a download too large.
+    for series in [
+        "flowlab_server_tests_started_total{protocol=\"tcp\"} 1",
+        "flowlab_server_http_transfers_total{direction=\"download\"} 1",
+        "flowlab_server_http_transfers_total{direction=\"upload\"} 1",
+        "flowlab_server_http_sent_bytes_total 3000000",
+        "flowlab_server_http_received_bytes_total 1048576",
+        "flowlab_server_http_refused_total{reason=\"bad\"} 1",
+        "flowlab_server_http_refused_total{reason=\"busy\"} 0",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == series),
+            "{series} not in:\n{metrics}"
+        );
+    }
+    if support::require_tool("promtool") {
+        support::promtool_check_metrics(&metrics);
+    }
 
     // What it said on starting: where each is served.
     let _ = server.0.kill();

@@ -539,11 +539,24 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
             let mut routes = flowlab_web::Routes::new();
             let mut said = String::new();
             if a.http.is_some() {
-                routes = routes.speed_test(flowlab_web::speed::Limits {
+                let observer = metrics.clone().map(|m| {
+                    Arc::new(move |e: flowlab_web::speed::Event| {
+                        use flowlab_web::speed::Event;
+                        match e {
+                            Event::Download => m.http_transfer("download"),
+                            Event::Upload => m.http_transfer("upload"),
+                            Event::Sent(n) => m.http_sent(n),
+                            Event::Received(n) => m.http_received(n),
+                            Event::Refused(reason) => m.http_refused(reason),
+                        }
+                    }) as flowlab_web::speed::Observer
+                });
+                let limits = flowlab_web::speed::Limits {
                     max_bytes: a.http_max_bytes,
                     max_transfers: a.http_max_transfers,
                     ..Default::default()
-                });
+                };
+                routes = routes.speed_test(limits, observer);
                 let every = if at.ip().is_unspecified() {
                     "every address; "
                 } else {

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# bench/http.sh — `flowlab serve --http` against nginx (Debian nginx-light) serving the
+# same bytes on loopback, alternately (bench/ab.py), RUNS times each, over HTTP/1.1 in
+# the clear: a 256 MiB download on one connection (curl), 8 downloads of 64 MiB at once,
+# a 256 MiB upload (flowlab's /__up; nginx reads and drops the body of a `return 200`),
+# and requests a second for a 1-byte object (wrk, 2 threads, 32 connections, 5 s).
+# nginx runs as Debian configures it (worker_processes auto, sendfile on); both are
+# clients of the same curl and wrk. The time of a download is the whole command's:
+# curl's start, the connection, the bytes.
+#
+# Usage: bench/http.sh [RUNS]        (default 7)
+#        FLOWLAB=target/debug/flowlab bench/http.sh    with that binary, not built
+set -euo pipefail
+cd "$(dirname "$0")/.."
+runs="${1:-7}"
+command -v nginx >/dev/null || { echo "http.sh: needs nginx (Debian nginx-light)" >&2; exit 2; }
+command -v wrk >/dev/null || { echo "http.sh: needs wrk (Debian wrk)" >&2; exit 2; }
+source bench/lib.sh
+if [ -n "${FLOWLAB:-}" ]; then
+  flowlab="$(realpath "$FLOWLAB")"
+else
+  cargo build --release --quiet -p flowlab
+  flowlab="$PWD/target/release/flowlab"
+fi
+work="$(mktemp -d)"
+chmod 755 "$work"
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  [ -f "$work/nginx.pid" ] && kill "$(cat "$work/nginx.pid")" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+fport=18481 nport=18482
+mkdir -p "$work/root"
+head -c $((256 << 20)) /dev/urandom > "$work/root/big"
+head -c $((64 << 20)) "$work/root/big" > "$work/root/part"
+printf x > "$work/root/small"
+chmod -R a+r "$work/root"
+cat > "$work/nginx.conf" <<CONF
+worker_processes auto;
+pid $work/nginx.pid;
+error_log $work/error.log;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  sendfile on;
+  tcp_nopush on;
+  client_body_temp_path $work/body;
+  proxy_temp_path $work/proxy;
+  fastcgi_temp_path $work/fastcgi;
+  uwsgi_temp_path $work/uwsgi;
+  scgi_temp_path $work/scgi;
+  server {
+    listen 127.0.0.1:$nport;
+    root $work/root;
+    location = /up { client_max_body_size 0; return 200; }
+  }
+}
+CONF
+nginx -c "$work/nginx.conf"
+"$flowlab" serve -p 18480 --http "127.0.0.1:$fport" --http-max-bytes 1G >/dev/null 2>&1 &
+pids+=("$!")
+until curl -s -o /dev/null "http://127.0.0.1:$fport/small" && curl -s -o /dev/null "http://127.0.0.1:$nport/small"; do sleep 0.1; done
+
+f="http://127.0.0.1:$fport" n="http://127.0.0.1:$nport"
+dl="curl -s -o /dev/null --fail"
+eight() { printf "bash -c 'for i in 1 2 3 4 5 6 7 8; do %s %s & done; wait'" "$dl" "$1"; }
+echo "machine: $(nproc) cores, kernel $(uname -r); flowlab $(checkout_id "$PWD"); $(nginx -v 2>&1); $(curl --version | head -1 | cut -d' ' -f1-2); wrk $(wrk -v 2>&1 | head -1 | cut -d' ' -f2)"
+echo "| case | metric | flowlab: min / median / max | nginx: min / median / max | ratio of medians | median paired ratio | spread |"
+python3 bench/ab.py "download 256 MiB, 1 connection" wall-ms \
+  "$dl '$f/__down?bytes=$((256 << 20))'" "$dl '$n/big'" --runs "$runs" --label-a flowlab --label-b nginx
+python3 bench/ab.py "download 8 × 64 MiB at once" wall-ms \
+  "$(eight "'$f/__down?bytes=$((64 << 20))'")" "$(eight "'$n/part'")" --runs "$runs" --label-a flowlab --label-b nginx
+python3 bench/ab.py "upload 256 MiB" wall-ms \
+  "$dl --data-binary @$work/root/big '$f/__up'" "$dl --data-binary @$work/root/big '$n/up'" \
+  --runs "$runs" --label-a flowlab --label-b nginx
+python3 bench/ab.py "1-byte object, wrk -t2 -c32" wrk-rps \
+  "wrk -t2 -c32 -d5s '$f/small'" "wrk -t2 -c32 -d5s '$n/small'" --runs "$runs" --label-a flowlab --label-b nginx
