@@ -141,28 +141,25 @@ fn wrong_http_flags_are_refused_naming_them() {
     );
 }
 
-/// An address already taken is refused before anything is served, naming the flag.
+/// An address already taken, for --http or --metrics, is refused before anything is
+/// served, naming the flag.
 #[test]
-fn an_http_address_in_use_is_refused_naming_the_flag() {
+fn an_address_in_use_is_refused_naming_the_flag() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = taken.local_addr().expect("address");
-    let port = free_ports(1);
-    let out = Command::new(env!("CARGO_BIN_EXE_flowlab"))
-        .args([
-            "serve",
-            "-p",
-            &port.to_string(),
-            "--http",
-            &addr.to_string(),
-        ])
-        .output()
-        .expect("serve");
-    assert_eq!(out.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains(&format!("--http {addr}: cannot listen there")),
-        "{stderr}"
-    );
+    for flag in ["--http", "--metrics"] {
+        let port = free_ports(1);
+        let out = Command::new(env!("CARGO_BIN_EXE_flowlab"))
+            .args(["serve", "-p", &port.to_string(), flag, &addr.to_string()])
+            .output()
+            .expect("serve");
+        assert_eq!(out.status.code(), Some(1));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(&format!("{flag} {addr}: cannot listen there")),
+            "{stderr}"
+        );
+    }
 }
 
 /// `curl ARGS…` (Debian curl, HTTP/2 by nghttp2): its exit status, stdout and stderr.

@@ -166,27 +166,3 @@ fn a_servers_metrics_count_what_its_clients_saw() {
 
     promtool_check_metrics(&text);
 }
-
-/// An address already taken is refused before anything is served, naming the flag.
-#[test]
-fn a_metrics_address_in_use_is_refused_naming_the_flag() {
-    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let addr = taken.local_addr().expect("address");
-    let port = free_ports(1);
-    let out = Command::new(env!("CARGO_BIN_EXE_flowlab"))
-        .args([
-            "serve",
-            "-p",
-            &port.to_string(),
-            "--metrics",
-            &addr.to_string(),
-        ])
-        .output()
-        .expect("serve");
-    assert_eq!(out.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains(&format!("--metrics {addr}: cannot listen there")),
-        "{stderr}"
-    );
-}
