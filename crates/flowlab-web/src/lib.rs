@@ -67,6 +67,7 @@ impl Routes {
 pub struct Listener {
     socket: std::net::TcpListener,
     head_timeout: Duration,
+    idle_timeout: Duration,
     max_connections: usize,
     tls: Option<Arc<rustls::ServerConfig>>,
 }
@@ -79,6 +80,11 @@ pub const MAX_CONNECTIONS: usize = 512;
 /// connection for longer.
 pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Time a connection may move no byte either way before it is closed: a client that
+/// stops reading a download (or an HTTP/2 connection left open and silent) holds its
+/// connection, and its transfer's place, no longer.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
 impl Listener {
     /// Binds `addr` (port 0: any free port).
     pub fn bind(addr: SocketAddr) -> std::io::Result<Listener> {
@@ -87,6 +93,7 @@ impl Listener {
         Ok(Listener {
             socket,
             head_timeout: HEAD_TIMEOUT,
+            idle_timeout: IDLE_TIMEOUT,
             max_connections: MAX_CONNECTIONS,
             tls: None,
         })
@@ -104,6 +111,14 @@ impl Listener {
     pub fn head_timeout(self, head_timeout: Duration) -> Listener {
         Listener {
             head_timeout,
+            ..self
+        }
+    }
+
+    /// Another time a connection may stay silent than [`IDLE_TIMEOUT`].
+    pub fn idle_timeout(self, idle_timeout: Duration) -> Listener {
+        Listener {
+            idle_timeout,
             ..self
         }
     }
@@ -135,6 +150,7 @@ impl Listener {
         let Listener {
             socket,
             head_timeout,
+            idle_timeout,
             max_connections,
             tls,
         } = self;
@@ -146,7 +162,7 @@ impl Listener {
                         Ok(l) => l,
                         Err(e) => return eprintln!("flowlab: the HTTP listener: {e}"),
                     };
-                    let limits = (head_timeout, max_connections);
+                    let limits = (head_timeout, idle_timeout, max_connections);
                     accept(listener, routes.router, limits, tls, stopped).await;
                 });
             })?;
@@ -166,7 +182,7 @@ impl Listener {
 async fn accept(
     listener: tokio::net::TcpListener,
     router: axum::Router,
-    (head_timeout, max_connections): (Duration, usize),
+    (head_timeout, idle_timeout, max_connections): (Duration, Duration, usize),
     tls: Option<Arc<rustls::ServerConfig>>,
     mut stopped: tokio::sync::oneshot::Receiver<()>,
 ) {
@@ -200,16 +216,14 @@ async fn accept(
         let (http, tls, watcher) = (http.clone(), tls.clone(), graceful.watcher());
         tokio::spawn(async move {
             let _slot = slot;
-            let tls = match tls {
-                Some(tls) => {
-                    let mut first = [0u8; 1];
-                    match tokio::time::timeout(head_timeout, stream.peek(&mut first)).await {
-                        Ok(Ok(1)) => (first[0] == 22).then_some(tls),
-                        _ => return,
-                    }
-                }
-                None => None,
-            };
+            // A connection that sends nothing is let go: hyper's own deadline for a
+            // request's head starts with its first byte.
+            let mut first = [0u8; 1];
+            match tokio::time::timeout(head_timeout, stream.peek(&mut first)).await {
+                Ok(Ok(1)) => {}
+                _ => return,
+            }
+            let tls = tls.filter(|_| first[0] == 22);
             let secure = Secure(tls.is_some());
             let service =
                 hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
@@ -217,6 +231,7 @@ async fn accept(
                     request.extensions_mut().insert(secure);
                     router.clone().call(request)
                 });
+            let moved = Arc::new(Moved::default());
             match tls {
                 Some(tls) => {
                     let Ok(Ok(stream)) =
@@ -224,20 +239,144 @@ async fn accept(
                     else {
                         return;
                     };
-                    let connection =
-                        http.serve_connection_with_upgrades(TokioIo::new(stream), service);
-                    let _ = watcher.watch(connection.into_owned()).await;
+                    let io = TokioIo::new(Watched::new(stream, moved.clone()));
+                    let connection = http.serve_connection_with_upgrades(io, service);
+                    let served = watcher.watch(connection.into_owned());
+                    until_idle(served, &moved, idle_timeout).await;
                 }
                 None => {
-                    let connection =
-                        http.serve_connection_with_upgrades(TokioIo::new(stream), service);
-                    let _ = watcher.watch(connection.into_owned()).await;
+                    let io = TokioIo::new(Watched::new(stream, moved.clone()));
+                    let connection = http.serve_connection_with_upgrades(io, service);
+                    let served = watcher.watch(connection.into_owned());
+                    until_idle(served, &moved, idle_timeout).await;
                 }
             }
         });
     }
     drop(listener);
     graceful.shutdown().await;
+}
+
+/// When a connection last moved a byte, in milliseconds since it was opened.
+#[derive(Debug)]
+struct Moved {
+    opened: std::time::Instant,
+    last_ms: std::sync::atomic::AtomicU64,
+}
+
+impl Default for Moved {
+    fn default() -> Moved {
+        Moved {
+            opened: std::time::Instant::now(),
+            last_ms: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+}
+
+impl Moved {
+    fn touch(&self) {
+        let now = self.opened.elapsed().as_millis() as u64;
+        self.last_ms
+            .store(now, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// How long since the last byte.
+    fn silent(&self) -> Duration {
+        let last = self.last_ms.load(std::sync::atomic::Ordering::Relaxed);
+        self.opened
+            .elapsed()
+            .saturating_sub(Duration::from_millis(last))
+    }
+}
+
+/// A connection's stream, noting when it moves a byte.
+#[derive(Debug)]
+struct Watched<I> {
+    io: I,
+    moved: Arc<Moved>,
+}
+
+impl<I> Watched<I> {
+    fn new(io: I, moved: Arc<Moved>) -> Watched<I> {
+        Watched { io, moved }
+    }
+}
+
+impl<I: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Watched<I> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut self.io).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.moved.touch();
+        }
+        polled
+    }
+}
+
+impl<I: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Watched<I> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        data: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let polled = std::pin::Pin::new(&mut self.io).poll_write(cx, data);
+        if matches!(polled, std::task::Poll::Ready(Ok(n)) if n > 0) {
+            self.moved.touch();
+        }
+        polled
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let polled = std::pin::Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        if matches!(polled, std::task::Poll::Ready(Ok(n)) if n > 0) {
+            self.moved.touch();
+        }
+        polled
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+/// Runs `served` until it ends or its connection has moved no byte for `idle`; then it
+/// is dropped, which closes the connection.
+async fn until_idle(served: impl std::future::Future, moved: &Moved, idle: Duration) {
+    let watch = async {
+        loop {
+            let silent = moved.silent();
+            if silent >= idle {
+                return;
+            }
+            tokio::time::sleep(idle - silent).await;
+        }
+    };
+    tokio::select! {
+        _ = served => {}
+        _ = watch => {}
+    }
 }
 
 /// Whether a request came over TLS: in every request's extensions.

@@ -270,14 +270,27 @@ fn a_stalled_upload_is_dropped() {
     assert_eq!(r.status(), 200, "the stalled upload's transfer freed");
 }
 
-/// A client that never finishes its request's head is cut off after the head's time;
-/// connections beyond the limit wait (the kernel's backlog) until one ends.
+/// A client that sends nothing at all, or never finishes its request's head, is cut off
+/// after the head's time; connections beyond the limit wait (the kernel's backlog) until
+/// one ends.
 #[test]
 fn slow_heads_are_cut_off_and_connections_beyond_the_limit_wait() {
     let (_serving, addr) = serve_with(Limits::default(), |l| {
         l.head_timeout(Duration::from_millis(500))
             .max_connections(2)
     });
+    let mut silent = TcpStream::connect(addr).expect("connect");
+    silent
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let began = Instant::now();
+    let mut rest = Vec::new();
+    let _ = silent.read_to_end(&mut rest);
+    let took = began.elapsed();
+    assert!(
+        (Duration::from_millis(400)..Duration::from_secs(5)).contains(&took),
+        "a silent connection cut off after {took:?}"
+    );
     let mut slow = TcpStream::connect(addr).expect("connect");
     slow.write_all(b"GET /__down?bytes=1 HTTP/1.1\r\nHost:")
         .expect("part of a head");
@@ -405,4 +418,48 @@ fn librespeed_backend_answers_as_its_php_does() {
             "{query}"
         );
     }
+}
+
+/// A client that stops reading a download holds its connection and its transfer's place
+/// only until the connection has moved no byte for the idle time; then both are freed.
+#[test]
+fn a_client_that_stops_reading_is_let_go_after_the_idle_time() {
+    let limits = Limits {
+        max_transfers: 1,
+        ..Limits::default()
+    };
+    let (_serving, addr) = serve_with(limits, |l| l.idle_timeout(Duration::from_millis(800)));
+    let mut stuck = TcpStream::connect(addr).expect("connect");
+    stuck
+        .write_all(b"GET /large HTTP/1.1\r\nHost: x\r\n\r\n")
+        .expect("request");
+    let mut first = [0u8; 4096];
+    stuck.read_exact(&mut first).expect("the download began");
+    // Read no more: the socket buffers fill, the server's writes stop.
+    let agent = client();
+    let r = agent
+        .get(format!("http://{addr}/__down?bytes=1"))
+        .call()
+        .expect("down");
+    assert_eq!(r.status(), 503, "the one place is the stuck client's");
+    let began = Instant::now();
+    loop {
+        let r = agent
+            .get(format!("http://{addr}/__down?bytes=1"))
+            .call()
+            .expect("down");
+        if r.status() == 200 {
+            break;
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(10),
+            "the stuck client's place was never freed"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        began.elapsed() >= Duration::from_millis(500),
+        "freed after {:?}, before the idle time",
+        began.elapsed()
+    );
 }
