@@ -230,9 +230,8 @@ impl Speed {
         r
     }
 
-    /// Reads an upload's body to its end and drops it: the bytes it held, or the answer
-    /// that refuses it (too large, stalled).
-    /// `bounded`: at most `--http-max-bytes`.
+    /// Reads an upload's body to its end and drops it (`bounded`: at most the limit's
+    /// bytes): the bytes it held, or the answer that refuses it (too large, stalled).
     async fn upload(&self, headers: &HeaderMap, body: Body, bounded: bool) -> Result<u64, Refusal> {
         let max = if bounded {
             self.limits.max_bytes
