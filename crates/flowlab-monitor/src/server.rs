@@ -14,8 +14,9 @@ const PROTOCOLS: [&str; 2] = ["tcp", "udp"];
 /// The ways of an HTTP transfer (`serve --http`).
 pub const HTTP_DIRECTIONS: [&str; 2] = ["download", "upload"];
 
-/// Why an HTTP request is refused: busy (503), too_large (413), stalled (408), bad (400).
-pub const HTTP_REFUSALS: [&str; 4] = ["busy", "too_large", "stalled", "bad"];
+/// Why an HTTP request is refused: busy (503), too_large (413), timeout (408: stalled or
+/// too long), bad (400).
+pub const HTTP_REFUSALS: [&str; 4] = ["busy", "too_large", "timeout", "bad"];
 
 /// What one server did since it started, counted from its events.
 #[derive(Debug)]

@@ -162,8 +162,12 @@ impl Listener {
                         Ok(l) => l,
                         Err(e) => return eprintln!("flowlab: the HTTP listener: {e}"),
                     };
-                    let limits = (head_timeout, idle_timeout, max_connections);
-                    accept(listener, routes.router, limits, tls, stopped).await;
+                    let deadlines = Deadlines {
+                        head: head_timeout,
+                        idle: idle_timeout,
+                        max_connections,
+                    };
+                    accept(listener, routes.router, deadlines, tls, stopped).await;
                 });
             })?;
         Ok(Serving {
@@ -173,25 +177,44 @@ impl Listener {
     }
 }
 
+/// How the accept loop treats each connection.
+#[derive(Debug, Clone, Copy)]
+struct Deadlines {
+    head: Duration,
+    idle: Duration,
+    max_connections: usize,
+}
+
+/// Streams one HTTP/2 connection may carry at once: a responsiveness client's load
+/// flows and probes fit, and one connection cannot take every transfer's place.
+const MAX_STREAMS: u32 = 16;
+
+/// How long a stopped listener lets the requests under way finish (a download of
+/// `/large` would never).
+const STOP_GRACE: Duration = Duration::from_secs(2);
+
 /// Accepts connections until `stopped`, each served on a task of its own with the
-/// client's address in every request's extensions ([`ConnectInfo`]); a request's head
-/// within `head_timeout`, at most `max_connections` at once. With `tls`, a connection
-/// that opens with a TLS record (its first byte 22, a handshake) is served over TLS,
-/// HTTP/2 or HTTP/1.1 as the client's ALPN says; the others in the clear, on the same
-/// port. Once stopped, the requests under way are let finish.
+/// client's address in every request's extensions ([`ConnectInfo`]): its first byte
+/// (and with TLS, its whole handshake) within the head's deadline, then a request's head
+/// within it once begun, at most `max_connections` at once, each closed once it has
+/// moved no byte for the idle time. With `tls`, a connection that opens with a TLS
+/// record (its first byte 22, a handshake) is served over TLS, HTTP/2 or HTTP/1.1 as
+/// the client's ALPN says; the others in the clear, on the same port. Once stopped, the
+/// requests under way are let finish for [`STOP_GRACE`].
 async fn accept(
     listener: tokio::net::TcpListener,
     router: axum::Router,
-    (head_timeout, idle_timeout, max_connections): (Duration, Duration, usize),
+    deadlines: Deadlines,
     tls: Option<Arc<rustls::ServerConfig>>,
     mut stopped: tokio::sync::oneshot::Receiver<()>,
 ) {
     let mut http = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     http.http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(head_timeout);
+        .header_read_timeout(deadlines.head);
+    http.http2().max_concurrent_streams(MAX_STREAMS);
     let tls = tls.map(tokio_rustls::TlsAcceptor::from);
-    let slots = Arc::new(tokio::sync::Semaphore::new(max_connections));
+    let slots = Arc::new(tokio::sync::Semaphore::new(deadlines.max_connections));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     loop {
         let slot = tokio::select! {
@@ -216,45 +239,72 @@ async fn accept(
         let (http, tls, watcher) = (http.clone(), tls.clone(), graceful.watcher());
         tokio::spawn(async move {
             let _slot = slot;
-            // A connection that sends nothing is let go: hyper's own deadline for a
-            // request's head starts with its first byte.
-            let mut first = [0u8; 1];
-            match tokio::time::timeout(head_timeout, stream.peek(&mut first)).await {
-                Ok(Ok(1)) => {}
-                _ => return,
-            }
-            let tls = tls.filter(|_| first[0] == 22);
-            let secure = Secure(tls.is_some());
+            let moved = Arc::new(Moved::new());
+            let stream = Watched::new(stream, moved.clone());
+            // hyper-util waits for a connection's first bytes (to tell HTTP/1 from
+            // HTTP/2) without a deadline, and hyper's own for a request's head starts
+            // after them: the first byte, and a TLS handshake, have the head's time.
+            let opened = tokio::time::timeout(deadlines.head, async {
+                let mut first = [0u8; 1];
+                match stream.io.peek(&mut first).await {
+                    Ok(1) => {}
+                    _ => return None,
+                }
+                match tls.filter(|_| first[0] == 22) {
+                    Some(tls) => tls
+                        .accept(stream)
+                        .await
+                        .ok()
+                        .map(|s| Opened::Tls(Box::new(s))),
+                    None => Some(Opened::Clear(stream)),
+                }
+            })
+            .await;
+            let Ok(Some(opened)) = opened else { return };
+            let secure = Secure(matches!(opened, Opened::Tls(_)));
             let service =
                 hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
                     request.extensions_mut().insert(ConnectInfo(peer));
                     request.extensions_mut().insert(secure);
                     router.clone().call(request)
                 });
-            let moved = Arc::new(Moved::default());
-            match tls {
-                Some(tls) => {
-                    let Ok(Ok(stream)) =
-                        tokio::time::timeout(head_timeout, tls.accept(stream)).await
-                    else {
-                        return;
-                    };
-                    let io = TokioIo::new(Watched::new(stream, moved.clone()));
-                    let connection = http.serve_connection_with_upgrades(io, service);
-                    let served = watcher.watch(connection.into_owned());
-                    until_idle(served, &moved, idle_timeout).await;
-                }
-                None => {
-                    let io = TokioIo::new(Watched::new(stream, moved.clone()));
-                    let connection = http.serve_connection_with_upgrades(io, service);
-                    let served = watcher.watch(connection.into_owned());
-                    until_idle(served, &moved, idle_timeout).await;
-                }
+            match opened {
+                Opened::Tls(io) => serve(&http, io, service, watcher, &moved, deadlines).await,
+                Opened::Clear(io) => serve(&http, io, service, watcher, &moved, deadlines).await,
             }
         });
     }
     drop(listener);
-    graceful.shutdown().await;
+    let _ = tokio::time::timeout(STOP_GRACE, graceful.shutdown()).await;
+}
+
+/// A connection once its first byte (and TLS handshake) came.
+enum Opened {
+    Tls(Box<tokio_rustls::server::TlsStream<Watched<tokio::net::TcpStream>>>),
+    Clear(Watched<tokio::net::TcpStream>),
+}
+
+/// Serves `io` until it ends or has moved no byte for the idle time.
+async fn serve<I, S>(
+    http: &hyper_util::server::conn::auto::Builder<TokioExecutor>,
+    io: I,
+    service: S,
+    watcher: hyper_util::server::graceful::Watcher,
+    moved: &Moved,
+    deadlines: Deadlines,
+) where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    S: hyper::service::Service<
+            hyper::Request<Incoming>,
+            Response = axum::response::Response,
+            Error = std::convert::Infallible,
+        > + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    let connection = http.serve_connection(TokioIo::new(io), service);
+    let served = watcher.watch(connection.into_owned());
+    until_idle(served, moved, deadlines.idle).await;
 }
 
 /// When a connection last moved a byte, in milliseconds since it was opened.
@@ -264,16 +314,14 @@ struct Moved {
     last_ms: std::sync::atomic::AtomicU64,
 }
 
-impl Default for Moved {
-    fn default() -> Moved {
+impl Moved {
+    fn new() -> Moved {
         Moved {
             opened: std::time::Instant::now(),
             last_ms: std::sync::atomic::AtomicU64::new(0),
         }
     }
-}
 
-impl Moved {
     fn touch(&self) {
         let now = self.opened.elapsed().as_millis() as u64;
         self.last_ms

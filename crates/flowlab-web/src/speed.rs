@@ -17,12 +17,13 @@
 //!   `networkQuality -C URL`, Cloudflare's `mach`): `GET /config` names the other three
 //!   in the shape of Apple's reference server (both its key sets), `GET /small` sends one
 //!   byte, `GET /large` sends until the client stops reading (the method's load never
-//!   reads it to an end), `POST /slurp` takes a body of any size. Served over TLS they
-//!   are HTTP/2, as the method asks.
+//!   reads it to an end), `POST /slurp` takes a body of any size. Over TLS, to a client
+//!   that offers it, they are HTTP/2, as the method asks.
 //!
 //! Every transfer counts against the limits ([`Limits`]): bytes one request may move
 //! (not `/large` and `/slurp`, whose size is the method's to choose), transfers at once
-//! (more are refused `503 Service Unavailable`), and how long a body may stall.
+//! and from one address (more are refused `503 Service Unavailable`), the time one may
+//! take, and how long a body may stall.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -49,8 +50,8 @@ pub enum Event {
     Sent(u64),
     /// Bytes of an upload read.
     Received(u64),
-    /// A request refused: `busy` (503), `too_large` (413), `stalled` (408) or `bad`
-    /// (400).
+    /// A request refused: `busy` (503), `too_large` (413), `timeout` (408: an upload
+    /// stalled or took too long) or `bad` (400).
     Refused(&'static str),
 }
 
@@ -60,21 +61,71 @@ pub type Observer = Arc<dyn Fn(Event) + Send + Sync>;
 /// What one HTTP transfer may take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
-    /// Bytes one download may ask for, and one upload may send.
+    /// Bytes one download may ask for, and one upload may send (not `/large` and
+    /// `/slurp`, whose size is the responsiveness method's to choose).
     pub max_bytes: u64,
     /// Downloads and uploads under way at once; more are refused as busy.
     pub max_transfers: usize,
+    /// The same from one address (IPv6: its /64), so that one client cannot hold them
+    /// all.
+    pub max_transfers_per_source: usize,
+    /// Time one transfer may take: a download is cut there, an upload refused.
+    pub max_duration: Duration,
     /// Time an upload's body may go without a byte before it is dropped.
     pub stall: Duration,
 }
 
 impl Default for Limits {
-    /// 1 GiB a request (LibreSpeed's largest, 1 024 chunks of 1 MiB), 32 transfers, 10 s.
+    /// 1 GiB a request (LibreSpeed's largest, 1 024 chunks of 1 MiB), 32 transfers, 8
+    /// from one address, 60 s each (a responsiveness run loads each way for 20 s at
+    /// most; Cloudflare's and LibreSpeed's requests are shorter), a stall of 10 s.
     fn default() -> Limits {
         Limits {
             max_bytes: 1 << 30,
             max_transfers: 32,
+            max_transfers_per_source: 8,
+            max_duration: Duration::from_secs(60),
             stall: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The transfers under way from each address (IPv6: its /64).
+#[derive(Debug, Default)]
+struct Sources {
+    counts: std::sync::Mutex<HashMap<IpAddr, usize>>,
+}
+
+impl Sources {
+    /// The address a limit per source counts `ip` under.
+    fn key(ip: IpAddr) -> IpAddr {
+        match ip.to_canonical() {
+            IpAddr::V6(v6) => IpAddr::V6((u128::from(v6) & !((1u128 << 64) - 1)).into()),
+            v4 => v4,
+        }
+    }
+}
+
+/// A transfer's place, one of the server's and one of its source's; both given back
+/// when it is dropped (the transfer ended, or its client went away).
+struct Slot {
+    _all: OwnedSemaphorePermit,
+    sources: Arc<Sources>,
+    key: IpAddr,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut counts = self
+            .sources
+            .counts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = counts.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                counts.remove(&self.key);
+            }
         }
     }
 }
@@ -88,6 +139,7 @@ struct Speed {
     limits: Limits,
     chunk: Bytes,
     transfers: Arc<Semaphore>,
+    sources: Arc<Sources>,
     observer: Observer,
 }
 
@@ -105,6 +157,7 @@ pub fn routes(limits: Limits, observer: Option<Observer>) -> axum::Router {
         limits,
         chunk: incompressible(CHUNK),
         transfers: Arc::new(Semaphore::new(limits.max_transfers)),
+        sources: Arc::new(Sources::default()),
         observer: observer.unwrap_or_else(|| Arc::new(|_| {})),
     };
     axum::Router::new()
@@ -176,35 +229,59 @@ impl Speed {
         let reason = match r.status {
             StatusCode::SERVICE_UNAVAILABLE => "busy",
             StatusCode::PAYLOAD_TOO_LARGE => "too_large",
-            StatusCode::REQUEST_TIMEOUT => "stalled",
+            StatusCode::REQUEST_TIMEOUT => "timeout",
             _ => "bad",
         };
         (self.observer)(Event::Refused(reason));
         r.into_response()
     }
 
-    /// A transfer's slot, or the busy answer.
-    fn slot(&self) -> Result<OwnedSemaphorePermit, Refusal> {
-        self.transfers.clone().try_acquire_owned().map_err(|_| {
-            refuse(
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!(
-                    "busy: {} transfers under way, the most this server runs at once",
-                    self.limits.max_transfers
-                ),
-            )
+    /// A transfer's place for a client at `peer`, or the busy answer.
+    fn slot(&self, peer: IpAddr) -> Result<Slot, Refusal> {
+        let key = Sources::key(peer);
+        let busy = |why: String| refuse(StatusCode::SERVICE_UNAVAILABLE, why);
+        let mut counts = self
+            .sources
+            .counts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let mine = counts.entry(key).or_insert(0);
+        if *mine >= self.limits.max_transfers_per_source {
+            return Err(busy(format!(
+                "busy: {} transfers under way from {key}, the most this server runs for one \
+                 address at once",
+                self.limits.max_transfers_per_source
+            )));
+        }
+        let all = self.transfers.clone().try_acquire_owned().map_err(|_| {
+            busy(format!(
+                "busy: {} transfers under way, the most this server runs at once",
+                self.limits.max_transfers
+            ))
+        })?;
+        *mine += 1;
+        Ok(Slot {
+            _all: all,
+            sources: self.sources.clone(),
+            key,
         })
     }
 
-    /// `bytes` of the payload (`None`: without end, until the client stops reading),
-    /// sent as it is read, holding `slot` until the last.
-    fn download(&self, bytes: Option<u64>, slot: OwnedSemaphorePermit) -> Response {
+    /// `bytes` of the payload (`None`: without end, until the client stops reading), sent
+    /// as it is read, holding `slot` until the last, for the limit's time at most.
+    fn download(&self, bytes: Option<u64>, slot: Slot) -> Response {
         (self.observer)(Event::Download);
         let chunk = self.chunk.clone();
         let observer = self.observer.clone();
+        // Past its time the body ends where it is (short of a length it said: the client
+        // sees the download cut).
+        let deadline = Instant::now() + self.limits.max_duration;
         let body = futures_util::stream::unfold((bytes, slot), move |(left, slot)| {
             let (chunk, observer) = (chunk.clone(), observer.clone());
             async move {
+                if Instant::now() >= deadline {
+                    return None;
+                }
                 let n = match left {
                     Some(0) => return None,
                     Some(left) => left.min(chunk.len() as u64),
@@ -230,19 +307,26 @@ impl Speed {
         r
     }
 
-    /// Reads an upload's body to its end and drops it (`bounded`: at most the limit's
-    /// bytes): the bytes it held, or the answer that refuses it (too large, stalled).
-    async fn upload(&self, headers: &HeaderMap, body: Body, bounded: bool) -> Result<u64, Refusal> {
+    /// Reads an upload's body from a client at `peer` to its end and drops it
+    /// (`bounded`: at most the limit's bytes): the bytes it held, or the answer that
+    /// refuses it (too large, stalled, too long); `None` when the client went away.
+    async fn upload(
+        &self,
+        peer: IpAddr,
+        headers: &HeaderMap,
+        body: Body,
+        bounded: bool,
+    ) -> Result<u64, Option<Refusal>> {
         let max = if bounded {
             self.limits.max_bytes
         } else {
             u64::MAX
         };
-        let too_large = |n: u64| {
-            refuse(
+        let too_large = |what: String| {
+            Some(refuse(
                 StatusCode::PAYLOAD_TOO_LARGE,
-                format!("an upload of {n} bytes: this server takes at most {max} a request"),
-            )
+                format!("an upload of {what}: this server takes at most {max} bytes a request"),
+            ))
         };
         if let Some(n) = headers
             .get(header::CONTENT_LENGTH)
@@ -250,36 +334,60 @@ impl Speed {
             .and_then(|v| v.parse::<u64>().ok())
         {
             if n > max {
-                return Err(too_large(n));
+                return Err(too_large(format!("{n} bytes")));
             }
         }
-        let _slot = self.slot()?;
+        let _slot = self.slot(peer).map_err(Some)?;
         (self.observer)(Event::Upload);
+        let deadline = tokio::time::Instant::now() + self.limits.max_duration;
         let mut stream = body.into_data_stream();
         let mut got = 0u64;
         loop {
-            match tokio::time::timeout(self.limits.stall, stream.next()).await {
+            let stall = tokio::time::Instant::now() + self.limits.stall;
+            match tokio::time::timeout_at(stall.min(deadline), stream.next()).await {
                 Ok(Some(Ok(data))) => {
                     got += data.len() as u64;
                     (self.observer)(Event::Received(data.len() as u64));
                     if got > max {
-                        return Err(too_large(got));
+                        return Err(too_large(format!("more than {max} bytes")));
                     }
                 }
                 Ok(None) => return Ok(got),
-                Ok(Some(Err(e))) => {
-                    return Err(refuse(StatusCode::BAD_REQUEST, format!("the upload: {e}")));
-                }
-                Err(_) => {
-                    return Err(refuse(
+                // The client went away (or broke its framing): no one to answer.
+                Ok(Some(Err(_))) => return Err(None),
+                Err(_) if tokio::time::Instant::now() >= deadline => {
+                    return Err(Some(refuse(
                         StatusCode::REQUEST_TIMEOUT,
                         format!(
-                            "the upload stalled: no byte in {} s after {got}",
-                            self.limits.stall.as_secs()
+                            "the upload took longer than {:?}, the most this server gives \
+                             one ({got} bytes read)",
+                            self.limits.max_duration
                         ),
-                    ));
+                    )));
+                }
+                Err(_) => {
+                    return Err(Some(refuse(
+                        StatusCode::REQUEST_TIMEOUT,
+                        format!(
+                            "the upload stalled: no byte in {:?} after {got}",
+                            self.limits.stall
+                        ),
+                    )));
                 }
             }
+        }
+    }
+
+    /// The answer to an upload: 200, or why not.
+    fn uploaded(&self, outcome: Result<u64, Option<Refusal>>) -> Response {
+        match outcome {
+            Ok(_) => {
+                let mut r = StatusCode::OK.into_response();
+                no_store(r.headers_mut());
+                r
+            }
+            Err(Some(refused)) => self.refused(refused),
+            Err(None) => StatusCode::BAD_REQUEST.into_response(),
         }
     }
 }
@@ -327,11 +435,12 @@ fn bytes_asked(query: &HashMap<String, String>, max: u64) -> Result<u64, Refusal
 
 async fn cloudflare_down(
     State(speed): State<Speed>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Query(query): Query<HashMap<String, String>>,
 ) -> Response {
     let began = Instant::now();
     let mut r = match bytes_asked(&query, speed.limits.max_bytes).and_then(|n| {
-        let slot = speed.slot()?;
+        let slot = speed.slot(peer.ip())?;
         Ok(speed.download(Some(n), slot))
     }) {
         Ok(r) => r,
@@ -341,15 +450,13 @@ async fn cloudflare_down(
     r
 }
 
-async fn cloudflare_up(State(speed): State<Speed>, headers: HeaderMap, body: Body) -> Response {
-    let mut r = match speed.upload(&headers, body, true).await {
-        Ok(_) => {
-            let mut r = StatusCode::OK.into_response();
-            no_store(r.headers_mut());
-            r
-        }
-        Err(refused) => speed.refused(refused),
-    };
+async fn cloudflare_up(
+    State(speed): State<Speed>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let mut r = speed.uploaded(speed.upload(peer.ip(), &headers, body, true).await);
     // The server's own time is what follows the body's last byte.
     cloudflare_headers(&mut r, Instant::now());
     r
@@ -384,12 +491,13 @@ fn chunks_asked(query: &HashMap<String, String>) -> u64 {
 
 async fn librespeed_garbage(
     State(speed): State<Speed>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Query(query): Query<HashMap<String, String>>,
 ) -> Response {
     // A server whose --http-max-bytes is below what is asked sends what it allows: the
     // client measures the bytes it is sent, and knows no error here.
     let bytes = (chunks_asked(&query) * CHUNK as u64).min(speed.limits.max_bytes);
-    let mut r = match speed.slot() {
+    let mut r = match speed.slot(peer.ip()) {
         Ok(slot) => speed.download(Some(bytes), slot),
         Err(refused) => speed.refused(refused),
     };
@@ -403,17 +511,16 @@ async fn librespeed_garbage(
 
 async fn librespeed_empty(
     State(speed): State<Speed>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Query(query): Query<HashMap<String, String>>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let mut r = match speed.upload(&headers, body, true).await {
-        Ok(_) => {
-            let mut r = StatusCode::OK.into_response();
-            no_store(r.headers_mut());
-            r
-        }
-        Err(refused) => speed.refused(refused),
+    // Its ping: a request without a body, which takes no transfer's place.
+    let mut r = if axum::body::HttpBody::size_hint(&body).exact() == Some(0) {
+        speed.uploaded(Ok(0))
+    } else {
+        speed.uploaded(speed.upload(peer.ip(), &headers, body, true).await)
     };
     librespeed_cors(&mut r, &query);
     r
@@ -471,16 +578,20 @@ async fn rpm_config(
         .authority()
         .map(|a| a.to_string())
         .or_else(|| {
+            // A Host that is not an authority (host and port) names no URL.
             request
                 .headers()
                 .get(header::HOST)
                 .and_then(|h| h.to_str().ok())
-                .map(str::to_string)
+                .and_then(|h| h.parse::<axum::http::uri::Authority>().ok())
+                .map(|a| a.to_string())
         });
     let Some(authority) = authority else {
         return refuse(
             StatusCode::BAD_REQUEST,
-            "no Host: the configuration names this server as the client reached it".into(),
+            "no Host (or not HOST[:PORT]): the configuration names this server as the \
+             client reached it"
+                .into(),
         )
         .into_response();
     };
@@ -516,20 +627,21 @@ async fn rpm_small() -> Response {
     r
 }
 
-async fn rpm_large(State(speed): State<Speed>) -> Response {
-    match speed.slot() {
+async fn rpm_large(
+    State(speed): State<Speed>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+) -> Response {
+    match speed.slot(peer.ip()) {
         Ok(slot) => speed.download(None, slot),
         Err(refused) => speed.refused(refused),
     }
 }
 
-async fn rpm_slurp(State(speed): State<Speed>, headers: HeaderMap, body: Body) -> Response {
-    match speed.upload(&headers, body, false).await {
-        Ok(_) => {
-            let mut r = StatusCode::OK.into_response();
-            no_store(r.headers_mut());
-            r
-        }
-        Err(refused) => speed.refused(refused),
-    }
+async fn rpm_slurp(
+    State(speed): State<Speed>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    speed.uploaded(speed.upload(peer.ip(), &headers, body, false).await)
 }

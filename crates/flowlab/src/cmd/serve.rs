@@ -142,6 +142,7 @@ pub struct Args {
     #[arg(help_heading = "HTTP", long, value_name = "[ADDRESS:]PORT", value_parser = parse_http_at)]
     pub http: Option<HttpAt>,
     /// Bytes one HTTP download or upload may move (e.g. 100M); a larger one is refused.
+    /// Not the responsiveness method's /large and /slurp, which are bounded in time.
     #[arg(help_heading = "HTTP", long, value_parser = units::parse_size, value_name = "SIZE", default_value = "1G", requires = "http")]
     pub http_max_bytes: u64,
     /// HTTP downloads and uploads under way at once; more are refused as busy (503).
@@ -153,6 +154,25 @@ pub struct Args {
         requires = "http"
     )]
     pub http_max_transfers: usize,
+    /// HTTP downloads and uploads under way at once from one address (IPv6: one /64).
+    #[arg(
+        help_heading = "HTTP",
+        long,
+        default_value_t = 8,
+        value_name = "N",
+        requires = "http"
+    )]
+    pub http_max_transfers_per_source: usize,
+    /// Seconds one HTTP download or upload may take: a download is cut there, an upload
+    /// refused (408).
+    #[arg(
+        help_heading = "HTTP",
+        long,
+        default_value_t = 60,
+        value_name = "SECONDS",
+        requires = "http"
+    )]
+    pub http_max_duration: u64,
     /// With --http: serve TLS too, on the same port (HTTP/2 and HTTP/1.1), with this
     /// certificate chain (PEM, the server's own first) and --tls-key.
     #[arg(
@@ -343,8 +363,23 @@ impl Args {
         if self.auth_rate == 0 {
             return Err("--auth-rate must be at least 1".into());
         }
-        if self.http_max_transfers == 0 {
-            return Err("--http-max-transfers must be at least 1".into());
+        for (v, flag) in [
+            (self.http_max_transfers, "--http-max-transfers"),
+            (
+                self.http_max_transfers_per_source,
+                "--http-max-transfers-per-source",
+            ),
+        ] {
+            // The most a semaphore counts; far beyond any server's connections.
+            if !(1..=1_000_000).contains(&v) {
+                return Err(Usage(format!("{flag} must be 1 to 1000000, not {v}")));
+            }
+        }
+        if !(1..=86_400).contains(&self.http_max_duration) {
+            return Err(Usage(format!(
+                "--http-max-duration must be 1 to 86400 seconds, not {}",
+                self.http_max_duration
+            )));
         }
         if self.auth_rate_per_source == 0 {
             return Err("--auth-rate-per-source must be at least 1".into());
@@ -554,6 +589,8 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
                 let limits = flowlab_web::speed::Limits {
                     max_bytes: a.http_max_bytes,
                     max_transfers: a.http_max_transfers,
+                    max_transfers_per_source: a.http_max_transfers_per_source,
+                    max_duration: Duration::from_secs(a.http_max_duration),
                     ..Default::default()
                 };
                 routes = routes.speed_test(limits, observer);
