@@ -6,9 +6,12 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use base64::Engine;
+use rcgen::PublicKeyData;
 pub use rustls::ServerConfig;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use sha2::Digest;
 
 /// Why a certificate could not be had.
 #[derive(Debug, thiserror::Error)]
@@ -93,9 +96,6 @@ impl Certificate {
                             why: e.to_string(),
                         }
                     })?;
-                use base64::Engine;
-                use rcgen::PublicKeyData;
-                use sha2::Digest;
                 let spki = sha2::Sha256::digest(made.signing_key.subject_public_key_info());
                 Ok(Identity {
                     pem: made.cert.pem(),

@@ -526,7 +526,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     };
     // One HTTP listener, bound now, so a port in use is said on the terminal; served
     // once detached.
-    let mut said_tls = String::new();
+    let mut said_tls = None;
     let listener = match (a.http, a.metrics) {
         (Some(at), _) => {
             let addr = at.socket_addr(cfg.bind);
@@ -534,7 +534,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
                 .with_context(|| format!("--http {addr}: cannot listen there"))?;
             match tls_config(a, addr)? {
                 Some((config, said)) => {
-                    said_tls = said;
+                    said_tls = Some(said);
                     Some(listener.tls(config))
                 }
                 None => Some(listener),
@@ -601,8 +601,8 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
                 };
                 said +=
                     &format!("HTTP speed-test endpoints at http://{at}/ ({every}docs/web.md)\n");
-                if !said_tls.is_empty() {
-                    said += &format!("TLS on the same port, https://{at}/: {said_tls}\n");
+                if let Some(tls) = &said_tls {
+                    said += &format!("TLS on the same port, https://{at}/: {tls}\n");
                 }
             }
             if let Some(m) = metrics {
@@ -654,8 +654,10 @@ fn tls_config(
              (Chromium: --ignore-certificate-errors-spki-list={pin})",
             names.join(", ")
         ),
+        (Certificate::SelfSigned { names }, None) => {
+            format!("a self-signed certificate for {}", names.join(", "))
+        }
         (Certificate::Files { cert, .. }, _) => format!("the certificate in {}", cert.display()),
-        _ => String::new(),
     };
     let config = identity
         .server_config(&[b"h2", b"http/1.1"], &certificate)
