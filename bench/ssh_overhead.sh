@@ -113,22 +113,3 @@ python3 bench/ab.py "a study's trial, over SSH vs here" wall-ms \
   "bash -c \"rm -f $work/a.db*; $flowlab run $work/ssh.toml --db $work/a.db >/dev/null\"" \
   "bash -c \"rm -f $work/b.db*; $flowlab run $work/here.toml --db $work/b.db >/dev/null\"" \
   --runs "$runs" --label-a "over SSH" --label-b here --per 10
-
-# The lost-host check: while a step runs, the controller asks each host's master
-# connection twice a second whether it still stands (`ssh -O check`: a Unix socket on
-# this machine, no packet to the host). The CPU time one check takes (the ssh process
-# it starts), over 200 checks, and what twice a second costs per host.
-python3 - root@10.252.0.2 "${opts[@]}" <<'PY'
-import resource, subprocess, sys
-host, options, n = sys.argv[1], sys.argv[2:], 200
-def cpu():
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
-before = cpu()
-for _ in range(n):
-    subprocess.run(["ssh", "-O", "check", *options, host],
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-each = (cpu() - before) / n
-print(f"the lost-host check (ssh -O check), {n} checks: {each * 1e3:.2f} ms of CPU each; "
-      f"twice a second, {2 * each * 100:.2f} % of a core per host")
-PY
