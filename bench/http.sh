@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # bench/http.sh — `flowlab serve --http` against nginx (Debian nginx-light) serving the
 # same bytes on loopback, alternately (bench/ab.py), RUNS times each, over HTTP/1.1 in
-# the clear: a 256 MiB download on one connection (curl), 8 downloads of 64 MiB at once,
-# a 256 MiB upload (flowlab's /__up; nginx reads and drops the body of a `return 200`),
+# the clear: a 1 GiB download on one connection (curl), 8 downloads of 256 MiB at once,
+# a 1 GiB upload streamed from a file (`curl -T`: flowlab's /__up; nginx reads and
+# drops the body of a `return 200`),
 # and requests a second for a 1-byte object (wrk, 2 threads, 32 connections, 5 s).
+# Transfers of a second or so each: shorter ones are mostly curl's start.
 # nginx runs as Debian configures it (worker_processes auto, sendfile on); both are
 # clients of the same curl and wrk. The time of a download is the whole command's:
 # curl's start, the connection, the bytes.
@@ -34,8 +36,8 @@ trap cleanup EXIT
 
 fport=18481 nport=18482
 mkdir -p "$work/root"
-head -c $((256 << 20)) /dev/urandom > "$work/root/big"
-head -c $((64 << 20)) "$work/root/big" > "$work/root/part"
+head -c $((1 << 30)) /dev/urandom > "$work/root/big"
+head -c $((256 << 20)) "$work/root/big" > "$work/root/part"
 printf x > "$work/root/small"
 chmod -R a+r "$work/root"
 cat > "$work/nginx.conf" <<CONF
@@ -60,7 +62,7 @@ http {
 }
 CONF
 nginx -c "$work/nginx.conf"
-"$flowlab" serve -p 18480 --http "127.0.0.1:$fport" --http-max-bytes 1G >/dev/null 2>&1 &
+"$flowlab" serve -p 18480 --http "127.0.0.1:$fport" --http-max-bytes 1G --http-max-transfers-per-source 16 >/dev/null 2>&1 &
 pids+=("$!")
 until curl -s -o /dev/null "http://127.0.0.1:$fport/small" && curl -s -o /dev/null "http://127.0.0.1:$nport/small"; do sleep 0.1; done
 
@@ -69,12 +71,12 @@ dl="curl -s -o /dev/null --fail"
 eight() { printf "bash -c 'for i in 1 2 3 4 5 6 7 8; do %s %s & done; wait'" "$dl" "$1"; }
 echo "machine: $(nproc) cores, kernel $(uname -r); flowlab $(checkout_id "$PWD"); $(nginx -v 2>&1); $(curl --version | head -1 | cut -d' ' -f1-2); wrk $(wrk -v 2>&1 | head -1 | cut -d' ' -f2)"
 echo "| case | metric | flowlab: min / median / max | nginx: min / median / max | ratio of medians | median paired ratio | spread |"
-python3 bench/ab.py "download 256 MiB, 1 connection" wall-ms \
-  "$dl '$f/__down?bytes=$((256 << 20))'" "$dl '$n/big'" --runs "$runs" --label-a flowlab --label-b nginx
-python3 bench/ab.py "download 8 × 64 MiB at once" wall-ms \
-  "$(eight "'$f/__down?bytes=$((64 << 20))'")" "$(eight "'$n/part'")" --runs "$runs" --label-a flowlab --label-b nginx
-python3 bench/ab.py "upload 256 MiB" wall-ms \
-  "$dl --data-binary @$work/root/big '$f/__up'" "$dl --data-binary @$work/root/big '$n/up'" \
+python3 bench/ab.py "download 1 GiB, 1 connection" wall-ms \
+  "$dl '$f/__down?bytes=$((1 << 30))'" "$dl '$n/big'" --runs "$runs" --label-a flowlab --label-b nginx
+python3 bench/ab.py "download 8 × 256 MiB at once" wall-ms \
+  "$(eight "'$f/__down?bytes=$((256 << 20))'")" "$(eight "'$n/part'")" --runs "$runs" --label-a flowlab --label-b nginx
+python3 bench/ab.py "upload 1 GiB" wall-ms \
+  "$dl -X POST -T $work/root/big '$f/__up'" "$dl -X POST -T $work/root/big '$n/up'" \
   --runs "$runs" --label-a flowlab --label-b nginx
 python3 bench/ab.py "1-byte object, wrk -t2 -c32" wrk-rps \
   "wrk -t2 -c32 -d5s '$f/small'" "wrk -t2 -c32 -d5s '$n/small'" --runs "$runs" --label-a flowlab --label-b nginx
