@@ -531,6 +531,28 @@ impl Drop for Iperf3Server {
     }
 }
 
+/// A child process killed and waited for when dropped, so that a test that fails leaves
+/// no process behind. A stopped child (SIGSTOP) is continued first, so that it dies of
+/// the kill at once.
+#[derive(Debug)]
+pub struct Reaped(pub std::process::Child);
+
+impl Reaped {
+    /// The child's process id.
+    pub fn pid(&self) -> i32 {
+        i32::try_from(self.0.id()).expect("a process id")
+    }
+}
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on this test's own child, not yet waited for.
+        unsafe { libc::kill(self.pid(), libc::SIGCONT) };
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A key pair made by `openssl genrsa` (PKCS#8 private key, SubjectPublicKeyInfo public
 /// key, as iperf3's own auth test makes them) and an authorized-users file for
 /// mario/rossi, in `dir`.

@@ -7,7 +7,7 @@ mod support;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -18,6 +18,7 @@ use flowlab_fragments::schedule::{Mode, assign_ratio};
 use flowlab_fragments::serve::FragmentService;
 use flowlab_proto::fragment::{Admission, Decoder, MAGIC, Reply, Request, hello};
 use flowlab_results::fetch::FetchResult;
+use support::Reaped;
 
 /// An in-process server on a free loopback port serving `dir` at `rate_bps` (0: no limit).
 fn fragment_server(dir: &Path, rate_bps: u64) -> u16 {
@@ -327,16 +328,7 @@ fn flowlab() -> Command {
     Command::new(assert_cmd::cargo::cargo_bin("flowlab"))
 }
 
-/// Kills the child even when the test fails.
-struct Reaper(Child);
-impl Drop for Reaper {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn serve_process(dir: &Path, rate: &str) -> (Reaper, u16) {
+fn serve_process(dir: &Path, rate: &str) -> (Reaped, u16) {
     serve_with(dir, &["--rate", rate])
 }
 
@@ -346,7 +338,7 @@ fn serve_log(dir: &Path, port: u16) -> std::path::PathBuf {
 }
 
 /// `flowlab serve --fragments DIR` with more arguments, its log beside DIR.
-fn serve_with(dir: &Path, args: &[&str]) -> (Reaper, u16) {
+fn serve_with(dir: &Path, args: &[&str]) -> (Reaped, u16) {
     let port = support::free_port();
     let log = std::fs::File::create(serve_log(dir, port)).expect("log file");
     let child = flowlab()
@@ -363,7 +355,7 @@ fn serve_with(dir: &Path, args: &[&str]) -> (Reaper, u16) {
         assert!(Instant::now() < deadline, "server did not start");
         std::thread::sleep(Duration::from_millis(20));
     }
-    (Reaper(child), port)
+    (Reaped(child), port)
 }
 
 #[test]
@@ -398,7 +390,7 @@ fn a_client_killed_mid_fetch_resumes_without_refetching_or_corruption() {
     let m = manifest::make(16 << 20, 64, &src).expect("make");
     let (_a, pa) = serve_process(&src, "100M");
     let out = tmp.path().join("out");
-    let mut client = Reaper(
+    let mut client = Reaped(
         flowlab()
             .args(["fetch", "--from", &addr(pa), "--out"])
             .arg(&out)

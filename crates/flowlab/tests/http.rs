@@ -6,20 +6,10 @@ mod support;
 
 use std::io::Read;
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use support::{await_listening, free_ports, usage_error};
-
-/// A `flowlab serve` killed when dropped.
-struct Serving(Child);
-
-impl Drop for Serving {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use support::{Reaped, await_listening, free_ports, usage_error};
 
 /// One listener serves the speed-test endpoints and, given `--metrics` without an
 /// address, the metrics, which count the HTTP transfers too, while the server's own port
@@ -43,7 +33,7 @@ fn serve_http_answers_speed_tests_and_metrics_beside_its_tests() {
         .expect("serve");
     await_listening(port + 1, Some(&mut child), "the HTTP listener");
     await_listening(port, Some(&mut child), "flowlab serve");
-    let mut server = Serving(child);
+    let mut server = Reaped(child);
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(Some(Duration::from_secs(30)))
@@ -177,7 +167,7 @@ fn curl(args: &[&str]) -> (bool, String, String) {
 }
 
 /// A server with `--http` and `tls` flags, its HTTP port, and what it said on starting.
-fn serve_tls(tls: &[&str]) -> (Serving, u16, String) {
+fn serve_tls(tls: &[&str]) -> (Reaped, u16, String) {
     let port = free_ports(2);
     let http = format!("127.0.0.1:{}", port + 1);
     let mut child = Command::new(env!("CARGO_BIN_EXE_flowlab"))
@@ -194,7 +184,7 @@ fn serve_tls(tls: &[&str]) -> (Serving, u16, String) {
     for _ in 0..2 {
         std::io::BufRead::read_line(&mut out, &mut said).expect("a line");
     }
-    (Serving(child), port + 1, said)
+    (Reaped(child), port + 1, said)
 }
 
 /// With a self-signed certificate the same port speaks TLS 1.3 and HTTP/2 (ALPN) to a

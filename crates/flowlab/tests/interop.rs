@@ -863,17 +863,8 @@ fn rcv_timeout_ends_a_test_whose_server_stops_sending() {
         .expect("iperf3 -s");
     await_listening(port, Some(&mut server), "iperf3 -s");
     let pid = server.id() as i32;
-    /// Wakes and kills the stopped server however the test ends.
-    struct Stopped(std::process::Child);
-    impl Drop for Stopped {
-        fn drop(&mut self) {
-            // SAFETY: kill(2) on the child this test started.
-            unsafe { libc::kill(self.0.id() as i32, libc::SIGCONT) };
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let server = Stopped(server);
+    // Woken and killed however the test ends.
+    let server = Reaped(server);
     let stopper = std::thread::spawn(move || {
         // Stopped once its data stream is up (the control connection and one more)
         // and has sent for a moment: what was measured must be kept.

@@ -404,15 +404,6 @@ fn iperf3_options_flowlab_lacks_are_refused_by_name() {
 }
 
 /// The server child, waited for until it listens.
-struct Reaped(std::process::Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn flowlab_server(child: std::process::Child, port: u16) -> Reaped {
     let mut child = Reaped(child);
     await_listening(port, Some(&mut child.0), "the server");

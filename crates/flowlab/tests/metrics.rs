@@ -4,20 +4,12 @@
 
 use std::io::Read;
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use flowlab_testkit::{await_listening, free_ports, promtool_check_metrics, scrape_metrics};
-
-/// A `flowlab serve` killed when dropped.
-struct Serving(Child);
-
-impl Drop for Serving {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use flowlab_testkit::{
+    Reaped, await_listening, free_ports, promtool_check_metrics, scrape_metrics,
+};
 
 /// The value of series `name` (labels as written) in the metrics `text`.
 fn value(text: &str, name: &str) -> f64 {
@@ -66,7 +58,7 @@ fn a_servers_metrics_count_what_its_clients_saw() {
         .expect("serve");
     await_listening(port + 1, Some(&mut child), "the metrics listener");
     await_listening(port, Some(&mut child), "flowlab serve");
-    let mut server = Serving(child);
+    let mut server = Reaped(child);
     // Before any test: every series there, at 0.
     let (status, content_type, before) = scrape_metrics(metrics);
     assert_eq!(status, "HTTP/1.1 200 OK");

@@ -10,24 +10,6 @@ use nix::unistd::Pid;
 use std::time::{Duration, Instant};
 use support::*;
 
-/// A child killed (stopped or not) when the test is done with it or fails.
-struct Reaped(std::process::Child);
-
-impl Reaped {
-    fn pid(&self) -> Pid {
-        Pid::from_raw(i32::try_from(self.0.id()).expect("a process id"))
-    }
-}
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        // A stopped child is continued first, so that it dies of the kill at once.
-        let _ = kill(self.pid(), Signal::SIGCONT);
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn flowlab() -> std::process::Command {
     std::process::Command::new(assert_cmd::cargo::cargo_bin("flowlab"))
 }
@@ -100,8 +82,8 @@ fn paced_into_a_stalled_receiver(direction: Direction, window: bool) -> (u64, u6
         read_all(client.0.stderr.take()),
     );
     let receiver = match direction {
-        Direction::Reverse => client.pid(),
-        _ => server.pid(),
+        Direction::Reverse => Pid::from_raw(client.pid()),
+        _ => Pid::from_raw(server.pid()),
     };
     for _ in 0..3 {
         std::thread::sleep(Duration::from_millis(500));
@@ -188,9 +170,9 @@ fn a_test_whose_every_stream_failed_exits_non_zero() {
     );
     // Data flows by then; stopped five times the user timeout, the stream dies.
     std::thread::sleep(Duration::from_millis(1000));
-    kill(server.pid(), Signal::SIGSTOP).expect("stop the server");
+    kill(Pid::from_raw(server.pid()), Signal::SIGSTOP).expect("stop the server");
     std::thread::sleep(Duration::from_millis(1500));
-    kill(server.pid(), Signal::SIGCONT).expect("continue the server");
+    kill(Pid::from_raw(server.pid()), Signal::SIGCONT).expect("continue the server");
     let status = exit_of(&mut client);
     let (stdout, stderr) = (
         stdout.join().expect("stdout"),
