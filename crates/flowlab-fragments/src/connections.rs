@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::sync::{Mutex, PoisonError};
 
-use flowlab_engine::server::source_key;
+use flowlab_proto::source::source_key;
 
 /// The connections being served.
 #[derive(Debug)]

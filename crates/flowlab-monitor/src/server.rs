@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use flowlab_results::server::{RefusalKind, ServerEvent};
+use flowlab_results::server::{HttpRefusal, RefusalKind, ServerEvent};
 use prometheus::{Encoder, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
 /// The protocols every server serves: their series exist from the start, at 0.
@@ -13,10 +13,6 @@ const PROTOCOLS: [&str; 2] = ["tcp", "udp"];
 
 /// The ways of an HTTP transfer (`serve --http`).
 pub const HTTP_DIRECTIONS: [&str; 2] = ["download", "upload"];
-
-/// Why an HTTP request is refused: busy (503), too_large (413), timeout (408: stalled or
-/// too long), bad (400).
-pub const HTTP_REFUSALS: [&str; 4] = ["busy", "too_large", "timeout", "bad"];
 
 /// What one server did since it started, counted from its events.
 #[derive(Debug)]
@@ -101,8 +97,8 @@ impl ServerMetrics {
         for d in HTTP_DIRECTIONS {
             http_transfers.with_label_values(&[d]);
         }
-        for r in HTTP_REFUSALS {
-            http_refused.with_label_values(&[r]);
+        for r in HttpRefusal::ALL {
+            http_refused.with_label_values(&[r.name()]);
         }
         let build = IntGaugeVec::new(
             Opts::new("flowlab_build_info", "The flowlab that serves (always 1)."),
@@ -168,9 +164,9 @@ impl ServerMetrics {
         self.http_received.inc_by(bytes);
     }
 
-    /// An HTTP request refused (`reason`: one of [`HTTP_REFUSALS`]).
-    pub fn http_refused(&self, reason: &str) {
-        self.http_refused.with_label_values(&[reason]).inc();
+    /// An HTTP request refused.
+    pub fn http_refused(&self, reason: HttpRefusal) {
+        self.http_refused.with_label_values(&[reason.name()]).inc();
     }
 
     /// Counts `event`.

@@ -20,6 +20,7 @@
 //! - [`fragment`]: requests and replies of the fragment service (`serve --fragments`).
 //! - [`probe`]: latency probes (`flowlab ping`) and the server's echo of them.
 //! - [`load`]: load-generating connections (`flowlab rpm`).
+//! - [`source`]: the address a per-source limit counts a peer under.
 
 pub mod auth;
 pub mod cookie;
@@ -31,6 +32,7 @@ pub mod load;
 pub mod params;
 pub mod probe;
 pub mod results;
+pub mod source;
 pub mod state;
 pub mod system;
 pub mod trace;

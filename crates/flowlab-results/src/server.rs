@@ -93,3 +93,48 @@ impl RefusalKind {
         }
     }
 }
+
+/// Why `serve --http` refused a request: [`HttpRefusal::status`] is its answer, and
+/// [`HttpRefusal::name`] the `reason` label of the metrics' HTTP refusal counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HttpRefusal {
+    /// Beyond the transfers the server runs at once, in all or from one address (503).
+    Busy,
+    /// A download asked for, or an upload announced or sent, beyond the bytes one
+    /// request may take (413).
+    TooLarge,
+    /// An upload that stalled or would take longer than one transfer may (408).
+    Timeout,
+    /// A request the endpoint cannot answer: a bad size, a bad `Host` (400).
+    Bad,
+}
+
+impl HttpRefusal {
+    pub const ALL: [HttpRefusal; 4] = [
+        HttpRefusal::Busy,
+        HttpRefusal::TooLarge,
+        HttpRefusal::Timeout,
+        HttpRefusal::Bad,
+    ];
+
+    /// Its name in metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            HttpRefusal::Busy => "busy",
+            HttpRefusal::TooLarge => "too_large",
+            HttpRefusal::Timeout => "timeout",
+            HttpRefusal::Bad => "bad",
+        }
+    }
+
+    /// The HTTP status code that answers it.
+    pub fn status(self) -> u16 {
+        match self {
+            HttpRefusal::Busy => 503,
+            HttpRefusal::TooLarge => 413,
+            HttpRefusal::Timeout => 408,
+            HttpRefusal::Bad => 400,
+        }
+    }
+}

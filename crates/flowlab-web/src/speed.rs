@@ -36,6 +36,8 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use bytes::Bytes;
+use flowlab_proto::source::source_key;
+use flowlab_results::server::HttpRefusal;
 use futures_util::StreamExt;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -50,9 +52,8 @@ pub enum Event {
     Sent(u64),
     /// Bytes of an upload read.
     Received(u64),
-    /// A request refused: `busy` (503), `too_large` (413), `timeout` (408: an upload
-    /// stalled or took too long) or `bad` (400).
-    Refused(&'static str),
+    /// A request refused, and why.
+    Refused(HttpRefusal),
 }
 
 /// Who is told of each [`Event`].
@@ -94,16 +95,6 @@ impl Default for Limits {
 #[derive(Debug, Default)]
 struct Sources {
     counts: std::sync::Mutex<HashMap<IpAddr, usize>>,
-}
-
-impl Sources {
-    /// The address a limit per source counts `ip` under.
-    fn key(ip: IpAddr) -> IpAddr {
-        match ip.to_canonical() {
-            IpAddr::V6(v6) => IpAddr::V6((u128::from(v6) & !((1u128 << 64) - 1)).into()),
-            v4 => v4,
-        }
-    }
 }
 
 /// A transfer's place, one of the server's and one of its source's; both given back
@@ -192,22 +183,24 @@ fn incompressible(n: usize) -> Bytes {
     Bytes::from(out)
 }
 
-/// Why a request is refused: its status, and one line the client can show.
+/// Why a request is refused: its kind (which gives its status), and one line the client
+/// can show.
 #[derive(Debug)]
 struct Refusal {
-    status: StatusCode,
+    kind: HttpRefusal,
     why: String,
 }
 
-fn refuse(status: StatusCode, why: String) -> Refusal {
-    Refusal { status, why }
+fn refuse(kind: HttpRefusal, why: String) -> Refusal {
+    Refusal { kind, why }
 }
 
 impl IntoResponse for Refusal {
     fn into_response(self) -> Response {
-        let mut r = (self.status, format!("{}\n", self.why)).into_response();
+        let status = StatusCode::from_u16(self.kind.status()).expect("a status code");
+        let mut r = (status, format!("{}\n", self.why)).into_response();
         no_store(r.headers_mut());
-        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+        if self.kind == HttpRefusal::Busy {
             r.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
@@ -226,20 +219,14 @@ fn no_store(h: &mut HeaderMap) {
 impl Speed {
     /// The answer that refuses, told to the observer.
     fn refused(&self, r: Refusal) -> Response {
-        let reason = match r.status {
-            StatusCode::SERVICE_UNAVAILABLE => "busy",
-            StatusCode::PAYLOAD_TOO_LARGE => "too_large",
-            StatusCode::REQUEST_TIMEOUT => "timeout",
-            _ => "bad",
-        };
-        (self.observer)(Event::Refused(reason));
+        (self.observer)(Event::Refused(r.kind));
         r.into_response()
     }
 
     /// A transfer's place for a client at `peer`, or the busy answer.
     fn slot(&self, peer: IpAddr) -> Result<Slot, Refusal> {
-        let key = Sources::key(peer);
-        let busy = |why: String| refuse(StatusCode::SERVICE_UNAVAILABLE, why);
+        let key = source_key(peer);
+        let busy = |why: String| refuse(HttpRefusal::Busy, why);
         let mut counts = self
             .sources
             .counts
@@ -324,7 +311,7 @@ impl Speed {
         };
         let too_large = |what: String| {
             Some(refuse(
-                StatusCode::PAYLOAD_TOO_LARGE,
+                HttpRefusal::TooLarge,
                 format!("an upload of {what}: this server takes at most {max} bytes a request"),
             ))
         };
@@ -357,7 +344,7 @@ impl Speed {
                 Ok(Some(Err(_))) => return Err(None),
                 Err(_) if tokio::time::Instant::now() >= deadline => {
                     return Err(Some(refuse(
-                        StatusCode::REQUEST_TIMEOUT,
+                        HttpRefusal::Timeout,
                         format!(
                             "the upload took longer than {:?}, the most this server gives \
                              one ({got} bytes read)",
@@ -367,7 +354,7 @@ impl Speed {
                 }
                 Err(_) => {
                     return Err(Some(refuse(
-                        StatusCode::REQUEST_TIMEOUT,
+                        HttpRefusal::Timeout,
                         format!(
                             "the upload stalled: no byte in {:?} after {got}",
                             self.limits.stall
@@ -414,19 +401,19 @@ fn cloudflare_headers(r: &mut Response, began: Instant) {
 fn bytes_asked(query: &HashMap<String, String>, max: u64) -> Result<u64, Refusal> {
     let Some(text) = query.get("bytes") else {
         return Err(refuse(
-            StatusCode::BAD_REQUEST,
+            HttpRefusal::Bad,
             "no bytes=N: say how many bytes to send".into(),
         ));
     };
     let n: u64 = text.parse().map_err(|_| {
         refuse(
-            StatusCode::BAD_REQUEST,
+            HttpRefusal::Bad,
             format!("bytes={text}: not a number of bytes"),
         )
     })?;
     if n > max {
         return Err(refuse(
-            StatusCode::BAD_REQUEST,
+            HttpRefusal::Bad,
             format!("bytes={n}: this server sends at most {max} a request"),
         ));
     }
@@ -570,6 +557,7 @@ async fn librespeed_ip(
 /// address and scheme the client used: both key sets of Apple's reference server (its
 /// client reads the `https_` ones, others the plain ones).
 async fn rpm_config(
+    State(speed): State<Speed>,
     axum::Extension(crate::Secure(tls)): axum::Extension<crate::Secure>,
     request: axum::extract::Request,
 ) -> Response {
@@ -587,13 +575,12 @@ async fn rpm_config(
                 .map(|a| a.to_string())
         });
     let Some(authority) = authority else {
-        return refuse(
-            StatusCode::BAD_REQUEST,
+        return speed.refused(refuse(
+            HttpRefusal::Bad,
             "no Host (or not HOST[:PORT]): the configuration names this server as the \
              client reached it"
                 .into(),
-        )
-        .into_response();
+        ));
     };
     let scheme = if tls { "https" } else { "http" };
     let url = |path: &str| format!("{scheme}://{authority}/{path}");

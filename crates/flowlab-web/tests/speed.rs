@@ -6,9 +6,11 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use flowlab_web::speed::Limits;
+use flowlab_results::server::HttpRefusal;
+use flowlab_web::speed::{Event, Limits};
 use flowlab_web::{Listener, Routes, Serving};
 
 /// A listener serving the endpoints under `limits`, and its address.
@@ -23,6 +25,20 @@ fn serve_with(limits: Limits, tune: impl FnOnce(Listener) -> Listener) -> (Servi
         .serve(Routes::new().speed_test(limits, None))
         .expect("serve");
     (serving, addr)
+}
+
+/// A listener serving the endpoints under default limits, its address, and the events
+/// they told.
+fn serve_observed() -> (Serving, SocketAddr, Arc<Mutex<Vec<Event>>>) {
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let told = Arc::clone(&events);
+    let listener = Listener::bind(([127, 0, 0, 1], 0).into()).expect("bind");
+    let addr = listener.local_addr().expect("address");
+    let observer = Arc::new(move |e| told.lock().expect("events").push(e));
+    let serving = listener
+        .serve(Routes::new().speed_test(Limits::default(), Some(observer)))
+        .expect("serve");
+    (serving, addr, events)
 }
 
 /// A client that hands 4xx and 5xx answers back rather than failing on them.
@@ -575,10 +591,11 @@ fn a_transfer_takes_at_most_the_limits_time() {
 }
 
 /// The responsiveness configuration names the endpoints at the address the client asked
-/// for, in the clear here (http), and refuses a Host that is no address.
+/// for, in the clear here (http), and refuses a Host that is no address (told as a bad
+/// request).
 #[test]
 fn the_configuration_names_the_server_as_reached() {
-    let (_serving, addr) = serve(Limits::default());
+    let (_serving, addr, events) = serve_observed();
     let ask = |host: &str| {
         let mut c = TcpStream::connect(addr).expect("connect");
         write!(
@@ -602,6 +619,11 @@ fn the_configuration_names_the_server_as_reached() {
         doc["urls"]["https_upload_url"],
         "http://speed.example:8080/slurp"
     );
+    assert_eq!(*events.lock().expect("events"), []);
     let answer = ask("a b\"<x>");
     assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert_eq!(
+        *events.lock().expect("events"),
+        [Event::Refused(HttpRefusal::Bad)]
+    );
 }

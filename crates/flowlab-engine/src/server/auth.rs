@@ -22,7 +22,8 @@ use flowlab_proto::credential::{TICKET_LEN, TICKET_LIFETIME_SECS};
 use rsa::RsaPrivateKey;
 use rsa::traits::PublicKeyParts;
 
-use super::limits::{RateGate, source_key};
+use super::limits::RateGate;
+use flowlab_proto::source::source_key;
 
 /// Tickets held at once; beyond it the one that expires soonest makes room. Tickets are
 /// issued only for tokens that passed, whose rate the budgets bound.

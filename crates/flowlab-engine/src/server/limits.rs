@@ -2,35 +2,14 @@
 //! all and per source), new connections per second per source, and log lines per second.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, Ipv6Addr, TcpStream};
+use std::net::{IpAddr, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use flowlab_proto::source::source_key;
 use flowlab_results::server::ServerEvent;
 
 use super::{ServerLog, Shared};
-
-/// The address a per-source limit counts a connection against: an IPv4 address (also
-/// when seen through an IPv6 socket as `::ffff:a.b.c.d`), or an IPv6 address's /64 — one
-/// site's prefix, so a host cannot slip past a per-source limit by walking the
-/// addresses of its own /64.
-pub fn source_key(ip: IpAddr) -> IpAddr {
-    match canonical(ip) {
-        IpAddr::V6(v6) => {
-            let s = v6.segments();
-            IpAddr::V6(Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
-        }
-        v4 => v4,
-    }
-}
-
-/// An IPv4 address seen through an IPv6 socket (`::ffff:a.b.c.d`) as the IPv4 address.
-pub(super) fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
-        v4 => v4,
-    }
-}
 
 /// The connections in their handshake: how many per source, and each one (a handle to
 /// close it by, its source) in the order they came.
@@ -399,17 +378,6 @@ mod tests {
         fill(&gate, t0);
         assert!(gate.allow_at(newcomer, t0 + Duration::from_secs(10), 1));
         assert_eq!(tracked(&gate), 1);
-    }
-
-    #[test]
-    fn an_ipv6_source_is_its_64_and_a_mapped_ipv4_address_is_itself() {
-        let a: IpAddr = "2001:db8:1:2:aaaa::1".parse().unwrap();
-        let b: IpAddr = "2001:db8:1:2:ffff:1:2:3".parse().unwrap();
-        let c: IpAddr = "2001:db8:1:3::1".parse().unwrap();
-        assert_eq!(source_key(a), source_key(b));
-        assert_ne!(source_key(a), source_key(c));
-        let mapped: IpAddr = "::ffff:192.0.2.7".parse().unwrap();
-        assert_eq!(source_key(mapped), IpAddr::V4(Ipv4Addr::new(192, 0, 2, 7)));
     }
 
     #[test]

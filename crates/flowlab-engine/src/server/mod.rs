@@ -44,8 +44,8 @@ mod streams;
 mod test;
 
 pub use auth::ServerAuth;
-use limits::{Handshake, Handshakes, RateGate, RateLimited, canonical};
-pub use limits::{Place, Places, source_key};
+use limits::{Handshake, Handshakes, RateGate, RateLimited};
+pub use limits::{Place, Places};
 
 /// How the server runs.
 #[derive(Debug, Clone)]
@@ -510,7 +510,7 @@ fn udp_listener(udp: UdpSocket, shared: Arc<Shared>) {
         let Ok(mut waiting) = shared.udp_waiting.lock() else {
             continue;
         };
-        let Some(w) = waiting.get_mut(&canonical(peer.ip())) else {
+        let Some(w) = waiting.get_mut(&peer.ip().to_canonical()) else {
             drop(waiting);
             shared.log.event(ServerEvent::Refused {
                 peer: peer.to_string(),

@@ -11,7 +11,6 @@ use flowlab_proto::{Cookie, State};
 use socket2::SockRef;
 
 use super::error::TestError;
-use super::limits::canonical;
 use super::{Shared, UdpPending};
 use crate::control;
 use crate::sock;
@@ -52,7 +51,7 @@ pub(super) fn collect_streams(
         Protocol::Udp => {
             // One test at a time from an address creates UDP streams (they carry no
             // cookie); tests from other addresses go on meanwhile.
-            let client = canonical(peer.ip());
+            let client = peer.ip().to_canonical();
             let (tx, rx) = mpsc::channel();
             let pending = UdpPending {
                 tx,
