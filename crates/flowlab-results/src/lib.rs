@@ -24,6 +24,7 @@
 //!   time, loss, RTT, …).
 //! - [`study_report`]: a study's report: metrics per cell, failures, comparisons.
 //! - [`units`]: sizes, rates and durations read as people write them.
+//! - [`web`]: what the speed-test page measured, as `flowlab test`'s types.
 
 pub mod diagnose;
 pub mod diagnosis;
@@ -42,3 +43,4 @@ pub mod stats;
 pub mod study;
 pub mod study_report;
 pub mod units;
+pub mod web;

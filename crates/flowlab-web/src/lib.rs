@@ -19,6 +19,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tower::Service;
 
+pub mod page;
 pub mod speed;
 pub mod tls;
 
@@ -58,6 +59,14 @@ impl Routes {
     pub fn speed_test(self, limits: speed::Limits, observer: Option<speed::Observer>) -> Routes {
         Routes {
             router: self.router.merge(speed::routes(limits, observer)),
+        }
+    }
+
+    /// The speed-test page at `/` and the runs it sends ([`page`]); `congestion` is the
+    /// server's default TCP congestion control, said in each run's document.
+    pub fn speed_page(self, congestion: Option<String>) -> Routes {
+        Routes {
+            router: self.router.merge(page::routes(congestion)),
         }
     }
 }

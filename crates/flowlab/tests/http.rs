@@ -1,6 +1,7 @@
-//! `flowlab serve --http`: the speed-test endpoints on a listener of the server's own,
-//! beside its tests and with its metrics on the same listener; and every way of asking
-//! for it wrongly refused, naming the flag.
+//! `flowlab serve --http`: the speed-test page and endpoints on a listener of the
+//! server's own, beside its tests and with its metrics on the same listener; the page
+//! run in headless Chromium; and every way of asking for it wrongly refused, naming the
+//! flag.
 
 mod support;
 
@@ -9,7 +10,7 @@ use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use support::{Reaped, await_listening, free_ports, usage_error};
+use support::{Browser, Reaped, await_listening, free_ports, usage_error};
 
 /// One listener serves the speed-test endpoints and, given `--metrics` without an
 /// address, the metrics, which count the HTTP transfers too, while the server's own port
@@ -106,7 +107,7 @@ fn serve_http_answers_speed_tests_and_metrics_beside_its_tests() {
         .expect("its output");
     assert!(
         said.contains(&format!(
-            "HTTP speed-test endpoints at http://{http}/ (docs/web.md)"
+            "speed test at http://{http}/ and the endpoints of standard clients (docs/web.md)"
         )) && said.contains(&format!("metrics at http://{http}/metrics")),
         "{said}"
     );
@@ -418,5 +419,126 @@ fn tls_flags_without_their_partners_are_refused() {
             "k.pem",
         ],
         "--tls-self-signed",
+    );
+}
+
+/// The speed-test page runs in a real browser against `serve --http`: it loads nothing
+/// from elsewhere and logs nothing, its run reaches the server as a `flowlab.web/1`
+/// document with both directions and both latencies, and what the page shows is that
+/// document's figures, in flowlab's units.
+#[test]
+fn the_speed_test_page_runs_in_headless_chromium() {
+    if !support::require_tool("chromium") {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = free_ports(2);
+    let http = format!("127.0.0.1:{}", port + 1);
+    let child = Command::new(env!("CARGO_BIN_EXE_flowlab"))
+        .args(["serve", "-p", &port.to_string(), "--http", &http])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("serve");
+    let mut server = Reaped(child);
+    await_listening(port + 1, Some(&mut server.0), "serve --http");
+    let browser = Browser::open(
+        &format!("http://{http}/?auto=1&seconds=2&streams=2"),
+        dir.path(),
+        &[],
+    );
+    // Idle probes (2 s), 2 s each way, the result sent: done well within a minute.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let state = loop {
+        let state = browser.eval("document.getElementById('state')?.textContent ?? 'loading'");
+        // Null: the page not there yet (the browser opens on a blank one).
+        let running = [
+            "loading",
+            "Ready.",
+            "Idle latency…",
+            "Download…",
+            "Upload…",
+            "Sending the result…",
+        ];
+        if !state.is_null() && !running.iter().any(|r| state == *r) {
+            break state;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the page did not finish within 60 s: {state}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    assert_eq!(state, "Done.", "console: {:?}", browser.console());
+    assert_eq!(browser.console(), Vec::<String>::new(), "console messages");
+
+    let runs: serde_json::Value = ureq::get(format!("http://{http}/results"))
+        .call()
+        .expect("results")
+        .body_mut()
+        .read_to_string()
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .expect("JSON");
+    let [doc] = runs.as_array().expect("an array").as_slice() else {
+        panic!("one run: {runs}")
+    };
+    let doc: flowlab_results::web::WebResult =
+        serde_json::from_value(doc.clone()).expect("a flowlab.web/1 document");
+    assert_eq!(doc.schema, "flowlab.web/1");
+    assert_eq!((doc.start.streams, doc.start.seconds), (2, 2.0));
+    assert_eq!(doc.start.http_version, "HTTP/1.1");
+    assert!(
+        doc.start.user_agent.contains("HeadlessChrome"),
+        "{:?}",
+        doc.start
+    );
+    let default_cc = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
+        .expect("the default congestion control");
+    assert_eq!(
+        doc.start.congestion_server.as_deref(),
+        Some(default_cc.trim())
+    );
+    let [down, up] = doc.tests.as_slice() else {
+        panic!("download and upload: {:?}", doc.tests)
+    };
+    let received = down.sum.receiver.as_ref().expect("the page received");
+    let sent = up.sum.sender.as_ref().expect("the page sent");
+    for (t, side) in [(down, received), (up, sent)] {
+        // Two seconds' load, one interval a second, bytes as counted.
+        assert!((1.9..3.0).contains(&side.seconds), "{side:?}");
+        assert!(side.bits_per_second > 1e6, "{side:?}");
+        assert!((2..=3).contains(&t.intervals.len()), "{:?}", t.intervals);
+        let counted: u64 = t.intervals.iter().map(|i| i.sums[0].bytes).sum();
+        assert_eq!(counted, side.bytes);
+        assert_eq!(t.latency.protocol, "http");
+        assert_eq!(t.latency.idle.sent, 20);
+        assert_eq!(t.latency.idle.lost, 0);
+        assert!(t.latency.loaded.received >= 5, "{:?}", t.latency.loaded);
+    }
+
+    // What the page shows is the document's figures, as flowlab prints them.
+    let shown = |id: &str| browser.eval(&format!("document.getElementById('{id}').textContent"));
+    let table = shown("table");
+    let table = table.as_str().expect("the table");
+    // The page's port of flowlab's units, held to flowlab-report's own.
+    use flowlab_report::units::{Bytes, Rate, UnitFormat};
+    for (side, end) in [(received, "receiver"), (sent, "sender")] {
+        let rate = format!(" {} ", Rate(side.bits_per_second, UnitFormat::Adaptive));
+        let bytes = format!(" {} ", Bytes(side.bytes, UnitFormat::Adaptive));
+        assert!(
+            table
+                .lines()
+                .any(|l| l.contains(&bytes) && l.contains(&rate) && l.ends_with(end)),
+            "{bytes}, {rate} ({end}) not in:\n{table}"
+        );
+    }
+    assert!(table.contains(&format!(
+        "TCP congestion control: server {}",
+        default_cc.trim()
+    )));
+    assert_eq!(
+        browser.eval("document.getElementById('json').hidden"),
+        serde_json::Value::Bool(false),
+        "the JSON offered for download"
     );
 }

@@ -593,14 +593,17 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
                     max_duration: Duration::from_secs(a.http_max_duration),
                     ..Default::default()
                 };
-                routes = routes.speed_test(limits, observer);
+                let congestion = flowlab_engine::sysinfo::collect().congestion_default;
+                routes = routes.speed_test(limits, observer).speed_page(congestion);
                 let every = if at.ip().is_unspecified() {
                     "every address; "
                 } else {
                     ""
                 };
-                said +=
-                    &format!("HTTP speed-test endpoints at http://{at}/ ({every}docs/web.md)\n");
+                said += &format!(
+                    "speed test at http://{at}/ and the endpoints of standard clients \
+                     ({every}docs/web.md)\n"
+                );
                 if let Some(tls) = &said_tls {
                     said += &format!("TLS on the same port, https://{at}/: {tls}\n");
                 }

@@ -184,3 +184,115 @@ pub fn flowlab_running_in(ns: &str, what: &str) -> usize {
         })
         .count()
 }
+
+/// Headless Chromium (Debian `chromium`) showing one page, killed when dropped; asked
+/// what the page shows over the DevTools protocol. Names other than 127.0.0.1 resolve
+/// to nothing, so a page that reached out would fail (and say so on its console).
+pub struct Browser {
+    _child: Reaped,
+    log: std::path::PathBuf,
+    devtools: u16,
+}
+
+impl Browser {
+    /// Opens `url` with a profile of its own under `dir`, once the browser listens for
+    /// the DevTools protocol (within 30 s). `extra` are more command-line flags.
+    pub fn open(url: &str, dir: &std::path::Path, extra: &[&str]) -> Browser {
+        let log = dir.join("chromium.log");
+        let child = std::process::Command::new("chromium")
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+                "--remote-debugging-port=0",
+                "--enable-logging=stderr",
+                "--v=0",
+                "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+            ])
+            .arg(format!("--user-data-dir={}", dir.join("profile").display()))
+            .args(extra)
+            .arg(url)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("chromium.log"))
+            .spawn()
+            .expect("chromium");
+        let child = Reaped(child);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let devtools = loop {
+            let said = std::fs::read_to_string(&log).unwrap_or_default();
+            let port = said
+                .split("DevTools listening on ws://127.0.0.1:")
+                .nth(1)
+                .and_then(|rest| rest.split('/').next())
+                .and_then(|p| p.parse().ok());
+            if let Some(port) = port {
+                break port;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "chromium did not open its DevTools port within 30 s: {said}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        };
+        Browser {
+            _child: child,
+            log,
+            devtools,
+        }
+    }
+
+    /// The value of `expression` in the page (JSON), by `Runtime.evaluate`.
+    pub fn eval(&self, expression: &str) -> serde_json::Value {
+        let targets: serde_json::Value =
+            ureq::get(format!("http://127.0.0.1:{}/json/list", self.devtools))
+                .call()
+                .expect("DevTools targets")
+                .body_mut()
+                .read_to_string()
+                .ok()
+                .and_then(|t| serde_json::from_str(&t).ok())
+                .expect("DevTools targets JSON");
+        let page = targets
+            .as_array()
+            .and_then(|t| t.iter().find(|t| t["type"] == "page"))
+            .and_then(|t| t["webSocketDebuggerUrl"].as_str())
+            .unwrap_or_else(|| panic!("no page among {targets}"))
+            .to_string();
+        let (mut socket, _) = tungstenite::connect(page).expect("DevTools WebSocket");
+        let ask = serde_json::json!({
+            "id": 1,
+            "method": "Runtime.evaluate",
+            "params": { "expression": expression, "returnByValue": true },
+        });
+        socket
+            .send(tungstenite::Message::text(ask.to_string()))
+            .expect("send");
+        loop {
+            let message = socket.read().expect("DevTools answer");
+            let Ok(text) = message.to_text() else {
+                continue;
+            };
+            let answer: serde_json::Value = serde_json::from_str(text).expect("JSON");
+            if answer["id"] == 1 {
+                let _ = socket.close(None);
+                assert!(
+                    answer["result"]["exceptionDetails"].is_null(),
+                    "{expression}: {answer}"
+                );
+                return answer["result"]["result"]["value"].clone();
+            }
+        }
+    }
+
+    /// What the page wrote to its console (Chromium logs each message on stderr), and
+    /// the loads it refused or failed.
+    pub fn console(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains(":CONSOLE"))
+            .map(String::from)
+            .collect()
+    }
+}

@@ -1,0 +1,182 @@
+//! The speed-test page at `/`: download, upload and latency (idle and under load) run
+//! by the browser against [`speed`](crate::speed)'s endpoints, every file served from
+//! here (no other origin: the page works offline on a LAN). The page sends what it
+//! measured to `POST /results`, which answers the document of schema `flowlab.web/1`
+//! (`flowlab_results::web`: `flowlab test`'s own intervals, totals and latency); the
+//! page shows that document and offers it for download. `GET /results` gives back the
+//! runs sent from the asker's own address (IPv6: its /64), newest last.
+
+use std::collections::VecDeque;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+
+use axum::extract::{ConnectInfo, DefaultBodyLimit, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use bytes::Bytes;
+use flowlab_proto::source::source_key;
+use flowlab_results::web::{BrowserRun, WebResult, WebStart};
+
+/// The page, its script and its style, built into the binary.
+const INDEX: &str = include_str!("../assets/index.html");
+const SCRIPT: &str = include_str!("../assets/speed.js");
+const STYLE: &str = include_str!("../assets/speed.css");
+
+/// Runs kept for `GET /results` (and the live view): the newest, from any address.
+const KEPT: usize = 64;
+
+/// Bytes a run's document may take: an hour's intervals and probes fit.
+const MAX_RUN_BYTES: usize = 4 << 20;
+
+/// Where the page may load from and connect to: this server only. Inline scripts and
+/// styles are refused too, so that nothing but the served files runs.
+const POLICY: &str = "default-src 'self'; img-src 'self' data:; base-uri 'none'; \
+                      form-action 'none'; frame-ancestors 'none'";
+
+#[derive(Clone)]
+struct Page {
+    recent: Arc<Mutex<VecDeque<(IpAddr, WebResult)>>>,
+    congestion: Option<String>,
+}
+
+/// The page's routes. `congestion` is the server's default TCP congestion control, said
+/// in each run's document (it governs the downloads, which this server sends).
+pub fn routes(congestion: Option<String>) -> axum::Router {
+    let page = Page {
+        recent: Arc::new(Mutex::new(VecDeque::with_capacity(KEPT))),
+        congestion,
+    };
+    axum::Router::new()
+        .route(
+            "/",
+            get(|| async { file(INDEX, "text/html; charset=utf-8") }),
+        )
+        .route(
+            "/speed.js",
+            get(|| async { file(SCRIPT, "text/javascript; charset=utf-8") }),
+        )
+        .route(
+            "/speed.css",
+            get(|| async { file(STYLE, "text/css; charset=utf-8") }),
+        )
+        .route("/results", get(own_results).post(post_result))
+        .layer(DefaultBodyLimit::max(MAX_RUN_BYTES))
+        .with_state(page)
+}
+
+fn file(body: &'static str, content_type: &'static str) -> Response {
+    let mut r = ([(header::CONTENT_TYPE, content_type)], body).into_response();
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(POLICY),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    // Cross-origin isolated: the browser's clock then reads to 5 µs rather than 100 µs,
+    // which a round trip on a LAN needs.
+    h.insert(
+        "cross-origin-opener-policy",
+        HeaderValue::from_static("same-origin"),
+    );
+    h.insert(
+        "cross-origin-embedder-policy",
+        HeaderValue::from_static("require-corp"),
+    );
+    // A new flowlab may serve a new page: the browser asks again each time.
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    r
+}
+
+fn json(status: StatusCode, body: Vec<u8>) -> Response {
+    let mut r = (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        Bytes::from(body),
+    )
+        .into_response();
+    r.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
+
+fn refused(why: String) -> Response {
+    let body = serde_json::to_vec(&serde_json::json!({ "error": why })).unwrap_or_default();
+    json(StatusCode::BAD_REQUEST, body)
+}
+
+async fn post_result(
+    State(page): State<Page>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    axum::Extension(crate::Secure(secure)): axum::Extension<crate::Secure>,
+    request: axum::extract::Request,
+) -> Response {
+    let version = format!("{:?}", request.version());
+    let user_agent = header_text(request.headers(), header::USER_AGENT);
+    let body = match axum::body::to_bytes(request.into_body(), MAX_RUN_BYTES).await {
+        Ok(b) => b,
+        Err(e) => return refused(format!("the run's document: {e}")),
+    };
+    let run: BrowserRun = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => return refused(format!("the run's document: {e}")),
+    };
+    let start = WebStart {
+        timestamp: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        flowlab_version: env!("CARGO_PKG_VERSION").into(),
+        client: peer.ip().to_canonical().to_string(),
+        user_agent,
+        http_version: version,
+        secure,
+        congestion_server: page.congestion.clone(),
+        streams: run.streams,
+        seconds: run.seconds,
+    };
+    let doc = match run.judge(start) {
+        Ok(d) => d,
+        Err(e) => return refused(format!("the run's document: {e}")),
+    };
+    let body = serde_json::to_vec_pretty(&doc).unwrap_or_default();
+    let mut recent = page.recent.lock().unwrap_or_else(|e| e.into_inner());
+    if recent.len() == KEPT {
+        recent.pop_front();
+    }
+    recent.push_back((source_key(peer.ip()), doc));
+    json(StatusCode::OK, body)
+}
+
+async fn own_results(
+    State(page): State<Page>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+) -> Response {
+    let me = source_key(peer.ip());
+    let recent = page.recent.lock().unwrap_or_else(|e| e.into_inner());
+    let own: Vec<&WebResult> = recent
+        .iter()
+        .filter(|(from, _)| *from == me)
+        .map(|(_, doc)| doc)
+        .collect();
+    json(
+        StatusCode::OK,
+        serde_json::to_vec_pretty(&own).unwrap_or_default(),
+    )
+}
+
+fn header_text(headers: &HeaderMap, name: header::HeaderName) -> String {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .chars()
+        .take(256)
+        .collect()
+}
