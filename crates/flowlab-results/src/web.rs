@@ -22,6 +22,10 @@ const MAX_ITEMS: usize = 36_000;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BrowserRun {
+    /// The id its uploads named (`/__up?run=ID`), by which the server counted what
+    /// arrived.
+    #[serde(default)]
+    pub run: Option<String>,
     /// Concurrent transfers each way.
     pub streams: u32,
     /// Seconds each direction was asked to run.
@@ -91,7 +95,8 @@ pub struct WebStart {
 pub struct WebTest {
     pub direction: StreamDirection,
     pub intervals: Vec<Interval>,
-    /// The page's totals: as the receiver of a download, as the sender of an upload.
+    /// The page's totals: as the receiver of a download, as the sender of an upload;
+    /// and of an upload, what the server received of it.
     pub sum: EndSum,
     /// Idle and loaded round trips (protocol `http`).
     pub latency: TestLatency,
@@ -127,8 +132,9 @@ pub const TIMESTAMPS: &str = "browser: performance.now() around each request; th
                               browser gives it";
 
 impl BrowserRun {
-    /// The document of this run, or the first field that cannot be one.
-    pub fn judge(self, start: WebStart) -> Result<WebResult, BadRun> {
+    /// The document of this run, or the first field that cannot be one. `received`:
+    /// the bytes of its uploads the server received, when it counted them.
+    pub fn judge(self, start: WebStart, received: Option<u64>) -> Result<WebResult, BadRun> {
         if self.streams == 0 || self.streams > 64 {
             return Err(bad("streams", format!("{} (1 to 64)", self.streams)));
         }
@@ -141,10 +147,12 @@ impl BrowserRun {
         ]
         .into_iter()
         .map(|(direction, name, t)| {
+            let received = received.filter(|_| direction == StreamDirection::Up);
             transfer(
                 direction,
                 name,
                 t,
+                received,
                 idle.clone(),
                 self.probe_interval_seconds,
             )
@@ -205,6 +213,7 @@ fn transfer(
     direction: StreamDirection,
     name: &str,
     t: BrowserTransfer,
+    received: Option<u64>,
     idle: Vec<Probe>,
     probe_interval: f64,
 ) -> Result<WebTest, BadRun> {
@@ -277,8 +286,13 @@ fn transfer(
         },
         StreamDirection::Up => EndSum {
             direction,
+            receiver: received.map(|bytes| SideTotals {
+                bytes,
+                seconds: total,
+                bits_per_second: bytes as f64 * 8.0 / total,
+                ..SideTotals::default()
+            }),
             sender: Some(totals),
-            receiver: None,
         },
     };
     let mut latency = TestLatency::of(1, probe_interval, TIMESTAMPS, idle, loaded);
@@ -312,7 +326,7 @@ mod tests {
     fn run(json: &str) -> Result<WebResult, BadRun> {
         serde_json::from_str::<BrowserRun>(json)
             .expect("a run")
-            .judge(start())
+            .judge(start(), Some(2_000_000))
     }
 
     const RUN: &str = r#"{
@@ -356,6 +370,11 @@ mod tests {
         assert_eq!(
             up.sum.sender.as_ref().map(|s| s.bits_per_second),
             Some(10e6)
+        );
+        // What the server received of the upload, over the same time.
+        assert_eq!(
+            up.sum.receiver.as_ref().map(|s| s.bits_per_second),
+            Some(8e6)
         );
         assert!(up.latency.loaded.rtt.is_none());
         assert_eq!(up.latency.queue_building, None);

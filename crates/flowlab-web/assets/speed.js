@@ -40,6 +40,15 @@ const pad = (s, n) => String(s).padStart(n);
 
 let probeSeq = 0;
 
+// This run's id, named by its uploads so that the server can say what of them arrived.
+// (crypto.randomUUID needs a secure context; a LAN page over http is not one.)
+function newRunId() {
+  const b = new Uint8Array(12);
+  crypto.getRandomValues(b);
+  return Array.from(b, (x) => x.toString(16).padStart(2, '0')).join('');
+}
+let runId = '';
+
 // One round trip: GET /small (one byte, never cached). The time from the request sent
 // to the first byte back (Resource Timing) where the browser gives it, else the time
 // around the whole fetch.
@@ -127,7 +136,7 @@ function uploadOnce(meter, body, signal) {
     const xhr = new XMLHttpRequest();
     let counted = 0;
     const count = (loaded) => { meter.add(loaded - counted); counted = loaded; };
-    xhr.open('POST', '/__up');
+    xhr.open('POST', '/__up?run=' + runId);
     xhr.upload.onprogress = (e) => count(e.loaded);
     xhr.upload.onload = () => count(body.size);
     xhr.onload = () => (xhr.status === 200 ? resolve()
@@ -237,10 +246,11 @@ function table(doc) {
   const lines = [];
   lines.push('[ ID] Dir  Interval           Transfer     Bitrate');
   for (const t of doc.tests) {
-    const side = t.sum.receiver ? ['receiver', t.sum.receiver] : ['sender', t.sum.sender];
-    const s = side[1];
-    lines.push('[SUM] ' + t.direction.padEnd(4) + ' ' + pad('0.00', 6) + '-' + s.seconds.toFixed(2).padEnd(6) +
-      '  sec  ' + pad(size(s.bytes), 12) + '  ' + pad(rate(s.bits_per_second), 15) + '  ' + side[0]);
+    for (const [end, s] of [['sender', t.sum.sender], ['receiver', t.sum.receiver]]) {
+      if (!s) continue;
+      lines.push('[SUM] ' + t.direction.padEnd(4) + ' ' + pad('0.00', 6) + '-' + s.seconds.toFixed(2).padEnd(6) +
+        '  sec  ' + pad(size(s.bytes), 12) + '  ' + pad(rate(s.bits_per_second), 15) + '  ' + end);
+    }
   }
   const l = doc.tests[0].latency;
   lines.push('Latency: HTTP round trips (GET /small) every ' + l.interval_seconds + ' s');
@@ -287,6 +297,7 @@ async function run() {
   $('streams').value = streams;
   $('go').disabled = true;
   $('json').hidden = true;
+  runId = newRunId();
   $('table').textContent = '';
   for (const k of ['down', 'up', 'idle', 'downRtt', 'upRtt']) chart[k] = [];
   for (const id of ['down', 'up', 'idle', 'loaded']) $(id).textContent = '–';
@@ -316,12 +327,13 @@ async function run() {
     say('Sending the result…');
     const strip = (t) => ({ seconds: t.seconds, bytes: t.bytes, intervals: t.intervals, probes: t.probes });
     const doc = await post({
-      streams, seconds, probe_interval_seconds: PROBE_EVERY_MS / 1000, idle,
+      run: runId, streams, seconds, probe_interval_seconds: PROBE_EVERY_MS / 1000, idle,
       download: strip(down), upload: strip(up),
     });
     const [d, u] = doc.tests;
     $('down').textContent = rate(d.sum.receiver.bits_per_second);
-    $('up').textContent = rate(u.sum.sender.bits_per_second);
+    // What arrived, where the server counted it; else what the browser sent.
+    $('up').textContent = rate((u.sum.receiver || u.sum.sender).bits_per_second);
     const median = (s) => (s.rtt ? s.rtt.median_ms : null);
     $('idle').textContent = ms(median(d.latency.idle));
     $('loaded').textContent = ms(Math.max(median(d.latency.loaded) ?? 0, median(u.latency.loaded) ?? 0));

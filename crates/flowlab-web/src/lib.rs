@@ -54,20 +54,21 @@ impl Routes {
         }
     }
 
-    /// The speed-test endpoints standard clients use ([`speed`]), under `limits`,
-    /// telling `observer` what they do.
-    pub fn speed_test(self, limits: speed::Limits, observer: Option<speed::Observer>) -> Routes {
-        Routes {
-            router: self.router.merge(speed::routes(limits, observer)),
-        }
-    }
-
-    /// The speed-test page at `/` and the runs it sends ([`page`]); `congestion` is the
-    /// server's default TCP congestion control, said in each run's document.
-    pub fn speed_page(self, congestion: Option<String>) -> Routes {
-        Routes {
-            router: self.router.merge(page::routes(congestion)),
-        }
+    /// The speed-test page at `/` ([`page`]) and the endpoints it and standard clients
+    /// use ([`speed`]), under `limits`, telling `observer` what they do. `congestion` is
+    /// the server's default TCP congestion control, said in each page run's document.
+    pub fn speed_test(
+        self,
+        limits: speed::Limits,
+        observer: Option<speed::Observer>,
+        congestion: Option<String>,
+    ) -> Routes {
+        let tally = speed::Tally::default();
+        let router = self
+            .router
+            .merge(speed::routes(limits, observer, tally.clone()))
+            .merge(page::routes(congestion, tally));
+        Routes { router }
     }
 }
 

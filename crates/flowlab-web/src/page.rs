@@ -18,6 +18,8 @@ use bytes::Bytes;
 use flowlab_proto::source::source_key;
 use flowlab_results::web::{BrowserRun, WebResult, WebStart};
 
+use crate::speed::Tally;
+
 /// The page, its script and its style, built into the binary.
 const INDEX: &str = include_str!("../assets/index.html");
 const SCRIPT: &str = include_str!("../assets/speed.js");
@@ -38,34 +40,35 @@ const POLICY: &str = "default-src 'self'; img-src 'self' data:; base-uri 'none';
 struct Page {
     recent: Arc<Mutex<VecDeque<(IpAddr, WebResult)>>>,
     congestion: Option<String>,
+    tally: Tally,
 }
 
 /// The page's routes. `congestion` is the server's default TCP congestion control, said
 /// in each run's document (it governs the downloads, which this server sends).
-pub fn routes(congestion: Option<String>) -> axum::Router {
+pub(crate) fn routes(congestion: Option<String>, tally: Tally) -> axum::Router {
     let page = Page {
         recent: Arc::new(Mutex::new(VecDeque::with_capacity(KEPT))),
         congestion,
+        tally,
     };
     axum::Router::new()
-        .route(
-            "/",
-            get(|| async { file(INDEX, "text/html; charset=utf-8") }),
-        )
+        .route("/", serve_file(INDEX, "text/html; charset=utf-8"))
         .route(
             "/speed.js",
-            get(|| async { file(SCRIPT, "text/javascript; charset=utf-8") }),
+            serve_file(SCRIPT, "text/javascript; charset=utf-8"),
         )
-        .route(
-            "/speed.css",
-            get(|| async { file(STYLE, "text/css; charset=utf-8") }),
-        )
+        .route("/speed.css", serve_file(STYLE, "text/css; charset=utf-8"))
         .route("/results", get(own_results).post(post_result))
         .layer(DefaultBodyLimit::max(MAX_RUN_BYTES))
         .with_state(page)
 }
 
-fn file(body: &'static str, content_type: &'static str) -> Response {
+fn file(
+    body: &'static str,
+    content_type: &'static str,
+    secure: bool,
+    headers: &HeaderMap,
+) -> Response {
     let mut r = ([(header::CONTENT_TYPE, content_type)], body).into_response();
     let h = r.headers_mut();
     h.insert(
@@ -80,19 +83,43 @@ fn file(body: &'static str, content_type: &'static str) -> Response {
         header::REFERRER_POLICY,
         HeaderValue::from_static("no-referrer"),
     );
-    // Cross-origin isolated: the browser's clock then reads to 5 µs rather than 100 µs,
-    // which a round trip on a LAN needs.
-    h.insert(
-        "cross-origin-opener-policy",
-        HeaderValue::from_static("same-origin"),
-    );
-    h.insert(
-        "cross-origin-embedder-policy",
-        HeaderValue::from_static("require-corp"),
-    );
+    // Cross-origin isolated, the browser's clock reads to 5 µs rather than 100 µs,
+    // which a round trip on a LAN needs. Browsers isolate only a trustworthy origin
+    // (https, or loopback), and say so on the console for any other.
+    if secure || loopback(headers) {
+        h.insert(
+            "cross-origin-opener-policy",
+            HeaderValue::from_static("same-origin"),
+        );
+        h.insert(
+            "cross-origin-embedder-policy",
+            HeaderValue::from_static("require-corp"),
+        );
+    }
     // A new flowlab may serve a new page: the browser asks again each time.
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     r
+}
+
+/// The page was asked for by a loopback name (`localhost`, `127.0.0.1`, `[::1]`).
+fn loopback(headers: &HeaderMap) -> bool {
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .and_then(|h| h.parse::<axum::http::uri::Authority>().ok());
+    host.is_some_and(|a| {
+        let name = a.host().trim_start_matches('[').trim_end_matches(']');
+        name.eq_ignore_ascii_case("localhost")
+            || name.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+    })
+}
+
+/// A GET route answering one of the page's files.
+fn serve_file(body: &'static str, content_type: &'static str) -> axum::routing::MethodRouter<Page> {
+    get(
+        move |axum::Extension(crate::Secure(secure)): axum::Extension<crate::Secure>,
+              headers: HeaderMap| async move { file(body, content_type, secure, &headers) },
+    )
 }
 
 fn json(status: StatusCode, body: Vec<u8>) -> Response {
@@ -141,7 +168,12 @@ async fn post_result(
         streams: run.streams,
         seconds: run.seconds,
     };
-    let doc = match run.judge(start) {
+    let received = run
+        .run
+        .as_deref()
+        .and_then(crate::speed::run_id)
+        .and_then(|id| page.tally.take(peer.ip(), id));
+    let doc = match run.judge(start, received) {
         Ok(d) => d,
         Err(e) => return refused(format!("the run's document: {e}")),
     };

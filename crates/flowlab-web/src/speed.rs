@@ -132,6 +132,42 @@ struct Speed {
     transfers: Arc<Semaphore>,
     sources: Arc<Sources>,
     observer: Observer,
+    tally: Tally,
+}
+
+/// The bytes the server received of each page run's uploads (`POST /__up?run=ID`), by
+/// the sender's source and the run's id: what the page's result gives as the upload's
+/// receiver. At most [`TALLIES`] runs are counted at once; a run's count is taken when
+/// its result arrives.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Tally(Arc<std::sync::Mutex<HashMap<(IpAddr, String), u64>>>);
+
+/// Page runs whose uploads are counted at once: beyond it, the oldest-looking is dropped.
+const TALLIES: usize = 1024;
+
+impl Tally {
+    fn add(&self, source: IpAddr, run: &str, n: u64) {
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (source_key(source), run.to_string());
+        if !m.contains_key(&key) && m.len() >= TALLIES {
+            if let Some(any) = m.keys().next().cloned() {
+                m.remove(&any);
+            }
+        }
+        *m.entry(key).or_default() += n;
+    }
+
+    /// The bytes counted for run `run` from `source`, forgotten once taken.
+    pub(crate) fn take(&self, source: IpAddr, run: &str) -> Option<u64> {
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        m.remove(&(source_key(source), run.to_string()))
+    }
+}
+
+/// A page run's id as its uploads name it: 1 to 64 letters and digits.
+pub(crate) fn run_id(text: &str) -> Option<&str> {
+    let ok = (1..=64).contains(&text.len()) && text.bytes().all(|b| b.is_ascii_alphanumeric());
+    ok.then_some(text)
 }
 
 impl std::fmt::Debug for Speed {
@@ -143,8 +179,9 @@ impl std::fmt::Debug for Speed {
 }
 
 /// The endpoints, under `limits`, telling `observer` what they do.
-pub fn routes(limits: Limits, observer: Option<Observer>) -> axum::Router {
+pub(crate) fn routes(limits: Limits, observer: Option<Observer>, tally: Tally) -> axum::Router {
     let speed = Speed {
+        tally,
         limits,
         chunk: incompressible(CHUNK),
         transfers: Arc::new(Semaphore::new(limits.max_transfers)),
@@ -300,6 +337,7 @@ impl Speed {
     async fn upload(
         &self,
         peer: IpAddr,
+        run: Option<&str>,
         headers: &HeaderMap,
         body: Body,
         bounded: bool,
@@ -335,6 +373,9 @@ impl Speed {
                 Ok(Some(Ok(data))) => {
                     got += data.len() as u64;
                     (self.observer)(Event::Received(data.len() as u64));
+                    if let Some(run) = run {
+                        self.tally.add(peer, run, data.len() as u64);
+                    }
                     if got > max {
                         return Err(too_large(format!("more than {max} bytes")));
                     }
@@ -440,10 +481,13 @@ async fn cloudflare_down(
 async fn cloudflare_up(
     State(speed): State<Speed>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Query(query): Query<HashMap<String, String>>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let mut r = speed.uploaded(speed.upload(peer.ip(), &headers, body, true).await);
+    // The speed-test page names its run, so that its result can say what arrived.
+    let run = query.get("run").and_then(|r| run_id(r));
+    let mut r = speed.uploaded(speed.upload(peer.ip(), run, &headers, body, true).await);
     // The server's own time is what follows the body's last byte.
     cloudflare_headers(&mut r, Instant::now());
     r
@@ -507,7 +551,7 @@ async fn librespeed_empty(
     let mut r = if axum::body::HttpBody::size_hint(&body).exact() == Some(0) {
         speed.uploaded(Ok(0))
     } else {
-        speed.uploaded(speed.upload(peer.ip(), &headers, body, true).await)
+        speed.uploaded(speed.upload(peer.ip(), None, &headers, body, true).await)
     };
     librespeed_cors(&mut r, &query);
     r
@@ -630,5 +674,5 @@ async fn rpm_slurp(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    speed.uploaded(speed.upload(peer.ip(), &headers, body, false).await)
+    speed.uploaded(speed.upload(peer.ip(), None, &headers, body, false).await)
 }

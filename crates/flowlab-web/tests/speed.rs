@@ -22,7 +22,7 @@ fn serve_with(limits: Limits, tune: impl FnOnce(Listener) -> Listener) -> (Servi
     let listener = tune(Listener::bind(([127, 0, 0, 1], 0).into()).expect("bind"));
     let addr = listener.local_addr().expect("address");
     let serving = listener
-        .serve(Routes::new().speed_test(limits, None))
+        .serve(Routes::new().speed_test(limits, None, None))
         .expect("serve");
     (serving, addr)
 }
@@ -36,7 +36,7 @@ fn serve_observed() -> (Serving, SocketAddr, Arc<Mutex<Vec<Event>>>) {
     let addr = listener.local_addr().expect("address");
     let observer = Arc::new(move |e| told.lock().expect("events").push(e));
     let serving = listener
-        .serve(Routes::new().speed_test(Limits::default(), Some(observer)))
+        .serve(Routes::new().speed_test(Limits::default(), Some(observer), None))
         .expect("serve");
     (serving, addr, events)
 }
@@ -498,7 +498,7 @@ fn one_address_holds_at_most_its_share_of_the_transfers() {
     let listener = Listener::bind("[::]:0".parse().expect("address")).expect("bind");
     let port = listener.local_addr().expect("address").port();
     let _serving = listener
-        .serve(Routes::new().speed_test(limits, None))
+        .serve(Routes::new().speed_test(limits, None, None))
         .expect("serve");
     let agent = client();
     let mut held = agent

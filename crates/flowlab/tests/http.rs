@@ -503,6 +503,13 @@ fn the_speed_test_page_runs_in_headless_chromium() {
     };
     let received = down.sum.receiver.as_ref().expect("the page received");
     let sent = up.sum.sender.as_ref().expect("the page sent");
+    // The server counted what arrived of the page's uploads: no more than the browser
+    // handed to its network stack.
+    let arrived = up.sum.receiver.as_ref().expect("the server received");
+    assert!(
+        arrived.bytes > 0 && arrived.bytes <= sent.bytes,
+        "{arrived:?} of {sent:?}"
+    );
     for (t, side) in [(down, received), (up, sent)] {
         // Two seconds' load, one interval a second, bytes as counted.
         assert!((1.9..3.0).contains(&side.seconds), "{side:?}");
@@ -522,7 +529,11 @@ fn the_speed_test_page_runs_in_headless_chromium() {
     let table = table.as_str().expect("the table");
     // The page's port of flowlab's units, held to flowlab-report's own.
     use flowlab_report::units::{Bytes, Rate, UnitFormat};
-    for (side, end) in [(received, "receiver"), (sent, "sender")] {
+    for (side, end) in [
+        (received, "receiver"),
+        (sent, "sender"),
+        (arrived, "receiver"),
+    ] {
         let rate = format!(" {} ", Rate(side.bits_per_second, UnitFormat::Adaptive));
         let bytes = format!(" {} ", Bytes(side.bytes, UnitFormat::Adaptive));
         assert!(

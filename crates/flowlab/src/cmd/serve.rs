@@ -594,7 +594,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
                     ..Default::default()
                 };
                 let congestion = flowlab_engine::sysinfo::collect().congestion_default;
-                routes = routes.speed_test(limits, observer).speed_page(congestion);
+                routes = routes.speed_test(limits, observer, congestion);
                 let every = if at.ip().is_unspecified() {
                     "every address; "
                 } else {
