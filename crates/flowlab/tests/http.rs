@@ -553,3 +553,141 @@ fn the_speed_test_page_runs_in_headless_chromium() {
         "the JSON offered for download"
     );
 }
+
+/// On an emulated 30 Mbit/s link, the page in a browser at one end measures what
+/// `flowlab test` measures between the same hosts, within 10 %: its download against
+/// `-R`'s receiver, what arrived of its upload against the upload's receiver (both with
+/// four transfers at once, five seconds each way); under cubic and under bbr, each the
+/// default of both hosts (the browser cannot choose), as the result says.
+#[test]
+fn the_page_agrees_with_flowlab_test_on_an_emulated_30_mbit_link() {
+    if !support::is_root_with_ip("the page's link is emulated in namespaces")
+        || !support::require_tool("chromium")
+    {
+        return;
+    }
+    let _machine = support::machine_shared();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let topology = "name = \"tpage\"\nhosts = [\"c\", \"s\"]\n[[link]]\nends = [\"c\", \"s\"]\nrate = \"30M\"\n";
+    let _down = support::net_up(dir.path(), "tpage", topology);
+    for cc in ["cubic", "bbr"] {
+        let profile = dir.path().join(cc);
+        std::fs::create_dir(&profile).expect("a profile directory");
+        page_against_flowlab_test(("fl-tpage-c", "fl-tpage-s"), cc, &profile);
+    }
+}
+
+/// One run of the page and of `flowlab test` each way, from `hosts.0` to a server at
+/// `hosts.1`, both hosts' default congestion control `cc`.
+fn page_against_flowlab_test(hosts: (&str, &str), cc: &str, dir: &std::path::Path) {
+    let (client, server) = hosts;
+    for ns in [client, server] {
+        let set = Command::new("ip")
+            .args(["netns", "exec", ns, "sysctl", "-qw"])
+            .arg(format!("net.ipv4.tcp_congestion_control={cc}"))
+            .status()
+            .expect("sysctl");
+        assert!(set.success(), "{ns}: the default congestion control {cc}");
+    }
+    let flowlab = env!("CARGO_BIN_EXE_flowlab");
+    let _serving = Reaped(
+        Command::new("ip")
+            .args(["netns", "exec", server, flowlab, "serve", "-p", "5201"])
+            .args(["--http", "8080"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("serve"),
+    );
+    support::in_netns(Some(client), || {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect("10.0.1.2:8080").is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "serve --http did not listen"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    });
+
+    let browser = Browser::open_in(
+        Some(client),
+        "http://10.0.1.2:8080/?auto=1&seconds=5&streams=4",
+        dir,
+        &[],
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let state = browser.eval("document.getElementById('state')?.textContent ?? ''");
+        if state == "Done." {
+            break;
+        }
+        assert!(
+            !state.as_str().unwrap_or_default().starts_with("Failed")
+                && std::time::Instant::now() < deadline,
+            "{cc}: {state}; console: {:?}",
+            browser.console()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert_eq!(browser.console(), Vec::<String>::new(), "console messages");
+    let runs = support::in_netns(Some(client), || {
+        ureq::get("http://10.0.1.2:8080/results")
+            .call()
+            .expect("results")
+            .body_mut()
+            .read_to_string()
+            .expect("results")
+    });
+    let runs: Vec<flowlab_results::web::WebResult> = serde_json::from_str(&runs).expect("JSON");
+    let [doc] = runs.as_slice() else {
+        panic!("one run: {runs:?}")
+    };
+    assert_eq!(doc.start.congestion_server.as_deref(), Some(cc));
+    let page_down = doc.tests[0]
+        .sum
+        .receiver
+        .as_ref()
+        .expect("download")
+        .bits_per_second;
+    let page_up = doc.tests[1]
+        .sum
+        .receiver
+        .as_ref()
+        .expect("upload")
+        .bits_per_second;
+
+    let test = |reverse: bool| {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", client, flowlab, "test", "10.0.1.2"])
+            .args(["-p", "5201", "-t", "5", "-P", "4", "-J"]);
+        if reverse {
+            c.arg("-R");
+        }
+        let out = c.output().expect("flowlab test");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        assert_eq!(doc["end"]["congestion_remote"], cc);
+        doc["end"]["sums"][0]["receiver"]["bits_per_second"]
+            .as_f64()
+            .expect("the receiver's rate")
+    };
+    let (test_down, test_up) = (test(true), test(false));
+    for (what, page, flowlab) in [
+        ("download", page_down, test_down),
+        ("upload", page_up, test_up),
+    ] {
+        let off = (page - flowlab).abs() / flowlab;
+        let said = format!(
+            "{cc}, {what}: the page {:.2} Mbit/s, flowlab test {:.2} Mbit/s ({:.1} % apart)",
+            page / 1e6,
+            flowlab / 1e6,
+            off * 100.0
+        );
+        assert!(off <= 0.10, "{said}");
+        eprintln!("{said}");
+    }
+}

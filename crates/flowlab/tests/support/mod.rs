@@ -186,20 +186,64 @@ pub fn flowlab_running_in(ns: &str, what: &str) -> usize {
 }
 
 /// Headless Chromium (Debian `chromium`) showing one page, killed when dropped; asked
-/// what the page shows over the DevTools protocol. Names other than 127.0.0.1 resolve
-/// to nothing, so a page that reached out would fail (and say so on its console).
+/// what the page shows over the DevTools protocol. Names other than 127.0.0.1 and the
+/// page's own host resolve to nothing, so a page that reached out would fail (and say
+/// so on its console).
 pub struct Browser {
     _child: Reaped,
     log: std::path::PathBuf,
     devtools: u16,
+    /// The network namespace it runs in (`None`: the test's own).
+    netns: Option<String>,
+}
+
+/// `f()` on a thread of its own inside network namespace `ns` (`None`: here), so that
+/// its sockets are that namespace's.
+pub fn in_netns<T: Send + 'static>(ns: Option<&str>, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let Some(ns) = ns else {
+        return f();
+    };
+    let path = format!("/run/netns/{ns}");
+    std::thread::spawn(move || {
+        let fd = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        nix::sched::setns(&fd, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
+        f()
+    })
+    .join()
+    .expect("the namespace's thread")
 }
 
 impl Browser {
     /// Opens `url` with a profile of its own under `dir`, once the browser listens for
     /// the DevTools protocol (within 30 s). `extra` are more command-line flags.
     pub fn open(url: &str, dir: &std::path::Path, extra: &[&str]) -> Browser {
+        Browser::open_in(None, url, dir, extra)
+    }
+
+    /// The same, in network namespace `netns` (`ip netns exec`).
+    pub fn open_in(
+        netns: Option<&str>,
+        url: &str,
+        dir: &std::path::Path,
+        extra: &[&str],
+    ) -> Browser {
         let log = dir.join("chromium.log");
-        let child = std::process::Command::new("chromium")
+        // The page's own host is the one other name that resolves (an address too is
+        // mapped, unless excluded).
+        let host = url
+            .split("://")
+            .nth(1)
+            .and_then(|rest| rest.split(['/', ':']).next())
+            .expect("a URL with a host");
+        let mut command = match netns {
+            Some(ns) => {
+                let mut c = std::process::Command::new("ip");
+                c.args(["netns", "exec", ns, "chromium"]);
+                c
+            }
+            None => std::process::Command::new("chromium"),
+        };
+        let child = command
             .args([
                 "--headless",
                 "--no-sandbox",
@@ -208,8 +252,10 @@ impl Browser {
                 "--remote-debugging-port=0",
                 "--enable-logging=stderr",
                 "--v=0",
-                "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
             ])
+            .arg(format!(
+                "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1, EXCLUDE {host}"
+            ))
             .arg(format!("--user-data-dir={}", dir.join("profile").display()))
             .args(extra)
             .arg(url)
@@ -239,50 +285,16 @@ impl Browser {
             _child: child,
             log,
             devtools,
+            netns: netns.map(String::from),
         }
     }
 
     /// The value of `expression` in the page (JSON), by `Runtime.evaluate`.
     pub fn eval(&self, expression: &str) -> serde_json::Value {
-        let targets: serde_json::Value =
-            ureq::get(format!("http://127.0.0.1:{}/json/list", self.devtools))
-                .call()
-                .expect("DevTools targets")
-                .body_mut()
-                .read_to_string()
-                .ok()
-                .and_then(|t| serde_json::from_str(&t).ok())
-                .expect("DevTools targets JSON");
-        let page = targets
-            .as_array()
-            .and_then(|t| t.iter().find(|t| t["type"] == "page"))
-            .and_then(|t| t["webSocketDebuggerUrl"].as_str())
-            .unwrap_or_else(|| panic!("no page among {targets}"))
-            .to_string();
-        let (mut socket, _) = tungstenite::connect(page).expect("DevTools WebSocket");
-        let ask = serde_json::json!({
-            "id": 1,
-            "method": "Runtime.evaluate",
-            "params": { "expression": expression, "returnByValue": true },
-        });
-        socket
-            .send(tungstenite::Message::text(ask.to_string()))
-            .expect("send");
-        loop {
-            let message = socket.read().expect("DevTools answer");
-            let Ok(text) = message.to_text() else {
-                continue;
-            };
-            let answer: serde_json::Value = serde_json::from_str(text).expect("JSON");
-            if answer["id"] == 1 {
-                let _ = socket.close(None);
-                assert!(
-                    answer["result"]["exceptionDetails"].is_null(),
-                    "{expression}: {answer}"
-                );
-                return answer["result"]["result"]["value"].clone();
-            }
-        }
+        let (devtools, expression) = (self.devtools, expression.to_string());
+        in_netns(self.netns.as_deref(), move || {
+            evaluate(devtools, &expression)
+        })
     }
 
     /// What the page wrote to its console (Chromium logs each message on stderr), and
@@ -294,5 +306,47 @@ impl Browser {
             .filter(|l| l.contains(":CONSOLE"))
             .map(String::from)
             .collect()
+    }
+}
+
+/// `expression`'s value in the page of the browser whose DevTools port is `devtools`.
+fn evaluate(devtools: u16, expression: &str) -> serde_json::Value {
+    let targets: serde_json::Value = ureq::get(format!("http://127.0.0.1:{}/json/list", devtools))
+        .call()
+        .expect("DevTools targets")
+        .body_mut()
+        .read_to_string()
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .expect("DevTools targets JSON");
+    let page = targets
+        .as_array()
+        .and_then(|t| t.iter().find(|t| t["type"] == "page"))
+        .and_then(|t| t["webSocketDebuggerUrl"].as_str())
+        .unwrap_or_else(|| panic!("no page among {targets}"))
+        .to_string();
+    let (mut socket, _) = tungstenite::connect(page).expect("DevTools WebSocket");
+    let ask = serde_json::json!({
+        "id": 1,
+        "method": "Runtime.evaluate",
+        "params": { "expression": expression, "returnByValue": true },
+    });
+    socket
+        .send(tungstenite::Message::text(ask.to_string()))
+        .expect("send");
+    loop {
+        let message = socket.read().expect("DevTools answer");
+        let Ok(text) = message.to_text() else {
+            continue;
+        };
+        let answer: serde_json::Value = serde_json::from_str(text).expect("JSON");
+        if answer["id"] == 1 {
+            let _ = socket.close(None);
+            assert!(
+                answer["result"]["exceptionDetails"].is_null(),
+                "{expression}: {answer}"
+            );
+            return answer["result"]["result"]["value"].clone();
+        }
     }
 }
