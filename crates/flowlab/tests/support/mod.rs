@@ -215,9 +215,10 @@ pub fn in_netns<T: Send + 'static>(ns: Option<&str>, f: impl FnOnce() -> T + Sen
 
 impl Browser {
     /// Opens `url` with a profile of its own under `dir`, once the browser listens for
-    /// the DevTools protocol (within 30 s). `extra` are more command-line flags.
-    pub fn open(url: &str, dir: &std::path::Path, extra: &[&str]) -> Browser {
-        Browser::open_in(None, url, dir, extra)
+    /// the DevTools protocol (within 30 s). `reach` are the other hosts (names or
+    /// addresses) the page may reach beside its own.
+    pub fn open(url: &str, dir: &std::path::Path, reach: &[&str]) -> Browser {
+        Browser::open_in(None, url, dir, reach)
     }
 
     /// The same, in network namespace `netns` (`ip netns exec`).
@@ -225,7 +226,7 @@ impl Browser {
         netns: Option<&str>,
         url: &str,
         dir: &std::path::Path,
-        extra: &[&str],
+        reach: &[&str],
     ) -> Browser {
         let log = dir.join("chromium.log");
         // The page's own host is the one other name that resolves (an address too is
@@ -254,10 +255,13 @@ impl Browser {
                 "--v=0",
             ])
             .arg(format!(
-                "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1, EXCLUDE {host}"
+                "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1, EXCLUDE {host}{}",
+                reach
+                    .iter()
+                    .map(|h| format!(", EXCLUDE {h}"))
+                    .collect::<String>()
             ))
             .arg(format!("--user-data-dir={}", dir.join("profile").display()))
-            .args(extra)
             .arg(url)
             .stdout(std::process::Stdio::null())
             .stderr(std::fs::File::create(&log).expect("chromium.log"))
