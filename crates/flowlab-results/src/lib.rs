@@ -25,6 +25,7 @@
 //! - [`study_report`]: a study's report: metrics per cell, failures, comparisons.
 //! - [`units`]: sizes, rates and durations read as people write them.
 //! - [`web`]: what the speed-test page measured, as `flowlab test`'s types.
+//! - [`status`]: what a server is doing, for its live view.
 
 pub mod diagnose;
 pub mod diagnosis;
@@ -40,6 +41,7 @@ pub mod rtt;
 pub mod server;
 pub mod spec;
 pub mod stats;
+pub mod status;
 pub mod study;
 pub mod study_report;
 pub mod units;

@@ -21,6 +21,7 @@ use tower::Service;
 
 pub mod page;
 pub mod speed;
+pub mod status;
 pub mod tls;
 
 /// What a route answers: a body made when asked.
@@ -64,11 +65,19 @@ impl Routes {
         congestion: Option<String>,
     ) -> Routes {
         let tally = speed::Tally::default();
+        let observer = observer.unwrap_or_else(|| Arc::new(|_| {}));
         let router = self
             .router
-            .merge(speed::routes(limits, observer, tally.clone()))
-            .merge(page::routes(congestion, tally));
+            .merge(speed::routes(limits, observer.clone(), tally.clone()))
+            .merge(page::routes(congestion, tally, observer));
         Routes { router }
+    }
+
+    /// The server's live view at `/status` ([`status`]), told by `hub`.
+    pub fn status(self, hub: Arc<status::StatusHub>) -> Routes {
+        Routes {
+            router: self.router.merge(status::routes(hub)),
+        }
     }
 }
 

@@ -18,7 +18,7 @@ use bytes::Bytes;
 use flowlab_proto::source::source_key;
 use flowlab_results::web::{BrowserRun, WebResult, WebStart};
 
-use crate::speed::Tally;
+use crate::speed::{Event, Observer, Tally};
 
 /// The page, its script and its style, built into the binary.
 const INDEX: &str = include_str!("../assets/index.html");
@@ -41,15 +41,17 @@ struct Page {
     recent: Arc<Mutex<VecDeque<(IpAddr, WebResult)>>>,
     congestion: Option<String>,
     tally: Tally,
+    observer: Observer,
 }
 
 /// The page's routes. `congestion` is the server's default TCP congestion control, said
 /// in each run's document (it governs the downloads, which this server sends).
-pub(crate) fn routes(congestion: Option<String>, tally: Tally) -> axum::Router {
+pub(crate) fn routes(congestion: Option<String>, tally: Tally, observer: Observer) -> axum::Router {
     let page = Page {
         recent: Arc::new(Mutex::new(VecDeque::with_capacity(KEPT))),
         congestion,
         tally,
+        observer,
     };
     axum::Router::new()
         .route("/", serve_file(INDEX, "text/html; charset=utf-8"))
@@ -71,18 +73,7 @@ fn file(
 ) -> Response {
     let mut r = ([(header::CONTENT_TYPE, content_type)], body).into_response();
     let h = r.headers_mut();
-    h.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(POLICY),
-    );
-    h.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    h.insert(
-        header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
-    );
+    protect(h);
     // Cross-origin isolated, the browser's clock reads to 5 µs rather than 100 µs,
     // which a round trip on a LAN needs. Browsers isolate only a trustworthy origin
     // (https, or loopback), and say so on the console for any other.
@@ -96,9 +87,26 @@ fn file(
             HeaderValue::from_static("require-corp"),
         );
     }
-    // A new flowlab may serve a new page: the browser asks again each time.
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     r
+}
+
+/// The headers of every page flowlab serves: nothing from elsewhere may load or run, the
+/// type is as said, no referrer leaves, and the browser asks again each time (a new
+/// flowlab may serve a new page).
+pub(crate) fn protect(h: &mut HeaderMap) {
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(POLICY),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
 }
 
 /// The page was asked for by a loopback name (`localhost`, `127.0.0.1`, `[::1]`).
@@ -183,6 +191,8 @@ async fn post_result(
         recent.pop_front();
     }
     recent.push_back((source_key(peer.ip()), doc));
+    drop(recent);
+    (page.observer)(Event::PageRun);
     json(StatusCode::OK, body)
 }
 

@@ -54,6 +54,8 @@ pub enum Event {
     Received(u64),
     /// A request refused, and why.
     Refused(HttpRefusal),
+    /// The speed-test page sent a run's result.
+    PageRun,
 }
 
 /// Who is told of each [`Event`].
@@ -179,14 +181,14 @@ impl std::fmt::Debug for Speed {
 }
 
 /// The endpoints, under `limits`, telling `observer` what they do.
-pub(crate) fn routes(limits: Limits, observer: Option<Observer>, tally: Tally) -> axum::Router {
+pub(crate) fn routes(limits: Limits, observer: Observer, tally: Tally) -> axum::Router {
     let speed = Speed {
         tally,
         limits,
         chunk: incompressible(CHUNK),
         transfers: Arc::new(Semaphore::new(limits.max_transfers)),
         sources: Arc::new(Sources::default()),
-        observer: observer.unwrap_or_else(|| Arc::new(|_| {})),
+        observer,
     };
     axum::Router::new()
         .route("/__down", get(cloudflare_down))

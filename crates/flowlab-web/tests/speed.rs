@@ -627,3 +627,36 @@ fn the_configuration_names_the_server_as_reached() {
         [Event::Refused(HttpRefusal::Bad)]
     );
 }
+
+/// The live view's events go to 32 pages at once; the next is told the server is busy,
+/// and is let in once one of them leaves.
+#[test]
+fn the_live_view_is_watched_by_32_pages_at_most() {
+    let listener = Listener::bind(([127, 0, 0, 1], 0).into()).expect("bind");
+    let addr = listener.local_addr().expect("address");
+    let hub = flowlab_web::status::StatusHub::new();
+    let _serving = listener.serve(Routes::new().status(hub)).expect("serve");
+    let watch = || {
+        let mut c = TcpStream::connect(addr).expect("connect");
+        c.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        write!(c, "GET /status/events HTTP/1.1\r\nHost: x\r\n\r\n").expect("request");
+        let mut head = [0u8; 12];
+        c.read_exact(&mut head).expect("an answer");
+        (c, String::from_utf8_lossy(&head).into_owned())
+    };
+    let mut watching: Vec<TcpStream> = (0..32)
+        .map(|_| {
+            let (c, head) = watch();
+            assert_eq!(head, "HTTP/1.1 200");
+            c
+        })
+        .collect();
+    assert_eq!(watch().1, "HTTP/1.1 503");
+    drop(watching.pop());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while watch().1 != "HTTP/1.1 200" {
+        assert!(Instant::now() < deadline, "the place was not given back");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

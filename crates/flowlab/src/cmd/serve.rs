@@ -550,9 +550,14 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         Some(_) => Some(Arc::new(ServerMetrics::new()?)),
         None => None,
     };
-    let observer = metrics
-        .as_ref()
-        .map(|m| Arc::new(Counted(m.clone())) as Arc<dyn ServerObserver>);
+    // With --http, the live view (/status) is told what the server does.
+    let hub = a.http.map(|_| flowlab_web::status::StatusHub::new());
+    let observer = (metrics.is_some() || hub.is_some()).then(|| {
+        Arc::new(Counted {
+            metrics: metrics.clone(),
+            status: hub.clone(),
+        }) as Arc<dyn ServerObserver>
+    });
     let server = Server::bind_observed(cfg, Arc::new(log), observer).map_err(|e| {
         let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
             " (another server has that port: stop it, or give this one another with -p)"
@@ -574,18 +579,32 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
             let mut routes = flowlab_web::Routes::new();
             let mut said = String::new();
             if a.http.is_some() {
-                let observer = metrics.clone().map(|m| {
-                    Arc::new(move |e: flowlab_web::speed::Event| {
-                        use flowlab_web::speed::Event;
+                let (m, status) = (metrics.clone(), hub.clone());
+                let observer = Arc::new(move |e: flowlab_web::speed::Event| {
+                    use flowlab_results::status::HttpActivity;
+                    use flowlab_web::speed::Event;
+                    let activity = match e {
+                        Event::Download => HttpActivity::Download,
+                        Event::Upload => HttpActivity::Upload,
+                        Event::Sent(n) => HttpActivity::Sent(n),
+                        Event::Received(n) => HttpActivity::Received(n),
+                        Event::Refused(reason) => HttpActivity::Refused(reason),
+                        Event::PageRun => HttpActivity::PageRun,
+                    };
+                    if let Some(m) = &m {
                         match e {
                             Event::Download => m.http_transfer("download"),
                             Event::Upload => m.http_transfer("upload"),
                             Event::Sent(n) => m.http_sent(n),
                             Event::Received(n) => m.http_received(n),
                             Event::Refused(reason) => m.http_refused(reason),
+                            Event::PageRun => {}
                         }
-                    }) as flowlab_web::speed::Observer
-                });
+                    }
+                    if let Some(status) = &status {
+                        status.http(activity);
+                    }
+                }) as flowlab_web::speed::Observer;
                 let limits = flowlab_web::speed::Limits {
                     max_bytes: a.http_max_bytes,
                     max_transfers: a.http_max_transfers,
@@ -594,15 +613,18 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
                     ..Default::default()
                 };
                 let congestion = flowlab_engine::sysinfo::collect().congestion_default;
-                routes = routes.speed_test(limits, observer, congestion);
+                routes = routes.speed_test(limits, Some(observer), congestion);
+                if let Some(hub) = &hub {
+                    routes = routes.status(hub.clone());
+                }
                 let every = if at.ip().is_unspecified() {
                     "every address; "
                 } else {
                     ""
                 };
                 said += &format!(
-                    "speed test at http://{at}/ and the endpoints of standard clients \
-                     ({every}docs/web.md)\n"
+                    "speed test at http://{at}/, live status at http://{at}/status, and the \
+                     endpoints of standard clients ({every}docs/web.md)\n"
                 );
                 if let Some(tls) = &said_tls {
                     said += &format!("TLS on the same port, https://{at}/: {tls}\n");
@@ -668,12 +690,20 @@ fn tls_config(
     Ok(Some((config, said)))
 }
 
-/// A server's metrics, counting every event it logs.
-struct Counted(Arc<ServerMetrics>);
+/// Who counts every event the server logs: its metrics, its live view.
+struct Counted {
+    metrics: Option<Arc<ServerMetrics>>,
+    status: Option<Arc<flowlab_web::status::StatusHub>>,
+}
 
 impl ServerObserver for Counted {
     fn observe(&self, event: &ServerEvent) {
-        self.0.observe(event);
+        if let Some(m) = &self.metrics {
+            m.observe(event);
+        }
+        if let Some(s) = &self.status {
+            s.observe(event);
+        }
     }
 }
 

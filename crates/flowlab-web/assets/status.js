@@ -1,0 +1,76 @@
+// flowlab's server status page: the state /status/events sends (server-sent events),
+// shown as it changes.
+'use strict';
+
+const $ = (id) => document.getElementById(id);
+
+// Sizes and rates as flowlab prints them (as speed.js and flowlab-report).
+function scaled(v, base, unit) {
+  let p = 4;
+  while (p > 0 && v < Math.pow(base, p)) p--;
+  let s = v / Math.pow(base, p);
+  if (p < 4 && s >= base - 0.5) { s /= base; p++; }
+  const prec = s < 9.995 ? 2 : s < 99.95 ? 1 : 0;
+  return s.toFixed(prec) + ' ' + ['', 'K', 'M', 'G', 'T'][p] + unit;
+}
+const rate = (bps) => scaled(bps, 1000, 'bits/sec');
+const size = (bytes) => scaled(bytes, 1024, 'Bytes');
+const since = (unix) => Math.max(0, Date.now() / 1000 - unix).toFixed(0) + ' s';
+
+function rows(table, items, cells) {
+  const body = $(table).tBodies[0];
+  body.replaceChildren(...items.map((item) => {
+    const tr = document.createElement('tr');
+    for (const text of cells(item)) {
+      const td = document.createElement('td');
+      td.textContent = text;
+      tr.append(td);
+    }
+    return tr;
+  }));
+}
+
+function show(s) {
+  $('about').textContent = 'flowlab ' + s.flowlab_version + ', up ' + since(s.started_unix);
+  const t = s.totals;
+  const figures = [
+    ['Running', String(s.running.length)],
+    ['Tests served', String(t.tests_served)],
+    ['Tests failed', String(t.tests_failed)],
+    ['Refused', String(t.refused + t.http_refused)],
+    ['Received', size(t.bytes_received + t.http_bytes_received)],
+    ['Sent', size(t.bytes_sent + t.http_bytes_sent)],
+    ['HTTP transfers', String(t.http_downloads + t.http_uploads)],
+    ['Page runs', String(t.page_runs)],
+  ];
+  $('totals').replaceChildren(...figures.map(([name, value]) => {
+    const div = document.createElement('div');
+    div.className = 'figure';
+    const n = document.createElement('span');
+    n.className = 'name';
+    n.textContent = name;
+    const v = document.createElement('span');
+    v.className = 'value';
+    v.textContent = value;
+    div.append(n, v);
+    return div;
+  }));
+  rows('running', s.running, (r) => [r.test, r.client, r.protocol, r.direction, r.streams, since(r.started_unix)]);
+  rows('recent', s.recent, (r) => [
+    r.test ?? '–', r.client, r.protocol ?? '–',
+    r.bytes_received == null ? '–' : size(r.bytes_received),
+    r.bytes_sent == null ? '–' : size(r.bytes_sent),
+    r.seconds ? rate((8 * Math.max(r.bytes_received, r.bytes_sent)) / r.seconds) : '–',
+    r.error ?? 'served',
+  ]);
+}
+
+document.addEventListener('DOMContentLoaded', () => {
+  const events = new EventSource('/status/events');
+  events.onopen = () => { $('state').textContent = 'Live.'; };
+  events.onmessage = (e) => {
+    show(JSON.parse(e.data));
+    document.documentElement.dataset.updates = String(Number(document.documentElement.dataset.updates || 0) + 1);
+  };
+  events.onerror = () => { $('state').textContent = 'Disconnected; trying again…'; };
+});
