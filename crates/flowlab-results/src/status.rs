@@ -75,13 +75,19 @@ pub struct Totals {
     pub page_runs: u64,
 }
 
-/// What the HTTP endpoints did, as the live view counts it.
+/// What the HTTP endpoints did (`serve --http`), as they tell the metrics and the live
+/// view.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HttpActivity {
+    /// A download began.
     Download,
+    /// An upload began.
     Upload,
+    /// Bytes handed to the connection.
     Sent(u64),
+    /// Bytes of an upload read.
     Received(u64),
+    /// A request refused, and why.
     Refused(HttpRefusal),
     /// The speed-test page sent a run's result.
     PageRun,

@@ -3,7 +3,7 @@
 // answers the document (schema flowlab.web/1) the page then shows and offers.
 //
 // Query parameters: seconds=N (each way, 1-60), streams=N (transfers at once, 1-16),
-// auto=1 (start on load).
+// auto=1 (start on load). Sizes and rates: units.js, loaded before it.
 'use strict';
 
 const PROBE_EVERY_MS = 100;   // one latency probe in flight at most, this far apart
@@ -23,18 +23,6 @@ function bounded(text, fallback, lo, hi) {
   return Number.isFinite(v) ? Math.min(hi, Math.max(lo, Math.round(v))) : fallback;
 }
 
-// Sizes and rates as flowlab prints them (flowlab-report's units): the largest unit that
-// keeps the number at 1 or more, three significant digits.
-function scaled(v, base, unit) {
-  let p = 4;
-  while (p > 0 && v < Math.pow(base, p)) p--;
-  let s = v / Math.pow(base, p);
-  if (p < 4 && s >= base - 0.5) { s /= base; p++; }
-  const prec = s < 9.995 ? 2 : s < 99.95 ? 1 : 0;
-  return s.toFixed(prec) + ' ' + ['', 'K', 'M', 'G', 'T'][p] + unit;
-}
-const rate = (bps) => scaled(bps, 1000, 'bits/sec');
-const size = (bytes) => scaled(bytes, 1024, 'Bytes');
 const ms = (v) => (v == null ? '–' : v.toFixed(v < 10 ? 2 : 1) + ' ms');
 const pad = (s, n) => String(s).padStart(n);
 

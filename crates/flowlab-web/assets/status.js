@@ -1,20 +1,9 @@
 // flowlab's server status page: the state /status/events sends (server-sent events),
-// shown as it changes.
+// shown as it changes. Sizes and rates: units.js, loaded before it.
 'use strict';
 
 const $ = (id) => document.getElementById(id);
 
-// Sizes and rates as flowlab prints them (as speed.js and flowlab-report).
-function scaled(v, base, unit) {
-  let p = 4;
-  while (p > 0 && v < Math.pow(base, p)) p--;
-  let s = v / Math.pow(base, p);
-  if (p < 4 && s >= base - 0.5) { s /= base; p++; }
-  const prec = s < 9.995 ? 2 : s < 99.95 ? 1 : 0;
-  return s.toFixed(prec) + ' ' + ['', 'K', 'M', 'G', 'T'][p] + unit;
-}
-const rate = (bps) => scaled(bps, 1000, 'bits/sec');
-const size = (bytes) => scaled(bytes, 1024, 'Bytes');
 const since = (unix) => Math.max(0, Date.now() / 1000 - unix).toFixed(0) + ' s';
 
 function rows(table, items, cells) {

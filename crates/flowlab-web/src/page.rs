@@ -20,10 +20,12 @@ use flowlab_results::web::{BrowserRun, WebResult, WebStart};
 
 use crate::speed::{Event, Observer, Tally};
 
-/// The page, its script and its style, built into the binary.
+/// The page, its scripts and its style, built into the binary (the style and the units
+/// are the live view's too).
 const INDEX: &str = include_str!("../assets/index.html");
 const SCRIPT: &str = include_str!("../assets/speed.js");
 const STYLE: &str = include_str!("../assets/speed.css");
+const UNITS: &str = include_str!("../assets/units.js");
 
 /// Runs kept for `GET /results` (and the live view): the newest, from any address.
 const KEPT: usize = 64;
@@ -60,6 +62,10 @@ pub(crate) fn routes(congestion: Option<String>, tally: Tally, observer: Observe
             serve_file(SCRIPT, "text/javascript; charset=utf-8"),
         )
         .route("/speed.css", serve_file(STYLE, "text/css; charset=utf-8"))
+        .route(
+            "/units.js",
+            serve_file(UNITS, "text/javascript; charset=utf-8"),
+        )
         .route("/results", get(own_results).post(post_result))
         .layer(DefaultBodyLimit::max(MAX_RUN_BYTES))
         .with_state(page)

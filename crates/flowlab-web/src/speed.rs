@@ -41,22 +41,9 @@ use flowlab_results::server::HttpRefusal;
 use futures_util::StreamExt;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-/// What the endpoints tell an observer (a server's metrics).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Event {
-    /// A download began.
-    Download,
-    /// An upload began.
-    Upload,
-    /// Bytes handed to the connection.
-    Sent(u64),
-    /// Bytes of an upload read.
-    Received(u64),
-    /// A request refused, and why.
-    Refused(HttpRefusal),
-    /// The speed-test page sent a run's result.
-    PageRun,
-}
+/// What the endpoints tell an observer (a server's metrics, its live view): the result
+/// model's `flowlab_results::status::HttpActivity`, which the live view counts as it is.
+pub use flowlab_results::status::HttpActivity as Event;
 
 /// Who is told of each [`Event`].
 pub type Observer = Arc<dyn Fn(Event) + Send + Sync>;

@@ -581,16 +581,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
             if a.http.is_some() {
                 let (m, status) = (metrics.clone(), hub.clone());
                 let observer = Arc::new(move |e: flowlab_web::speed::Event| {
-                    use flowlab_results::status::HttpActivity;
                     use flowlab_web::speed::Event;
-                    let activity = match e {
-                        Event::Download => HttpActivity::Download,
-                        Event::Upload => HttpActivity::Upload,
-                        Event::Sent(n) => HttpActivity::Sent(n),
-                        Event::Received(n) => HttpActivity::Received(n),
-                        Event::Refused(reason) => HttpActivity::Refused(reason),
-                        Event::PageRun => HttpActivity::PageRun,
-                    };
                     if let Some(m) = &m {
                         match e {
                             Event::Download => m.http_transfer("download"),
@@ -602,7 +593,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
                         }
                     }
                     if let Some(status) = &status {
-                        status.http(activity);
+                        status.http(e);
                     }
                 }) as flowlab_web::speed::Observer;
                 let limits = flowlab_web::speed::Limits {

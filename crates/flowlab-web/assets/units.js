@@ -1,0 +1,15 @@
+// Sizes and rates as flowlab prints them (flowlab-report's units, which the page tests
+// hold these to): the largest unit that keeps the number at 1 or more, three significant
+// digits; bytes in 1024s, bits per second in 1000s.
+'use strict';
+
+function scaled(v, base, unit) {
+  let p = 4;
+  while (p > 0 && v < Math.pow(base, p)) p--;
+  let s = v / Math.pow(base, p);
+  if (p < 4 && s >= base - 0.5) { s /= base; p++; }
+  const prec = s < 9.995 ? 2 : s < 99.95 ? 1 : 0;
+  return s.toFixed(prec) + ' ' + ['', 'K', 'M', 'G', 'T'][p] + unit;
+}
+const rate = (bps) => scaled(bps, 1000, 'bits/sec');
+const size = (bytes) => scaled(bytes, 1024, 'Bytes');
