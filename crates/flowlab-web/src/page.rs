@@ -16,6 +16,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use bytes::Bytes;
 use flowlab_proto::source::source_key;
+use flowlab_results::server::HttpRefusal;
 use flowlab_results::web::{BrowserRun, WebResult, WebStart};
 
 use crate::speed::{Event, Observer, Tally};
@@ -27,7 +28,7 @@ const SCRIPT: &str = include_str!("../assets/speed.js");
 const STYLE: &str = include_str!("../assets/speed.css");
 const UNITS: &str = include_str!("../assets/units.js");
 
-/// Runs kept for `GET /results` (and the live view): the newest, from any address.
+/// Runs kept for `GET /results`: the newest, from any address.
 const KEPT: usize = 64;
 
 /// Bytes a run's document may take: an hour's intervals and probes fit.
@@ -148,7 +149,10 @@ fn json(status: StatusCode, body: Vec<u8>) -> Response {
     r
 }
 
-fn refused(why: String) -> Response {
+/// A run's document that cannot be a result: 400 with why, told to the observer as a
+/// bad request.
+fn refused(page: &Page, why: String) -> Response {
+    (page.observer)(Event::Refused(HttpRefusal::Bad));
     let body = serde_json::to_vec(&serde_json::json!({ "error": why })).unwrap_or_default();
     json(StatusCode::BAD_REQUEST, body)
 }
@@ -163,11 +167,11 @@ async fn post_result(
     let user_agent = header_text(request.headers(), header::USER_AGENT);
     let body = match axum::body::to_bytes(request.into_body(), MAX_RUN_BYTES).await {
         Ok(b) => b,
-        Err(e) => return refused(format!("the run's document: {e}")),
+        Err(e) => return refused(&page, format!("the run's document: {e}")),
     };
     let run: BrowserRun = match serde_json::from_slice(&body) {
         Ok(r) => r,
-        Err(e) => return refused(format!("the run's document: {e}")),
+        Err(e) => return refused(&page, format!("the run's document: {e}")),
     };
     let start = WebStart {
         timestamp: std::time::SystemTime::now()
@@ -189,7 +193,7 @@ async fn post_result(
         .and_then(|id| page.tally.take(peer.ip(), id));
     let doc = match run.judge(start, received) {
         Ok(d) => d,
-        Err(e) => return refused(format!("the run's document: {e}")),
+        Err(e) => return refused(&page, format!("the run's document: {e}")),
     };
     let body = serde_json::to_vec_pretty(&doc).unwrap_or_default();
     let mut recent = page.recent.lock().unwrap_or_else(|e| e.into_inner());

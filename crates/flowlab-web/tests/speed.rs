@@ -660,3 +660,45 @@ fn the_live_view_is_watched_by_32_pages_at_most() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// A run's document the page could not have sent is refused naming the field, and told
+/// as a bad request; a good one is judged, kept for its sender, and told as a page run.
+#[test]
+fn the_page_results_are_judged_and_bad_ones_refused() {
+    let (_serving, addr, events) = serve_observed();
+    let agent = client();
+    let run = r#"{"streams": 1, "seconds": 1, "probe_interval_seconds": 0.1,
+        "idle": [{"sent_ms": 0, "rtt_ms": 1}],
+        "download": {"seconds": 1, "bytes": 1000, "intervals": [], "probes": []},
+        "upload": {"seconds": 1, "bytes": 1000, "intervals": [], "probes": []}}"#;
+    let post = |body: &str| {
+        let mut r = agent
+            .post(format!("http://{addr}/results"))
+            .header("Content-Type", "application/json")
+            .send(body)
+            .expect("post");
+        (
+            r.status().as_u16(),
+            r.body_mut().read_to_string().expect("body"),
+        )
+    };
+    let (status, body) = post(&run.replace(r#""streams": 1"#, r#""streams": 0"#));
+    assert_eq!(status, 400);
+    assert!(body.contains("streams: 0 (1 to 64)"), "{body}");
+    assert_eq!(
+        *events.lock().expect("events"),
+        [Event::Refused(HttpRefusal::Bad)]
+    );
+    let (status, body) = post(run);
+    assert_eq!(status, 200, "{body}");
+    let doc: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(doc["schema"], "flowlab.web/1");
+    assert_eq!(events.lock().expect("events").last(), Some(&Event::PageRun));
+    let mut kept = agent
+        .get(format!("http://{addr}/results"))
+        .call()
+        .expect("results");
+    let kept: serde_json::Value =
+        serde_json::from_str(&kept.body_mut().read_to_string().expect("body")).expect("JSON");
+    assert_eq!(kept.as_array().map(Vec::len), Some(1));
+}
