@@ -162,3 +162,176 @@ impl std::fmt::Display for Outcome {
         f.write_str(self.as_str())
     }
 }
+
+/// A study's run as it goes, as `flowlab run --http` shows it: the plan's size, each
+/// trial as it ends, the run's notes and, once it ended, its summary or its error.
+#[derive(Debug, Clone, Serialize)]
+pub struct StudyProgress {
+    pub study: String,
+    pub db: String,
+    /// When the run began (Unix seconds).
+    pub started_unix: f64,
+    /// Trials to run (after `--only` and `--repeat`).
+    pub trials: usize,
+    /// How far down the list of trials the run has come: the last trial's `index`.
+    pub reached: usize,
+    /// Trials of this run by what became of them (recorded before this run: in the
+    /// summary's `done_before`, once it ended).
+    pub ok: usize,
+    pub failed: usize,
+    pub busy: usize,
+    pub abandoned: usize,
+    pub warmup: usize,
+    /// Time left, from the mean of the trials run so far.
+    pub eta_seconds: Option<f64>,
+    /// The last trials that ended, newest first.
+    pub recent: std::collections::VecDeque<TrialEvent>,
+    /// What the run noted that changes nothing (as `flowlab run` prints "note: …").
+    pub notes: Vec<String>,
+    /// Set when the run ended.
+    pub summary: Option<RunSummary>,
+    /// Set when the run ended in an error (no summary then).
+    pub error: Option<String>,
+}
+
+/// Trials [`StudyProgress`] keeps, newest first.
+pub const PROGRESS_RECENT: usize = 50;
+
+impl StudyProgress {
+    /// A run of `plan` into `db` beginning at `now_unix`.
+    pub fn new(plan: &PlanSummary, db: &str, now_unix: f64) -> StudyProgress {
+        StudyProgress {
+            study: plan.study.clone(),
+            db: db.into(),
+            started_unix: now_unix,
+            trials: plan.trials,
+            reached: 0,
+            ok: 0,
+            failed: 0,
+            busy: 0,
+            abandoned: 0,
+            warmup: 0,
+            eta_seconds: None,
+            recent: std::collections::VecDeque::new(),
+            notes: Vec::new(),
+            summary: None,
+            error: None,
+        }
+    }
+
+    /// Counts a trial that ended (or was skipped).
+    pub fn trial(&mut self, e: &TrialEvent) {
+        let count = match e.status {
+            TrialStatus::Ok => &mut self.ok,
+            TrialStatus::Failed => &mut self.failed,
+            TrialStatus::Busy => &mut self.busy,
+            TrialStatus::Abandoned => &mut self.abandoned,
+            TrialStatus::Warmup => &mut self.warmup,
+            TrialStatus::Done => return,
+        };
+        *count += 1;
+        // A warm-up's index counts warm-ups, not the study's trials.
+        if e.status != TrialStatus::Warmup {
+            self.reached = self.reached.max(e.index);
+            self.eta_seconds = e.eta_seconds.or(self.eta_seconds);
+        }
+        self.recent.push_front(e.clone());
+        self.recent.truncate(PROGRESS_RECENT);
+    }
+
+    pub fn note(&mut self, note: String) {
+        self.notes.push(note);
+    }
+
+    /// The run ended: how.
+    pub fn ended(&mut self, summary: RunSummary) {
+        self.reached = self.trials;
+        self.eta_seconds = None;
+        self.summary = Some(summary);
+    }
+
+    /// The run stopped on an error.
+    pub fn failed_with(&mut self, error: String) {
+        self.eta_seconds = None;
+        self.error = Some(error);
+    }
+
+    /// Whether the run is still going.
+    pub fn running(&self) -> bool {
+        self.summary.is_none() && self.error.is_none()
+    }
+}
+
+#[cfg(test)]
+mod progress_tests {
+    use super::*;
+
+    fn plan(trials: usize) -> PlanSummary {
+        PlanSummary {
+            study: "s".into(),
+            description: String::new(),
+            order: "random".into(),
+            seed: 1,
+            repeat: 1,
+            warmup: 1,
+            scale: 1.0,
+            setup: Vec::new(),
+            servers: Vec::new(),
+            cells: Vec::new(),
+            planned: trials,
+            trials,
+            first: Vec::new(),
+            estimated_seconds: 0.0,
+            estimate_is_floor: false,
+        }
+    }
+
+    fn event(index: usize, status: TrialStatus, eta: Option<f64>) -> TrialEvent {
+        TrialEvent {
+            index,
+            of: 4,
+            cell: "cc=bbr".into(),
+            repetition: 1,
+            status,
+            seconds: 1.0,
+            error: None,
+            eta_seconds: eta,
+        }
+    }
+
+    #[test]
+    fn progress_counts_trials_by_status_and_ends_with_the_summary() {
+        let mut p = StudyProgress::new(&plan(4), "r.db", 0.0);
+        p.trial(&event(1, TrialStatus::Warmup, None));
+        assert_eq!(
+            (p.reached, p.warmup),
+            (0, 1),
+            "a warm-up is no step along the list"
+        );
+        p.trial(&event(1, TrialStatus::Ok, Some(3.0)));
+        p.trial(&event(2, TrialStatus::Failed, Some(2.0)));
+        p.trial(&event(3, TrialStatus::Busy, None));
+        assert_eq!((p.ok, p.failed, p.busy, p.reached), (1, 1, 1, 3));
+        assert_eq!(
+            p.eta_seconds,
+            Some(2.0),
+            "a skipped trial keeps the last estimate"
+        );
+        assert_eq!(p.recent[0].status, TrialStatus::Busy, "newest first");
+        assert!(p.running());
+        p.ended(RunSummary::default());
+        assert!(!p.running());
+        assert_eq!((p.reached, p.eta_seconds), (4, None));
+    }
+
+    #[test]
+    fn progress_keeps_the_last_trials_only() {
+        let mut p = StudyProgress::new(&plan(100), "r.db", 0.0);
+        for i in 1..=100 {
+            p.trial(&event(i, TrialStatus::Ok, None));
+        }
+        assert_eq!(p.recent.len(), PROGRESS_RECENT);
+        assert_eq!(p.recent[0].index, 100);
+        assert_eq!(p.ok, 100);
+    }
+}

@@ -13,3 +13,11 @@ function scaled(v, base, unit) {
 }
 const rate = (bps) => scaled(bps, 1000, 'bits/sec');
 const size = (bytes) => scaled(bytes, 1024, 'Bytes');
+// A time to wait, as `flowlab run` says it: "42 s", "3 min 05 s", "2 h 07 min".
+function wait(seconds) {
+  const s = Math.round(Math.max(0, seconds));
+  const two = (n) => String(n).padStart(2, '0');
+  if (s < 60) return s + ' s';
+  if (s < 3600) return Math.floor(s / 60) + ' min ' + two(s % 60) + ' s';
+  return Math.floor(s / 3600) + ' h ' + two(Math.floor((s % 3600) / 60)) + ' min';
+}

@@ -19,7 +19,9 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tower::Service;
 
+pub mod live;
 pub mod page;
+pub mod progress;
 pub mod speed;
 pub mod status;
 pub mod tls;
@@ -28,9 +30,18 @@ pub mod tls;
 type Body = Arc<dyn Fn() -> String + Send + Sync>;
 
 /// The routes of a process's listener.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Routes {
     router: axum::Router,
+}
+
+impl Default for Routes {
+    /// The style and the units script flowlab's pages share, and nothing else.
+    fn default() -> Routes {
+        Routes {
+            router: page::shared(),
+        }
+    }
 }
 
 impl Routes {
@@ -71,6 +82,14 @@ impl Routes {
             .merge(speed::routes(limits, observer.clone(), tally.clone()))
             .merge(page::routes(congestion, tally, observer));
         Routes { router }
+    }
+
+    /// A study's progress at `/` and its report at `/report` ([`progress`]), told by
+    /// `hub`; `report` makes the report from the database when asked.
+    pub fn progress(self, hub: Arc<progress::ProgressHub>, report: progress::Report) -> Routes {
+        Routes {
+            router: self.router.merge(progress::routes(hub, report)),
+        }
     }
 
     /// The server's live view at `/status` ([`status`]), told by `hub`.

@@ -57,34 +57,24 @@ pub(crate) fn routes(congestion: Option<String>, tally: Tally, observer: Observe
         observer,
     };
     axum::Router::new()
-        .route("/", serve_file(INDEX, "text/html; charset=utf-8"))
+        .route("/", serve_file(INDEX, "text/html; charset=utf-8", true))
         .route(
             "/speed.js",
-            serve_file(SCRIPT, "text/javascript; charset=utf-8"),
-        )
-        .route("/speed.css", serve_file(STYLE, "text/css; charset=utf-8"))
-        .route(
-            "/units.js",
-            serve_file(UNITS, "text/javascript; charset=utf-8"),
+            serve_file(SCRIPT, "text/javascript; charset=utf-8", true),
         )
         .route("/results", get(own_results).post(post_result))
         .layer(DefaultBodyLimit::max(MAX_RUN_BYTES))
         .with_state(page)
 }
 
-fn file(
-    body: &'static str,
-    content_type: &'static str,
-    secure: bool,
-    headers: &HeaderMap,
-) -> Response {
+fn file(body: &'static str, content_type: &'static str, isolated: bool) -> Response {
     let mut r = ([(header::CONTENT_TYPE, content_type)], body).into_response();
     let h = r.headers_mut();
     protect(h);
     // Cross-origin isolated, the browser's clock reads to 5 µs rather than 100 µs,
     // which a round trip on a LAN needs. Browsers isolate only a trustworthy origin
     // (https, or loopback), and say so on the console for any other.
-    if secure || loopback(headers) {
+    if isolated {
         h.insert(
             "cross-origin-opener-policy",
             HeaderValue::from_static("same-origin"),
@@ -100,7 +90,7 @@ fn file(
 /// The headers of every page flowlab serves: nothing from elsewhere may load or run, the
 /// type is as said, no referrer leaves, and the browser asks again each time (a new
 /// flowlab may serve a new page).
-pub(crate) fn protect(h: &mut HeaderMap) {
+fn protect(h: &mut HeaderMap) {
     h.insert(
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static(POLICY),
@@ -129,11 +119,36 @@ fn loopback(headers: &HeaderMap) -> bool {
     })
 }
 
-/// A GET route answering one of the page's files.
-fn serve_file(body: &'static str, content_type: &'static str) -> axum::routing::MethodRouter<Page> {
+/// The files every page of flowlab's uses: its style and its units.
+pub(crate) fn shared() -> axum::Router {
+    axum::Router::new()
+        .route(
+            "/speed.css",
+            serve_file(STYLE, "text/css; charset=utf-8", true),
+        )
+        .route(
+            "/units.js",
+            serve_file(UNITS, "text/javascript; charset=utf-8", true),
+        )
+}
+
+/// A GET route answering one of flowlab's pages or their files, under [`protect`]'s
+/// headers; `isolated`: cross-origin isolated where a browser allows it (the speed-test
+/// page, for its clock).
+pub(crate) fn serve_file<S: Clone + Send + Sync + 'static>(
+    body: &'static str,
+    content_type: &'static str,
+    isolated: bool,
+) -> axum::routing::MethodRouter<S> {
     get(
         move |axum::Extension(crate::Secure(secure)): axum::Extension<crate::Secure>,
-              headers: HeaderMap| async move { file(body, content_type, secure, &headers) },
+              headers: HeaderMap| async move {
+            file(
+                body,
+                content_type,
+                isolated && (secure || loopback(&headers)),
+            )
+        },
     )
 }
 

@@ -28,6 +28,7 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
@@ -129,13 +130,18 @@ struct Speed {
 /// receiver. At most [`TALLIES`] runs are counted at once; a run's count is taken when
 /// its result arrives.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Tally(Arc<std::sync::Mutex<HashMap<(IpAddr, String), u64>>>);
+pub(crate) struct Tally(Arc<std::sync::Mutex<HashMap<RunKey, Arc<AtomicU64>>>>);
+
+/// A page run, as its uploads are counted: the sender's source key and the run's id.
+type RunKey = (IpAddr, String);
 
 /// Page runs whose uploads are counted at once: beyond it, the oldest-looking is dropped.
 const TALLIES: usize = 1024;
 
 impl Tally {
-    fn add(&self, source: IpAddr, run: &str, n: u64) {
+    /// The count of run `run` from `source`, for an upload to add its bytes to as they
+    /// arrive (the map is locked once an upload, not once a chunk).
+    fn counter(&self, source: IpAddr, run: &str) -> Arc<AtomicU64> {
         let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
         let key = (source_key(source), run.to_string());
         if !m.contains_key(&key) && m.len() >= TALLIES {
@@ -143,13 +149,14 @@ impl Tally {
                 m.remove(&any);
             }
         }
-        *m.entry(key).or_default() += n;
+        Arc::clone(m.entry(key).or_default())
     }
 
     /// The bytes counted for run `run` from `source`, forgotten once taken.
     pub(crate) fn take(&self, source: IpAddr, run: &str) -> Option<u64> {
         let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
         m.remove(&(source_key(source), run.to_string()))
+            .map(|n| n.load(Ordering::Relaxed))
     }
 }
 
@@ -356,14 +363,15 @@ impl Speed {
         let deadline = tokio::time::Instant::now() + self.limits.max_duration;
         let mut stream = body.into_data_stream();
         let mut got = 0u64;
+        let tally = run.map(|run| self.tally.counter(peer, run));
         loop {
             let stall = tokio::time::Instant::now() + self.limits.stall;
             match tokio::time::timeout_at(stall.min(deadline), stream.next()).await {
                 Ok(Some(Ok(data))) => {
                     got += data.len() as u64;
                     (self.observer)(Event::Received(data.len() as u64));
-                    if let Some(run) = run {
-                        self.tally.add(peer, run, data.len() as u64);
+                    if let Some(tally) = &tally {
+                        tally.fetch_add(data.len() as u64, Ordering::Relaxed);
                     }
                     if got > max {
                         return Err(too_large(format!("more than {max} bytes")));

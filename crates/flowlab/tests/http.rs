@@ -447,9 +447,8 @@ fn the_speed_test_page_runs_in_headless_chromium() {
         &[],
     );
     // Idle probes (2 s), 2 s each way, the result sent: done well within a minute.
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    let state = loop {
-        let state = browser.eval("document.getElementById('state')?.textContent ?? 'loading'");
+    let state = browser.wait_for(Duration::from_secs(60), "its end", |b| {
+        let state = b.eval("document.getElementById('state')?.textContent ?? 'loading'");
         // Null: the page not there yet (the browser opens on a blank one).
         let running = [
             "loading",
@@ -460,14 +459,11 @@ fn the_speed_test_page_runs_in_headless_chromium() {
             "Sending the result…",
         ];
         if !state.is_null() && !running.iter().any(|r| state == *r) {
-            break state;
+            Ok(state)
+        } else {
+            Err(state.to_string())
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the page did not finish within 60 s: {state}"
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    };
+    });
     assert_eq!(state, "Done.", "console: {:?}", browser.console());
     assert_eq!(browser.console(), Vec::<String>::new(), "console messages");
 
@@ -618,20 +614,19 @@ fn page_against_flowlab_test(hosts: (&str, &str), cc: &str, dir: &std::path::Pat
         dir,
         &[],
     );
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let state = browser.eval("document.getElementById('state')?.textContent ?? ''");
-        if state == "Done." {
-            break;
-        }
+    browser.wait_for(Duration::from_secs(60), &format!("its end ({cc})"), |b| {
+        let state = b.eval("document.getElementById('state')?.textContent ?? ''");
         assert!(
-            !state.as_str().unwrap_or_default().starts_with("Failed")
-                && std::time::Instant::now() < deadline,
+            !state.as_str().unwrap_or_default().starts_with("Failed"),
             "{cc}: {state}; console: {:?}",
-            browser.console()
+            b.console()
         );
-        std::thread::sleep(Duration::from_millis(250));
-    }
+        if state == "Done." {
+            Ok(())
+        } else {
+            Err(state.to_string())
+        }
+    });
     assert_eq!(browser.console(), Vec::<String>::new(), "console messages");
     let runs = support::in_netns(Some(client), || {
         ureq::get("http://10.0.1.2:8080/results")
@@ -745,28 +740,22 @@ engine.onError = (e) => { window.failure = String(e); };
     let profile = dir.join("cloudflare");
     std::fs::create_dir(&profile).expect("a profile directory");
     let browser = Browser::open_in(Some(ns), "http://127.0.0.1:8000/", &profile, &["10.0.1.2"]);
-    let deadline = std::time::Instant::now() + Duration::from_secs(90);
-    let summary = loop {
-        let state =
-            browser.eval("JSON.stringify([window.summary ?? null, window.failure ?? null])");
+    let summary = browser.wait_for(Duration::from_secs(90), "Cloudflare's summary", |b| {
+        let state = b.eval("JSON.stringify([window.summary ?? null, window.failure ?? null])");
         let state: serde_json::Value =
             serde_json::from_str(state.as_str().unwrap_or("[null, null]")).expect("JSON");
-        if !state[0].is_null() || !state[1].is_null() {
-            assert!(
-                state[1].is_null(),
-                "Cloudflare's engine failed: {}; console: {:?}",
-                state[1],
-                browser.console()
-            );
-            break state[0].clone();
-        }
         assert!(
-            std::time::Instant::now() < deadline,
-            "Cloudflare's engine did not finish within 90 s; console: {:?}",
-            browser.console()
+            state[1].is_null(),
+            "Cloudflare's engine failed: {}; console: {:?}",
+            state[1],
+            b.console()
         );
-        std::thread::sleep(Duration::from_millis(250));
-    };
+        if state[0].is_null() {
+            Err("no summary yet".into())
+        } else {
+            Ok(state[0].clone())
+        }
+    });
     // The engine logs each measurement it takes ("latency …", "download …", "upload
     // …") and the clock offset it skips; anything else (an error, a refused load) fails.
     let progress = [
@@ -816,15 +805,9 @@ fn the_status_page_shows_a_test_live() {
             .to_string()
     };
     let wait = |what: &str, done: &dyn Fn() -> bool| {
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while !done() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the page did not show {what} within 20 s; console: {:?}",
-                browser.console()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        browser.wait_for(Duration::from_secs(20), what, |_| {
+            done().then_some(()).ok_or_else(|| "not yet".to_string())
+        })
     };
     wait("that it is live", &|| text("state") == "Live.");
     let mut test = Reaped(
@@ -861,4 +844,157 @@ fn the_status_page_shows_a_test_live() {
         "the address is masked"
     );
     assert_eq!(browser.console(), Vec::<String>::new(), "console messages");
+}
+
+/// `flowlab run --http`: while a small study runs, its report is served as recorded so
+/// far (reloading itself, its charts drawn, nothing refused by the page's policy), and
+/// the progress page follows each trial as it ends to the run's summary, as the
+/// terminal says them.
+#[test]
+fn a_studys_progress_and_report_are_watched_while_it_runs() {
+    if !support::require_tool("chromium") {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    // 2 cells × 3 repetitions of 2 s: long enough to look at it half-way.
+    let study = dir.path().join("study.toml");
+    std::fs::write(
+        &study,
+        r#"
+name = "watched"
+repeat = 3
+[params]
+length = ["8K", "64K"]
+[[server]]
+name = "a"
+[[step]]
+name = "transfer"
+kind = "test"
+args = "{a.host} -p {a.port} -t 2 -l {length}"
+"#,
+    )
+    .expect("the study");
+    let port = free_ports(1);
+    let http = format!("127.0.0.1:{port}");
+    let db = dir.path().join("r.db");
+    let mut run = Reaped(
+        Command::new(env!("CARGO_BIN_EXE_flowlab"))
+            .arg("run")
+            .arg(&study)
+            .arg("--db")
+            .arg(&db)
+            .args(["--http", &http])
+            .current_dir(dir.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("flowlab run"),
+    );
+    await_listening(port, Some(&mut run.0), "run --http");
+    let progress = || -> serde_json::Value {
+        ureq::get(format!("http://{http}/progress.json"))
+            .call()
+            .expect("/progress.json")
+            .body_mut()
+            .read_to_string()
+            .map(|t| serde_json::from_str(&t).expect("JSON"))
+            .expect("a body")
+    };
+    assert!(
+        support::wait_until(Duration::from_secs(30), || progress()["ok"] == 1),
+        "no trial recorded within 30 s: {}",
+        progress()
+    );
+    // Half-way: the report as the database holds it, reloading itself.
+    let mut report = ureq::get(format!("http://{http}/report"))
+        .call()
+        .expect("/report while the run goes on");
+    let refresh = report
+        .headers()
+        .get("refresh")
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).to_string());
+    assert_eq!(
+        refresh.as_deref(),
+        Some("10"),
+        "reloads while the run goes on"
+    );
+    let html = report.body_mut().read_to_string().expect("the report");
+    assert!(
+        html.contains("Study watched") && html.contains("<svg"),
+        "{html}"
+    );
+    let browser = Browser::open(&format!("http://{http}/report"), dir.path(), &[]);
+    let charts = browser.wait_for(Duration::from_secs(20), "the report's charts", |b| {
+        let n = b.eval("document.querySelectorAll('svg').length");
+        if n.as_u64().unwrap_or(0) > 0 {
+            Ok(n)
+        } else {
+            Err(n.to_string())
+        }
+    });
+    assert!(charts.as_u64() >= Some(1));
+    assert_eq!(
+        browser.console(),
+        Vec::<String>::new(),
+        "the report's console"
+    );
+    assert!(
+        progress()["summary"].is_null(),
+        "the study ended too soon to watch"
+    );
+
+    // The progress page, to the end of the run.
+    browser.eval("location.assign('/')");
+    let state = browser.wait_for(Duration::from_secs(60), "the run's end", |b| {
+        let state = b.eval("document.getElementById('state')?.textContent ?? ''");
+        let state = state.as_str().unwrap_or_default().to_string();
+        if state.starts_with("Ended") {
+            Ok(state)
+        } else {
+            Err(state)
+        }
+    });
+    assert!(state.starts_with("Ended: 6 ok, 0 failed in "), "{state}");
+    let rows = browser.eval(
+        "[...document.querySelectorAll('#trials tbody tr')].map((r) => r.innerText).join('\\n')",
+    );
+    let rows: Vec<&str> = rows.as_str().unwrap_or_default().lines().collect();
+    assert_eq!(rows.len(), 6, "{rows:?}");
+    assert!(
+        rows[0].starts_with("6/6\tlength="),
+        "newest first: {rows:?}"
+    );
+    for cell in ["length=8K", "length=64K"] {
+        assert_eq!(
+            rows.iter().filter(|r| r.contains(cell)).count(),
+            3,
+            "{rows:?}"
+        );
+    }
+    assert_eq!(
+        browser.console(),
+        Vec::<String>::new(),
+        "the progress page's console"
+    );
+
+    let status = run.0.wait().expect("the run's end");
+    let (mut stdout, mut stderr) = (String::new(), String::new());
+    run.0
+        .stdout
+        .take()
+        .expect("its stdout")
+        .read_to_string(&mut stdout)
+        .expect("stdout");
+    run.0
+        .stderr
+        .take()
+        .expect("its stderr")
+        .read_to_string(&mut stderr)
+        .expect("stderr");
+    assert!(status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains("study watched: 6 ok, 0 failed"), "{stdout}");
+    assert!(
+        stderr.contains(&format!("the run's progress at http://{http}/")),
+        "{stderr}"
+    );
 }

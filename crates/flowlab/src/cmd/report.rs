@@ -7,7 +7,7 @@ use anyhow::Context;
 use clap::{Args as ClapArgs, ValueEnum};
 use flowlab_db::Db;
 use flowlab_report::{Format as _, ReportFormat, html};
-use flowlab_results::study_report::{ReportInput, build, compare};
+use flowlab_results::study_report::{ReportInput, StudyReport, build, compare};
 
 use crate::usage::Usage;
 
@@ -96,26 +96,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
             Format::Markdown => ReportFormat::Markdown.write(&report)?,
             Format::Csv => ReportFormat::Csv.write(&report)?,
             Format::Json => ReportFormat::Json.write(&report)?,
-            Format::Html => {
-                let mut charts = report
-                    .metrics
-                    .iter()
-                    .map(|m| {
-                        flowlab_plot::render_svg(&[flowlab_plot::metric_panel(&report, m)]).ok()
-                    })
-                    .collect::<Vec<_>>();
-                if let Some(sc) = &report.scatter {
-                    charts.push(
-                        flowlab_plot::render_svg(&[flowlab_plot::scatter_panel(&report, sc)]).ok(),
-                    );
-                }
-                let traces = traces(&db, &input)?;
-                let page = html::Page {
-                    charts: &charts,
-                    traces: &traces,
-                };
-                page.write(&report)?
-            }
+            Format::Html => html_page(&db, &input, &report)?,
         },
     };
     match &a.out {
@@ -135,6 +116,36 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         None => super::emit(&text),
     }
     Ok(())
+}
+
+/// The report as one self-contained HTML page: its tables, a chart per metric (and the
+/// scatter, when the study has one), each cell's first traced trial drawn.
+pub(crate) fn html_page(
+    db: &Db,
+    input: &ReportInput,
+    report: &StudyReport,
+) -> anyhow::Result<String> {
+    let mut charts = report
+        .metrics
+        .iter()
+        .map(|m| flowlab_plot::render_svg(&[flowlab_plot::metric_panel(report, m)]).ok())
+        .collect::<Vec<_>>();
+    if let Some(sc) = &report.scatter {
+        charts.push(flowlab_plot::render_svg(&[flowlab_plot::scatter_panel(report, sc)]).ok());
+    }
+    let traces = traces(db, input)?;
+    let page = html::Page {
+        charts: &charts,
+        traces: &traces,
+    };
+    Ok(page.write(report)?)
+}
+
+/// The HTML report of study `study` in the database at `db`, as it holds it now.
+pub(crate) fn html_now(db: &std::path::Path, study: &str) -> anyhow::Result<String> {
+    let db = Db::open_existing(db)?;
+    let input = flowlab_db::report::input(&db, Some(study))?;
+    html_page(&db, &input, &build(&input))
 }
 
 /// Each cell's first traced trial (a test step run with `--trace`), drawn as its window

@@ -314,7 +314,7 @@ impl HttpAt {
     }
 }
 
-fn parse_http_at(text: &str) -> Result<HttpAt, String> {
+pub(crate) fn parse_http_at(text: &str) -> Result<HttpAt, String> {
     if let Ok(port) = text.parse::<u16>() {
         return Ok(HttpAt::Port(port));
     }

@@ -301,6 +301,30 @@ impl Browser {
         })
     }
 
+    /// The first `Ok` of `done`, asked every 0.1 s for `within` at most; past it the test
+    /// fails saying it waited for `what`, with `done`'s last `Err` (where the page stood)
+    /// and the console.
+    pub fn wait_for<T>(
+        &self,
+        within: std::time::Duration,
+        what: &str,
+        mut done: impl FnMut(&Browser) -> Result<T, String>,
+    ) -> T {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            let last = match done(self) {
+                Ok(value) => return value,
+                Err(last) => last,
+            };
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the page did not show {what} within {within:?} ({last}); console: {:?}",
+                self.console()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+
     /// What the page wrote to its console (Chromium logs each message on stderr), and
     /// the loads it refused or failed.
     pub fn console(&self) -> Vec<String> {

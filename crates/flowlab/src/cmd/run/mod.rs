@@ -8,9 +8,12 @@ mod commands;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use anyhow::Context;
 use clap::Args as ClapArgs;
 use flowlab_report::{json, table};
+use flowlab_results::study::StudyProgress;
 use flowlab_runner::study::{self, Event, RunError};
+use flowlab_web::progress::ProgressHub;
 
 use super::{emit, emit_json};
 use crate::usage::Usage;
@@ -48,6 +51,11 @@ pub struct Args {
     /// One JSON object per line (the plan, each trial, the summary) instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Serve the run's progress at http://ADDRESS:PORT/ (each trial as it ends, the time
+    /// left) and its report as recorded so far at /report, while it runs (a port alone:
+    /// every address).
+    #[arg(long, value_name = "[ADDRESS:]PORT", value_parser = super::serve::parse_http_at)]
+    pub http: Option<super::serve::HttpAt>,
     #[command(flatten, next_help_heading = "Output")]
     pub output: crate::args::OutputArgs,
 }
@@ -80,12 +88,31 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         stop: super::install_ctrl_c(),
         version: env!("CARGO_PKG_VERSION"),
     };
-    let summary = study::execute(&prepared, &run, &mut |e| match e {
-        Event::Trial(t) if a.json => emit_json(&json::event_line("trial", t)),
-        Event::Trial(t) => emit(&table::study_trial(t)),
-        Event::Note(n) => eprintln!("note: {n}"),
-    })
-    .map_err(refusal)?;
+    let watched = match a.http {
+        Some(at) => Some(serve_progress(a, at, &prepared)?),
+        None => None,
+    };
+    let hub = watched.as_ref().map(|(hub, _)| hub);
+    let outcome = study::execute(&prepared, &run, &mut |e| {
+        match &e {
+            Event::Trial(t) if a.json => emit_json(&json::event_line("trial", t)),
+            Event::Trial(t) => emit(&table::study_trial(t)),
+            Event::Note(n) => eprintln!("note: {n}"),
+        }
+        if let Some(hub) = hub {
+            match e {
+                Event::Trial(t) => hub.update(|p| p.trial(t)),
+                Event::Note(n) => hub.update(|p| p.note(n)),
+            }
+        }
+    });
+    if let Some(hub) = hub {
+        match &outcome {
+            Ok(summary) => hub.update(|p| p.ended(summary.clone())),
+            Err(e) => hub.update(|p| p.failed_with(e.to_string())),
+        }
+    }
+    let summary = outcome.map_err(refusal)?;
     if a.json {
         emit_json(&json::event_line("summary", &summary));
     } else {
@@ -105,6 +132,34 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// `--http`: the run's progress and its report served at `at` until the run ends (the
+/// pages have its last state by then); what the pages are told, and the server.
+fn serve_progress(
+    a: &Args,
+    at: super::serve::HttpAt,
+    prepared: &study::Prepared,
+) -> anyhow::Result<(Arc<ProgressHub>, flowlab_web::Serving)> {
+    let addr = at.socket_addr(None);
+    let listener = flowlab_web::Listener::bind(addr)
+        .with_context(|| format!("--http {addr}: cannot listen there"))?;
+    let plan = prepared.plan();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    let hub = ProgressHub::new(StudyProgress::new(
+        &plan,
+        &flowlab_db::display_name(&a.db),
+        now,
+    ));
+    let (db, name) = (a.db.clone(), plan.study.clone());
+    let report: flowlab_web::progress::Report =
+        Arc::new(move || super::report::html_now(&db, &name).map_err(|e| format!("{e:#}")));
+    let at = listener.local_addr()?;
+    let serving = listener.serve(flowlab_web::Routes::new().progress(hub.clone(), report))?;
+    eprintln!("the run's progress at http://{at}/, its report so far at http://{at}/report");
+    Ok((hub, serving))
 }
 
 /// A study refused as given is a usage error (the parse error shown where it is).
