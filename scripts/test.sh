@@ -7,8 +7,9 @@
 # iperf3's own auth test makes them) and groff-base (`nroff`: the generated manual pages
 # rendered as `man` renders them), prometheus (`promtool`: `serve --metrics`' text
 # read by Prometheus's own parser), openssh-server and openssh-client (a host over
-# SSH: sshd in a namespace of the test's own) and postgresql (results in PostgreSQL: a
-# server of the test's own, in a temporary directory).
+# SSH: sshd in a namespace of the test's own), postgresql (results in PostgreSQL: a
+# server of the test's own, in a temporary directory) and nginx-light (a stock HTTP/2
+# server that `flowlab rpm URL` measures, as Apple's reference configuration shapes it).
 #
 # Every test binary runs (--no-fail-fast), so one failure cannot hide others, and the
 # last line sums up: test binaries and tests passed, failed and skipped (a test skips,
@@ -28,11 +29,12 @@ command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 { command -v ssh >/dev/null 2>&1 && command -v ssh-keygen >/dev/null 2>&1; } || missing+=(openssh-client)
 [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing+=(postgresql)
+command -v nginx >/dev/null 2>&1 || missing+=(nginx-light)
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "test.sh: installing ${missing[*]} (Debian packages) for the tests"
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  # No daemon a package brings (sshd, PostgreSQL's cluster) starts on this machine: the
+  # No daemon a package brings (sshd, PostgreSQL's cluster, nginx) starts on this machine: the
   # tests start their own. Debian's policy-rc.d forbids it while the packages install.
   policy=""
   if [ ! -e /usr/sbin/policy-rc.d ]; then

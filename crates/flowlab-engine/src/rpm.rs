@@ -29,30 +29,14 @@ use crate::credentials::ClientAuth;
 use crate::reach::{self, ResolveError};
 use crate::sock;
 
-/// Which load a run measures.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Load {
-    Download,
-    Upload,
-    /// Both at once: one connection each way per step.
-    Both,
-}
+pub use flowlab_results::rpm::Load;
 
-impl Load {
-    pub fn name(self) -> &'static str {
-        match self {
-            Load::Download => "download",
-            Load::Upload => "upload",
-            Load::Both => "both",
-        }
-    }
-
-    fn directions(self) -> &'static [Direction] {
-        match self {
-            Load::Download => &[Direction::Download],
-            Load::Upload => &[Direction::Upload],
-            Load::Both => &[Direction::Download, Direction::Upload],
-        }
+/// The load's connections, each way.
+fn directions(l: Load) -> &'static [Direction] {
+    match l {
+        Load::Download => &[Direction::Download],
+        Load::Upload => &[Direction::Upload],
+        Load::Both => &[Direction::Download, Direction::Upload],
     }
 }
 
@@ -483,7 +467,7 @@ fn run_load(
     let cc = spec.congestion.as_deref();
     let open = |n: usize| -> Result<(), RpmError> {
         for _ in 0..n {
-            for &d in l.directions() {
+            for &d in directions(l) {
                 let c = open_load(address, d, cc, &shared, auth.map(|a| &**a))?;
                 conns.lock().unwrap_or_else(PoisonError::into_inner).push(c);
             }
@@ -566,7 +550,7 @@ fn run_load(
                 let bytes = downloaded.saturating_sub(last)
                     + open_now.iter().map(|c| uploaded(c)).sum::<u64>();
                 last = downloaded;
-                let per_direction = open_now.len() / l.directions().len();
+                let per_direction = open_now.len() / directions(l).len();
                 let samples = shared
                     .samples
                     .lock()

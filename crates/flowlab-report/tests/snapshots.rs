@@ -1115,7 +1115,11 @@ fn an_rpm_run_as_a_table() {
     let text = std::fs::read_to_string(&path).expect("fixture");
     let r: flowlab_results::rpm::RpmResult = serde_json::from_str(&text).expect("an RPM result");
     let loads: Vec<&str> = r.directions.iter().map(|d| d.direction.as_str()).collect();
-    let mut out = table::rpm_header(&r.start.host, 5201, &r.start.params, &loads);
+    let mut out = table::rpm_header(
+        &format!("{} port 5201", r.start.host),
+        &r.start.params,
+        &loads,
+    );
     for d in &r.directions {
         for iv in &d.intervals {
             out += &table::rpm_interval(&d.direction, iv);

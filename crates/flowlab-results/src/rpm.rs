@@ -10,6 +10,34 @@ pub const SCHEMA: &str = "flowlab.rpm/1";
 /// The revision of the method implemented.
 pub const DRAFT: &str = "draft-ietf-ippm-responsiveness-08";
 
+/// Which load a run measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Load {
+    Download,
+    Upload,
+    /// Both at once: one connection each way per step.
+    Both,
+}
+
+impl Load {
+    pub fn name(self) -> &'static str {
+        match self {
+            Load::Download => "download",
+            Load::Upload => "upload",
+            Load::Both => "both",
+        }
+    }
+
+    /// Whether its connections download, upload.
+    pub fn ways(self) -> (bool, bool) {
+        match self {
+            Load::Download => (true, false),
+            Load::Upload => (false, true),
+            Load::Both => (true, true),
+        }
+    }
+}
+
 /// The method's parameters (the draft's §5.2 names in brackets).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Params {
@@ -61,6 +89,10 @@ pub struct Sample {
 pub struct Samples {
     /// Foreign probes: TCP connection set-up on a new connection (`tcp_f`).
     pub tcp_foreign: Vec<Sample>,
+    /// Foreign probes over TLS: the TLS handshake on that new connection (`tls_f`);
+    /// none without TLS.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tls_foreign: Vec<Sample>,
     /// Foreign probes: a 1-byte request/response on that new connection (`http_f`).
     pub request_foreign: Vec<Sample>,
     /// Self probes: a request/response on a load-generating connection (`http_l`).
@@ -78,6 +110,7 @@ impl Samples {
         };
         Samples {
             tcp_foreign: pick(&self.tcp_foreign),
+            tls_foreign: pick(&self.tls_foreign),
             request_foreign: pick(&self.request_foreign),
             request_loaded: pick(&self.request_loaded),
         }
@@ -114,16 +147,20 @@ pub fn stable(values: &[f64], mad: usize, share: f64) -> bool {
     current > 0.0 && stdev(last) < share * current
 }
 
-/// Responsiveness from a set of round trips (§5.3.1.2, TCP without TLS): the foreign
-/// latency is the mean of the trimmed means of set-up and request, the loaded one the
-/// trimmed mean of the self probes; RPM = (60000 / foreign + 60000 / loaded) / 2.
+/// Responsiveness from a set of round trips (§5.3.1.2): the foreign latency is the mean
+/// of the trimmed means of TCP set-up, TLS handshake (over TLS) and request, the loaded
+/// one the trimmed mean of the self probes; RPM = (60000 / foreign + 60000 / loaded) / 2.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Responsiveness {
     /// Trimmed means, ms.
     pub tcp_foreign_ms: f64,
+    /// Over TLS only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_foreign_ms: Option<f64>,
     pub request_foreign_ms: f64,
     pub request_loaded_ms: f64,
-    /// (tcp_foreign + request_foreign) / 2: the working latency on separate connections.
+    /// (tcp_foreign + request_foreign) / 2, over TLS (tcp_foreign + tls_foreign +
+    /// request_foreign) / 3: the working latency on separate connections.
     pub foreign_ms: f64,
     pub rpm_foreign: f64,
     pub rpm_loaded: f64,
@@ -140,11 +177,19 @@ impl Responsiveness {
             tm(&s.request_foreign)?,
             tm(&s.request_loaded)?,
         );
-        let foreign = (tcp + req) / 2.0;
+        let tls = match s.tls_foreign.as_slice() {
+            [] => None,
+            v => Some(tm(v)?),
+        };
+        let foreign = match tls {
+            Some(tls) => (tcp + tls + req) / 3.0,
+            None => (tcp + req) / 2.0,
+        };
         let per_minute = |ms: f64| 60_000.0 / ms.max(1e-6);
         let (rpm_foreign, rpm_loaded) = (per_minute(foreign), per_minute(loaded));
         Some(Responsiveness {
             tcp_foreign_ms: tcp,
+            tls_foreign_ms: tls,
             request_foreign_ms: req,
             request_loaded_ms: loaded,
             foreign_ms: foreign,
@@ -334,8 +379,11 @@ pub struct DirectionResult {
 pub struct Idle {
     pub probes: usize,
     pub tcp_foreign_ms: Option<f64>,
+    /// Over TLS only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_foreign_ms: Option<f64>,
     pub request_foreign_ms: Option<f64>,
-    /// (set-up + request) / 2 and its RPM.
+    /// (set-up + request) / 2, over TLS (set-up + handshake + request) / 3, and its RPM.
     pub latency_ms: Option<f64>,
     pub rpm: Option<f64>,
 }
@@ -343,11 +391,19 @@ pub struct Idle {
 impl Idle {
     pub fn of(s: &Samples, keep: f64) -> Idle {
         let tm = |v: &[Sample]| trimmed_mean(&v.iter().map(|x| x.ms).collect::<Vec<_>>(), keep);
-        let (tcp, req) = (tm(&s.tcp_foreign), tm(&s.request_foreign));
-        let latency = tcp.zip(req).map(|(a, b)| (a + b) / 2.0);
+        let (tcp, tls, req) = (
+            tm(&s.tcp_foreign),
+            tm(&s.tls_foreign),
+            tm(&s.request_foreign),
+        );
+        let latency = match tls {
+            Some(tls) => tcp.zip(req).map(|(a, b)| (a + tls + b) / 3.0),
+            None => tcp.zip(req).map(|(a, b)| (a + b) / 2.0),
+        };
         Idle {
             probes: s.tcp_foreign.len(),
             tcp_foreign_ms: tcp,
+            tls_foreign_ms: tls,
             request_foreign_ms: req,
             latency_ms: latency,
             rpm: latency.map(|l| 60_000.0 / l.max(1e-6)),

@@ -22,6 +22,7 @@ use tower::Service;
 pub mod live;
 pub mod page;
 pub mod progress;
+pub mod rpm;
 pub mod speed;
 pub mod status;
 pub mod tls;

@@ -197,3 +197,210 @@ fn a_load_that_never_saturated_exits_non_zero() {
         "{stderr}"
     );
 }
+
+/// `flowlab rpm URL -J`: its document (stdout), whatever its exit (a load that never
+/// saturated on loopback exits 1, saying so), and what it said on stderr.
+fn rpm_over_http(url: &str, extra: &[&str]) -> (serde_json::Value, String) {
+    let out = flowlab()
+        .args(["rpm", url, "-J", "--interval", "0.2", "-t", "3"])
+        .args(["--max-connections", "4"])
+        .args(extra)
+        .output()
+        .expect("flowlab rpm");
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(
+        out.status.success() || stderr.contains("never saturated"),
+        "{stderr}"
+    );
+    let doc = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}{stderr}", String::from_utf8_lossy(&out.stdout)));
+    (doc, stderr)
+}
+
+/// Over TLS: each foreign probe has its three parts, self probes ran beside the load on
+/// its own connections (HTTP/2's streams: HTTP/1.1 could not), and the responsiveness
+/// is the draft's formula with the TLS handshake in it.
+fn assert_http2_over_tls(doc: &serde_json::Value, what: &str) {
+    let ms = |v: &serde_json::Value| v.as_f64().unwrap_or_else(|| panic!("{what}: {v}"));
+    assert!(
+        ms(&doc["idle"]["tls_foreign_ms"]) > 0.0,
+        "{what}: {}",
+        doc["idle"]
+    );
+    assert!(
+        doc["start"]["probes"]
+            .as_str()
+            .is_some_and(|p| p.starts_with("HTTP/2 over TLS")),
+        "{what}: {}",
+        doc["start"]["probes"]
+    );
+    let directions = doc["directions"].as_array().expect("directions");
+    let names: Vec<&str> = directions
+        .iter()
+        .map(|d| d["direction"].as_str().expect("a direction's name"))
+        .collect();
+    assert_eq!(names, ["download", "upload"], "{what}");
+    for d in directions {
+        let name = format!("{what} {}", d["direction"]);
+        assert!(ms(&d["goodput_bps"]) > 1e7, "{name}: {}", d["goodput_bps"]);
+        let c = d["connections"].as_u64().expect("connections");
+        assert!((1..=4).contains(&c), "{name}: {c} connections");
+        for kind in [
+            "tcp_foreign",
+            "tls_foreign",
+            "request_foreign",
+            "request_loaded",
+        ] {
+            let n = d["samples"][kind].as_array().map_or(0, |v| v.len());
+            assert!(n >= 3, "{name}: {n} {kind} probes");
+        }
+        let r = &d["responsiveness"];
+        let foreign =
+            (ms(&r["tcp_foreign_ms"]) + ms(&r["tls_foreign_ms"]) + ms(&r["request_foreign_ms"]))
+                / 3.0;
+        assert!((ms(&r["foreign_ms"]) - foreign).abs() < 1e-9, "{name}: {r}");
+        let rpm = (60_000.0 / foreign + 60_000.0 / ms(&r["request_loaded_ms"])) / 2.0;
+        assert!((ms(&r["rpm"]) - rpm).abs() < 1e-6, "{name}: {r}");
+    }
+}
+
+/// The method over HTTP/2 and TLS against flowlab's own `serve --http` (its
+/// configuration at /config, a self-signed certificate taken with -k, refused without),
+/// whose live view counts the load's transfers.
+#[test]
+fn rpm_over_http2_measures_flowlabs_http_server() {
+    let port = free_ports(2);
+    let http = format!("127.0.0.1:{}", port + 1);
+    let mut server = Reaped(
+        Command::new(env!("CARGO_BIN_EXE_flowlab"))
+            .args(["serve", "-p", &port.to_string(), "--http", &http])
+            .arg("--tls-self-signed")
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("serve"),
+    );
+    await_listening(port + 1, Some(&mut server.0), "serve --http");
+    let url = format!("https://{http}/config");
+    let refused = flowlab()
+        .args(["rpm", &url, "-t", "1", "--interval", "0.2"])
+        .output()
+        .expect("rpm");
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success()
+            && said.contains(&format!("{url}: cannot connect: TLS"))
+            && said.contains("-k/--insecure"),
+        "{said}"
+    );
+    let (doc, _) = rpm_over_http(&url, &["-k"]);
+    assert_http2_over_tls(&doc, "flowlab");
+    let status: serde_json::Value = ureq::get(format!("http://{http}/status.json"))
+        .call()
+        .expect("status")
+        .body_mut()
+        .read_to_string()
+        .map(|t| serde_json::from_str(&t).expect("JSON"))
+        .expect("a body");
+    let t = &status["totals"];
+    assert!(t["http_downloads"].as_u64() >= Some(1), "{t}");
+    assert!(t["http_uploads"].as_u64() >= Some(1), "{t}");
+    // Nothing of flowlab's own protocol is asked of an HTTP server.
+    for (flag, value) in [("-p", Some("80")), ("-C", Some("cubic")), ("-4", None)] {
+        let mut args = vec!["rpm", url.as_str(), flag];
+        args.extend(value);
+        let out = flowlab().args(&args).output().expect("rpm");
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flag}: {said}");
+        assert!(said.contains("not with a URL"), "{flag}: {said}");
+    }
+}
+
+/// The method against a stock server: nginx as Apple's reference configuration shapes
+/// it (HTTP/2 over TLS, the configuration and objects files on disk, /slurp handed to a
+/// backend: here a flowlab `serve --http` in the clear, without TLS).
+#[test]
+fn rpm_over_http2_measures_a_stock_nginx() {
+    if !require_tool("nginx") || !require_tool("openssl") {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let ports = free_ports(3);
+    let (nginx_port, backend) = (ports, ports + 2);
+    let made = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
+        .args(["ec_paramgen_curve:prime256v1", "-nodes", "-days", "1"])
+        .args([
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ])
+        .arg("-keyout")
+        .arg(d.join("key.pem"))
+        .arg("-out")
+        .arg(d.join("cert.pem"))
+        .output()
+        .expect("openssl");
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let root = d.join("root");
+    std::fs::create_dir(&root).expect("root");
+    std::fs::write(root.join("small"), "x").expect("small");
+    // Large as the method asks: more than any load reads (sparse, no disk).
+    std::fs::File::create(root.join("large"))
+        .and_then(|f| f.set_len(64 << 30))
+        .expect("large");
+    let url = |path: &str| format!("https://127.0.0.1:{nginx_port}/{path}");
+    std::fs::write(
+        root.join("config"),
+        serde_json::json!({"version": 1, "urls": {
+            "small_https_download_url": url("small"),
+            "large_https_download_url": url("large"),
+            "https_upload_url": url("slurp"),
+        }})
+        .to_string(),
+    )
+    .expect("config");
+    let d_ = d.display();
+    std::fs::write(
+        d.join("nginx.conf"),
+        format!(
+            // One process (no master and workers): the test's guard kills all of it.
+            "master_process off;\npid {d_}/nginx.pid;\nerror_log {d_}/error.log;\n\
+             daemon off;\nevents {{}}\nhttp {{\n  access_log off;\n  \
+             client_body_temp_path {d_}/body;\n  proxy_temp_path {d_}/proxy;\n  \
+             sendfile on;\n  server {{\n    listen 127.0.0.1:{nginx_port} ssl http2;\n    \
+             ssl_certificate {d_}/cert.pem;\n    ssl_certificate_key {d_}/key.pem;\n    \
+             root {d_}/root;\n    location = /slurp {{\n      client_max_body_size 250M;\n      \
+             proxy_http_version 1.1;\n      proxy_set_header Connection \"\";\n      \
+             proxy_buffering off;\n      proxy_request_buffering off;\n      \
+             proxy_pass http://127.0.0.1:{backend}/slurp;\n    }}\n  }}\n}}\n"
+        ),
+    )
+    .expect("nginx.conf");
+    let mut flowlab_backend = Reaped(
+        Command::new(env!("CARGO_BIN_EXE_flowlab"))
+            .args(["serve", "-p", &(ports + 1).to_string()])
+            .args(["--http", &format!("127.0.0.1:{backend}")])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("serve"),
+    );
+    await_listening(backend, Some(&mut flowlab_backend.0), "the backend");
+    let mut nginx = Reaped(
+        Command::new("nginx")
+            .arg("-c")
+            .arg(d.join("nginx.conf"))
+            .arg("-e")
+            .arg(d.join("error.log"))
+            .spawn()
+            .expect("nginx"),
+    );
+    await_listening(nginx_port, Some(&mut nginx.0), "nginx");
+    let (doc, stderr) = rpm_over_http(&url("config"), &["-k"]);
+    assert_http2_over_tls(&doc, &format!("nginx ({stderr})"));
+}

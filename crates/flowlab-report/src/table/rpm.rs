@@ -6,10 +6,11 @@ use std::fmt::Write as _;
 use crate::units::{Rate, UnitFormat};
 use flowlab_results::rpm::{Confidence, DirectionResult, Idle, Interval, Params, RpmResult};
 
-/// The heading: what is measured, by which method.
-pub fn rpm_header(host: &str, port: u16, p: &Params, loads: &[&str]) -> String {
+/// The heading: what is measured (`target`: "HOST port PORT", or a configuration's URL),
+/// by which method.
+pub fn rpm_header(target: &str, p: &Params, loads: &[&str]) -> String {
     format!(
-        "RPM {host} port {port}: {}, {} (MAD {}, interval {} s, trimmed mean of the fastest {} %, stable within {} %, up to {} connections, {} s each at most)\n",
+        "RPM {target}: {}, {} (MAD {}, interval {} s, trimmed mean of the fastest {} %, stable within {} %, up to {} connections, {} s each at most)\n",
         loads.join(" then "),
         flowlab_results::rpm::DRAFT,
         p.mad,
@@ -51,10 +52,19 @@ pub fn rpm_interval(load: &str, iv: &Interval) -> String {
     out
 }
 
+/// A foreign probe's parts: "set-up 0.1, TLS 0.4, request 0.2" (TLS only over TLS).
+fn parts(tcp: f64, tls: Option<f64>, request: f64) -> String {
+    match tls {
+        Some(tls) => format!("set-up {tcp:.3}, TLS {tls:.3}, request {request:.3}"),
+        None => format!("set-up {tcp:.3}, request {request:.3}"),
+    }
+}
+
 fn idle_line(i: &Idle) -> String {
     match (i.latency_ms, i.tcp_foreign_ms, i.request_foreign_ms, i.rpm) {
         (Some(l), Some(t), Some(r), Some(rpm)) => format!(
-            "idle      latency {l:.3} ms (set-up {t:.3}, request {r:.3}; {} probes): {rpm:.0} RPM\n",
+            "idle      latency {l:.3} ms ({}; {} probes): {rpm:.0} RPM\n",
+            parts(t, i.tls_foreign_ms, r),
             i.probes
         ),
         _ => "idle      no probe completed\n".into(),
@@ -101,10 +111,9 @@ fn direction(d: &DirectionResult, idle: &Idle) -> String {
             );
             let _ = writeln!(
                 out,
-                "          separate connections {:.3} ms (set-up {:.3}, request {:.3}): {:.0} RPM; load connections {:.3} ms: {:.0} RPM",
+                "          separate connections {:.3} ms ({}): {:.0} RPM; load connections {:.3} ms: {:.0} RPM",
                 r.foreign_ms,
-                r.tcp_foreign_ms,
-                r.request_foreign_ms,
+                parts(r.tcp_foreign_ms, r.tls_foreign_ms, r.request_foreign_ms),
                 r.rpm_foreign,
                 r.request_loaded_ms,
                 r.rpm_loaded
