@@ -998,3 +998,57 @@ args = "{a.host} -p {a.port} -t 2 -l {length}"
         "{stderr}"
     );
 }
+
+/// The pages' scheduler (flowlab-web's assets/schedule.js, a port of
+/// flowlab_fragments::schedule) gives, in the browser that runs it, the answers the Rust
+/// scheduler recorded in the shared fixtures (crates/flowlab-fragments/tests/
+/// schedule_fixtures.rs holds the Rust one to the same files).
+#[test]
+fn the_pages_scheduler_gives_the_rust_schedulers_recorded_answers() {
+    if !support::require_tool("chromium") {
+        return;
+    }
+    const REPLAY: &str = r#"
+function replayFixture(f) {
+  const s = new Scheduler(f.mode, f.fragments, f.owner, f.done);
+  for (let i = 0; i < f.calls.length; i++) {
+    const c = f.calls[i].call;
+    let gives = null;
+    if (c[0] === 'next') gives = s.next(c[1]);
+    else if (c[0] === 'delivered') gives = s.delivered(c[1], c[2], c[3]);
+    else if (c[0] === 'dropped') s.dropped(c[1], c[2], c[3]);
+    else if (c[0] === 'failed') s.failed(c[1]);
+    else return 'no call ' + c[0];
+    const alive = [];
+    for (let v = 0; v < f.servers; v++) alive.push(s.serverAlive(v));
+    const then = [s.remaining(), s.isDone(), s.isStuck(), alive];
+    const got = JSON.stringify([gives, then]);
+    const want = JSON.stringify([f.calls[i].gives, f.calls[i].then]);
+    if (got !== want) return 'call ' + i + ' ' + JSON.stringify(c) + ': gave ' + got + ', recorded ' + want;
+  }
+  return null;
+}
+"#;
+    let script = include_str!("../../flowlab-web/assets/schedule.js");
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../flowlab-fragments/tests/fixtures/schedule");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let browser = Browser::open("about:blank", dir.path(), &[]);
+    let loaded = browser.eval(&format!("{script}\n{REPLAY}\n'loaded'"));
+    assert_eq!(loaded, "loaded", "console: {:?}", browser.console());
+    let mut replayed = 0;
+    for entry in std::fs::read_dir(&fixtures).expect("the fixtures") {
+        let path = entry.expect("an entry").path();
+        let text = std::fs::read_to_string(&path).expect("a fixture");
+        let diff = browser.eval(&format!("replayFixture({text})"));
+        assert!(diff.is_null(), "{}: {diff}", path.display());
+        replayed += 1;
+    }
+    assert!(replayed >= 7, "{replayed} fixtures");
+    // The replay can fail: a fixture with one answer changed is caught.
+    let text = std::fs::read_to_string(fixtures.join("ratio-1-2.json")).expect("a fixture");
+    let changed = text.replacen(r#""gives":0,"#, r#""gives":1,"#, 1);
+    assert_ne!(changed, text);
+    assert!(!browser.eval(&format!("replayFixture({changed})")).is_null());
+    assert_eq!(browser.console(), Vec::<String>::new(), "console messages");
+}

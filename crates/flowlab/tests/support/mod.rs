@@ -230,12 +230,12 @@ impl Browser {
     ) -> Browser {
         let log = dir.join("chromium.log");
         // The page's own host is the one other name that resolves (an address too is
-        // mapped, unless excluded).
+        // mapped, unless excluded); a page of no host (about:blank) reaches loopback only.
         let host = url
             .split("://")
             .nth(1)
             .and_then(|rest| rest.split(['/', ':']).next())
-            .expect("a URL with a host");
+            .unwrap_or("127.0.0.1");
         let mut command = match netns {
             Some(ns) => {
                 let mut c = std::process::Command::new("ip");
