@@ -202,6 +202,31 @@ impl FragmentService {
         self.entries.len()
     }
 
+    /// The manifest as the service sends it (JSON).
+    pub fn manifest_json(&self) -> &[u8] {
+        self.manifest_frame.get(4..).unwrap_or_default()
+    }
+
+    /// Fragment `name` opened as the service opens it for its own protocol (a name of
+    /// the set, a regular file of its manifest size, no symlink followed, nothing
+    /// waited on), for another way of sending it (HTTP): the file and its size, or why
+    /// not.
+    pub fn open_named(&self, name: &str) -> Result<(File, u64), String> {
+        self.open_fragment(name)
+            .map(|(file, size, _)| (file, size))
+            .map_err(|e| format!("{name}: {e}"))
+    }
+
+    /// Whether `token` opens the set (any, when it has none).
+    pub fn admits(&self, token: Option<&[u8]>) -> bool {
+        self.token.is_none() || token.is_some_and(|t| self.token_ok(t))
+    }
+
+    /// The per-connection rate, bits/s (0: none).
+    pub fn rate_bps(&self) -> u64 {
+        self.rate_bps
+    }
+
     /// Opens a requested fragment, or says why not. Only a regular file is opened, and
     /// without blocking: whatever has taken a fragment's name (a FIFO, a device, a
     /// symlink) is refused, not waited on.

@@ -19,6 +19,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tower::Service;
 
+pub mod files;
 pub mod live;
 pub mod page;
 pub mod progress;
@@ -90,6 +91,13 @@ impl Routes {
     pub fn progress(self, hub: Arc<progress::ProgressHub>, report: progress::Report) -> Routes {
         Routes {
             router: self.router.merge(progress::routes(hub, report)),
+        }
+    }
+
+    /// The files of `set` at `PREFIX/NAME` ([`files`]): ranges, any origin, paced.
+    pub fn files(self, prefix: &str, set: Arc<dyn files::FileSet>) -> Routes {
+        Routes {
+            router: self.router.merge(files::routes(prefix, set)),
         }
     }
 

@@ -625,3 +625,113 @@ fn a_slow_fragment_hello_is_a_handshake_and_is_cut_at_its_deadline() {
         started.elapsed()
     );
 }
+
+/// `serve --fragments DIR --http`: the set by HTTP as a page fetching it from several
+/// servers needs it — the manifest, each fragment whole or by byte range, readable from
+/// any origin, behind the set's token, paced to its rate — and nothing else: no listing,
+/// no name outside the set, no range past the end.
+#[test]
+fn a_fragment_set_is_served_over_http_by_range_to_any_origin() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = tmp.path().join("src");
+    manifest::make(1 << 20, 4, &src).expect("make");
+    let token = tmp.path().join("token");
+    std::fs::write(&token, "correct-horse-battery-staple\n").expect("token file");
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let http = support::free_port();
+    let (_server, _) = serve_with(
+        &src,
+        &[
+            "--token-file",
+            token.to_str().expect("utf-8"),
+            "--rate",
+            "16M",
+            "--http",
+            &format!("127.0.0.1:{http}"),
+        ],
+    );
+    support::await_listening(http, None, "serve --http");
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let url = |name: &str| format!("http://127.0.0.1:{http}/fragments/{name}");
+    let get = |name: &str, headers: &[(&str, &str)]| {
+        let mut r = agent.get(url(name));
+        for (k, v) in headers {
+            r = r.header(*k, *v);
+        }
+        let mut answer = r.call().expect("an answer");
+        let head = |k: &str| {
+            answer
+                .headers()
+                .get(k)
+                .map(|v| String::from_utf8_lossy(v.as_bytes()).to_string())
+        };
+        let cors = head("access-control-allow-origin");
+        let range = head("content-range");
+        let status = answer.status().as_u16();
+        let mut body = Vec::new();
+        answer
+            .body_mut()
+            .as_reader()
+            .read_to_end(&mut body)
+            .expect("a body");
+        (status, body, cors, range)
+    };
+    let bearer = [("Authorization", "Bearer correct-horse-battery-staple")];
+    // The token is the set's, as for its own protocol.
+    for wrong in [
+        &[][..],
+        &[("Authorization", "Bearer not-the-token-at-all")][..],
+    ] {
+        let (status, body, cors, _) = get(manifest::MANIFEST, wrong);
+        assert_eq!(status, 401, "{}", String::from_utf8_lossy(&body));
+        assert_eq!(cors.as_deref(), Some("*"));
+    }
+    let (status, body, _, _) = get(manifest::MANIFEST, &bearer);
+    assert_eq!(status, 200);
+    let served = Manifest::parse(&body, Path::new("served")).expect("the manifest");
+    assert_eq!(served, Manifest::load(&src).expect("the set's manifest"));
+    let first = &served.fragments[0];
+    let on_disk = std::fs::read(src.join(&first.name)).expect("the fragment");
+    // Whole, paced: 256 KiB at 16 Mbit/s takes at least 0.13 s.
+    let began = Instant::now();
+    let (status, body, _, range) = get(&first.name, &bearer);
+    assert_eq!((status, range), (200, None));
+    assert!(body == on_disk, "the whole fragment");
+    let took = began.elapsed().as_secs_f64();
+    let floor = on_disk.len() as f64 * 8.0 / 16e6;
+    assert!(
+        took >= 0.9 * floor,
+        "{took:.3} s, under --rate's {floor:.3} s"
+    );
+    // A range, and one past the end.
+    let (status, body, _, range) = get(&first.name, &[bearer[0], ("Range", "bytes=1000-1999")]);
+    assert_eq!(status, 206);
+    assert_eq!(range.as_deref(), Some("bytes 1000-1999/262144"));
+    assert!(body == on_disk[1000..2000], "the range's bytes");
+    let (status, _, _, range) = get(&first.name, &[bearer[0], ("Range", "bytes=262144-")]);
+    assert_eq!((status, range.as_deref()), (416, Some("bytes */262144")));
+    // Nothing outside the set, and no listing.
+    std::fs::write(tmp.path().join("secret"), "not served").expect("a file beside");
+    for name in ["..%2Fsecret", "secret", "nothing.000", ".hidden", ""] {
+        let (status, body, _, _) = get(name, &bearer);
+        assert_eq!(status, 404, "{name}: {}", String::from_utf8_lossy(&body));
+    }
+    // A page of another origin may ask for a range (the preflight allows it).
+    let preflight = agent
+        .options(url(&first.name))
+        .header("Origin", "http://elsewhere.example")
+        .header("Access-Control-Request-Method", "GET")
+        .header("Access-Control-Request-Headers", "range, authorization")
+        .call()
+        .expect("a preflight");
+    assert_eq!(preflight.status().as_u16(), 204);
+    let allowed = preflight
+        .headers()
+        .get("access-control-allow-headers")
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).to_lowercase());
+    assert_eq!(allowed.as_deref(), Some("range, authorization"));
+}

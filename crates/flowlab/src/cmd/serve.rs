@@ -496,6 +496,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         // Before any thread starts: they all inherit it.
         flowlab_engine::cpu::pin_thread(cpu).context("-A/--affinity")?;
     }
+    let mut fragments = None;
     if let Some(dir) = &a.fragments {
         let mut service = flowlab_fragments::serve::FragmentService::open(
             dir,
@@ -513,7 +514,9 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         if !a.json {
             super::emit(&table::serving_fragments(service.fragments(), dir, a.rate));
         }
-        cfg.extra = Some(Arc::new(service));
+        let service = Arc::new(service);
+        fragments = Some(Arc::clone(&service));
+        cfg.extra = Some(service);
     }
     let at = match cfg.bind {
         Some(ip) => std::net::SocketAddr::new(ip, cfg.port).to_string(),
@@ -608,6 +611,14 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
                 if let Some(hub) = &hub {
                     routes = routes.status(hub.clone());
                 }
+                if let Some(set) = &fragments {
+                    routes =
+                        routes.files("/fragments", Arc::new(FragmentsOverHttp(Arc::clone(set))));
+                    said += &format!(
+                        "the fragment set at http://{at}/fragments/{} and each fragment by name\n",
+                        flowlab_fragments::manifest::MANIFEST
+                    );
+                }
                 let every = if at.ip().is_unspecified() {
                     "every address; "
                 } else {
@@ -679,6 +690,32 @@ fn tls_config(
         .server_config(&[b"h2", b"http/1.1"], &certificate)
         .with_context(|| flag.to_string())?;
     Ok(Some((config, said)))
+}
+
+/// `--fragments` with `--http`: the set also by HTTP, opened as the native service opens
+/// it, behind the same token.
+struct FragmentsOverHttp(Arc<flowlab_fragments::serve::FragmentService>);
+
+impl flowlab_web::files::FileSet for FragmentsOverHttp {
+    fn index_name(&self) -> &str {
+        flowlab_fragments::manifest::MANIFEST
+    }
+
+    fn index(&self) -> Vec<u8> {
+        self.0.manifest_json().to_vec()
+    }
+
+    fn open(&self, name: &str) -> Result<(std::fs::File, u64), String> {
+        self.0.open_named(name)
+    }
+
+    fn authorized(&self, bearer: Option<&[u8]>) -> bool {
+        self.0.admits(bearer)
+    }
+
+    fn rate_bps(&self) -> u64 {
+        self.0.rate_bps()
+    }
 }
 
 /// Who counts every event the server logs: its metrics, its live view.
