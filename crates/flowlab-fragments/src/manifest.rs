@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use flowlab_proto::fragment::check_name;
 use flowlab_results::fetch::FileEntry;
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 /// The manifest's file name inside a fragment directory.
 pub const MANIFEST: &str = "manifest.json";
@@ -48,6 +49,11 @@ pub struct FragmentEntry {
     pub name: String,
     pub size: u64,
     pub blake3: String,
+    /// The fragment's SHA-256, for pages (browsers' WebCrypto has no BLAKE3): written by
+    /// `make` and `split`, absent from sets made before it (which `flowlab fetch`,
+    /// verifying BLAKE3, reads as before; older flowlabs ignore it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -82,6 +88,12 @@ impl Manifest {
             if hex32(&f.blake3).is_none() {
                 return Err(bad(format!(
                     "fragment {}: hash is not 64 hex digits",
+                    f.name
+                )));
+            }
+            if f.sha256.as_deref().is_some_and(|h| hex32(h).is_none()) {
+                return Err(bad(format!(
+                    "fragment {}: sha256 is not 64 hex digits",
                     f.name
                 )));
             }
@@ -193,11 +205,13 @@ fn write_fragments(
         let path = out.join(&name);
         let mut w = BufWriter::new(File::create(&path).map_err(io_err(&path))?);
         let mut h = blake3::Hasher::new();
+        let mut sha = Sha256::new();
         let mut left = fsize;
         while left > 0 {
             let n = (left as usize).min(buf.len());
             source.read_exact(&mut buf[..n]).map_err(io_err(&path))?;
             h.update(&buf[..n]);
+            sha.update(&buf[..n]);
             whole.update(&buf[..n]);
             w.write_all(&buf[..n]).map_err(io_err(&path))?;
             left -= n as u64;
@@ -207,6 +221,7 @@ fn write_fragments(
             name,
             size: fsize,
             blake3: h.finalize().to_hex().to_string(),
+            sha256: Some(hex(&sha.finalize().into())),
         });
     }
     let m = Manifest {
@@ -444,6 +459,41 @@ mod tests {
         assert!(err.to_string().contains(&m.fragments[2].name), "{err}");
         assert!(!out.exists());
         assert!(!dir.path().join(".whole.bin.partial").exists());
+    }
+
+    /// Each fragment's SHA-256 (for pages) is its content's, as coreutils' `sha256sum`
+    /// computes it; a manifest without them (an older set) is read as before, one with a
+    /// malformed one is refused.
+    #[test]
+    fn make_writes_each_fragments_sha256_and_older_manifests_still_read() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let m = make(10_000, 3, dir.path()).expect("make");
+        for f in &m.fragments {
+            let out = std::process::Command::new("sha256sum")
+                .arg(dir.path().join(&f.name))
+                .output()
+                .expect("sha256sum");
+            let text = String::from_utf8_lossy(&out.stdout);
+            let want = text.split_whitespace().next().expect("a digest");
+            assert_eq!(f.sha256.as_deref(), Some(want), "{}", f.name);
+        }
+        let loaded = Manifest::load(dir.path()).expect("load");
+        assert_eq!(loaded, m, "written and read back");
+        let mut older = m.clone();
+        for f in &mut older.fragments {
+            f.sha256 = None;
+        }
+        let text = serde_json::to_vec(&older).expect("JSON");
+        assert!(!String::from_utf8_lossy(&text).contains("sha256"));
+        assert_eq!(
+            Manifest::parse(&text, Path::new("m")).expect("older"),
+            older
+        );
+        let mut bad = m;
+        bad.fragments[1].sha256 = Some("xyz".into());
+        let text = serde_json::to_vec(&bad).expect("JSON");
+        let e = Manifest::parse(&text, Path::new("m")).expect_err("refused");
+        assert!(e.to_string().contains("sha256 is not 64 hex digits"), "{e}");
     }
 
     #[test]

@@ -29,7 +29,12 @@ fn manifest() -> impl Strategy<Value = Manifest> {
             let fragments: Vec<FragmentEntry> = frags
                 .into_iter()
                 .filter(|(n, _)| n != "manifest.json")
-                .map(|(name, (size, blake3))| FragmentEntry { name, size, blake3 })
+                .map(|(name, (size, blake3))| FragmentEntry {
+                    name,
+                    size,
+                    blake3,
+                    sha256: None,
+                })
                 .collect();
             Manifest {
                 schema: SCHEMA.into(),
@@ -102,11 +107,13 @@ proptest! {
             name: "zz-big".into(),
             size: big,
             blake3: "0".repeat(64),
+            sha256: None,
         });
         m.fragments.push(FragmentEntry {
             name: "zz-wrap".into(),
             size: u64::MAX - big + 1,
             blake3: "0".repeat(64),
+            sha256: None,
         });
         m.file.size = others;
         let e = parse(&wire(&m)).expect_err("refused");
