@@ -27,6 +27,10 @@ const INDEX: &str = include_str!("../assets/index.html");
 const SCRIPT: &str = include_str!("../assets/speed.js");
 const STYLE: &str = include_str!("../assets/speed.css");
 const UNITS: &str = include_str!("../assets/units.js");
+/// The seed-000 page: a fragment set fetched from several servers, and its scheduler.
+const FETCH: &str = include_str!("../assets/fetch.html");
+const FETCH_SCRIPT: &str = include_str!("../assets/fetch.js");
+const SCHEDULE: &str = include_str!("../assets/schedule.js");
 
 /// Runs kept for `GET /results`: the newest, from any address.
 const KEPT: usize = 64;
@@ -38,6 +42,11 @@ const MAX_RUN_BYTES: usize = 4 << 20;
 /// styles are refused too, so that nothing but the served files runs.
 const POLICY: &str = "default-src 'self'; img-src 'self' data:; base-uri 'none'; \
                       form-action 'none'; frame-ancestors 'none'";
+
+/// The fetch page's policy: [`POLICY`], but connecting to any http(s) server.
+const FETCH_POLICY: &str = "default-src 'self'; connect-src 'self' http: https:; \
+                            img-src 'self' data:; base-uri 'none'; form-action 'none'; \
+                            frame-ancestors 'none'";
 
 #[derive(Clone)]
 struct Page {
@@ -61,6 +70,27 @@ pub(crate) fn routes(congestion: Option<String>, tally: Tally, observer: Observe
         .route(
             "/speed.js",
             serve_file(SCRIPT, "text/javascript; charset=utf-8", true),
+        )
+        // Not cross-origin isolated, and connecting anywhere: it reads the fragments of
+        // the servers its user names (its scripts are still only this server's).
+        .route(
+            "/fetch",
+            get(|| async {
+                let mut r = file(FETCH, "text/html; charset=utf-8", false);
+                r.headers_mut().insert(
+                    header::CONTENT_SECURITY_POLICY,
+                    HeaderValue::from_static(FETCH_POLICY),
+                );
+                r
+            }),
+        )
+        .route(
+            "/fetch.js",
+            serve_file(FETCH_SCRIPT, "text/javascript; charset=utf-8", false),
+        )
+        .route(
+            "/schedule.js",
+            serve_file(SCHEDULE, "text/javascript; charset=utf-8", false),
         )
         .route("/results", get(own_results).post(post_result))
         .layer(DefaultBodyLimit::max(MAX_RUN_BYTES))

@@ -1052,3 +1052,81 @@ function replayFixture(f) {
     assert!(!browser.eval(&format!("replayFixture({changed})")).is_null());
     assert_eq!(browser.console(), Vec::<String>::new(), "console messages");
 }
+
+/// Seed 000 in a browser: the page at /fetch fetches one fragment set from two flowlab
+/// servers at once over HTTP (one three times the other's rate), adaptively and then in
+/// a fixed ratio, verifying every fragment by its SHA-256; the faster server delivers
+/// more in the adaptive run, the ratio deals its shares exactly.
+#[test]
+fn the_fetch_page_gets_a_set_from_two_servers_and_reports_the_split() {
+    if !support::require_tool("chromium") {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let set = dir.path().join("set");
+    flowlab_fragments::manifest::make(8 << 20, 32, &set).expect("a set");
+    let ports = free_ports(4);
+    let mut servers = Vec::new();
+    for (i, rate) in [(0, "40M"), (2, "120M")] {
+        let (port, http) = (ports + i, ports + i + 1);
+        let mut child = Reaped(
+            Command::new(env!("CARGO_BIN_EXE_flowlab"))
+                .args(["serve", "-p", &port.to_string()])
+                .args(["--http", &format!("127.0.0.1:{http}")])
+                .arg("--fragments")
+                .arg(&set)
+                .args(["--rate", rate])
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("serve"),
+        );
+        await_listening(http, Some(&mut child.0), "serve --http");
+        servers.push((child, format!("http://127.0.0.1:{http}")));
+    }
+    let (a, b) = (&servers[0].1, &servers[1].1);
+    let browser = Browser::open(
+        &format!("{a}/fetch?from={a}&from={b}&sweep=1:1&auto=1"),
+        dir.path(),
+        &[],
+    );
+    let state = browser.wait_for(Duration::from_secs(60), "the fetches' end", |b| {
+        let done = b.eval("document.documentElement.dataset.done ?? ''");
+        let state = b.eval("document.getElementById('state')?.textContent ?? ''");
+        if done == "1" {
+            Ok(state)
+        } else {
+            Err(state.to_string())
+        }
+    });
+    assert_eq!(state, "Done.", "console: {:?}", browser.console());
+    let runs = browser.eval("JSON.stringify(window.fetchRuns)");
+    let runs: serde_json::Value =
+        serde_json::from_str(runs.as_str().unwrap_or("null")).expect("the runs");
+    let runs = runs.as_array().expect("runs");
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    for r in runs {
+        assert_eq!((&r["verified"], &r["of"]), (&32.into(), &32.into()), "{r}");
+    }
+    let share = |r: &serde_json::Value, i: usize| r["fragments"][i].as_u64().unwrap_or(0);
+    let adaptive = &runs[0];
+    assert_eq!(adaptive["split"], "adaptive");
+    assert!(
+        share(adaptive, 1) > share(adaptive, 0),
+        "the 120M server delivered more: {adaptive}"
+    );
+    assert_eq!(runs[1]["split"], "1:1");
+    assert_eq!(
+        (share(&runs[1], 0), share(&runs[1], 1)),
+        (16, 16),
+        "{}",
+        runs[1]
+    );
+    // The page's table says the same.
+    let table = browser.eval("document.getElementById('runs').innerText");
+    let table = table.as_str().unwrap_or_default();
+    assert!(
+        table.contains("adaptive") && table.contains("1:1") && table.contains("32 of 32"),
+        "{table}"
+    );
+    assert_eq!(browser.console(), Vec::<String>::new(), "console messages");
+}
