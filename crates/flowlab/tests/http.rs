@@ -306,29 +306,7 @@ fn a_certificate_of_ones_own_is_served_and_bad_ones_refused() {
         return;
     }
     let dir = tempfile::tempdir().expect("tmp");
-    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
-    let made = Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-        ])
-        .args(["-nodes", "-days", "1", "-subj", "/CN=localhost"])
-        .args(["-addext", "subjectAltName=DNS:localhost"])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .output()
-        .expect("openssl");
-    assert!(
-        made.status.success(),
-        "{}",
-        String::from_utf8_lossy(&made.stderr)
-    );
+    let (cert, key) = support::openssl_certificate(dir.path(), "DNS:localhost");
     let (cert_s, key_s) = (cert.display().to_string(), key.display().to_string());
     let (_server, port, said) = serve_tls(&["--tls-cert", &cert_s, "--tls-key", &key_s]);
     assert!(

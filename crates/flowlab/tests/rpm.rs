@@ -327,26 +327,7 @@ fn rpm_over_http2_measures_a_stock_nginx() {
     let d = dir.path();
     let ports = free_ports(3);
     let (nginx_port, backend) = (ports, ports + 2);
-    let made = Command::new("openssl")
-        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
-        .args(["ec_paramgen_curve:prime256v1", "-nodes", "-days", "1"])
-        .args([
-            "-subj",
-            "/CN=localhost",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
-        ])
-        .arg("-keyout")
-        .arg(d.join("key.pem"))
-        .arg("-out")
-        .arg(d.join("cert.pem"))
-        .output()
-        .expect("openssl");
-    assert!(
-        made.status.success(),
-        "{}",
-        String::from_utf8_lossy(&made.stderr)
-    );
+    openssl_certificate(d, "IP:127.0.0.1");
     let root = d.join("root");
     std::fs::create_dir(&root).expect("root");
     std::fs::write(root.join("small"), "x").expect("small");

@@ -378,3 +378,29 @@ fn evaluate(devtools: u16, expression: &str) -> serde_json::Value {
         }
     }
 }
+
+/// A self-signed certificate and its key, made by openssl (EC P-256, a day) for
+/// `subject_alt_name` (`DNS:localhost`, `IP:127.0.0.1`): `dir/cert.pem`, `dir/key.pem`.
+pub fn openssl_certificate(
+    dir: &std::path::Path,
+    subject_alt_name: &str,
+) -> (std::path::PathBuf, std::path::PathBuf) {
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let made = std::process::Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
+        .args(["ec_paramgen_curve:prime256v1", "-nodes", "-days", "1"])
+        .args(["-subj", "/CN=localhost", "-addext"])
+        .arg(format!("subjectAltName={subject_alt_name}"))
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl");
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    (cert, key)
+}
