@@ -1,23 +1,8 @@
 // A study's progress page: the state /progress/events sends (server-sent events), shown
-// as it changes. Times: units.js, loaded before it.
+// as it changes. Times, cards and rows: units.js, loaded before it.
 'use strict';
 
 const $ = (id) => document.getElementById(id);
-
-function figures(items) {
-  $('figures').replaceChildren(...items.map(([name, value]) => {
-    const div = document.createElement('div');
-    div.className = 'figure';
-    const n = document.createElement('span');
-    n.className = 'name';
-    n.textContent = name;
-    const v = document.createElement('span');
-    v.className = 'value';
-    v.textContent = value;
-    div.append(n, v);
-    return div;
-  }));
-}
 
 function show(p) {
   $('title').textContent = 'Study ' + p.study;
@@ -42,22 +27,15 @@ function show(p) {
   ];
   if (p.busy || p.abandoned) shown.push(['Skipped', String(p.busy + p.abandoned)]);
   if (p.eta_seconds != null) shown.push(['Time left', wait(p.eta_seconds)]);
-  figures(shown);
-  $('trials').tBodies[0].replaceChildren(...p.recent.map((t) => {
-    const tr = document.createElement('tr');
+  figureCards($('figures'), shown);
+  tableRows($('trials'), p.recent, (t) => {
     const ran = t.status === 'ok' || t.status === 'failed' || t.status === 'warmup';
-    const cells = [
+    return [
       t.status === 'warmup' ? 'warm-up ' + t.index + '/' + t.of : t.index + '/' + t.of,
       t.cell || '(one cell)', String(t.repetition), t.status,
       ran ? t.seconds.toFixed(1) + ' s' : '–', t.error ?? '',
     ];
-    for (const text of cells) {
-      const td = document.createElement('td');
-      td.textContent = text;
-      tr.append(td);
-    }
-    return tr;
-  }));
+  });
   $('notes-heading').hidden = p.notes.length === 0;
   $('notes').replaceChildren(...p.notes.map((n) => {
     const li = document.createElement('li');

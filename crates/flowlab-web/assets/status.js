@@ -1,23 +1,10 @@
 // flowlab's server status page: the state /status/events sends (server-sent events),
-// shown as it changes. Sizes and rates: units.js, loaded before it.
+// shown as it changes. Sizes, rates, cards and rows: units.js, loaded before it.
 'use strict';
 
 const $ = (id) => document.getElementById(id);
 
 const since = (unix) => Math.max(0, Date.now() / 1000 - unix).toFixed(0) + ' s';
-
-function rows(table, items, cells) {
-  const body = $(table).tBodies[0];
-  body.replaceChildren(...items.map((item) => {
-    const tr = document.createElement('tr');
-    for (const text of cells(item)) {
-      const td = document.createElement('td');
-      td.textContent = text;
-      tr.append(td);
-    }
-    return tr;
-  }));
-}
 
 function show(s) {
   $('about').textContent = 'flowlab ' + s.flowlab_version + ', up ' + since(s.started_unix);
@@ -32,20 +19,9 @@ function show(s) {
     ['HTTP transfers', String(t.http_downloads + t.http_uploads)],
     ['Page runs', String(t.page_runs)],
   ];
-  $('totals').replaceChildren(...figures.map(([name, value]) => {
-    const div = document.createElement('div');
-    div.className = 'figure';
-    const n = document.createElement('span');
-    n.className = 'name';
-    n.textContent = name;
-    const v = document.createElement('span');
-    v.className = 'value';
-    v.textContent = value;
-    div.append(n, v);
-    return div;
-  }));
-  rows('running', s.running, (r) => [r.test, r.client, r.protocol, r.direction, r.streams, since(r.started_unix)]);
-  rows('recent', s.recent, (r) => [
+  figureCards($('totals'), figures);
+  tableRows($('running'), s.running, (r) => [r.test, r.client, r.protocol, r.direction, r.streams, since(r.started_unix)]);
+  tableRows($('recent'), s.recent, (r) => [
     r.test ?? '–', r.client, r.protocol ?? '–',
     r.bytes_received == null ? '–' : size(r.bytes_received),
     r.bytes_sent == null ? '–' : size(r.bytes_sent),

@@ -21,3 +21,32 @@ function wait(seconds) {
   if (s < 3600) return Math.floor(s / 60) + ' min ' + two(s % 60) + ' s';
   return Math.floor(s / 3600) + ' h ' + two(Math.floor((s % 3600) / 60)) + ' min';
 }
+
+// The pages' two ways of showing figures (the live view's, a study's progress):
+// cards of [name, value] into `container`, and a table body of `cells(item)` rows.
+function figureCards(container, items) {
+  container.replaceChildren(...items.map(([name, value]) => {
+    const div = document.createElement('div');
+    div.className = 'figure';
+    const n = document.createElement('span');
+    n.className = 'name';
+    n.textContent = name;
+    const v = document.createElement('span');
+    v.className = 'value';
+    v.textContent = value;
+    div.append(n, v);
+    return div;
+  }));
+}
+
+function tableRows(table, items, cells) {
+  table.tBodies[0].replaceChildren(...items.map((item) => {
+    const tr = document.createElement('tr');
+    for (const text of cells(item)) {
+      const td = document.createElement('td');
+      td.textContent = text;
+      tr.append(td);
+    }
+    return tr;
+  }));
+}

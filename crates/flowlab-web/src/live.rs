@@ -39,6 +39,12 @@ impl Watched {
         self.changed.send_modify(|v| *v = v.wrapping_add(1));
     }
 
+    /// How many times the state changed: what was made of it at one count holds until
+    /// the next.
+    pub(crate) fn version(&self) -> u64 {
+        *self.changed.borrow()
+    }
+
     /// The events a page listens to: `document()` now, then again after each change.
     /// `mark()` tells what changes without [`changed`](Watched::changed) being said
     /// (counts kept apart from the state, too busy for a wake-up each): a tick that

@@ -70,7 +70,14 @@ impl ProgressHub {
 struct Progress {
     hub: Arc<ProgressHub>,
     report: Report,
+    /// The last report made, and the progress's version it was made at: the database
+    /// changes only as trials end (which change the progress), so a page reloading
+    /// every few seconds costs the runner's machine nothing between them — it measures.
+    made: Arc<tokio::sync::Mutex<Option<(u64, Made)>>>,
 }
+
+/// A report made, or why it could not be.
+type Made = Arc<Result<String, String>>;
 
 /// The progress page's routes.
 pub(crate) fn routes(hub: Arc<ProgressHub>, report: Report) -> axum::Router {
@@ -92,18 +99,43 @@ pub(crate) fn routes(hub: Arc<ProgressHub>, report: Report) -> axum::Router {
             }),
         )
         .route("/report", get(report_now))
-        .with_state(Progress { hub, report })
+        .with_state(Progress {
+            hub,
+            report,
+            made: Arc::default(),
+        })
 }
 
-/// The report made now (on a thread of its own: it reads the database and draws every
-/// chart), reloading itself every [`REPORT_REFRESH`] seconds while the run goes on.
+/// The report as recorded now (made on a thread of its own, one at a time: it reads the
+/// database and draws every chart; made again only once a trial has ended since),
+/// reloading itself every [`REPORT_REFRESH`] seconds while the run goes on.
 async fn report_now(State(p): State<Progress>) -> Response {
-    let made = p.report.clone();
-    let made = tokio::task::spawn_blocking(move || made())
-        .await
-        .unwrap_or_else(|e| Err(format!("the report could not be made: {e}")));
-    let mut r = match made {
-        Ok(html) => ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], html).into_response(),
+    let mut last = p.made.lock().await;
+    let version = p.hub.watched.version();
+    let made = match &*last {
+        Some((at, made)) if *at == version => Arc::clone(made),
+        _ => {
+            let report = p.report.clone();
+            let made = Arc::new(
+                tokio::task::spawn_blocking(move || report())
+                    .await
+                    .unwrap_or_else(|e| Err(format!("the report could not be made: {e}"))),
+            );
+            // A report that could not be made (the study not written yet) is asked
+            // again next time.
+            if made.is_ok() {
+                *last = Some((version, Arc::clone(&made)));
+            }
+            made
+        }
+    };
+    drop(last);
+    let mut r = match &*made {
+        Ok(html) => (
+            [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+            html.clone(),
+        )
+            .into_response(),
         // No trial recorded yet is no fault: said, and asked again.
         Err(why) => (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -126,4 +158,95 @@ async fn report_now(State(p): State<Progress>) -> Response {
         h.insert("refresh", HeaderValue::from(REPORT_REFRESH));
     }
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flowlab_results::study::{PlanSummary, TrialEvent, TrialStatus};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn plan() -> PlanSummary {
+        PlanSummary {
+            study: "s".into(),
+            description: String::new(),
+            order: "random".into(),
+            seed: 1,
+            repeat: 1,
+            warmup: 0,
+            scale: 1.0,
+            setup: Vec::new(),
+            servers: Vec::new(),
+            cells: Vec::new(),
+            planned: 2,
+            trials: 2,
+            first: Vec::new(),
+            estimated_seconds: 0.0,
+            estimate_is_floor: false,
+        }
+    }
+
+    /// The report is made once per change of the progress, however often pages reload
+    /// it (the runner's machine measures meanwhile); one that could not be made is
+    /// asked again; it reloads itself only while the run goes on.
+    #[test]
+    fn the_report_is_made_again_only_when_a_trial_ended() {
+        let hub = ProgressHub::new(StudyProgress::new(&plan(), "r.db", 0.0));
+        let made = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&made);
+        let report: Report = Arc::new(move || {
+            let n = counted.fetch_add(1, Ordering::SeqCst);
+            if n == 0 {
+                Err("no study yet".into())
+            } else {
+                Ok(format!("<p>report {n}</p>"))
+            }
+        });
+        let listener = crate::Listener::bind(([127, 0, 0, 1], 0).into()).expect("bind");
+        let at = listener.local_addr().expect("address");
+        let _serving = listener
+            .serve(crate::Routes::new().progress(Arc::clone(&hub), report))
+            .expect("serve");
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
+        let get = || {
+            let mut r = agent
+                .get(format!("http://{at}/report"))
+                .call()
+                .expect("/report");
+            let refresh = r.headers().get("refresh").is_some();
+            let body = r.body_mut().read_to_string().expect("a body");
+            (r.status().as_u16(), body, refresh)
+        };
+        let (status, body, refresh) = get();
+        assert_eq!(status, 503, "{body}");
+        assert!(body.contains("no study yet") && refresh);
+        assert_eq!(get().1, "<p>report 1</p>", "an error is not kept");
+        assert_eq!(
+            get().1,
+            "<p>report 1</p>",
+            "nothing changed: the same report"
+        );
+        assert_eq!(made.load(Ordering::SeqCst), 2);
+        hub.update(|p| {
+            p.trial(&TrialEvent {
+                index: 1,
+                of: 2,
+                cell: String::new(),
+                repetition: 1,
+                status: TrialStatus::Ok,
+                seconds: 1.0,
+                error: None,
+                eta_seconds: None,
+            })
+        });
+        assert_eq!(get().1, "<p>report 2</p>", "a trial ended: made again");
+        hub.update(|p| p.ended(Default::default()));
+        let (_, body, refresh) = get();
+        assert_eq!(body, "<p>report 3</p>");
+        assert!(!refresh, "the run ended: no more reloading");
+        assert_eq!(made.load(Ordering::SeqCst), 4);
+    }
 }
