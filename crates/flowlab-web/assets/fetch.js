@@ -65,6 +65,7 @@ async function run(servers, m, mode, connections) {
   const total = m.fragments.reduce((a, f) => a + f.size, 0);
   const bytes = servers.map(() => 0);
   const kept = servers.map(() => 0);
+  const corrupt = servers.map(() => 0);
   const errors = servers.map(() => null);
   const inflight = owner.map(() => new Map()); // worker -> fragment -> AbortController
   let wake = () => {};
@@ -109,6 +110,10 @@ async function run(servers, m, mode, connections) {
         const ok = got === frag.size && hex(await crypto.subtle.digest('SHA-256', body)) === frag.sha256;
         inflight[w].delete(f);
         const outcome = sched.delivered(w, f, ok);
+        if (outcome === 'corrupt') {
+          corrupt[s] += 1;
+          errors[s] = frag.name + ': a copy that does not match its SHA-256 (fetched again)';
+        }
         if (outcome && outcome.accepted) {
           kept[s] += 1;
           for (const c of outcome.accepted) {
@@ -142,6 +147,7 @@ async function run(servers, m, mode, connections) {
     fragments: kept,
     bytes,
     verified: kept.reduce((a, b) => a + b, 0),
+    corrupt,
     of: m.fragments.length,
     errors,
   };
@@ -162,6 +168,7 @@ function addRow(r) {
   const cells = [
     r.split, r.seconds.toFixed(2) + ' s', rate(r.bits_per_second),
     r.fragments.join(' : '), r.bytes.map(size).join(' : '), r.verified + ' of ' + r.of,
+    r.corrupt.join(' : '),
   ];
   for (const text of cells) {
     const td = document.createElement('td');

@@ -1034,7 +1034,8 @@ function replayFixture(f) {
 /// Seed 000 in a browser: the page at /fetch fetches one fragment set from two flowlab
 /// servers at once over HTTP (one three times the other's rate), adaptively and then in
 /// a fixed ratio, verifying every fragment by its SHA-256; the faster server delivers
-/// more in the adaptive run, the ratio deals its shares exactly.
+/// more in the adaptive run, the ratio deals its shares exactly — but for the one
+/// fragment the faster server holds corrupt, which is caught and fetched from the other.
 #[test]
 fn the_fetch_page_gets_a_set_from_two_servers_and_reports_the_split() {
     if !support::require_tool("chromium") {
@@ -1043,16 +1044,28 @@ fn the_fetch_page_gets_a_set_from_two_servers_and_reports_the_split() {
     let dir = tempfile::tempdir().expect("tempdir");
     let set = dir.path().join("set");
     flowlab_fragments::manifest::make(8 << 20, 32, &set).expect("a set");
+    // The second server's copy of the set, with fragment 5 (its share at 1:1) corrupt:
+    // same size, one byte changed, so only the hash can tell.
+    let copy = dir.path().join("copy");
+    std::fs::create_dir(&copy).expect("a copy");
+    for entry in std::fs::read_dir(&set).expect("the set") {
+        let path = entry.expect("an entry").path();
+        std::fs::copy(&path, copy.join(path.file_name().expect("a name"))).expect("copy");
+    }
+    let bad = copy.join("testdata.bin.005");
+    let mut bytes = std::fs::read(&bad).expect("fragment 5");
+    bytes[1000] ^= 0xff;
+    std::fs::write(&bad, bytes).expect("corrupt it");
     let ports = free_ports(4);
     let mut servers = Vec::new();
-    for (i, rate) in [(0, "40M"), (2, "120M")] {
+    for (i, rate, set) in [(0, "40M", &set), (2, "120M", &copy)] {
         let (port, http) = (ports + i, ports + i + 1);
         let mut child = Reaped(
             Command::new(env!("CARGO_BIN_EXE_flowlab"))
                 .args(["serve", "-p", &port.to_string()])
                 .args(["--http", &format!("127.0.0.1:{http}")])
                 .arg("--fragments")
-                .arg(&set)
+                .arg(set)
                 .args(["--rate", rate])
                 .stdout(Stdio::null())
                 .spawn()
@@ -1084,6 +1097,10 @@ fn the_fetch_page_gets_a_set_from_two_servers_and_reports_the_split() {
     assert_eq!(runs.len(), 2, "{runs:?}");
     for r in runs {
         assert_eq!((&r["verified"], &r["of"]), (&32.into(), &32.into()), "{r}");
+        assert_eq!(
+            r["corrupt"][0], 0,
+            "the first server's copies are good: {r}"
+        );
     }
     let share = |r: &serde_json::Value, i: usize| r["fragments"][i].as_u64().unwrap_or(0);
     let adaptive = &runs[0];
@@ -1093,9 +1110,12 @@ fn the_fetch_page_gets_a_set_from_two_servers_and_reports_the_split() {
         "the 120M server delivered more: {adaptive}"
     );
     assert_eq!(runs[1]["split"], "1:1");
+    // Fragment 5 is the second server's to send at 1:1 (A B A B …): its bad copy is
+    // caught, and the first server sends it.
+    assert_eq!(runs[1]["corrupt"][1], 1, "{}", runs[1]);
     assert_eq!(
         (share(&runs[1], 0), share(&runs[1], 1)),
-        (16, 16),
+        (17, 15),
         "{}",
         runs[1]
     );
