@@ -1081,7 +1081,8 @@ fn the_fetch_page_gets_a_set_from_two_servers_and_reports_the_split() {
         &[],
     );
     let state = browser.wait_for(Duration::from_secs(60), "the fetches' end", |b| {
-        let done = b.eval("document.documentElement.dataset.done ?? ''");
+        // Null while the browser still shows its blank page.
+        let done = b.eval("document.documentElement?.dataset.done ?? ''");
         let state = b.eval("document.getElementById('state')?.textContent ?? ''");
         if done == "1" {
             Ok(state)

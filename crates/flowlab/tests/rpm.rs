@@ -199,11 +199,13 @@ fn a_load_that_never_saturated_exits_non_zero() {
 }
 
 /// `flowlab rpm URL -J`: its document (stdout), whatever its exit (a load that never
-/// saturated on loopback exits 1, saying so), and what it said on stderr.
+/// saturated on loopback exits 1, saying so), and what it said on stderr. Two
+/// connections a direction at most and intervals of 0.5 s: on a busy machine (the suite's
+/// lanes side by side) the last four intervals still hold finished probes of every kind.
 fn rpm_over_http(url: &str, extra: &[&str]) -> (serde_json::Value, String) {
     let out = flowlab()
-        .args(["rpm", url, "-J", "--interval", "0.2", "-t", "3"])
-        .args(["--max-connections", "4"])
+        .args(["rpm", url, "-J", "--interval", "0.5", "-t", "4"])
+        .args(["--max-connections", "2"])
         .args(extra)
         .output()
         .expect("flowlab rpm");
@@ -221,7 +223,10 @@ fn rpm_over_http(url: &str, extra: &[&str]) -> (serde_json::Value, String) {
 /// its own connections (HTTP/2's streams: HTTP/1.1 could not), and the responsiveness
 /// is the draft's formula with the TLS handshake in it.
 fn assert_http2_over_tls(doc: &serde_json::Value, what: &str) {
-    let ms = |v: &serde_json::Value| v.as_f64().unwrap_or_else(|| panic!("{what}: {v}"));
+    let ms = |v: &serde_json::Value| {
+        v.as_f64()
+            .unwrap_or_else(|| panic!("{what}: a number expected, {v} found in {doc}"))
+    };
     assert!(
         ms(&doc["idle"]["tls_foreign_ms"]) > 0.0,
         "{what}: {}",
@@ -244,7 +249,7 @@ fn assert_http2_over_tls(doc: &serde_json::Value, what: &str) {
         let name = format!("{what} {}", d["direction"]);
         assert!(ms(&d["goodput_bps"]) > 1e7, "{name}: {}", d["goodput_bps"]);
         let c = d["connections"].as_u64().expect("connections");
-        assert!((1..=4).contains(&c), "{name}: {c} connections");
+        assert!((1..=2).contains(&c), "{name}: {c} connections");
         for kind in [
             "tcp_foreign",
             "tls_foreign",
