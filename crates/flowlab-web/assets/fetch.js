@@ -68,6 +68,17 @@ async function run(servers, m, mode, connections) {
   const corrupt = servers.map(() => 0);
   const errors = servers.map(() => null);
   const inflight = owner.map(() => new Map()); // worker -> fragment -> AbortController
+  // The bars are redrawn once a frame, not once a chunk read (hundreds a second on a
+  // fast link, each a layout the phone would pay for).
+  let drawing = false;
+  const draw = () => {
+    if (drawing) return;
+    drawing = true;
+    requestAnimationFrame(() => {
+      drawing = false;
+      servers.forEach((_, i) => showServer(i, bytes[i], total, kept[i], errors[i]));
+    });
+  };
   let wake = () => {};
   const changed = () => { const w = wake; wake = () => {}; w(); };
   const t0 = performance.now();
@@ -102,7 +113,7 @@ async function run(servers, m, mode, connections) {
           parts.push(value);
           got += value.byteLength;
           bytes[s] += value.byteLength;
-          showServer(s, bytes[s], total, kept[s], errors[s]);
+          draw();
         }
         const body = new Uint8Array(got);
         let at = 0;
@@ -133,12 +144,13 @@ async function run(servers, m, mode, connections) {
           return;
         }
       } finally {
-        showServer(s, bytes[s], total, kept[s], errors[s]);
+        draw();
         changed();
       }
     }
   }
   await Promise.all(owner.map((_, w) => worker(w)));
+  servers.forEach((_, i) => showServer(i, bytes[i], total, kept[i], errors[i]));
   const seconds = (performance.now() - t0) / 1000;
   return {
     split: mode.ratio ? mode.ratio.join(':') : 'adaptive',
