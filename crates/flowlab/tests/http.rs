@@ -688,6 +688,10 @@ fn cloudflare_engine(ns: &str, dir: &std::path::Path) -> (f64, f64) {
 <script type="module">
 import SpeedTest from '/speedtest.js';
 const api = 'http://10.0.1.2:8080';
+// The engine times each request by its Resource Timing entry; the browser keeps 250 by
+// default, and a run with loaded-latency probes makes more: a lost entry failed a run
+// ("reading 'transferSize'"). A page embedding the engine raises the limit.
+performance.setResourceTimingBufferSize(100000);
 const engine = new SpeedTest({
   downloadApiUrl: api + '/__down',
   uploadApiUrl: api + '/__up',
