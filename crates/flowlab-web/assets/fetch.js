@@ -14,6 +14,22 @@ function hex(buffer) {
 }
 
 // The manifest every server serves; the same set everywhere, each fragment with a SHA-256.
+// Why a server's manifest could not be read, and what to do. A browser tells a page
+// nothing more than "failed" of a server it cannot reach, of a certificate it does not
+// trust and of a request it blocks: name the likely cause from what the page can see.
+function unreachable(s, e) {
+  if (e.name !== 'TypeError') return 'no fragment set (' + e.message + '): serve it with --fragments DIR --http';
+  let url;
+  try { url = new URL(s); } catch { return 'not a URL: give it as http://HOST:PORT or https://HOST:PORT'; }
+  if (location.protocol === 'https:' && url.protocol === 'http:') {
+    return 'an https page cannot fetch from an http server (the browser blocks it): give its https address, or open this page over http';
+  }
+  const hint = url.protocol === 'https:' && url.origin !== location.origin
+    ? ' If its certificate is self-signed (serve --tls-self-signed), open ' + url.origin + '/ in this browser once and accept it, then come back.'
+    : '';
+  return 'no answer (' + e.message + '): is it running serve --fragments DIR --http?' + hint;
+}
+
 async function manifestOf(servers) {
   let first = null;
   for (const s of servers) {
@@ -23,7 +39,7 @@ async function manifestOf(servers) {
       if (!r.ok) throw new Error(r.status + ' ' + (await r.text()).trim());
       m = await r.json();
     } catch (e) {
-      throw new Error(s + ': no fragment set (' + e.message + '): serve it with --fragments DIR --http');
+      throw new Error(s + ': ' + unreachable(s, e));
     }
     const key = JSON.stringify(m.fragments.map((f) => [f.name, f.size, f.sha256]));
     if (first && key !== first.key) throw new Error(s + ' serves another set than ' + servers[0]);

@@ -181,11 +181,27 @@ fn serve_tls(tls: &[&str]) -> (Reaped, u16, String) {
     await_listening(port + 1, Some(&mut child), "the HTTP listener");
     let mut said = String::new();
     let mut out = std::io::BufReader::new(child.stdout.take().expect("stdout"));
-    // Its first lines: the endpoints, then TLS's.
-    for _ in 0..2 {
-        std::io::BufRead::read_line(&mut out, &mut said).expect("a line");
+    // Its first lines: what it serves, TLS's last.
+    loop {
+        let mut line = String::new();
+        let n = std::io::BufRead::read_line(&mut out, &mut line).expect("a line");
+        assert!(n > 0, "serve said no TLS line: {said}");
+        said += &line;
+        if line.starts_with("TLS on the same port") {
+            break;
+        }
     }
+    // Whatever it says later is read, so that it never writes to a closed pipe.
+    std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
     (Reaped(child), port + 1, said)
+}
+
+/// The SHA-256 of the server's public key, as `serve --tls-self-signed` prints it.
+fn pin_of(said: &str) -> &str {
+    said.split("--ignore-certificate-errors-spki-list=")
+        .nth(1)
+        .and_then(|p| p.split(')').next())
+        .unwrap_or_else(|| panic!("no pin in {said}"))
 }
 
 /// With a self-signed certificate the same port speaks TLS 1.3 and HTTP/2 (ALPN) to a
@@ -206,11 +222,7 @@ fn tls_on_the_http_port_speaks_http2_and_the_responsiveness_endpoints() {
         )),
         "{said}"
     );
-    let pin = said
-        .split("--ignore-certificate-errors-spki-list=")
-        .nth(1)
-        .and_then(|p| p.split(')').next())
-        .expect("the pin");
+    let pin = pin_of(&said);
 
     let (ok, out, err) = curl(&[
         "-k",
@@ -1087,16 +1099,7 @@ fn the_fetch_page_gets_a_set_from_two_servers_and_reports_the_split() {
         dir.path(),
         &[],
     );
-    let state = browser.wait_for(Duration::from_secs(60), "the fetches' end", |b| {
-        // Null while the browser still shows its blank page.
-        let done = b.eval("document.documentElement?.dataset.done ?? ''");
-        let state = b.eval("document.getElementById('state')?.textContent ?? ''");
-        if done == "1" {
-            Ok(state)
-        } else {
-            Err(state.to_string())
-        }
-    });
+    let state = fetch_page_end(&browser);
     assert_eq!(state, "Done.", "console: {:?}", browser.console());
     let runs = browser.eval("JSON.stringify(window.fetchRuns)");
     let runs: serde_json::Value =
@@ -1135,4 +1138,88 @@ fn the_fetch_page_gets_a_set_from_two_servers_and_reports_the_split() {
         "{table}"
     );
     assert_eq!(browser.console(), Vec::<String>::new(), "console messages");
+}
+
+/// The seed-000 page as a phone on a LAN meets it: each server over https with a
+/// certificate of its own (`--tls-self-signed`). A browser that has accepted only the
+/// page's server's certificate is told which other server to open and accept; once it
+/// has accepted both, it fetches and verifies the set from both, over HTTP/2.
+#[test]
+fn the_fetch_page_over_https_names_the_certificate_to_accept_then_fetches() {
+    if !support::require_tool("chromium") {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let set = dir.path().join("set");
+    flowlab_fragments::manifest::make(2 << 20, 8, &set).expect("a set");
+    let set = set.to_str().expect("a UTF-8 path");
+    let (_a, port_a, said_a) = serve_tls(&["--tls-self-signed", "--fragments", set]);
+    let (_b, port_b, said_b) = serve_tls(&["--tls-self-signed", "--fragments", set]);
+    let (a, b) = (
+        format!("https://127.0.0.1:{port_a}"),
+        format!("https://127.0.0.1:{port_b}"),
+    );
+    let page = format!("{a}/fetch?from={a}&from={b}&auto=1");
+
+    let profile = dir.path().join("first");
+    std::fs::create_dir(&profile).expect("a profile directory");
+    let browser = Browser::open_trusting(&page, &profile, &[], &[pin_of(&said_a)]);
+    let state = fetch_page_end(&browser);
+    let state = state.as_str().unwrap_or_default();
+    assert!(
+        state.starts_with(&format!("Failed: {b}: no answer"))
+            && state.contains(&format!("open {b}/ in this browser once and accept it")),
+        "{state}"
+    );
+    drop(browser);
+
+    let profile = dir.path().join("both");
+    std::fs::create_dir(&profile).expect("a profile directory");
+    let browser = Browser::open_trusting(&page, &profile, &[], &[pin_of(&said_a), pin_of(&said_b)]);
+    assert_eq!(
+        fetch_page_end(&browser),
+        "Done.",
+        "console: {:?}",
+        browser.console()
+    );
+    let runs = browser.eval("JSON.stringify(window.fetchRuns)");
+    let runs: serde_json::Value =
+        serde_json::from_str(runs.as_str().unwrap_or("null")).expect("the runs");
+    let run = &runs[0];
+    assert_eq!(
+        (&run["verified"], &run["of"]),
+        (&8.into(), &8.into()),
+        "{run}"
+    );
+    let from = |i: usize| run["fragments"][i].as_u64().unwrap_or(0);
+    assert_eq!(from(0) + from(1), 8, "{run}");
+    assert_eq!(run["bytes"][1].as_u64().map(|n| n > 0), Some(true), "{run}");
+    // The page's own server's fragments came over HTTP/2 (the other's timing is
+    // cross-origin, not shown to the page).
+    let protocols = browser.eval(&format!(
+        "JSON.stringify(performance.getEntriesByType('resource')\
+           .filter((e) => e.name.startsWith('{a}/fragments/testdata'))\
+           .map((e) => e.nextHopProtocol))"
+    ));
+    let protocols: Vec<String> =
+        serde_json::from_str(protocols.as_str().unwrap_or("null")).expect("protocols");
+    assert!(
+        !protocols.is_empty() && protocols.iter().all(|p| p == "h2"),
+        "{protocols:?}"
+    );
+    assert_eq!(browser.console(), Vec::<String>::new(), "console messages");
+}
+
+/// The fetch page's state line once it has ended (within 60 s).
+fn fetch_page_end(browser: &Browser) -> serde_json::Value {
+    browser.wait_for(Duration::from_secs(60), "the fetches' end", |b| {
+        // Null while the browser still shows its blank page.
+        let done = b.eval("document.documentElement?.dataset.done ?? ''");
+        let state = b.eval("document.getElementById('state')?.textContent ?? ''");
+        if done == "1" {
+            Ok(state)
+        } else {
+            Err(state.to_string())
+        }
+    })
 }

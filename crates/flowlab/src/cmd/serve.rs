@@ -650,6 +650,32 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The addresses of this host's interfaces, each once; not IPv6 link-local ones, which
+/// a URL can name only with a zone.
+fn interface_addresses() -> Vec<String> {
+    let Ok(interfaces) = nix::ifaddrs::getifaddrs() else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for address in interfaces.filter_map(|i| i.address) {
+        let ip = if let Some(v4) = address.as_sockaddr_in() {
+            std::net::IpAddr::V4(v4.ip())
+        } else if let Some(v6) = address.as_sockaddr_in6() {
+            if v6.ip().is_unicast_link_local() {
+                continue;
+            }
+            std::net::IpAddr::V6(v6.ip())
+        } else {
+            continue;
+        };
+        let ip = ip.to_string();
+        if !out.contains(&ip) {
+            out.push(ip);
+        }
+    }
+    out
+}
+
 /// The TLS configuration `--tls-cert`/`--tls-key` or `--tls-self-signed` ask for, and
 /// what to say of it; `None` when neither is given.
 fn tls_config(
@@ -663,9 +689,15 @@ fn tls_config(
             key: key.clone(),
         },
         _ if a.tls_self_signed => {
-            let listening = (!addr.ip().is_unspecified()).then(|| addr.ip().to_string());
+            // Listening on every address, the certificate names every one the host has: a
+            // phone reaches it by its LAN address.
+            let listening = if addr.ip().is_unspecified() {
+                interface_addresses()
+            } else {
+                vec![addr.ip().to_string()]
+            };
             Certificate::SelfSigned {
-                names: self_signed_names(listening.as_slice()),
+                names: self_signed_names(&listening),
             }
         }
         _ => return Ok(None),
@@ -810,5 +842,21 @@ impl ServerLog for Log {
         } else {
             ServerOutput::Text(table::server_events(events))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every host (and network namespace) has loopback; a link-local IPv6 address, which
+    /// no URL names without a zone, is left out; none twice.
+    #[test]
+    fn interface_addresses_have_loopback_once_and_no_link_local() {
+        let all = super::interface_addresses();
+        assert_eq!(
+            all.iter().filter(|a| *a == "127.0.0.1").count(),
+            1,
+            "{all:?}"
+        );
+        assert!(!all.iter().any(|a| a.starts_with("fe80:")), "{all:?}");
     }
 }

@@ -221,12 +221,38 @@ impl Browser {
         Browser::open_in(None, url, dir, reach)
     }
 
+    /// The same, trusting the certificates whose public keys' SHA-256 (base64) are
+    /// `pins`, as a user who accepted each once (Chromium's
+    /// `--ignore-certificate-errors-spki-list`, which `serve --tls-self-signed` prints).
+    pub fn open_trusting(
+        url: &str,
+        dir: &std::path::Path,
+        reach: &[&str],
+        pins: &[&str],
+    ) -> Browser {
+        let flags = [format!(
+            "--ignore-certificate-errors-spki-list={}",
+            pins.join(",")
+        )];
+        Browser::launch(None, url, dir, reach, &flags)
+    }
+
     /// The same, in network namespace `netns` (`ip netns exec`).
     pub fn open_in(
         netns: Option<&str>,
         url: &str,
         dir: &std::path::Path,
         reach: &[&str],
+    ) -> Browser {
+        Browser::launch(netns, url, dir, reach, &[])
+    }
+
+    fn launch(
+        netns: Option<&str>,
+        url: &str,
+        dir: &std::path::Path,
+        reach: &[&str],
+        flags: &[String],
     ) -> Browser {
         let log = dir.join("chromium.log");
         // The page's own host is the one other name that resolves (an address too is
@@ -262,6 +288,7 @@ impl Browser {
                     .collect::<String>()
             ))
             .arg(format!("--user-data-dir={}", dir.join("profile").display()))
+            .args(flags)
             .arg(url)
             .stdout(std::process::Stdio::null())
             .stderr(std::fs::File::create(&log).expect("chromium.log"))
