@@ -74,6 +74,27 @@ fn iperf3_clients_against_flowlab_server() {
     }
 }
 
+/// A stock client counting the UDP blocks it receives (`-R -k`) ends once it has
+/// received that many; with loss that takes more than were counted, so the server sends
+/// on until the client ends the test, as `iperf3 -s` does (it stalled, and ended with
+/// "the server has terminated"). A receive buffer far too small for 1 Gbit/s (`-w 4K`)
+/// makes sure datagrams are lost.
+#[test]
+fn a_stock_client_counting_udp_blocks_received_ends_despite_loss() {
+    if !require_tool("iperf3") {
+        return;
+    }
+    let port = default_server();
+    let v = iperf3_client(port, &["-u", "-b", "1G", "-R", "-k", "1K", "-w", "4K"]);
+    let sum = &v["end"]["sum"];
+    let (packets, lost) = (
+        sum["packets"].as_u64().expect("packets"),
+        sum["lost_packets"].as_u64().expect("lost packets"),
+    );
+    assert!(lost > 0, "no datagram lost: the case needs loss: {sum}");
+    assert!(packets - lost >= 1024, "{sum}");
+}
+
 /// What an iperf3 client's JSON says of a test against flowlab's server, judged.
 fn judge_iperf3_client(args: &[&str], v: &Value) {
     let sent = bytes(v, "sum_sent");

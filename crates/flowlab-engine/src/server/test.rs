@@ -75,7 +75,7 @@ pub(super) fn run_test(
     // Receivers read before the client is told to send (an unread UDP socket overflows
     // at once); senders start a control round trip early, which the peer's socket
     // buffers absorb.
-    let ctl = TestControl::new(budget(&params));
+    let ctl = TestControl::new(budget(&params, proto));
     let plans = stream_plans(transports, &params, cfg);
     let mut session = DataSession::start(plans, data, ctl, Duration::from_secs(params.omit))?;
     control::write_state(ctrl, State::TestStart)?;
@@ -270,8 +270,16 @@ fn stream_plans(
 
 /// How much the server's senders send: `-n` bytes or `-k` blocks when it sends, else
 /// until the client ends the test.
-fn budget(params: &TestParams) -> Budget {
+///
+/// A stock iperf3 client ends a counted test once it has *received* the count, and over
+/// UDP some datagrams are lost: iperf3's server sends on until the client's TEST_END,
+/// and so does this one for such a client, or it would wait for a count that never
+/// comes. A flowlab client ends on the stream's silence, and gets the count exactly.
+fn budget(params: &TestParams, proto: Protocol) -> Budget {
     let sends = params.reverse || params.bidirectional;
+    if sends && proto == Protocol::Udp && !is_flowlab(params) {
+        return Budget::Unbounded;
+    }
     match (params.num, params.blockcount) {
         (n, _) if n > 0 && sends => Budget::Bytes(n.into()),
         (_, k) if k > 0 && sends => Budget::Blocks(k.into()),
