@@ -559,10 +559,39 @@ fn the_page_agrees_with_flowlab_test_on_an_emulated_30_mbit_link() {
     // moment arrive faster than the rate, and the engine's small requests read high.
     let topology = "name = \"tpage\"\nhosts = [\"c\", \"s\"]\n[[link]]\nends = [\"c\", \"s\"]\nrate = \"30M\"\ndelay = \"10ms\"\n";
     let _down = support::net_up(dir.path(), "tpage", topology);
+    let _allowed = AllowedCongestion::every_one();
     for cc in ["cubic", "bbr"] {
         let profile = dir.path().join(cc);
         std::fs::create_dir(&profile).expect("a profile directory");
         page_against_flowlab_test(("fl-tpage-c", "fl-tpage-s"), cc, &profile);
+    }
+}
+
+/// While held, any congestion control this kernel has may be a network namespace's
+/// default. The kernel lets a namespace other than the first default only to one listed
+/// in `tcp_allowed_congestion_control`, and a kernel that boots with bbr lists reno and
+/// bbr alone (sysctl says "Operation not permitted" for cubic). The list also says what
+/// unprivileged sockets may choose; it is put back as it was when this is dropped.
+struct AllowedCongestion(String);
+
+impl AllowedCongestion {
+    const ALLOWED: &str = "/proc/sys/net/ipv4/tcp_allowed_congestion_control";
+
+    fn every_one() -> AllowedCongestion {
+        let was = std::fs::read_to_string(Self::ALLOWED).expect("the allowed list");
+        let available =
+            std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
+                .expect("the available list");
+        std::fs::write(Self::ALLOWED, available.trim()).expect("allow every one");
+        AllowedCongestion(was.trim().to_string())
+    }
+}
+
+impl Drop for AllowedCongestion {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::write(Self::ALLOWED, &self.0) {
+            eprintln!("{}: could not put back {:?}: {e}", Self::ALLOWED, self.0);
+        }
     }
 }
 
