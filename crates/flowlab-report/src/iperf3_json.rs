@@ -8,7 +8,7 @@
 //! congestion window), so does this; what flowlab does not sample at all is left out
 //! rather than made up: [`LEFT_OUT`].
 
-use flowlab_results::spec::{Amount, Direction};
+use flowlab_results::spec::{Amount, Direction, TestSpec};
 use std::net::SocketAddr;
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -30,8 +30,7 @@ pub const LEFT_OUT: [&str; 3] = [
 /// The document for `r`.
 pub fn document(r: &TestResult) -> Value {
     let udp = crate::is_udp(r);
-    // A UDP test's datagram length, for the intervals' packet counts.
-    let datagram = udp.then(|| (r.start.spec.len as u64).max(1));
+    let datagram = datagram(&r.start.spec);
     let intervals: Vec<Value> = r
         .intervals
         .iter()
@@ -57,6 +56,49 @@ pub fn document(r: &TestResult) -> Value {
         None => {}
     }
     doc
+}
+
+/// iperf3's `--json-stream` (3.17 on): one compact line an event, `{"event": NAME,
+/// "data": …}`, as the test runs — `start` and each `interval` holding what `-J`'s
+/// document holds under those keys; at the end `server_output_json` or
+/// `server_output_text` (when asked for) and `end`. These are the start's line.
+pub fn start_event(s: &StartInfo) -> String {
+    event("start", start(s, is_udp(&s.spec)))
+}
+
+/// An interval's line of iperf3's `--json-stream`.
+pub fn interval_event(iv: &Interval, spec: &TestSpec) -> String {
+    event("interval", interval(iv, datagram(spec)))
+}
+
+/// The last lines of iperf3's `--json-stream` for a finished test.
+pub fn end_events(r: &TestResult) -> String {
+    let mut out = String::new();
+    match r.end.as_ref().and_then(|e| e.server_output.as_ref()) {
+        Some(ServerOutput::Json(v)) => out += &event("server_output_json", v.clone()),
+        Some(ServerOutput::Text(t)) => out += &event("server_output_text", json!(t)),
+        None => {}
+    }
+    out + &event("end", end(r, is_udp(&r.start.spec)))
+}
+
+/// The lines of iperf3's `--json-stream` when the test could not run: the error, then
+/// an empty end.
+pub fn error_events(message: &str) -> String {
+    event("error", json!(message)) + &event("end", json!({}))
+}
+
+fn event(name: &str, data: Value) -> String {
+    json!({"event": name, "data": data}).to_string() + "\n"
+}
+
+fn is_udp(spec: &TestSpec) -> bool {
+    spec.protocol == flowlab_proto::params::Protocol::Udp
+}
+
+/// A UDP test's datagram length, for the intervals' packet counts.
+fn datagram(spec: &TestSpec) -> Option<u64> {
+    is_udp(spec).then(|| (spec.len as u64).max(1))
 }
 
 /// What iperf3 prints with `-J` when the test could not run.

@@ -62,6 +62,9 @@ pub enum TestFormat {
     JsonStream,
     /// One JSON document at the end in iperf3's shape (`--iperf3-json`).
     Iperf3Json,
+    /// One JSON line per event as the test runs, in iperf3's shape (`--iperf3-json
+    /// --json-stream`: iperf3's own `--json-stream`).
+    Iperf3JsonStream,
     /// iperf3's own text, rates in the given units (`--iperf3-text`).
     Iperf3Text(UnitFormat),
 }
@@ -95,6 +98,13 @@ impl Format<TestResult> for TestFormat {
                     out += &iperf3_text::interval(iv, &r.start.spec, f);
                 }
                 out + &iperf3_text::finish(r, f)
+            }
+            TestFormat::Iperf3JsonStream => {
+                let mut out = iperf3_json::start_event(&r.start);
+                for iv in &r.intervals {
+                    out += &iperf3_json::interval_event(iv, &r.start.spec);
+                }
+                out + &iperf3_json::end_events(r)
             }
             TestFormat::JsonStream => {
                 let mut out = json::event_line("start", &r.start);

@@ -97,6 +97,10 @@ fn pin_test_formats(r: &TestResult, tag: &str, json_document: bool) {
     if json_document {
         pin!(format!("{tag}-json"), out(TestFormat::Json));
         pin!(format!("{tag}-iperf3-json"), out(TestFormat::Iperf3Json));
+        pin!(
+            format!("{tag}-iperf3-json-stream"),
+            out(TestFormat::Iperf3JsonStream)
+        );
     }
 }
 
@@ -199,6 +203,46 @@ fn a_failed_test_as_json_and_json_stream() {
     let message = "connecting to 10.0.0.4:5201: Connection refused (os error 111)";
     pin!("test-error-json", json::test_error(message).expect("JSON"));
     pin!("test-error-json-stream", json::test_error_event(message));
+    pin!(
+        "test-error-iperf3-json-stream",
+        flowlab_report::iperf3_json::error_events(message)
+    );
+}
+
+/// iperf3's `--json-stream` holds `-J`'s document in pieces: the start event's data is
+/// its `start`, the intervals' its `intervals`, the end's its `end` (as iperf3 builds
+/// both from the same objects); every line is one compact object.
+#[test]
+fn the_iperf3_json_stream_is_the_iperf3_document_in_pieces() {
+    for name in ["tcp-p2.json", "udp-run.json"] {
+        let mut r = result(name);
+        r.end.as_mut().expect("ended").server_output = Some(
+            flowlab_results::result::ServerOutput::Text("a line\n".into()),
+        );
+        let doc = flowlab_report::iperf3_json::document(&r);
+        let out = TestFormat::Iperf3JsonStream.write(&r).expect("the stream");
+        let events: Vec<serde_json::Value> = out
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("one object a line"))
+            .collect();
+        let names: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
+        let intervals = r.intervals.len();
+        assert_eq!(names.len(), intervals + 3, "{name}: {names:?}");
+        assert_eq!(names[0], "start");
+        assert!(names[1..=intervals].iter().all(|n| *n == "interval"));
+        assert_eq!(names[intervals + 1..], ["server_output_text", "end"]);
+        assert_eq!(events[0]["data"], doc["start"], "{name}");
+        let streamed: Vec<&serde_json::Value> =
+            events[1..=intervals].iter().map(|e| &e["data"]).collect();
+        let documented: Vec<&serde_json::Value> = doc["intervals"]
+            .as_array()
+            .expect("intervals")
+            .iter()
+            .collect();
+        assert_eq!(streamed, documented, "{name}");
+        assert_eq!(events[intervals + 1]["data"], doc["server_output_text"]);
+        assert_eq!(events[intervals + 2]["data"], doc["end"], "{name}");
+    }
 }
 
 #[test]

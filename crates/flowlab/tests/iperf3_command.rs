@@ -52,6 +52,50 @@ fn iperf3s_line_runs_with_iperf3s_defaults_against_a_stock_server() {
     assert!(received > 0 && received <= sent, "{received} of {sent}");
 }
 
+/// iperf3 3.17's `--json-stream` (and 3.20's `--json-stream-full-output`) against a
+/// stock server: one compact event a line — start, an interval a second, end — then the
+/// whole document, whose parts the events are; the end's count is the server's own.
+#[test]
+fn iperf3s_json_stream_against_a_stock_server() {
+    if !require_tool("iperf3") {
+        return;
+    }
+    let port = free_port();
+    let server = Iperf3Server::start(port);
+    let out = flowlab()
+        .args(["iperf3", "-c", "127.0.0.1", "-p", &port.to_string()])
+        .args(["-t", "2", "--json-stream", "--json-stream-full-output"])
+        .output()
+        .expect("flowlab runs");
+    assert!(out.status.success(), "{}", said(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    // The stream's lines, each one object, up to the document's opening brace.
+    let (stream, document) = text
+        .split_once("\n{\n")
+        .expect("the document after the stream");
+    let events: Vec<Value> = stream
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let names: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
+    let last = names.len() - 1;
+    assert!(
+        names[0] == "start"
+            && names[last] == "end"
+            && last >= 3
+            && names[1..last].iter().all(|n| *n == "interval"),
+        "{stream}"
+    );
+    let doc: Value = serde_json::from_str(&format!("{{\n{document}")).expect("the document");
+    assert_eq!(events[0]["data"], doc["start"]);
+    assert_eq!(events[last]["data"], doc["end"]);
+    assert_eq!(
+        events[last]["data"]["sum_received"]["bytes"],
+        server.json()["end"]["sum_received"]["bytes"],
+        "what the stock server received"
+    );
+}
+
 /// A link named `iperf3` to flowlab is iperf3: `-s -1` serves a stock iperf3 client
 /// one test and exits, `-c` tests against flowlab's own server, `-v` names flowlab.
 #[test]

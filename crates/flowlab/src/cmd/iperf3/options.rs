@@ -32,6 +32,10 @@ pub(super) struct Opt {
 const SCTP: &str = "flowlab does not measure SCTP";
 const ONE_LINE: &str = "flowlab serve logs one line per test, not intervals";
 const IDLE: &str = "flowlab serve's --idle-timeout SECONDS ends a test whose peer falls silent";
+const STREAM: &str = "flowlab serve writes one JSON document per test (-J), not a stream of events";
+const MPTCP: &str = "flowlab does not speak MPTCP yet; without -m the test is plain TCP";
+const CNTL_KA: &str = "flowlab does not set keepalive on the control connection yet; --snd-timeout bounds a dead peer";
+const SKIP_RX_COPY: &str = "flowlab's receivers do not discard with MSG_TRUNC yet: every byte is copied, as iperf3 does without it";
 
 const fn opt(
     short: Option<char>,
@@ -53,7 +57,8 @@ const fn opt(
 
 use To::{Flag, Other, Refused, Special};
 
-/// Every option of iperf 3.12 (`iperf3 --help` of Debian's package), in its order.
+/// Every option of iperf 3.12 (`iperf3 --help` of Debian's package), in its order, then
+/// those added up to 3.21.
 #[rustfmt::skip]
 pub(super) const OPTIONS: &[Opt] = &[
     // Server or client.
@@ -120,6 +125,17 @@ pub(super) const OPTIONS: &[Opt] = &[
     opt(None, "dont-fragment", None, Other, Flag("dont-fragment"), "set IPv4 Don't Fragment flag"),
     opt(None, "username", Some("name"), Other, Flag("username"), "username for authentication"),
     opt(None, "rsa-public-key-path", Some("file"), Other, Flag("rsa-public-key-path"), "path to the RSA public key used to encrypt authentication credentials"),
+    // Deprecated in 3.12 already, and not in its help: --fq-rate 0.
+    opt(None, "no-fq-socket-pacing", None, Other, Special, "disable fair-queuing based socket pacing (deprecated: no --fq-rate)"),
+    // Added after 3.12 (3.17 to 3.21), as 3.21's help lists them.
+    opt(None, "json-stream", None, Refused(STREAM), Special, "output in line-delimited JSON format (3.17)"),
+    opt(None, "json-stream-full-output", None, Refused(STREAM), Flag("json-stream-full-output"), "with --json-stream, the whole JSON document as well (3.20)"),
+    opt(None, "cntl-ka", Some("#/#/#"), Refused(CNTL_KA), Refused(CNTL_KA), "control connection TCP keepalive: KEEPIDLE/KEEPINTV/KEEPCNT (3.19)"),
+    opt(Some('m'), "mptcp", None, Refused(MPTCP), Refused(MPTCP), "use MPTCP rather than plain TCP (3.19)"),
+    opt(None, "server-max-duration", Some("#"), Special, Other, "max time, in seconds, that a test can run against the server (3.20)"),
+    opt(None, "use-pkcs1-padding", None, Flag("use-pkcs1-padding"), Flag("use-pkcs1-padding"), "use PKCS#1 v1.5 padding for authentication, at your own risk (3.17)"),
+    opt(None, "skip-rx-copy", None, Other, Refused(SKIP_RX_COPY), "ignore received messages using MSG_TRUNC (3.19)"),
+    opt(None, "gsro", None, Other, Special, "enable UDP GSO/GRO on both client and server (3.21; flowlab: always on where the kernel has them)"),
 ];
 
 /// iperf3's parser: every option of [`OPTIONS`], grouped as iperf3's help groups them.
@@ -156,12 +172,18 @@ pub(super) fn command() -> Command {
         if let Some(s) = o.short {
             arg = arg.short(s);
         }
+        // Older spellings iperf3 still takes, left out of its help.
+        arg = match o.long {
+            "bitrate" => arg.alias("bandwidth"),
+            "congestion" => arg.alias("linux-congestion"),
+            _ => arg,
+        };
         arg = match (o.long, o.value) {
             ("verbose", _) => arg.action(ArgAction::Count),
             ("version", _) => arg.action(ArgAction::SetTrue),
 
             // iperf3's optional values, given with `=` only.
-            ("timestamps" | "debug", Some(v)) => arg
+            ("timestamps" | "debug" | "cntl-ka", Some(v)) => arg
                 .value_name(v)
                 .num_args(0..=1)
                 .require_equals(true)

@@ -199,12 +199,17 @@ pub struct Args {
     /// Print one JSON document at the end.
     #[arg(help_heading = "Output", short = 'J', long, conflicts_with_all = ["json_stream", "iperf3_json"])]
     pub json: bool,
-    /// Print one JSON line per event as it happens.
+    /// Print one JSON line per event as it happens (with --iperf3-json: iperf3's
+    /// --json-stream lines).
     #[arg(help_heading = "Output", long)]
     pub json_stream: bool,
+    /// With --json-stream, print the whole JSON document as well at the end (-J's, or
+    /// --iperf3-json's), as iperf3's --json-stream-full-output.
+    #[arg(help_heading = "Output", long, requires = "json_stream")]
+    pub json_stream_full_output: bool,
     /// Print one JSON document at the end in iperf3's shape (iperf3 -J's keys), for tools
     /// written for iperf3 (docs/json-schema.md).
-    #[arg(help_heading = "Output", long, conflicts_with = "json_stream")]
+    #[arg(help_heading = "Output", long)]
     pub iperf3_json: bool,
     /// Print iperf3's own text (iperf 3.12's lines and columns), for scripts that read
     /// iperf3's output; `flowlab iperf3 -c` prints it (docs/iperf3.md).
@@ -235,10 +240,12 @@ pub struct Args {
 
 impl Args {
     /// What the test prints, from `-J`, `--json-stream`, `--iperf3-json`, `--iperf3-text`
-    /// and `-f`.
+    /// and `-f` (`--json-stream-full-output` is the caller's).
     pub fn output(&self) -> TestFormat {
         if self.json {
             TestFormat::Json
+        } else if self.iperf3_json && self.json_stream {
+            TestFormat::Iperf3JsonStream
         } else if self.iperf3_json {
             TestFormat::Iperf3Json
         } else if self.json_stream {

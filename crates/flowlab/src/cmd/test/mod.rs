@@ -33,6 +33,9 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
                     println!("{}", serde_json::to_string_pretty(&doc)?);
                 }
                 TestFormat::JsonStream => emit_json(&json::test_error_event(&e.to_string())),
+                TestFormat::Iperf3JsonStream => {
+                    emit_json(&flowlab_report::iperf3_json::error_events(&e.to_string()));
+                }
                 TestFormat::Table(_) | TestFormat::Iperf3Text(_) => {}
             }
             return Err(e.into());
@@ -52,8 +55,21 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
             println!("{}", serde_json::to_string_pretty(&doc)?);
         }
         TestFormat::JsonStream => emit_json(&json::finish(&result)?),
+        TestFormat::Iperf3JsonStream => {
+            emit_json(&flowlab_report::iperf3_json::end_events(&result));
+        }
         TestFormat::Table(f) => emit(&table::finish(&result, a.udp, f)),
         TestFormat::Iperf3Text(f) => emit(&iperf3_text::finish(&result, f)),
+    }
+    if a.json_stream_full_output {
+        // After the stream, the document of the same shape.
+        match output {
+            TestFormat::Iperf3JsonStream => {
+                let doc = flowlab_report::iperf3_json::document(&result);
+                println!("{}", serde_json::to_string_pretty(&doc)?);
+            }
+            _ => println!("{}", json::test_document(&result)?),
+        }
     }
     if let Some(path) = &spec.file {
         file_moved_whole(path, &result)?;
@@ -121,6 +137,9 @@ impl Observer for Printer {
     fn started(&mut self, s: &StartInfo) {
         match self.output {
             TestFormat::JsonStream => emit_json(&json::event_line("start", s)),
+            TestFormat::Iperf3JsonStream => {
+                emit_json(&flowlab_report::iperf3_json::start_event(s));
+            }
             TestFormat::Table(_) => emit(&(table::start(s) + &table::interval_header(&s.spec))),
             TestFormat::Iperf3Text(_) => emit(&iperf3_text::start(s)),
             TestFormat::Json | TestFormat::Iperf3Json => {}
@@ -131,6 +150,9 @@ impl Observer for Printer {
     fn interval(&mut self, iv: &Interval) {
         match (self.output, &self.spec) {
             (TestFormat::JsonStream, _) => emit_json(&json::event_line("interval", iv)),
+            (TestFormat::Iperf3JsonStream, Some(spec)) => {
+                emit_json(&flowlab_report::iperf3_json::interval_event(iv, spec));
+            }
             (TestFormat::Table(f), _) => emit(&table::interval(iv, f)),
             (TestFormat::Iperf3Text(f), Some(spec)) => emit(&iperf3_text::interval(iv, spec, f)),
             _ => {}
