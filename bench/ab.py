@@ -14,7 +14,8 @@ the difference of the medians and the median of the paired differences, divided 
 
 METRIC says what each run's figure is:
   gbps       a `flowlab test -J` document (or iperf3 -J) on stdout: the receivers'
-             bits/s summed over the result's sums, in Gbit/s;
+             bits/s summed over the result's sums, in Gbit/s; or a speed-test page's
+             flowlab.web/1 document of one test (bench/page-run.sh): its receiver's;
   fetch-s    a `flowlab fetch -J` document: its `seconds`;
   fetch-mbps a `flowlab fetch -J` document: its `bits_per_second`, in Mbit/s;
   check-gbps a `flowlab net check -J` document: its first path's measured throughput,
@@ -43,6 +44,9 @@ def figure(metric, out):
         return float(next(l for l in out.splitlines() if l.startswith("Requests/sec:")).split()[1])
     doc = json.loads(out) if metric != "wall-ms" else None
     if metric == "gbps":
+        if doc.get("schema") == "flowlab.web/1":
+            [test] = doc["tests"]
+            return test["sum"]["receiver"]["bits_per_second"] / 1e9
         end = doc["end"]
         if "sums" in end:  # flowlab
             return sum(s["receiver"]["bits_per_second"] for s in end["sums"]) / 1e9

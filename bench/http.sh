@@ -7,6 +7,10 @@
 # (`/__up?run=ID`, whose bytes the server also counts for the run's result),
 # and requests a second for a 1-byte object (wrk, 2 threads, 32 connections, 5 s).
 # Transfers of a second or so each: shorter ones are mostly curl's start.
+# Then the speed-test page in headless Chromium (bench/page-run.sh) against `flowlab
+# test` on the same path, 5 s and 4 streams each way: on loopback, and (as root) across
+# an emulated 100 Mbit/s link with 10 ms each way (topology `bpage`); the page's download
+# against `flowlab test -R`, its upload against `flowlab test` (the server's count).
 # nginx runs as Debian configures it (worker_processes auto, sendfile on); both are
 # clients of the same curl and wrk. The time of a download is the whole command's:
 # curl's start, the connection, the bytes.
@@ -18,6 +22,8 @@ cd "$(dirname "$0")/.."
 runs="${1:-7}"
 command -v nginx >/dev/null || { echo "http.sh: needs nginx (Debian nginx-light)" >&2; exit 2; }
 command -v wrk >/dev/null || { echo "http.sh: needs wrk (Debian wrk)" >&2; exit 2; }
+command -v chromium >/dev/null || { echo "http.sh: needs chromium (Debian chromium)" >&2; exit 2; }
+command -v jq >/dev/null || { echo "http.sh: needs jq (Debian jq)" >&2; exit 2; }
 source bench/lib.sh
 if [ -n "${FLOWLAB:-}" ]; then
   flowlab="$(realpath "$FLOWLAB")"
@@ -28,8 +34,10 @@ fi
 work="$(mktemp -d)"
 chmod 755 "$work"
 pids=()
+topology=""
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  [ -n "$topology" ] && "$flowlab" net down "$topology" >/dev/null 2>&1 || true
   [ -f "$work/nginx.pid" ] && kill "$(cat "$work/nginx.pid")" 2>/dev/null || true
   rm -rf "$work"
 }
@@ -88,3 +96,35 @@ python3 bench/ab.py "upload 1 GiB, counted for a page run (?run=)" wall-ms \
   --runs "$runs" --label-a flowlab --label-b nginx
 python3 bench/ab.py "1-byte object, wrk -t2 -c32" wrk-rps \
   "wrk -t2 -c32 -d5s '$f/small'" "wrk -t2 -c32 -d5s '$n/small'" --runs "$runs" --label-a flowlab --label-b nginx
+
+# The page against flowlab test: on loopback, then across an emulated link.
+page() { printf 'bench/page-run.sh %s %s %s 5 4' "$1" "$2" "$3"; }
+test_() { printf '%s %s test %s -p %s -t 5 -P 4 -J %s' "$1" "$flowlab" "$2" "$3" "$4"; }
+echo "| case | metric | page: min / median / max | flowlab test: min / median / max | ratio of medians | median paired ratio | spread |"
+python3 bench/ab.py "page download, loopback" gbps \
+  "$(page "" "$f" download)" "$(test_ "" 127.0.0.1 18480 -R)" --runs "$runs" --label-a page --label-b "flowlab test"
+python3 bench/ab.py "page upload, loopback" gbps \
+  "$(page "" "$f" upload)" "$(test_ "" 127.0.0.1 18480 "")" --runs "$runs" --label-a page --label-b "flowlab test"
+if [ "$(id -u)" -ne 0 ]; then
+  echo "http.sh: the emulated link needs root (flowlab net up): loopback only" >&2
+  exit 0
+fi
+cat > "$work/bpage.toml" <<'TOML'
+name = "bpage"
+hosts = ["c", "s"]
+[[link]]
+ends = ["c", "s"]
+rate = "100M"
+delay = "10ms"
+TOML
+"$flowlab" net up "$work/bpage.toml" >/dev/null
+topology=bpage
+echo "emulated link: 100 Mbit/s, 10 ms each way; congestion control $(ip netns exec fl-bpage-s sysctl -n net.ipv4.tcp_congestion_control) (the kernel's default)"
+"$flowlab" net exec s -- "$flowlab" serve -p 5201 --http 8080 >/dev/null 2>&1 &
+pids+=("$!")
+until ip netns exec fl-bpage-c curl -s -o /dev/null http://10.0.1.2:8080/small; do sleep 0.1; done
+in="ip netns exec fl-bpage-c"
+python3 bench/ab.py "page download, 100 Mbit/s link" gbps \
+  "$(page "-n fl-bpage-c" http://10.0.1.2:8080 download)" "$(test_ "$in" 10.0.1.2 5201 -R)" --runs "$runs" --label-a page --label-b "flowlab test"
+python3 bench/ab.py "page upload, 100 Mbit/s link" gbps \
+  "$(page "-n fl-bpage-c" http://10.0.1.2:8080 upload)" "$(test_ "$in" 10.0.1.2 5201 "")" --runs "$runs" --label-a page --label-b "flowlab test"

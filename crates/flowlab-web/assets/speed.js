@@ -136,10 +136,22 @@ function uploadOnce(meter, body, signal) {
   });
 }
 
-async function uploadStream(meter, signal, piece) {
+// The upload bodies, one Blob a size, shared by the streams of a run: a new Blob a
+// request (hundreds a second on a fast link, up to 32 MiB each) outruns the browser's
+// memory for blobs, and its reads then fail as a connection would.
+function blobOf(bodies, want, piece) {
+  let body = bodies.get(want);
+  if (!body) {
+    body = new Blob(new Array(want / piece.byteLength).fill(piece));
+    bodies.set(want, body);
+  }
+  return body;
+}
+
+async function uploadStream(meter, signal, piece, bodies) {
   let want = FIRST_REQUEST;
   while (!signal.aborted) {
-    const body = new Blob(new Array(want / piece.byteLength).fill(piece));
+    const body = blobOf(bodies, want, piece);
     const began = performance.now();
     await uploadOnce(meter, body, signal);
     if (performance.now() - began < REQUEST_MS && want < MOST_UP) want *= 2;
@@ -153,6 +165,7 @@ async function load(kind, seconds, streams, onTick, onProbe) {
   const probes = [];
   const stop = new AbortController();
   let piece = null;
+  const bodies = new Map();
   if (kind === 'upload') {
     piece = new Uint8Array(64 << 10);
     crypto.getRandomValues(piece);
@@ -161,7 +174,7 @@ async function load(kind, seconds, streams, onTick, onProbe) {
   const ended = new Promise((r) => setTimeout(r, seconds * 1000));
   const workers = [];
   for (let i = 0; i < streams; i++) {
-    const w = kind === 'download' ? downloadStream(meter, stop.signal) : uploadStream(meter, stop.signal, piece);
+    const w = kind === 'download' ? downloadStream(meter, stop.signal) : uploadStream(meter, stop.signal, piece, bodies);
     workers.push(w.catch((e) => { if (!stop.signal.aborted) throw e; }));
   }
   let done = false;
