@@ -17,7 +17,19 @@ last() { "${in[@]}" curl -sf "$server/results" | jq -c '.[-1] // null'; }
 before="$(last)"
 profile="$(mktemp -d)"
 browser=""
-trap '[ -n "$browser" ] && kill "$browser" 2>/dev/null; wait 2>/dev/null; rm -rf "$profile"' EXIT
+# The browser's helpers may still be writing its profile a moment after it is stopped:
+# the profile is removed on a few tries, and never decides the exit status.
+cleanup() {
+  if [ -n "$browser" ]; then
+    kill "$browser" 2>/dev/null
+    wait "$browser" 2>/dev/null
+  fi
+  for _ in 1 2 3 4 5 6 7 8 9 10; do
+    rm -rf "$profile" 2>/dev/null && break
+    sleep 0.2
+  done
+}
+trap cleanup EXIT
 "${in[@]}" chromium --headless --no-sandbox --disable-gpu --no-first-run \
   --remote-debugging-port=0 --user-data-dir="$profile" --enable-logging=stderr --v=0 \
   "$server/?auto=1&seconds=$seconds&streams=$streams" >/dev/null 2>"$profile/chromium.log" &
@@ -34,3 +46,4 @@ while :; do
   sleep 0.5
 done
 jq -c --argjson i "$which" '.tests = [.tests[$i]]' <<<"$now"
+exit 0
