@@ -1224,7 +1224,8 @@ fn the_fetch_page_over_https_names_the_certificate_to_accept_then_fetches() {
     assert_eq!(from(0) + from(1), 8, "{run}");
     assert_eq!(run["bytes"][1].as_u64().map(|n| n > 0), Some(true), "{run}");
     // The page's own server's fragments came over HTTP/2 (the other's timing is
-    // cross-origin, not shown to the page).
+    // cross-origin, not shown to the page). A duplicate the endgame aborted has an
+    // entry too, with no protocol: every fetch that delivered a kept fragment has one.
     let protocols = browser.eval(&format!(
         "JSON.stringify(performance.getEntriesByType('resource')\
            .filter((e) => e.name.startsWith('{a}/fragments/testdata'))\
@@ -1232,9 +1233,11 @@ fn the_fetch_page_over_https_names_the_certificate_to_accept_then_fetches() {
     ));
     let protocols: Vec<String> =
         serde_json::from_str(protocols.as_str().unwrap_or("null")).expect("protocols");
+    let named: Vec<&String> = protocols.iter().filter(|p| !p.is_empty()).collect();
     assert!(
-        !protocols.is_empty() && protocols.iter().all(|p| p == "h2"),
-        "{protocols:?}"
+        named.len() as u64 >= from(0).max(1) && named.iter().all(|p| *p == "h2"),
+        "{protocols:?} for {} kept from {a}",
+        from(0)
     );
     assert_eq!(browser.console(), Vec::<String>::new(), "console messages");
 }
