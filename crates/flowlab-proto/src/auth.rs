@@ -299,13 +299,19 @@ mod tests {
             for (t, why) in refused {
                 assert_eq!(judge(padding, t.as_deref()), Err(why));
             }
-            // The other padding does not decrypt.
+            // The other padding never yields the token: it does not decrypt, or (about
+            // once in 700 OAEP ciphertexts, whose bytes happen to look like PKCS#1 v1.5
+            // padding) it "decrypts" to bytes that are no token.
             let other = if padding == Padding::Oaep {
                 Padding::Pkcs1v15
             } else {
                 Padding::Oaep
             };
-            assert_eq!(judge(other, Some(&good)), Err(AuthError::Decrypt));
+            let wrong = judge(other, Some(&good));
+            assert!(
+                matches!(wrong, Err(AuthError::Decrypt | AuthError::Format)),
+                "{padding:?} read as {other:?}: {wrong:?}"
+            );
         }
     }
 
