@@ -10,6 +10,7 @@ use flowlab_proto::params::{Mode, Protocol, TestParams};
 
 use crate::stream::{DataConfig, burst_bytes};
 use crate::trace;
+use crate::udp_data::MAX_GSO_BYTES;
 
 /// Which end builds the configuration, with what only that end knows.
 #[derive(Debug, Clone, Copy)]
@@ -89,6 +90,15 @@ pub fn data_config(params: &TestParams, proto: Protocol, end: End<'_>) -> DataCo
         repeating_payload: params.repeating_payload,
         burst_bytes: burst_bytes(params.bandwidth, len, params.burst, params.pacing_timer),
         file: None,
+        skip_rx_copy: params.skip_rx_copy,
+        // Both offloads on unless the client said no (iperf3 3.21 without `--gsro`):
+        // the datagrams on the wire are the same either way, not the CPU they cost.
+        gso_bytes: match (params.gso, params.gso_bf_size) {
+            (Some(false), _) => 0,
+            (_, 0) => MAX_GSO_BYTES,
+            (_, bytes) => usize::try_from(bytes).map_or(MAX_GSO_BYTES, |b| b.min(MAX_GSO_BYTES)),
+        },
+        gro: params.gro != Some(false),
     }
 }
 

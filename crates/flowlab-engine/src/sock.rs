@@ -20,6 +20,8 @@ pub enum SockError {
     },
     #[error("a socket buffer of {0} bytes is above the largest the kernel takes ({max})", max = flowlab_results::spec::MAX_WINDOW)]
     BufferTooLarge(u64),
+    #[error("--cntl-ka: {0}")]
+    Keepalive(String),
 }
 
 fn opt_err(what: &'static str) -> impl FnOnce(nix::Error) -> SockError {
@@ -27,6 +29,55 @@ fn opt_err(what: &'static str) -> impl FnOnce(nix::Error) -> SockError {
         what,
         source: io::Error::from(e),
     }
+}
+
+/// `--cntl-ka`: turns TCP keepalive on for a control connection, with the values given
+/// and the kernel's for the others, and returns the three in force (idle s, interval s,
+/// count). Refused, as iperf3 refuses it, when the idle time is not longer than the
+/// probes take.
+pub fn set_keepalive<F: AsFd>(
+    sock: &F,
+    ka: &flowlab_results::spec::Keepalive,
+) -> Result<(u32, u32, u32), SockError> {
+    let s = socket2::SockRef::from(sock);
+    let fail = |what: &str, e: io::Error| SockError::Keepalive(format!("{what}: {e}"));
+    let secs = |d: std::time::Duration| u32::try_from(d.as_secs()).unwrap_or(u32::MAX);
+    let idle = match ka.idle {
+        Some(v) => v,
+        None => secs(
+            s.tcp_keepalive_time()
+                .map_err(|e| fail("TCP_KEEPIDLE", e))?,
+        ),
+    };
+    let interval = match ka.interval {
+        Some(v) => v,
+        None => secs(
+            s.tcp_keepalive_interval()
+                .map_err(|e| fail("TCP_KEEPINTVL", e))?,
+        ),
+    };
+    let count = match ka.count {
+        Some(v) => v,
+        None => s
+            .tcp_keepalive_retries()
+            .map_err(|e| fail("TCP_KEEPCNT", e))?,
+    };
+    ka.check(interval, count).map_err(SockError::Keepalive)?;
+    let params = socket2::TcpKeepalive::new()
+        .with_time(std::time::Duration::from_secs(idle.into()))
+        .with_interval(std::time::Duration::from_secs(interval.into()))
+        .with_retries(count);
+    s.set_tcp_keepalive(&params)
+        .map_err(|e| fail("SO_KEEPALIVE", e))?;
+    Ok((idle, interval, count))
+}
+
+/// Whether `--cntl-ka`'s values hold with this kernel's defaults for those left off
+/// (tried on a socket of its own): what a server checks when it starts.
+pub fn check_keepalive(ka: &flowlab_results::spec::Keepalive) -> Result<(), SockError> {
+    let probe = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+        .map_err(|e| SockError::Keepalive(e.to_string()))?;
+    set_keepalive(&probe, ka).map(|_| ())
 }
 
 /// The congestion control algorithms this kernel offers (and, as non-root, allows).
@@ -495,6 +546,19 @@ pub fn recv_now<F: AsFd>(sock: &F, buf: &mut [u8]) -> io::Result<usize> {
     recv(sock.as_fd().as_raw_fd(), buf, MsgFlags::MSG_DONTWAIT).map_err(io::Error::from)
 }
 
+/// `--skip-rx-copy` on a TCP socket: consumes up to `len` bytes of what `sock` holds
+/// (waiting as a read would) and discards them in the kernel, copying nothing into
+/// `buf` (recv(2) with MSG_TRUNC); `without_waiting` adds MSG_DONTWAIT. Returns the
+/// bytes consumed.
+pub fn recv_discard<F: AsFd>(sock: &F, buf: &mut [u8], without_waiting: bool) -> io::Result<usize> {
+    use nix::sys::socket::{MsgFlags, recv};
+    let mut flags = MsgFlags::MSG_TRUNC;
+    if without_waiting {
+        flags |= MsgFlags::MSG_DONTWAIT;
+    }
+    recv(sock.as_fd().as_raw_fd(), buf, flags).map_err(io::Error::from)
+}
+
 /// Waits until `sock` has something to read or `timeout` passed (rounded up to a
 /// millisecond); an interrupted wait returns early. Readiness is not reported: the caller
 /// reads without waiting next.
@@ -549,6 +613,49 @@ mod tests {
                 Err(e) => panic!("{e}"),
             };
         }
+    }
+
+    /// `recv_discard` consumes what is queued without copying it: the buffer keeps what
+    /// it held, and the next read starts where the discarded bytes ended.
+    #[test]
+    fn recv_discard_consumes_without_copying() {
+        use std::io::{Read, Write};
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut tx = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut rx, _) = l.accept().unwrap();
+        tx.write_all(b"0123456789abcdefXYZ").unwrap();
+        let mut buf = [b'.'; 16];
+        let mut discarded = 0;
+        while discarded < 16 {
+            discarded += super::recv_discard(&rx, &mut buf[..16 - discarded], false).unwrap();
+        }
+        assert_eq!(&buf, b"................", "nothing was copied");
+        let mut rest = [0u8; 3];
+        rx.read_exact(&mut rest).unwrap();
+        assert_eq!(&rest, b"XYZ");
+        let e = super::recv_discard(&rx, &mut buf, true).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock);
+    }
+
+    /// `--cntl-ka` sets what it is given and keeps the kernel's defaults for the rest;
+    /// an idle time no longer than the probes take is refused, naming both.
+    #[test]
+    fn keepalive_sets_what_is_given_and_keeps_the_kernels_defaults() {
+        use flowlab_results::spec::Keepalive;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let s = socket2::SockRef::from(&c);
+        let default_count = s.tcp_keepalive_retries().unwrap();
+        let set = super::set_keepalive(&c, &Keepalive::parse("100/7").unwrap()).unwrap();
+        assert_eq!(set, (100, 7, default_count));
+        assert!(s.keepalive().unwrap());
+        assert_eq!(s.tcp_keepalive_time().unwrap().as_secs(), 100);
+        assert_eq!(s.tcp_keepalive_interval().unwrap().as_secs(), 7);
+        let e = super::set_keepalive(&c, &Keepalive::parse("10/5/2").unwrap()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--cntl-ka: the idle time (10 s) must be longer than the probes take (5 s × 2)"
+        );
     }
 
     use super::*;

@@ -72,6 +72,14 @@ pub struct DataConfig {
     /// `-F`: TCP senders send this file's content, from its start, and receivers write
     /// what they read to it.
     pub file: Option<Arc<std::fs::File>>,
+    /// `--skip-rx-copy`: receivers discard what they read in the kernel (MSG_TRUNC);
+    /// a UDP receiver copies each datagram's header alone, one datagram a read.
+    pub skip_rx_copy: bool,
+    /// UDP senders hand the kernel up to this many bytes a send, cut into datagrams
+    /// there (GSO); 0: one datagram a send.
+    pub gso_bytes: usize,
+    /// UDP receivers take the kernel's coalesced reads (GRO).
+    pub gro: bool,
 }
 
 /// The bytes a paced sender sends at once: `burst` blocks of `len` (iperf3's `-b

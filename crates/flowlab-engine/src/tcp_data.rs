@@ -269,6 +269,9 @@ pub(crate) fn receive(
         sock.set_nodelay(true)?;
     }
     let mut buf = receive_buffer(cfg.len);
+    // `--skip-rx-copy`: what is read is discarded in the kernel, never copied here (a
+    // file being received needs its bytes: the two are refused together upstream).
+    let discard = cfg.skip_rx_copy && cfg.file.is_none();
     // Streaming only (a stop-and-wait message must be read the moment it is whole): a
     // thread pinned to a CPU polls while data flows fast (and never batches: measured
     // slower there); any other batches its wake-ups.
@@ -320,10 +323,10 @@ pub(crate) fn receive(
             None => buf.len(),
         };
         let polled = spin.as_ref().is_some_and(|p| p.polls(now_us));
-        let read = if polled {
-            crate::sock::recv_now(sock, &mut buf[..want])
-        } else {
-            sock.read(&mut buf[..want])
+        let read = match (polled, discard) {
+            (true, false) => crate::sock::recv_now(sock, &mut buf[..want]),
+            (false, false) => sock.read(&mut buf[..want]),
+            (_, true) => crate::sock::recv_discard(sock, &mut buf[..want], polled),
         };
         let got = match read {
             Ok(0) => break,
@@ -942,6 +945,9 @@ mod tests {
                 repeating_payload: false,
                 burst_bytes: 0,
                 file: None,
+                skip_rx_copy: false,
+                gso_bytes: 0,
+                gro: false,
             };
             let ctl = crate::stream::TestControl::new(crate::stream::Budget::Unbounded);
             let c = StreamCounters::default();

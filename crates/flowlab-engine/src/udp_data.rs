@@ -26,10 +26,14 @@ use crate::speed::{RATE_WINDOW_US, fast_enough};
 use crate::stream::{DataConfig, Drain, POLL, StreamCounters, TestControl, is_timeout};
 use crate::udp_stats::{UdpReceiverStats, Verdict};
 
+/// What a `--skip-rx-copy` receiver copies of each datagram: its header (at most 16
+/// bytes) or a handshake, with room to spare.
+const SKIP_COPY_HEAD: usize = 64;
+
 /// Most datagrams one GSO send carries (the kernel's UDP_MAX_SEGMENTS is 64 or more).
 const MAX_SEGMENTS: usize = 64;
 /// Largest UDP payload of one GSO send.
-const MAX_GSO_BYTES: usize = 65_000;
+pub(crate) const MAX_GSO_BYTES: usize = 65_000;
 
 fn stamp(buf: &mut [u8], seq: u64, now_us: u64, counters_64bit: bool) {
     let header = DatagramHeader {
@@ -63,7 +67,10 @@ fn send_streaming(
 ) -> io::Result<()> {
     let hdr = DatagramHeader::len(cfg.counters_64bit);
     let len = datagram_len(cfg);
-    let max_segs = (MAX_GSO_BYTES / len).clamp(1, MAX_SEGMENTS);
+    let max_segs = match cfg.gso_bytes {
+        0 => 1,
+        bytes => (bytes.min(MAX_GSO_BYTES) / len).clamp(1, MAX_SEGMENTS),
+    };
     let mut gso = max_segs > 1;
     let mut buf = payload(len * max_segs, cfg.repeating_payload);
     if cfg.fq_rate_bps > 0 {
@@ -353,7 +360,10 @@ pub(crate) fn receive(
         Err(e) => tracing::debug!("UDP receiver: scheduling slice refused: {e}"),
     }
     let stop_and_wait = cfg.mode == Mode::StopAndWait;
-    if !stop_and_wait {
+    // `--skip-rx-copy`: each datagram read alone, its header copied and the rest
+    // discarded in the kernel (GRO would hand over many, and their headers are needed).
+    let skip_copy = cfg.skip_rx_copy && !stop_and_wait;
+    if !stop_and_wait && cfg.gro && !skip_copy {
         crate::sock::enable_udp_gro(sock);
     }
     // The kernel attaches to each datagram read its count of packets this socket dropped
@@ -363,8 +373,13 @@ pub(crate) fn receive(
     let (mut queue, mut reads) = (QueueWatch::default(), 0u64);
     // Counts a read's datagrams; returns how many belonged to the stream (not foreign),
     // for stop-and-wait the sequence numbers to acknowledge, and the highest sequence
-    // number read with its send stamp.
-    let account = |data: &[u8], seg: usize, now_us: u64| -> (u64, Vec<u64>, Option<(u64, u64)>) {
+    // number read with its send stamp. `whole`: `data` is the head of one datagram of
+    // that length, the rest discarded (`--skip-rx-copy`).
+    let account = |data: &[u8],
+                   seg: usize,
+                   whole: Option<usize>,
+                   now_us: u64|
+     -> (u64, Vec<u64>, Option<(u64, u64)>) {
         let mut acks = Vec::new();
         let mut highest: Option<(u64, u64)> = None;
         let Ok(mut guard) = c.udp.lock() else {
@@ -374,14 +389,16 @@ pub(crate) fn receive(
             guard.get_or_insert_with(|| UdpReceiverStats::new(datagram_len(cfg)));
         // The shared counters are updated once per batch, not per datagram.
         let (mut bytes, mut datagrams) = (0u64, 0u64);
-        for d in data.chunks(seg.max(1)) {
+        let step = if whole.is_some() { data.len() } else { seg };
+        for d in data.chunks(step.max(1)) {
+            let len = whole.unwrap_or(d.len());
             let Ok(h) = DatagramHeader::decode(d, cfg.counters_64bit) else {
                 continue;
             };
-            if stats.on_datagram(h.seq, d.len(), h.micros(), now_us) == Verdict::Foreign {
+            if stats.on_datagram(h.seq, len, h.micros(), now_us) == Verdict::Foreign {
                 continue;
             }
-            bytes += d.len() as u64;
+            bytes += len as u64;
             datagrams += 1;
             if stop_and_wait {
                 acks.push(h.seq);
@@ -396,7 +413,7 @@ pub(crate) fn receive(
     };
     for d in &early {
         // Stop-and-wait: a message that beat the handshake is acknowledged like any other.
-        for seq in account(d, d.len(), ctl.elapsed_us()).1 {
+        for seq in account(d, d.len(), None, ctl.elapsed_us()).1 {
             let _ = sock.send(&Ack { seq }.encode());
         }
     }
@@ -428,14 +445,20 @@ pub(crate) fn receive(
     }
     let mut nap = (!stop_and_wait && cfg.rate_bps == 0 && roomy && cpu::pinned_to_one_cpu())
         .then(|| NapRead::new(ctl.elapsed_us()));
+    // What a read copies: everything, or with `--skip-rx-copy` a datagram's head.
+    let take = if skip_copy { SKIP_COPY_HEAD } else { buf.len() };
     loop {
-        let mut iov = [IoSliceMut::new(&mut buf)];
+        let mut iov = [IoSliceMut::new(&mut buf[..take])];
         let without_waiting = nap.as_ref().is_some_and(|n| !n.blocks());
-        let flags = if without_waiting {
+        let mut flags = if without_waiting {
             MsgFlags::MSG_DONTWAIT
         } else {
             MsgFlags::empty()
         };
+        if skip_copy {
+            // The datagram's whole length comes back; only its head is copied.
+            flags |= MsgFlags::MSG_TRUNC;
+        }
         // When what this read returns arrived (the kernel's stamp, for the window's reports).
         let mut arrived_ns = None;
         let got = match recvmsg::<()>(sock.as_raw_fd(), &mut iov, Some(&mut cmsg_space), flags) {
@@ -479,7 +502,7 @@ pub(crate) fn receive(
         if let Some((n, _)) = got.filter(|&(n, _)| n == CONNECT_MSG.len()) {
             // The client missed our handshake reply and asks again (a datagram this short
             // is never data: the header alone is 12 bytes).
-            if let Some(reply) = handshake_reply(&buf[..n]) {
+            if let Some(reply) = handshake_reply(&buf[..n.min(take)]) {
                 let _ = sock.send(&reply);
                 continue;
             }
@@ -489,7 +512,11 @@ pub(crate) fn receive(
         let mut ours = 0;
         if let Some((n, seg)) = got {
             let (acks, highest);
-            (ours, acks, highest) = account(&buf[..n], seg, now_us);
+            (ours, acks, highest) = if skip_copy {
+                account(&buf[..n.min(take)], n, Some(n), now_us)
+            } else {
+                account(&buf[..n], seg, None, now_us)
+            };
             if ours > 0 {
                 c.end_us.store(now_us.max(1), Ordering::Relaxed);
             }
@@ -689,6 +716,9 @@ mod tests {
             repeating_payload: false,
             burst_bytes: 0,
             file: None,
+            skip_rx_copy: false,
+            gso_bytes: MAX_GSO_BYTES,
+            gro: true,
         }
     }
 

@@ -267,6 +267,45 @@ fn zerocopy_moves_the_same_bytes() {
     assert_eq!((snd.bytes, rcv.bytes), (50 << 20, 50 << 20));
 }
 
+/// `--skip-rx-copy`: receivers at either end discard in the kernel and still count
+/// every byte sent, TCP and UDP (each datagram's header read for its sequence number).
+#[test]
+fn skip_rx_copy_counts_every_byte_both_ways() {
+    let port = default_server();
+    for (proto, direction) in [
+        (Protocol::Tcp, Direction::Forward),
+        (Protocol::Tcp, Direction::Reverse),
+        (Protocol::Udp, Direction::Forward),
+        (Protocol::Udp, Direction::Reverse),
+    ] {
+        let mut s = spec(port);
+        s.protocol = proto;
+        s.direction = direction;
+        s.skip_rx_copy = true;
+        let n = match proto {
+            Protocol::Tcp => 50 << 20,
+            Protocol::Udp => {
+                // Paced, so loopback loses nothing and counts must agree exactly.
+                s.len = 1400;
+                s.bitrate = 200_000_000;
+                1400 * 5000
+            }
+        };
+        s.amount = Amount::Bytes(n);
+        let what = format!("{proto:?} {direction:?}");
+        let r = run(&s).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let d = match direction {
+            Direction::Reverse => StreamDirection::Down,
+            _ => StreamDirection::Up,
+        };
+        let (snd, rcv) = sum(&r, d);
+        assert_eq!((snd.bytes, rcv.bytes), (n, n), "{what}");
+        if let Some(u) = rcv.udp {
+            assert_eq!((u.expected, u.lost, u.duplicates), (5000, 0, 0), "{what}");
+        }
+    }
+}
+
 #[test]
 fn many_tests_run_at_once_on_one_server() {
     let port = default_server();

@@ -123,6 +123,37 @@ pub struct TestParams {
     pub udp_counters_64bit: bool,
     #[serde(default, skip_serializing_if = "is_false", deserialize_with = "flag")]
     pub zerocopy: bool,
+    /// iperf3 3.19's `-m`/`--mptcp`: the data streams are MPTCP connections.
+    #[serde(default, skip_serializing_if = "is_false", deserialize_with = "flag")]
+    pub mptcp: bool,
+    /// iperf3 3.19's `--skip-rx-copy`: receivers discard what they read with MSG_TRUNC
+    /// instead of copying it out of the kernel.
+    #[serde(default, skip_serializing_if = "is_false", deserialize_with = "flag")]
+    pub skip_rx_copy: bool,
+    /// iperf3 3.21's UDP segmentation offload: 1 when the client was given `--gsro`, 0
+    /// when not (a 3.21 client sends it in every UDP test), absent from older clients.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "opt_flag"
+    )]
+    pub gso: Option<bool>,
+    /// The datagram each GSO send is cut into, bytes (a 3.21 client: `len`); 0: not said.
+    #[serde(default, skip_serializing_if = "is_zero", deserialize_with = "num")]
+    pub gso_dg_size: u64,
+    /// The buffer a GSO send hands the kernel at once, bytes; 0: not said.
+    #[serde(default, skip_serializing_if = "is_zero", deserialize_with = "num")]
+    pub gso_bf_size: u64,
+    /// iperf3 3.21's UDP receive offload, as `gso`.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "opt_flag"
+    )]
+    pub gro: Option<bool>,
+    /// The buffer a GRO read fills, bytes; 0: not said.
+    #[serde(default, skip_serializing_if = "is_zero", deserialize_with = "num")]
+    pub gro_bf_size: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_version: Option<String>,
     /// iperf3's authentication token (see [`crate::auth`]).

@@ -125,6 +125,13 @@ pub struct TestSpec {
     /// results.
     #[serde(default, skip_serializing_if = "is_false")]
     pub get_server_output: bool,
+    /// `--skip-rx-copy`: receivers, both ends, discard what they read in the kernel
+    /// (MSG_TRUNC) instead of copying it out.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub skip_rx_copy: bool,
+    /// `--cntl-ka`: TCP keepalive on the client's control connection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_keepalive: Option<Keepalive>,
     /// `-b RATE/BURST`: blocks sent back to back at the target rate (0: paced block by
     /// block).
     #[serde(default, skip_serializing_if = "is_zero_u64")]
@@ -175,6 +182,63 @@ pub struct TestSpec {
     /// iperf3 authentication (`--username`): never in a result, never printed.
     #[serde(skip)]
     pub credentials: Option<Credentials>,
+}
+
+/// TCP keepalive on a control connection (iperf3's `--cntl-ka[=IDLE/INTERVAL/COUNT]`):
+/// each value the kernel's default where not given.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Keepalive {
+    /// Seconds idle before the first probe (TCP_KEEPIDLE).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle: Option<u32>,
+    /// Seconds between probes (TCP_KEEPINTVL).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<u32>,
+    /// Probes unanswered before the connection is dropped (TCP_KEEPCNT).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u32>,
+}
+
+impl Keepalive {
+    /// Reads iperf3's `IDLE/INTERVAL/COUNT`, any part empty or left off (`10`, `10/2`,
+    /// `/2/3`, ``).
+    pub fn parse(s: &str) -> Result<Keepalive, String> {
+        let mut parts = s.split('/');
+        let mut next = |what: &str| -> Result<Option<u32>, String> {
+            match parts.next().map(str::trim) {
+                None | Some("") => Ok(None),
+                Some(v) => match v.parse::<u32>() {
+                    Ok(0) | Err(_) => Err(format!(
+                        "'{v}' is not a {what}: IDLE/INTERVAL/COUNT takes whole numbers above 0"
+                    )),
+                    Ok(n) => Ok(Some(n)),
+                },
+            }
+        };
+        let ka = Keepalive {
+            idle: next("number of seconds idle")?,
+            interval: next("number of seconds between probes")?,
+            count: next("count of probes")?,
+        };
+        if parts.next().is_some() {
+            return Err(format!("'{s}' has more than IDLE/INTERVAL/COUNT"));
+        }
+        Ok(ka)
+    }
+
+    /// iperf3's rule: the idle time must be longer than all the probes take (interval ×
+    /// count), with the kernel's values for what was not given.
+    pub fn check(&self, interval: u32, count: u32) -> Result<(), String> {
+        match self.idle {
+            Some(idle) if u64::from(idle) <= u64::from(interval) * u64::from(count) => {
+                Err(format!(
+                    "the idle time ({idle} s) must be longer than the probes take \
+                 ({interval} s × {count})"
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 /// What a client authenticates with, as iperf3's `--username` and
@@ -282,6 +346,8 @@ impl TestSpec {
             dont_fragment: false,
             repeating_payload: false,
             get_server_output: false,
+            skip_rx_copy: false,
+            control_keepalive: None,
             burst: 0,
             pacing_timer_us: None,
             file: None,
@@ -387,6 +453,15 @@ impl TestSpec {
             get_server_output: self.get_server_output,
             udp_counters_64bit: self.protocol == Protocol::Udp,
             zerocopy: self.zerocopy,
+            mptcp: false,
+            skip_rx_copy: self.skip_rx_copy,
+            // The offloads as the server chooses them (flowlab's: on where the kernel
+            // has them).
+            gso: None,
+            gso_dg_size: 0,
+            gso_bf_size: 0,
+            gro: None,
+            gro_bf_size: 0,
             client_version: Some(format!("flowlab {}", env!("CARGO_PKG_VERSION"))),
             // Made from `credentials` by the engine when the test starts (it needs the
             // clock and randomness).

@@ -98,6 +98,34 @@ fn invalid_json_parameters() {
     still_serves(port);
 }
 
+/// An iperf3 3.21 client's `-m` (its parameters as it sends them) is refused with
+/// "protocol not supported", never served as plain TCP; the server serves on.
+#[test]
+fn an_mptcp_client_is_refused_not_served_as_plain_tcp() {
+    let port = server();
+    let mut c = at_param_exchange(port, 8);
+    let doc = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../flowlab-proto/tests/fixtures/iperf3-params/3.21-mptcp.json"
+    ))
+    .expect("the fixture");
+    c.write_all(&(doc.len() as u32).to_be_bytes())
+        .expect("write");
+    c.write_all(&doc).expect("write");
+    let mut b = [0u8; 9];
+    c.read_exact(&mut b).expect("server error");
+    assert_eq!(State::from_byte(b[0]), Ok(State::ServerError));
+    let body: [u8; 8] = b[1..].try_into().expect("8 bytes");
+    assert_eq!(
+        flowlab_proto::state::decode_server_error(&body),
+        (
+            flowlab_proto::state::error_code::RECV_PARAMS,
+            libc::EPROTONOSUPPORT
+        )
+    );
+    still_serves(port);
+}
+
 #[test]
 fn parameters_out_of_range_get_a_server_error() {
     let port = server();

@@ -154,6 +154,26 @@ fn invalid_flags_and_combinations() {
     );
     support::usage_error(&["test", "h", "-u", "--snd-timeout", "5"], "--snd-timeout");
     support::usage_error(&["test", "h", "--rcv-timeout", "0"], "--rcv-timeout 0");
+    support::usage_error(
+        &["test", "h", "--cntl-ka=10/5/3"],
+        "--cntl-ka: the idle time (10 s) must be longer than the probes take (5 s × 3)",
+    );
+    support::usage_error(
+        &["test", "h", "--cntl-ka=x"],
+        "'x' is not a number of seconds idle",
+    );
+    support::usage_error(
+        &["test", "h", "--cntl-ka=1/2/3/4"],
+        "more than IDLE/INTERVAL/COUNT",
+    );
+    support::usage_error(
+        &["serve", "--cntl-ka=6/2/3"],
+        "--cntl-ka: the idle time (6 s) must be longer than the probes take (2 s × 3)",
+    );
+    support::usage_error(
+        &["test", "h", "-R", "-F", "f", "--skip-rx-copy"],
+        "-F f -R writes what is received; drop --skip-rx-copy",
+    );
 }
 
 /// `flowlab -v` names the commit it was built from: here, this checkout's HEAD (a
@@ -231,6 +251,33 @@ fn json_output_is_one_versioned_document() {
     // Both machines' state is recorded with the result.
     assert!(v["start"]["system"]["kernel"].is_string(), "{}", v["start"]);
     assert!(v["start"]["peer"]["system"]["congestion_default"].is_string());
+}
+
+/// `--skip-rx-copy` and `--cntl-ka` as a user meets them: the result records both, and
+/// the table says what the skipped copy does to the CPU figure.
+#[test]
+fn skip_rx_copy_and_cntl_ka_are_recorded_and_said() {
+    let port = support::start_server(ServerConfig::default());
+    let out = flowlab_test(
+        port,
+        &["-n", "5M", "-J", "--skip-rx-copy", "--cntl-ka=600/5/3"],
+    );
+    assert_success(&out);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    let spec = &v["start"]["spec"];
+    assert_eq!(spec["skip_rx_copy"], true, "{spec}");
+    assert_eq!(
+        spec["control_keepalive"],
+        serde_json::json!({"idle": 600, "interval": 5, "count": 3})
+    );
+    assert_eq!(v["end"]["sums"][0]["receiver"]["bytes"], 5 << 20);
+    let out = flowlab_test(port, &["-n", "5M", "--skip-rx-copy"]);
+    assert_success(&out);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("--skip-rx-copy: receivers discard what they read (MSG_TRUNC)"),
+        "{text}"
+    );
 }
 
 /// `-R -F FILE` onto a disk that refuses the first write: the bytes received are

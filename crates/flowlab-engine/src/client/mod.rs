@@ -291,6 +291,13 @@ fn connect(spec: &TestSpec) -> Result<(TcpStream, SocketAddr, Cookie), ClientErr
     let mut ctrl = connect_any(&addrs, spec)?;
     let server = ctrl.peer_addr().map_err(ControlError::Io)?;
     ctrl.set_nodelay(true).map_err(ControlError::Io)?;
+    if let Some(ka) = &spec.control_keepalive {
+        let (idle, interval, count) = crate::sock::set_keepalive(&ctrl, ka)?;
+        tracing::info!(
+            "control connection TCP keepalive: {idle} s idle, then every {interval} s, \
+             {count} probes"
+        );
+    }
     ctrl.set_read_timeout(Some(CONTROL_TIMEOUT))
         .map_err(ControlError::Io)?;
     let cookie = Cookie::from_random(random36());

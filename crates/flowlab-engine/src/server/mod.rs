@@ -61,6 +61,8 @@ pub struct ServerConfig {
     /// TCP data streams whose data goes unacknowledged this long fail (TCP_USER_TIMEOUT;
     /// iperf3's `--snd-timeout`), or the system's default.
     pub snd_timeout: Option<Duration>,
+    /// `--cntl-ka`: TCP keepalive on every test's control connection.
+    pub control_keepalive: Option<flowlab_results::spec::Keepalive>,
     pub port: u16,
     /// Tests that may run at once.
     pub max_tests: usize,
@@ -190,6 +192,7 @@ impl Default for ServerConfig {
             bind_dev: None,
             file: None,
             snd_timeout: None,
+            control_keepalive: None,
             port: flowlab_proto::DEFAULT_PORT,
             max_tests: 16,
             max_tests_per_source: 4,

@@ -35,11 +35,47 @@ pub(super) enum Refusal {
     FileTest,
     #[error("CPU {asked} asked for (-A); this server runs on CPUs {allowed}")]
     Affinity { asked: u64, allowed: String },
+    #[error(
+        "MPTCP (-m) is not served yet: this server's streams are plain TCP, which an MPTCP \
+         client would fall back to without saying so"
+    )]
+    Mptcp,
+    #[error(
+        "UDP segments of {dg} bytes asked for (gso_dg_size) in a test of {len}-byte \
+         datagrams: the two must be one"
+    )]
+    GsoDatagram { dg: u64, len: u64 },
+    #[error(
+        "this server writes what it receives to its file (-F): --skip-rx-copy would \
+         discard it"
+    )]
+    SkipWithFile,
+}
+
+impl Refusal {
+    /// The errno an iperf3 client is told with the refusal (it prints its text after
+    /// "unable to receive parameters from client").
+    pub(super) fn errno(&self) -> i32 {
+        match self {
+            Refusal::Protocol | Refusal::Mptcp => libc::EPROTONOSUPPORT,
+            _ => libc::EINVAL,
+        }
+    }
 }
 
 /// Checks a client's parameters against what the server can and may do.
 pub(super) fn validate(p: &TestParams, cfg: &ServerConfig) -> Result<Protocol, Refusal> {
     let proto = p.protocol().ok_or(Refusal::Protocol)?;
+    if p.mptcp {
+        return Err(Refusal::Mptcp);
+    }
+    let len = block_len(p, proto) as u64;
+    if proto == Protocol::Udp && p.gso_dg_size != 0 && p.gso_dg_size != len {
+        return Err(Refusal::GsoDatagram {
+            dg: p.gso_dg_size,
+            len,
+        });
+    }
     if !(1..=MAX_PARALLEL).contains(&p.parallel) {
         return Err(Refusal::Parallel(p.parallel));
     }
@@ -85,6 +121,9 @@ pub(super) fn validate(p: &TestParams, cfg: &ServerConfig) -> Result<Protocol, R
         && (proto != Protocol::Tcp || p.parallel != 1 || p.bidirectional || stop_and_wait)
     {
         return Err(Refusal::FileTest);
+    }
+    if cfg.file.is_some() && p.skip_rx_copy && !p.reverse {
+        return Err(Refusal::SkipWithFile);
     }
     if let Some(cpu) = p.server_affinity {
         let allowed = crate::cpu::allowed_cpus();

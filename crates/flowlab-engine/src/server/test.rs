@@ -50,6 +50,12 @@ pub(super) fn run_test(
 ) -> Result<(), TestError> {
     let cfg = &shared.cfg;
     ctrl.set_nodelay(true)?;
+    if let Some(ka) = &cfg.control_keepalive {
+        // Checked when the server started: only the kernel can refuse it here.
+        if let Err(e) = crate::sock::set_keepalive(ctrl, ka) {
+            tracing::warn!("{e}");
+        }
+    }
     let negotiated = negotiate(ctrl, peer, deadline, shared);
     // Out of the handshake, whether it ended in a test or not.
     drop(handshake);
@@ -172,7 +178,8 @@ fn negotiate<'s>(
         Err(reason) => {
             if !is_flowlab(&params) {
                 ctrl.write_all(&[State::ServerError.to_byte()])?;
-                ctrl.write_all(&encode_server_error(error_code::RECV_PARAMS, libc::EINVAL))?;
+                let errno = reason.errno();
+                ctrl.write_all(&encode_server_error(error_code::RECV_PARAMS, errno))?;
             }
             Err(TestError::Refused(reason))
         }
@@ -514,6 +521,79 @@ mod tests {
         );
         let stop_and_wait = r#","flowlab":{"version":1,"mode":"stop-and-wait","udp_window":true}"#;
         assert_eq!(config(0, stop_and_wait), (false, false));
+    }
+
+    /// A parameter document captured from a newer iperf3 client
+    /// (flowlab-proto/tests/fixtures/iperf3-params).
+    fn newer(name: &str) -> TestParams {
+        let dir = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../flowlab-proto/tests/fixtures/iperf3-params"
+        );
+        let text = std::fs::read(format!("{dir}/{name}.json")).expect(name);
+        flowlab_proto::frame::decode(&text).expect(name)
+    }
+
+    /// What iperf3 3.21 asks of the offloads is what the server's streams do: a client
+    /// without `--gsro` says 0 and gets none; with it, segments of its buffer's size;
+    /// an older client leaves them to the server (on). `--skip-rx-copy` reaches the
+    /// receivers.
+    #[test]
+    fn newer_clients_offloads_and_skip_rx_copy_reach_the_streams() {
+        let cfg = |name: &str| {
+            let p = newer(name);
+            let proto = p.protocol().expect("a protocol");
+            let c = data_config(&p, proto, End::Server);
+            (c.gso_bytes, c.gro, c.skip_rx_copy)
+        };
+        assert_eq!(cfg("3.21-udp"), (0, false, false));
+        assert_eq!(cfg("3.21-udp-gsro"), (32_768, true, false));
+        assert_eq!(
+            cfg("3.19.1-udp"),
+            (crate::udp_data::MAX_GSO_BYTES, true, false)
+        );
+        assert!(cfg("3.21-skip-rx-copy").2);
+        assert!(cfg("3.19.1-skip-rx-copy-reverse").2);
+    }
+
+    /// An MPTCP client is refused, never served as plain TCP, and an iperf3 client hears
+    /// "protocol not supported"; the others are served.
+    #[test]
+    fn newer_clients_mptcp_is_refused_and_the_rest_served() {
+        let cfg = ServerConfig::default();
+        for name in ["3.19.1-mptcp", "3.21-mptcp"] {
+            let e = validate(&newer(name), &cfg).unwrap_err();
+            assert_eq!(e, Refusal::Mptcp, "{name}");
+            assert_eq!(e.errno(), libc::EPROTONOSUPPORT);
+        }
+        for name in [
+            "3.19.1-skip-rx-copy-reverse",
+            "3.19.1-udp",
+            "3.21-tcp",
+            "3.21-udp",
+            "3.21-udp-gsro",
+            "3.21-skip-rx-copy",
+        ] {
+            assert!(validate(&newer(name), &cfg).is_ok(), "{name}");
+        }
+        let mut odd = newer("3.21-udp-gsro");
+        odd.gso_dg_size = 1400;
+        assert_eq!(
+            validate(&odd, &cfg).unwrap_err(),
+            Refusal::GsoDatagram {
+                dg: 1400,
+                len: 32_768
+            }
+        );
+        let file = ServerConfig {
+            file: Some("received".into()),
+            ..ServerConfig::default()
+        };
+        assert_eq!(
+            validate(&newer("3.21-skip-rx-copy"), &file).unwrap_err(),
+            Refusal::SkipWithFile
+        );
+        assert!(validate(&newer("3.19.1-skip-rx-copy-reverse"), &file).is_ok());
     }
 
     #[test]

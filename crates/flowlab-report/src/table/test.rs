@@ -374,6 +374,12 @@ pub fn finish(r: &TestResult, udp: bool, f: UnitFormat) -> String {
     let mut out = String::new();
     if let Some(e) = &r.end {
         out += &end(e, udp, f);
+        if r.start.spec.skip_rx_copy {
+            out.push_str(
+                "--skip-rx-copy: receivers discard what they read (MSG_TRUNC), a flowlab or \
+                 iperf3 3.19+ server's too: the receiving side's CPU has no copy in it\n",
+            );
+        }
     }
     if let Some(l) = loopback_reordering(r) {
         out += &loopback(&l);

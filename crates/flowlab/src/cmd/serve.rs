@@ -288,6 +288,19 @@ pub struct Args {
     /// (TCP_USER_TIMEOUT; iperf3's --snd-timeout).
     #[arg(help_heading = "Sockets", long, value_name = "MS")]
     pub snd_timeout: Option<u64>,
+    /// TCP keepalive on every test's control connection: seconds idle before the first
+    /// probe, seconds between probes, probes unanswered before it is dropped; any left
+    /// off are the kernel's (iperf3's --cntl-ka).
+    #[arg(
+        help_heading = "Sockets",
+        long = "cntl-ka",
+        value_name = "IDLE/INTERVAL/COUNT",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "",
+        value_parser = flowlab_results::spec::Keepalive::parse
+    )]
+    pub cntl_ka: Option<flowlab_results::spec::Keepalive>,
     /// Bind every socket to network device DEV (SO_BINDTODEVICE; iperf3's --bind-dev).
     #[arg(help_heading = "Sockets", long, value_name = "DEV")]
     pub bind_dev: Option<String>,
@@ -409,11 +422,15 @@ impl Args {
                 "--snd-timeout {ms} must be 1 to 86400000 ms (a day)"
             )));
         }
+        if let Some(ka) = &self.cntl_ka {
+            flowlab_engine::sock::check_keepalive(ka).map_err(|e| Usage(e.to_string()))?;
+        }
         Ok(ServerConfig {
             auth,
             bind,
             bind_dev,
             snd_timeout: self.snd_timeout.map(Duration::from_millis),
+            control_keepalive: self.cntl_ka,
             file: self.file.clone(),
             port: self.port,
             max_duration: (self.max_duration > 0).then(|| Duration::from_secs(self.max_duration)),

@@ -58,6 +58,8 @@ pub fn translate(args: &[OsString]) -> Result<Vec<OsString>, Refusal> {
         match to {
             // `--flag=value`, one word, so a value that begins with `-` stays a value.
             Flag(long) => match o.value.and_then(|_| m.get_one::<OsString>(o.long)) {
+                // An optional value left off (`--cntl-ka`).
+                Some(v) if v.is_empty() => out.push(format!("--{long}").into()),
                 Some(v) => {
                     let mut word = OsString::from(format!("--{long}="));
                     word.push(v);
@@ -337,6 +339,11 @@ mod tests {
                 "-c h -u --gsro",
                 "flowlab test h --udp --bitrate=1M --no-window --iperf3-text",
             ),
+            (
+                "-c h --cntl-ka=60/5/3 --skip-rx-copy",
+                "flowlab test h --cntl-ka=60/5/3 --skip-rx-copy --iperf3-text",
+            ),
+            ("-s --cntl-ka", "flowlab serve --cntl-ka --max-duration=0"),
         ] {
             assert_eq!(flowlab(iperf3).as_deref(), Ok(ours), "{iperf3}");
         }
@@ -358,14 +365,7 @@ mod tests {
             ("-c h --bogus", "unexpected argument '--bogus'"),
             ("-c h -m", "-m/--mptcp: flowlab does not speak MPTCP yet"),
             ("-s --mptcp", "-m/--mptcp: flowlab does not speak MPTCP yet"),
-            (
-                "-c h --cntl-ka=60/5/3",
-                "--cntl-ka: flowlab does not set keepalive",
-            ),
-            (
-                "-c h --skip-rx-copy",
-                "--skip-rx-copy: flowlab's receivers do not",
-            ),
+            ("-s --skip-rx-copy", "--skip-rx-copy is a client option"),
             (
                 "-s --json-stream",
                 "--json-stream: flowlab serve writes one JSON",

@@ -148,6 +148,25 @@ pub struct Args {
     /// this many milliseconds (iperf3's --rcv-timeout; default: never).
     #[arg(help_heading = "TCP", long, value_name = "MS")]
     pub rcv_timeout: Option<u64>,
+    /// Receivers, both ends, discard what they read in the kernel (recv(2) with
+    /// MSG_TRUNC) instead of copying it: less CPU on the receiving side, the same bytes
+    /// counted. UDP: each datagram read alone (no GRO), its header only copied.
+    #[arg(help_heading = "Load", long)]
+    pub skip_rx_copy: bool,
+    /// TCP keepalive on the control connection (a long, quiet UDP test through a NAT or
+    /// firewall that forgets idle connections): seconds idle before the first probe,
+    /// seconds between probes, probes unanswered before it is dropped; any left off are
+    /// the kernel's.
+    #[arg(
+        help_heading = "Connection",
+        long = "cntl-ka",
+        value_name = "IDLE/INTERVAL/COUNT",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "",
+        value_parser = flowlab_results::spec::Keepalive::parse
+    )]
+    pub cntl_ka: Option<flowlab_results::spec::Keepalive>,
     /// Milliseconds to wait for the server to accept a connection.
     #[arg(
         help_heading = "Connection",

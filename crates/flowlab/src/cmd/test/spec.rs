@@ -238,6 +238,11 @@ impl Args {
         s.dont_fragment = self.dont_fragment;
         s.get_server_output = self.get_server_output;
         s.repeating_payload = self.repeating_payload;
+        s.skip_rx_copy = self.skip_rx_copy;
+        if let Some(ka) = &self.cntl_ka {
+            flowlab_engine::sock::check_keepalive(ka).map_err(|e| Usage(e.to_string()))?;
+        }
+        s.control_keepalive = self.cntl_ka;
         s.fq_rate = self.fq_rate.unwrap_or(0);
         if let Some(path) = &self.file {
             self.file_test(&mut s, path)?;
@@ -263,6 +268,10 @@ impl Args {
             (self.parallel > 1, "is one stream; drop -P"),
             (self.zerocopy, "is sent with sendfile(2) already; drop -Z"),
             (self.stop_and_wait, "streams; drop --stop-and-wait"),
+            (
+                self.skip_rx_copy && self.reverse,
+                "-R writes what is received; drop --skip-rx-copy",
+            ),
         ];
         if let Some((_, why)) = refusal.iter().find(|(set, _)| *set) {
             return Err(Usage(format!("{flag} {why}")));
