@@ -7,6 +7,8 @@
 # (`/__up?run=ID`, whose bytes the server also counts for the run's result),
 # and requests a second for a 1-byte object (wrk, 2 threads, 32 connections, 5 s).
 # Transfers of a second or so each: shorter ones are mostly curl's start.
+# Uploads run under cubic and under bbr (as root): the sender's congestion control sets
+# their pace.
 # Then the speed-test page in headless Chromium (bench/page-run.sh) against `flowlab
 # test` on the same path, 5 s and 4 streams each way: on loopback, and (as root) across
 # an emulated 100 Mbit/s link with 10 ms each way (topology `bpage`); the page's download
@@ -36,6 +38,7 @@ chmod 755 "$work"
 pids=()
 topology=""
 cleanup() {
+  [ -n "${default_cc:-}" ] && sysctl -qw net.ipv4.tcp_congestion_control="$default_cc" 2>/dev/null || true
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   [ -n "$topology" ] && "$flowlab" net down "$topology" >/dev/null 2>&1 || true
   [ -f "$work/nginx.pid" ] && kill "$(cat "$work/nginx.pid")" 2>/dev/null || true
@@ -82,18 +85,33 @@ dl="curl -s -o /dev/null --fail"
 # uploads' times depending on the request head's length alone (seen on both servers).
 up="$dl -H Expect: -X POST -T $work/root/big"
 eight() { printf "bash -c 'for i in 1 2 3 4 5 6 7 8; do %s %s & done; wait'" "$dl" "$1"; }
-echo "machine: $(nproc) cores, kernel $(uname -r); flowlab $(checkout_id "$PWD"); $(nginx -v 2>&1); $(curl --version | head -1 | cut -d' ' -f1-2); wrk $(wrk -v 2>&1 | head -1 | cut -d' ' -f2)"
+echo "machine: $(nproc) cores, kernel $(uname -r), congestion control $(sysctl -n net.ipv4.tcp_congestion_control) (default); flowlab $(checkout_id "$PWD"); $(nginx -v 2>&1); $(curl --version | head -1 | cut -d' ' -f1-2); wrk $(wrk -v 2>&1 | head -1 | cut -d' ' -f2)"
 echo "| case | metric | flowlab: min / median / max | nginx: min / median / max | ratio of medians | median paired ratio | spread |"
 python3 bench/ab.py "download 1 GiB, 1 connection" wall-ms \
   "$dl '$f/__down?bytes=$((1 << 30))'" "$dl '$n/big'" --runs "$runs" --label-a flowlab --label-b nginx
 python3 bench/ab.py "download 8 × 256 MiB at once" wall-ms \
   "$(eight "'$f/__down?bytes=$((256 << 20))'")" "$(eight "'$n/part'")" --runs "$runs" --label-a flowlab --label-b nginx
-python3 bench/ab.py "upload 1 GiB" wall-ms \
-  "$up '$f/__up'" "$up '$n/__up'" \
-  --runs "$runs" --label-a flowlab --label-b nginx
-python3 bench/ab.py "upload 1 GiB, counted for a page run (?run=)" wall-ms \
-  "$up '$f/__up?run=bench'" "$up '$n/__up?run=bench'" \
-  --runs "$runs" --label-a flowlab --label-b nginx
+# An upload's pace is set by the sender's (curl's) congestion control, which on loopback
+# is the machine's default: as root the uploads run under cubic and under bbr each (the
+# default set for the row, then put back); otherwise under the default, named.
+default_cc="$(sysctl -n net.ipv4.tcp_congestion_control)"
+upload_ccs="$default_cc"
+if [ "$(id -u)" -eq 0 ]; then
+  upload_ccs=""
+  for cc in cubic bbr; do
+    grep -qw "$cc" /proc/sys/net/ipv4/tcp_available_congestion_control && upload_ccs="$upload_ccs $cc"
+  done
+fi
+for cc in $upload_ccs; do
+  [ "$cc" = "$default_cc" ] || sysctl -qw net.ipv4.tcp_congestion_control="$cc"
+  python3 bench/ab.py "upload 1 GiB (curl: $cc)" wall-ms \
+    "$up '$f/__up'" "$up '$n/__up'" \
+    --runs "$runs" --label-a flowlab --label-b nginx
+  python3 bench/ab.py "upload 1 GiB, counted for a page run (?run=) (curl: $cc)" wall-ms \
+    "$up '$f/__up?run=bench'" "$up '$n/__up?run=bench'" \
+    --runs "$runs" --label-a flowlab --label-b nginx
+  sysctl -qw net.ipv4.tcp_congestion_control="$default_cc"
+done
 python3 bench/ab.py "1-byte object, wrk -t2 -c32" wrk-rps \
   "wrk -t2 -c32 -d5s '$f/small'" "wrk -t2 -c32 -d5s '$n/small'" --runs "$runs" --label-a flowlab --label-b nginx
 
