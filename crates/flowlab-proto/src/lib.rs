@@ -21,6 +21,7 @@
 //! - [`probe`]: latency probes (`flowlab ping`) and the server's echo of them.
 //! - [`load`]: load-generating connections (`flowlab rpm`).
 //! - [`source`]: the address a per-source limit counts a peer under.
+//! - [`quic_perf`]: the QUIC performance protocol's ask (`flowlab test --quic`).
 
 pub mod auth;
 pub mod cookie;
@@ -31,6 +32,7 @@ pub mod hello;
 pub mod load;
 pub mod params;
 pub mod probe;
+pub mod quic_perf;
 pub mod results;
 pub mod source;
 pub mod state;

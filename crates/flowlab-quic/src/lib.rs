@@ -1,0 +1,38 @@
+//! flowlab's QUIC: the QUIC performance protocol (draft-banks-quic-performance, ALPN
+//! `perf`: `flowlab_proto::quic_perf`) spoken by a server ([`server`]) and a measuring client
+//! ([`client`]), on quinn with rustls. Other stacks' perf tools (quinn's, msquic's
+//! secnetperf, s2n-quic's, picoquic's) speak the same protocol, so either end may be
+//! theirs. Certificates come from the one place flowlab makes and loads them
+//! (`flowlab_web::tls`).
+
+pub mod client;
+pub mod server;
+
+use std::net::SocketAddr;
+
+/// Why QUIC could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum QuicError {
+    #[error("{0}: {1}")]
+    Io(String, std::io::Error),
+    #[error("TLS for QUIC: {0}")]
+    Tls(String),
+    #[error("cannot connect to {0} over QUIC: {1}")]
+    Connect(SocketAddr, String),
+    #[error("a QUIC stream: {0}")]
+    Stream(String),
+}
+
+/// The transport settings of both ends. quinn's default windows (a stream 1.25 MB, the
+/// design of 100 Mbit/s at 100 ms) would cap a stream on a long fat path below what TCP
+/// reaches there; these hold 1 Gbit/s at 64 ms a stream, and four streams' worth in
+/// flight a connection.
+pub(crate) fn transport() -> quinn::TransportConfig {
+    let mut t = quinn::TransportConfig::default();
+    t.stream_receive_window(quinn::VarInt::from_u32(STREAM_WINDOW))
+        .send_window(4 * u64::from(STREAM_WINDOW));
+    t
+}
+
+/// A stream's flow-control window, bytes.
+const STREAM_WINDOW: u32 = 8 << 20;

@@ -1,0 +1,211 @@
+//! A QUIC performance protocol server (`flowlab_proto::quic_perf`) on a runtime of its own, beside
+//! the blocking servers of `flowlab serve`: every stream is read to its end and answered
+//! with the bytes it asked for, within the server's limits.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use quinn::crypto::rustls::QuicServerConfig;
+use tokio::time::Instant;
+
+use crate::{QuicError, transport};
+use flowlab_proto::quic_perf::{ASK_LEN, Ask, code};
+
+/// What a server allows a client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Connections at once; more are refused at the handshake.
+    pub max_connections: usize,
+    /// Streams a connection may have open at once.
+    pub max_streams: u32,
+    /// The most a stream may ask for or send (bytes); `None`: no limit.
+    pub max_bytes: Option<u64>,
+    /// The longest a stream may run, its answer included; `None`: no limit.
+    pub max_duration: Option<Duration>,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_connections: 16,
+            max_streams: 128,
+            max_bytes: None,
+            max_duration: Some(Duration::from_secs(600)),
+        }
+    }
+}
+
+/// A running server; dropping it closes every connection and stops it.
+#[derive(Debug)]
+pub struct Server {
+    endpoint: quinn::Endpoint,
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl Server {
+    /// Listens on `addr` (UDP) with `tls` (whose ALPN must offer [`flowlab_proto::quic_perf::ALPN`]).
+    pub fn start(
+        addr: SocketAddr,
+        tls: Arc<rustls::ServerConfig>,
+        limits: Limits,
+    ) -> Result<Server, QuicError> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(std::thread::available_parallelism().map_or(1, |n| n.get().min(4)))
+            .thread_name("quic")
+            .enable_io()
+            .enable_time()
+            .build()
+            .map_err(|e| QuicError::Io("a runtime for the QUIC server".into(), e))?;
+        let crypto = QuicServerConfig::try_from(tls).map_err(|e| QuicError::Tls(e.to_string()))?;
+        let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+        let mut t = transport();
+        t.max_concurrent_bidi_streams(limits.max_streams.into())
+            .max_concurrent_uni_streams(0u8.into());
+        config.transport_config(Arc::new(t));
+        let endpoint = {
+            let _entered = runtime.enter();
+            quinn::Endpoint::server(config, addr)
+                .map_err(|e| QuicError::Io(format!("listening on UDP {addr}"), e))?
+        };
+        let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
+        let accepting = endpoint.clone();
+        runtime.spawn(async move {
+            while let Some(incoming) = accepting.accept().await {
+                let Ok(slot) = slots.clone().try_acquire_owned() else {
+                    tracing::info!(
+                        "QUIC: {} refused: {} connections at once already",
+                        incoming.remote_address(),
+                        limits.max_connections
+                    );
+                    incoming.refuse();
+                    continue;
+                };
+                tokio::spawn(async move {
+                    let peer = incoming.remote_address();
+                    match incoming.await {
+                        Ok(conn) => serve_connection(conn, limits).await,
+                        Err(e) => tracing::debug!("QUIC: {peer}: handshake: {e}"),
+                    }
+                    drop(slot);
+                });
+            }
+        });
+        Ok(Server {
+            endpoint,
+            runtime: Some(runtime),
+        })
+    }
+
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.endpoint.local_addr()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.endpoint.close(0u8.into(), b"the server stops");
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_timeout(Duration::from_secs(1));
+        }
+    }
+}
+
+async fn serve_connection(conn: quinn::Connection, limits: Limits) {
+    let peer = conn.remote_address();
+    tracing::debug!("QUIC: {peer} connected");
+    while let Ok((send, recv)) = conn.accept_bi().await {
+        tokio::spawn(async move {
+            if let Err(e) = serve_stream(send, recv, limits).await {
+                tracing::debug!("QUIC: {peer}: a stream: {e}");
+            }
+        });
+    }
+}
+
+/// The most a stream's answer hands the stack at once.
+const CHUNK: usize = 1 << 20;
+static DATA: [u8; CHUNK] = [0x2a; CHUNK];
+
+/// One stream: its ask, its payload to the end, then the answer.
+async fn serve_stream(
+    mut send: quinn::SendStream,
+    mut recv: quinn::RecvStream,
+    limits: Limits,
+) -> Result<(), String> {
+    let deadline = limits.max_duration.map(|d| Instant::now() + d);
+    let mut head = [0u8; ASK_LEN];
+    within(deadline, recv.read_exact(&mut head))
+        .await?
+        .map_err(|e| format!("its ask: {e}"))?;
+    let ask = Ask::decode(head);
+    let reject = |send: &mut quinn::SendStream, recv: &mut quinn::RecvStream, why: String| {
+        let _ = recv.stop(code::REJECTED.into());
+        let _ = send.reset(code::REJECTED.into());
+        Err(why)
+    };
+    if let (Ask::Bytes(n), Some(max)) = (ask, limits.max_bytes) {
+        if n > max {
+            return reject(
+                &mut send,
+                &mut recv,
+                format!("asked for {n} bytes; at most {max}"),
+            );
+        }
+    }
+    let mut received = 0u64;
+    loop {
+        match within(deadline, recv.read_chunk(CHUNK, false)).await {
+            Err(why) => return reject(&mut send, &mut recv, why),
+            Ok(Ok(Some(chunk))) => {
+                received += chunk.bytes.len() as u64;
+                if limits.max_bytes.is_some_and(|max| received > max) {
+                    return reject(
+                        &mut send,
+                        &mut recv,
+                        format!("sent more than {received} bytes"),
+                    );
+                }
+            }
+            Ok(Ok(None)) => break,
+            Ok(Err(e)) => return Err(format!("its payload: {e}")),
+        }
+    }
+    let mut left = match ask {
+        Ask::Bytes(n) => n,
+        // Until the client stops it, or the limits do.
+        Ask::Unlimited => limits.max_bytes.unwrap_or(u64::MAX),
+    };
+    while left > 0 {
+        let n = left.min(CHUNK as u64) as usize;
+        match within(deadline, send.write_chunk(Bytes::from_static(&DATA[..n]))).await {
+            Ok(Ok(())) => left -= n as u64,
+            // The client has had enough of an unlimited answer.
+            Ok(Err(quinn::WriteError::Stopped(_))) if ask == Ask::Unlimited => return Ok(()),
+            Ok(Err(e)) => return Err(format!("its answer: {e}")),
+            Err(why) => {
+                let _ = send.reset(code::REJECTED.into());
+                return Err(why);
+            }
+        }
+    }
+    send.finish()
+        .map_err(|e| format!("ending its answer: {e}"))?;
+    // The stream's end must reach the client before the connection may go.
+    let _ = send.stopped().await;
+    Ok(())
+}
+
+/// `f`, unless the stream's deadline comes first.
+async fn within<T>(
+    deadline: Option<Instant>,
+    f: impl std::future::Future<Output = T>,
+) -> Result<T, String> {
+    match deadline {
+        None => Ok(f.await),
+        Some(d) => tokio::time::timeout_at(d, f)
+            .await
+            .map_err(|_| "the stream ran past the server's --max-duration".to_string()),
+    }
+}
