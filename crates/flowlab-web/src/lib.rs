@@ -282,6 +282,16 @@ async fn accept(
             _ = &mut stopped => break,
         };
         let _ = stream.set_nodelay(true);
+        // The connection's socket, for an upload to batch its wake-ups by (a second
+        // descriptor of it: options set through it are the socket's).
+        let socket = {
+            use std::os::fd::AsFd;
+            stream
+                .as_fd()
+                .try_clone_to_owned()
+                .ok()
+                .map(|fd| Socket(Arc::new(fd)))
+        };
         let router = router.clone();
         let (http, tls, watcher) = (http.clone(), tls.clone(), graceful.watcher());
         tokio::spawn(async move {
@@ -313,6 +323,13 @@ async fn accept(
                 hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
                     request.extensions_mut().insert(ConnectInfo(peer));
                     request.extensions_mut().insert(secure);
+                    // HTTP/1 only: an HTTP/2 connection's other streams share the socket.
+                    if let Some(s) = socket
+                        .clone()
+                        .filter(|_| request.version() < hyper::Version::HTTP_2)
+                    {
+                        request.extensions_mut().insert(s);
+                    }
                     router.clone().call(request)
                 });
             match opened {
@@ -473,6 +490,11 @@ async fn until_idle(served: impl std::future::Future, moved: &Moved, idle: Durat
         _ = watch => {}
     }
 }
+
+/// The socket an HTTP/1 request came on, in its extensions: an upload raises its
+/// receive low-water mark while the body streams in (`speed`).
+#[derive(Debug, Clone)]
+pub(crate) struct Socket(pub(crate) Arc<std::os::fd::OwnedFd>);
 
 /// Whether a request came over TLS: in every request's extensions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

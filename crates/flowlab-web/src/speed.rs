@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
-use axum::extract::{ConnectInfo, Query, State};
+use axum::extract::{ConnectInfo, Extension, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -337,6 +337,7 @@ impl Speed {
         headers: &HeaderMap,
         body: Body,
         bounded: bool,
+        socket: Option<Extension<crate::Socket>>,
     ) -> Result<u64, Option<Refusal>> {
         let max = if bounded {
             self.limits.max_bytes
@@ -349,15 +350,14 @@ impl Speed {
                 format!("an upload of {what}: this server takes at most {max} bytes a request"),
             ))
         };
-        if let Some(n) = headers
+        let length = headers
             .get(header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok())
-        {
-            if n > max {
-                return Err(too_large(format!("{n} bytes")));
-            }
+            .and_then(|v| v.parse::<u64>().ok());
+        if let Some(n) = length.filter(|&n| n > max) {
+            return Err(too_large(format!("{n} bytes")));
         }
+        let mut low_water = socket.zip(length).map(|(s, n)| LowWater::new(s.0.0, n));
         let _slot = self.slot(peer).map_err(Some)?;
         (self.observer)(Event::Upload);
         let deadline = tokio::time::Instant::now() + self.limits.max_duration;
@@ -369,6 +369,9 @@ impl Speed {
             match tokio::time::timeout_at(stall.min(deadline), stream.next()).await {
                 Ok(Some(Ok(data))) => {
                     got += data.len() as u64;
+                    if let Some(l) = low_water.as_mut() {
+                        l.received(got);
+                    }
                     (self.observer)(Event::Received(data.len() as u64));
                     if let Some(tally) = &tally {
                         tally.fetch_add(data.len() as u64, Ordering::Relaxed);
@@ -390,6 +393,8 @@ impl Speed {
                         ),
                     )));
                 }
+                // Bytes may be waiting below the low-water mark.
+                Err(_) if low_water.as_mut().is_some_and(LowWater::lower) => {}
                 Err(_) => {
                     return Err(Some(refuse(
                         HttpRefusal::Timeout,
@@ -479,12 +484,14 @@ async fn cloudflare_up(
     State(speed): State<Speed>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Query(query): Query<HashMap<String, String>>,
+    socket: Option<Extension<crate::Socket>>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
     // The speed-test page names its run, so that its result can say what arrived.
     let run = query.get("run").and_then(|r| run_id(r));
-    let mut r = speed.uploaded(speed.upload(peer.ip(), run, &headers, body, true).await);
+    let upload = speed.upload(peer.ip(), run, &headers, body, true, socket);
+    let mut r = speed.uploaded(upload.await);
     // The server's own time is what follows the body's last byte.
     cloudflare_headers(&mut r, Instant::now());
     r
@@ -541,6 +548,7 @@ async fn librespeed_empty(
     State(speed): State<Speed>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Query(query): Query<HashMap<String, String>>,
+    socket: Option<Extension<crate::Socket>>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
@@ -548,7 +556,8 @@ async fn librespeed_empty(
     let mut r = if axum::body::HttpBody::size_hint(&body).exact() == Some(0) {
         speed.uploaded(Ok(0))
     } else {
-        speed.uploaded(speed.upload(peer.ip(), None, &headers, body, true).await)
+        let upload = speed.upload(peer.ip(), None, &headers, body, true, socket);
+        speed.uploaded(upload.await)
     };
     librespeed_cors(&mut r, &query);
     r
@@ -668,8 +677,79 @@ async fn rpm_large(
 async fn rpm_slurp(
     State(speed): State<Speed>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    socket: Option<Extension<crate::Socket>>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    speed.uploaded(speed.upload(peer.ip(), None, &headers, body, false).await)
+    let upload = speed.upload(peer.ip(), None, &headers, body, false, socket);
+    speed.uploaded(upload.await)
+}
+
+/// An upload's receive low-water mark (SO_RCVLOWAT): raised while much of the body is
+/// still to come, so that the server is woken once for every [`LowWater::BATCH`] that
+/// arrives, not for every 64 KiB (a bbr sender paces itself slower against the many
+/// small wake-ups: lab-notes/http-upload.md); lowered for the body's last
+/// [`LowWater::TAIL`], part of which the server's HTTP buffer may hold, and when the
+/// upload ends however it ends, before the connection's next request.
+struct LowWater {
+    socket: Arc<std::os::fd::OwnedFd>,
+    length: u64,
+    raised: bool,
+}
+
+impl LowWater {
+    const BATCH: usize = 512 << 10;
+    /// More than the HTTP buffer holds (hyper's at most ~400 KiB) and a batch.
+    const TAIL: u64 = 1 << 20;
+
+    fn new(socket: Arc<std::os::fd::OwnedFd>, length: u64) -> LowWater {
+        let raised = length > LowWater::TAIL && set_rcvlowat(&socket, LowWater::BATCH);
+        LowWater {
+            socket,
+            length,
+            raised,
+        }
+    }
+
+    /// `got` bytes of the body have come.
+    fn received(&mut self, got: u64) {
+        if self.length.saturating_sub(got) <= LowWater::TAIL {
+            self.lower();
+        }
+    }
+
+    /// Back to a wake-up for every byte; whether it was raised (a body slower than a
+    /// batch a stall's time is then given the stall's time again).
+    fn lower(&mut self) -> bool {
+        let was = self.raised;
+        if was {
+            set_rcvlowat(&self.socket, 1);
+            self.raised = false;
+        }
+        was
+    }
+}
+
+impl Drop for LowWater {
+    fn drop(&mut self) {
+        self.lower();
+    }
+}
+
+/// Sets SO_RCVLOWAT; whether the kernel took it.
+fn set_rcvlowat(socket: &std::os::fd::OwnedFd, bytes: usize) -> bool {
+    use std::os::fd::AsRawFd;
+    let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    // SAFETY: the descriptor is open while borrowed, and `v` is a live c_int of the size
+    // given.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVLOWAT,
+            (&raw const v).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    rc == 0
 }

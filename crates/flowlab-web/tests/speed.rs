@@ -291,6 +291,54 @@ fn a_stalled_upload_is_dropped() {
     assert_eq!(r.status(), 200, "the stalled upload's transfer freed");
 }
 
+/// A large upload raises its socket's low-water mark (one wake-up per half MiB): one
+/// that comes slower than that a stall's time is still read to its end, and one that
+/// stops is still dropped, after two stalls' time at most.
+#[test]
+fn a_large_upload_slower_than_its_batches_is_read_and_a_stopped_one_dropped() {
+    let limits = Limits {
+        stall: Duration::from_millis(300),
+        ..Limits::default()
+    };
+    let (_serving, addr) = serve(limits);
+    let length = 3 << 20;
+    let mut raw = TcpStream::connect(addr).expect("connect");
+    raw.write_all(
+        format!("POST /__up HTTP/1.1\r\nHost: x\r\nContent-Length: {length}\r\n\r\n").as_bytes(),
+    )
+    .expect("a head");
+    // 64 KiB every 50 ms: 1.25 MiB a second, a batch in 400 ms, past the stall.
+    let piece = vec![7u8; 64 << 10];
+    for _ in 0..length / piece.len() {
+        raw.write_all(&piece).expect("a piece");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    raw.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let mut buf = [0u8; 512];
+    let n = raw.read(&mut buf).expect("an answer");
+    let answer = String::from_utf8_lossy(&buf[..n]);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+
+    let mut raw = TcpStream::connect(addr).expect("connect");
+    raw.write_all(
+        format!("POST /__up HTTP/1.1\r\nHost: x\r\nContent-Length: {length}\r\n\r\n").as_bytes(),
+    )
+    .expect("a head");
+    raw.write_all(&piece).expect("a piece");
+    raw.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let began = Instant::now();
+    let n = raw.read(&mut buf).expect("an answer");
+    let answer = String::from_utf8_lossy(&buf[..n]);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(
+        answer.contains("the upload stalled: no byte in 300ms after 65536"),
+        "{answer}"
+    );
+    assert!(began.elapsed() < Duration::from_secs(5), "{answer}");
+}
+
 /// A client that sends nothing at all, or never finishes its request's head, is cut off
 /// after the head's time; connections beyond the limit wait (the kernel's backlog) until
 /// one ends.
