@@ -8,9 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use flowlab_web::tls::AnyCertificate;
 use quinn::crypto::rustls::QuicClientConfig;
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 
 use crate::{QuicError, transport};
 use flowlab_proto::quic_perf::{ASK_LEN, Ask, code};
@@ -101,13 +100,7 @@ impl Figures {
 
 /// Runs `spec` on a runtime of its own.
 pub fn run(spec: &Spec) -> Result<Figures, QuicError> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(std::thread::available_parallelism().map_or(1, |n| n.get().min(4)))
-        .thread_name("quic")
-        .enable_io()
-        .enable_time()
-        .build()
-        .map_err(|e| QuicError::Io("a runtime for the QUIC client".into(), e))?;
+    let runtime = crate::runtime("the QUIC client")?;
     runtime.block_on(run_async(spec))
 }
 
@@ -268,60 +261,11 @@ fn client_config() -> Result<quinn::ClientConfig, QuicError> {
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(|e| QuicError::Tls(e.to_string()))?
         .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
+        .with_custom_certificate_verifier(Arc::new(AnyCertificate::new(provider)))
         .with_no_client_auth();
     tls.alpn_protocols = vec![flowlab_proto::quic_perf::ALPN.to_vec()];
     let crypto = QuicClientConfig::try_from(tls).map_err(|e| QuicError::Tls(e.to_string()))?;
     let mut config = quinn::ClientConfig::new(Arc::new(crypto));
     config.transport_config(Arc::new(transport()));
     Ok(config)
-}
-
-/// Takes any certificate, but checks the handshake's signature with its key.
-#[derive(Debug)]
-struct AnyCertificate(Arc<rustls::crypto::CryptoProvider>);
-
-impl ServerCertVerifier for AnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
 }

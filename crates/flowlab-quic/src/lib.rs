@@ -34,5 +34,17 @@ pub(crate) fn transport() -> quinn::TransportConfig {
     t
 }
 
+/// A runtime of its own for `what`: a worker per CPU, at most four (the stack's
+/// packets are what costs, not the tasks).
+pub(crate) fn runtime(what: &str) -> Result<tokio::runtime::Runtime, QuicError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(std::thread::available_parallelism().map_or(1, |n| n.get().min(4)))
+        .thread_name("quic")
+        .enable_io()
+        .enable_time()
+        .build()
+        .map_err(|e| QuicError::Io(format!("a runtime for {what}"), e))
+}
+
 /// A stream's flow-control window, bytes.
 const STREAM_WINDOW: u32 = 8 << 20;

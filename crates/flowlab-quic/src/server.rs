@@ -51,13 +51,7 @@ impl Server {
         tls: Arc<rustls::ServerConfig>,
         limits: Limits,
     ) -> Result<Server, QuicError> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(std::thread::available_parallelism().map_or(1, |n| n.get().min(4)))
-            .thread_name("quic")
-            .enable_io()
-            .enable_time()
-            .build()
-            .map_err(|e| QuicError::Io("a runtime for the QUIC server".into(), e))?;
+        let runtime = crate::runtime("the QUIC server")?;
         let crypto = QuicServerConfig::try_from(tls).map_err(|e| QuicError::Tls(e.to_string()))?;
         let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
         let mut t = transport();
