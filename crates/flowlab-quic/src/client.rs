@@ -11,8 +11,8 @@ use bytes::Bytes;
 use flowlab_web::tls::AnyCertificate;
 use quinn::crypto::rustls::QuicClientConfig;
 
-use crate::{QuicError, transport};
-use flowlab_proto::quic_perf::{ASK_LEN, Ask, code};
+use crate::{CHUNK, DATA, QuicError, transport};
+use flowlab_proto::quic_perf::{Ask, code};
 
 /// Which way a stream's bytes go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -163,10 +163,6 @@ async fn run_async(spec: &Spec) -> Result<Figures, QuicError> {
     })
 }
 
-/// The most a stream hands the stack at once.
-const CHUNK: usize = 1 << 20;
-static DATA: [u8; CHUNK] = [0x2a; CHUNK];
-
 async fn one_stream(
     conn: &quinn::Connection,
     direction: Direction,
@@ -184,9 +180,7 @@ async fn one_stream(
         (Direction::Download, Amount::Bytes(n)) => Ask::Bytes(n),
         (Direction::Download, Amount::Time(_)) => Ask::Unlimited,
     };
-    let mut head = Vec::with_capacity(ASK_LEN);
-    head.extend_from_slice(&ask.encode());
-    send.write_all(&head)
+    send.write_all(&ask.encode())
         .await
         .map_err(|e| stream_error("sending the ask", &e))?;
     let deadline = match amount {

@@ -46,5 +46,9 @@ pub(crate) fn runtime(what: &str) -> Result<tokio::runtime::Runtime, QuicError> 
         .map_err(|e| QuicError::Io(format!("a runtime for {what}"), e))
 }
 
+/// The most a stream hands the stack at once, and the bytes it sends (both ends).
+pub(crate) const CHUNK: usize = 1 << 20;
+pub(crate) static DATA: [u8; CHUNK] = [0x2a; CHUNK];
+
 /// A stream's flow-control window, bytes.
 const STREAM_WINDOW: u32 = 8 << 20;

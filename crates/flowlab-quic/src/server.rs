@@ -10,7 +10,7 @@ use bytes::Bytes;
 use quinn::crypto::rustls::QuicServerConfig;
 use tokio::time::Instant;
 
-use crate::{QuicError, transport};
+use crate::{CHUNK, DATA, QuicError, transport};
 use flowlab_proto::quic_perf::{ASK_LEN, Ask, code};
 
 /// What a server allows a client.
@@ -118,10 +118,6 @@ async fn serve_connection(conn: quinn::Connection, limits: Limits) {
     }
 }
 
-/// The most a stream's answer hands the stack at once.
-const CHUNK: usize = 1 << 20;
-static DATA: [u8; CHUNK] = [0x2a; CHUNK];
-
 /// One stream: its ask, its payload to the end, then the answer.
 async fn serve_stream(
     mut send: quinn::SendStream,
@@ -154,11 +150,11 @@ async fn serve_stream(
             Err(why) => return reject(&mut send, &mut recv, why),
             Ok(Ok(Some(chunk))) => {
                 received += chunk.bytes.len() as u64;
-                if limits.max_bytes.is_some_and(|max| received > max) {
+                if let Some(max) = limits.max_bytes.filter(|&max| received > max) {
                     return reject(
                         &mut send,
                         &mut recv,
-                        format!("sent more than {received} bytes"),
+                        format!("sent more than {max} bytes, the most a stream may"),
                     );
                 }
             }
