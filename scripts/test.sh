@@ -9,7 +9,10 @@
 # read by Prometheus's own parser), openssh-server and openssh-client (a host over
 # SSH: sshd in a namespace of the test's own), postgresql (results in PostgreSQL: a
 # server of the test's own, in a temporary directory) and nginx-light (a stock HTTP/2
-# server that `flowlab rpm URL` measures, as Apple's reference configuration shapes it).
+# server that `flowlab rpm URL` measures, as Apple's reference configuration shapes it)
+# and python3-venv (aioquic, the second QUIC stack of the QUIC interop tests, is on no
+# Debian release: it is installed from PyPI, at a pinned version, into a virtual
+# environment under target/).
 #
 # Every test binary runs (--no-fail-fast), so one failure cannot hide others, and the
 # last line sums up: test binaries and tests passed, failed and skipped (a test skips,
@@ -30,6 +33,7 @@ command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing+=(postgresql)
 command -v nginx >/dev/null 2>&1 || missing+=(nginx-light)
+python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "test.sh: installing ${missing[*]} (Debian packages) for the tests"
   sudo=""
@@ -50,6 +54,14 @@ if [ "${#missing[@]}" -gt 0 ]; then
     trap - EXIT
   fi
 fi
+
+aioquic="${CARGO_TARGET_DIR:-$PWD/target}/aioquic"
+if ! "$aioquic/bin/python" -c 'import aioquic' >/dev/null 2>&1; then
+  echo "test.sh: installing aioquic 1.7.2 (PyPI) into $aioquic for the tests"
+  python3 -m venv "$aioquic"
+  "$aioquic/bin/pip" install --quiet --disable-pip-version-check aioquic==1.7.2
+fi
+export FLOWLAB_AIOQUIC_PYTHON="$aioquic/bin/python"
 
 log="$(mktemp)"
 work="$(mktemp -d)"

@@ -24,6 +24,7 @@ fn check(proto: Protocol, mode: Mode, direction: Direction, amount: Amount) {
         }
         Protocol::Tcp if mode == Mode::StopAndWait => s.len = 16 * 1024,
         Protocol::Tcp => {}
+        Protocol::Quic => panic!("QUIC is flowlab_quic's"),
     }
     let r = run(&s).unwrap_or_else(|e| panic!("{proto:?} {mode:?} {direction:?} {amount:?}: {e}"));
     let dirs: &[StreamDirection] = match direction {
@@ -91,6 +92,18 @@ matrix! {
     udp_saw_reverse_bytes: Udp StopAndWait Reverse BYTES;
     udp_saw_bidir_time: Udp StopAndWait Bidir ONE_SECOND;
     udp_saw_bidir_bytes: Udp StopAndWait Bidir BYTES;
+}
+
+/// A QUIC spec that reaches the engine is refused before any connection: it is
+/// flowlab_quic's to run.
+#[test]
+fn the_engine_refuses_a_quic_test() {
+    let mut s = spec(1);
+    s.protocol = Protocol::Quic;
+    assert!(matches!(
+        run(&s),
+        Err(flowlab_engine::client::ClientError::Quic)
+    ));
 }
 
 #[test]
@@ -290,6 +303,7 @@ fn skip_rx_copy_counts_every_byte_both_ways() {
                 s.bitrate = 200_000_000;
                 1400 * 5000
             }
+            Protocol::Quic => panic!("QUIC is flowlab_quic's"),
         };
         s.amount = Amount::Bytes(n);
         let what = format!("{proto:?} {direction:?}");

@@ -170,6 +170,9 @@ pub struct TestParams {
 pub enum Protocol {
     Tcp,
     Udp,
+    /// QUIC's performance protocol (`quic_perf`), which iperf3's control protocol never
+    /// carries: a test of it is flowlab's alone, without a control connection.
+    Quic,
 }
 
 impl TestParams {

@@ -5,6 +5,10 @@
 //! An upload asks for 0; a download sends nothing after the ask; all ones asks for
 //! bytes without end, which the client stops (STOP_SENDING) when it has had enough.
 
+/// The UDP port perf servers listen on when none is given (quinn's perf and msquic's
+/// secnetperf use it too).
+pub const DEFAULT_PORT: u16 = 4433;
+
 /// The ALPN the protocol is spoken under.
 pub const ALPN: &[u8] = b"perf";
 

@@ -2,9 +2,13 @@
 //! a number of bytes or for a time, on one connection or a connection each, timed as the
 //! draft times them (from the stream's opening to the server's end of it) with the
 //! stack's own figures for each connection (round trip, congestion window, losses).
+//!
+//! [`Running`] is a test under way, whose counts and connection figures may be read as
+//! it runs (what a test's intervals are made of); [`run`] waits for the end.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -30,35 +34,90 @@ pub enum Amount {
     Time(Duration),
 }
 
+/// The congestion controller of this end's connections (quinn's three).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Congestion {
+    #[default]
+    Cubic,
+    NewReno,
+    Bbr,
+}
+
+impl Congestion {
+    /// Reads the name `-C` takes (`reno` for NewReno, as Linux names its own).
+    pub fn parse(name: &str) -> Option<Congestion> {
+        match name {
+            "cubic" => Some(Congestion::Cubic),
+            "reno" | "newreno" => Some(Congestion::NewReno),
+            "bbr" => Some(Congestion::Bbr),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Congestion::Cubic => "cubic",
+            Congestion::NewReno => "newreno",
+            Congestion::Bbr => "bbr",
+        }
+    }
+
+    pub(crate) fn factory(self) -> Arc<dyn quinn::congestion::ControllerFactory + Send + Sync> {
+        use quinn::congestion::{BbrConfig, CubicConfig, NewRenoConfig};
+        match self {
+            Congestion::Cubic => Arc::new(CubicConfig::default()),
+            Congestion::NewReno => Arc::new(NewRenoConfig::default()),
+            Congestion::Bbr => Arc::new(BbrConfig::default()),
+        }
+    }
+}
+
 /// A test to run against a perf server.
 #[derive(Debug, Clone)]
 pub struct Spec {
     pub server: SocketAddr,
     /// The name the server's certificate is asked for (SNI).
     pub server_name: String,
-    pub direction: Direction,
-    pub amount: Amount,
-    /// Streams at once.
-    pub streams: u32,
+    /// The streams, in the order they open.
+    pub streams: Vec<StreamSpec>,
     /// Each stream on a connection of its own (else all on one).
     pub connection_each: bool,
+    pub congestion: Congestion,
+    /// The longest each handshake may take.
+    pub connect_timeout: Duration,
+}
+
+/// One stream of a test.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StreamSpec {
+    pub direction: Direction,
+    pub amount: Amount,
 }
 
 /// One stream's figures, at the client.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct StreamFigures {
+    pub direction: Direction,
     /// Which connection carried it (from 0).
     pub connection: usize,
+    /// Bytes this end wrote (an upload) or read (a download).
     pub bytes: u64,
-    /// From the stream's opening to the server's end of it.
+    /// From the stream's opening to the server's acknowledgement of the last byte (an
+    /// upload; the last byte handed to the stack when none came) or the last byte read.
+    pub sent_seconds: f64,
+    /// From the stream's opening to the server's end of it: for an upload, the server
+    /// has read every byte by then.
     pub seconds: f64,
+    /// Why the stream failed, if it did (its counts cover the part that ran).
+    pub error: Option<String>,
 }
 
-/// What the QUIC stack says of a connection once its streams are done.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What the QUIC stack says of a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PathFigures {
-    /// The smoothed round trip.
+    /// The smoothed round trip, and the least seen.
     pub rtt: Duration,
+    pub min_rtt: Duration,
     /// The congestion window, bytes.
     pub cwnd: u64,
     pub congestion_events: u64,
@@ -67,7 +126,7 @@ pub struct PathFigures {
     pub sent_packets: u64,
     /// The path's MTU as discovered.
     pub mtu: u16,
-    /// UDP datagrams and bytes sent and received, QUIC's overhead included.
+    /// UDP bytes sent and received, QUIC's overhead included.
     pub udp_tx_bytes: u64,
     pub udp_rx_bytes: u64,
 }
@@ -98,25 +157,174 @@ impl Figures {
     }
 }
 
-/// Runs `spec` on a runtime of its own.
+/// Runs `spec` to its end.
 pub fn run(spec: &Spec) -> Result<Figures, QuicError> {
-    let runtime = crate::runtime("the QUIC client")?;
-    runtime.block_on(run_async(spec))
+    Running::start(spec)?.finish()
 }
 
-async fn run_async(spec: &Spec) -> Result<Figures, QuicError> {
-    let bind: SocketAddr = if spec.server.is_ipv4() {
-        "0.0.0.0:0"
-    } else {
-        "[::]:0"
+/// A stream's count as it runs.
+#[derive(Debug, Default)]
+struct Counter {
+    bytes: AtomicU64,
+}
+
+/// A test under way: its connections are up and its streams running on a runtime of
+/// their own.
+#[derive(Debug)]
+pub struct Running {
+    runtime: tokio::runtime::Runtime,
+    endpoint: quinn::Endpoint,
+    connections: Vec<quinn::Connection>,
+    handshakes: Vec<Duration>,
+    counters: Vec<Arc<Counter>>,
+    tasks: Vec<tokio::task::JoinHandle<StreamFigures>>,
+    stop: Arc<AtomicBool>,
+    buffers: flowlab_engine::sock::BufferSizes,
+    source: Option<std::net::IpAddr>,
+}
+
+impl Running {
+    /// Makes the connections (each handshake timed) and opens the streams.
+    pub fn start(spec: &Spec) -> Result<Running, QuicError> {
+        let runtime = crate::runtime("the QUIC client")?;
+        let Connected {
+            endpoint,
+            connections,
+            handshakes,
+            buffers,
+            source,
+        } = runtime.block_on(connect(spec))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut counters = Vec::new();
+        let mut tasks = Vec::new();
+        for (i, &StreamSpec { direction, amount }) in spec.streams.iter().enumerate() {
+            let which = if spec.connection_each { i } else { 0 };
+            let conn = connections[which].clone();
+            let counter = Arc::new(Counter::default());
+            counters.push(counter.clone());
+            let stop = stop.clone();
+            tasks.push(runtime.spawn(async move {
+                let mut st = StreamFigures {
+                    direction,
+                    connection: which,
+                    bytes: 0,
+                    sent_seconds: 0.0,
+                    seconds: 0.0,
+                    error: None,
+                };
+                let t0 = Instant::now();
+                if let Err(e) = one_stream(&conn, direction, amount, &counter, &stop, &mut st).await
+                {
+                    st.error = Some(e.to_string());
+                    st.seconds = t0.elapsed().as_secs_f64();
+                }
+                st.bytes = counter.bytes.load(Ordering::Acquire);
+                st
+            }));
+        }
+        Ok(Running {
+            runtime,
+            endpoint,
+            connections,
+            handshakes,
+            counters,
+            tasks,
+            stop,
+            buffers,
+            source,
+        })
     }
-    .parse()
-    .map_err(|_| QuicError::Tls("a wildcard address".into()))?;
-    let endpoint = quinn::Endpoint::client(bind)
-        .map_err(|e| QuicError::Io("a UDP socket for QUIC".into(), e))?;
-    let config = client_config()?;
+
+    /// The local address the connections use: the endpoint's port, and the address the
+    /// route to the server leaves from (the endpoint itself is bound to every one).
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        let bound = self.endpoint.local_addr().ok()?;
+        Some(SocketAddr::new(
+            self.source.unwrap_or(bound.ip()),
+            bound.port(),
+        ))
+    }
+
+    /// The UDP socket's buffers as the kernel granted them.
+    pub fn buffers(&self) -> flowlab_engine::sock::BufferSizes {
+        self.buffers
+    }
+
+    /// Each stream's bytes so far (written, for an upload; read, for a download).
+    pub fn moved(&self) -> Vec<u64> {
+        self.counters
+            .iter()
+            .map(|c| c.bytes.load(Ordering::Acquire))
+            .collect()
+    }
+
+    /// Each connection's figures now.
+    pub fn paths(&self) -> Vec<PathFigures> {
+        self.connections.iter().map(path_figures).collect()
+    }
+
+    /// Whether every stream has ended.
+    pub fn done(&self) -> bool {
+        self.tasks.iter().all(|t| t.is_finished())
+    }
+
+    /// Ends the streams early: uploads stop writing and end, downloads stop reading.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+    }
+
+    /// Waits for every stream's end, then closes the connections.
+    pub fn finish(self) -> Result<Figures, QuicError> {
+        let Running {
+            runtime,
+            endpoint,
+            connections,
+            handshakes,
+            tasks,
+            ..
+        } = self;
+        runtime.block_on(async move {
+            let mut streams = Vec::with_capacity(tasks.len());
+            for t in tasks {
+                streams.push(t.await.map_err(|e| QuicError::Stream(e.to_string()))?);
+            }
+            let paths = connections.iter().map(path_figures).collect();
+            for c in &connections {
+                c.close(code::OK.into(), b"done");
+            }
+            // Bounded: a server that has gone answers no close.
+            let _ = tokio::time::timeout(Duration::from_secs(2), endpoint.wait_idle()).await;
+            Ok(Figures {
+                streams,
+                connections: paths,
+                handshakes,
+            })
+        })
+    }
+}
+
+async fn connect(spec: &Spec) -> Result<Connected, QuicError> {
+    let bind: SocketAddr = if spec.server.is_ipv4() {
+        (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+    } else {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+    };
+    let (socket, buffers) = crate::udp_socket(bind)?;
+    // The address the route to the server leaves from (the socket is bound to every one).
+    let source = std::net::UdpSocket::bind(bind)
+        .and_then(|probe| probe.connect(spec.server).and(probe.local_addr()))
+        .map(|a| a.ip())
+        .ok();
+    let endpoint = quinn::Endpoint::new(
+        quinn::EndpointConfig::default(),
+        None,
+        socket,
+        Arc::new(quinn::TokioRuntime),
+    )
+    .map_err(|e| QuicError::Io("a QUIC endpoint".into(), e))?;
+    let config = client_config(spec.congestion)?;
     let n_conns = if spec.connection_each {
-        spec.streams.max(1) as usize
+        spec.streams.len().max(1)
     } else {
         1
     };
@@ -127,47 +335,50 @@ async fn run_async(spec: &Spec) -> Result<Figures, QuicError> {
         let connecting = endpoint
             .connect_with(config.clone(), spec.server, &spec.server_name)
             .map_err(|e| QuicError::Connect(spec.server, e.to_string()))?;
-        let conn = connecting
+        let conn = tokio::time::timeout(spec.connect_timeout, connecting)
             .await
+            .map_err(|_| {
+                QuicError::Connect(
+                    spec.server,
+                    format!(
+                        "no handshake within {:.1} s (--connect-timeout)",
+                        spec.connect_timeout.as_secs_f64()
+                    ),
+                )
+            })?
             .map_err(|e| QuicError::Connect(spec.server, e.to_string()))?;
         handshakes.push(t0.elapsed());
         conns.push(conn);
     }
-    let mut tasks = Vec::new();
-    for i in 0..spec.streams.max(1) as usize {
-        let which = if spec.connection_each { i } else { 0 };
-        let conn = conns[which].clone();
-        let (direction, amount) = (spec.direction, spec.amount);
-        tasks.push(tokio::spawn(async move {
-            let (bytes, seconds) = one_stream(&conn, direction, amount).await?;
-            Ok::<_, QuicError>(StreamFigures {
-                connection: which,
-                bytes,
-                seconds,
-            })
-        }));
-    }
-    let mut streams = Vec::with_capacity(tasks.len());
-    for t in tasks {
-        streams.push(t.await.map_err(|e| QuicError::Stream(e.to_string()))??);
-    }
-    let connections = conns.iter().map(path_figures).collect();
-    for c in &conns {
-        c.close(code::OK.into(), b"done");
-    }
-    endpoint.wait_idle().await;
-    Ok(Figures {
-        streams,
-        connections,
+    Ok(Connected {
+        endpoint,
+        connections: conns,
         handshakes,
+        buffers,
+        source,
     })
 }
+
+/// A test's connections, made.
+struct Connected {
+    endpoint: quinn::Endpoint,
+    connections: Vec<quinn::Connection>,
+    handshakes: Vec<Duration>,
+    buffers: flowlab_engine::sock::BufferSizes,
+    source: Option<std::net::IpAddr>,
+}
+
+/// How often a waiting stream looks at the stop flag and its deadline.
+const LOOK: Duration = Duration::from_millis(50);
 
 async fn one_stream(
     conn: &quinn::Connection,
     direction: Direction,
     amount: Amount,
-) -> Result<(u64, f64), QuicError> {
+    counter: &Counter,
+    stop: &AtomicBool,
+    st: &mut StreamFigures,
+) -> Result<(), QuicError> {
     let stream_error =
         |what: &str, e: &dyn std::fmt::Display| QuicError::Stream(format!("{what}: {e}"));
     let t0 = Instant::now();
@@ -187,12 +398,13 @@ async fn one_stream(
         Amount::Time(d) => Some(t0 + d),
         Amount::Bytes(_) => None,
     };
+    let over = || stop.load(Ordering::Acquire) || deadline.is_some_and(|d| Instant::now() >= d);
     let mut moved = 0u64;
     if direction == Direction::Upload {
         loop {
             let n = match amount {
+                _ if over() => 0,
                 Amount::Bytes(total) => (total - moved).min(CHUNK as u64) as usize,
-                Amount::Time(_) if deadline.is_some_and(|d| Instant::now() >= d) => 0,
                 Amount::Time(_) => CHUNK,
             };
             if n == 0 {
@@ -202,38 +414,60 @@ async fn one_stream(
                 .await
                 .map_err(|e| stream_error("uploading", &e))?;
             moved += n as u64;
+            counter.bytes.store(moved, Ordering::Release);
         }
+        st.sent_seconds = t0.elapsed().as_secs_f64();
     }
     send.finish()
         .map_err(|e| stream_error("ending the stream", &e))?;
+    // An upload's sending ends when the server has acknowledged its last byte (quinn's
+    // buffers would otherwise end it as soon as the last byte is queued).
+    let acknowledged = async {
+        match direction {
+            Direction::Upload => match send.stopped().await {
+                Ok(None) => Some(t0.elapsed().as_secs_f64()),
+                _ => None,
+            },
+            Direction::Download => None,
+        }
+    };
     // The answer: nothing for an upload (its end says the server has read it all), the
     // bytes for a download.
-    loop {
-        if deadline.is_some_and(|d| Instant::now() >= d) && direction == Direction::Download {
-            let _ = recv.stop(code::OK.into());
-            break;
-        }
-        let read = match deadline.filter(|_| direction == Direction::Download) {
-            Some(d) => match tokio::time::timeout_at(d.into(), recv.read_chunk(CHUNK, false)).await
-            {
-                Ok(r) => r,
+    let answer = async {
+        loop {
+            if direction == Direction::Download && over() {
+                let _ = recv.stop(code::OK.into());
+                break;
+            }
+            let read = match tokio::time::timeout(LOOK, recv.read_chunk(CHUNK, false)).await {
+                Ok(read) => read,
                 Err(_) => continue,
-            },
-            None => recv.read_chunk(CHUNK, false).await,
-        };
-        match read.map_err(|e| stream_error("reading the answer", &e))? {
-            Some(chunk) if direction == Direction::Download => moved += chunk.bytes.len() as u64,
-            Some(_) => {}
-            None => break,
+            };
+            match read.map_err(|e| stream_error("reading the answer", &e))? {
+                Some(chunk) if direction == Direction::Download => {
+                    moved += chunk.bytes.len() as u64;
+                    counter.bytes.store(moved, Ordering::Release);
+                }
+                Some(_) => {}
+                None => break,
+            }
         }
-    }
-    Ok((moved, t0.elapsed().as_secs_f64()))
+        Ok::<_, QuicError>(t0.elapsed().as_secs_f64())
+    };
+    let (acknowledged, answered) = tokio::join!(acknowledged, answer);
+    st.seconds = answered?;
+    st.sent_seconds = match direction {
+        Direction::Upload => acknowledged.unwrap_or(st.sent_seconds),
+        Direction::Download => st.seconds,
+    };
+    Ok(())
 }
 
 fn path_figures(conn: &quinn::Connection) -> PathFigures {
     let s = conn.stats();
     PathFigures {
         rtt: s.path.rtt,
+        min_rtt: s.path.min_rtt,
         cwnd: s.path.cwnd,
         congestion_events: s.path.congestion_events,
         lost_packets: s.path.lost_packets,
@@ -249,7 +483,7 @@ fn path_figures(conn: &quinn::Connection) -> PathFigures {
 /// the connection is encrypted and its handshake signed by the certificate's key, but
 /// the certificate is not checked against a trusted root (a measurement server's is
 /// mostly self-signed, and flowlab's own protocol over TCP authenticates nothing).
-fn client_config() -> Result<quinn::ClientConfig, QuicError> {
+fn client_config(congestion: Congestion) -> Result<quinn::ClientConfig, QuicError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut tls = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&[&rustls::version::TLS13])
@@ -260,6 +494,8 @@ fn client_config() -> Result<quinn::ClientConfig, QuicError> {
     tls.alpn_protocols = vec![flowlab_proto::quic_perf::ALPN.to_vec()];
     let crypto = QuicClientConfig::try_from(tls).map_err(|e| QuicError::Tls(e.to_string()))?;
     let mut config = quinn::ClientConfig::new(Arc::new(crypto));
-    config.transport_config(Arc::new(transport()));
+    let mut t = transport();
+    t.congestion_controller_factory(congestion.factory());
+    config.transport_config(Arc::new(t));
     Ok(config)
 }

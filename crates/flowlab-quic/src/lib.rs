@@ -6,6 +6,7 @@
 //! (`flowlab_web::tls`).
 
 pub mod client;
+pub mod measure;
 pub mod server;
 
 use std::net::SocketAddr;
@@ -19,8 +20,16 @@ pub enum QuicError {
     Tls(String),
     #[error("cannot connect to {0} over QUIC: {1}")]
     Connect(SocketAddr, String),
+    #[error("{0}: {1}")]
+    Socket(String, flowlab_engine::sock::SockError),
     #[error("a QUIC stream: {0}")]
     Stream(String),
+    #[error(transparent)]
+    Resolve(#[from] flowlab_engine::reach::ResolveError),
+    #[error("-C {0}: QUIC's congestion controllers are cubic, reno (NewReno) and bbr")]
+    Congestion(String),
+    #[error("-k/--blockcount: a QUIC stream has no writes to count; give -n or -t")]
+    Blocks,
 }
 
 /// The transport settings of both ends. quinn's default windows (a stream 1.25 MB, the
@@ -32,6 +41,22 @@ pub(crate) fn transport() -> quinn::TransportConfig {
     t.stream_receive_window(quinn::VarInt::from_u32(STREAM_WINDOW))
         .send_window(4 * u64::from(STREAM_WINDOW));
     t
+}
+
+/// A UDP socket at `addr` with buffers that hold a fast sender's bursts between two
+/// reads (the kernel's default of ~200 KiB overflows at a few Gbit/s), and the sizes the
+/// kernel granted (capped by net.core.rmem_max and wmem_max).
+pub(crate) fn udp_socket(
+    addr: SocketAddr,
+) -> Result<(std::net::UdpSocket, flowlab_engine::sock::BufferSizes), QuicError> {
+    let socket = std::net::UdpSocket::bind(addr)
+        .map_err(|e| QuicError::Io(format!("a UDP socket at {addr}"), e))?;
+    let sizes = flowlab_engine::sock::set_buffers(
+        &socket2::SockRef::from(&socket),
+        flowlab_engine::stream::UDP_DEFAULT_BUFFER,
+    )
+    .map_err(|e| QuicError::Socket(format!("the UDP socket at {addr}"), e))?;
+    Ok((socket, sizes))
 }
 
 /// A runtime of its own for `what`: a worker per CPU, at most four (the stack's

@@ -30,7 +30,8 @@ impl Default for Limits {
     fn default() -> Limits {
         Limits {
             max_connections: 16,
-            max_streams: 128,
+            // -P's most, both ways (--bidir) on one connection.
+            max_streams: 2 * flowlab_proto::params::MAX_PARALLEL as u32,
             max_bytes: None,
             max_duration: Some(Duration::from_secs(600)),
         }
@@ -51,6 +52,27 @@ impl Server {
         tls: Arc<rustls::ServerConfig>,
         limits: Limits,
     ) -> Result<Server, QuicError> {
+        let socket = std::net::UdpSocket::bind(addr)
+            .map_err(|e| QuicError::Io(format!("listening on UDP {addr}"), e))?;
+        Server::start_on(socket, tls, limits)
+    }
+
+    /// Serves on `socket`, bound already (so that a port in use is said before a daemon
+    /// detaches, and the server's threads start after), its buffers enlarged as
+    /// [`Server::start`]'s are.
+    pub fn start_on(
+        socket: std::net::UdpSocket,
+        tls: Arc<rustls::ServerConfig>,
+        limits: Limits,
+    ) -> Result<Server, QuicError> {
+        let addr = socket
+            .local_addr()
+            .map_err(|e| QuicError::Io("a QUIC server's socket".into(), e))?;
+        flowlab_engine::sock::set_buffers(
+            &socket2::SockRef::from(&socket),
+            flowlab_engine::stream::UDP_DEFAULT_BUFFER,
+        )
+        .map_err(|e| QuicError::Socket(format!("UDP {addr}"), e))?;
         let runtime = crate::runtime("the QUIC server")?;
         let crypto = QuicServerConfig::try_from(tls).map_err(|e| QuicError::Tls(e.to_string()))?;
         let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
@@ -60,8 +82,13 @@ impl Server {
         config.transport_config(Arc::new(t));
         let endpoint = {
             let _entered = runtime.enter();
-            quinn::Endpoint::server(config, addr)
-                .map_err(|e| QuicError::Io(format!("listening on UDP {addr}"), e))?
+            quinn::Endpoint::new(
+                quinn::EndpointConfig::default(),
+                Some(config),
+                socket,
+                Arc::new(quinn::TokioRuntime),
+            )
+            .map_err(|e| QuicError::Io(format!("serving QUIC on UDP {addr}"), e))?
         };
         let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
         let accepting = endpoint.clone();

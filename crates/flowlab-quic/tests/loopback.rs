@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use flowlab_proto::quic_perf::ALPN;
-use flowlab_quic::client::{self, Amount, Direction, Spec};
+use flowlab_quic::client::{self, Amount, Congestion, Direction, Spec, StreamSpec};
 use flowlab_quic::server::{Limits, Server};
 use flowlab_web::tls::Certificate;
 
@@ -25,10 +25,10 @@ fn spec(s: &Server, direction: Direction, amount: Amount) -> Spec {
     Spec {
         server: s.local_addr().expect("its address"),
         server_name: "localhost".into(),
-        direction,
-        amount,
-        streams: 1,
+        streams: vec![StreamSpec { direction, amount }],
         connection_each: false,
+        congestion: Congestion::default(),
+        connect_timeout: Duration::from_secs(5),
     }
 }
 
@@ -38,6 +38,7 @@ fn every_byte_asked_for_is_counted_both_ways() {
     for direction in [Direction::Upload, Direction::Download] {
         let f = client::run(&spec(&s, direction, Amount::Bytes(32 << 20)))
             .unwrap_or_else(|e| panic!("{direction:?}: {e}"));
+        assert_eq!(f.streams[0].error, None, "{direction:?}");
         assert_eq!(f.bytes(), 32 << 20, "{direction:?}");
         assert_eq!(f.streams.len(), 1);
         assert!(f.bits_per_second() > 0.0);
@@ -62,13 +63,13 @@ fn streams_run_for_their_time_on_one_connection_or_a_connection_each() {
         (Direction::Download, true),
     ] {
         let mut sp = spec(&s, direction, Amount::Time(Duration::from_millis(700)));
-        sp.streams = 3;
+        sp.streams = vec![sp.streams[0]; 3];
         sp.connection_each = connection_each;
         let what = format!("{direction:?}, a connection each: {connection_each}");
         let f = client::run(&sp).unwrap_or_else(|e| panic!("{what}: {e}"));
         assert_eq!(f.streams.len(), 3, "{what}");
         for st in &f.streams {
-            assert!(st.bytes > 0, "{what}: {st:?}");
+            assert!(st.bytes > 0 && st.error.is_none(), "{what}: {st:?}");
             // The stream ran its time, and not much more than the answer's tail.
             assert!(st.seconds >= 0.7 && st.seconds < 5.0, "{what}: {st:?}");
         }
@@ -89,9 +90,10 @@ fn a_stream_asking_for_more_than_the_server_allows_is_refused() {
         max_bytes: Some(1 << 20),
         ..Limits::default()
     });
-    let e =
-        client::run(&spec(&s, Direction::Download, Amount::Bytes(2 << 20))).expect_err("refused");
-    assert!(e.to_string().contains("reset by peer: error 2"), "{e}");
+    let f = client::run(&spec(&s, Direction::Download, Amount::Bytes(2 << 20))).expect("a test");
+    let e = f.streams[0].error.as_deref().expect("the stream refused");
+    assert!(e.contains("reset by peer: error 2"), "{e}");
+    assert_eq!(f.bytes(), 0);
     // Within the limit, served.
     let f = client::run(&spec(&s, Direction::Download, Amount::Bytes(1 << 20))).expect("served");
     assert_eq!(f.bytes(), 1 << 20);

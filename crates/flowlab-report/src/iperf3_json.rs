@@ -150,7 +150,12 @@ fn start(s: &StartInfo, udp: bool) -> Value {
         "sndbuf_actual": s.streams.first().map_or(0, |st| st.sndbuf),
         "rcvbuf_actual": s.streams.first().map_or(0, |st| st.rcvbuf),
         "test_start": {
-            "protocol": if udp { "UDP" } else { "TCP" },
+            // iperf3 names no QUIC: flowlab's QUIC tests say what they are.
+            "protocol": match spec.protocol {
+                flowlab_proto::params::Protocol::Tcp => "TCP",
+                flowlab_proto::params::Protocol::Udp => "UDP",
+                flowlab_proto::params::Protocol::Quic => "QUIC",
+            },
             "num_streams": spec.parallel,
             "blksize": spec.len,
             "omit": spec.omit,

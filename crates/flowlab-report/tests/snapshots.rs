@@ -131,6 +131,14 @@ fn two_parallel_tcp_streams_untraced() {
 }
 
 #[test]
+fn a_quic_test_both_ways_on_one_connection() {
+    let r = result("quic-bidir.json");
+    let q = r.end.as_ref().and_then(|e| e.quic.as_ref()).expect("QUIC");
+    assert_eq!(q.connections.len(), 1);
+    pin_test_formats(&r, "quic-bidir", true);
+}
+
+#[test]
 fn an_interrupted_test_with_an_unknown_receiver_and_an_empty_interval() {
     // Two streams ended by Ctrl-C: the first interval omitted, stream 3 silent in the
     // last one, and no results from the server for stream 3.

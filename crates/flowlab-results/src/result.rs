@@ -127,6 +127,10 @@ pub enum PeerKind {
     /// Any server that does not answer flowlab's hello: iperf3's, or another that
     /// speaks its protocol.
     Iperf3,
+    /// A server of the QUIC performance protocol (`--quic`): flowlab's or another
+    /// stack's; the protocol does not say which.
+    #[serde(rename = "quic-perf")]
+    QuicPerf,
 }
 
 impl std::fmt::Display for PeerKind {
@@ -134,6 +138,7 @@ impl std::fmt::Display for PeerKind {
         f.write_str(match self {
             PeerKind::Flowlab => "flowlab",
             PeerKind::Iperf3 => "iperf3",
+            PeerKind::QuicPerf => "QUIC perf server",
         })
     }
 }
@@ -234,6 +239,45 @@ pub struct EndInfo {
     /// stream failed is a failed test.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failed_streams: Vec<StreamFailure>,
+    /// A QUIC test's connections as its stack reports them (`--quic`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quic: Option<QuicEnd>,
+}
+
+/// What the QUIC stack says of a QUIC test's connections at its end, and how it ran.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QuicEnd {
+    /// The QUIC implementation of the client ("quinn 0.11").
+    pub stack: String,
+    /// The client's congestion controller (the stack's own, not the kernel's).
+    pub congestion: String,
+    /// Streams share one connection (`false`) or have one each (`--quic-connections`).
+    pub connection_each: bool,
+    pub connections: Vec<QuicConnection>,
+}
+
+/// One QUIC connection's figures, from the client's stack.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct QuicConnection {
+    /// From the first packet sent to the handshake's end.
+    pub handshake_ms: f64,
+    /// Smoothed round trip and the least seen, µs.
+    pub rtt_us: u64,
+    pub min_rtt_us: u64,
+    /// The client's congestion window, bytes.
+    pub cwnd_bytes: u64,
+    /// Packets the client declared lost, their bytes, and the congestion events they
+    /// caused (the client's sending only: a download's losses are the server's).
+    pub lost_packets: u64,
+    pub lost_bytes: u64,
+    pub congestion_events: u64,
+    pub sent_packets: u64,
+    /// The path's MTU as discovered (UDP payload bytes).
+    pub mtu: u16,
+    /// UDP payload bytes the client sent and received, QUIC's headers, acknowledgements
+    /// and retransmissions included.
+    pub udp_sent_bytes: u64,
+    pub udp_received_bytes: u64,
 }
 
 /// A stream that failed while its test ran.
@@ -593,6 +637,7 @@ pub fn summarize(
                 .or_else(|| r.server_output_text.clone().map(ServerOutput::Text))
         }),
         failed_streams: Vec::new(),
+        quic: None,
     }
 }
 
@@ -622,6 +667,10 @@ pub struct LoopbackReordering {
 /// said where lo's masks were not recorded (a document from before they were, or a
 /// kernel without RPS), or the CPU count is unknown.
 pub fn loopback_reordering(r: &TestResult) -> Option<LoopbackReordering> {
+    // QUIC's losses are its stack's, which neither remedy touches.
+    if r.start.spec.protocol == flowlab_proto::params::Protocol::Quic {
+        return None;
+    }
     let remote: std::net::SocketAddr = r.start.remote.parse().ok()?;
     if !remote.ip().to_canonical().is_loopback() {
         return None;

@@ -129,6 +129,10 @@ pub struct TestSpec {
     /// (MSG_TRUNC) instead of copying it out.
     #[serde(default, skip_serializing_if = "is_false")]
     pub skip_rx_copy: bool,
+    /// `--quic-connections`: a QUIC test's streams each on a connection of their own
+    /// (else all on one).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub quic_connection_each: bool,
     /// `--cntl-ka`: TCP keepalive on the client's control connection.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub control_keepalive: Option<Keepalive>,
@@ -347,6 +351,7 @@ impl TestSpec {
             repeating_payload: false,
             get_server_output: false,
             skip_rx_copy: false,
+            quic_connection_each: false,
             control_keepalive: None,
             burst: 0,
             pacing_timer_us: None,

@@ -49,6 +49,17 @@ pub struct Identity {
     pub spki_sha256: Option<String>,
 }
 
+impl Clone for Identity {
+    fn clone(&self) -> Identity {
+        Identity {
+            chain: self.chain.clone(),
+            key: self.key.clone_key(),
+            pem: self.pem.clone(),
+            spki_sha256: self.spki_sha256.clone(),
+        }
+    }
+}
+
 impl Certificate {
     /// Reads or makes it.
     pub fn load(&self) -> Result<Identity, TlsError> {

@@ -211,11 +211,18 @@ fn shape(line: &str) -> String {
             "bbr" | "cubic" | "reno" | "bbr," | "cubic," | "reno," => "CC",
             "us" | "ms" | "µs" | "s" => "T",
             "#us" | "#ms" | "#s" => "#T",
-            w if ["Bytes", "bits/sec", "Bytes/sec"]
-                .iter()
-                .any(|u| w.trim_start_matches(['K', 'M', 'G', 'T']) == *u) =>
+            // A unit, with the comma or parenthesis after it kept ("1.18 GBytes,").
+            w if ["Bytes", "bits/sec", "Bytes/sec"].iter().any(|u| {
+                w.trim_start_matches(['K', 'M', 'G', 'T'])
+                    .trim_end_matches([',', ')'])
+                    == *u
+            }) =>
             {
-                "U"
+                match w.chars().last() {
+                    Some(',') => "U,",
+                    Some(')') => "U)",
+                    _ => "U",
+                }
             }
             w => w,
         };
@@ -286,8 +293,13 @@ fn loopback_examples_print_what_the_docs_show() {
                 let p = support::free_port();
                 (support::Iperf3Server::start(p), p)
             });
+        let quic = args.iter().any(|a| a == "--quic").then(quic_server);
         // The server here, and at most 2 seconds of each.
-        let port = iperf3.as_ref().map_or(port, |s| s.1);
+        let port = match (&quic, &iperf3) {
+            (Some(q), _) => q.local_addr().expect("its address").port(),
+            (None, Some(s)) => s.1,
+            (None, None) => port,
+        };
         let mut args: Vec<String> = args.clone();
         match args.iter().position(|x| x == "-p") {
             Some(i) => args[i + 1] = port.to_string(),
@@ -304,6 +316,7 @@ fn loopback_examples_print_what_the_docs_show() {
             .expect("runs");
         ran += 1;
         drop(iperf3);
+        drop(quic);
         // Refusals are shown as the terminal shows them: stderr after stdout.
         let printed = format!(
             "{}{}",
@@ -325,6 +338,23 @@ fn loopback_examples_print_what_the_docs_show() {
     }
     assert!(ran >= 10, "only {ran} loopback examples ran");
     assert!(drifted.is_empty(), "{}", drifted.join("\n\n"));
+}
+
+/// A QUIC perf server here, for the `--quic` examples.
+fn quic_server() -> flowlab_quic::server::Server {
+    let cert = flowlab_web::tls::Certificate::SelfSigned {
+        names: vec!["localhost".into()],
+    };
+    let tls = cert
+        .load()
+        .and_then(|id| id.server_config(&[flowlab_proto::quic_perf::ALPN], &cert))
+        .expect("a certificate");
+    flowlab_quic::server::Server::start(
+        "127.0.0.1:0".parse().expect("an address"),
+        tls,
+        flowlab_quic::server::Limits::default(),
+    )
+    .expect("a QUIC server")
 }
 
 /// The repository's root, as the links resolve against it.

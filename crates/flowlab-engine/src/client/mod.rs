@@ -59,6 +59,8 @@ pub enum ClientError {
          no data was sent"
     )]
     Unsupported(String),
+    #[error("a QUIC test is run by flowlab_quic::measure, not by the TCP and UDP engine")]
+    Quic,
     #[error("unexpected control message {0:?} from the server")]
     Unexpected(State),
     #[error("opening data stream {id}: {source}")]
@@ -125,6 +127,9 @@ pub fn run(
     obs: &mut dyn Observer,
     interrupt: &AtomicBool,
 ) -> Result<TestResult, ClientError> {
+    if spec.protocol == Protocol::Quic {
+        return Err(ClientError::Quic);
+    }
     let mut params = spec.to_params();
     if let Some(c) = &spec.credentials {
         params.authtoken = Some(crate::credentials::token(c).map_err(ClientError::Auth)?);

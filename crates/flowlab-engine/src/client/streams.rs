@@ -107,6 +107,7 @@ pub(super) fn create_streams(
                 let (s, early) = open_udp(spec, server, i).map_err(serr)?;
                 (Transport::Udp(Arc::new(s)), early)
             }
+            Protocol::Quic => return Err(ClientError::Quic),
         };
         let (local, remote, bufs, congestion, mss) = match &transport {
             Transport::Tcp(t) => (

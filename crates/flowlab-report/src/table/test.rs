@@ -326,12 +326,26 @@ pub fn end(e: &EndInfo, udp: bool, f: UnitFormat) -> String {
         }
     }
     let c = &e.cpu;
-    let _ = writeln!(
-        out,
-        "CPU: local {:.1}% (user {:.1}%, system {:.1}%), remote {:.1}% (user {:.1}%, system {:.1}%)",
-        c.local_total, c.local_user, c.local_system, c.remote_total, c.remote_user, c.remote_system
-    );
-    if e.congestion_local.is_some() || e.congestion_remote.is_some() {
+    if let Some(q) = &e.quic {
+        let _ = writeln!(
+            out,
+            "CPU: local {:.1}% (user {:.1}%, system {:.1}%), remote unknown (a perf server reports none)",
+            c.local_total, c.local_user, c.local_system
+        );
+        out += &quic(q, f);
+    } else {
+        let _ = writeln!(
+            out,
+            "CPU: local {:.1}% (user {:.1}%, system {:.1}%), remote {:.1}% (user {:.1}%, system {:.1}%)",
+            c.local_total,
+            c.local_user,
+            c.local_system,
+            c.remote_total,
+            c.remote_user,
+            c.remote_system
+        );
+    }
+    if e.quic.is_none() && (e.congestion_local.is_some() || e.congestion_remote.is_some()) {
         let _ = writeln!(
             out,
             "TCP congestion control: local {}, remote {}",
@@ -347,6 +361,33 @@ pub fn end(e: &EndInfo, udp: bool, f: UnitFormat) -> String {
             out,
             "stream {} failed while the test ran: {} (its totals cover the part that ran)",
             f.id, f.error
+        );
+    }
+    out
+}
+
+/// A QUIC test's stack and each connection's figures at the end.
+fn quic(q: &flowlab_results::result::QuicEnd, f: UnitFormat) -> String {
+    let mut out = format!(
+        "QUIC congestion control: local {} ({}), remote unknown\n",
+        q.congestion, q.stack
+    );
+    let ms = |us: u64| us as f64 / 1000.0;
+    for (i, c) in q.connections.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "QUIC connection {i}: handshake {:.2} ms, RTT {:.3} ms (least {:.3} ms), cwnd {}, \
+             lost {} packets ({}) in {} congestion events, MTU {}, UDP {} sent, {} received",
+            c.handshake_ms,
+            ms(c.rtt_us),
+            ms(c.min_rtt_us),
+            Bytes(c.cwnd_bytes, f),
+            c.lost_packets,
+            Bytes(c.lost_bytes, f),
+            c.congestion_events,
+            c.mtu,
+            Bytes(c.udp_sent_bytes, f),
+            Bytes(c.udp_received_bytes, f),
         );
     }
     out
@@ -684,6 +725,7 @@ mod tests {
             interrupted: false,
             server_output: None,
             failed_streams: Vec::new(),
+            quic: None,
         };
         let sums = |e: &EndInfo| {
             let text = end(e, false, UnitFormat::Adaptive);

@@ -174,12 +174,13 @@ pub struct Args {
     )]
     pub http_max_duration: u64,
     /// With --http: serve TLS too, on the same port (HTTP/2 and HTTP/1.1), with this
-    /// certificate chain (PEM, the server's own first) and --tls-key.
+    /// certificate chain (PEM, the server's own first) and --tls-key; with --quic, QUIC's
+    /// certificate.
     #[arg(
         help_heading = "HTTP",
         long,
         value_name = "FILE",
-        requires_all = ["http", "tls_key"],
+        requires = "tls_key",
         conflicts_with = "tls_self_signed"
     )]
     pub tls_cert: Option<std::path::PathBuf>,
@@ -196,6 +197,19 @@ pub struct Args {
     /// --http's address; its public key's pin is printed, for clients to trust it.
     #[arg(help_heading = "HTTP", long, requires = "http")]
     pub tls_self_signed: bool,
+    /// Serve the QUIC performance protocol (ALPN "perf", draft-banks-quic-performance)
+    /// on UDP port PORT [default: 4433], a port of its own: QUIC's short-header packets
+    /// cannot be told from iperf3's UDP datagrams on -p's. TLS with --tls-cert and
+    /// --tls-key, else a self-signed certificate made now (its pin printed).
+    #[arg(
+        help_heading = "QUIC",
+        long,
+        value_name = "PORT",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "4433"
+    )]
+    pub quic: Option<u16>,
     /// Authenticate clients as iperf3 does: the RSA private key (PEM) their tokens are
     /// encrypted for.
     #[arg(
@@ -394,6 +408,12 @@ impl Args {
                 self.http_max_duration
             )));
         }
+        if self.tls_cert.is_some() && self.http.is_none() && self.quic.is_none() {
+            return Err("--tls-cert serves --http or --quic: give one of them".into());
+        }
+        if self.quic == Some(0) {
+            return Err("--quic=PORT must be 1 to 65535 (leave the port off for 4433)".into());
+        }
         if self.auth_rate_per_source == 0 {
             return Err("--auth-rate-per-source must be at least 1".into());
         }
@@ -547,17 +567,38 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     // One HTTP listener, bound now, so a port in use is said on the terminal; served
     // once detached.
     let mut said_tls = None;
+    // QUIC on a UDP port of its own, bound now for the same reason; served once detached.
+    let quic_at = a.quic.map(|port| match cfg.bind {
+        Some(ip) => std::net::SocketAddr::new(ip, port),
+        None => std::net::SocketAddr::new(std::net::Ipv6Addr::UNSPECIFIED.into(), port),
+    });
+    let tls = match (a.http, quic_at) {
+        (Some(at), _) => tls_identity(a, at.socket_addr(cfg.bind))?,
+        (None, Some(at)) => tls_identity(a, at)?,
+        (None, None) => None,
+    };
+    let quic = match (quic_at, &tls) {
+        (Some(at), Some(tls)) => {
+            let socket = std::net::UdpSocket::bind(at).with_context(|| {
+                format!(
+                    "--quic: cannot listen on UDP {at} (another server has it? give --quic=PORT)"
+                )
+            })?;
+            Some((socket, tls.config(&[flowlab_proto::quic_perf::ALPN])?))
+        }
+        _ => None,
+    };
     let listener = match (a.http, a.metrics) {
         (Some(at), _) => {
             let addr = at.socket_addr(cfg.bind);
             let listener = flowlab_web::Listener::bind(addr)
                 .with_context(|| format!("--http {addr}: cannot listen there"))?;
-            match tls_config(a, addr)? {
-                Some((config, said)) => {
-                    said_tls = Some(said);
-                    Some(listener.tls(config))
+            match &tls {
+                Some(tls) if a.tls_cert.is_some() || a.tls_self_signed => {
+                    said_tls = Some(tls.said.clone());
+                    Some(listener.tls(tls.config(&[b"h2", b"http/1.1"])?))
                 }
-                None => Some(listener),
+                _ => Some(listener),
             }
         }
         (None, Some(Some(addr))) => Some(
@@ -663,6 +704,32 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         }
         None => None,
     };
+    let _quic = match quic {
+        Some((socket, config)) => {
+            let at = socket.local_addr()?;
+            let limits = flowlab_quic::server::Limits {
+                max_connections: a.max_tests,
+                max_bytes: a.max_bytes,
+                max_duration: (a.max_duration > 0).then(|| Duration::from_secs(a.max_duration)),
+                ..Default::default()
+            };
+            let server = flowlab_quic::server::Server::start_on(socket, config, limits)
+                .with_context(|| format!("--quic: UDP {at}"))?;
+            if !a.json && !a.iperf3_json {
+                let every = if at.ip().is_unspecified() {
+                    " (every address)"
+                } else {
+                    ""
+                };
+                let tls = tls.as_ref().map(|t| t.said.as_str()).unwrap_or_default();
+                super::emit(&format!(
+                    "QUIC perf (ALPN \"perf\") on UDP {at}{every}: {tls}\n"
+                ));
+            }
+            Some(server)
+        }
+        None => None,
+    };
     server.run()?;
     Ok(())
 }
@@ -693,19 +760,17 @@ fn interface_addresses() -> Vec<String> {
     out
 }
 
-/// The TLS configuration `--tls-cert`/`--tls-key` or `--tls-self-signed` ask for, and
-/// what to say of it; `None` when neither is given.
-fn tls_config(
-    a: &Args,
-    addr: std::net::SocketAddr,
-) -> anyhow::Result<Option<(Arc<flowlab_web::tls::ServerConfig>, String)>> {
+/// The certificate `--tls-cert`/`--tls-key` or `--tls-self-signed` ask for (or `--quic`,
+/// which always serves TLS, made self-signed when no files are given), for a server at
+/// `addr`; with what to say of it. `None` when nothing serves TLS.
+fn tls_identity(a: &Args, addr: std::net::SocketAddr) -> anyhow::Result<Option<Tls>> {
     use flowlab_web::tls::{Certificate, self_signed_names};
     let certificate = match (&a.tls_cert, &a.tls_key) {
         (Some(cert), Some(key)) => Certificate::Files {
             cert: cert.clone(),
             key: key.clone(),
         },
-        _ if a.tls_self_signed => {
+        _ if a.tls_self_signed || a.quic.is_some() => {
             // Listening on every address, the certificate names every one the host has: a
             // phone reaches it by its LAN address.
             let listening = if addr.ip().is_unspecified() {
@@ -721,7 +786,8 @@ fn tls_config(
     };
     let flag = match certificate {
         Certificate::Files { .. } => "--tls-cert/--tls-key",
-        Certificate::SelfSigned { .. } => "--tls-self-signed",
+        Certificate::SelfSigned { .. } if a.tls_self_signed => "--tls-self-signed",
+        Certificate::SelfSigned { .. } => "--quic's self-signed certificate",
     };
     let identity = certificate.load().with_context(|| flag.to_string())?;
     let said = match (&certificate, &identity.spki_sha256) {
@@ -735,10 +801,30 @@ fn tls_config(
         }
         (Certificate::Files { cert, .. }, _) => format!("the certificate in {}", cert.display()),
     };
-    let config = identity
-        .server_config(&[b"h2", b"http/1.1"], &certificate)
-        .with_context(|| flag.to_string())?;
-    Ok(Some((config, said)))
+    Ok(Some(Tls {
+        certificate,
+        identity,
+        flag,
+        said,
+    }))
+}
+
+/// A certificate in hand, and what the server says of it.
+struct Tls {
+    certificate: flowlab_web::tls::Certificate,
+    identity: flowlab_web::tls::Identity,
+    flag: &'static str,
+    said: String,
+}
+
+impl Tls {
+    /// A server's TLS configuration offering `alpn`.
+    fn config(&self, alpn: &[&[u8]]) -> anyhow::Result<Arc<flowlab_web::tls::ServerConfig>> {
+        self.identity
+            .clone()
+            .server_config(alpn, &self.certificate)
+            .with_context(|| self.flag.to_string())
+    }
 }
 
 /// `--fragments` with `--http`: the set also by HTTP, opened as the native service opens

@@ -15,9 +15,9 @@ pub struct Args {
     /// The server, spelt as iperf3's client takes it (`-c HOST`): the same as HOST.
     #[arg(short = 'c', long = "client", value_name = "HOST")]
     pub client: Option<String>,
-    /// Server port.
-    #[arg(short, long, default_value_t = flowlab_proto::DEFAULT_PORT)]
-    pub port: u16,
+    /// Server port [default: 5201; with --quic 4433].
+    #[arg(short, long)]
+    pub port: Option<u16>,
     /// Seconds to send (default 10), fractions allowed (1.5, or 1500ms); at most a day.
     #[arg(short, long, value_name = "SECONDS", group = "amount")]
     pub time: Option<String>,
@@ -33,6 +33,14 @@ pub struct Args {
     /// UDP instead of TCP.
     #[arg(short, long)]
     pub udp: bool,
+    /// QUIC instead of TCP: the QUIC performance protocol (ALPN "perf"), against
+    /// `flowlab serve --quic` or another stack's perf server; -P streams share one
+    /// connection; -C picks the stack's congestion control (cubic, reno, bbr).
+    #[arg(long, conflicts_with = "udp")]
+    pub quic: bool,
+    /// With --quic: each stream on a QUIC connection of its own.
+    #[arg(long, requires = "quic")]
+    pub quic_connections: bool,
     /// Target rate per stream, bits/s (e.g. 100M); 0 = unlimited. UDP default: unlimited.
     /// `/N` sends N blocks back to back at a time (iperf3's burst, 1 to 1000).
     #[arg(short = 'b', long = "bitrate", value_parser = parse_bitrate, value_name = "RATE[/BURST]")]

@@ -23,7 +23,12 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     let interrupt = super::install_ctrl_c();
     let output = a.output();
     let mut printer = Printer { output, spec: None };
-    let result = match client::run(&spec, &mut printer, &interrupt) {
+    let outcome = if spec.protocol == flowlab_proto::params::Protocol::Quic {
+        flowlab_quic::measure::run(&spec, &mut printer, &interrupt).map_err(anyhow::Error::from)
+    } else {
+        client::run(&spec, &mut printer, &interrupt).map_err(anyhow::Error::from)
+    };
+    let result = match outcome {
         Ok(result) => result,
         Err(e) => {
             match output {
@@ -38,7 +43,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
                 }
                 TestFormat::Table(_) | TestFormat::Iperf3Text(_) => {}
             }
-            return Err(e.into());
+            return Err(e);
         }
     };
     if let (Some(path), Some(trace)) = (&a.trace_csv, &result.trace) {

@@ -14,11 +14,14 @@ use crate::usage::Usage;
 impl Args {
     /// Validates the combination and builds the engine's spec.
     pub fn to_spec(&self) -> Result<TestSpec, Usage> {
-        let protocol = if self.udp {
-            Protocol::Udp
-        } else {
-            Protocol::Tcp
+        let protocol = match (self.udp, self.quic) {
+            (true, _) => Protocol::Udp,
+            (_, true) => Protocol::Quic,
+            _ => Protocol::Tcp,
         };
+        if self.quic {
+            self.quic_refusals()?;
+        }
         let host = self.host.clone().or_else(|| self.client.clone());
         let host = host.ok_or("a server to test against: flowlab test HOST")?;
         // iperf3's HOST%DEV: the host, and the device to bind to.
@@ -48,7 +51,12 @@ impl Args {
         }
         s.snd_timeout = self.snd_timeout.map(Duration::from_millis);
         s.rcv_timeout = self.rcv_timeout.map(Duration::from_millis);
-        s.port = self.port;
+        s.port = self.port.unwrap_or(if self.quic {
+            flowlab_proto::quic_perf::DEFAULT_PORT
+        } else {
+            flowlab_proto::DEFAULT_PORT
+        });
+        s.quic_connection_each = self.quic_connections;
         s.protocol = protocol;
         s.mode = if self.stop_and_wait {
             Mode::StopAndWait
@@ -66,7 +74,7 @@ impl Args {
                 return Err(Usage(format!("-l/--length {l} is outside 1..=16M for TCP")));
             }
             (Some(l), _) => l as usize,
-            (None, Protocol::Tcp) => spec::DEFAULT_TCP_LEN,
+            (None, Protocol::Tcp | Protocol::Quic) => spec::DEFAULT_TCP_LEN,
             (None, Protocol::Udp) => spec::DEFAULT_UDP_LEN,
         };
         s.amount = match (&self.time, self.bytes, self.blocks) {
@@ -211,6 +219,13 @@ impl Args {
         if let Some((_, flag)) = tcp_only.iter().find(|(set, _)| *set && self.udp) {
             return Err(Usage(format!("{flag} applies to TCP only; drop it or -u")));
         }
+        if let (true, Some(c)) = (self.quic, &self.congestion) {
+            if flowlab_quic::client::Congestion::parse(c).is_none() {
+                return Err(Usage(format!(
+                    "-C/--congestion {c}: QUIC's are cubic, reno and bbr (the stack's own)"
+                )));
+            }
+        }
         if self.zerocopy && self.stop_and_wait {
             return Err("-Z/--zerocopy cannot be combined with --stop-and-wait".into());
         }
@@ -258,6 +273,110 @@ impl Args {
 }
 
 impl Args {
+    /// What a QUIC test cannot do: the options of TCP's and UDP's sockets, of iperf3's
+    /// control protocol (which a perf server does not speak) and of flowlab's
+    /// extensions to it.
+    fn quic_refusals(&self) -> Result<(), Usage> {
+        let refused = [
+            (self.blocks.is_some(), "-k/--blockcount", "give -n or -t"),
+            (
+                self.length.is_some(),
+                "-l/--length",
+                "the stack sizes its packets",
+            ),
+            (
+                self.bitrate.is_some(),
+                "-b/--bitrate",
+                "a perf stream is not paced",
+            ),
+            (self.omit > 0, "-O/--omit", "not yet"),
+            (
+                self.window.is_some(),
+                "-w/--window",
+                "the stack sets its windows",
+            ),
+            (
+                self.recv_window.is_some(),
+                "--recv-window",
+                "the stack sets its windows",
+            ),
+            (
+                self.recv_congestion.is_some(),
+                "--recv-congestion",
+                "the server picks its own",
+            ),
+            (
+                self.mss.is_some(),
+                "-M/--set-mss",
+                "the stack finds the path's MTU",
+            ),
+            (self.no_delay, "-N/--no-delay", "TCP only"),
+            (self.zerocopy, "-Z/--zerocopy", "TCP only"),
+            (self.fq_rate.is_some(), "--fq-rate", "TCP and UDP only"),
+            (self.snd_timeout.is_some(), "--snd-timeout", "TCP only"),
+            (
+                self.rcv_timeout.is_some(),
+                "--rcv-timeout",
+                "TCP and UDP only",
+            ),
+            (
+                self.skip_rx_copy,
+                "--skip-rx-copy",
+                "the stack reads every packet",
+            ),
+            (
+                self.cntl_ka.is_some(),
+                "--cntl-ka",
+                "a perf test has no control connection",
+            ),
+            (self.file.is_some(), "-F/--file", "TCP only"),
+            (
+                self.trace.is_some() || self.trace_csv.is_some(),
+                "--trace",
+                "TCP_INFO is TCP's: a QUIC test's intervals carry its stack's RTT, window and losses (-i 0.1 for more)",
+            ),
+            (self.latency.is_some(), "--latency", "not yet"),
+            (
+                self.tos.is_some() || self.dscp.is_some(),
+                "-S/--dscp",
+                "not yet",
+            ),
+            (self.flowlabel.is_some(), "-L/--flowlabel", "not yet"),
+            (
+                self.affinity.is_some(),
+                "-A/--affinity",
+                "the stack's threads are its own",
+            ),
+            (self.cport.is_some(), "--cport", "not yet"),
+            (
+                self.bind.is_some() || self.bind_dev.is_some(),
+                "-B/--bind-dev",
+                "not yet",
+            ),
+            (
+                self.extra_data.is_some(),
+                "--extra-data",
+                "a perf server takes none",
+            ),
+            (
+                self.get_server_output,
+                "--get-server-output",
+                "a perf server sends none",
+            ),
+            (self.repeating_payload, "--repeating-payload", "not yet"),
+            (self.stop_and_wait, "--stop-and-wait", "UDP only"),
+            (
+                self.credentials.username.is_some(),
+                "--username",
+                "a perf server takes none",
+            ),
+        ];
+        match refused.iter().find(|(set, ..)| *set) {
+            Some((_, flag, why)) => Err(Usage(format!("{flag} with --quic: {why}"))),
+            None => Ok(()),
+        }
+    }
+
     /// `-F FILE`: what it takes (a TCP test of one stream, one way) and, when the client
     /// sends, the file's size as the amount.
     fn file_test(&self, s: &mut TestSpec, path: &std::path::Path) -> Result<(), Usage> {

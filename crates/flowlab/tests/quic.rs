@@ -1,0 +1,319 @@
+//! `flowlab test --quic` against `flowlab serve --quic` on loopback: the QUIC performance
+//! protocol measured into the same result a TCP test gives — exact byte counts both
+//! ways, intervals that add up to the totals, several streams on one connection or a
+//! connection each, the stack's figures — and what a QUIC test cannot do refused, naming
+//! the flag.
+
+mod support;
+
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+use support::{Reaped, await_listening, free_ports, usage_error};
+
+/// `flowlab serve -p PORT --quic=PORT+1 ARGS`, listening.
+fn serve(args: &[&str]) -> (Reaped, u16) {
+    let port = free_ports(2);
+    let quic = port + 1;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_flowlab"))
+        .args(["serve", "-p", &port.to_string()])
+        .arg(format!("--quic={quic}"))
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("serve");
+    // The QUIC socket is bound before the TCP listener: once this listens, a QUIC
+    // client's first packets wait in the socket for the server to start.
+    await_listening(port, Some(&mut child), "flowlab serve --quic");
+    (Reaped(child), quic)
+}
+
+/// `flowlab test 127.0.0.1 --quic -p PORT ARGS -J`: its status and document.
+fn test(quic: u16, args: &[&str]) -> (std::process::ExitStatus, Value, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_flowlab"))
+        .args(["test", "127.0.0.1", "--quic", "-p", &quic.to_string(), "-J"])
+        .args(args)
+        .output()
+        .expect("test");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let doc = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}): {stderr}"));
+    (out.status, doc, stderr)
+}
+
+fn sum<'a>(doc: &'a Value, direction: &str) -> &'a Value {
+    doc["end"]["sums"]
+        .as_array()
+        .expect("sums")
+        .iter()
+        .find(|s| s["direction"] == direction)
+        .unwrap_or_else(|| panic!("no {direction} sum in {doc}"))
+}
+
+/// The bytes a direction's intervals add up to.
+fn interval_bytes(doc: &Value, direction: &str) -> u64 {
+    doc["intervals"]
+        .as_array()
+        .expect("intervals")
+        .iter()
+        .flat_map(|iv| iv["streams"].as_array().expect("streams"))
+        .filter(|s| s["direction"] == direction)
+        .map(|s| s["bytes"].as_u64().expect("bytes"))
+        .sum()
+}
+
+#[test]
+fn every_byte_asked_for_is_counted_both_ways_and_in_the_intervals() {
+    let (_server, quic) = serve(&[]);
+    for (way, args, direction) in [
+        ("upload", &["-n", "24M", "-i", "0.1"][..], "up"),
+        ("download", &["-n", "24M", "-i", "0.1", "-R"][..], "down"),
+    ] {
+        let (status, doc, stderr) = test(quic, args);
+        assert!(status.success(), "{way}: {stderr}");
+        assert_eq!(doc["start"]["spec"]["protocol"], "quic", "{way}");
+        assert_eq!(doc["start"]["peer"]["kind"], "quic-perf", "{way}");
+        let s = sum(&doc, direction);
+        assert_eq!(s["receiver"]["bytes"], 24 << 20, "{way}: {s}");
+        assert_eq!(interval_bytes(&doc, direction), 24 << 20, "{way}");
+        let q = &doc["end"]["quic"];
+        assert_eq!(q["connections"].as_array().map(Vec::len), Some(1), "{way}");
+        let c = &q["connections"][0];
+        // The stack's own figures: a round trip measured, and at least the payload on
+        // the wire the way it went.
+        assert!(c["rtt_us"].as_u64().is_some_and(|r| r > 0), "{way}: {c}");
+        let wire = match direction {
+            "up" => &c["udp_sent_bytes"],
+            _ => &c["udp_received_bytes"],
+        };
+        assert!(wire.as_u64().is_some_and(|w| w > 24 << 20), "{way}: {c}");
+        match direction {
+            // An upload's receiver is the server, which ended its side once it had read
+            // every byte; its sender's time ends with the server's acknowledgement of
+            // the last byte, not when the stack took it into its buffers (24 MiB fit
+            // them: that was an instant, and a rate of terabits).
+            "up" => {
+                let (snd, rcv) = (&s["sender"], &s["receiver"]);
+                assert_eq!(snd["bytes"], 24 << 20);
+                let rate = |t: &Value| t["bits_per_second"].as_f64().expect("a rate");
+                assert!(rate(snd) < 2.0 * rate(rcv), "{s}");
+                assert!(snd["retransmits"].is_u64(), "{s}");
+            }
+            // A download's sender, the server, tells the client nothing.
+            _ => assert!(s["sender"].is_null(), "{s}"),
+        }
+    }
+}
+
+#[test]
+fn streams_share_a_connection_or_have_one_each_both_ways_at_once() {
+    let (_server, quic) = serve(&[]);
+    for (args, connections) in [
+        (&["-t", "1", "-P", "2", "--bidir"][..], 1),
+        (
+            &["-t", "1", "-P", "2", "--bidir", "--quic-connections"][..],
+            4,
+        ),
+    ] {
+        let (status, doc, stderr) = test(quic, args);
+        assert!(status.success(), "{args:?}: {stderr}");
+        let streams = doc["end"]["streams"].as_array().expect("streams");
+        assert_eq!(streams.len(), 4, "{args:?}");
+        for s in streams {
+            let moved = match s["direction"].as_str() {
+                Some("up") => &s["sender"]["bytes"],
+                _ => &s["receiver"]["bytes"],
+            };
+            assert!(moved.as_u64().is_some_and(|b| b > 0), "{args:?}: {s}");
+        }
+        let q = &doc["end"]["quic"];
+        assert_eq!(
+            q["connections"].as_array().map(Vec::len),
+            Some(connections),
+            "{args:?}"
+        );
+        assert_eq!(q["connection_each"], connections > 1, "{args:?}");
+        // Each direction ran about its second.
+        for direction in ["up", "down"] {
+            let seconds = sum(&doc, direction)["receiver"]["seconds"]
+                .as_f64()
+                .expect("seconds");
+            assert!(
+                (0.9..5.0).contains(&seconds),
+                "{args:?} {direction}: {seconds}"
+            );
+        }
+    }
+}
+
+/// -C picks the stack's congestion controller, and the result says which ran.
+#[test]
+fn the_congestion_controller_asked_for_is_the_one_named() {
+    let (_server, quic) = serve(&[]);
+    for cc in ["cubic", "bbr", "reno"] {
+        let (status, doc, stderr) = test(quic, &["-n", "4M", "-C", cc]);
+        assert!(status.success(), "{cc}: {stderr}");
+        let named = if cc == "reno" { "newreno" } else { cc };
+        assert_eq!(doc["end"]["quic"]["congestion"], named, "{cc}");
+        assert_eq!(doc["start"]["streams"][0]["congestion"], named, "{cc}");
+    }
+}
+
+/// A stream the server refuses (more than its --max-bytes) fails the test with why.
+#[test]
+fn a_stream_the_server_refuses_fails_the_test() {
+    let (_server, quic) = serve(&["--max-bytes", "1M"]);
+    let (status, doc, stderr) = test(quic, &["-n", "2M", "-R"]);
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("every stream failed"), "{stderr}");
+    let failed = &doc["end"]["failed_streams"][0];
+    assert!(
+        failed["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("error 2")),
+        "{failed}"
+    );
+}
+
+#[test]
+fn a_server_that_does_not_answer_is_named() {
+    let port = free_ports(1);
+    let out = Command::new(env!("CARGO_BIN_EXE_flowlab"))
+        .args([
+            "test",
+            "127.0.0.1",
+            "--quic",
+            "-p",
+            &port.to_string(),
+            "-t",
+            "1",
+        ])
+        .args(["--connect-timeout", "1000"])
+        .output()
+        .expect("test");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "cannot connect to 127.0.0.1:{port} over QUIC: no handshake within 1.0 s"
+        )),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn what_a_quic_test_cannot_do_is_refused_naming_the_flag() {
+    for (args, names) in [
+        (&["-k", "10"][..], "-k/--blockcount"),
+        (&["-b", "10M"][..], "-b/--bitrate"),
+        (&["-w", "1M"][..], "-w/--window"),
+        (&["--trace"][..], "--trace"),
+        (&["-C", "vegas"][..], "-C/--congestion vegas"),
+        (&["-u"][..], "--udp"),
+    ] {
+        let mut all = vec!["test", "127.0.0.1", "--quic"];
+        all.extend_from_slice(args);
+        usage_error(&all, names);
+    }
+    usage_error(&["test", "127.0.0.1", "--quic-connections"], "--quic");
+    usage_error(
+        &["serve", "--tls-cert", "a.pem", "--tls-key", "a.key"],
+        "--tls-cert",
+    );
+    usage_error(&["serve", "--quic=0"], "--quic");
+}
+
+/// The Python of a virtual environment holding aioquic, the second QUIC stack
+/// (`$FLOWLAB_AIOQUIC_PYTHON`, as scripts/test.sh makes it, or `target/aioquic`); `None`
+/// (the test skipped, saying why) outside CI when there is none.
+fn aioquic() -> Option<std::path::PathBuf> {
+    let python = std::env::var_os("FLOWLAB_AIOQUIC_PYTHON").map_or_else(
+        || std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/aioquic/bin/python"),
+        std::path::PathBuf::from,
+    );
+    let found = Command::new(&python)
+        .args(["-c", "import aioquic"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if found {
+        return Some(python);
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "aioquic is required in CI: scripts/test.sh installs it into target/aioquic"
+    );
+    support::skip("no aioquic: scripts/test.sh installs it into target/aioquic");
+    None
+}
+
+const AIOQUIC_PERF: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/aioquic_perf.py"
+);
+
+/// aioquic's perf client against `flowlab serve --quic`: every byte asked for comes back,
+/// every byte sent is read to the end (the server's end of the stream says so).
+#[test]
+fn aioquics_perf_client_is_served_both_ways() {
+    let Some(python) = aioquic() else {
+        return;
+    };
+    let (_server, quic) = serve(&[]);
+    for way in ["upload", "download"] {
+        let out = Command::new(&python)
+            .args([AIOQUIC_PERF, "client", &quic.to_string(), way, "8000000"])
+            .output()
+            .expect("aioquic's client");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{way}: {stderr}");
+        let r: Value = serde_json::from_slice(&out.stdout).expect("its JSON line");
+        let (sent, received) = match way {
+            "upload" => (8_000_000, 0),
+            _ => (0, 8_000_000),
+        };
+        assert_eq!(
+            (r["sent"].as_u64(), r["received"].as_u64()),
+            (Some(sent), Some(received)),
+            "{way}: {r}"
+        );
+    }
+}
+
+/// `flowlab test --quic` against aioquic's perf server: the same exact counts as against
+/// flowlab's own, both ways.
+#[test]
+fn flowlab_measures_aioquics_perf_server_both_ways() {
+    let Some(python) = aioquic() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("a directory");
+    let (cert, key) = support::openssl_certificate(dir.path(), "DNS:localhost,IP:127.0.0.1");
+    let port = free_ports(1);
+    let mut child = Command::new(&python)
+        .arg(AIOQUIC_PERF)
+        .args(["server", &port.to_string()])
+        .args([&cert, &key])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("aioquic's server");
+    let mut said = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().expect("its stdout")),
+        &mut said,
+    )
+    .expect("its first line");
+    assert_eq!(said.trim(), "listening");
+    let _server = Reaped(child);
+    for (args, direction) in [(&["-n", "8M"][..], "up"), (&["-n", "8M", "-R"][..], "down")] {
+        let (status, doc, stderr) = test(port, args);
+        assert!(status.success(), "{args:?}: {stderr}");
+        assert_eq!(
+            sum(&doc, direction)["receiver"]["bytes"],
+            8 << 20,
+            "{args:?}"
+        );
+        assert_eq!(interval_bytes(&doc, direction), 8 << 20, "{args:?}");
+    }
+}
