@@ -194,6 +194,9 @@ impl Running {
             buffers,
             source,
         } = runtime.block_on(connect(spec))?;
+        for conn in &connections {
+            runtime.spawn(send_window_follows_cwnd(conn.clone()));
+        }
         let stop = Arc::new(AtomicBool::new(false));
         let mut counters = Vec::new();
         let mut tasks = Vec::new();
@@ -368,6 +371,23 @@ struct Connected {
     source: Option<std::net::IpAddr>,
 }
 
+/// Keeps what a connection takes from its streams and has not had acknowledged at
+/// twice its congestion window (as Linux sizes a TCP socket's send buffer), at least
+/// [`MIN_SEND_WINDOW`], until it closes. A fixed window (quinn's default, or the
+/// 32 MiB a fast path needs) holds seconds of data on a slow or lossy path: an upload
+/// then counts bytes the stack has only buffered, and its intervals read as stalls
+/// while the wire is busy.
+async fn send_window_follows_cwnd(conn: quinn::Connection) {
+    while conn.close_reason().is_none() {
+        let cwnd = conn.stats().path.cwnd;
+        conn.set_send_window((2 * cwnd).max(MIN_SEND_WINDOW));
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// The least send window [`send_window_follows_cwnd`] gives a connection.
+const MIN_SEND_WINDOW: u64 = 64 << 10;
+
 /// How often a waiting stream looks at the stop flag and its deadline.
 const LOOK: Duration = Duration::from_millis(50);
 
@@ -410,10 +430,13 @@ async fn one_stream(
             if n == 0 {
                 break;
             }
-            send.write_chunk(Bytes::from_static(&DATA[..n]))
+            // As much as the stack takes now, counted as it goes (a whole chunk can wait
+            // on a slow path for longer than an interval).
+            let written = send
+                .write_chunks(&mut [Bytes::from_static(&DATA[..n])])
                 .await
                 .map_err(|e| stream_error("uploading", &e))?;
-            moved += n as u64;
+            moved += written.bytes as u64;
             counter.bytes.store(moved, Ordering::Release);
         }
         st.sent_seconds = t0.elapsed().as_secs_f64();
