@@ -21,6 +21,8 @@ METRIC says what each run's figure is:
   check-gbps a `flowlab net check -J` document: its first path's measured throughput,
              in Gbit/s;
   check-p95  the same: its first path's RTT under load, 95th percentile, in ms;
+  cpu-gbit   a `flowlab test -J` document: this end's CPU (`end.cpu.local_total`, % of
+             one core) per Gbit/s of its receivers' sum;
   udp-loss   a `flowlab test -u -J` document: the receivers' lost datagrams over the
              expected ones, in % (a UDP test's loss);
   wrk-rps    wrk's output: its requests a second;
@@ -51,6 +53,9 @@ def figure(metric, out):
         if "sums" in end:  # flowlab
             return sum(s["receiver"]["bits_per_second"] for s in end["sums"]) / 1e9
         return end["sum_received"]["bits_per_second"] / 1e9  # iperf3
+    if metric == "cpu-gbit":
+        gbps = sum(s["receiver"]["bits_per_second"] for s in doc["end"]["sums"]) / 1e9
+        return doc["end"]["cpu"]["local_total"] / gbps
     if metric == "udp-loss":
         sums = doc["end"]["sums"]
         lost = sum(s["receiver"]["udp"]["lost"] for s in sums)
@@ -85,7 +90,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("case")
     ap.add_argument(
-        "metric", choices=["gbps", "udp-loss", "fetch-s", "fetch-mbps", "check-gbps", "check-p95", "wrk-rps", "wall-ms"]
+        "metric", choices=["gbps", "cpu-gbit", "udp-loss", "fetch-s", "fetch-mbps", "check-gbps", "check-p95", "wrk-rps", "wall-ms"]
     )
     ap.add_argument("a")
     ap.add_argument("b")
