@@ -166,6 +166,8 @@ pub fn run(spec: &Spec) -> Result<Figures, QuicError> {
 #[derive(Debug, Default)]
 struct Counter {
     bytes: AtomicU64,
+    /// An upload has written its last byte (what is left is the stack's to deliver).
+    written: AtomicBool,
 }
 
 /// A test under way: its connections are up and its streams running on a runtime of
@@ -195,7 +197,7 @@ impl Running {
             source,
         } = runtime.block_on(connect(spec))?;
         for conn in &connections {
-            runtime.spawn(send_window_follows_cwnd(conn.clone()));
+            runtime.spawn(crate::send_window_follows_cwnd(conn.clone()));
         }
         let stop = Arc::new(AtomicBool::new(false));
         let mut counters = Vec::new();
@@ -269,6 +271,15 @@ impl Running {
     /// Whether every stream has ended.
     pub fn done(&self) -> bool {
         self.tasks.iter().all(|t| t.is_finished())
+    }
+
+    /// Whether no stream moves bytes of its own any more: every upload has written its
+    /// last byte (the stack may still be delivering it), every download has ended.
+    pub fn moved_all(&self) -> bool {
+        self.tasks
+            .iter()
+            .zip(&self.counters)
+            .all(|(t, c)| t.is_finished() || c.written.load(Ordering::Acquire))
     }
 
     /// Ends the streams early: uploads stop writing and end, downloads stop reading.
@@ -371,23 +382,6 @@ struct Connected {
     source: Option<std::net::IpAddr>,
 }
 
-/// Keeps what a connection takes from its streams and has not had acknowledged at
-/// twice its congestion window (as Linux sizes a TCP socket's send buffer), at least
-/// [`MIN_SEND_WINDOW`], until it closes. A fixed window (quinn's default, or the
-/// 32 MiB a fast path needs) holds seconds of data on a slow or lossy path: an upload
-/// then counts bytes the stack has only buffered, and its intervals read as stalls
-/// while the wire is busy.
-async fn send_window_follows_cwnd(conn: quinn::Connection) {
-    while conn.close_reason().is_none() {
-        let cwnd = conn.stats().path.cwnd;
-        conn.set_send_window((2 * cwnd).max(MIN_SEND_WINDOW));
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
-/// The least send window [`send_window_follows_cwnd`] gives a connection.
-const MIN_SEND_WINDOW: u64 = 64 << 10;
-
 /// How often a waiting stream looks at the stop flag and its deadline.
 const LOOK: Duration = Duration::from_millis(50);
 
@@ -440,6 +434,7 @@ async fn one_stream(
             counter.bytes.store(moved, Ordering::Release);
         }
         st.sent_seconds = t0.elapsed().as_secs_f64();
+        counter.written.store(true, Ordering::Release);
     }
     send.finish()
         .map_err(|e| stream_error("ending the stream", &e))?;

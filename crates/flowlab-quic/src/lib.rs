@@ -10,6 +10,7 @@ pub mod measure;
 pub mod server;
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 /// Why QUIC could not run.
 #[derive(Debug, thiserror::Error)]
@@ -58,6 +59,23 @@ pub(crate) fn udp_socket(
     .map_err(|e| QuicError::Socket(format!("the UDP socket at {addr}"), e))?;
     Ok((socket, sizes))
 }
+
+/// Keeps what a connection takes from its streams and has not had acknowledged at
+/// twice its congestion window (as Linux sizes a TCP socket's send buffer), at least
+/// [`MIN_SEND_WINDOW`], until it closes. A fixed window (quinn's default, or the
+/// 32 MiB a fast path needs) holds seconds of data on a slow or lossy path: a client's
+/// upload would count bytes the stack has only buffered (its intervals reading as
+/// stalls while the wire is busy), a server's answer bytes it has not sent.
+pub(crate) async fn send_window_follows_cwnd(conn: quinn::Connection) {
+    while conn.close_reason().is_none() {
+        let cwnd = conn.stats().path.cwnd;
+        conn.set_send_window((2 * cwnd).max(MIN_SEND_WINDOW));
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// The least send window [`send_window_follows_cwnd`] gives a connection.
+const MIN_SEND_WINDOW: u64 = 64 << 10;
 
 /// A runtime of its own for `what`: a worker per CPU, at most four (the stack's
 /// packets are what costs, not the tasks).

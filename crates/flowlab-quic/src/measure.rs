@@ -106,7 +106,10 @@ pub fn run(
     let t0 = Instant::now();
     let mut next = spec.interval.map(|p| t0 + p);
     let mut interrupted = false;
-    while !running.done() {
+    // Intervals run while the streams move bytes: an upload's last bytes then still on
+    // their way (the stack holds up to twice its window) are the end's, as a TCP
+    // sender's socket buffer is.
+    while !running.moved_all() {
         if interrupt.load(Ordering::Relaxed) && !interrupted {
             interrupted = true;
             running.stop();
@@ -130,6 +133,13 @@ pub fn run(
             let iv = intervals.take(&running, end);
             obs.interval(&iv);
         }
+    }
+    while !running.done() {
+        if interrupt.load(Ordering::Relaxed) && !interrupted {
+            interrupted = true;
+            running.stop();
+        }
+        std::thread::sleep(TICK);
     }
     let figures = running.finish()?;
     let cpu = cpu0

@@ -4,7 +4,11 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+use flowlab_engine::server::Reporter;
+use flowlab_results::server::{RefusalKind, ServerEvent};
 
 use bytes::Bytes;
 use quinn::crypto::rustls::QuicServerConfig;
@@ -54,16 +58,18 @@ impl Server {
     ) -> Result<Server, QuicError> {
         let socket = std::net::UdpSocket::bind(addr)
             .map_err(|e| QuicError::Io(format!("listening on UDP {addr}"), e))?;
-        Server::start_on(socket, tls, limits)
+        Server::start_on(socket, tls, limits, None)
     }
 
     /// Serves on `socket`, bound already (so that a port in use is said before a daemon
     /// detaches, and the server's threads start after), its buffers enlarged as
-    /// [`Server::start`]'s are.
+    /// [`Server::start`]'s are. With `report`, each connection is a test of that
+    /// server's log: started, failed streams, refused, done with its bytes.
     pub fn start_on(
         socket: std::net::UdpSocket,
         tls: Arc<rustls::ServerConfig>,
         limits: Limits,
+        report: Option<Reporter>,
     ) -> Result<Server, QuicError> {
         let addr = socket
             .local_addr()
@@ -94,20 +100,29 @@ impl Server {
         let accepting = endpoint.clone();
         runtime.spawn(async move {
             while let Some(incoming) = accepting.accept().await {
+                let peer = incoming.remote_address();
                 let Ok(slot) = slots.clone().try_acquire_owned() else {
-                    tracing::info!(
-                        "QUIC: {} refused: {} connections at once already",
-                        incoming.remote_address(),
+                    let reason = format!(
+                        "QUIC: {} connections at once already (--max-tests)",
                         limits.max_connections
                     );
+                    tell(&report, || ServerEvent::Refused {
+                        peer: peer.to_string(),
+                        kind: RefusalKind::Busy,
+                        reason,
+                    });
                     incoming.refuse();
                     continue;
                 };
+                let report = report.clone();
                 tokio::spawn(async move {
-                    let peer = incoming.remote_address();
                     match incoming.await {
-                        Ok(conn) => serve_connection(conn, limits).await,
-                        Err(e) => tracing::debug!("QUIC: {peer}: handshake: {e}"),
+                        Ok(conn) => serve_connection(conn, limits, report).await,
+                        Err(e) => tell(&report, || ServerEvent::Refused {
+                            peer: peer.to_string(),
+                            kind: RefusalKind::Handshake,
+                            reason: format!("QUIC handshake: {e}"),
+                        }),
                     }
                     drop(slot);
                 });
@@ -133,16 +148,55 @@ impl Drop for Server {
     }
 }
 
-async fn serve_connection(conn: quinn::Connection, limits: Limits) {
+/// Tells `report` of `event`, or the debug log when there is no server log.
+fn tell(report: &Option<Reporter>, event: impl FnOnce() -> ServerEvent) {
+    match report {
+        Some(r) => r.event(event()),
+        None => tracing::debug!("QUIC: {:?}", event()),
+    }
+}
+
+/// What a connection's streams moved.
+#[derive(Debug, Default)]
+struct Moved {
+    received: AtomicU64,
+    sent: AtomicU64,
+}
+
+async fn serve_connection(conn: quinn::Connection, limits: Limits, report: Option<Reporter>) {
     let peer = conn.remote_address();
-    tracing::debug!("QUIC: {peer} connected");
+    let test = report.as_ref().map_or(0, Reporter::next_test);
+    tell(&report, || ServerEvent::TestStarted {
+        test,
+        peer: peer.to_string(),
+        protocol: "quic".into(),
+        streams: 0,
+        reverse: false,
+        bidir: false,
+        client: Some("QUIC perf".into()),
+    });
+    let began = Instant::now();
+    let moved = Arc::new(Moved::default());
+    tokio::spawn(crate::send_window_follows_cwnd(conn.clone()));
     while let Ok((send, recv)) = conn.accept_bi().await {
+        let (report, moved) = (report.clone(), moved.clone());
         tokio::spawn(async move {
-            if let Err(e) = serve_stream(send, recv, limits).await {
-                tracing::debug!("QUIC: {peer}: a stream: {e}");
+            if let Err(e) = serve_stream(send, recv, limits, &moved).await {
+                tell(&report, || ServerEvent::TestFailed {
+                    test: Some(test),
+                    peer: peer.to_string(),
+                    error: format!("a QUIC stream: {e}"),
+                });
             }
         });
     }
+    tell(&report, || ServerEvent::TestFinished {
+        test,
+        peer: peer.to_string(),
+        bytes_received: moved.received.load(Ordering::Acquire),
+        bytes_sent: moved.sent.load(Ordering::Acquire),
+        seconds: began.elapsed().as_secs_f64(),
+    });
 }
 
 /// One stream: its ask, its payload to the end, then the answer.
@@ -150,6 +204,7 @@ async fn serve_stream(
     mut send: quinn::SendStream,
     mut recv: quinn::RecvStream,
     limits: Limits,
+    moved: &Moved,
 ) -> Result<(), String> {
     let deadline = limits.max_duration.map(|d| Instant::now() + d);
     let mut head = [0u8; ASK_LEN];
@@ -177,6 +232,9 @@ async fn serve_stream(
             Err(why) => return reject(&mut send, &mut recv, why),
             Ok(Ok(Some(chunk))) => {
                 received += chunk.bytes.len() as u64;
+                moved
+                    .received
+                    .fetch_add(chunk.bytes.len() as u64, Ordering::Relaxed);
                 if let Some(max) = limits.max_bytes.filter(|&max| received > max) {
                     return reject(
                         &mut send,
@@ -197,7 +255,10 @@ async fn serve_stream(
     while left > 0 {
         let n = left.min(CHUNK as u64) as usize;
         match within(deadline, send.write_chunk(Bytes::from_static(&DATA[..n]))).await {
-            Ok(Ok(())) => left -= n as u64,
+            Ok(Ok(())) => {
+                left -= n as u64;
+                moved.sent.fetch_add(n as u64, Ordering::Relaxed);
+            }
             // The client has had enough of an unlimited answer.
             Ok(Err(quinn::WriteError::Stopped(_))) if ask == Ask::Unlimited => return Ok(()),
             Ok(Err(e)) => return Err(format!("its answer: {e}")),

@@ -457,6 +457,15 @@ fn every_server_event_as_text_and_as_json() {
             bidir: true,
             client: None,
         },
+        ServerEvent::TestStarted {
+            test: 3,
+            peer: "[::ffff:10.0.0.3]:50000".into(),
+            protocol: "quic".into(),
+            streams: 0,
+            reverse: false,
+            bidir: false,
+            client: Some("QUIC perf".into()),
+        },
         ServerEvent::TestFinished {
             test: 1,
             peer: "10.0.0.1:40000".into(),

@@ -252,6 +252,28 @@ impl ServerLog for Observed {
     }
 }
 
+/// What happens beside a server's own tests (`flowlab serve --quic`'s connections), told
+/// to its log and its observer as its tests are (under `--log-rate`), numbered with them.
+#[derive(Clone)]
+pub struct Reporter(Arc<Shared>);
+
+impl std::fmt::Debug for Reporter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reporter").finish_non_exhaustive()
+    }
+}
+
+impl Reporter {
+    /// The next test number of the server.
+    pub fn next_test(&self) -> u64 {
+        self.0.next_id.fetch_add(1, Ordering::AcqRel)
+    }
+
+    pub fn event(&self, event: ServerEvent) {
+        self.0.log.event(event);
+    }
+}
+
 /// A log that drops everything: a client asking for the server's output gets none.
 #[derive(Debug, Default)]
 pub struct NoLog;
@@ -410,6 +432,11 @@ impl Server {
 
     pub fn local_addr(&self) -> SocketAddr {
         self.shared.local
+    }
+
+    /// A handle that tells this server's log of what is served beside it.
+    pub fn reporter(&self) -> Reporter {
+        Reporter(Arc::clone(&self.shared))
     }
 
     /// Serves until the process ends (or, with `one_off`, until one test has ended).

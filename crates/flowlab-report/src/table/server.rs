@@ -13,6 +13,17 @@ pub fn server_event(event: &ServerEvent) -> String {
         ServerEvent::Listening { address } => {
             format!("flowlab server listening on {address} (TCP and UDP)")
         }
+        // A QUIC connection's streams come and go: it is logged as a test of its own.
+        ServerEvent::TestStarted {
+            test,
+            peer,
+            protocol,
+            client,
+            ..
+        } if protocol == "quic" => format!(
+            "test {test}: QUIC connection from {peer} [{}]",
+            client.as_deref().unwrap_or("unknown client")
+        ),
         ServerEvent::TestStarted {
             test,
             peer,

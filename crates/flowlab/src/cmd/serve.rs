@@ -713,8 +713,13 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
                 max_duration: (a.max_duration > 0).then(|| Duration::from_secs(a.max_duration)),
                 ..Default::default()
             };
-            let server = flowlab_quic::server::Server::start_on(socket, config, limits)
-                .with_context(|| format!("--quic: UDP {at}"))?;
+            let quic = flowlab_quic::server::Server::start_on(
+                socket,
+                config,
+                limits,
+                Some(server.reporter()),
+            )
+            .with_context(|| format!("--quic: UDP {at}"))?;
             if !a.json && !a.iperf3_json {
                 let every = if at.ip().is_unspecified() {
                     " (every address)"
@@ -726,7 +731,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
                     "QUIC perf (ALPN \"perf\") on UDP {at}{every}: {tls}\n"
                 ));
             }
-            Some(server)
+            Some(quic)
         }
         None => None,
     };
