@@ -6,6 +6,7 @@
 //! (`flowlab_web::tls`).
 
 pub mod client;
+pub mod h3;
 pub mod measure;
 pub mod server;
 

@@ -58,19 +58,19 @@ impl Server {
     ) -> Result<Server, QuicError> {
         let socket = std::net::UdpSocket::bind(addr)
             .map_err(|e| QuicError::Io(format!("listening on UDP {addr}"), e))?;
-        Server::start_on(socket, tls, limits, None)
+        Server::start_on(socket, tls, limits, Beside::default())
     }
 
     /// Serves on `socket`, bound already (so that a port in use is said before a daemon
     /// detaches, and the server's threads start after), its buffers enlarged as
-    /// [`Server::start`]'s are. With `report`, each connection is a test of that
-    /// server's log: started, failed streams, refused, done with its bytes.
+    /// [`Server::start`]'s are; with what `beside` asks for.
     pub fn start_on(
         socket: std::net::UdpSocket,
         tls: Arc<rustls::ServerConfig>,
         limits: Limits,
-        report: Option<Reporter>,
+        beside: Beside,
     ) -> Result<Server, QuicError> {
+        let Beside { report, http3 } = beside;
         let addr = socket
             .local_addr()
             .map_err(|e| QuicError::Io("a QUIC server's socket".into(), e))?;
@@ -83,8 +83,11 @@ impl Server {
         let crypto = QuicServerConfig::try_from(tls).map_err(|e| QuicError::Tls(e.to_string()))?;
         let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
         let mut t = transport();
+        // HTTP/3 opens three unidirectional streams each way (control, QPACK's encoder
+        // and decoder); the perf protocol none.
+        let uni: u8 = if http3.is_some() { 3 } else { 0 };
         t.max_concurrent_bidi_streams(limits.max_streams.into())
-            .max_concurrent_uni_streams(0u8.into());
+            .max_concurrent_uni_streams(uni.into());
         config.transport_config(Arc::new(t));
         let endpoint = {
             let _entered = runtime.enter();
@@ -114,10 +117,13 @@ impl Server {
                     incoming.refuse();
                     continue;
                 };
-                let report = report.clone();
+                let (report, http3) = (report.clone(), http3.clone());
                 tokio::spawn(async move {
                     match incoming.await {
-                        Ok(conn) => serve_connection(conn, limits, report).await,
+                        Ok(conn) => match http3.filter(|_| alpn(&conn) == Some(crate::h3::ALPN)) {
+                            Some(handler) => crate::h3::serve_connection(conn, handler).await,
+                            None => serve_connection(conn, limits, report).await,
+                        },
                         Err(e) => tell(&report, || ServerEvent::Refused {
                             peer: peer.to_string(),
                             kind: RefusalKind::Handshake,
@@ -145,6 +151,30 @@ impl Drop for Server {
         if let Some(runtime) = self.runtime.take() {
             runtime.shutdown_timeout(Duration::from_secs(1));
         }
+    }
+}
+
+/// What a server does beside the perf protocol.
+#[derive(Debug, Clone, Default)]
+pub struct Beside {
+    /// Each perf connection is a test of this server's log: started, failed streams,
+    /// refused, done with its bytes.
+    pub report: Option<Reporter>,
+    /// HTTP/3 on the connections whose ALPN is `h3` (the TLS configuration must offer
+    /// it), answered by these routes.
+    pub http3: Option<flowlab_web::Handler>,
+}
+
+/// The protocol a connection's handshake agreed on.
+fn alpn(conn: &quinn::Connection) -> Option<&'static [u8]> {
+    let data = conn.handshake_data()?;
+    let data = data
+        .downcast::<quinn::crypto::rustls::HandshakeData>()
+        .ok()?;
+    match data.protocol.as_deref() {
+        Some(crate::h3::ALPN) => Some(crate::h3::ALPN),
+        Some(flowlab_proto::quic_perf::ALPN) => Some(flowlab_proto::quic_perf::ALPN),
+        _ => None,
     }
 }
 

@@ -51,6 +51,29 @@ impl Routes {
         Routes::default()
     }
 
+    /// What answers these routes' requests that come another way ([`Handler`]).
+    pub fn handler(&self) -> Handler {
+        Handler(self.router.clone())
+    }
+
+    /// Every answer says that HTTP/3 is served on UDP `port` of the same host
+    /// (`Alt-Svc: h3=":PORT"; ma=86400`, RFC 7838), so a browser may move to it.
+    pub fn alt_svc(self, port: u16) -> Routes {
+        let value = hyper::header::HeaderValue::from_str(&format!("h3=\":{port}\"; ma=86400"));
+        let Ok(value) = value else { return self };
+        Routes {
+            router: self.router.layer(axum::middleware::map_response(
+                move |mut response: axum::response::Response| {
+                    let value = value.clone();
+                    async move {
+                        response.headers_mut().insert(hyper::header::ALT_SVC, value);
+                        response
+                    }
+                },
+            )),
+        }
+    }
+
     /// `GET path` answers `body()`, made anew for each request, as `content_type`.
     pub fn text(
         self,
@@ -488,6 +511,33 @@ async fn until_idle(served: impl std::future::Future, moved: &Moved, idle: Durat
     tokio::select! {
         _ = served => {}
         _ = watch => {}
+    }
+}
+
+/// The routes, for requests that come another way (HTTP/3, over QUIC: `flowlab_quic`),
+/// each handed the client's address and marked secure, as a TLS connection's are.
+#[derive(Debug, Clone)]
+pub struct Handler(axum::Router);
+
+impl Handler {
+    /// The answer to `request` from `peer`.
+    pub async fn call<B>(
+        &self,
+        mut request: hyper::Request<B>,
+        peer: SocketAddr,
+    ) -> hyper::Response<axum::body::Body>
+    where
+        B: hyper::body::Body<Data = bytes::Bytes> + Send + 'static,
+        B::Error: Into<axum::BoxError>,
+    {
+        use tower::ServiceExt;
+        request.extensions_mut().insert(ConnectInfo(peer));
+        request.extensions_mut().insert(Secure(true));
+        let request = request.map(axum::body::Body::new);
+        match self.0.clone().oneshot(request).await {
+            Ok(response) => response,
+            Err(never) => match never {},
+        }
     }
 }
 

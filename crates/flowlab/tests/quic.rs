@@ -461,3 +461,160 @@ fn each_quic_connection_is_a_test_of_the_servers_log() {
         failed[0]
     );
 }
+
+/// `serve --http --quic` answers its routes over HTTP/3 on the QUIC port, and every
+/// answer over TCP says so (Alt-Svc). A client: aioquic's HTTP/3, a download and an
+/// upload, counted by the server's metrics as the TCP ones are.
+#[test]
+fn serve_answers_http3_on_its_quic_port() {
+    let Some(python) = aioquic() else {
+        return;
+    };
+    let port = free_ports(3);
+    let (http, quic) = (port + 1, port + 2);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_flowlab"))
+        .args([
+            "serve",
+            "-p",
+            &port.to_string(),
+            "--metrics",
+            "--tls-self-signed",
+        ])
+        .args(["--http", &format!("127.0.0.1:{http}")])
+        .arg(format!("--quic={quic}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("serve");
+    await_listening(port, Some(&mut child), "flowlab serve --http --quic");
+    let _server = Reaped(child);
+    let h3 = |args: &[&str]| -> Value {
+        let out = Command::new(&python)
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/fixtures/aioquic_h3.py"
+            ))
+            .arg(quic.to_string())
+            .args(args)
+            .output()
+            .expect("aioquic's HTTP/3 client");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {stderr}");
+        serde_json::from_slice(&out.stdout).expect("its JSON line")
+    };
+    let down = h3(&["GET", "/__down?bytes=3000000"]);
+    assert_eq!(
+        (down["status"].as_u64(), down["received"].as_u64()),
+        (Some(200), Some(3_000_000)),
+        "{down}"
+    );
+    let alt_svc = format!("h3=\":{quic}\"; ma=86400");
+    assert_eq!(down["headers"]["alt-svc"], alt_svc.as_str());
+    let up = h3(&["POST", "/__up", "5000000"]);
+    assert_eq!(up["status"], 200, "{up}");
+    // The same answers over TCP name the HTTP/3 port.
+    let out = Command::new("curl")
+        .args(["-sk", "-o", "/dev/null", "-D", "-"])
+        .arg(format!("https://127.0.0.1:{http}/__down?bytes=10"))
+        .output()
+        .expect("curl");
+    let head = String::from_utf8_lossy(&out.stdout).to_lowercase();
+    assert!(
+        head.contains(&format!("alt-svc: {}", alt_svc.to_lowercase())),
+        "{head}"
+    );
+    // Counted as the server counts HTTP's bytes: both of aioquic's, and curl's 10.
+    let (_, _, metrics) = support::scrape_metrics(([127, 0, 0, 1], http).into());
+    let counter = |name: &str| -> f64 {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in:\n{metrics}"))
+    };
+    assert_eq!(
+        counter("flowlab_server_http_received_bytes_total"),
+        5_000_000.0
+    );
+    assert_eq!(counter("flowlab_server_http_sent_bytes_total"), 3_000_010.0);
+}
+
+/// Chromium's own QUIC stack as a client: forced onto QUIC for the server's QUIC port,
+/// trusting its self-signed certificate by the pin `serve` prints, the speed-test page
+/// loads over HTTP/3 and fetches a download and posts an upload over it.
+#[test]
+fn chromium_downloads_and_uploads_over_http3() {
+    if !support::require_tool("chromium") {
+        return;
+    }
+    let port = free_ports(3);
+    let (http, quic) = (port + 1, port + 2);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_flowlab"))
+        .args(["serve", "-p", &port.to_string(), "--tls-self-signed"])
+        .args(["--http", &format!("127.0.0.1:{http}")])
+        .arg(format!("--quic={quic}"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("serve");
+    let mut said = String::new();
+    let mut out = std::io::BufReader::new(child.stdout.take().expect("its stdout"));
+    let pin = loop {
+        said.clear();
+        let n = std::io::BufRead::read_line(&mut out, &mut said).expect("a line");
+        assert!(n > 0, "serve said no pin");
+        if let Some(rest) = said.split("SHA-256 ").nth(1) {
+            break rest.split_whitespace().next().expect("the pin").to_string();
+        }
+    };
+    // The rest of what it says is read and dropped.
+    std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+    await_listening(port, Some(&mut child), "flowlab serve --http --quic");
+    let _server = Reaped(child);
+    let dir = tempfile::tempdir().expect("a directory");
+    let origin = format!("127.0.0.1:{quic}");
+    let browser = support::Browser::open_with(
+        &format!("https://{origin}/"),
+        dir.path(),
+        &[],
+        &[
+            format!("--origin-to-force-quic-on={origin}"),
+            format!("--ignore-certificate-errors-spki-list={pin}"),
+        ],
+    );
+    let protocol = browser.wait_for(
+        std::time::Duration::from_secs(30),
+        "the page loaded",
+        |b| match b.eval(
+            "document.readyState === 'complete' ? performance.getEntriesByType('navigation')[0].nextHopProtocol : ''",
+        ) {
+            Value::String(p) if !p.is_empty() => Ok(p),
+            other => Err(other.to_string()),
+        },
+    );
+    assert_eq!(protocol, "h3", "the page's protocol");
+    browser.eval(
+        "window.result = null; (async () => {
+           const down = await (await fetch('/__down?bytes=4000000', {cache: 'no-store'})).arrayBuffer();
+           const up = await fetch('/__up', {method: 'POST', body: new Uint8Array(3000000)});
+           const protocols = performance.getEntriesByType('resource').map(r => r.nextHopProtocol);
+           window.result = {down: down.byteLength, up: up.status, protocols};
+         })().catch(e => { window.result = {error: String(e)}; }); 0",
+    );
+    let result = browser.wait_for(
+        std::time::Duration::from_secs(30),
+        "the transfers' end",
+        |b| match b.eval("window.result") {
+            Value::Null => Err("under way".into()),
+            r => Ok(r),
+        },
+    );
+    assert_eq!(result["down"], 4_000_000, "{result}");
+    assert_eq!(result["up"], 200, "{result}");
+    let protocols = result["protocols"].as_array().expect("protocols");
+    assert!(
+        !protocols.is_empty() && protocols.iter().all(|p| p == "h3"),
+        "{result}"
+    );
+}

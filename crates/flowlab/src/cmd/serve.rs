@@ -584,7 +584,12 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
                     "--quic: cannot listen on UDP {at} (another server has it? give --quic=PORT)"
                 )
             })?;
-            Some((socket, tls.config(&[flowlab_proto::quic_perf::ALPN])?))
+            // With --http as well, HTTP/3 on the same port: its routes over QUIC.
+            let alpn: &[&[u8]] = match a.http {
+                Some(_) => &[flowlab_proto::quic_perf::ALPN, flowlab_quic::h3::ALPN],
+                None => &[flowlab_proto::quic_perf::ALPN],
+            };
+            Some((socket, tls.config(alpn)?))
         }
         _ => None,
     };
@@ -634,6 +639,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     } else {
         pidfile(output)?
     };
+    let mut http3 = None;
     let _serving = match listener {
         Some(listener) => {
             let at = listener.local_addr()?;
@@ -696,6 +702,15 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
                 });
                 said += &format!("metrics at http://{at}/metrics\n");
             }
+            if let (Some(quic), true) = (quic_at, a.http.is_some()) {
+                // Browsers move to HTTP/3 when an https answer says where it is.
+                routes = routes.alt_svc(quic.port());
+                http3 = Some(routes.handler());
+                said += &format!(
+                    "HTTP/3 on UDP port {} (each answer's Alt-Svc says so)\n",
+                    quic.port()
+                );
+            }
             let serving = listener.serve(routes).context("the HTTP listener")?;
             if !a.json && !a.iperf3_json {
                 super::emit(&said);
@@ -713,13 +728,12 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
                 max_duration: (a.max_duration > 0).then(|| Duration::from_secs(a.max_duration)),
                 ..Default::default()
             };
-            let quic = flowlab_quic::server::Server::start_on(
-                socket,
-                config,
-                limits,
-                Some(server.reporter()),
-            )
-            .with_context(|| format!("--quic: UDP {at}"))?;
+            let beside = flowlab_quic::server::Beside {
+                report: Some(server.reporter()),
+                http3,
+            };
+            let quic = flowlab_quic::server::Server::start_on(socket, config, limits, beside)
+                .with_context(|| format!("--quic: UDP {at}"))?;
             if !a.json && !a.iperf3_json {
                 let every = if at.ip().is_unspecified() {
                     " (every address)"

@@ -237,6 +237,16 @@ impl Browser {
         Browser::launch(None, url, dir, reach, &flags)
     }
 
+    /// The same, with Chromium's `flags` besides.
+    pub fn open_with(
+        url: &str,
+        dir: &std::path::Path,
+        reach: &[&str],
+        flags: &[String],
+    ) -> Browser {
+        Browser::launch(None, url, dir, reach, flags)
+    }
+
     /// The same, in network namespace `netns` (`ip netns exec`).
     pub fn open_in(
         netns: Option<&str>,
