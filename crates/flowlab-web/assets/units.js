@@ -9,7 +9,19 @@ function scaled(v, base, unit) {
   let s = v / Math.pow(base, p);
   if (p < 4 && s >= base - 0.5) { s /= base; p++; }
   const prec = s < 9.995 ? 2 : s < 99.95 ? 1 : 0;
-  return s.toFixed(prec) + ' ' + ['', 'K', 'M', 'G', 'T'][p] + unit;
+  return fixed(s, prec) + ' ' + ['', 'K', 'M', 'G', 'T'][p] + unit;
+}
+
+// `s` to `prec` decimals as Rust's formatting rounds: a value exactly half-way (as the
+// double holds it) goes to the even digit, where toFixed rounds it up — 684.5 MiB is
+// "684" in flowlab's tables. The only doubles exactly half-way at 0, 1 and 2 decimals
+// are those whose fraction is .5; .25 or .75; .125, .375, .625 or .875.
+function fixed(s, prec) {
+  const ties = [[0.5], [0.25, 0.75], [0.125, 0.375, 0.625, 0.875]][prec];
+  if (!ties.includes(s - Math.floor(s))) return s.toFixed(prec);
+  const m = Math.pow(10, prec);
+  const k = Math.floor(s * m);
+  return ((k % 2 === 0 ? k : k + 1) / m).toFixed(prec);
 }
 const rate = (bps) => scaled(bps, 1000, 'bits/sec');
 const size = (bytes) => scaled(bytes, 1024, 'Bytes');

@@ -515,6 +515,30 @@ fn the_speed_test_page_runs_in_headless_chromium() {
     let table = table.as_str().expect("the table");
     // The page's port of flowlab's units, held to flowlab-report's own.
     use flowlab_report::units::{Bytes, Rate, UnitFormat};
+    // Values exactly half-way at each precision, which Rust rounds to even: an upload
+    // counted in 512 KiB steps met 684.5 MiB.
+    for bytes in [
+        (1369u64 << 19),
+        (45 << 18) + (1 << 16),
+        (5 << 20) + (1 << 17),
+        (7 << 20) + (5 << 17),
+        999_500,
+    ] {
+        let page = browser.eval(&format!("size({bytes})"));
+        assert_eq!(
+            page,
+            Bytes(bytes, UnitFormat::Adaptive).to_string().as_str(),
+            "{bytes} B"
+        );
+    }
+    for bps in [684.5e6, 12.25e6, 2.125e6, 2.5e6] {
+        let page = browser.eval(&format!("rate({bps})"));
+        assert_eq!(
+            page,
+            Rate(bps, UnitFormat::Adaptive).to_string().as_str(),
+            "{bps} bit/s"
+        );
+    }
     for (side, end) in [
         (received, "receiver"),
         (sent, "sender"),
