@@ -51,6 +51,8 @@ pub fn run(
         .enumerate()
         .map(|(i, s)| (flowlab_engine::stream::stream_id(i), direction_of(s)))
         .collect();
+    // Read before the streams start, which the clock of the intervals starts with.
+    let system = flowlab_engine::sysinfo::collect();
     let cpu0 = process_cpu_us();
     let wall0 = Instant::now();
     let running = Running::start(&client::Spec {
@@ -61,6 +63,7 @@ pub fn run(
         congestion,
         connect_timeout: spec.connect_timeout,
     })?;
+    let t0 = Instant::now();
     let local = running
         .local_addr()
         .map(|a| a.to_string())
@@ -98,22 +101,25 @@ pub fn run(
                 snd_timeout_ms: None,
             })
             .collect(),
-        system: flowlab_engine::sysinfo::collect(),
+        system,
     };
     obs.started(&start);
 
     let mut intervals = Intervals::new(&ids, &streams, spec.quic_connection_each);
-    let t0 = Instant::now();
     let mut next = spec.interval.map(|p| t0 + p);
     let mut interrupted = false;
-    // Intervals run while the streams move bytes: an upload's last bytes then still on
-    // their way (the stack holds up to twice its window) are the end's, as a TCP
-    // sender's socket buffer is.
-    while !running.moved_all() {
+    // Ctrl-C ends the streams early, once.
+    let mut heed = |running: &Running| {
         if interrupt.load(Ordering::Relaxed) && !interrupted {
             interrupted = true;
             running.stop();
         }
+    };
+    // Intervals run while the streams move bytes: an upload's last bytes then still on
+    // their way (the stack holds up to twice its window) are the end's, as a TCP
+    // sender's socket buffer is.
+    while !running.moved_all() {
+        heed(&running);
         let now = Instant::now();
         if let (Some(due), Some(period)) = (next, spec.interval) {
             if now >= due {
@@ -135,12 +141,10 @@ pub fn run(
         }
     }
     while !running.done() {
-        if interrupt.load(Ordering::Relaxed) && !interrupted {
-            interrupted = true;
-            running.stop();
-        }
+        heed(&running);
         std::thread::sleep(TICK);
     }
+    heed(&running);
     let figures = running.finish()?;
     let cpu = cpu0
         .zip(process_cpu_us())
