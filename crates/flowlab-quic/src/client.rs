@@ -382,6 +382,10 @@ struct Connected {
     source: Option<std::net::IpAddr>,
 }
 
+/// How long a stream waits for what should come at once: an upload's last
+/// acknowledgement once the server has ended its side, the server's end after Ctrl-C.
+const STOPPED_GRACE: Duration = Duration::from_secs(2);
+
 /// How often a waiting stream looks at the stop flag and its deadline.
 const LOOK: Duration = Duration::from_millis(50);
 
@@ -439,41 +443,58 @@ async fn one_stream(
     send.finish()
         .map_err(|e| stream_error("ending the stream", &e))?;
     // An upload's sending ends when the server has acknowledged its last byte (quinn's
-    // buffers would otherwise end it as soon as the last byte is queued).
-    let acknowledged = async {
-        match direction {
-            Direction::Upload => match send.stopped().await {
+    // buffers would otherwise end it as soon as the last byte is queued): timed as it
+    // happens, by a task of its own.
+    let acknowledged = (direction == Direction::Upload).then(|| {
+        tokio::spawn(async move {
+            match send.stopped().await {
                 Ok(None) => Some(t0.elapsed().as_secs_f64()),
                 _ => None,
-            },
-            Direction::Download => None,
-        }
-    };
+            }
+        })
+    });
     // The answer: nothing for an upload (its end says the server has read it all), the
-    // bytes for a download.
-    let answer = async {
-        loop {
-            if direction == Direction::Download && over() {
-                let _ = recv.stop(code::OK.into());
-                break;
-            }
-            let read = match tokio::time::timeout(LOOK, recv.read_chunk(CHUNK, false)).await {
-                Ok(read) => read,
-                Err(_) => continue,
-            };
-            match read.map_err(|e| stream_error("reading the answer", &e))? {
-                Some(chunk) if direction == Direction::Download => {
-                    moved += chunk.bytes.len() as u64;
-                    counter.bytes.store(moved, Ordering::Release);
-                }
-                Some(_) => {}
-                None => break,
+    // bytes for a download. Stopped (Ctrl-C), an upload waits for the server's end a
+    // moment, not for ever.
+    let mut stopped_at = None;
+    loop {
+        if direction == Direction::Download && over() {
+            let _ = recv.stop(code::OK.into());
+            break;
+        }
+        if direction == Direction::Upload && stop.load(Ordering::Acquire) {
+            let since = *stopped_at.get_or_insert_with(Instant::now);
+            if since.elapsed() > STOPPED_GRACE {
+                return Err(stream_error(
+                    "waiting for the server's end of the stream",
+                    &"none came within 2 s of Ctrl-C",
+                ));
             }
         }
-        Ok::<_, QuicError>(t0.elapsed().as_secs_f64())
+        let read = match tokio::time::timeout(LOOK, recv.read_chunk(CHUNK, false)).await {
+            Ok(read) => read,
+            Err(_) => continue,
+        };
+        match read.map_err(|e| stream_error("reading the answer", &e))? {
+            Some(chunk) if direction == Direction::Download => {
+                moved += chunk.bytes.len() as u64;
+                counter.bytes.store(moved, Ordering::Release);
+            }
+            Some(_) => {}
+            None => break,
+        }
+    }
+    st.seconds = t0.elapsed().as_secs_f64();
+    // The last acknowledgement comes about when the server's end does (a delayed
+    // acknowledgement's time at most after it).
+    let acknowledged = match acknowledged {
+        Some(task) => tokio::time::timeout(STOPPED_GRACE, task)
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .flatten(),
+        None => None,
     };
-    let (acknowledged, answered) = tokio::join!(acknowledged, answer);
-    st.seconds = answered?;
     st.sent_seconds = match direction {
         Direction::Upload => acknowledged.unwrap_or(st.sent_seconds),
         Direction::Download => st.seconds,
