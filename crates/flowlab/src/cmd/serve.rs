@@ -599,7 +599,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
             let listener = flowlab_web::Listener::bind(addr)
                 .with_context(|| format!("--http {addr}: cannot listen there"))?;
             match &tls {
-                Some(tls) if a.tls_cert.is_some() || a.tls_self_signed => {
+                Some(tls) if tls.for_http => {
                     said_tls = Some(tls.said.clone());
                     Some(listener.tls(tls.config(&[b"h2", b"http/1.1"])?))
                 }
@@ -821,6 +821,7 @@ fn tls_identity(a: &Args, addr: std::net::SocketAddr) -> anyhow::Result<Option<T
         (Certificate::Files { cert, .. }, _) => format!("the certificate in {}", cert.display()),
     };
     Ok(Some(Tls {
+        for_http: a.tls_cert.is_some() || a.tls_self_signed,
         certificate,
         identity,
         flag,
@@ -834,6 +835,8 @@ struct Tls {
     identity: flowlab_web::tls::Identity,
     flag: &'static str,
     said: String,
+    /// Whether HTTP serves it too: asked for by a flag, not made only for `--quic`.
+    for_http: bool,
 }
 
 impl Tls {
