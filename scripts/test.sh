@@ -33,6 +33,7 @@ command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing+=(postgresql)
 command -v nginx >/dev/null 2>&1 || missing+=(nginx-light)
+command -v mptcpize >/dev/null 2>&1 || missing+=(mptcpd)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "test.sh: installing ${missing[*]} (Debian packages) for the tests"

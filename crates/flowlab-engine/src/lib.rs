@@ -28,6 +28,7 @@ pub mod client;
 pub mod control;
 pub mod cpu;
 pub mod credentials;
+pub mod mptcp;
 pub mod negotiate;
 pub mod pacing;
 pub mod ping;

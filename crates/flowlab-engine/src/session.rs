@@ -94,6 +94,18 @@ impl DataSession {
             .collect()
     }
 
+    /// What the kernel says of each TCP stream's MPTCP connection now (an MPTCP test's
+    /// end), in the streams' order.
+    pub fn mptcp(&self) -> Vec<flowlab_results::result::MptcpConnection> {
+        self.streams
+            .iter()
+            .filter_map(|s| match &s.transport {
+                Transport::Tcp(t) => sock::mptcp_connection(t.as_ref(), s.id),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Takes the baseline when the omitted seconds have just ended.
     pub fn end_omit_if_due(&mut self) {
         if self.omitting && self.ctl.epoch.elapsed() >= self.omit {

@@ -379,6 +379,107 @@ fn raw_tcp_info<F: AsRawFd>(sock: &F) -> Option<([u8; crate::tcpinfo::TCP_INFO_M
     (rc == 0).then(|| (raw, (len as usize).min(raw.len())))
 }
 
+/// getsockopt(2) at `level`/`name` into a buffer starting with `input` (zeros after
+/// it): the bytes the kernel returned, or its error.
+fn get_raw<F: AsRawFd>(
+    sock: &F,
+    level: libc::c_int,
+    name: libc::c_int,
+    input: &[u8],
+    len: usize,
+) -> io::Result<Vec<u8>> {
+    let mut raw = vec![0u8; len.max(input.len())];
+    raw[..input.len()].copy_from_slice(input);
+    let mut got = raw.len() as libc::socklen_t;
+    // SAFETY: a live buffer with its length passed alongside; the kernel writes at most
+    // `got` bytes and stores how many it wrote.
+    let rc = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            level,
+            name,
+            raw.as_mut_ptr().cast(),
+            &mut got,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    raw.truncate(got as usize);
+    Ok(raw)
+}
+
+/// Subflows asked for at most in one MPTCP connection's figures (the kernel's limit is
+/// 8 beyond the first).
+const MPTCP_SUBFLOWS_MAX: usize = 16;
+
+/// What the kernel says of an MPTCP socket's connection at this moment: `fallback` and
+/// no subflows when it fell back to plain TCP (or was never MPTCP); `None` when the
+/// socket cannot say (closed, or a kernel before 5.16).
+pub fn mptcp_connection<F: AsRawFd>(
+    sock: &F,
+    stream: i64,
+) -> Option<flowlab_results::result::MptcpConnection> {
+    use crate::mptcp::*;
+    let info = match get_raw(sock, SOL_MPTCP, MPTCP_INFO, &[], INFO_MAX) {
+        Ok(raw) => crate::mptcp::info(&raw),
+        // What a socket that fell back to TCP, or a plain TCP one, answers.
+        Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => MptcpInfo {
+            fallback: true,
+            ..MptcpInfo::default()
+        },
+        Err(_) => return None,
+    };
+    let mut subflows = Vec::new();
+    if !info.fallback {
+        let tcp_max = crate::tcpinfo::TCP_INFO_MAX;
+        let array = |name, element| {
+            get_raw(
+                sock,
+                SOL_MPTCP,
+                name,
+                &request(element),
+                HEADER + MPTCP_SUBFLOWS_MAX * element,
+            )
+            .unwrap_or_default()
+        };
+        let infos = array(MPTCP_TCPINFO, tcp_max);
+        let addrs = array(MPTCP_SUBFLOW_ADDRS, ADDRS_LEN);
+        let addrs = elements(&addrs);
+        for (i, tcp) in elements(&infos).into_iter().enumerate() {
+            subflows.push(subflow(tcp, addrs.get(i).copied().unwrap_or_default()));
+        }
+    }
+    Some(flowlab_results::result::MptcpConnection {
+        stream,
+        fallback: info.fallback,
+        subflows_opened: info.subflows_opened,
+        bytes_sent: info.bytes_sent,
+        bytes_retransmitted: info.bytes_retransmitted,
+        bytes_received: info.bytes_received,
+        subflows,
+    })
+}
+
+/// The MPTCP path manager and packet scheduler of this network namespace
+/// (`net.mptcp.path_manager`, or `pm_type` before Linux 6.15; `net.mptcp.scheduler`).
+pub fn mptcp_policy() -> (Option<String>, Option<String>) {
+    let read = |name: &str| {
+        std::fs::read_to_string(format!("/proc/sys/net/mptcp/{name}"))
+            .ok()
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+    };
+    let manager = read("path_manager").or_else(|| {
+        read("pm_type").map(|t| match t.as_str() {
+            "0" => "kernel".to_string(),
+            "1" => "userspace".to_string(),
+            other => format!("pm_type {other}"),
+        })
+    });
+    (manager, read("scheduler"))
+}
+
 /// Bytes a TCP socket has queued to send that its peer has not acknowledged yet (sent
 /// or not: SIOCOUTQ). `None` if the socket cannot tell.
 pub fn unacknowledged<F: AsRawFd>(sock: &F) -> Option<usize> {

@@ -141,6 +141,16 @@ pub fn totals(raw: &[u8]) -> TcpInfo {
     }
 }
 
+/// Bytes sent and acknowledged (`tcpi_bytes_acked`, Linux 4.1).
+pub fn bytes_acked(raw: &[u8]) -> Option<u64> {
+    u64_at(raw, off::BYTES_ACKED)
+}
+
+/// Bytes received (`tcpi_bytes_received`, Linux 4.1).
+pub fn bytes_received(raw: &[u8]) -> Option<u64> {
+    u64_at(raw, off::BYTES_RECEIVED)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

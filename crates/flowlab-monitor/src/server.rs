@@ -259,6 +259,7 @@ mod tests {
                 bytes_received: 1_000_000,
                 bytes_sent: 2_000,
                 seconds: 1.0,
+                mptcp_subflows: None,
             },
             ServerEvent::TestFailed {
                 test: Some(2),

@@ -79,6 +79,8 @@ pub mod error_code {
     pub const SERVER_TERMINATED: i32 = 1;
     /// "test authorization failed"
     pub const AUTH_FAILED: i32 = 142;
+    /// "unable to accept stream connection" — with the errno.
+    pub const STREAM_ACCEPT: i32 = 204;
 }
 
 /// Encodes the body that follows [`State::ServerError`].

@@ -226,6 +226,7 @@ async fn serve_connection(conn: quinn::Connection, limits: Limits, report: Optio
         bytes_received: moved.received.load(Ordering::Acquire),
         bytes_sent: moved.sent.load(Ordering::Acquire),
         seconds: began.elapsed().as_secs_f64(),
+        mptcp_subflows: None,
     });
 }
 

@@ -472,6 +472,7 @@ fn every_server_event_as_text_and_as_json() {
             bytes_received: 0,
             bytes_sent: 1_250_000_000,
             seconds: 10.004,
+            mptcp_subflows: None,
         },
         ServerEvent::TestFailed {
             test: Some(2),

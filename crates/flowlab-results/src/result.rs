@@ -242,6 +242,58 @@ pub struct EndInfo {
     /// A QUIC test's connections as its stack reports them (`--quic`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quic: Option<QuicEnd>,
+    /// An MPTCP test's connections as the client's kernel reports them (`-m`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mptcp: Option<MptcpEnd>,
+}
+
+/// What the client's kernel says of an MPTCP test's connections at its end, and how it
+/// ran them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MptcpEnd {
+    /// The client's path manager (`net.mptcp.path_manager`: "kernel", "userspace"),
+    /// which opens subflows, and its packet scheduler (`net.mptcp.scheduler`), which
+    /// spreads data over them; `None` where the kernel does not say.
+    pub path_manager: Option<String>,
+    pub scheduler: Option<String>,
+    /// One per data stream, in the streams' order.
+    pub connections: Vec<MptcpConnection>,
+}
+
+/// One MPTCP connection (a data stream) at the test's end.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MptcpConnection {
+    /// The data stream's id.
+    pub stream: i64,
+    /// The connection fell back to plain TCP (the server, or something on the path, did
+    /// not speak MPTCP): its figures are TCP's and it has no subflows.
+    pub fallback: bool,
+    /// Subflows the connection opened over its life (the first included), and those it
+    /// has at the end.
+    pub subflows_opened: Option<u64>,
+    /// Bytes sent over all subflows (retransmissions between subflows included), bytes
+    /// resent, and bytes received: MPTCP's own counts (Linux 6.5), `None` before.
+    pub bytes_sent: Option<u64>,
+    pub bytes_retransmitted: Option<u64>,
+    pub bytes_received: Option<u64>,
+    pub subflows: Vec<MptcpSubflow>,
+}
+
+/// One subflow of an MPTCP connection: a TCP connection over one path, as its
+/// `tcp_info` says at the test's end.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MptcpSubflow {
+    /// Its two ends, `address:port`.
+    pub local: String,
+    pub remote: String,
+    /// Bytes it sent that were acknowledged, and bytes it received.
+    pub bytes_acked: u64,
+    pub bytes_received: u64,
+    /// Segments it retransmitted.
+    pub retransmits: u64,
+    /// Smoothed round trip, µs, and congestion window, bytes.
+    pub rtt_us: u64,
+    pub cwnd_bytes: u64,
 }
 
 /// What the QUIC stack says of a QUIC test's connections at its end, and how it ran.
@@ -638,6 +690,7 @@ pub fn summarize(
         }),
         failed_streams: Vec::new(),
         quic: None,
+        mptcp: None,
     }
 }
 

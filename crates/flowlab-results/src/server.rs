@@ -25,6 +25,10 @@ pub enum ServerEvent {
         bytes_received: u64,
         bytes_sent: u64,
         seconds: f64,
+        /// Its streams were MPTCP connections: the subflows they had at the end, in all
+        /// (absent for plain TCP, UDP and QUIC).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mptcp_subflows: Option<u64>,
     },
     /// A test or connection that ended badly; the server carries on.
     TestFailed {

@@ -133,6 +133,10 @@ pub struct TestSpec {
     /// (else all on one).
     #[serde(default, skip_serializing_if = "is_false")]
     pub quic_connection_each: bool,
+    /// `-m/--mptcp`: the data streams and the control connection are MPTCP connections
+    /// (iperf3's control connection stays TCP).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub mptcp: bool,
     /// `--cntl-ka`: TCP keepalive on the client's control connection.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub control_keepalive: Option<Keepalive>,
@@ -352,6 +356,7 @@ impl TestSpec {
             get_server_output: false,
             skip_rx_copy: false,
             quic_connection_each: false,
+            mptcp: false,
             control_keepalive: None,
             burst: 0,
             pacing_timer_us: None,
@@ -458,7 +463,7 @@ impl TestSpec {
             get_server_output: self.get_server_output,
             udp_counters_64bit: self.protocol == Protocol::Udp,
             zerocopy: self.zerocopy,
-            mptcp: false,
+            mptcp: self.mptcp,
             skip_rx_copy: self.skip_rx_copy,
             // The offloads as the server chooses them (flowlab's: on where the kernel
             // has them).

@@ -157,6 +157,7 @@ impl ServerStatus {
                 bytes_received,
                 bytes_sent,
                 seconds,
+                ..
             } => {
                 t.tests_served += 1;
                 t.bytes_received += bytes_received;
@@ -249,6 +250,7 @@ mod tests {
                 bytes_received: 10,
                 bytes_sent: 1_000,
                 seconds: 1.0,
+                mptcp_subflows: None,
             },
             103.0,
         );

@@ -98,10 +98,13 @@ fn invalid_json_parameters() {
     still_serves(port);
 }
 
-/// An iperf3 3.21 client's `-m` (its parameters as it sends them) is refused with
-/// "protocol not supported", never served as plain TCP; the server serves on.
+/// An iperf3 3.21 client's `-m` (its parameters as it sends them) is never served as
+/// plain TCP: a server that makes MPTCP sockets takes the parameters, then refuses the
+/// test when its stream arrives as plain TCP ("unable to accept stream connection:
+/// protocol not supported"); one that makes none refuses the parameters so. The server
+/// serves on.
 #[test]
-fn an_mptcp_client_is_refused_not_served_as_plain_tcp() {
+fn an_mptcp_client_is_never_served_as_plain_tcp() {
     let port = server();
     let mut c = at_param_exchange(port, 8);
     let doc = std::fs::read(concat!(
@@ -112,16 +115,32 @@ fn an_mptcp_client_is_refused_not_served_as_plain_tcp() {
     c.write_all(&(doc.len() as u32).to_be_bytes())
         .expect("write");
     c.write_all(&doc).expect("write");
+    // SAFETY: socket(2) and close(2) on a descriptor of this test's own.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM, libc::IPPROTO_MPTCP) };
+    let mptcp = fd >= 0;
+    if mptcp {
+        unsafe { libc::close(fd) };
+        let mut state = [0u8; 1];
+        c.read_exact(&mut state).expect("a state");
+        assert_eq!(State::from_byte(state[0]), Ok(State::CreateStreams));
+        // The stream, by its cookie, as plain TCP: what an MPTCP connection that fell
+        // back on the way arrives as.
+        let mut stream = connect(port);
+        stream
+            .write_all(&Cookie::from_random([8; 36]).encode())
+            .expect("the stream's cookie");
+    }
     let mut b = [0u8; 9];
     c.read_exact(&mut b).expect("server error");
     assert_eq!(State::from_byte(b[0]), Ok(State::ServerError));
     let body: [u8; 8] = b[1..].try_into().expect("8 bytes");
+    let code = match mptcp {
+        true => flowlab_proto::state::error_code::STREAM_ACCEPT,
+        false => flowlab_proto::state::error_code::RECV_PARAMS,
+    };
     assert_eq!(
         flowlab_proto::state::decode_server_error(&body),
-        (
-            flowlab_proto::state::error_code::RECV_PARAMS,
-            libc::EPROTONOSUPPORT
-        )
+        (code, libc::EPROTONOSUPPORT)
     );
     still_serves(port);
 }

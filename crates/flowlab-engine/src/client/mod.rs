@@ -96,6 +96,7 @@ fn iperf3_error_text(code: i32) -> &'static str {
         }
         141 => "socket buffer size not set correctly",
         142 => "test authorization failed",
+        204 => "unable to accept stream connection",
         _ => "see iperf3's iperf_api.h for this code",
     }
 }
@@ -225,6 +226,15 @@ pub fn run(
     };
     interrupted |= ended.terminated;
     session.abort();
+    // Read before the streams close: the connections' subflows go with them.
+    let mptcp = spec.mptcp.then(|| {
+        let (path_manager, scheduler) = crate::sock::mptcp_policy();
+        flowlab_results::result::MptcpEnd {
+            path_manager,
+            scheduler,
+            connections: session.mptcp(),
+        }
+    });
     let local = ended.local.unwrap_or_else(|| {
         let snap = session.snapshot();
         session.peer_results(&snap, session.ctl.epoch.elapsed())
@@ -256,6 +266,7 @@ pub fn run(
     if !interrupted {
         end.failed_streams = session.failures();
     }
+    end.mptcp = mptcp;
     // A failure of the probes' thread costs their numbers, never the test's.
     let latency = prober.and_then(|p| {
         p.finish()

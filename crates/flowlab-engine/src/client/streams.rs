@@ -18,16 +18,13 @@ use crate::sock::{self, SockError};
 use crate::stream::{Role, StreamPlan, Transport};
 
 /// The control connection: the first of `addrs` that accepts, from the local address and
-/// device the spec binds to (`-B`, `--bind-dev`; any port).
+/// device the spec binds to (`-B`, `--bind-dev`; any port). With `-m` it is MPTCP too,
+/// so a test outlives the path it began on; against a server whose listener is plain
+/// TCP (iperf3's control port is) it falls back to TCP, unseen.
 pub(super) fn connect_any(addrs: &[SocketAddr], spec: &TestSpec) -> Result<TcpStream, ClientError> {
     let mut last = None;
     for a in addrs {
-        let connected = Socket::new(
-            Domain::for_address(*a),
-            Type::STREAM,
-            Some(SockProtocol::TCP),
-        )
-        .and_then(|s| {
+        let connected = tcp_socket(*a, spec).and_then(|s| {
             bind_local(&s, spec, *a, 0)?;
             s.connect_timeout(&(*a).into(), spec.connect_timeout)?;
             Ok(s)
@@ -255,12 +252,7 @@ fn open_tcp(
         Some(cc) if receiving => Some(cc),
         _ => spec.congestion.as_ref(),
     };
-    let s = Socket::new(
-        Domain::for_address(server),
-        Type::STREAM,
-        Some(SockProtocol::TCP),
-    )
-    .map_err(OpenError::Io)?;
+    let s = tcp_socket(server, spec).map_err(OpenError::Io)?;
     sock::set_buffers(&SockRef::from(&s), window).map_err(OpenError::Sock)?;
     if spec.tos > 0 {
         sock::set_tos(&SockRef::from(&s), server, spec.tos).map_err(OpenError::Io)?;
@@ -288,6 +280,31 @@ fn open_tcp(
     }
     t.write_all(&cookie.encode()).map_err(OpenError::Io)?;
     Ok(t)
+}
+
+/// A TCP socket for `server`, or with `-m` an MPTCP one.
+fn tcp_socket(server: SocketAddr, spec: &TestSpec) -> std::io::Result<Socket> {
+    if !spec.mptcp {
+        return Socket::new(
+            Domain::for_address(server),
+            Type::STREAM,
+            Some(SockProtocol::TCP),
+        );
+    }
+    Socket::new(
+        Domain::for_address(server),
+        Type::STREAM,
+        Some(SockProtocol::MPTCP),
+    )
+    .map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!(
+                "-m/--mptcp: this system makes no MPTCP socket ({e}): a kernel without MPTCP, \
+                 or net.mptcp.enabled = 0"
+            ),
+        )
+    })
 }
 
 fn open_udp(

@@ -419,6 +419,7 @@ mod tests {
             bytes_received: 1,
             bytes_sent: 0,
             seconds: 1.0,
+            mptcp_subflows: None,
         });
         std::thread::sleep(Duration::from_millis(1050));
         log.event(refused(99));

@@ -315,6 +315,8 @@ struct Shared {
     /// Running tests, in all and per source.
     test_places: Places,
     local: SocketAddr,
+    /// The TCP listener is MPTCP: an MPTCP client's streams are served as MPTCP.
+    mptcp: bool,
     next_id: AtomicU64,
     tcp_streams: Pending<TcpStream>,
     /// The test opening its UDP streams, per client address (see the module docs);
@@ -386,10 +388,19 @@ impl Server {
         for ip in ips {
             let addr = SocketAddr::new(ip, cfg.port);
             let dev = cfg.bind_dev.as_deref();
-            let tcp = match bind_socket(addr, Type::STREAM, SockProtocol::TCP, dev).and_then(|s| {
-                s.listen(128)?;
-                Ok(s)
-            }) {
+            // MPTCP where the kernel makes it: a plain TCP client's connection is
+            // accepted as a plain TCP socket, an MPTCP client's (-m) as MPTCP.
+            let listen = |protocol| {
+                bind_socket(addr, Type::STREAM, protocol, dev).and_then(|s| {
+                    s.listen(128)?;
+                    Ok(s)
+                })
+            };
+            let (tcp, mptcp) = match listen(SockProtocol::MPTCP) {
+                Ok(s) => (Ok(s), true),
+                Err(_) => (listen(SockProtocol::TCP), false),
+            };
+            let tcp = match tcp {
                 Ok(s) => TcpListener::from(s),
                 Err(e) => {
                     last_err = Some(e);
@@ -418,6 +429,7 @@ impl Server {
                 log,
                 handshakes: Mutex::new(Handshakes::default()),
                 local,
+                mptcp,
                 next_id: AtomicU64::new(1),
                 tcp_streams: Mutex::new(HashMap::new()),
                 udp_waiting: Mutex::new(HashMap::new()),

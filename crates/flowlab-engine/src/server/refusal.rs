@@ -36,8 +36,9 @@ pub(super) enum Refusal {
     #[error("CPU {asked} asked for (-A); this server runs on CPUs {allowed}")]
     Affinity { asked: u64, allowed: String },
     #[error(
-        "MPTCP (-m) is not served yet: this server's streams are plain TCP, which an MPTCP \
-         client would fall back to without saying so"
+        "MPTCP (-m) is not served here: this server's system makes no MPTCP socket (a \
+         kernel without MPTCP, or net.mptcp.enabled = 0), and an MPTCP client's streams \
+         would fall back to plain TCP without saying so"
     )]
     Mptcp,
     #[error(
@@ -63,10 +64,15 @@ impl Refusal {
     }
 }
 
-/// Checks a client's parameters against what the server can and may do.
-pub(super) fn validate(p: &TestParams, cfg: &ServerConfig) -> Result<Protocol, Refusal> {
+/// Checks a client's parameters against what the server can and may do (`mptcp`: its
+/// TCP listener is MPTCP).
+pub(super) fn validate(
+    p: &TestParams,
+    cfg: &ServerConfig,
+    mptcp: bool,
+) -> Result<Protocol, Refusal> {
     let proto = p.protocol().ok_or(Refusal::Protocol)?;
-    if p.mptcp {
+    if p.mptcp && !mptcp {
         return Err(Refusal::Mptcp);
     }
     let len = block_len(p, proto) as u64;
@@ -172,8 +178,8 @@ mod tests {
             parallel: 1,
             ..TestParams::default()
         };
-        assert!(validate(&p(600_000, 0, false), &cfg).is_ok());
-        let e = validate(&p(600_000, 0, true), &cfg).unwrap_err();
+        assert!(validate(&p(600_000, 0, false), &cfg, false).is_ok());
+        let e = validate(&p(600_000, 0, true), &cfg, false).unwrap_err();
         assert_eq!(
             e,
             Refusal::Bytes {
@@ -183,7 +189,7 @@ mod tests {
         );
         assert!(e.to_string().contains("asked for 1200000"), "{e}");
         // -k with UDP's default 1460-byte datagrams: 700 × 1460 = 1 022 000.
-        assert!(validate(&p(0, 600, false), &cfg).is_ok());
-        assert!(validate(&p(0, 700, false), &cfg).is_err());
+        assert!(validate(&p(0, 600, false), &cfg, false).is_ok());
+        assert!(validate(&p(0, 700, false), &cfg, false).is_err());
     }
 }

@@ -1,11 +1,13 @@
 //! A test's data streams: collected as the client opens them, and set up as it asked.
 
+use std::io::Write;
 use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
 use std::sync::Arc;
 use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
 use flowlab_proto::params::{Protocol, TestParams};
+use flowlab_proto::state::{encode_server_error, error_code};
 use flowlab_proto::udp::handshake_reply;
 use flowlab_proto::{Cookie, State};
 use socket2::SockRef;
@@ -17,12 +19,14 @@ use crate::sock;
 use crate::stream::{Role, Transport};
 
 /// The test's `n` data streams, in the client's order: TCP connections handed over by
-/// their cookie, or UDP sockets opened by their handshake, by [`streams_deadline`].
+/// their cookie (each an MPTCP connection when the client asked for `mptcp`, or the
+/// test refused), or UDP sockets opened by their handshake, by [`streams_deadline`].
 pub(super) fn collect_streams(
     ctrl: &mut TcpStream,
     peer: SocketAddr,
     cookie: Cookie,
     proto: Protocol,
+    mptcp: bool,
     n: usize,
     shared: &Arc<Shared>,
 ) -> Result<Vec<Transport>, TestError> {
@@ -52,6 +56,24 @@ pub(super) fn collect_streams(
                 m.remove(&cookie);
             }
             conns.sort_by_key(|(order, _)| *order);
+            if mptcp {
+                // Never run as plain TCP what the client asked to be MPTCP.
+                let plain = conns
+                    .iter()
+                    .position(|(_, s)| sock::mptcp_connection(s, 0).is_none_or(|c| c.fallback));
+                if let Some(i) = plain {
+                    ctrl.write_all(&[State::ServerError.to_byte()])?;
+                    ctrl.write_all(&encode_server_error(
+                        error_code::STREAM_ACCEPT,
+                        libc::EPROTONOSUPPORT,
+                    ))?;
+                    return Err(TestError::Streams(format!(
+                        "stream {} of an MPTCP test (-m) arrived as plain TCP (MPTCP fell \
+                         back between client and server): the test is not run as plain TCP",
+                        i + 1
+                    )));
+                }
+            }
             out.extend(conns.into_iter().map(|(_, s)| Transport::Tcp(Arc::new(s))));
         }
         Protocol::Udp => {

@@ -63,7 +63,7 @@ pub(super) fn run_test(
     let start = started(id, peer, &params, proto);
     shared.log.event(start.clone());
     let n = params.stream_count() as usize;
-    let transports = collect_streams(ctrl, peer, cookie, proto, n, shared)?;
+    let transports = collect_streams(ctrl, peer, cookie, proto, params.mptcp, n, shared)?;
     let mut data = data_config(&params, proto, End::Server);
     data.path_rtt = crate::sock::least_rtt(ctrl);
     if let Some(path) = &cfg.file {
@@ -150,7 +150,7 @@ fn negotiate<'s>(
         .flowlab
         .as_ref()
         .and_then(|f| f.require.iter().find(|r| !FEATURES.contains(&r.as_str())));
-    let verdict = validate(&params, cfg).and_then(|proto| match missing {
+    let verdict = validate(&params, cfg, shared.mptcp).and_then(|proto| match missing {
         Some(m) => Err(Refusal::Extension(m.clone())),
         None => Ok(proto),
     });
@@ -230,10 +230,10 @@ fn started(id: u64, peer: SocketAddr, params: &TestParams, proto: Protocol) -> S
     ServerEvent::TestStarted {
         test: id,
         peer: peer.to_string(),
-        protocol: if proto == Protocol::Udp {
-            "udp".into()
-        } else {
-            "tcp".into()
+        protocol: match (proto, params.mptcp) {
+            (Protocol::Udp, _) => "udp".into(),
+            (_, true) => "mptcp".into(),
+            _ => "tcp".into(),
         },
         streams: params.stream_count(),
         reverse: params.reverse,
@@ -353,12 +353,19 @@ fn finished(
             .map(|(r, _)| r.bytes)
             .sum()
     };
+    // An MPTCP client's streams are MPTCP (-m, or a program made MPTCP by mptcpize):
+    // the kernel tells, not the parameters.
+    let mptcp = session.mptcp();
     ServerEvent::TestFinished {
         test: id,
         peer: peer.to_string(),
         bytes_received: bytes(Role::Receive),
         bytes_sent: bytes(Role::Send),
         seconds: wall.as_secs_f64(),
+        mptcp_subflows: mptcp
+            .iter()
+            .any(|c| !c.fallback)
+            .then(|| mptcp.iter().map(|c| c.subflows.len() as u64).sum()),
     }
 }
 
@@ -556,15 +563,21 @@ mod tests {
         assert!(cfg("3.19.1-skip-rx-copy-reverse").2);
     }
 
-    /// An MPTCP client is refused, never served as plain TCP, and an iperf3 client hears
-    /// "protocol not supported"; the others are served.
+    /// An MPTCP client is served by an MPTCP listener, and refused by a plain TCP one —
+    /// never served as plain TCP: an iperf3 client hears "protocol not supported"; the
+    /// others are served either way.
     #[test]
-    fn newer_clients_mptcp_is_refused_and_the_rest_served() {
+    fn newer_clients_mptcp_is_served_only_as_mptcp_and_the_rest_served() {
         let cfg = ServerConfig::default();
         for name in ["3.19.1-mptcp", "3.21-mptcp"] {
-            let e = validate(&newer(name), &cfg).unwrap_err();
+            let e = validate(&newer(name), &cfg, false).unwrap_err();
             assert_eq!(e, Refusal::Mptcp, "{name}");
             assert_eq!(e.errno(), libc::EPROTONOSUPPORT);
+            assert_eq!(
+                validate(&newer(name), &cfg, true),
+                Ok(Protocol::Tcp),
+                "{name}"
+            );
         }
         for name in [
             "3.19.1-skip-rx-copy-reverse",
@@ -574,12 +587,13 @@ mod tests {
             "3.21-udp-gsro",
             "3.21-skip-rx-copy",
         ] {
-            assert!(validate(&newer(name), &cfg).is_ok(), "{name}");
+            assert!(validate(&newer(name), &cfg, false).is_ok(), "{name}");
+            assert!(validate(&newer(name), &cfg, true).is_ok(), "{name}");
         }
         let mut odd = newer("3.21-udp-gsro");
         odd.gso_dg_size = 1400;
         assert_eq!(
-            validate(&odd, &cfg).unwrap_err(),
+            validate(&odd, &cfg, true).unwrap_err(),
             Refusal::GsoDatagram {
                 dg: 1400,
                 len: 32_768
@@ -590,10 +604,10 @@ mod tests {
             ..ServerConfig::default()
         };
         assert_eq!(
-            validate(&newer("3.21-skip-rx-copy"), &file).unwrap_err(),
+            validate(&newer("3.21-skip-rx-copy"), &file, true).unwrap_err(),
             Refusal::SkipWithFile
         );
-        assert!(validate(&newer("3.19.1-skip-rx-copy-reverse"), &file).is_ok());
+        assert!(validate(&newer("3.19.1-skip-rx-copy-reverse"), &file, true).is_ok());
     }
 
     #[test]

@@ -44,8 +44,16 @@ pub fn server_event(event: &ServerEvent) -> String {
             bytes_received,
             bytes_sent,
             seconds,
+            mptcp_subflows,
         } => format!(
-            "test {test}: done with {peer} after {seconds:.2} s: received {bytes_received} B, sent {bytes_sent} B"
+            "test {test}: done with {peer} after {seconds:.2} s: received {bytes_received} B, sent {bytes_sent} B{}",
+            match mptcp_subflows {
+                Some(n) => format!(
+                    " over MPTCP ({n} subflow{})",
+                    if *n == 1 { "" } else { "s" }
+                ),
+                None => String::new(),
+            }
         ),
         ServerEvent::TestFailed { test, peer, error } => match test {
             Some(t) => format!("test {t}: {peer}: {error}"),

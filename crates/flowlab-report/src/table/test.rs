@@ -353,6 +353,9 @@ pub fn end(e: &EndInfo, udp: bool, f: UnitFormat) -> String {
             e.congestion_remote.as_deref().unwrap_or("?")
         );
     }
+    if let Some(m) = &e.mptcp {
+        out += &mptcp(m, f);
+    }
     if e.interrupted {
         out.push_str("(interrupted: totals cover the part that ran)\n");
     }
@@ -389,6 +392,55 @@ fn quic(q: &flowlab_results::result::QuicEnd, f: UnitFormat) -> String {
             Bytes(c.udp_sent_bytes, f),
             Bytes(c.udp_received_bytes, f),
         );
+    }
+    out
+}
+
+/// An MPTCP test's path manager and scheduler, and each connection's subflows at the end.
+fn mptcp(m: &flowlab_results::result::MptcpEnd, f: UnitFormat) -> String {
+    let mut out = format!(
+        "MPTCP: path manager {}, scheduler {} (the client's)\n",
+        m.path_manager.as_deref().unwrap_or("unknown"),
+        m.scheduler.as_deref().unwrap_or("unknown")
+    );
+    for c in &m.connections {
+        if c.fallback {
+            let _ = writeln!(
+                out,
+                "MPTCP stream {}: fell back to plain TCP (the server, or something on the \
+                 path, does not speak MPTCP)",
+                c.stream
+            );
+            continue;
+        }
+        let opened = match c.subflows_opened {
+            Some(n) if n as usize != c.subflows.len() => format!(" ({n} opened)"),
+            _ => String::new(),
+        };
+        let _ = writeln!(
+            out,
+            "MPTCP stream {}: {} subflow{}{opened}{}",
+            c.stream,
+            c.subflows.len(),
+            if c.subflows.len() == 1 { "" } else { "s" },
+            match c.bytes_retransmitted {
+                Some(n) => format!(", {} resent at the MPTCP level", Bytes(n, f)),
+                None => String::new(),
+            }
+        );
+        for s in &c.subflows {
+            let _ = writeln!(
+                out,
+                "  subflow {} -> {}: {} acked, {} received, retr {}, RTT {:.3} ms, cwnd {}",
+                s.local,
+                s.remote,
+                Bytes(s.bytes_acked, f),
+                Bytes(s.bytes_received, f),
+                s.retransmits,
+                s.rtt_us as f64 / 1000.0,
+                Bytes(s.cwnd_bytes, f)
+            );
+        }
     }
     out
 }
@@ -726,6 +778,7 @@ mod tests {
             server_output: None,
             failed_streams: Vec::new(),
             quic: None,
+            mptcp: None,
         };
         let sums = |e: &EndInfo| {
             let text = end(e, false, UnitFormat::Adaptive);

@@ -159,6 +159,8 @@ fn special(
     let refuse = |why: String| Err(Refusal::Usage(Usage(format!("flowlab iperf3: {why}"))));
     match o.long {
         "server" => {}
+        // A server's -m: flowlab serve takes MPTCP always where the kernel makes it.
+        "mptcp" => {}
         "verbose" => {
             for _ in 0..m.get_count("verbose") {
                 global.push("-V".into());
@@ -286,6 +288,9 @@ mod tests {
                 "-s -B ::1%lo",
                 "flowlab serve --bind=::1%lo --max-duration=0",
             ),
+            ("-c h -m", "flowlab test h --mptcp --iperf3-text"),
+            // serve takes MPTCP always where the kernel makes it.
+            ("-s --mptcp", "flowlab serve --max-duration=0"),
             (
                 "-c h --timestamps",
                 "flowlab test h --timestamps --iperf3-text",
@@ -363,8 +368,6 @@ mod tests {
             ("-t 5", "give -s (serve) or -c HOST (test)"),
             ("-s -c h", "cannot be used with"),
             ("-c h --bogus", "unexpected argument '--bogus'"),
-            ("-c h -m", "-m/--mptcp: flowlab does not speak MPTCP yet"),
-            ("-s --mptcp", "-m/--mptcp: flowlab does not speak MPTCP yet"),
             ("-s --skip-rx-copy", "--skip-rx-copy is a client option"),
             (
                 "-s --json-stream",

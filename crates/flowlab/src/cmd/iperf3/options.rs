@@ -33,7 +33,6 @@ const SCTP: &str = "flowlab does not measure SCTP";
 const ONE_LINE: &str = "flowlab serve logs one line per test, not intervals";
 const IDLE: &str = "flowlab serve's --idle-timeout SECONDS ends a test whose peer falls silent";
 const STREAM: &str = "flowlab serve writes one JSON document per test (-J), not a stream of events";
-const MPTCP: &str = "flowlab does not speak MPTCP yet; without -m the test is plain TCP";
 
 const fn opt(
     short: Option<char>,
@@ -129,7 +128,7 @@ pub(super) const OPTIONS: &[Opt] = &[
     opt(None, "json-stream", None, Refused(STREAM), Special, "output in line-delimited JSON format (3.17)"),
     opt(None, "json-stream-full-output", None, Refused(STREAM), Flag("json-stream-full-output"), "with --json-stream, the whole JSON document as well (3.20)"),
     opt(None, "cntl-ka", Some("#/#/#"), Flag("cntl-ka"), Flag("cntl-ka"), "control connection TCP keepalive: KEEPIDLE/KEEPINTV/KEEPCNT (3.19)"),
-    opt(Some('m'), "mptcp", None, Refused(MPTCP), Refused(MPTCP), "use MPTCP rather than plain TCP (3.19)"),
+    opt(Some('m'), "mptcp", None, Special, Flag("mptcp"), "use MPTCP rather than plain TCP (3.19)"),
     opt(None, "server-max-duration", Some("#"), Special, Other, "max time, in seconds, that a test can run against the server (3.20)"),
     opt(None, "use-pkcs1-padding", None, Flag("use-pkcs1-padding"), Flag("use-pkcs1-padding"), "use PKCS#1 v1.5 padding for authentication, at your own risk (3.17)"),
     opt(None, "skip-rx-copy", None, Other, Flag("skip-rx-copy"), "ignore received messages using MSG_TRUNC (3.19)"),

@@ -118,6 +118,11 @@ pub struct Args {
     /// sockets: a datagram larger than the path's MTU fails instead of being fragmented.
     #[arg(help_heading = "UDP", long)]
     pub dont_fragment: bool,
+    /// MPTCP instead of plain TCP (iperf3 3.19's -m): each data stream, and the control
+    /// connection, an MPTCP connection, whose subflows the kernel's path manager opens
+    /// over the paths it knows; the end says each one's subflows and what each carried.
+    #[arg(help_heading = "TCP", short = 'm', long, conflicts_with_all = ["udp", "quic"])]
+    pub mptcp: bool,
     /// TCP congestion control algorithm (sender and receiver sockets).
     #[arg(
         help_heading = "TCP",

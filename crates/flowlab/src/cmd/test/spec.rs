@@ -22,6 +22,9 @@ impl Args {
         if self.quic {
             self.quic_refusals()?;
         }
+        if self.mptcp {
+            self.mptcp_refusals()?;
+        }
         let host = self.host.clone().or_else(|| self.client.clone());
         let host = host.ok_or("a server to test against: flowlab test HOST")?;
         // iperf3's HOST%DEV: the host, and the device to bind to.
@@ -57,6 +60,7 @@ impl Args {
             flowlab_proto::DEFAULT_PORT
         });
         s.quic_connection_each = self.quic_connections;
+        s.mptcp = self.mptcp;
         s.protocol = protocol;
         s.mode = if self.stop_and_wait {
             Mode::StopAndWait
@@ -373,6 +377,32 @@ impl Args {
         ];
         match refused.iter().find(|(set, ..)| *set) {
             Some((_, flag, why)) => Err(Usage(format!("{flag} with --quic: {why}"))),
+            None => Ok(()),
+        }
+    }
+
+    /// What an MPTCP socket refuses (Linux has no MPTCP form of these options): said
+    /// before a test, not as a failed stream.
+    fn mptcp_refusals(&self) -> Result<(), Usage> {
+        let refused = [
+            (
+                self.zerocopy,
+                "-Z/--zerocopy",
+                "an MPTCP socket refuses SO_ZEROCOPY",
+            ),
+            (
+                self.fq_rate.is_some(),
+                "--fq-rate",
+                "an MPTCP socket refuses SO_MAX_PACING_RATE (-b paces it)",
+            ),
+            (
+                self.snd_timeout.is_some(),
+                "--snd-timeout",
+                "an MPTCP socket refuses TCP_USER_TIMEOUT",
+            ),
+        ];
+        match refused.iter().find(|(set, ..)| *set) {
+            Some((_, flag, why)) => Err(Usage(format!("{flag} with -m/--mptcp: {why}"))),
             None => Ok(()),
         }
     }

@@ -1,0 +1,418 @@
+//! `flowlab test -m` (MPTCP) on loopback: against `flowlab serve`, which takes MPTCP
+//! always where the kernel makes it, both ways with exact totals and each connection's
+//! subflows in the result and the server's log; against a plain TCP server, whose
+//! fallback is said; with stock iperf3 made MPTCP by `mptcpize` (Debian's mptcpd) at
+//! either end; and what an MPTCP socket refuses, refused before a test.
+
+mod support;
+
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+use support::{Reaped, await_listening, free_ports, usage_error};
+
+/// Whether this system makes MPTCP sockets; a test without them fails in CI (whose
+/// kernel has MPTCP) and is skipped elsewhere, saying why.
+fn mptcp() -> bool {
+    // SAFETY: socket(2) and close(2) on a descriptor of this function's own.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM, libc::IPPROTO_MPTCP) };
+    if fd >= 0 {
+        unsafe { libc::close(fd) };
+        return true;
+    }
+    let why = "this system makes no MPTCP socket (a kernel without MPTCP, or \
+               net.mptcp.enabled = 0)";
+    assert!(std::env::var_os("CI").is_none(), "{why}: required in CI");
+    support::skip(why);
+    false
+}
+
+/// `flowlab serve -p PORT -J`, listening: itself (its log on a pipe) and its port.
+fn serve() -> (std::process::Child, u16) {
+    let port = free_ports(1);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_flowlab"))
+        .args(["serve", "-J", "-p", &port.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("serve");
+    await_listening(port, Some(&mut child), "flowlab serve");
+    (child, port)
+}
+
+/// The JSON lines a server logged, once it is stopped.
+fn log_of(mut server: std::process::Child) -> Vec<Value> {
+    server.kill().expect("kill");
+    let out = server.wait_with_output().expect("its log");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect()
+}
+
+/// `flowlab test 127.0.0.1 -p PORT ARGS`: its status, standard output and error.
+fn test(port: u16, args: &[&str]) -> (std::process::ExitStatus, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_flowlab"))
+        .args(["test", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("flowlab test");
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn json(port: u16, args: &[&str]) -> Value {
+    let (status, out, err) = test(port, &[args, &["-J"]].concat());
+    assert!(status.success(), "{args:?}: {err}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}): {err}"))
+}
+
+/// Each data stream an MPTCP connection with its subflows named, both ways at once and
+/// each way alone; the totals exact; the subflows carried them; the server's log says
+/// the test was MPTCP and counts the subflows.
+#[test]
+fn flowlab_to_flowlab_is_mptcp_both_ways_with_each_subflow_said() {
+    if !mptcp() {
+        return;
+    }
+    let (server, port) = serve();
+    let server_port = format!(":{port}");
+    for (args, streams) in [
+        (&["-n", "8M"][..], 1),
+        (&["-n", "8M", "-R"][..], 1),
+        (&["-n", "8M", "--bidir", "-P", "2"][..], 4),
+    ] {
+        let doc = json(port, &[args, &["-m"]].concat());
+        assert_eq!(doc["start"]["spec"]["mptcp"], true, "{args:?}");
+        // Each direction's 8 MiB (-n counts a direction), of one stream or two.
+        for sum in doc["end"]["sums"].as_array().expect("sums") {
+            assert_eq!(sum["receiver"]["bytes"], 8 << 20, "{args:?}: {sum}");
+        }
+        let m = &doc["end"]["mptcp"];
+        assert!(m["path_manager"].is_string(), "{args:?}: {m}");
+        assert!(m["scheduler"].is_string(), "{args:?}: {m}");
+        let connections = m["connections"].as_array().expect("connections");
+        assert_eq!(connections.len(), streams, "{args:?}: {m}");
+        for (c, s) in connections
+            .iter()
+            .zip(doc["end"]["streams"].as_array().expect("streams"))
+        {
+            assert_eq!(c["stream"], s["id"], "{args:?}");
+            assert_eq!(c["fallback"], false, "{args:?}: {c}");
+            let subflows = c["subflows"].as_array().expect("subflows");
+            assert_eq!(subflows.len(), 1, "loopback has one path: {c}");
+            let sf = &subflows[0];
+            assert!(
+                sf["remote"]
+                    .as_str()
+                    .is_some_and(|r| r.ends_with(&server_port)),
+                "{sf}"
+            );
+            // What the stream moved crossed its subflow (the cookie and the MPTCP
+            // level's own bytes besides).
+            let moved = s["receiver"]["bytes"].as_u64().expect("bytes");
+            let carried = match s["direction"].as_str() {
+                Some("up") => sf["bytes_acked"].as_u64(),
+                _ => sf["bytes_received"].as_u64(),
+            }
+            .expect("subflow bytes");
+            assert!(carried >= moved, "{args:?}: {carried} < {moved}: {c}");
+        }
+    }
+    let (_, table, _) = test(port, &["-m", "-n", "1M"]);
+    assert!(
+        table.contains("MPTCP: path manager ") && table.contains("MPTCP stream 1: 1 subflow"),
+        "{table}"
+    );
+    let events = log_of(server);
+    let of = |kind: &str| -> Vec<&Value> { events.iter().filter(|e| e["event"] == kind).collect() };
+    let started = of("test_started");
+    assert!(
+        started.iter().all(|e| e["protocol"] == "mptcp"),
+        "{started:?}"
+    );
+    let subflows: Vec<u64> = of("test_finished")
+        .iter()
+        .map(|e| e["mptcp_subflows"].as_u64().expect("MPTCP subflows"))
+        .collect();
+    assert_eq!(subflows, [1, 1, 4, 1]);
+}
+
+/// Against a server whose streams are plain TCP (stock iperf3), each connection falls
+/// back, and the result says so — in the JSON and the table.
+#[test]
+fn a_plain_tcp_servers_fallback_is_said() {
+    if !mptcp() || !support::require_tool("iperf3") {
+        return;
+    }
+    let port = free_ports(1);
+    let mut child = Command::new("iperf3")
+        .args(["-s", "-p", &port.to_string()])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("iperf3 -s");
+    await_listening(port, Some(&mut child), "iperf3 -s");
+    let _server = Reaped(child);
+    let doc = json(port, &["-m", "-n", "4M"]);
+    let c = &doc["end"]["mptcp"]["connections"][0];
+    assert_eq!(c["fallback"], true, "{c}");
+    assert_eq!(c["subflows"].as_array().map(Vec::len), Some(0), "{c}");
+    assert_eq!(doc["end"]["sums"][0]["receiver"]["bytes"], 4 << 20);
+    let (status, table, err) = test(port, &["-m", "-n", "1M"]);
+    assert!(status.success(), "{err}");
+    assert!(
+        table.contains("MPTCP stream 1: fell back to plain TCP"),
+        "{table}"
+    );
+}
+
+/// Stock iperf3 (3.12, without -m) made MPTCP by `mptcpize`, at either end: flowlab's
+/// client keeps MPTCP with its server; its server logs an MPTCP-ized client's test as
+/// MPTCP and a plain one's as not.
+#[test]
+fn an_mptcpized_iperf3_is_a_peer_at_either_end() {
+    if !mptcp() || !support::require_tool("iperf3") || !support::require_tool("mptcpize") {
+        return;
+    }
+    let port = free_ports(1);
+    let mut child = Command::new("mptcpize")
+        .args(["run", "iperf3", "-s", "-p", &port.to_string()])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("mptcpize run iperf3 -s");
+    await_listening(port, Some(&mut child), "mptcpize run iperf3 -s");
+    let iperf3_server = Reaped(child);
+    for args in [&["-n", "4M"][..], &["-n", "4M", "-R"]] {
+        let doc = json(port, &[args, &["-m"]].concat());
+        let c = &doc["end"]["mptcp"]["connections"][0];
+        assert_eq!(c["fallback"], false, "{args:?}: {c}");
+        assert_eq!(
+            doc["end"]["sums"][0]["receiver"]["bytes"],
+            4 << 20,
+            "{args:?}"
+        );
+    }
+    drop(iperf3_server);
+
+    let (server, port) = serve();
+    for mptcpized in [true, false] {
+        let mut c = if mptcpized {
+            let mut c = Command::new("mptcpize");
+            c.args(["run", "iperf3"]);
+            c
+        } else {
+            Command::new("iperf3")
+        };
+        let out = c
+            .args(["-c", "127.0.0.1", "-p", &port.to_string(), "-n", "4M"])
+            .output()
+            .expect("iperf3 -c");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let finished: Vec<Value> = log_of(server)
+        .into_iter()
+        .filter(|e| e["event"] == "test_finished")
+        .map(|e| e["mptcp_subflows"].clone())
+        .collect();
+    assert_eq!(finished, [Value::from(1), Value::Null]);
+}
+
+/// What an MPTCP socket refuses is refused before a test, naming the flag; -m is TCP's.
+#[test]
+fn what_an_mptcp_socket_refuses_is_refused_naming_the_flag() {
+    for (flag, value) in [
+        ("-Z", None),
+        ("--fq-rate", Some("10M")),
+        ("--snd-timeout", Some("5000")),
+    ] {
+        let mut args = vec!["test", "127.0.0.1", "-m", flag];
+        args.extend(value);
+        usage_error(&args, flag);
+    }
+    usage_error(&["test", "127.0.0.1", "-m", "-u"], "--mptcp");
+    usage_error(&["test", "127.0.0.1", "-m", "--quic"], "--mptcp");
+}
+
+/// Namespaces this test made, deleted (with their links) when it ends, however.
+struct Namespaces(Vec<String>);
+
+impl Drop for Namespaces {
+    fn drop(&mut self) {
+        for ns in &self.0 {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
+}
+
+/// `ip ARGS`, which must succeed.
+fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().expect("ip");
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Two paths between a client and a server (two veth pairs, each 20 Mbit/s each way),
+/// the server announcing its second address: each MPTCP connection opens a subflow on
+/// each. The first path is cut 2.5 s into a 6 s upload, under cubic and bbr: the test
+/// carries on over the second — every interval after the cut moves data, the control
+/// connection (MPTCP too) ends the test — and the end's subflows say the second path
+/// carried it.
+#[test]
+fn one_path_cut_mid_test_the_other_carries_on_and_the_subflows_say_so() {
+    if !support::is_root_with_ip("the two paths are namespaces") || !mptcp() {
+        return;
+    }
+    let _machine = support::machine_shared();
+    let tag = std::process::id() % 100_000;
+    let (c, s) = (format!("mp{tag}c"), format!("mp{tag}s"));
+    let _made = Namespaces(vec![c.clone(), s.clone()]);
+    ip(&["netns", "add", &c]);
+    ip(&["netns", "add", &s]);
+    for (i, net) in ["10.71.1", "10.71.2"].iter().enumerate() {
+        let (cd, sd) = (format!("c{i}"), format!("s{i}"));
+        ip(&[
+            "link", "add", &cd, "netns", &c, "type", "veth", "peer", "name", &sd, "netns", &s,
+        ]);
+        for (ns, dev, host) in [(&c, &cd, 1), (&s, &sd, 2)] {
+            ip(&[
+                "-n",
+                ns,
+                "addr",
+                "add",
+                &format!("{net}.{host}/24"),
+                "dev",
+                dev,
+            ]);
+            ip(&["-n", ns, "link", "set", dev, "up"]);
+            let tc = Command::new("tc")
+                .args(["-n", ns, "qdisc", "add", "dev", dev, "root", "tbf"])
+                .args(["rate", "20mbit", "burst", "32kb", "latency", "50ms"])
+                .status()
+                .expect("tc");
+            assert!(tc.success(), "tc tbf on {dev}");
+        }
+    }
+    for ns in [&c, &s] {
+        ip(&["-n", ns, "link", "set", "lo", "up"]);
+        ip(&[
+            "-n",
+            ns,
+            "mptcp",
+            "limits",
+            "set",
+            "subflows",
+            "2",
+            "add_addr_accepted",
+            "2",
+        ]);
+    }
+    ip(&[
+        "-n",
+        &s,
+        "mptcp",
+        "endpoint",
+        "add",
+        "10.71.2.2",
+        "dev",
+        "s1",
+        "signal",
+    ]);
+    let flowlab = env!("CARGO_BIN_EXE_flowlab");
+    let mut server = Reaped(
+        Command::new("ip")
+            .args(["netns", "exec", &s, flowlab, "serve", "-J", "-p", "5201"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("serve"),
+    );
+    let mut log = server.0.stdout.take().expect("its log");
+    support::in_netns(Some(&c), || {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::net::TcpStream::connect("10.71.1.2:5201").is_err() {
+            assert!(std::time::Instant::now() < deadline, "serve did not listen");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    });
+    for cc in ["cubic", "bbr"] {
+        ip(&["-n", &c, "link", "set", "c0", "up"]);
+        let client = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &c,
+                flowlab,
+                "test",
+                "10.71.1.2",
+                "-m",
+                "-t",
+                "6",
+                "-J",
+            ])
+            .args(["-C", cc])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("flowlab test");
+        std::thread::sleep(std::time::Duration::from_millis(2500));
+        ip(&["-n", &c, "link", "set", "c0", "down"]);
+        let out = client.wait_with_output().expect("its document");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{cc}: {stderr}");
+        let doc: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        assert_eq!(doc["end"]["congestion_local"], cc);
+        let moved: Vec<u64> = doc["intervals"]
+            .as_array()
+            .expect("intervals")
+            .iter()
+            .map(|iv| iv["sums"][0]["bytes"].as_u64().expect("bytes"))
+            .collect();
+        // The cut falls in the third interval; the fourth on are the second path's alone.
+        assert!(moved.len() >= 6, "{cc}: {moved:?}");
+        let after: u64 = moved[3..].iter().sum();
+        assert!(
+            moved[3..].iter().all(|&b| b > 0),
+            "{cc}: a stall after the cut: {moved:?}"
+        );
+        let c0 = &doc["end"]["mptcp"]["connections"][0];
+        assert_eq!(c0["fallback"], false, "{cc}: {c0}");
+        if let Some(opened) = c0["subflows_opened"].as_u64() {
+            assert!(opened >= 2, "{cc}: {c0}");
+        }
+        let second = c0["subflows"]
+            .as_array()
+            .expect("subflows")
+            .iter()
+            .find(|sf| {
+                sf["local"]
+                    .as_str()
+                    .is_some_and(|l| l.starts_with("10.71.2.1:"))
+            })
+            .unwrap_or_else(|| panic!("{cc}: no subflow on the second path: {c0}"));
+        let carried = second["bytes_acked"].as_u64().expect("bytes acked");
+        assert!(
+            carried >= after,
+            "{cc}: {carried} < {after} moved after the cut: {c0}"
+        );
+    }
+    drop(server);
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut log, &mut text).expect("its log");
+    let finished = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|e| e["event"] == "test_finished")
+        .expect("the test's end in the server's log");
+    assert!(finished["mptcp_subflows"].as_u64() >= Some(1), "{finished}");
+}
