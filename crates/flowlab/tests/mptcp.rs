@@ -27,8 +27,9 @@ fn mptcp() -> bool {
     false
 }
 
-/// `flowlab serve -p PORT -J`, listening: itself (its log on a pipe) and its port.
-fn serve() -> (std::process::Child, u16) {
+/// `flowlab serve -p PORT -J`, listening: itself (reaped however the test ends), its log
+/// and its port.
+fn serve() -> (Reaped, std::process::ChildStdout, u16) {
     let port = free_ports(1);
     let mut child = Command::new(env!("CARGO_BIN_EXE_flowlab"))
         .args(["serve", "-J", "-p", &port.to_string()])
@@ -37,15 +38,16 @@ fn serve() -> (std::process::Child, u16) {
         .spawn()
         .expect("serve");
     await_listening(port, Some(&mut child), "flowlab serve");
-    (child, port)
+    let log = child.stdout.take().expect("its log");
+    (Reaped(child), log, port)
 }
 
 /// The JSON lines a server logged, once it is stopped.
-fn log_of(mut server: std::process::Child) -> Vec<Value> {
-    server.kill().expect("kill");
-    let out = server.wait_with_output().expect("its log");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
+fn log_of(server: Reaped, mut log: std::process::ChildStdout) -> Vec<Value> {
+    drop(server);
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut log, &mut text).expect("its log");
+    text.lines()
         .map(|l| serde_json::from_str(l).expect("a JSON line"))
         .collect()
 }
@@ -78,7 +80,7 @@ fn flowlab_to_flowlab_is_mptcp_both_ways_with_each_subflow_said() {
     if !mptcp() {
         return;
     }
-    let (server, port) = serve();
+    let (server, log, port) = serve();
     let server_port = format!(":{port}");
     for (args, streams) in [
         (&["-n", "8M"][..], 1),
@@ -127,7 +129,7 @@ fn flowlab_to_flowlab_is_mptcp_both_ways_with_each_subflow_said() {
         table.contains("MPTCP: path manager ") && table.contains("MPTCP stream 1: 1 subflow"),
         "{table}"
     );
-    let events = log_of(server);
+    let events = log_of(server, log);
     let of = |kind: &str| -> Vec<&Value> { events.iter().filter(|e| e["event"] == kind).collect() };
     let started = of("test_started");
     assert!(
@@ -197,7 +199,7 @@ fn an_mptcpized_iperf3_is_a_peer_at_either_end() {
     }
     drop(iperf3_server);
 
-    let (server, port) = serve();
+    let (server, log, port) = serve();
     for mptcpized in [true, false] {
         let mut c = if mptcpized {
             let mut c = Command::new("mptcpize");
@@ -216,7 +218,7 @@ fn an_mptcpized_iperf3_is_a_peer_at_either_end() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    let finished: Vec<Value> = log_of(server)
+    let finished: Vec<Value> = log_of(server, log)
         .into_iter()
         .filter(|e| e["event"] == "test_finished")
         .map(|e| e["mptcp_subflows"].clone())

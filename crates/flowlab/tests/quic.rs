@@ -469,15 +469,18 @@ fn quic_over_a_lossy_emulated_link_counts_its_losses_and_never_stops() {
 fn each_quic_connection_is_a_test_of_the_servers_log() {
     let (mut child, Ports { quic, .. }) =
         start_serve(false, &["-J", "--max-bytes", "1M"], Stdio::piped());
+    let mut log = child.stdout.take().expect("its log");
+    let server = Reaped(child);
     let (status, _, stderr) = test(quic, &["-n", "1M"]);
     assert!(status.success(), "{stderr}");
     let (status, _, _) = test(quic, &["-n", "2M", "-R"]);
     assert_eq!(status.code(), Some(1));
     // The second connection's end is logged once its client has closed it.
     std::thread::sleep(std::time::Duration::from_millis(300));
-    child.kill().expect("kill");
-    let out = child.wait_with_output().expect("its log");
-    let events: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+    drop(server);
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut log, &mut text).expect("its log");
+    let events: Vec<Value> = text
         .lines()
         .map(|l| serde_json::from_str(l).expect("a JSON line"))
         .collect();
