@@ -438,6 +438,7 @@ fn every_server_event_as_text_and_as_json() {
     let events = [
         ServerEvent::Listening {
             address: "[::]:5201".into(),
+            quic: None,
         },
         ServerEvent::TestStarted {
             test: 1,

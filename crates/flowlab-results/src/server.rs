@@ -9,6 +9,9 @@ use serde::{Deserialize, Serialize};
 pub enum ServerEvent {
     Listening {
         address: String,
+        /// Where `--quic` serves QUIC (UDP `address:port`), when it does.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        quic: Option<String>,
     },
     TestStarted {
         test: u64,
@@ -44,9 +47,7 @@ pub enum ServerEvent {
     },
     /// Refusals and connection failures left out of the log (`--log-rate`) since the
     /// last line about them.
-    Suppressed {
-        count: u64,
-    },
+    Suppressed { count: u64 },
 }
 
 /// What kind of thing a server refused: [`ServerEvent::Refused`]'s `kind`, and the

@@ -14,10 +14,12 @@ use crate::place::{Job, Output, Place, Process};
 /// How long a server is given to say it listens.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A running server and the port it listens on.
+/// A running server, the port it listens on, and its QUIC port when it serves QUIC
+/// (`--quic`).
 #[derive(Debug)]
 pub struct Running {
     pub port: u16,
+    pub quic_port: Option<u16>,
     _process: Box<dyn Process>,
 }
 
@@ -48,12 +50,18 @@ pub fn start(
             }
         )));
     };
-    let port = match serde_json::from_str::<ServerEvent>(&line) {
-        Ok(ServerEvent::Listening { address }) => address
+    let port_of = |address: &str| {
+        address
             .rsplit(':')
             .next()
             .and_then(|p| p.parse::<u16>().ok())
-            .ok_or_else(|| RunError::Failed(format!("server {name}: no port in '{address}'")))?,
+            .ok_or_else(|| RunError::Failed(format!("server {name}: no port in '{address}'")))
+    };
+    let (port, quic_port) = match serde_json::from_str::<ServerEvent>(&line) {
+        Ok(ServerEvent::Listening { address, quic }) => (
+            port_of(&address)?,
+            quic.as_deref().map(port_of).transpose()?,
+        ),
         _ => {
             return Err(RunError::Failed(format!(
                 "server {name}: flowlab serve said '{line}', not where it listens"
@@ -62,6 +70,7 @@ pub fn start(
     };
     Ok(Running {
         port,
+        quic_port,
         _process: process,
     })
 }

@@ -235,6 +235,8 @@ pub enum ServerPart {
     Host,
     /// `{a.port}`.
     Port,
+    /// `{a.quic_port}`: where a server given `--quic` serves QUIC.
+    QuicPort,
 }
 
 /// What fills a template's holes.
@@ -782,6 +784,14 @@ fn link_change(
 
 /// `{name}` (`suffix` `None`) or `{name.suffix}` for parameter `p`: a plain
 /// parameter's value, or a part every value of a parameter of tables has.
+/// Whether a server's options serve QUIC (`--quic`, `--quic=PORT`).
+fn serves_quic(server: &Server) -> bool {
+    server
+        .args
+        .split_whitespace()
+        .any(|a| a == "--quic" || a.starts_with("--quic="))
+}
+
 fn param_piece(
     what: &str,
     name: &str,
@@ -860,9 +870,15 @@ fn template(
                         None => ServerPart::Address,
                         Some("host") => ServerPart::Host,
                         Some("port") => ServerPart::Port,
+                        Some("quic_port") if serves_quic(&servers[s]) => ServerPart::QuicPort,
+                        Some("quic_port") => {
+                            return Err(format!(
+                                "{what}: '{{{name}}}': server {base} serves no QUIC: give it --quic=0 in its args"
+                            ));
+                        }
                         Some(_) => {
                             return Err(format!(
-                                "{what}: '{{{name}}}': a server has .host and .port (write {{{{ for a brace)"
+                                "{what}: '{{{name}}}': a server has .host, .port and .quic_port (write {{{{ for a brace)"
                             ));
                         }
                     };

@@ -8,4 +8,4 @@ pub mod plan;
 pub mod ssh;
 
 pub use file::{MEDIUM_PROPERTIES, Study, StudyError, parse};
-pub use plan::{Cell, Plan, Trial};
+pub use plan::{Cell, Plan, ServerAddress, Trial};

@@ -3,6 +3,15 @@
 
 use crate::file::{Fill, Order, ServerPart, Study};
 
+/// Where a study's server listens, as a step's arguments name it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerAddress {
+    pub host: String,
+    pub port: u16,
+    /// Its QUIC port, when it serves QUIC (`--quic`).
+    pub quic_port: Option<u16>,
+}
+
 /// Fills a template of parameters only (a `[[link]]`'s values).
 struct ParamsOnly<'a> {
     study: &'a Study,
@@ -165,18 +174,18 @@ impl Study {
     }
 
     /// Step `step`'s arguments for `cell`, servers' addresses from `address` (index
-    /// into [`Study::servers`] → host and port), `{scratch}` as `scratch`.
+    /// into [`Study::servers`] → where it listens), `{scratch}` as `scratch`.
     pub fn args(
         &self,
         step: usize,
         cell: &Cell,
-        address: &dyn Fn(usize) -> (String, String),
+        address: &dyn Fn(usize) -> ServerAddress,
         scratch: &str,
     ) -> String {
         struct Filler<'a> {
             study: &'a Study,
             cell: &'a Cell,
-            address: &'a dyn Fn(usize) -> (String, String),
+            address: &'a dyn Fn(usize) -> ServerAddress,
             scratch: &'a str,
         }
         impl Fill for Filler<'_> {
@@ -186,10 +195,17 @@ impl Study {
                     .to_string()
             }
             fn server(&self, s: usize, part: ServerPart) -> String {
-                let (host, port) = (self.address)(s);
+                let ServerAddress {
+                    host,
+                    port,
+                    quic_port,
+                } = (self.address)(s);
                 match part {
                     ServerPart::Host => host,
-                    ServerPart::Port => port,
+                    ServerPart::Port => port.to_string(),
+                    // Only a server given --quic is named so (the file is refused
+                    // otherwise), and it says its QUIC port when it starts.
+                    ServerPart::QuicPort => quic_port.unwrap_or(0).to_string(),
                     // An IPv6 address in brackets, as `host:port` is read everywhere.
                     ServerPart::Address if host.contains(':') => format!("[{host}]:{port}"),
                     ServerPart::Address => format!("{host}:{port}"),

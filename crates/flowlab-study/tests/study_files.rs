@@ -30,7 +30,7 @@ kind = "test"
 args = "127.0.0.1 -n 10M -l {length} {method} -T {{x}}"
 "#;
 
-fn no_servers(_: usize) -> (String, String) {
+fn no_servers(_: usize) -> flowlab_study::ServerAddress {
     unreachable!("the study has no servers")
 }
 
@@ -143,12 +143,10 @@ args = "{b.host} -p {b.port}"
     assert_eq!(s.servers.len(), 2);
     assert_eq!(s.servers[1].args, "--fragments set");
     assert_eq!(s.servers[0].node, None);
-    let address = |i: usize| {
-        if i == 0 {
-            ("127.0.0.1".to_string(), "4000".to_string())
-        } else {
-            ("::1".to_string(), "4001".to_string())
-        }
+    let address = |i: usize| flowlab_study::ServerAddress {
+        host: if i == 0 { "127.0.0.1" } else { "::1" }.to_string(),
+        port: 4000 + i as u16,
+        quic_port: None,
     };
     let cell = &s.cells()[1];
     assert_eq!(s.args(0, cell, &address, "s"), "127.0.0.1 -p 4000 -t 1");
@@ -377,7 +375,12 @@ fn every_refusal_names_its_place_and_its_reason() {
         ),
         (
             "name = \"x\"\n[[server]]\nname = \"a\"\n[[step]]\nkind = \"test\"\nargs = \"{a.addr}\"\n".into(),
-            "'{a.addr}': a server has .host and .port",
+            "'{a.addr}': a server has .host, .port and .quic_port",
+            6,
+        ),
+        (
+            "name = \"x\"\n[[server]]\nname = \"a\"\n[[step]]\nkind = \"test\"\nargs = \"{a.host} --quic -p {a.quic_port}\"\n".into(),
+            "'{a.quic_port}': server a serves no QUIC: give it --quic=0 in its args",
             6,
         ),
         (

@@ -283,7 +283,7 @@ fn what_a_quic_test_cannot_do_is_refused_naming_the_flag() {
         &["serve", "--tls-cert", "a.pem", "--tls-key", "a.key"],
         "--tls-cert",
     );
-    usage_error(&["serve", "--quic=0"], "--quic");
+    usage_error(&["serve", "--quic=70000"], "--quic");
 }
 
 /// The Python of a virtual environment holding aioquic, the second QUIC stack

@@ -145,6 +145,81 @@ fn a_small_study_is_recorded_trial_by_trial() {
     assert_eq!(self::rows(&db_path, "small").len(), 12);
 }
 
+/// A study's steps measure QUIC and MPTCP as they measure TCP: a server given
+/// `--quic=0` says where it serves QUIC, `{a.quic_port}` names it, and each step's
+/// document is of the transport it asked for. A server given no `--quic` has no QUIC
+/// port to name: refused before anything runs.
+#[test]
+fn a_studys_steps_measure_quic_and_mptcp() {
+    // SAFETY: socket(2) and close(2) on a descriptor of this test's own.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM, libc::IPPROTO_MPTCP) };
+    if fd < 0 {
+        let why = "this system makes no MPTCP socket (net.mptcp.enabled = 0?)";
+        assert!(std::env::var_os("CI").is_none(), "{why}: required in CI");
+        support::skip(why);
+        return;
+    }
+    unsafe { libc::close(fd) };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let study = write_study(
+        dir.path(),
+        r#"name = "transports"
+[[server]]
+name = "a"
+args = "--quic=0"
+[[step]]
+name = "quic"
+kind = "test"
+args = "{a.host} --quic -p {a.quic_port} -n 1M"
+[[step]]
+name = "mptcp"
+kind = "test"
+args = "{a.host} -m -p {a.port} -n 1M"
+[[step]]
+name = "tcp"
+kind = "test"
+args = "{a.host} -p {a.port} -n 1M"
+"#,
+    );
+    let out = run(dir.path(), &[study.to_str().expect("utf-8")]);
+    assert!(out.status.success(), "{}", text(&out));
+    let db = Db::open_existing(&dir.path().join("results.db")).expect("open");
+    let s = db
+        .find_study("transports")
+        .expect("query")
+        .expect("recorded");
+    let trials = db.trials(s.id).expect("trials");
+    assert_eq!(trials.len(), 1);
+    let docs: Vec<serde_json::Value> = trials[0]
+        .steps
+        .iter()
+        .map(|step| {
+            serde_json::from_str(step.result.as_deref().expect("a document")).expect("json")
+        })
+        .collect();
+    assert_eq!(docs.len(), 3);
+    for doc in &docs {
+        assert_eq!(doc["end"]["sums"][0]["receiver"]["bytes"], 1 << 20);
+    }
+    assert_eq!(docs[0]["start"]["spec"]["protocol"], "quic");
+    assert!(docs[0]["end"]["quic"]["connections"].is_array());
+    assert_eq!(docs[1]["start"]["spec"]["mptcp"], true);
+    assert!(docs[1]["end"]["mptcp"]["connections"].is_array());
+    assert_eq!(docs[2]["start"]["spec"]["protocol"], "tcp");
+    assert!(docs[2]["end"]["mptcp"].is_null());
+    let refused = write_study(
+        dir.path(),
+        "name = \"q\"\n[[server]]\nname = \"a\"\n[[step]]\nkind = \"test\"\nargs = \"{a.host} --quic -p {a.quic_port}\"\n",
+    );
+    let out = run(dir.path(), &[refused.to_str().expect("utf-8")]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("server a serves no QUIC: give it --quic=0 in its args"),
+        "{}",
+        text(&out)
+    );
+}
+
 #[test]
 fn a_dry_run_prints_the_plan_and_touches_nothing() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -456,6 +456,7 @@ impl Server {
         let Server { tcp, udp, shared } = self;
         shared.log.event(ServerEvent::Listening {
             address: shared.local.to_string(),
+            quic: None,
         });
         let udp_shared = Arc::clone(&shared);
         std::thread::Builder::new()

@@ -10,7 +10,7 @@ pub fn server_events(events: &[ServerEvent]) -> String {
 
 pub fn server_event(event: &ServerEvent) -> String {
     match event {
-        ServerEvent::Listening { address } => {
+        ServerEvent::Listening { address, .. } => {
             format!("flowlab server listening on {address} (TCP and UDP)")
         }
         // A QUIC connection's streams come and go: it is logged as a test of its own.

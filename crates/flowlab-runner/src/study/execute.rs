@@ -98,11 +98,12 @@ pub fn execute(
     }
     // Declared after the run's directory and the places, so dropped before them.
     let mut site = Site::default();
-    let ready = |cell: &Cell, ports: &[u16], here: &Scratch, there: &RemoteScratch<'_>| {
-        p.ready(run.commands, cell, ports, &|node: Option<&str>| {
-            there.of(node).unwrap_or_else(|| here.path())
-        })
-    };
+    let ready =
+        |cell: &Cell, ports: &[(u16, Option<u16>)], here: &Scratch, there: &RemoteScratch<'_>| {
+            p.ready(run.commands, cell, ports, &|node: Option<&str>| {
+                there.of(node).unwrap_or_else(|| here.path())
+            })
+        };
     let begun = Instant::now();
     let mut summary = RunSummary {
         study: study.name.clone(),
@@ -343,9 +344,9 @@ impl Site {
             .map_err(|e| RunError::Failed(format!("starting the schedules again: {e}")))
     }
 
-    /// The servers' ports, in the study's order.
-    fn ports(&self) -> Vec<u16> {
-        self.running.iter().map(|r| r.port).collect()
+    /// The servers' ports and QUIC ports, in the study's order.
+    fn ports(&self) -> Vec<(u16, Option<u16>)> {
+        self.running.iter().map(|r| (r.port, r.quic_port)).collect()
     }
 }
 

@@ -81,7 +81,7 @@ pub fn step_line(
     study: &Study,
     step: usize,
     cell: &Cell,
-    address: &dyn Fn(usize) -> (String, String),
+    address: &dyn Fn(usize) -> flowlab_study::ServerAddress,
     scratch: &str,
     scale: f64,
 ) -> Result<StepLine, String> {

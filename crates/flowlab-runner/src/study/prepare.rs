@@ -152,8 +152,12 @@ pub fn prepare(path: &Path, a: &Options, commands: &dyn Commands) -> Result<Prep
     for cell in &cells {
         let mut steps = Vec::new();
         for (i, step) in p.study.steps.iter().enumerate() {
-            // The port is known once the server listens: 5201 stands for it here.
-            let placeholder = |s: usize| (p.host(i, s), "5201".to_string());
+            // The ports are known once the server listens: 5201 and 4433 stand for them.
+            let placeholder = |s: usize| flowlab_study::ServerAddress {
+                host: p.host(i, s),
+                port: 5201,
+                quic_port: Some(4433),
+            };
             let line = lines::step_line(
                 commands,
                 &p.study,
@@ -223,7 +227,7 @@ impl Prepared {
         &self,
         commands: &dyn Commands,
         cell: &Cell,
-        ports: &[u16],
+        ports: &[(u16, Option<u16>)],
         scratch: &dyn Fn(Option<&str>) -> String,
     ) -> Result<Vec<Vec<Ready>>, String> {
         let study = &self.study;
@@ -234,7 +238,11 @@ impl Prepared {
                 stage
                     .iter()
                     .map(|&i| {
-                        let address = |s: usize| (self.host(i, s), ports[s].to_string());
+                        let address = |s: usize| flowlab_study::ServerAddress {
+                            host: self.host(i, s),
+                            port: ports[s].0,
+                            quic_port: ports[s].1,
+                        };
                         let step = &study.steps[i];
                         let line = lines::step_line(
                             commands,

@@ -198,9 +198,10 @@ pub struct Args {
     #[arg(help_heading = "HTTP", long, requires = "http")]
     pub tls_self_signed: bool,
     /// Serve the QUIC performance protocol (ALPN "perf", draft-banks-quic-performance)
-    /// on UDP port PORT [default: 4433], a port of its own: QUIC's short-header packets
-    /// cannot be told from iperf3's UDP datagrams on -p's. TLS with --tls-cert and
-    /// --tls-key, else a self-signed certificate made now (its pin printed).
+    /// on UDP port PORT [default: 4433; 0: a free one, said when it listens], a port of
+    /// its own: QUIC's short-header packets cannot be told from iperf3's UDP datagrams on
+    /// -p's. TLS with --tls-cert and --tls-key, else a self-signed certificate made now
+    /// (its pin printed).
     #[arg(
         help_heading = "QUIC",
         long,
@@ -411,9 +412,6 @@ impl Args {
         if self.tls_cert.is_some() && self.http.is_none() && self.quic.is_none() {
             return Err("--tls-cert serves --http or --quic: give one of them".into());
         }
-        if self.quic == Some(0) {
-            return Err("--quic=PORT must be 1 to 65535 (leave the port off for 4433)".into());
-        }
         if self.auth_rate_per_source == 0 {
             return Err("--auth-rate-per-source must be at least 1".into());
         }
@@ -559,11 +557,6 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         Some(ip) => std::net::SocketAddr::new(ip, cfg.port).to_string(),
         None => format!("[::]:{} (every address)", cfg.port),
     };
-    let log = Log {
-        json: a.json,
-        iperf3: a.iperf3_json,
-        started: Default::default(),
-    };
     // One HTTP listener, bound now, so a port in use is said on the terminal; served
     // once detached.
     let mut said_tls = None;
@@ -592,6 +585,14 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
             Some((socket, tls.config(alpn)?))
         }
         _ => None,
+    };
+    let log = Log {
+        json: a.json,
+        iperf3: a.iperf3_json,
+        quic: quic
+            .as_ref()
+            .and_then(|(socket, _)| socket.local_addr().ok()),
+        started: Default::default(),
     };
     let listener = match (a.http, a.metrics) {
         (Some(at), _) => {
@@ -903,6 +904,9 @@ fn pidfile(output: &crate::args::OutputArgs) -> anyhow::Result<Option<super::Pid
 /// Server log lines on stdout: text, or one JSON object each.
 struct Log {
     json: bool,
+    /// Where `--quic` listens, for the `listening` event (the engine's server knows only
+    /// its own ports).
+    quic: Option<std::net::SocketAddr>,
     /// `--iperf3-json`: a document per test on stdout, the rest as text on stderr.
     iperf3: bool,
     /// With `iperf3`: each running test's start, until its end.
@@ -944,6 +948,16 @@ impl Log {
 
 impl ServerLog for Log {
     fn event(&self, event: ServerEvent) {
+        let event = match event {
+            ServerEvent::Listening {
+                address,
+                quic: None,
+            } => ServerEvent::Listening {
+                address,
+                quic: self.quic.map(|at| at.to_string()),
+            },
+            other => other,
+        };
         if self.iperf3 {
             return self.iperf3_event(event);
         }

@@ -154,7 +154,11 @@ mod tests {
             &s,
             0,
             &s.cells()[cell],
-            &|_| ("h".into(), "1".into()),
+            &|_| flowlab_study::ServerAddress {
+                host: "h".into(),
+                port: 1,
+                quic_port: None,
+            },
             "s",
             scale,
         )
