@@ -26,12 +26,10 @@ pub const ADDRS_LEN: usize = 256;
 
 /// Field offsets in `struct mptcp_info`.
 mod off {
-    pub const SUBFLOWS: usize = 0; // u8, 5.16: subflows beyond the first
     pub const FLAGS: usize = 8; // u32, 5.16
     pub const BYTES_RETRANS: usize = 48; // u64, 6.5
     pub const BYTES_SENT: usize = 56; // u64, 6.5
     pub const BYTES_RECEIVED: usize = 64; // u64, 6.5
-    pub const SUBFLOWS_TOTAL: usize = 80; // u8, 6.5: every subflow opened
 }
 
 /// `MPTCP_INFO_FLAG_FALLBACK`.
@@ -41,16 +39,9 @@ const FLAG_FALLBACK: u64 = 1;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct MptcpInfo {
     pub fallback: bool,
-    /// Subflows now, the first included.
-    pub subflows: u64,
-    pub subflows_opened: Option<u64>,
     pub bytes_sent: Option<u64>,
     pub bytes_retransmitted: Option<u64>,
     pub bytes_received: Option<u64>,
-}
-
-fn u8_at(raw: &[u8], at: usize) -> Option<u64> {
-    raw.get(at).map(|&b| u64::from(b))
 }
 
 fn u16_be_at(raw: &[u8], at: usize) -> Option<u16> {
@@ -73,8 +64,6 @@ pub fn info(raw: &[u8]) -> MptcpInfo {
     use off::*;
     MptcpInfo {
         fallback: u32_at(raw, FLAGS).unwrap_or(0) & FLAG_FALLBACK != 0,
-        subflows: u8_at(raw, SUBFLOWS).unwrap_or(0) + 1,
-        subflows_opened: u8_at(raw, SUBFLOWS_TOTAL).filter(|&n| n > 0),
         bytes_sent: u64_at(raw, BYTES_SENT),
         bytes_retransmitted: u64_at(raw, BYTES_RETRANS),
         bytes_received: u64_at(raw, BYTES_RECEIVED),
@@ -150,21 +139,21 @@ mod tests {
     #[test]
     fn a_short_info_leaves_the_newer_counts_unknown() {
         let mut raw = vec![0u8; INFO_MAX];
-        raw[off::SUBFLOWS] = 1;
-        raw[off::SUBFLOWS_TOTAL] = 3;
         raw[off::BYTES_SENT..off::BYTES_SENT + 8].copy_from_slice(&7_000u64.to_ne_bytes());
+        raw[off::BYTES_RECEIVED..off::BYTES_RECEIVED + 8].copy_from_slice(&9u64.to_ne_bytes());
         let full = info(&raw);
         assert_eq!(
-            (full.subflows, full.subflows_opened, full.bytes_sent),
-            (2, Some(3), Some(7_000))
+            (
+                full.bytes_sent,
+                full.bytes_received,
+                full.bytes_retransmitted
+            ),
+            (Some(7_000), Some(9), Some(0))
         );
         assert!(!full.fallback);
         // Linux 5.16's struct ends after mptcpi_csum_enabled (at 43).
         let old = info(&raw[..44]);
-        assert_eq!(
-            (old.subflows, old.subflows_opened, old.bytes_sent),
-            (2, None, None)
-        );
+        assert_eq!((old.bytes_sent, old.bytes_received), (None, None));
         raw[off::FLAGS] = 1;
         assert!(info(&raw).fallback);
     }

@@ -453,7 +453,6 @@ pub fn mptcp_connection<F: AsRawFd>(
     Some(flowlab_results::result::MptcpConnection {
         stream,
         fallback: info.fallback,
-        subflows_opened: info.subflows_opened,
         bytes_sent: info.bytes_sent,
         bytes_retransmitted: info.bytes_retransmitted,
         bytes_received: info.bytes_received,

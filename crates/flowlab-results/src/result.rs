@@ -268,9 +268,6 @@ pub struct MptcpConnection {
     /// The connection fell back to plain TCP (the server, or something on the path, did
     /// not speak MPTCP): its figures are TCP's and it has no subflows.
     pub fallback: bool,
-    /// Subflows the connection opened over its life (the first included), and those it
-    /// has at the end.
-    pub subflows_opened: Option<u64>,
     /// Bytes sent over all subflows (retransmissions between subflows included), bytes
     /// resent, and bytes received: MPTCP's own counts (Linux 6.5), `None` before.
     pub bytes_sent: Option<u64>,

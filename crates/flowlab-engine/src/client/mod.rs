@@ -61,6 +61,11 @@ pub enum ClientError {
     Unsupported(String),
     #[error("a QUIC test is run by flowlab_quic::measure, not by the TCP and UDP engine")]
     Quic,
+    #[error(
+        "-m/--mptcp: this system makes no MPTCP socket ({0}): a kernel without MPTCP, or \
+         net.mptcp.enabled = 0"
+    )]
+    NoMptcp(std::io::Error),
     #[error("unexpected control message {0:?} from the server")]
     Unexpected(State),
     #[error("opening data stream {id}: {source}")]
@@ -303,6 +308,15 @@ fn data_file(spec: &TestSpec) -> Result<Option<std::sync::Arc<std::fs::File>>, C
 /// The control connection to the spec's server, its address, and the test's cookie
 /// (sent).
 fn connect(spec: &TestSpec) -> Result<(TcpStream, SocketAddr, Cookie), ClientError> {
+    if spec.mptcp {
+        // Said as what it is, before any connection is tried.
+        socket2::Socket::new(
+            socket2::Domain::IPV4,
+            socket2::Type::STREAM,
+            Some(socket2::Protocol::MPTCP),
+        )
+        .map_err(ClientError::NoMptcp)?;
+    }
     let addrs = resolve(spec)?;
     let mut ctrl = connect_any(&addrs, spec)?;
     let server = ctrl.peer_addr().map_err(ControlError::Io)?;

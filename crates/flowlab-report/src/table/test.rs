@@ -413,13 +413,9 @@ fn mptcp(m: &flowlab_results::result::MptcpEnd, f: UnitFormat) -> String {
             );
             continue;
         }
-        let opened = match c.subflows_opened {
-            Some(n) if n as usize != c.subflows.len() => format!(" ({n} opened)"),
-            _ => String::new(),
-        };
         let _ = writeln!(
             out,
-            "MPTCP stream {}: {} subflow{}{opened}{}",
+            "MPTCP stream {}: {} subflow{}{}",
             c.stream,
             c.subflows.len(),
             if c.subflows.len() == 1 { "" } else { "s" },
