@@ -8,6 +8,8 @@
 
 use flowlab_results::result::MptcpSubflow;
 
+use crate::tcpinfo::{u32_at, u64_at};
+
 /// `SOL_MPTCP` and its options (not in the libc crate).
 pub const SOL_MPTCP: libc::c_int = 284;
 pub const MPTCP_INFO: libc::c_int = 1;
@@ -47,16 +49,6 @@ pub struct MptcpInfo {
 fn u16_be_at(raw: &[u8], at: usize) -> Option<u16> {
     let b: [u8; 2] = raw.get(at..at + 2)?.try_into().ok()?;
     Some(u16::from_be_bytes(b))
-}
-
-fn u32_at(raw: &[u8], at: usize) -> Option<u64> {
-    let b: [u8; 4] = raw.get(at..at + 4)?.try_into().ok()?;
-    Some(u64::from(u32::from_ne_bytes(b)))
-}
-
-fn u64_at(raw: &[u8], at: usize) -> Option<u64> {
-    let b: [u8; 8] = raw.get(at..at + 8)?.try_into().ok()?;
-    Some(u64::from_ne_bytes(b))
 }
 
 /// Decodes the bytes of `struct mptcp_info` the kernel returned.

@@ -53,12 +53,14 @@ fn u8_at(raw: &[u8], at: usize) -> Option<u64> {
     raw.get(at).map(|&b| u64::from(b))
 }
 
-fn u32_at(raw: &[u8], at: usize) -> Option<u64> {
+/// The native-endian u32 at `at`, if `raw` reaches past it (the kernel's structs).
+pub(crate) fn u32_at(raw: &[u8], at: usize) -> Option<u64> {
     let b: [u8; 4] = raw.get(at..at + 4)?.try_into().ok()?;
     Some(u64::from(u32::from_ne_bytes(b)))
 }
 
-fn u64_at(raw: &[u8], at: usize) -> Option<u64> {
+/// The native-endian u64 at `at`, if `raw` reaches past it.
+pub(crate) fn u64_at(raw: &[u8], at: usize) -> Option<u64> {
     let b: [u8; 8] = raw.get(at..at + 8)?.try_into().ok()?;
     Some(u64::from_ne_bytes(b))
 }

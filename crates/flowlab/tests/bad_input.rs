@@ -107,14 +107,7 @@ fn invalid_json_parameters() {
 fn an_mptcp_client_is_never_served_as_plain_tcp() {
     let port = server();
     let mut c = at_param_exchange(port, 8);
-    let doc = std::fs::read(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../flowlab-proto/tests/fixtures/iperf3-params/3.21-mptcp.json"
-    ))
-    .expect("the fixture");
-    c.write_all(&(doc.len() as u32).to_be_bytes())
-        .expect("write");
-    c.write_all(&doc).expect("write");
+    send_iperf3_params(&mut c, "3.21-mptcp");
     // SAFETY: socket(2) and close(2) on a descriptor of this test's own.
     let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM, libc::IPPROTO_MPTCP) };
     let mptcp = fd >= 0;

@@ -509,16 +509,9 @@ fn without_mptcp_each_end_says_so() {
     // An iperf3 3.21 client's -m, as it sends it, to that server: refused, never served
     // as plain TCP.
     let refused = support::in_netns(Some(&ns), || {
-        use std::io::{Read, Write};
+        use std::io::Read;
         let mut c = support::at_param_exchange(5201, 9);
-        let doc = std::fs::read(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../flowlab-proto/tests/fixtures/iperf3-params/3.21-mptcp.json"
-        ))
-        .expect("the fixture");
-        c.write_all(&(doc.len() as u32).to_be_bytes())
-            .expect("write");
-        c.write_all(&doc).expect("write");
+        support::send_iperf3_params(&mut c, "3.21-mptcp");
         let mut b = [0u8; 9];
         c.read_exact(&mut b).expect("the server's answer");
         b

@@ -5,6 +5,20 @@
 
 pub use flowlab_testkit::*;
 
+/// Sends a newer iperf3 client's parameters, as it sends them, on a connection at the
+/// parameter exchange: flowlab-proto's captured fixture `name` (`3.21-mptcp`), framed.
+pub fn send_iperf3_params(c: &mut std::net::TcpStream, name: &str) {
+    use std::io::Write;
+    let path = format!(
+        "{}/../flowlab-proto/tests/fixtures/iperf3-params/{name}.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let doc = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    c.write_all(&(doc.len() as u32).to_be_bytes())
+        .expect("the parameters' length");
+    c.write_all(&doc).expect("the parameters");
+}
+
 /// Runs `flowlab net down NAME` when dropped: a topology a test brought up is taken
 /// down (its emulator, and what it holds, gone) however the test ends.
 pub struct NetDown(String);
