@@ -276,6 +276,14 @@ impl Args {
     }
 }
 
+/// The first option set among `refused` (set, flag, why), refused as `FLAG with MODE: WHY`.
+fn first_refused(refused: &[(bool, &str, &str)], mode: &str) -> Result<(), Usage> {
+    match refused.iter().find(|(set, ..)| *set) {
+        Some((_, flag, why)) => Err(Usage(format!("{flag} with {mode}: {why}"))),
+        None => Ok(()),
+    }
+}
+
 impl Args {
     /// What a QUIC test cannot do: the options of TCP's and UDP's sockets, of iperf3's
     /// control protocol (which a perf server does not speak) and of flowlab's
@@ -375,10 +383,7 @@ impl Args {
                 "a perf server takes none",
             ),
         ];
-        match refused.iter().find(|(set, ..)| *set) {
-            Some((_, flag, why)) => Err(Usage(format!("{flag} with --quic: {why}"))),
-            None => Ok(()),
-        }
+        first_refused(&refused, "--quic")
     }
 
     /// What an MPTCP socket refuses (Linux has no MPTCP form of these options): said
@@ -401,10 +406,7 @@ impl Args {
                 "an MPTCP socket refuses TCP_USER_TIMEOUT",
             ),
         ];
-        match refused.iter().find(|(set, ..)| *set) {
-            Some((_, flag, why)) => Err(Usage(format!("{flag} with -m/--mptcp: {why}"))),
-            None => Ok(()),
-        }
+        first_refused(&refused, "-m/--mptcp")
     }
 
     /// `-F FILE`: what it takes (a TCP test of one stream, one way) and, when the client
