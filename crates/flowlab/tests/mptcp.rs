@@ -376,13 +376,7 @@ fn one_path_cut_mid_test_the_other_carries_on_and_the_subflows_say_so() {
             .expect("serve"),
     );
     let mut log = server.0.stdout.take().expect("its log");
-    support::in_netns(Some(&c), || {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while std::net::TcpStream::connect("10.71.1.2:5201").is_err() {
-            assert!(std::time::Instant::now() < deadline, "serve did not listen");
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-    });
+    support::await_listening_in(&c, "10.71.1.2:5201", &mut server.0);
     for cc in ["cubic", "bbr"] {
         ip(&["-n", &c, "link", "set", "c0", "up"]);
         let client = Command::new("ip")
@@ -470,7 +464,7 @@ fn without_mptcp_each_end_says_so() {
         .expect("sysctl");
     assert!(off.success(), "net.mptcp.enabled=0 in {ns}");
     let flowlab = env!("CARGO_BIN_EXE_flowlab");
-    let _server = Reaped(
+    let mut server = Reaped(
         Command::new("ip")
             .args(["netns", "exec", &ns, flowlab, "serve", "-p", "5201"])
             .stdout(Stdio::null())
@@ -478,13 +472,7 @@ fn without_mptcp_each_end_says_so() {
             .spawn()
             .expect("serve"),
     );
-    support::in_netns(Some(&ns), || {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while std::net::TcpStream::connect("127.0.0.1:5201").is_err() {
-            assert!(std::time::Instant::now() < deadline, "serve did not listen");
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-    });
+    support::await_listening_in(&ns, "127.0.0.1:5201", &mut server.0);
     let out = Command::new("ip")
         .args([
             "netns",

@@ -382,7 +382,7 @@ fn quic_over_a_lossy_emulated_link_counts_its_losses_and_never_stops() {
     let topology = "name = \"tquic\"\nhosts = [\"c\", \"s\"]\n[[link]]\nends = [\"c\", \"s\"]\nrate = \"50M\"\ndelay = \"10ms\"\nloss = 0.01\n";
     let _down = support::net_up(dir.path(), "tquic", topology);
     let flowlab = env!("CARGO_BIN_EXE_flowlab");
-    let _serving = Reaped(
+    let mut serving = Reaped(
         Command::new("ip")
             .args([
                 "netns",
@@ -398,13 +398,7 @@ fn quic_over_a_lossy_emulated_link_counts_its_losses_and_never_stops() {
             .spawn()
             .expect("serve"),
     );
-    support::in_netns(Some("fl-tquic-c"), || {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while std::net::TcpStream::connect("10.0.1.2:5201").is_err() {
-            assert!(std::time::Instant::now() < deadline, "serve did not listen");
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-    });
+    support::await_listening_in("fl-tquic-c", "10.0.1.2:5201", &mut serving.0);
     for (cc, reverse) in [("cubic", false), ("cubic", true), ("bbr", false)] {
         let what = format!("{cc}{}", if reverse { " -R" } else { "" });
         let mut c = Command::new("ip");

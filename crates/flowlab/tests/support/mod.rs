@@ -227,6 +227,26 @@ pub fn in_netns<T: Send + 'static>(ns: Option<&str>, f: impl FnOnce() -> T + Sen
     .expect("the namespace's thread")
 }
 
+/// Waits (up to 10 s) until a TCP connection to `addr` from inside namespace `ns`
+/// succeeds, failing at once if `server` (the process that should listen) exits.
+pub fn await_listening_in(ns: &str, addr: &str, server: &mut std::process::Child) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let to = addr.to_owned();
+        if in_netns(Some(ns), move || std::net::TcpStream::connect(to).is_ok()) {
+            return;
+        }
+        if let Ok(Some(status)) = server.try_wait() {
+            panic!("the server for {addr} exited before listening: {status}");
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "nothing listens on {addr} (from {ns}) within 10 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 impl Browser {
     /// Opens `url` with a profile of its own under `dir`, once the browser listens for
     /// the DevTools protocol (within 30 s). `reach` are the other hosts (names or
