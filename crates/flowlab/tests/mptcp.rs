@@ -196,7 +196,15 @@ fn a_plain_tcp_servers_fallback_is_said() {
     let c = &doc["end"]["mptcp"]["connections"][0];
     assert_eq!(c["fallback"], true, "{c}");
     assert_eq!(c["subflows"].as_array().map(Vec::len), Some(0), "{c}");
-    assert_eq!(doc["end"]["sums"][0]["receiver"]["bytes"], 4 << 20);
+    let sum = &doc["end"]["sums"][0];
+    assert_eq!(sum["sender"]["bytes"], 4 << 20);
+    // The receiver's count is the stock server's own (interop.rs pins that it is
+    // relayed as is). iperf3 3.12 closes its streams on TEST_END and drops what it has
+    // not read by then (iperf_server_api.c); flowlab's client sends TEST_END only once
+    // all is acknowledged, which makes a short count rare (a stock iperf3 client's is
+    // short in about a third of such tests), not impossible.
+    let received = sum["receiver"]["bytes"].as_u64().expect("bytes");
+    assert!(received > 0 && received <= 4 << 20, "{sum}");
     let (status, table, err) = test(port, &["-m", "-n", "1M"]);
     assert!(status.success(), "{err}");
     assert!(
@@ -278,6 +286,69 @@ fn what_an_mptcp_socket_refuses_is_refused_naming_the_flag() {
     usage_error(&["test", "127.0.0.1", "-m", "--quic"], "--mptcp");
 }
 
+/// A client and a server namespace (`{prefix}{pid}c`, `…s`) joined by `paths` veth
+/// pairs, path i on 10.71.(i+1).0/24 (client .1 on `c{i}`, server .2 on `s{i}`), each
+/// 20 Mbit/s each way (tbf); MPTCP may open a subflow on each. Deleted when dropped.
+struct Hosts {
+    client: String,
+    server: String,
+    _made: Namespaces,
+}
+
+impl Hosts {
+    fn joined_by(paths: usize, prefix: &str) -> Hosts {
+        let tag = std::process::id() % 100_000;
+        let (c, s) = (format!("{prefix}{tag}c"), format!("{prefix}{tag}s"));
+        let made = Namespaces(vec![c.clone(), s.clone()]);
+        ip(&["netns", "add", &c]);
+        ip(&["netns", "add", &s]);
+        for i in 0..paths {
+            let net = format!("10.71.{}", i + 1);
+            let (cd, sd) = (format!("c{i}"), format!("s{i}"));
+            ip(&[
+                "link", "add", &cd, "netns", &c, "type", "veth", "peer", "name", &sd, "netns", &s,
+            ]);
+            for (ns, dev, host) in [(&c, &cd, 1), (&s, &sd, 2)] {
+                ip(&[
+                    "-n",
+                    ns,
+                    "addr",
+                    "add",
+                    &format!("{net}.{host}/24"),
+                    "dev",
+                    dev,
+                ]);
+                ip(&["-n", ns, "link", "set", dev, "up"]);
+                let tc = Command::new("tc")
+                    .args(["-n", ns, "qdisc", "add", "dev", dev, "root", "tbf"])
+                    .args(["rate", "20mbit", "burst", "32kb", "latency", "50ms"])
+                    .status()
+                    .expect("tc");
+                assert!(tc.success(), "tc tbf on {dev}");
+            }
+        }
+        for ns in [&c, &s] {
+            ip(&["-n", ns, "link", "set", "lo", "up"]);
+            ip(&[
+                "-n",
+                ns,
+                "mptcp",
+                "limits",
+                "set",
+                "subflows",
+                "2",
+                "add_addr_accepted",
+                "2",
+            ]);
+        }
+        Hosts {
+            client: c,
+            server: s,
+            _made: made,
+        }
+    }
+}
+
 /// Namespaces this test made, deleted (with their links) when it ends, however.
 struct Namespaces(Vec<String>);
 
@@ -312,49 +383,8 @@ fn one_path_cut_mid_test_the_other_carries_on_and_the_subflows_say_so() {
         return;
     }
     let _machine = support::machine_shared();
-    let tag = std::process::id() % 100_000;
-    let (c, s) = (format!("mp{tag}c"), format!("mp{tag}s"));
-    let _made = Namespaces(vec![c.clone(), s.clone()]);
-    ip(&["netns", "add", &c]);
-    ip(&["netns", "add", &s]);
-    for (i, net) in ["10.71.1", "10.71.2"].iter().enumerate() {
-        let (cd, sd) = (format!("c{i}"), format!("s{i}"));
-        ip(&[
-            "link", "add", &cd, "netns", &c, "type", "veth", "peer", "name", &sd, "netns", &s,
-        ]);
-        for (ns, dev, host) in [(&c, &cd, 1), (&s, &sd, 2)] {
-            ip(&[
-                "-n",
-                ns,
-                "addr",
-                "add",
-                &format!("{net}.{host}/24"),
-                "dev",
-                dev,
-            ]);
-            ip(&["-n", ns, "link", "set", dev, "up"]);
-            let tc = Command::new("tc")
-                .args(["-n", ns, "qdisc", "add", "dev", dev, "root", "tbf"])
-                .args(["rate", "20mbit", "burst", "32kb", "latency", "50ms"])
-                .status()
-                .expect("tc");
-            assert!(tc.success(), "tc tbf on {dev}");
-        }
-    }
-    for ns in [&c, &s] {
-        ip(&["-n", ns, "link", "set", "lo", "up"]);
-        ip(&[
-            "-n",
-            ns,
-            "mptcp",
-            "limits",
-            "set",
-            "subflows",
-            "2",
-            "add_addr_accepted",
-            "2",
-        ]);
-    }
+    let hosts = Hosts::joined_by(2, "mp");
+    let (c, s) = (hosts.client.clone(), hosts.server.clone());
     ip(&[
         "-n",
         &s,
