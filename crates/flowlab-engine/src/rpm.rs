@@ -67,7 +67,7 @@ impl RpmSpec {
             params: Params::default(),
             loads: vec![Load::Download, Load::Upload],
             congestion: None,
-            idle_probes: 10,
+            idle_probes: rpm::IDLE_PROBES,
             family: None,
             credentials: None,
         }

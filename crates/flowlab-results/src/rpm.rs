@@ -10,6 +10,10 @@ pub const SCHEMA: &str = "flowlab.rpm/1";
 /// The revision of the method implemented.
 pub const DRAFT: &str = "draft-ietf-ippm-responsiveness-08";
 
+/// Foreign probes on the idle path before any load: enough that a few delayed ones
+/// (a busy host, a busy emulator) leave the idle median on the path's RTT.
+pub const IDLE_PROBES: usize = 20;
+
 /// Which load a run measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Load {
@@ -386,6 +390,11 @@ pub struct Idle {
     /// (set-up + request) / 2, over TLS (set-up + handshake + request) / 3, and its RPM.
     pub latency_ms: Option<f64>,
     pub rpm: Option<f64>,
+    /// The median of each probe's own latency (its set-up and request, and handshake
+    /// over TLS, averaged as `latency_ms` averages their means): the idle path's RTT
+    /// however a few probes were delayed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub median_ms: Option<f64>,
 }
 
 impl Idle {
@@ -400,7 +409,18 @@ impl Idle {
             Some(tls) => tcp.zip(req).map(|(a, b)| (a + tls + b) / 3.0),
             None => tcp.zip(req).map(|(a, b)| (a + b) / 2.0),
         };
+        let each: Vec<f64> = (0..s.tcp_foreign.len().min(s.request_foreign.len()))
+            .filter_map(|i| {
+                let (tcp, req) = (s.tcp_foreign[i].ms, s.request_foreign[i].ms);
+                match s.tls_foreign.get(i) {
+                    Some(tls) => Some((tcp + tls.ms + req) / 3.0),
+                    None if s.tls_foreign.is_empty() => Some((tcp + req) / 2.0),
+                    None => None,
+                }
+            })
+            .collect();
         Idle {
+            median_ms: crate::stats::summary(&each).map(|s| s.median),
             probes: s.tcp_foreign.len(),
             tcp_foreign_ms: tcp,
             tls_foreign_ms: tls,
@@ -463,6 +483,38 @@ mod tests {
         assert_eq!(trimmed_mean(&[7.0], 0.95), Some(7.0));
         assert_eq!(trimmed_mean(&[], 0.95), None);
         assert_eq!(trimmed_mean(&[3.0, 1.0, 1000.0], 0.95), Some(2.0));
+    }
+
+    #[test]
+    fn the_idle_median_is_each_probes_latency_in_the_middle() {
+        let mut s = Samples::default();
+        // Ten probes on a 20 ms path, one 50 ms late in each part.
+        for (i, late) in [0.0, 0.0, 0.0, 0.0, 50.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+            .into_iter()
+            .enumerate()
+        {
+            let t = i as f64;
+            s.tcp_foreign.push(Sample { t, ms: 20.0 + late });
+            s.request_foreign.push(Sample { t, ms: 21.0 + late });
+        }
+        let idle = Idle::of(&s, 0.95);
+        assert_eq!(idle.median_ms, Some(20.5));
+        // The trimmed mean drops the slowest share only: here the one late probe.
+        assert_eq!(idle.latency_ms, Some(20.5));
+        s.tcp_foreign[2].ms += 30.0;
+        s.request_foreign[2].ms += 30.0;
+        let idle = Idle::of(&s, 0.95);
+        assert_eq!(idle.median_ms, Some(20.5));
+        assert!(idle.latency_ms > Some(23.0), "{:?}", idle.latency_ms);
+        // Over TLS each probe's latency is the mean of its three parts.
+        for i in 0..10 {
+            s.tls_foreign.push(Sample {
+                t: i as f64,
+                ms: 23.5,
+            });
+        }
+        assert_eq!(Idle::of(&s, 0.95).median_ms, Some(21.5));
+        assert_eq!(Idle::of(&Samples::default(), 0.95).median_ms, None);
     }
 
     #[test]

@@ -1530,10 +1530,18 @@ fn rpm_working_latency_matches_the_bottlenecks_queue() {
         );
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
         assert_eq!(v["start"]["congestion"], cc);
-        let idle = v["idle"]["latency_ms"].as_f64().expect("idle latency");
+        // The idle path's RTT is judged by the median of the idle probes, which a few
+        // probes delayed on a busy machine do not move; the trimmed mean they feed can
+        // only lie above the path's delay.
+        let idle = v["idle"]["median_ms"].as_f64().expect("idle median");
         assert!(
             (d..d + 2.0).contains(&idle),
-            "{cc}: idle {idle} ms, D {d} ms: {}",
+            "{cc}: idle median {idle} ms, D {d} ms: {}",
+            v["idle"]
+        );
+        assert!(
+            v["idle"]["latency_ms"].as_f64() >= Some(d),
+            "{cc}: {}",
             v["idle"]
         );
         let dl = &v["directions"][0];

@@ -30,6 +30,7 @@ fn every_load_ramps_probes_and_judges() {
     assert_eq!(r.start.draft, flowlab_results::rpm::DRAFT);
     assert_eq!(r.idle.probes, 5);
     assert!(r.idle.latency_ms.is_some_and(|l| l > 0.0), "{:?}", r.idle);
+    assert!(r.idle.median_ms.is_some_and(|m| m > 0.0), "{:?}", r.idle);
     let names: Vec<&str> = r.directions.iter().map(|d| d.direction.as_str()).collect();
     assert_eq!(names, ["download", "upload", "both"]);
     for d in &r.directions {
@@ -229,6 +230,11 @@ fn assert_http2_over_tls(doc: &serde_json::Value, what: &str) {
     };
     assert!(
         ms(&doc["idle"]["tls_foreign_ms"]) > 0.0,
+        "{what}: {}",
+        doc["idle"]
+    );
+    assert!(
+        ms(&doc["idle"]["median_ms"]) > 0.0,
         "{what}: {}",
         doc["idle"]
     );

@@ -63,9 +63,12 @@ fn parts(tcp: f64, tls: Option<f64>, request: f64) -> String {
 fn idle_line(i: &Idle) -> String {
     match (i.latency_ms, i.tcp_foreign_ms, i.request_foreign_ms, i.rpm) {
         (Some(l), Some(t), Some(r), Some(rpm)) => format!(
-            "idle      latency {l:.3} ms ({}; {} probes): {rpm:.0} RPM\n",
+            "idle      latency {l:.3} ms ({}; {} probes{}): {rpm:.0} RPM\n",
             parts(t, i.tls_foreign_ms, r),
-            i.probes
+            i.probes,
+            i.median_ms
+                .map(|m| format!(", median {m:.3}"))
+                .unwrap_or_default()
         ),
         _ => "idle      no probe completed\n".into(),
     }

@@ -125,7 +125,7 @@ impl Args {
             insecure: self.insecure,
             params,
             loads,
-            idle_probes: 10,
+            idle_probes: flowlab_results::rpm::IDLE_PROBES,
         })
     }
 
