@@ -273,6 +273,16 @@ struct RawTopology {
     links: Vec<RawLink>,
     #[serde(default, rename = "medium")]
     media: Vec<RawMedium>,
+    mptcp: Option<RawMptcp>,
+}
+
+/// The `[mptcp]` table: MPTCP's in-kernel path manager on every host.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMptcp {
+    subflows: Option<toml::Spanned<i64>>,
+    add_addr_accepted: Option<toml::Spanned<i64>>,
+    endpoints: Option<toml::Spanned<String>>,
 }
 
 /// A `[[medium]]`: a shared Wi-Fi channel.
@@ -695,6 +705,72 @@ pub struct Topology {
     /// The shared media (`[[medium]]`), whose stations' hops are among `links`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub media: Vec<SharedMedium>,
+    /// The file's `[mptcp]` table, if it has one ([`Topology::mptcp`] says what is set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mptcp_table: Option<Mptcp>,
+}
+
+pub use flowlab_results::net::Mptcp;
+
+/// The endpoint flags `ip mptcp endpoint` takes.
+const MPTCP_FLAGS: [&str; 4] = ["subflow", "signal", "backup", "fullmesh"];
+
+fn mptcp(text: &str, raw: &RawMptcp) -> Result<Mptcp, TopologyError> {
+    let at = |span: std::ops::Range<usize>, message: String| TopologyError {
+        at: Some(line_column(text, span.start)),
+        ..TopologyError::new(message)
+    };
+    let mut m = Mptcp::default();
+    for (value, name, into) in [
+        (&raw.subflows, "subflows", &mut m.subflows),
+        (
+            &raw.add_addr_accepted,
+            "add_addr_accepted",
+            &mut m.add_addr_accepted,
+        ),
+    ] {
+        if let Some(v) = value {
+            *into = u8::try_from(*v.get_ref())
+                .ok()
+                .filter(|n| *n <= 8)
+                .ok_or_else(|| {
+                    at(
+                        v.span(),
+                        format!(
+                            "mptcp: {name} {}: from 0 to 8 (the kernel's most)",
+                            v.get_ref()
+                        ),
+                    )
+                })?;
+        }
+    }
+    if let Some(e) = &raw.endpoints {
+        let flags: Vec<String> = e.get_ref().split_whitespace().map(String::from).collect();
+        if let Some(bad) = flags.iter().find(|f| !MPTCP_FLAGS.contains(&f.as_str())) {
+            return Err(at(
+                e.span(),
+                format!(
+                    "mptcp: endpoints: unknown flag '{bad}' (flags: {})",
+                    MPTCP_FLAGS.join(", ")
+                ),
+            ));
+        }
+        let has = |f: &str| flags.iter().any(|x| x == f);
+        if has("fullmesh") && has("signal") {
+            return Err(at(
+                e.span(),
+                "mptcp: endpoints: fullmesh and signal together (the kernel refuses them)".into(),
+            ));
+        }
+        if !flags.is_empty() && !has("subflow") && !has("signal") {
+            return Err(at(
+                e.span(),
+                "mptcp: endpoints: give subflow, signal or both (or \"\" for none)".into(),
+            ));
+        }
+        m.endpoint_flags = flags;
+    }
+    Ok(m)
 }
 
 fn shape(p: &RawProps, base: Option<&Shape>, at: &str) -> Result<Shape, TopologyError> {
@@ -1529,17 +1605,14 @@ impl Topology {
                     "switch '{n}' has {degree} links; a /24 holds at most 253"
                 ));
             }
-            if *k == Kind::Host && degree > 1 {
-                return err(format!(
-                    "host '{n}' has {degree} links; a host has one (use a router)"
-                ));
-            }
         }
+        let mptcp_table = raw.mptcp.as_ref().map(|m| mptcp(text, m)).transpose()?;
         let t = Topology {
             name: raw.name,
             nodes,
             links,
             media,
+            mptcp_table,
         };
         if let Some((a, b)) = Plan::of(&t).unreachable_host() {
             return err(format!("hosts '{a}' and '{b}' are not connected"));
@@ -1801,6 +1874,28 @@ impl Topology {
             .filter(|(_, k)| **k == Kind::Host)
             .map(|(n, _)| n)
     }
+
+    /// The hosts with more than one link (an address on each), in name order.
+    pub fn multi_homed(&self) -> Vec<&str> {
+        self.hosts()
+            .filter(|h| {
+                self.links
+                    .iter()
+                    .filter(|l| &l.a == *h || &l.b == *h)
+                    .count()
+                    > 1
+            })
+            .map(String::as_str)
+            .collect()
+    }
+
+    /// What MPTCP's path manager is set to on every host: the file's `[mptcp]` table,
+    /// else the defaults where a host is multi-homed; `None`: as the kernel has it.
+    pub fn mptcp(&self) -> Option<Mptcp> {
+        self.mptcp_table
+            .clone()
+            .or_else(|| (!self.multi_homed().is_empty()).then(Mptcp::default))
+    }
 }
 
 /// One hop of a path: the link and the direction it is crossed in.
@@ -2018,6 +2113,8 @@ impl<'a> Plan<'a> {
                 })
                 .collect(),
             media: t.media.iter().map(SharedMedium::summary).collect(),
+            multi_homed: t.multi_homed().into_iter().map(String::from).collect(),
+            mptcp: t.mptcp(),
         }
     }
 
@@ -2093,6 +2190,16 @@ impl<'a> Plan<'a> {
     }
 
     pub fn path(&self, from: &str, to: &str) -> Option<PathInfo> {
+        self.path_leaving(from, to, None)
+    }
+
+    /// [`Plan::path`] leaving `from` by link `first` (by index): the path a packet from
+    /// `from`'s address on that link takes (a multi-homed host's per-source routes).
+    pub fn path_through(&self, from: &str, to: &str, first: usize) -> Option<PathInfo> {
+        self.path_leaving(from, to, Some(first))
+    }
+
+    fn path_leaving(&self, from: &str, to: &str, first: Option<usize>) -> Option<PathInfo> {
         let t = self.topology;
         // Dijkstra on (links, delay); hosts do not forward.
         let mut best: HashMap<&str, Reached<'_>> = HashMap::new();
@@ -2108,6 +2215,9 @@ impl<'a> Plan<'a> {
                 continue;
             }
             for &(li, next) in self.adjacency.get(node).into_iter().flatten() {
+                if node == from && first.is_some_and(|f| f != li) {
+                    continue;
+                }
                 let l = &t.links[li];
                 let d = if l.a == node {
                     l.a_to_b.delay
@@ -2805,13 +2915,10 @@ down_rate = "130M"
             assert_eq!(e.at.map(|(l, _)| l), Some(line_of(&text, needle)), "{e}");
             assert!(e.message.starts_with(want), "{e}");
         }
-        // A host on the medium with a link of its own has two.
+        // A station with a link of its own beside its hop is multi-homed (a phone's
+        // Wi-Fi and cellular), as is srv, now on two links.
         let text = format!("{WLAN}[[link]]\nends = [\"a\", \"srv\"]\n");
-        let e = Topology::parse(&text).unwrap_err();
-        assert!(
-            e.message.contains("'a' and 'srv'") || e.message.contains("host 'a' has 2 links"),
-            "{e}"
-        );
+        assert_eq!(Topology::parse(&text).unwrap().multi_homed(), ["a", "srv"]);
         let text = WLAN
             .replace(
                 "[[medium.station]]\nhost = \"b\"\nrate = \"65M\"\ndown_rate = \"130M\"\n",
@@ -3428,5 +3535,72 @@ down_rate = "130M"
         let less = p.rate((kbps - 3) * 1000);
         assert!(p.tcp_alone_bps(&less, &less, 1448) < 164e6);
         assert_eq!(crate::medium::Preset::B.phy_for_tcp(10e6), None);
+    }
+
+    /// A phone with two paths to a server: multi-homed, with MPTCP's defaults.
+    const PHONE: &str = "name = \"p\"\nhosts = [\"c\", \"s\"]\nrouters = [\"r1\", \"r2\"]\n\
+        [[link]]\nends = [\"c\", \"r1\"]\n[[link]]\nends = [\"c\", \"r2\"]\n\
+        [[link]]\nends = [\"r1\", \"s\"]\n[[link]]\nends = [\"r2\", \"s\"]\n";
+
+    #[test]
+    fn a_multi_homed_host_gets_mptcp_unless_the_file_says_otherwise() {
+        let t = Topology::parse(PHONE).unwrap();
+        // s is on two links too: both ends multi-homed.
+        assert_eq!(t.multi_homed(), ["c", "s"]);
+        assert_eq!(t.mptcp(), Some(Mptcp::default()));
+        assert_eq!(t.mptcp_table, None);
+        // Hosts do not forward: c reaches s in two links, and r2 not at all by its link
+        // to r1 (that way leads through s).
+        let plan = Plan::of(&t);
+        assert_eq!(plan.path("c", "s").map(|p| p.nodes.len()), Some(3));
+        assert!(plan.path_through("c", "r2", 0).is_none());
+        let text = format!(
+            "{PHONE}[mptcp]\nsubflows = 4\nadd_addr_accepted = 0\nendpoints = \"subflow backup\"\n"
+        );
+        let m = Topology::parse(&text).unwrap().mptcp().unwrap();
+        assert_eq!((m.subflows, m.add_addr_accepted), (4, 0));
+        assert_eq!(m.endpoint_flags, ["subflow", "backup"]);
+        let none = format!("{PHONE}[mptcp]\nendpoints = \"\"\n");
+        assert!(
+            Topology::parse(&none)
+                .unwrap()
+                .mptcp()
+                .unwrap()
+                .endpoint_flags
+                .is_empty()
+        );
+        // One link a host: no MPTCP set up unless asked.
+        let single = Topology::parse(SMALL).unwrap();
+        assert!(single.multi_homed().is_empty());
+        assert_eq!(single.mptcp(), None);
+    }
+
+    #[test]
+    fn a_bad_mptcp_table_is_refused_at_its_line() {
+        for (line, want) in [
+            ("subflows = 9", "mptcp: subflows 9: from 0 to 8"),
+            (
+                "add_addr_accepted = -1",
+                "mptcp: add_addr_accepted -1: from 0 to 8",
+            ),
+            (
+                "endpoints = \"subflow mesh\"",
+                "mptcp: endpoints: unknown flag 'mesh'",
+            ),
+            (
+                "endpoints = \"signal fullmesh\"",
+                "mptcp: endpoints: fullmesh and signal together",
+            ),
+            (
+                "endpoints = \"backup\"",
+                "mptcp: endpoints: give subflow, signal or both",
+            ),
+            ("subflow = 2", "unknown field `subflow`"),
+        ] {
+            let text = format!("{PHONE}[mptcp]\n{line}\n");
+            let e = Topology::parse(&text).unwrap_err();
+            assert_eq!(e.at.map(|(l, _)| l), Some(line_of(&text, line)), "{e}");
+            assert!(e.message.starts_with(want), "{line}: {e}");
+        }
     }
 }

@@ -35,6 +35,41 @@ pub struct PlanSummary {
     /// The shared media (`[[medium]]`), in the file's order.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub media: Vec<MediumSummary>,
+    /// The hosts with an address on more than one segment (in name order): the packets
+    /// from each address leave by that address's own link.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub multi_homed: Vec<String>,
+    /// MPTCP's in-kernel path manager as `net up` sets it on every host (`None`: left as
+    /// each namespace's kernel has it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mptcp: Option<Mptcp>,
+}
+
+/// MPTCP's in-kernel path manager on every host of a topology (`ip mptcp limits` and
+/// `ip mptcp endpoint`), set when the file has an `[mptcp]` table or a multi-homed host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mptcp {
+    /// Additional subflows a connection may open (the kernel's limit, 0–8).
+    pub subflows: u8,
+    /// Addresses the peer announces (ADD_ADDR) that a connection may use (0–8).
+    pub add_addr_accepted: u8,
+    /// The flags of a multi-homed host's endpoints, one endpoint per address of the
+    /// host: `subflow` (open a subflow from it), `signal` (announce it), `backup`,
+    /// `fullmesh`; none: no endpoint.
+    pub endpoint_flags: Vec<String>,
+}
+
+impl Default for Mptcp {
+    /// Subflows and announced addresses up to 2 each, every address of a multi-homed
+    /// host an endpoint that opens subflows and is announced: one connection uses every
+    /// path whichever end is multi-homed.
+    fn default() -> Mptcp {
+        Mptcp {
+            subflows: 2,
+            add_addr_accepted: 2,
+            endpoint_flags: vec!["subflow".into(), "signal".into()],
+        }
+    }
 }
 
 /// A shared Wi-Fi medium and what its model expects of it (docs/net.md, "Shared media").

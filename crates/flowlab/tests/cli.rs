@@ -781,6 +781,26 @@ fn fragments_make_serve_fetch_sweep_join_from_the_command_line() {
     );
 }
 
+/// The shipped multi-homed phone: `net show` names both of its addresses and what
+/// MPTCP's path manager is set to, and its path takes the Wi-Fi, the one of least delay.
+#[test]
+fn net_show_says_a_host_is_multi_homed_and_how_mptcp_is_set() {
+    let phone = concat!(env!("CARGO_MANIFEST_DIR"), "/../../topologies/phone.toml");
+    let out = flowlab()
+        .args(["net", "show", phone])
+        .output()
+        .expect("runs");
+    assert_success(&out);
+    let text = String::from_utf8_lossy(&out.stdout);
+    for line in [
+        "  host phone is multi-homed (10.0.1.2, 10.0.2.2): each address's packets leave by its own link\n",
+        "  MPTCP on every host: up to 2 more subflows a connection, 2 announced addresses taken; every address of phone an endpoint (subflow signal)\n",
+        "phone - srv    RTT   24.0 ms    30.1 Mbits/sec  via phone ap core srv\n",
+    ] {
+        assert!(text.contains(line), "{line} missing in:\n{text}");
+    }
+}
+
 #[test]
 fn net_show_prints_the_plan_and_refuses_a_bad_file_in_one_line() {
     let portfolio = concat!(

@@ -27,6 +27,27 @@ fn mptcp() -> bool {
     false
 }
 
+/// A client with two paths to the server: Wi-Fi-like (10.0.1.1 via r1) and LTE-like
+/// (10.0.2.1 via r2), 20 Mbit/s each (tbf), joined at r3 before the server (10.0.5.2).
+const TWO_PATHS: &str = r#"name = "tmptcp"
+hosts = ["c", "s"]
+routers = ["r1", "r2", "r3"]
+[[link]]
+name = "wifi"
+ends = ["c", "r1"]
+rate = "20M"
+[[link]]
+name = "lte"
+ends = ["c", "r2"]
+rate = "20M"
+[[link]]
+ends = ["r1", "r3"]
+[[link]]
+ends = ["r2", "r3"]
+[[link]]
+ends = ["r3", "s"]
+"#;
+
 /// A `flowlab serve -J` listening on `port`, reaped however the test ends, and the
 /// lines it has logged so far (read as they come).
 struct Server {
@@ -286,69 +307,6 @@ fn what_an_mptcp_socket_refuses_is_refused_naming_the_flag() {
     usage_error(&["test", "127.0.0.1", "-m", "--quic"], "--mptcp");
 }
 
-/// A client and a server namespace (`{prefix}{pid}c`, `…s`) joined by `paths` veth
-/// pairs, path i on 10.71.(i+1).0/24 (client .1 on `c{i}`, server .2 on `s{i}`), each
-/// 20 Mbit/s each way (tbf); MPTCP may open a subflow on each. Deleted when dropped.
-struct Hosts {
-    client: String,
-    server: String,
-    _made: Namespaces,
-}
-
-impl Hosts {
-    fn joined_by(paths: usize, prefix: &str) -> Hosts {
-        let tag = std::process::id() % 100_000;
-        let (c, s) = (format!("{prefix}{tag}c"), format!("{prefix}{tag}s"));
-        let made = Namespaces(vec![c.clone(), s.clone()]);
-        ip(&["netns", "add", &c]);
-        ip(&["netns", "add", &s]);
-        for i in 0..paths {
-            let net = format!("10.71.{}", i + 1);
-            let (cd, sd) = (format!("c{i}"), format!("s{i}"));
-            ip(&[
-                "link", "add", &cd, "netns", &c, "type", "veth", "peer", "name", &sd, "netns", &s,
-            ]);
-            for (ns, dev, host) in [(&c, &cd, 1), (&s, &sd, 2)] {
-                ip(&[
-                    "-n",
-                    ns,
-                    "addr",
-                    "add",
-                    &format!("{net}.{host}/24"),
-                    "dev",
-                    dev,
-                ]);
-                ip(&["-n", ns, "link", "set", dev, "up"]);
-                let tc = Command::new("tc")
-                    .args(["-n", ns, "qdisc", "add", "dev", dev, "root", "tbf"])
-                    .args(["rate", "20mbit", "burst", "32kb", "latency", "50ms"])
-                    .status()
-                    .expect("tc");
-                assert!(tc.success(), "tc tbf on {dev}");
-            }
-        }
-        for ns in [&c, &s] {
-            ip(&["-n", ns, "link", "set", "lo", "up"]);
-            ip(&[
-                "-n",
-                ns,
-                "mptcp",
-                "limits",
-                "set",
-                "subflows",
-                "2",
-                "add_addr_accepted",
-                "2",
-            ]);
-        }
-        Hosts {
-            client: c,
-            server: s,
-            _made: made,
-        }
-    }
-}
-
 /// Namespaces this test made, deleted (with their links) when it ends, however.
 struct Namespaces(Vec<String>);
 
@@ -371,56 +329,48 @@ fn ip(args: &[&str]) {
     );
 }
 
-/// Two paths between a client and a server (two veth pairs, each 20 Mbit/s each way),
-/// the server announcing its second address: each MPTCP connection opens a subflow on
-/// each. The first path is cut 2.5 s into a 6 s upload, under cubic and bbr: the test
-/// carries on over the second — every interval after the cut moves data, the control
-/// connection (MPTCP too) ends the test — and the end's subflows say the second path
-/// carried it.
+/// A topology's multi-homed client, its two paths to the server (Wi-Fi-like and
+/// LTE-like, 20 Mbit/s each) through routers of their own: `flowlab net` gives each of
+/// its addresses routes of its own and an MPTCP endpoint, so one connection opens a
+/// subflow on each path. The first path is cut (its router's end down) 2.5 s into a 6 s
+/// upload, under cubic and bbr: the test carries on over the second — every interval
+/// after the cut moves data, the control connection (MPTCP too) ends the test — and the
+/// end's subflows say the second path carried it. Without the per-source routes the
+/// second subflow would leave by the first path too, and stall with it.
 #[test]
 fn one_path_cut_mid_test_the_other_carries_on_and_the_subflows_say_so() {
-    if !support::is_root_with_ip("the two paths are namespaces") || !mptcp() {
+    if !support::is_root_with_ip("the paths are a topology's namespaces") || !mptcp() {
         return;
     }
     let _machine = support::machine_shared();
-    let hosts = Hosts::joined_by(2, "mp");
-    let (c, s) = (hosts.client.clone(), hosts.server.clone());
-    ip(&[
-        "-n",
-        &s,
-        "mptcp",
-        "endpoint",
-        "add",
-        "10.71.2.2",
-        "dev",
-        "s1",
-        "signal",
-    ]);
+    let dir = tempfile::tempdir().expect("a directory");
+    let _down = support::net_up(dir.path(), "tmptcp", TWO_PATHS);
+    let (c, r1) = ("fl-tmptcp-c".to_string(), "fl-tmptcp-r1");
     let flowlab = env!("CARGO_BIN_EXE_flowlab");
     let mut server = Reaped(
         Command::new("ip")
-            .args(["netns", "exec", &s, flowlab, "serve", "-J", "-p", "5201"])
+            .args([
+                "netns",
+                "exec",
+                "fl-tmptcp-s",
+                flowlab,
+                "serve",
+                "-J",
+                "-p",
+                "5201",
+            ])
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
             .expect("serve"),
     );
     let mut log = server.0.stdout.take().expect("its log");
-    support::await_listening_in(&c, "10.71.1.2:5201", &mut server.0);
+    support::await_listening_in(&c, "10.0.5.2:5201", &mut server.0);
     for cc in ["cubic", "bbr"] {
-        ip(&["-n", &c, "link", "set", "c0", "up"]);
+        ip(&["-n", r1, "link", "set", "l0", "up"]);
         let client = Command::new("ip")
             .args([
-                "netns",
-                "exec",
-                &c,
-                flowlab,
-                "test",
-                "10.71.1.2",
-                "-m",
-                "-t",
-                "6",
-                "-J",
+                "netns", "exec", &c, flowlab, "test", "s", "-m", "-t", "6", "-J",
             ])
             .args(["-C", cc])
             .stdout(Stdio::piped())
@@ -428,7 +378,7 @@ fn one_path_cut_mid_test_the_other_carries_on_and_the_subflows_say_so() {
             .spawn()
             .expect("flowlab test");
         std::thread::sleep(std::time::Duration::from_millis(2500));
-        ip(&["-n", &c, "link", "set", "c0", "down"]);
+        ip(&["-n", r1, "link", "set", "l0", "down"]);
         let out = client.wait_with_output().expect("its document");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{cc}: {stderr}");
@@ -456,7 +406,7 @@ fn one_path_cut_mid_test_the_other_carries_on_and_the_subflows_say_so() {
             .find(|sf| {
                 sf["local"]
                     .as_str()
-                    .is_some_and(|l| l.starts_with("10.71.2.1:"))
+                    .is_some_and(|l| l.starts_with("10.0.2.1:"))
             })
             .unwrap_or_else(|| panic!("{cc}: no subflow on the second path: {c0}"));
         let carried = second["bytes_acked"].as_u64().expect("bytes acked");

@@ -166,6 +166,76 @@ pub fn routes(plan: &Plan<'_>) -> Vec<(String, String, String)> {
     out
 }
 
+/// A multi-homed host's routes for the packets from one of its addresses: they leave by
+/// that address's own link (as a phone's Wi-Fi address uses its Wi-Fi), so MPTCP's
+/// subflows from each address take each path, and so does a socket bound to one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceRoutes {
+    pub node: String,
+    pub address: std::net::Ipv4Addr,
+    pub dev: String,
+    /// The routing table (`ip rule add from ADDRESS table TABLE`): 100 + the address's
+    /// place among the host's.
+    pub table: u32,
+    /// Its own segment's subnet (reached directly), then every other subnet reachable
+    /// through that link, with the next hop there: ("10.x.y.0/24", next hop).
+    pub connected: String,
+    pub via: Vec<(String, std::net::Ipv4Addr)>,
+}
+
+/// [`SourceRoutes`] of every multi-homed host, each address in turn.
+pub fn source_routes(plan: &Plan<'_>) -> Vec<SourceRoutes> {
+    let t = plan.topology;
+    let subnet = |s: &crate::topology::Segment| {
+        format!("{}.{}.{}.0/24", s.subnet[0], s.subnet[1], s.subnet[2])
+    };
+    let mut out = Vec::new();
+    for host in t.multi_homed() {
+        let mine: Vec<(String, [u8; 4], String)> = interfaces(plan)
+            .into_iter()
+            .filter(|(n, ..)| n == host)
+            .collect();
+        for (k, (_, addr, dev)) in mine.iter().enumerate() {
+            let link: usize = dev[1..].parse().expect("devices are l<index>");
+            let Some(own) = plan
+                .segments
+                .iter()
+                .find(|s| s.members.iter().any(|(n, a)| n == host && a == addr))
+            else {
+                continue;
+            };
+            let mut via = Vec::new();
+            for seg in &plan.segments {
+                if std::ptr::eq(seg, own) {
+                    continue;
+                }
+                let best = seg
+                    .members
+                    .iter()
+                    .filter(|(m, _)| m != host)
+                    .filter_map(|(m, _)| plan.path_through(host, m, link))
+                    .min_by_key(|p| (p.hops.len(), p.rtt));
+                let next = best
+                    .as_ref()
+                    .and_then(|p| p.nodes.iter().skip(1).find(|n| t.nodes[*n] != Kind::Switch));
+                let hop = next.and_then(|n| own.members.iter().find(|(m, _)| m == n));
+                if let Some((_, a)) = hop {
+                    via.push((subnet(seg), std::net::Ipv4Addr::from(*a)));
+                }
+            }
+            out.push(SourceRoutes {
+                node: host.to_string(),
+                address: std::net::Ipv4Addr::from(*addr),
+                dev: dev.clone(),
+                table: 100 + k as u32,
+                connected: subnet(own),
+                via,
+            });
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -208,5 +278,51 @@ mod tests {
             hosts.lines().filter(|l| l.starts_with("10.")).count(),
             members
         );
+    }
+
+    /// A client with Wi-Fi (via r1) and LTE (via r2), both joined at r3 before the
+    /// server: each of its addresses routes every other subnet through its own link,
+    /// while the main table takes the shortest path (r1, by name).
+    #[test]
+    fn each_address_of_a_multi_homed_host_routes_by_its_own_link() {
+        let text = "name = \"m\"\nhosts = [\"c\", \"s\"]\nrouters = [\"r1\", \"r2\", \"r3\"]\n\
+            [[link]]\nends = [\"c\", \"r1\"]\n[[link]]\nends = [\"c\", \"r2\"]\n\
+            [[link]]\nends = [\"r1\", \"r3\"]\n[[link]]\nends = [\"r2\", \"r3\"]\n\
+            [[link]]\nends = [\"r3\", \"s\"]\n";
+        let t = Topology::parse(text).unwrap();
+        let plan = Plan::of(&t);
+        let r = routes(&plan);
+        assert!(
+            r.contains(&("c".into(), "10.0.5.0/24".into(), "10.0.1.2".into())),
+            "{r:?}"
+        );
+        let tables = source_routes(&plan);
+        assert_eq!(tables.len(), 2, "{tables:?}");
+        let lte = &tables[1];
+        assert_eq!(
+            (lte.node.as_str(), lte.address, lte.dev.as_str(), lte.table),
+            ("c", std::net::Ipv4Addr::new(10, 0, 2, 1), "l1", 101)
+        );
+        assert_eq!(lte.connected, "10.0.2.0/24");
+        let r2 = std::net::Ipv4Addr::new(10, 0, 2, 2);
+        // Every other subnet, the Wi-Fi's own among them, through r2.
+        let mut want: Vec<(String, std::net::Ipv4Addr)> = ["10.0.1.0/24", "10.0.3.0/24"]
+            .into_iter()
+            .chain(["10.0.4.0/24", "10.0.5.0/24"])
+            .map(|s| (s.to_string(), r2))
+            .collect();
+        want.sort();
+        let mut got = lte.via.clone();
+        got.sort();
+        assert_eq!(got, want);
+        assert_eq!(tables[0].table, 100);
+        assert!(
+            tables[0]
+                .via
+                .iter()
+                .all(|(_, v)| *v == std::net::Ipv4Addr::new(10, 0, 1, 2))
+        );
+        // A host of one link has no table of its own.
+        assert!(tables.iter().all(|t| t.node == "c"));
     }
 }

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use super::addresses::{hosts_file, interfaces, routes, static_neighbours};
+use super::addresses::{hosts_file, interfaces, routes, source_routes, static_neighbours};
 use super::files::{lock_changes, record, write_hosts, write_state};
 use super::processes::{start_emulator, start_scheduler};
 use super::shaping::{needs_emulation, shaping};
@@ -411,7 +411,102 @@ fn address_and_route(t: &Topology) -> Result<(), NetError> {
             &["-n", &ns(&node), "route", "add", &subnet, "via", &via],
         )?;
     }
+    for r in source_routes(&plan) {
+        let (n, table, from) = (ns(&r.node), r.table.to_string(), r.address.to_string());
+        run(
+            "ip",
+            &[
+                "-n",
+                &n,
+                "route",
+                "add",
+                &r.connected,
+                "dev",
+                &r.dev,
+                "src",
+                &from,
+                "table",
+                &table,
+            ],
+        )?;
+        for (subnet, via) in &r.via {
+            let via = via.to_string();
+            run(
+                "ip",
+                &[
+                    "-n", &n, "route", "add", subnet, "via", &via, "dev", &r.dev, "table", &table,
+                ],
+            )?;
+        }
+        run(
+            "ip",
+            &["-n", &n, "rule", "add", "from", &from, "table", &table],
+        )?;
+    }
+    mptcp_path_manager(t, &plan)?;
     static_neighbours(t, &plan)
+}
+
+/// MPTCP's in-kernel path manager as the topology sets it ([`Topology::mptcp`]): the
+/// limits on every host, an endpoint on each address of a multi-homed host. A file's
+/// `[mptcp]` table on a kernel without MPTCP is refused; multi-homed hosts alone are
+/// built without it.
+fn mptcp_path_manager(t: &Topology, plan: &Plan<'_>) -> Result<(), NetError> {
+    let Some(m) = t.mptcp() else {
+        return Ok(());
+    };
+    if !mptcp_available() {
+        return match t.mptcp_table {
+            Some(_) => Err(NetError::Unsupported(
+                "[mptcp]: this kernel makes no MPTCP socket (built without it, or net.mptcp.enabled = 0)"
+                    .into(),
+            )),
+            None => Ok(()),
+        };
+    }
+    let (subflows, accepted) = (m.subflows.to_string(), m.add_addr_accepted.to_string());
+    for h in t.hosts() {
+        run(
+            "ip",
+            &[
+                "-n",
+                &ns_name(&t.name, h),
+                "mptcp",
+                "limits",
+                "set",
+                "subflows",
+                &subflows,
+                "add_addr_accepted",
+                &accepted,
+            ],
+        )?;
+    }
+    if m.endpoint_flags.is_empty() {
+        return Ok(());
+    }
+    let multi = t.multi_homed();
+    for (node, addr, dev) in interfaces(plan) {
+        if !multi.contains(&node.as_str()) {
+            continue;
+        }
+        let n = ns_name(&t.name, &node);
+        let a = std::net::Ipv4Addr::from(addr).to_string();
+        let mut args = vec!["-n", &n, "mptcp", "endpoint", "add", &a, "dev", &dev];
+        args.extend(m.endpoint_flags.iter().map(String::as_str));
+        run("ip", &args)?;
+    }
+    Ok(())
+}
+
+/// Whether this kernel makes MPTCP sockets (here, in the caller's namespace).
+fn mptcp_available() -> bool {
+    // SAFETY: socket(2) and close(2) on a descriptor of this function's own.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM, libc::IPPROTO_MPTCP) };
+    if fd < 0 {
+        return false;
+    }
+    unsafe { libc::close(fd) };
+    true
 }
 
 fn sysctl(ns: &str, setting: &str) -> Result<(), NetError> {

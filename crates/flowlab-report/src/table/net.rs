@@ -144,6 +144,36 @@ pub fn net_plan(p: &flowlab_results::net::PlanSummary) -> String {
             );
         }
     }
+    for h in &p.multi_homed {
+        let addresses: Vec<String> = p
+            .subnets
+            .iter()
+            .flat_map(|s| s.members.iter())
+            .filter(|(n, _)| n == h)
+            .map(|(_, a)| a.to_string())
+            .collect();
+        let _ = writeln!(
+            out,
+            "  host {h} is multi-homed ({}): each address's packets leave by its own link",
+            addresses.join(", ")
+        );
+    }
+    if let Some(m) = &p.mptcp {
+        let endpoints = if m.endpoint_flags.is_empty() || p.multi_homed.is_empty() {
+            "no endpoints".to_string()
+        } else {
+            format!(
+                "every address of {} an endpoint ({})",
+                p.multi_homed.join(", "),
+                m.endpoint_flags.join(" ")
+            )
+        };
+        let _ = writeln!(
+            out,
+            "  MPTCP on every host: up to {} more subflows a connection, {} announced addresses taken; {endpoints}",
+            m.subflows, m.add_addr_accepted
+        );
+    }
     if !p.all_paths && p.paths.is_empty() {
         let _ = writeln!(
             out,
