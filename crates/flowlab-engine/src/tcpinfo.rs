@@ -103,6 +103,9 @@ pub fn parse(raw: &[u8], t_us: u64) -> TraceSample {
         busy_time_us: u64_at(raw, BUSY_TIME),
         rwnd_limited_us: u64_at(raw, RWND_LIMITED),
         sndbuf_limited_us: u64_at(raw, SNDBUF_LIMITED),
+        quic_cwnd_bytes: None,
+        quic_lost_packets: None,
+        quic_congestion_events: None,
     }
 }
 

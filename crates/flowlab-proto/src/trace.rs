@@ -110,6 +110,17 @@ pub struct TraceSample {
     pub rwnd_limited_us: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sndbuf_limited_us: Option<u64>,
+    /// A QUIC connection's figures, from its stack's statistics (a QUIC stream's samples
+    /// have these and `srtt_us`, `min_rtt_us`, `bytes_sent`, `bytes_received`, the
+    /// connection's UDP bytes): its congestion window in bytes, the packets it has
+    /// declared lost (their data is sent again in new packets), and its congestion
+    /// events, each since the connection opened.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quic_cwnd_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quic_lost_packets: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quic_congestion_events: Option<u64>,
 }
 
 impl TraceSample {
@@ -120,9 +131,10 @@ impl TraceSample {
         Some(segs * self.snd_mss?)
     }
 
-    /// Congestion window in bytes (`snd_cwnd × snd_mss`).
+    /// Congestion window in bytes (`snd_cwnd × snd_mss`; a QUIC stack's own).
     pub fn cwnd_bytes(&self) -> Option<u64> {
-        Some(self.snd_cwnd? * self.snd_mss?)
+        self.quic_cwnd_bytes
+            .or_else(|| Some(self.snd_cwnd? * self.snd_mss?))
     }
 }
 

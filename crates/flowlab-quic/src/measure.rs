@@ -18,6 +18,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use flowlab_engine::client::Observer;
 use flowlab_proto::results::{PeerResults, StreamResults};
+use flowlab_proto::trace::{StreamTrace, TraceSample};
 use flowlab_results::result::{
     self, Interval, IntervalStream, IntervalSum, PeerInfo, PeerKind, QuicConnection, QuicEnd,
     StartInfo, StreamDirection, StreamFailure, StreamInfo, TcpInterval, TestResult,
@@ -106,6 +107,9 @@ pub fn run(
     obs.started(&start);
 
     let mut intervals = Intervals::new(&ids, &streams, spec.quic_connection_each);
+    let mut tracer = spec
+        .trace
+        .map(|period| Tracer::new(period, t0, &ids, &intervals.connection, congestion));
     let mut next = spec.interval.map(|p| t0 + p);
     let mut interrupted = false;
     // Ctrl-C ends the streams early, once.
@@ -121,6 +125,9 @@ pub fn run(
     while !running.moved_all() {
         heed(&running);
         let now = Instant::now();
+        if let Some(t) = tracer.as_mut() {
+            t.sample_if_due(&running, now);
+        }
         if let (Some(due), Some(period)) = (next, spec.interval) {
             if now >= due {
                 let iv = intervals.take(&running, (due - t0).as_secs_f64());
@@ -129,8 +136,16 @@ pub fn run(
                 continue;
             }
         }
-        let nap = next.map_or(TICK, |due| due.saturating_duration_since(now).min(TICK));
+        let mut nap = next.map_or(TICK, |due| due.saturating_duration_since(now).min(TICK));
+        if let Some(t) = &tracer {
+            nap = nap.min(t.next.saturating_duration_since(now));
+        }
         std::thread::sleep(nap);
+    }
+    // The figures as the last byte was handed over (or read), as a TCP stream's trace
+    // ends with its socket's at its end.
+    if let Some(t) = tracer.as_mut() {
+        t.sample(&running, Instant::now());
     }
     // The last part of an interval, unless it is a sliver of one.
     if let Some(period) = spec.interval {
@@ -165,9 +180,99 @@ pub fn run(
             interrupted,
             cpu,
         )),
-        trace: None,
+        trace: tracer.map(|t| t.finish(&ids, spec)),
         latency: None,
     })
+}
+
+/// `--trace` of a QUIC test: every period, each stream's connection's figures from its
+/// stack ([`TraceSample`]'s RTT, UDP bytes and QUIC fields), on this end only (the perf
+/// protocol carries nothing back from the server). Streams sharing a connection share
+/// its samples; quinn's statistics have no bytes in flight, so no sample says what
+/// limited the sender.
+struct Tracer {
+    period: Duration,
+    t0: Instant,
+    next: Instant,
+    /// Which connection carries each stream.
+    connection: Vec<usize>,
+    streams: Vec<StreamTrace>,
+}
+
+impl Tracer {
+    fn new(
+        period: Duration,
+        t0: Instant,
+        ids: &[(i64, StreamDirection)],
+        connection: &[usize],
+        congestion: Congestion,
+    ) -> Tracer {
+        Tracer {
+            period,
+            t0,
+            next: t0,
+            connection: connection.to_vec(),
+            streams: ids
+                .iter()
+                .map(|&(id, _)| StreamTrace {
+                    id,
+                    period_us: period.as_micros() as u64,
+                    congestion: Some(congestion.name().into()),
+                    truncated: false,
+                    samples: Vec::new(),
+                })
+                .collect(),
+        }
+    }
+
+    fn sample_if_due(&mut self, running: &Running, now: Instant) {
+        if now >= self.next {
+            self.sample(running, now);
+            // A late wake-up takes one sample, not the ones it missed.
+            while self.next <= now {
+                self.next += self.period;
+            }
+        }
+    }
+
+    fn sample(&mut self, running: &Running, now: Instant) {
+        let t_us = now.saturating_duration_since(self.t0).as_micros() as u64;
+        let paths = running.paths();
+        for (st, &c) in self.streams.iter_mut().zip(&self.connection) {
+            let Some(p) = paths.get(c) else { continue };
+            if st.samples.len() >= flowlab_engine::trace::MAX_SAMPLES {
+                st.truncated = true;
+                continue;
+            }
+            st.samples.push(trace_sample(p, t_us));
+        }
+    }
+
+    fn finish(self, ids: &[(i64, StreamDirection)], spec: &TestSpec) -> result::Trace {
+        let mut t = result::Trace::assemble(
+            self.period.as_micros() as u64,
+            ids,
+            self.streams,
+            Vec::new(),
+        );
+        t.diagnosis = flowlab_results::diagnose::diagnose(&t, &spec.window_rates());
+        t
+    }
+}
+
+/// One sample of a QUIC connection's figures at `t_us`.
+fn trace_sample(p: &PathFigures, t_us: u64) -> TraceSample {
+    TraceSample {
+        t_us,
+        srtt_us: Some(p.rtt.as_micros() as u64),
+        min_rtt_us: Some(p.min_rtt.as_micros() as u64),
+        bytes_sent: Some(p.udp_tx_bytes),
+        bytes_received: Some(p.udp_rx_bytes),
+        quic_cwnd_bytes: Some(p.cwnd),
+        quic_lost_packets: Some(p.lost_packets),
+        quic_congestion_events: Some(p.congestion_events),
+        ..TraceSample::default()
+    }
 }
 
 /// Each stream of `spec`: `-P` of them each way it runs, the uploads first (as TCP's

@@ -44,6 +44,9 @@ fn sample_columns() -> Vec<String> {
         busy_time_us: Some(0),
         rwnd_limited_us: Some(0),
         sndbuf_limited_us: Some(0),
+        quic_cwnd_bytes: Some(0),
+        quic_lost_packets: Some(0),
+        quic_congestion_events: Some(0),
         t_us: 0,
     };
     match serde_json::to_value(full) {
@@ -123,7 +126,7 @@ mod tests {
         assert_eq!(lines.len(), 3);
         let header: Vec<&str> = lines[0].split(',').collect();
         assert_eq!(&header[..5], ["side", "id", "direction", "sender", "t_us"]);
-        assert_eq!(header.len(), 4 + 33, "every sample field has a column");
+        assert_eq!(header.len(), 4 + 36, "every sample field has a column");
         let row: Vec<&str> = lines[2].split(',').collect();
         assert_eq!(row.len(), header.len());
         let col = |name: &str| header.iter().position(|h| *h == name).unwrap();

@@ -264,13 +264,90 @@ fn a_server_that_does_not_answer_is_named() {
     );
 }
 
+/// `--trace-csv` of a QUIC upload on loopback: the table says how many samples were
+/// taken and why there is no diagnosis; the CSV has the stack's columns filled on every
+/// row; `flowlab plot` draws the window and RTT graphs from its document.
+#[test]
+fn a_quic_trace_is_written_as_csv_and_plotted() {
+    let (_server, quic) = serve(&[]);
+    let dir = tempfile::tempdir().expect("a directory");
+    let csv = dir.path().join("t.csv");
+    let out = Command::new(env!("CARGO_BIN_EXE_flowlab"))
+        .args([
+            "test",
+            "127.0.0.1",
+            "--quic",
+            "-p",
+            &quic.to_string(),
+            "-t",
+            "1",
+        ])
+        .arg("--trace-csv")
+        .arg(&csv)
+        .output()
+        .expect("test");
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(table.contains("Trace: every 10 ms, "), "{table}");
+    assert!(
+        table.contains(
+            "A QUIC test traces this end's stack, which reports no bytes in flight: no diagnosis."
+        ),
+        "{table}"
+    );
+    let text = std::fs::read_to_string(&csv).expect("the CSV");
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().expect("a header").split(',').collect();
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert!(rows.len() >= 10, "{} rows", rows.len());
+    for column in [
+        "srtt_us",
+        "quic_cwnd_bytes",
+        "quic_lost_packets",
+        "bytes_sent",
+    ] {
+        let i = header.iter().position(|h| *h == column).expect(column);
+        assert!(
+            rows.iter().all(|r| r[i].parse::<u64>().is_ok()),
+            "{column}: a row without it"
+        );
+    }
+    let (status, doc, stderr) = test(quic, &["-t", "1", "--trace=50ms"]);
+    assert!(status.success(), "{stderr}");
+    let json = dir.path().join("t.json");
+    std::fs::write(&json, doc.to_string()).expect("write");
+    for graph in ["window", "rtt"] {
+        let svg = dir.path().join(format!("{graph}.svg"));
+        let plot = Command::new(env!("CARGO_BIN_EXE_flowlab"))
+            .arg("plot")
+            .arg(&json)
+            .args(["-g", graph, "-o"])
+            .arg(&svg)
+            .output()
+            .expect("plot");
+        assert!(
+            plot.status.success(),
+            "{graph}: {}",
+            String::from_utf8_lossy(&plot.stderr)
+        );
+        let drawn = std::fs::read_to_string(&svg).expect("the SVG");
+        assert!(
+            drawn.contains("<path") || drawn.contains("<polyline"),
+            "{graph}: nothing drawn"
+        );
+    }
+}
+
 #[test]
 fn what_a_quic_test_cannot_do_is_refused_naming_the_flag() {
     for (args, names) in [
         (&["-k", "10"][..], "-k/--blockcount"),
         (&["-b", "10M"][..], "-b/--bitrate"),
         (&["-w", "1M"][..], "-w/--window"),
-        (&["--trace"][..], "--trace"),
         (&["-C", "vegas"][..], "-C/--congestion vegas"),
         (&["-u"][..], "--udp"),
     ] {
@@ -411,7 +488,7 @@ fn quic_over_a_lossy_emulated_link_counts_its_losses_and_never_stops() {
             "10.0.1.2",
             "--quic",
         ])
-        .args(["-t", "4", "-C", cc, "-J"]);
+        .args(["-t", "4", "-C", cc, "-J", "--trace=100ms"]);
         if reverse {
             c.arg("-R");
         }
@@ -454,7 +531,51 @@ fn quic_over_a_lossy_emulated_link_counts_its_losses_and_never_stops() {
         let direction = if reverse { "down" } else { "up" };
         let received = sum(&doc, direction)["receiver"]["bytes"].as_u64();
         assert!(received.is_some_and(|b| b > 0), "{what}");
+        traced_as_the_stack_saw_it(&doc, &what, !reverse);
     }
+}
+
+/// A QUIC test's `--trace=100ms` over 4 s: this end's samples of its one stream's
+/// connection, about one a period, each with a window, an RTT no less than the link's
+/// 20 ms, and counts of lost packets that never fall and end at most at the end's (the
+/// stack may still lose packets of the last bytes after the last sample); a sender's
+/// losses counted on this lossy link.
+fn traced_as_the_stack_saw_it(doc: &Value, what: &str, sender: bool) {
+    let streams = doc["trace"]["streams"].as_array().expect("trace streams");
+    assert_eq!(streams.len(), 1, "{what}");
+    let st = &streams[0];
+    assert_eq!(st["side"], "client", "{what}");
+    assert_eq!(st["sender"], sender, "{what}");
+    let samples = st["samples"].as_array().expect("samples");
+    // 40 due, and one at the end; a late wake-up takes one sample for those it missed.
+    assert!(
+        (20..=42).contains(&samples.len()),
+        "{what}: {} samples",
+        samples.len()
+    );
+    let field = |s: &Value, k: &str| {
+        s[k].as_u64()
+            .unwrap_or_else(|| panic!("{what}: no {k} in {s}"))
+    };
+    let mut lost = 0;
+    let mut t = 0;
+    for s in samples {
+        assert!(field(s, "t_us") >= t, "{what}: time went back: {s}");
+        t = field(s, "t_us");
+        assert!(field(s, "quic_cwnd_bytes") > 0, "{what}: {s}");
+        assert!(field(s, "min_rtt_us") >= 20_000, "{what}: {s}");
+        assert!(field(s, "srtt_us") >= 20_000, "{what}: {s}");
+        assert!(field(s, "quic_lost_packets") >= lost, "{what}: {s}");
+        lost = field(s, "quic_lost_packets");
+    }
+    let end = doc["end"]["quic"]["connections"][0]["lost_packets"]
+        .as_u64()
+        .expect("the end's lost packets");
+    assert!(
+        lost <= end,
+        "{what}: {lost} lost by the last sample, {end} at the end"
+    );
+    assert!(!sender || lost > 0, "{what}: a sender's losses not traced");
 }
 
 /// Each QUIC connection is a test of the server's log, numbered with its TCP and UDP

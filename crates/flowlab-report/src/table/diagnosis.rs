@@ -123,7 +123,15 @@ pub fn diagnosis(r: &TestResult) -> String {
             let _ = writeln!(out, "  - {a}");
         }
     }
-    if t.diagnosis.is_empty() {
+    let quic = t
+        .streams
+        .iter()
+        .any(|s| s.trace.samples.iter().any(|x| x.quic_cwnd_bytes.is_some()));
+    if t.diagnosis.is_empty() && quic {
+        out.push_str(
+            "A QUIC test traces this end's stack, which reports no bytes in flight: no diagnosis.\n",
+        );
+    } else if t.diagnosis.is_empty() {
         out.push_str("No sender was traced (the sending end is not flowlab): no diagnosis.\n");
     }
     out

@@ -342,11 +342,6 @@ impl Args {
                 "a perf test has no control connection",
             ),
             (self.file.is_some(), "-F/--file", "TCP only"),
-            (
-                self.trace.is_some() || self.trace_csv.is_some(),
-                "--trace",
-                "TCP_INFO is TCP's: a QUIC test's intervals carry its stack's RTT, window and losses (-i 0.1 for more)",
-            ),
             (self.latency.is_some(), "--latency", "not yet"),
             (
                 self.tos.is_some() || self.dscp.is_some(),
