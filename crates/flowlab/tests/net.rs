@@ -187,6 +187,16 @@ fn a_topology_is_built_routed_shaped_and_removed() {
         !Path::new("/etc/netns/fl-tnet1-h1").exists(),
         "the hosts files are left"
     );
+    // Once more, or a name never up: said, not "removed 0 namespaces".
+    let again = flowlab()
+        .args(["net", "down", "tnet1"])
+        .output()
+        .expect("down");
+    assert_eq!(again.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&again.stderr),
+        "error: no topology named 'tnet1' is up (flowlab net status lists them)\n"
+    );
 }
 
 /// A topology that is up is named by its name: `net show NAME` shows its plan, `net

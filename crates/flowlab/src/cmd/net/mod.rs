@@ -189,7 +189,16 @@ pub fn run(c: Command) -> anyhow::Result<()> {
             } else {
                 name
             };
-            let removed = build::down(&name, &build::state_dir())?;
+            build::preflight()?;
+            let dir = build::state_dir();
+            // A typo is said, not reported as a topology with nothing to remove; what a
+            // crash left (a state file, namespaces, an emulator) is removed all the same.
+            let left = build::state(&dir, &name).is_some()
+                || build::status().iter().any(|(n, _)| *n == name);
+            if !left {
+                anyhow::bail!("no topology named '{name}' is up (flowlab net status lists them)");
+            }
+            let removed = build::down(&name, &dir)?;
             print!("{}", table::net_down(&name, removed.len()));
         }
         Command::Status { name } => {
