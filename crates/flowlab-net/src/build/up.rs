@@ -500,13 +500,12 @@ fn mptcp_path_manager(t: &Topology, plan: &Plan<'_>) -> Result<(), NetError> {
 
 /// Whether this kernel makes MPTCP sockets (here, in the caller's namespace).
 fn mptcp_available() -> bool {
-    // SAFETY: socket(2) and close(2) on a descriptor of this function's own.
-    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM, libc::IPPROTO_MPTCP) };
-    if fd < 0 {
-        return false;
-    }
-    unsafe { libc::close(fd) };
-    true
+    socket2::Socket::new(
+        socket2::Domain::IPV4,
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::MPTCP),
+    )
+    .is_ok()
 }
 
 fn sysctl(ns: &str, setting: &str) -> Result<(), NetError> {
