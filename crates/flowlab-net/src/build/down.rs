@@ -9,6 +9,15 @@ use super::files::{
 use super::processes::{emulators, stop};
 use super::{NetError, namespaces, prefix, preflight, run};
 
+/// Whether anything of topology `name` is there for [`down`] to remove: its state files,
+/// or namespaces of its prefix (a topology that is up, or what a crash or a killed
+/// `up` left).
+pub fn is_left(name: &str, dir: &Path) -> bool {
+    state_file(dir, name).exists()
+        || state_json(dir, name).exists()
+        || namespaces().iter().any(|n| n.starts_with(&prefix(name)))
+}
+
 /// Removes topology `name`: stops its emulator and every process still running in its
 /// namespaces, then removes the namespaces in its state file and any with its prefix.
 /// Returns the namespaces removed.

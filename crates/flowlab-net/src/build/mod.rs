@@ -31,7 +31,7 @@ use std::process::Command;
 use crate::topology::Topology;
 
 pub use addresses::{hosts_file, interfaces, routes, segment_interfaces};
-pub use down::{down, status};
+pub use down::{down, is_left, status};
 pub use files::{
     beside, control_socket, emulator_trouble, lost_emulator, schedule_log, state, state_dir,
     stats_file, unusable,

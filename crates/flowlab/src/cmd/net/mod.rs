@@ -192,10 +192,8 @@ pub fn run(c: Command) -> anyhow::Result<()> {
             build::preflight()?;
             let dir = build::state_dir();
             // A typo is said, not reported as a topology with nothing to remove; what a
-            // crash left (a state file, namespaces, an emulator) is removed all the same.
-            let left = build::state(&dir, &name).is_some()
-                || build::status().iter().any(|(n, _)| *n == name);
-            if !left {
+            // crash left (state files, namespaces) is removed all the same.
+            if !build::is_left(&name, &dir) {
                 anyhow::bail!("no topology named '{name}' is up (flowlab net status lists them)");
             }
             let removed = build::down(&name, &dir)?;
