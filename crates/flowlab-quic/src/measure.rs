@@ -255,7 +255,7 @@ impl Tracer {
             self.streams,
             Vec::new(),
         );
-        t.diagnosis = flowlab_results::diagnose::diagnose(&t, &spec.window_rates());
+        t.diagnose(&spec.window_rates());
         t
     }
 }

@@ -93,6 +93,7 @@ mod tests {
     fn one_row_per_sample_with_empty_cells_for_absent_fields() {
         let trace = Trace {
             diagnosis: Vec::new(),
+            undiagnosed: None,
             period_us: 10_000,
             streams: vec![TracedStream {
                 side: Side::Server,

@@ -102,6 +102,36 @@ pub fn diagnose(trace: &Trace, rates: &PathRates) -> Vec<Diagnosis> {
         .collect()
 }
 
+impl Trace {
+    /// Fills in what limited each direction's senders ([`diagnose`]), or, where nothing
+    /// can be said, why ([`undiagnosed`]).
+    pub fn diagnose(&mut self, rates: &PathRates) {
+        self.diagnosis = diagnose(self, rates);
+        self.undiagnosed = undiagnosed(self).map(String::from);
+    }
+}
+
+/// Why a trace has no diagnosis, in a sentence; `None` when it has one.
+pub fn undiagnosed(trace: &Trace) -> Option<&'static str> {
+    if !trace.diagnosis.is_empty() {
+        return None;
+    }
+    let quic = trace
+        .streams
+        .iter()
+        .any(|s| s.trace.samples.iter().any(|x| x.quic_cwnd_bytes.is_some()));
+    let senders = trace.streams.iter().filter(|s| s.sender);
+    Some(if quic {
+        "A QUIC test traces this end's stack, which reports no bytes in flight"
+    } else if senders.clone().next().is_none() {
+        "No sender was traced (the sending end is not flowlab)"
+    } else if senders.clone().all(|s| s.trace.samples.len() < 2) {
+        "The senders were sampled fewer than twice (a test shorter than two periods)"
+    } else {
+        "The senders' samples span no time in which they could be judged"
+    })
+}
+
 /// Diagnoses one direction from its senders' samples (each oldest first), sizing windows
 /// for `rate` where the path's is known.
 pub fn diagnose_direction(
@@ -302,6 +332,49 @@ mod tests {
             sndbuf_limited_us: Some(sndbuf_ms * 1000),
             ..TraceSample::default()
         }
+    }
+
+    /// A trace of one stream going up, sampled at `samples`, taken by its sender or not.
+    fn one_stream(sender: bool, samples: Vec<TraceSample>) -> Trace {
+        Trace {
+            period_us: 10_000,
+            streams: vec![crate::result::TracedStream {
+                side: crate::result::Side::Client,
+                direction: StreamDirection::Up,
+                sender,
+                trace: flowlab_proto::trace::StreamTrace {
+                    id: 1,
+                    period_us: 10_000,
+                    samples,
+                    ..Default::default()
+                },
+            }],
+            diagnosis: Vec::new(),
+            undiagnosed: None,
+        }
+    }
+
+    #[test]
+    fn a_trace_without_a_diagnosis_says_why() {
+        let why = |mut t: Trace| {
+            t.diagnose(&PathRates::default());
+            t.undiagnosed
+        };
+        let busy = vec![chrono(100, 50, 10, 0), chrono(1100, 950, 420, 90)];
+        assert_eq!(why(one_stream(true, busy.clone())), None);
+        assert!(why(one_stream(false, busy)).is_some_and(|w| w.starts_with("No sender")));
+        let once = vec![chrono(100, 50, 10, 0)];
+        assert!(why(one_stream(true, once)).is_some_and(|w| w.contains("fewer than twice")));
+        let still = vec![chrono(100, 50, 10, 0), chrono(100, 50, 10, 0)];
+        assert!(why(one_stream(true, still)).is_some_and(|w| w.contains("span no time")));
+        let quic = vec![
+            TraceSample {
+                quic_cwnd_bytes: Some(12_000),
+                ..chrono(100, 0, 0, 0)
+            };
+            2
+        ];
+        assert!(why(one_stream(true, quic)).is_some_and(|w| w.starts_with("A QUIC test")));
     }
 
     #[test]

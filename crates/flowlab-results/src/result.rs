@@ -35,6 +35,9 @@ pub struct Trace {
     pub streams: Vec<TracedStream>,
     /// What limited each direction's senders ([`crate::diagnose`]).
     pub diagnosis: Vec<crate::diagnosis::Diagnosis>,
+    /// Why there is no diagnosis, in a sentence; absent when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub undiagnosed: Option<String>,
 }
 
 /// Which end of the test took a sample.
@@ -87,6 +90,7 @@ impl Trace {
             period_us,
             streams,
             diagnosis: Vec::new(),
+            undiagnosed: None,
         }
     }
 }

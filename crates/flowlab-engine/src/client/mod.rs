@@ -261,7 +261,7 @@ pub fn run(
             session.take_traces(),
             remote_traces,
         );
-        t.diagnosis = flowlab_results::diagnose::diagnose(&t, &spec.window_rates());
+        t.diagnose(&spec.window_rates());
         t
     });
     let udp = spec.protocol == Protocol::Udp;

@@ -123,16 +123,14 @@ pub fn diagnosis(r: &TestResult) -> String {
             let _ = writeln!(out, "  - {a}");
         }
     }
-    let quic = t
-        .streams
-        .iter()
-        .any(|s| s.trace.samples.iter().any(|x| x.quic_cwnd_bytes.is_some()));
-    if t.diagnosis.is_empty() && quic {
-        out.push_str(
-            "A QUIC test traces this end's stack, which reports no bytes in flight: no diagnosis.\n",
-        );
-    } else if t.diagnosis.is_empty() {
-        out.push_str("No sender was traced (the sending end is not flowlab): no diagnosis.\n");
+    // Said by the trace itself; a document of an older flowlab, which did not say, is
+    // judged here the same way.
+    let why = t
+        .undiagnosed
+        .as_deref()
+        .or_else(|| flowlab_results::diagnose::undiagnosed(t));
+    if let Some(why) = why {
+        let _ = writeln!(out, "{why}: no diagnosis.");
     }
     out
 }
