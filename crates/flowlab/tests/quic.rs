@@ -78,8 +78,8 @@ fn aioquic_server(python: &std::path::Path, dir: &std::path::Path, silent: bool)
 
 /// `flowlab test 127.0.0.1 --quic -p PORT ARGS -J`: its status and document.
 fn test(quic: u16, args: &[&str]) -> (std::process::ExitStatus, Value, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_flowlab"))
-        .args(["test", "127.0.0.1", "--quic", "-p", &quic.to_string(), "-J"])
+    let out = test_command(quic)
+        .arg("-J")
         .args(args)
         .output()
         .expect("test");
@@ -87,6 +87,13 @@ fn test(quic: u16, args: &[&str]) -> (std::process::ExitStatus, Value, String) {
     let doc = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}): {stderr}"));
     (out.status, doc, stderr)
+}
+
+/// `flowlab test 127.0.0.1 --quic -p QUIC`, to be given the rest.
+fn test_command(quic: u16) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_flowlab"));
+    c.args(["test", "127.0.0.1", "--quic", "-p", &quic.to_string()]);
+    c
 }
 
 fn sum<'a>(doc: &'a Value, direction: &str) -> &'a Value {
@@ -272,17 +279,8 @@ fn a_quic_trace_is_written_as_csv_and_plotted() {
     let (_server, quic) = serve(&[]);
     let dir = tempfile::tempdir().expect("a directory");
     let csv = dir.path().join("t.csv");
-    let out = Command::new(env!("CARGO_BIN_EXE_flowlab"))
-        .args([
-            "test",
-            "127.0.0.1",
-            "--quic",
-            "-p",
-            &quic.to_string(),
-            "-t",
-            "1",
-        ])
-        .arg("--trace-csv")
+    let out = test_command(quic)
+        .args(["-t", "1", "--trace-csv"])
         .arg(&csv)
         .output()
         .expect("test");
