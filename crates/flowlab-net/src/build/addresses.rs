@@ -190,11 +190,10 @@ pub fn source_routes(plan: &Plan<'_>) -> Vec<SourceRoutes> {
         format!("{}.{}.{}.0/24", s.subnet[0], s.subnet[1], s.subnet[2])
     };
     let mut out = Vec::new();
+    let all = interfaces(plan);
     for host in t.multi_homed() {
-        let mine: Vec<(String, [u8; 4], String)> = interfaces(plan)
-            .into_iter()
-            .filter(|(n, ..)| n == host)
-            .collect();
+        let mine: Vec<&(String, [u8; 4], String)> =
+            all.iter().filter(|(n, ..)| n == host).collect();
         for (k, (_, addr, dev)) in mine.iter().enumerate() {
             let link: usize = dev[1..].parse().expect("devices are l<index>");
             let Some(own) = plan
