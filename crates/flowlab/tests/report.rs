@@ -248,6 +248,8 @@ fn chromium(page: &Path, dir: &Path, args: &[&str]) -> Output {
             "--hide-scrollbars",
         ])
         .arg(format!("--user-data-dir={}", dir.join("profile").display()))
+        // Its own scratch files (org.chromium.Chromium.*) go with the test's directory.
+        .env("TMPDIR", dir)
         .args(["--enable-logging=stderr", "--v=0"])
         .args(args)
         .arg(format!("file://{}", page.display()))

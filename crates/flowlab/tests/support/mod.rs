@@ -332,6 +332,8 @@ impl Browser {
                     .collect::<String>()
             ))
             .arg(format!("--user-data-dir={}", dir.join("profile").display()))
+            // Its own scratch files (org.chromium.Chromium.*) go with the test's directory.
+            .env("TMPDIR", dir)
             .args(flags)
             .arg(url)
             .stdout(std::process::Stdio::null())
