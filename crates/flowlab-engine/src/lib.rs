@@ -29,6 +29,7 @@ pub mod control;
 pub mod cpu;
 pub mod credentials;
 pub mod mptcp;
+pub mod multicast;
 pub mod negotiate;
 pub mod pacing;
 pub mod ping;

@@ -232,6 +232,7 @@ mod tests {
             reverse: false,
             bidir: false,
             client: None,
+            multicast: None,
         }
     }
 

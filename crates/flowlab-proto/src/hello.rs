@@ -45,6 +45,9 @@ pub mod feature {
     pub const TRACE: &str = "trace";
     /// The server applies `recv_window` and `recv_congestion` to its receiving sockets.
     pub const RECEIVER_TUNING: &str = "receiver-tuning";
+    /// The server receives a test sent to a multicast group (`params::Multicast`): it
+    /// joins the group for the test and reports what arrived.
+    pub const MULTICAST: &str = "multicast";
 }
 
 #[cfg(test)]

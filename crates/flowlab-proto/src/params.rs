@@ -209,7 +209,7 @@ pub enum Mode {
 }
 
 /// flowlab's extensions to the parameters, under the key `flowlab`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct FlowlabParams {
     /// Version of flowlab's extension protocol the client speaks.
     pub version: u32,
@@ -238,6 +238,23 @@ pub struct FlowlabParams {
     /// Congestion control of the receiving end of each TCP stream.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recv_congestion: Option<String>,
+    /// The client sends one UDP stream to a multicast group, and this server is one of
+    /// its receivers: it joins the group for the test instead of opening a stream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub multicast: Option<Multicast>,
+}
+
+/// A multicast test as a receiver sees it: where the stream goes and where it comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Multicast {
+    /// The group and port the client sends to.
+    pub group: std::net::SocketAddr,
+    /// The client's sending socket: the only source a receiver takes datagrams from.
+    pub source: std::net::SocketAddr,
+    /// Join the group for this source only (source-specific multicast, IGMPv3/MLDv2);
+    /// otherwise for any source.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub source_specific: bool,
 }
 
 /// Current version of flowlab's extension protocol.
@@ -325,11 +342,20 @@ mod tests {
                 trace_us: Some(10_000),
                 recv_window: Some(65_536),
                 recv_congestion: Some("reno".into()),
+                multicast: Some(Multicast {
+                    group: "239.255.1.2:5201".parse().unwrap(),
+                    source: "10.0.1.2:40000".parse().unwrap(),
+                    source_specific: true,
+                }),
             }),
             ..TestParams::default()
         };
         let json = serde_json::to_string(&p).unwrap();
         assert!(json.contains(r#""mode":"stop-and-wait""#), "{json}");
+        assert!(
+            json.contains(r#""group":"239.255.1.2:5201""#),
+            "addresses are written as text: {json}"
+        );
         assert!(!json.contains("reverse"), "unset flags are omitted: {json}");
         let back: TestParams = frame::decode(json.as_bytes()).unwrap();
         assert_eq!(back, p);

@@ -204,6 +204,7 @@ async fn serve_connection(conn: quinn::Connection, limits: Limits, report: Optio
         reverse: false,
         bidir: false,
         client: Some("QUIC perf".into()),
+        multicast: None,
     });
     let began = Instant::now();
     let moved = Arc::new(Moved::default());

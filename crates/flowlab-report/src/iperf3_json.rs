@@ -408,6 +408,7 @@ pub fn server_document(
             reverse,
             bidir,
             client,
+            ..
         },
         TestFinished {
             test: same,

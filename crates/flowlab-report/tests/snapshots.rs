@@ -184,6 +184,27 @@ fn udp_with_loss_reordering_and_duplicates() {
 }
 
 #[test]
+fn a_multicast_test_and_a_receiver_without_results() {
+    // Three receivers, the third behind 5 % loss; then the second's results lost (its
+    // control connection broke at the end), as the table and JSON must show it.
+    let r = result("udp-multicast.json");
+    pin_test_formats(&r, "udp-multicast", true);
+    let mut r = r;
+    let m = r
+        .end
+        .as_mut()
+        .and_then(|e| e.multicast.as_mut())
+        .expect("a multicast test");
+    m.receivers[1].totals = None;
+    m.receivers[1].cpu_percent = None;
+    m.receivers[1].error = Some("the control connection closed".into());
+    let table = TestFormat::Table(UnitFormat::Adaptive)
+        .write(&r)
+        .expect("a table");
+    pin!("udp-multicast-receiver-lost-table", table);
+}
+
+#[test]
 fn a_trace_with_a_gap_in_its_samples() {
     // A tracer that fell behind: the client's samples 6–11 and the server's 8–9 missing.
     let mut r = result("tcp-traced.json");
@@ -448,6 +469,7 @@ fn every_server_event_as_text_and_as_json() {
             reverse: true,
             bidir: false,
             client: Some("iperf 3.12".into()),
+            multicast: None,
         },
         ServerEvent::TestStarted {
             test: 2,
@@ -457,6 +479,7 @@ fn every_server_event_as_text_and_as_json() {
             reverse: false,
             bidir: true,
             client: None,
+            multicast: None,
         },
         ServerEvent::TestStarted {
             test: 3,
@@ -466,6 +489,7 @@ fn every_server_event_as_text_and_as_json() {
             reverse: false,
             bidir: false,
             client: Some("QUIC perf".into()),
+            multicast: None,
         },
         ServerEvent::TestFinished {
             test: 1,

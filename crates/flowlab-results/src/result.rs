@@ -249,6 +249,42 @@ pub struct EndInfo {
     /// An MPTCP test's connections as the client's kernel reports them (`-m`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mptcp: Option<MptcpEnd>,
+    /// A multicast test's group and what reached each receiver (`--receivers`); the
+    /// streams above hold the sender's figures only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub multicast: Option<MulticastEnd>,
+}
+
+/// A multicast test: where the one stream went, and each receiver's account of it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MulticastEnd {
+    /// The group and port sent to.
+    pub group: String,
+    /// The sending socket's address: what source-specific receivers joined for.
+    pub source: String,
+    pub source_specific: bool,
+    /// TTL (IPv4) or hop limit (IPv6) of the datagrams.
+    pub ttl: u32,
+    /// One per `--receivers` entry, in its order.
+    pub receivers: Vec<MulticastReceiver>,
+}
+
+/// One receiver of a multicast test.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MulticastReceiver {
+    /// The receiver as `--receivers` named it (`HOST:PORT`).
+    pub name: String,
+    /// The address its control connection reached.
+    pub address: String,
+    /// What reached it (datagrams, loss, jitter, duplicates, reordering, against what
+    /// the sender sent); `None` when it gave no results (`error` says why).
+    pub totals: Option<SideTotals>,
+    /// The receiver's CPU use over the test, percent of one core's time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_percent: Option<f64>,
+    /// Why there are no results from this receiver.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// What the client's kernel says of an MPTCP test's connections at its end, and how it
@@ -692,6 +728,7 @@ pub fn summarize(
         failed_streams: Vec::new(),
         quic: None,
         mptcp: None,
+        multicast: None,
     }
 }
 

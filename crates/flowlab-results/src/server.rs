@@ -21,6 +21,9 @@ pub enum ServerEvent {
         reverse: bool,
         bidir: bool,
         client: Option<String>,
+        /// A multicast test's group and port, which this server joined to receive it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        multicast: Option<String>,
     },
     TestFinished {
         test: u64,

@@ -137,6 +137,10 @@ pub struct TestSpec {
     /// (iperf3's control connection stays TCP).
     #[serde(default, skip_serializing_if = "is_false")]
     pub mptcp: bool,
+    /// `--receivers`: `host` is a multicast group, to which the client sends one UDP
+    /// stream, and these flowlab servers receive it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub multicast: Option<MulticastSpec>,
     /// `--cntl-ka`: TCP keepalive on the client's control connection.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub control_keepalive: Option<Keepalive>,
@@ -190,6 +194,73 @@ pub struct TestSpec {
     /// iperf3 authentication (`--username`): never in a result, never printed.
     #[serde(skip)]
     pub credentials: Option<Credentials>,
+}
+
+/// A multicast test: the group is the spec's `host` (an address), its port the spec's
+/// `port`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MulticastSpec {
+    /// The flowlab servers that join the group and report what reached them.
+    pub receivers: Vec<Receiver>,
+    /// The datagrams' TTL (IPv4) or hop limit (IPv6): how many routers they may cross
+    /// (1: the sender's own link).
+    pub ttl: u32,
+    /// Receivers join for the client's address only (source-specific multicast).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub source_specific: bool,
+}
+
+/// A multicast receiver's control address: a name or address, and a port.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Receiver {
+    pub host: String,
+    pub port: u16,
+}
+
+impl Receiver {
+    /// `HOST`, `HOST:PORT`, an IPv6 address, or `[IPV6]:PORT`; `port` where none is given.
+    pub fn parse(text: &str, port: u16) -> Result<Receiver, String> {
+        let bad = || format!("'{text}': give HOST, HOST:PORT or [IPV6]:PORT");
+        let (host, given) = if let Some(rest) = text.strip_prefix('[') {
+            let (host, after) = rest.split_once(']').ok_or_else(bad)?;
+            match after {
+                "" => (host, None),
+                _ => (host, Some(after.strip_prefix(':').ok_or_else(bad)?)),
+            }
+        } else {
+            match text.split_once(':') {
+                // Two colons or more: an IPv6 address alone.
+                Some((_, rest)) if rest.contains(':') => (text, None),
+                Some((host, port)) => (host, Some(port)),
+                None => (text, None),
+            }
+        };
+        if host.is_empty() {
+            return Err(bad());
+        }
+        let port = match given {
+            Some(p) => p
+                .parse::<u16>()
+                .ok()
+                .filter(|&p| p > 0)
+                .ok_or_else(|| format!("'{text}': the port must be 1 to 65535"))?,
+            None => port,
+        };
+        Ok(Receiver {
+            host: host.to_string(),
+            port,
+        })
+    }
+}
+
+impl std::fmt::Display for Receiver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "[{}]:{}", self.host, self.port)
+        } else {
+            write!(f, "{}:{}", self.host, self.port)
+        }
+    }
 }
 
 /// TCP keepalive on a control connection (iperf3's `--cntl-ka[=IDLE/INTERVAL/COUNT]`):
@@ -357,6 +428,7 @@ impl TestSpec {
             skip_rx_copy: false,
             quic_connection_each: false,
             mptcp: false,
+            multicast: None,
             control_keepalive: None,
             burst: 0,
             pacing_timer_us: None,
@@ -397,7 +469,9 @@ impl TestSpec {
     /// Whether the sender asks for receiver-overflow backoff: UDP streaming at unlimited
     /// rate, unless turned off.
     pub fn wants_backoff(&self) -> bool {
-        self.udp_backoff
+        // A group's receivers cannot report to its sender (it sends to the group).
+        self.multicast.is_none()
+            && self.udp_backoff
             && self.protocol == Protocol::Udp
             && self.mode == Mode::Streaming
             && self.bitrate == 0
@@ -406,7 +480,8 @@ impl TestSpec {
     /// Whether the sender keeps within the receiver's window: UDP streaming, paced or at
     /// unlimited rate with backoff, unless turned off (`--no-window`).
     pub fn wants_window(&self) -> bool {
-        self.udp_window
+        self.multicast.is_none()
+            && self.udp_window
             && self.protocol == Protocol::Udp
             && self.mode == Mode::Streaming
             && (self.bitrate > 0 || self.wants_backoff())
@@ -420,6 +495,9 @@ impl TestSpec {
         }
         if self.recv_window > 0 || self.recv_congestion.is_some() {
             f.push(flowlab_proto::hello::feature::RECEIVER_TUNING.to_string());
+        }
+        if self.multicast.is_some() {
+            f.push(flowlab_proto::hello::feature::MULTICAST.to_string());
         }
         f
     }
@@ -486,6 +564,8 @@ impl TestSpec {
                 trace_us: self.trace.map(|d| d.as_micros() as u64),
                 recv_window: (self.recv_window > 0).then_some(self.recv_window),
                 recv_congestion: self.recv_congestion.clone(),
+                // The engine fills it in: it needs the sending socket's address.
+                multicast: None,
             }),
         }
     }
@@ -580,5 +660,25 @@ impl PathRates {
             StreamDirection::Up => self.up.as_ref(),
             StreamDirection::Down => self.down.as_ref(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_receiver_is_a_host_with_or_without_its_port() {
+        let r = |t: &str| Receiver::parse(t, 5201).map(|r| (r.host, r.port));
+        assert_eq!(r("h1"), Ok(("h1".into(), 5201)));
+        assert_eq!(r("10.0.0.2:6000"), Ok(("10.0.0.2".into(), 6000)));
+        assert_eq!(r("fd00::2"), Ok(("fd00::2".into(), 5201)));
+        assert_eq!(r("[fd00::2]"), Ok(("fd00::2".into(), 5201)));
+        assert_eq!(r("[fd00::2]:6000"), Ok(("fd00::2".into(), 6000)));
+        for bad in ["", ":6000", "h1:0", "h1:x", "[fd00::2", "[fd00::2]6000"] {
+            assert!(r(bad).is_err(), "{bad}");
+        }
+        let shown = Receiver::parse("[fd00::2]:6000", 1).unwrap().to_string();
+        assert_eq!(shown, "[fd00::2]:6000");
     }
 }

@@ -231,6 +231,7 @@ mod tests {
             reverse: true,
             bidir: false,
             client: None,
+            multicast: None,
         }
     }
 

@@ -3,6 +3,7 @@
 
 mod data_phase;
 mod latency;
+mod multicast;
 mod streams;
 
 use std::io::Write;
@@ -84,6 +85,13 @@ pub enum ClientError {
     NoEcho(SocketAddr),
     #[error("{0}")]
     Probes(String),
+    #[error("multicast: {0}")]
+    Multicast(String),
+    #[error("receiver {receiver}: {source}")]
+    Receiver {
+        receiver: String,
+        source: Box<ClientError>,
+    },
     #[error(transparent)]
     Sock(#[from] SockError),
     #[error(transparent)]
@@ -135,6 +143,9 @@ pub fn run(
 ) -> Result<TestResult, ClientError> {
     if spec.protocol == Protocol::Quic {
         return Err(ClientError::Quic);
+    }
+    if let Some(m) = &spec.multicast {
+        return multicast::run(spec, m, obs, interrupt);
     }
     let mut params = spec.to_params();
     if let Some(c) = &spec.credentials {
@@ -317,8 +328,16 @@ fn connect(spec: &TestSpec) -> Result<(TcpStream, SocketAddr, Cookie), ClientErr
         )
         .map_err(ClientError::NoMptcp)?;
     }
-    let addrs = resolve(spec)?;
-    let mut ctrl = connect_any(&addrs, spec)?;
+    open_control(spec, &resolve(spec)?)
+}
+
+/// A control connection to the first of `addrs` that answers, set up, and the test's
+/// cookie (sent).
+fn open_control(
+    spec: &TestSpec,
+    addrs: &[SocketAddr],
+) -> Result<(TcpStream, SocketAddr, Cookie), ClientError> {
+    let mut ctrl = connect_any(addrs, spec)?;
     let server = ctrl.peer_addr().map_err(ControlError::Io)?;
     ctrl.set_nodelay(true).map_err(ControlError::Io)?;
     if let Some(ka) = &spec.control_keepalive {
@@ -401,7 +420,10 @@ fn negotiate(
                 {
                     return Err(ClientError::Unsupported(missing));
                 }
-                (plans, infos) = create_streams(spec, server, cookie)?;
+                // A multicast test's one stream goes to the group, not to a server.
+                if spec.multicast.is_none() {
+                    (plans, infos) = create_streams(spec, server, cookie)?;
+                }
             }
             State::TestStart => {}
             State::TestRunning => {
@@ -496,6 +518,15 @@ fn end_test(
 ) -> Result<Ended, ClientError> {
     control::write_state(ctrl, State::TestEnd)?;
     session.ctl.stop_recv.store(true, Ordering::Release);
+    exchange_results(ctrl, spec, session)
+}
+
+/// After TEST_END: our receivers drained, results exchanged, IPERF_DONE.
+fn exchange_results(
+    ctrl: &mut TcpStream,
+    spec: &TestSpec,
+    session: &mut DataSession,
+) -> Result<Ended, ClientError> {
     let mut ended = Ended {
         local: None,
         remote: None,

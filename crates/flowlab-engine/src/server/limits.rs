@@ -407,6 +407,7 @@ mod tests {
             reverse: false,
             bidir: false,
             client: None,
+            multicast: None,
         });
         log.event(ServerEvent::TestFailed {
             test: Some(8),

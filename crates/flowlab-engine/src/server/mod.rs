@@ -408,7 +408,9 @@ impl Server {
                 }
             };
             let local = tcp.local_addr()?;
-            let udp: UdpSocket = bind_socket(local, Type::DGRAM, SockProtocol::UDP, dev)?.into();
+            let udp = bind_socket(local, Type::DGRAM, SockProtocol::UDP, dev)?;
+            crate::multicast::quiet_listener(&udp, local.is_ipv6());
+            let udp: UdpSocket = udp.into();
             let limited = Arc::new(RateLimited::new(log.clone(), cfg.log_rate));
             let log: Arc<dyn ServerLog> = match &observer {
                 Some(o) => Arc::new(Observed {

@@ -1,7 +1,7 @@
 //! Whether a test is served: a client's parameters checked against what the server can
 //! and may do (`--max-duration`, `--max-bitrate`, `--max-bytes`).
 
-use flowlab_proto::params::{MAX_PARALLEL, Mode, Protocol, TestParams};
+use flowlab_proto::params::{MAX_PARALLEL, Mode, Multicast, Protocol, TestParams};
 use flowlab_results::spec::{MAX_UDP_LEN, MAX_WINDOW};
 
 use super::ServerConfig;
@@ -51,6 +51,10 @@ pub(super) enum Refusal {
          discard it"
     )]
     SkipWithFile,
+    #[error("a multicast test {0}")]
+    Multicast(&'static str),
+    #[error("multicast: {0}")]
+    Join(String),
 }
 
 impl Refusal {
@@ -131,6 +135,9 @@ pub(super) fn validate(
     if cfg.file.is_some() && p.skip_rx_copy && !p.reverse {
         return Err(Refusal::SkipWithFile);
     }
+    if let Some(m) = p.flowlab.as_ref().and_then(|f| f.multicast.as_ref()) {
+        multicast(p, proto, m)?;
+    }
     if let Some(cpu) = p.server_affinity {
         let allowed = crate::cpu::allowed_cpus();
         if !allowed.contains(&(cpu as usize)) {
@@ -160,9 +167,83 @@ pub(super) fn validate(
     Ok(proto)
 }
 
+/// What a multicast test must be for this server to join its group: one UDP stream the
+/// client sends, to a group, from an address of the group's family. A server never
+/// sends to a group: a client could not make it flood a network.
+fn multicast(p: &TestParams, proto: Protocol, m: &Multicast) -> Result<(), Refusal> {
+    let why = if proto != Protocol::Udp {
+        Some("is UDP")
+    } else if p.reverse || p.bidirectional {
+        Some("is sent by the client: a server never sends to a group")
+    } else if p.parallel != 1 {
+        Some("is one stream")
+    } else if p
+        .flowlab
+        .as_ref()
+        .is_some_and(|f| f.mode != Mode::Streaming)
+    {
+        Some("streams (a group cannot acknowledge)")
+    } else if !m.group.ip().is_multicast() || m.group.port() == 0 {
+        Some("needs a multicast group address and a port")
+    } else if m.source.is_ipv4() != m.group.is_ipv4() || m.source.ip().is_unspecified() {
+        Some("needs the sender's address, of the group's family")
+    } else {
+        None
+    };
+    why.map_or(Ok(()), |w| Err(Refusal::Multicast(w)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use flowlab_proto::params::FlowlabParams;
+
+    #[test]
+    fn a_multicast_test_is_one_udp_stream_the_client_sends_to_a_group() {
+        let cfg = ServerConfig::default();
+        let m = Multicast {
+            group: "239.255.0.1:5201".parse().unwrap(),
+            source: "10.0.0.1:40000".parse().unwrap(),
+            source_specific: false,
+        };
+        let p = |m: Multicast, edit: fn(&mut TestParams)| {
+            let mut p = TestParams {
+                udp: Some(true),
+                time: 1,
+                parallel: 1,
+                flowlab: Some(FlowlabParams {
+                    version: 1,
+                    multicast: Some(m),
+                    ..FlowlabParams::default()
+                }),
+                ..TestParams::default()
+            };
+            edit(&mut p);
+            validate(&p, &cfg, false)
+        };
+        assert_eq!(p(m.clone(), |_| {}), Ok(Protocol::Udp));
+        let refused = |r: Result<Protocol, Refusal>| r.unwrap_err().to_string();
+        assert!(refused(p(m.clone(), |p| p.reverse = true)).contains("never sends"));
+        assert!(refused(p(m.clone(), |p| p.bidirectional = true)).contains("never sends"));
+        assert!(refused(p(m.clone(), |p| p.parallel = 2)).contains("one stream"));
+        assert!(
+            refused(p(m.clone(), |p| {
+                p.udp = None;
+                p.tcp = Some(true);
+            }))
+            .contains("is UDP")
+        );
+        let unicast = Multicast {
+            group: "10.0.0.2:5201".parse().unwrap(),
+            ..m.clone()
+        };
+        assert!(refused(p(unicast, |_| {})).contains("multicast group address"));
+        let mixed = Multicast {
+            source: "[fd00::1]:40000".parse().unwrap(),
+            ..m.clone()
+        };
+        assert!(refused(p(mixed, |_| {})).contains("group's family"));
+    }
 
     #[test]
     fn max_bytes_counts_both_directions_of_a_bidir_test_and_the_default_length() {

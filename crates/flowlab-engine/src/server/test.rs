@@ -3,13 +3,13 @@
 //! enforced meanwhile), the results exchange.
 
 use std::io::Write;
-use std::net::{SocketAddr, TcpStream};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flowlab_proto::frame::{MAX_PARAMS_LEN, MAX_RESULTS_LEN};
 use flowlab_proto::hello::{ServerHello, feature};
-use flowlab_proto::params::{FLOWLAB_EXT_VERSION, Protocol, TestParams};
+use flowlab_proto::params::{FLOWLAB_EXT_VERSION, Multicast, Protocol, TestParams};
 use flowlab_proto::results::PeerResults;
 use flowlab_proto::state::{encode_server_error, error_code};
 use flowlab_proto::{Cookie, State};
@@ -26,7 +26,7 @@ use crate::session::DataSession;
 use crate::stream::{Budget, Role, StreamPlan, TestControl, Transport};
 
 /// The flowlab extensions this server has (told to flowlab clients in its hello).
-const FEATURES: [&str; 8] = [
+const FEATURES: [&str; 9] = [
     feature::STOP_AND_WAIT,
     feature::EXACT_BYTES,
     feature::CLEAN_CLOSE,
@@ -35,6 +35,7 @@ const FEATURES: [&str; 8] = [
     feature::UDP_WINDOW_PACED,
     feature::TRACE,
     feature::RECEIVER_TUNING,
+    feature::MULTICAST,
 ];
 
 /// Runs one test on its control connection `ctrl`, from the parameters to the results
@@ -59,11 +60,18 @@ pub(super) fn run_test(
     let negotiated = negotiate(ctrl, peer, deadline, shared);
     // Out of the handshake, whether it ended in a test or not.
     drop(handshake);
-    let (params, proto, slot) = negotiated?;
+    let (params, proto, slot, group) = negotiated?;
     let start = started(id, peer, &params, proto);
     shared.log.event(start.clone());
     let n = params.stream_count() as usize;
-    let transports = collect_streams(ctrl, peer, cookie, proto, params.mptcp, n, shared)?;
+    let transports = match group {
+        // A multicast test's one stream: the group joined; the client opens none.
+        Some(s) => {
+            control::write_state(ctrl, State::CreateStreams)?;
+            vec![Transport::Udp(Arc::new(s))]
+        }
+        None => collect_streams(ctrl, peer, cookie, proto, params.mptcp, n, shared)?,
+    };
     let mut data = data_config(&params, proto, End::Server);
     data.path_rtt = crate::sock::least_rtt(ctrl);
     if let Some(path) = &cfg.file {
@@ -110,10 +118,30 @@ pub(super) fn run_test(
     Ok(())
 }
 
+/// A multicast test's receiving socket: the group joined on the interface the client
+/// reached this server by. Joined before the test is agreed, so a client hears why not.
+fn join_group(ctrl: &TcpStream, m: &Multicast, shared: &Shared) -> Result<UdpSocket, Refusal> {
+    let local = ctrl
+        .local_addr()
+        .map_err(|e| Refusal::Join(e.to_string()))?
+        .ip()
+        .to_canonical();
+    crate::multicast::join(m, local, shared.cfg.bind_dev.as_deref()).map_err(|e| {
+        Refusal::Join(format!(
+            "cannot join group {} on the interface holding {local}: {e}",
+            m.group.ip()
+        ))
+    })
+}
+
 /// Whether the client speaks flowlab's extensions.
 fn is_flowlab(params: &TestParams) -> bool {
     params.flowlab.as_ref().is_some_and(|f| f.version >= 1)
 }
+
+/// A test agreed: its parameters, protocol, place among the server's tests and, for a
+/// multicast test, the group's socket.
+type Negotiated<'s> = (TestParams, Protocol, Place<'s>, Option<UdpSocket>);
 
 /// Reads the client's parameters (complete by `deadline`) and answers them: when they are
 /// valid and a test slot is free, a flowlab client gets the server's hello (its features,
@@ -124,7 +152,7 @@ fn negotiate<'s>(
     peer: SocketAddr,
     deadline: Deadline,
     shared: &'s Shared,
-) -> Result<(TestParams, Protocol, Place<'s>), TestError> {
+) -> Result<Negotiated<'s>, TestError> {
     let cfg = &shared.cfg;
     control::write_state(ctrl, State::ParamExchange)?;
     let params: TestParams =
@@ -154,9 +182,13 @@ fn negotiate<'s>(
         Some(m) => Err(Refusal::Extension(m.clone())),
         None => Ok(proto),
     });
+    let multicast = params.flowlab.as_ref().and_then(|f| f.multicast.as_ref());
     let verdict = match verdict {
         Ok(proto) => match shared.test_places.take(peer.ip()) {
-            Ok(slot) => Ok((proto, slot)),
+            Ok(slot) => match multicast {
+                Some(m) => join_group(ctrl, m, shared).map(|s| (proto, slot, Some(s))),
+                None => Ok((proto, slot, None)),
+            },
             Err(busy) => {
                 control::write_state(ctrl, State::AccessDenied)?;
                 return Err(TestError::Busy(busy));
@@ -174,7 +206,7 @@ fn negotiate<'s>(
         send_hello(ctrl, &hello)?;
     }
     match verdict {
-        Ok((proto, slot)) => Ok((params, proto, slot)),
+        Ok((proto, slot, group)) => Ok((params, proto, slot, group)),
         Err(reason) => {
             if !is_flowlab(&params) {
                 ctrl.write_all(&[State::ServerError.to_byte()])?;
@@ -239,6 +271,11 @@ fn started(id: u64, peer: SocketAddr, params: &TestParams, proto: Protocol) -> S
         reverse: params.reverse,
         bidir: params.bidirectional,
         client: params.client_version.clone(),
+        multicast: params
+            .flowlab
+            .as_ref()
+            .and_then(|f| f.multicast.as_ref())
+            .map(|m| m.group.to_string()),
     }
 }
 

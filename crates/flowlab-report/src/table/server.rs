@@ -32,10 +32,15 @@ pub fn server_event(event: &ServerEvent) -> String {
             reverse,
             bidir,
             client,
+            multicast,
         } => format!(
-            "test {test}: {protocol} from {peer}, {streams} stream(s){}{} [{}]",
+            "test {test}: {protocol} from {peer}, {streams} stream(s){}{}{} [{}]",
             if *reverse { ", reverse" } else { "" },
             if *bidir { ", bidirectional" } else { "" },
+            match multicast {
+                Some(g) => format!(", to multicast group {g}"),
+                None => String::new(),
+            },
             client.as_deref().unwrap_or("unknown client")
         ),
         ServerEvent::TestFinished {

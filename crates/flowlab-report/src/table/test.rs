@@ -21,7 +21,22 @@ pub fn start(s: &StartInfo) -> String {
         Some(v) => format!("{} {v}", s.peer.kind),
         None => s.peer.kind.to_string(),
     };
-    let _ = writeln!(out, "Connected to {} ({peer}) from {}", s.remote, s.local);
+    match &s.spec.multicast {
+        Some(m) => {
+            let each: Vec<String> = m.receivers.iter().map(|r| r.to_string()).collect();
+            let _ = writeln!(
+                out,
+                "Sending to multicast group {}:{}, TTL {}; receivers {} ({peer})",
+                s.spec.host,
+                s.spec.port,
+                m.ttl,
+                each.join(", ")
+            );
+        }
+        None => {
+            let _ = writeln!(out, "Connected to {} ({peer}) from {}", s.remote, s.local);
+        }
+    }
     for st in &s.streams {
         let _ = writeln!(
             out,
@@ -303,6 +318,8 @@ pub fn end(e: &EndInfo, udp: bool, f: UnitFormat) -> String {
         }
         match &s.receiver {
             Some(t) => side_row(&mut out, &id, s.direction, t, "receiver", udp, f),
+            // Each receiver's row follows.
+            None if e.multicast.is_some() => {}
             None => {
                 let _ = writeln!(
                     out,
@@ -325,8 +342,28 @@ pub fn end(e: &EndInfo, udp: bool, f: UnitFormat) -> String {
             side_row(&mut out, "SUM", sum.direction, t, "receiver", udp, f);
         }
     }
+    if let Some(m) = &e.multicast {
+        out += &multicast_rows(m, &e.streams, f);
+    }
     let c = &e.cpu;
-    if let Some(q) = &e.quic {
+    if let Some(m) = &e.multicast {
+        let each: Vec<String> = m
+            .receivers
+            .iter()
+            .map(|r| match r.cpu_percent {
+                Some(p) => format!("{p:.1}%"),
+                None => "?".into(),
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "CPU: local {:.1}% (user {:.1}%, system {:.1}%), receivers {}",
+            c.local_total,
+            c.local_user,
+            c.local_system,
+            each.join(", ")
+        );
+    } else if let Some(q) = &e.quic {
         let _ = writeln!(
             out,
             "CPU: local {:.1}% (user {:.1}%, system {:.1}%), remote unknown (a perf server reports none)",
@@ -365,6 +402,49 @@ pub fn end(e: &EndInfo, udp: bool, f: UnitFormat) -> String {
             "stream {} failed while the test ran: {} (its totals cover the part that ran)",
             f.id, f.error
         );
+    }
+    out
+}
+
+/// A multicast test's group and one row for each receiver: what reached it.
+fn multicast_rows(
+    m: &flowlab_results::result::MulticastEnd,
+    streams: &[flowlab_results::result::EndStream],
+    f: UnitFormat,
+) -> String {
+    let mut out = format!(
+        "Multicast to {} from {} ({}), TTL {}: {} receiver{}\n",
+        m.group,
+        m.source,
+        if m.source_specific {
+            "source-specific"
+        } else {
+            "any source"
+        },
+        m.ttl,
+        m.receivers.len(),
+        if m.receivers.len() == 1 { "" } else { "s" }
+    );
+    let Some(s) = streams.first() else {
+        return out;
+    };
+    let id = s.id.to_string();
+    for r in &m.receivers {
+        let who = match r.address.as_str() {
+            a if a == r.name => format!("receiver {a}"),
+            a => format!("receiver {} ({a})", r.name),
+        };
+        match &r.totals {
+            Some(t) => side_row(&mut out, &id, s.direction, t, &who, true, f),
+            None => {
+                let _ = writeln!(
+                    out,
+                    "[{id:>3}] {:<4} {who}: no results ({})",
+                    s.direction.as_str(),
+                    r.error.as_deref().unwrap_or("none given")
+                );
+            }
+        }
     }
     out
 }
@@ -775,6 +855,7 @@ mod tests {
             failed_streams: Vec::new(),
             quic: None,
             mptcp: None,
+            multicast: None,
         };
         let sums = |e: &EndInfo| {
             let text = end(e, false, UnitFormat::Adaptive);

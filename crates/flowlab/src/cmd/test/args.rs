@@ -118,6 +118,26 @@ pub struct Args {
     /// sockets: a datagram larger than the path's MTU fails instead of being fragmented.
     #[arg(help_heading = "UDP", long)]
     pub dont_fragment: bool,
+    /// Multicast: HOST is a group address (e.g. 239.255.0.1, ff15::1) to which the
+    /// client sends one UDP stream (to -p's port); these flowlab servers (HOST or
+    /// HOST:PORT, comma-separated) join the group for the test and report what reached
+    /// each: its own loss, jitter, duplicates and reordering.
+    #[arg(
+        help_heading = "UDP",
+        long,
+        value_name = "HOST[:PORT],...",
+        value_delimiter = ',',
+        requires = "udp"
+    )]
+    pub receivers: Vec<String>,
+    /// Multicast: the datagrams' TTL (IPv4) or hop limit (IPv6), 1 to 255: how many
+    /// routers they may cross [default: 1, the sender's own network].
+    #[arg(help_heading = "UDP", long, value_name = "N", requires = "receivers")]
+    pub ttl: Option<u32>,
+    /// Multicast: receivers join for this client's address only (source-specific
+    /// multicast: IGMPv3, MLDv2), not for any sender to the group.
+    #[arg(help_heading = "UDP", long, requires = "receivers")]
+    pub source_specific: bool,
     /// MPTCP instead of plain TCP (iperf3 3.19's -m): each data stream, and the control
     /// connection, an MPTCP connection, whose subflows the kernel's path manager opens
     /// over the paths it knows; the end says each one's subflows and what each carried.

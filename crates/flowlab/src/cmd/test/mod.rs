@@ -89,6 +89,16 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
             .collect();
         anyhow::bail!("every stream failed ({})", why.join("; "));
     }
+    let multicast = result.end.as_ref().and_then(|e| e.multicast.as_ref());
+    if let Some(m) = multicast.filter(|m| m.receivers.iter().all(|r| r.totals.is_none())) {
+        // Some receivers' figures are a result; none is a failed test.
+        let why: Vec<String> = m
+            .receivers
+            .iter()
+            .map(|r| format!("{}: {}", r.name, r.error.as_deref().unwrap_or("no results")))
+            .collect();
+        anyhow::bail!("no receiver reported what reached it ({})", why.join("; "));
+    }
     Ok(())
 }
 

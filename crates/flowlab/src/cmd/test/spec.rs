@@ -25,6 +25,9 @@ impl Args {
         if self.mptcp {
             self.mptcp_refusals()?;
         }
+        if !self.receivers.is_empty() {
+            self.multicast_refusals()?;
+        }
         let host = self.host.clone().or_else(|| self.client.clone());
         let host = host.ok_or("a server to test against: flowlab test HOST")?;
         // iperf3's HOST%DEV: the host, and the device to bind to.
@@ -59,6 +62,7 @@ impl Args {
         } else {
             flowlab_proto::DEFAULT_PORT
         });
+        s.multicast = self.multicast(&s)?;
         s.quic_connection_each = self.quic_connections;
         s.mptcp = self.mptcp;
         s.protocol = protocol;
@@ -119,6 +123,11 @@ impl Args {
             _ => Direction::Forward,
         };
         s.bitrate = self.bitrate.map_or(0, |b| b.bps);
+        if s.multicast.is_some() && self.bitrate.is_none() {
+            // A group's sender hears nothing from its receivers, so cannot back off:
+            // unpaced, it would flood every link to them. iperf3's UDP default.
+            s.bitrate = MULTICAST_BITRATE;
+        }
         s.burst = self.bitrate.map_or(0, |b| b.burst);
         if s.burst > 0 && s.bitrate == 0 {
             return Err("-b/--bitrate 0/N: a burst needs a rate to pace".into());
@@ -276,6 +285,9 @@ impl Args {
     }
 }
 
+/// A multicast test's rate when `-b` gives none, bit/s.
+const MULTICAST_BITRATE: u64 = 1_000_000;
+
 /// The first option set among `refused` (set, flag, why), refused as `FLAG with MODE: WHY`.
 fn first_refused(refused: &[(bool, &str, &str)], mode: &str) -> Result<(), Usage> {
     match refused.iter().find(|(set, ..)| *set) {
@@ -402,6 +414,76 @@ impl Args {
             ),
         ];
         first_refused(&refused, "-m/--mptcp")
+    }
+
+    /// What a multicast test cannot do: it is one UDP stream the client sends to a
+    /// group, whose receivers cannot answer its socket.
+    fn multicast_refusals(&self) -> Result<(), Usage> {
+        let refused = [
+            (
+                self.reverse || self.bidir,
+                "-R/--bidir",
+                "the client sends (a server never sends to a group)",
+            ),
+            (
+                self.parallel > 1,
+                "-P/--parallel",
+                "one stream to the group",
+            ),
+            (
+                self.stop_and_wait,
+                "--stop-and-wait",
+                "a group does not acknowledge",
+            ),
+            (self.latency.is_some(), "--latency", "not yet"),
+            (self.cport.is_some(), "--cport", "not yet"),
+            (
+                self.get_server_output,
+                "--get-server-output",
+                "each receiver's figures are in the result",
+            ),
+            (
+                self.no_window || self.no_backoff,
+                "--no-window/--no-backoff",
+                "a multicast sender never waits for its receivers",
+            ),
+        ];
+        first_refused(&refused, "--receivers")
+    }
+
+    /// `--receivers`, `--ttl` and `--source-specific` for the spec's group (its host,
+    /// `s.host`, which must be a multicast address) and port.
+    fn multicast(&self, s: &TestSpec) -> Result<Option<spec::MulticastSpec>, Usage> {
+        let group = s.host.parse::<std::net::IpAddr>().ok();
+        if self.receivers.is_empty() {
+            return match group.filter(|g| g.is_multicast()) {
+                Some(g) => Err(Usage(format!(
+                    "{g} is a multicast group: name the flowlab servers that receive it with                      --receivers HOST,HOST,… (and -u)"
+                ))),
+                None => Ok(None),
+            };
+        }
+        if !group.is_some_and(|g| g.is_multicast()) {
+            return Err(Usage(format!(
+                "--receivers: {} must be a multicast group address (224.0.0.0/4 or ff00::/8),                  to which the test is sent",
+                s.host
+            )));
+        }
+        let receivers = self
+            .receivers
+            .iter()
+            .map(|r| spec::Receiver::parse(r.trim(), s.port))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| Usage(format!("--receivers {e}")))?;
+        let ttl = self.ttl.unwrap_or(1);
+        if !(1..=255).contains(&ttl) {
+            return Err(Usage(format!("--ttl {ttl} must be 1 to 255")));
+        }
+        Ok(Some(spec::MulticastSpec {
+            receivers,
+            ttl,
+            source_specific: self.source_specific,
+        }))
     }
 
     /// `-F FILE`: what it takes (a TCP test of one stream, one way) and, when the client

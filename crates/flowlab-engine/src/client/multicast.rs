@@ -1,0 +1,300 @@
+//! A multicast test (`--receivers`): one UDP stream sent to a group, and a control
+//! connection to each receiver — a flowlab server that joins the group for the test and
+//! returns what reached it, so the sender's side gathers every receiver's loss, jitter,
+//! duplicates and reordering.
+
+use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use flowlab_proto::hello::ServerHello;
+use flowlab_proto::params::Multicast;
+use flowlab_proto::results::PeerResults;
+use flowlab_proto::{Cookie, State};
+use flowlab_results::result::{
+    self, MulticastEnd, MulticastReceiver, SCHEMA, StreamDirection, StreamInfo, TestResult,
+};
+use flowlab_results::spec::{IpFamily, MulticastSpec, TestSpec};
+use socket2::SockRef;
+
+use super::data_phase::{PhaseEnd, Reports, run_data_phase};
+use super::{
+    ClientError, Ended, Negotiated, Observer, budget, data_file, exchange_results, negotiate,
+    open_control, start_info,
+};
+use crate::control::{self, ControlError};
+use crate::negotiate::{End, data_config};
+use crate::session::DataSession;
+use crate::sock;
+use crate::stream::{Role, StreamPlan, TestControl, Transport};
+
+/// One receiver's control connection and what it said.
+struct Receiver {
+    /// As the user gave it (`--receivers`).
+    name: String,
+    ctrl: TcpStream,
+    addr: SocketAddr,
+    cookie: Cookie,
+    hello: Option<ServerHello>,
+}
+
+/// Runs a multicast test: every receiver joins before the first datagram is sent; each
+/// one's results are kept even when another's are lost.
+pub(super) fn run(
+    spec: &TestSpec,
+    m: &MulticastSpec,
+    obs: &mut dyn Observer,
+    interrupt: &AtomicBool,
+) -> Result<TestResult, ClientError> {
+    let group_ip: IpAddr = spec.host.parse().map_err(|_| {
+        ClientError::Multicast(format!(
+            "{}: a multicast test sends to a group's address, not a name",
+            spec.host
+        ))
+    })?;
+    if !group_ip.is_multicast() {
+        return Err(ClientError::Multicast(format!(
+            "{group_ip} is not a multicast group address (224.0.0.0/4, ff00::/8)"
+        )));
+    }
+    let group = SocketAddr::new(group_ip, spec.port);
+    let family = if group.is_ipv4() {
+        IpFamily::Ipv4
+    } else {
+        IpFamily::Ipv6
+    };
+    let file = data_file(spec)?;
+    let mut receivers = Vec::with_capacity(m.receivers.len());
+    for r in &m.receivers {
+        let name = r.to_string();
+        let named = |source: ClientError| ClientError::Receiver {
+            receiver: name.clone(),
+            source: Box::new(source),
+        };
+        let addrs = crate::reach::addresses(&r.host, r.port, Some(family)).map_err(|e| {
+            named(match e {
+                crate::reach::ResolveError::NoAddressOf { host, family, .. } => {
+                    crate::reach::ResolveError::NoAddressOf {
+                        host,
+                        family,
+                        flag: "the group's family",
+                    }
+                    .into()
+                }
+                e => e.into(),
+            })
+        })?;
+        let (ctrl, addr, cookie) = open_control(spec, &addrs).map_err(named)?;
+        receivers.push(Receiver {
+            name,
+            ctrl,
+            addr,
+            cookie,
+            hello: None,
+        });
+    }
+    let first = receivers
+        .first()
+        .ok_or_else(|| ClientError::Multicast("a multicast test needs a receiver".into()))?;
+    // The group's datagrams leave by -B's address, or by the interface the first
+    // receiver is reached by.
+    let via = match spec.bind {
+        Some(ip) => ip,
+        None => first.ctrl.local_addr().map_err(ControlError::Io)?.ip(),
+    };
+    let sock = crate::multicast::sender(group, via, m.ttl, spec.bind_dev.as_deref())
+        .map_err(|source| ClientError::Stream { id: 1, source })?;
+    let want = match spec.window {
+        0 => crate::stream::UDP_DEFAULT_BUFFER,
+        w => w,
+    };
+    sock::set_buffers(&SockRef::from(&sock), want)?;
+    let source = sock
+        .local_addr()
+        .map_err(|source| ClientError::Stream { id: 1, source })?;
+
+    let mut params = spec.to_params();
+    if let Some(c) = &spec.credentials {
+        params.authtoken = Some(crate::credentials::token(c).map_err(ClientError::Auth)?);
+    }
+    if let Some(f) = params.flowlab.as_mut() {
+        f.multicast = Some(Multicast {
+            group,
+            source,
+            source_specific: m.source_specific,
+        });
+    }
+    // Each receiver joins before it answers TEST_RUNNING, so none misses the start.
+    for r in &mut receivers {
+        let Negotiated { hello, .. } = negotiate(&mut r.ctrl, spec, &params, r.addr, &r.cookie)
+            .map_err(|e| ClientError::Receiver {
+                receiver: r.name.clone(),
+                source: Box::new(e),
+            })?;
+        r.hello = hello;
+    }
+
+    let id = crate::stream::stream_id(0);
+    let bufs = sock::buffers(&SockRef::from(&sock));
+    let info = StreamInfo {
+        id,
+        direction: StreamDirection::Up,
+        local: source.to_string(),
+        remote: group.to_string(),
+        sndbuf: bufs.sndbuf,
+        rcvbuf: bufs.rcvbuf,
+        congestion: None,
+        mss: None,
+        tos: (spec.tos > 0)
+            .then(|| sock::tos(&SockRef::from(&sock), group))
+            .flatten(),
+        snd_timeout_ms: None,
+    };
+    let plans = vec![StreamPlan {
+        id,
+        role: Role::Send,
+        transport: Transport::Udp(Arc::new(sock)),
+        early: Vec::new(),
+    }];
+    let directions = [(id, StreamDirection::Up)];
+    // No window, no backoff: nothing a receiver says can reach a socket connected to a
+    // group (`TestSpec::wants_window`).
+    let end = End::Client {
+        features: &[],
+        affinity: spec.affinity.client,
+    };
+    let mut cfg = data_config(&params, spec.protocol, end);
+    cfg.file = file;
+    cfg.path_rtt = sock::least_rtt(&receivers[0].ctrl);
+    let system = crate::sysinfo::collect();
+    let ctl = TestControl::new(budget(spec));
+    let mut session = DataSession::start(plans, cfg, ctl, Duration::from_secs(spec.omit))
+        .map_err(|source| ClientError::Stream { id, source })?;
+    let first = &receivers[0];
+    let start = start_info(
+        spec,
+        &first.ctrl,
+        first.addr,
+        first.hello.as_ref(),
+        &first.cookie,
+        vec![info],
+        system,
+    );
+    obs.started(&start);
+
+    let mut intervals = Vec::new();
+    // The first receiver's control connection is watched while the data flows (a
+    // server's limit ends the test there); the others are heard at the end.
+    let outcome = run_data_phase(
+        spec,
+        &mut session,
+        &mut receivers[0].ctrl,
+        &directions,
+        Reports {
+            obs,
+            intervals: &mut intervals,
+            latency: None,
+        },
+        interrupt,
+    );
+    let mut interrupted = interrupt.load(Ordering::Acquire);
+    session.stop_senders();
+    let first_ended = match outcome {
+        Ok(PhaseEnd::Normal) => None,
+        Ok(PhaseEnd::ServerTerminated | PhaseEnd::Stalled(_)) => Some(Ended::terminated()),
+        Err(e) => {
+            session.abort();
+            return Err(e);
+        }
+    };
+    // TEST_END to every receiver first, so they stop together; then each one's results.
+    let told: Vec<Result<(), ControlError>> = receivers
+        .iter_mut()
+        .enumerate()
+        .map(|(i, r)| match (i, &first_ended) {
+            (0, Some(_)) => Ok(()),
+            _ => control::write_state(&mut r.ctrl, State::TestEnd),
+        })
+        .collect();
+    session.ctl.stop_recv.store(true, Ordering::Release);
+    let mut ended: Vec<Result<Ended, ClientError>> = Vec::with_capacity(receivers.len());
+    for (i, (r, told)) in receivers.iter_mut().zip(told).enumerate() {
+        ended.push(match (i, &first_ended, told) {
+            (0, Some(_), _) => Ok(Ended::terminated()),
+            (_, _, Err(e)) => Err(e.into()),
+            (_, _, Ok(())) => exchange_results(&mut r.ctrl, spec, &mut session),
+        });
+    }
+    interrupted |= ended.iter().any(|e| e.as_ref().is_ok_and(|e| e.terminated));
+    session.abort();
+    let snap = session.snapshot();
+    let local = session.peer_results(&snap, session.ctl.epoch.elapsed());
+    let mut end = result::summarize(&directions, true, &local, None, interrupted);
+    if !interrupted {
+        end.failed_streams = session.failures();
+    }
+    let ttl = m.ttl;
+    end.multicast = Some(MulticastEnd {
+        group: group.to_string(),
+        source: source.to_string(),
+        source_specific: m.source_specific,
+        ttl,
+        receivers: receivers
+            .iter()
+            .zip(ended)
+            .map(|(r, e)| receiver_end(r, e, &directions, &local, interrupted))
+            .collect(),
+    });
+    Ok(TestResult {
+        schema: SCHEMA.into(),
+        start,
+        intervals,
+        end: Some(end),
+        trace: None,
+        latency: None,
+    })
+}
+
+/// What one receiver reported, or why it reported nothing.
+fn receiver_end(
+    r: &Receiver,
+    ended: Result<Ended, ClientError>,
+    directions: &[(i64, StreamDirection)],
+    local: &PeerResults,
+    interrupted: bool,
+) -> MulticastReceiver {
+    let (name, address) = (r.name.clone(), r.addr.to_string());
+    let remote = match ended {
+        Ok(Ended {
+            remote: Some(remote),
+            ..
+        }) => remote,
+        Ok(_) => {
+            return MulticastReceiver {
+                name,
+                address,
+                totals: None,
+                cpu_percent: None,
+                error: Some("the test ended before results were exchanged".into()),
+            };
+        }
+        Err(e) => {
+            return MulticastReceiver {
+                name,
+                address,
+                totals: None,
+                cpu_percent: None,
+                error: Some(e.to_string()),
+            };
+        }
+    };
+    let end = result::summarize(directions, true, local, Some(&remote), interrupted);
+    MulticastReceiver {
+        name,
+        address,
+        totals: end.streams.into_iter().next().and_then(|s| s.receiver),
+        cpu_percent: Some(end.cpu.remote_total),
+        error: None,
+    }
+}
