@@ -290,10 +290,26 @@ fn receiver_end(
         }
     };
     let end = result::summarize(directions, true, local, Some(&remote), interrupted);
+    let stream = end.streams.into_iter().next();
+    // Over the time the stream was sent: a receiver's own clock starts when it joined,
+    // and receivers join one after another (one whose control connection lost a
+    // segment, a retransmission later than the rest), which would lower the first ones'
+    // rates by the wait for the last.
+    let sent_for = stream
+        .as_ref()
+        .and_then(|s| s.sender.as_ref())
+        .map(|s| s.seconds);
+    let totals = stream.and_then(|s| s.receiver).map(|mut t| {
+        if let Some(seconds) = sent_for {
+            t.seconds = seconds;
+            t.bits_per_second = result::bps(t.bytes, seconds);
+        }
+        t
+    });
     MulticastReceiver {
         name,
         address,
-        totals: end.streams.into_iter().next().and_then(|s| s.receiver),
+        totals,
         cpu_percent: Some(end.cpu.remote_total),
         error: None,
     }
