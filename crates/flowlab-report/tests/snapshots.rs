@@ -861,7 +861,7 @@ fn net_check_widens_its_path_column_for_long_host_names() {
 #[test]
 fn metrics_of_each_result() {
     use flowlab_results::metrics;
-    for name in ["tcp-p2", "udp-run", "tcp-traced"] {
+    for name in ["tcp-p2", "udp-run", "tcp-traced", "udp-multicast"] {
         let r = result(&format!("{name}.json"));
         let text: String = metrics::of_test(&r)
             .iter()

@@ -130,6 +130,9 @@ pub fn of_test(r: &TestResult) -> Vec<Metric> {
             rtt(&l.loaded, |r| r.p99_ms),
         );
     }
+    if let Some(m) = &end.multicast {
+        multicast(&mut out, m);
+    }
     push(
         &mut out,
         "cpu_local_percent".into(),
@@ -141,6 +144,35 @@ pub fn of_test(r: &TestResult) -> Vec<Metric> {
         Some(end.cpu.remote_total).filter(|&c| c > 0.0),
     );
     out
+}
+
+/// A multicast test's receivers, numbered from 1 in the order of `--receivers`: each
+/// one's throughput, loss and jitter, and the worst of them (the least throughput, the
+/// most loss) over those that returned results.
+fn multicast(out: &mut Vec<Metric>, m: &crate::result::MulticastEnd) {
+    let mut least: Option<f64> = None;
+    let mut worst: Option<f64> = None;
+    for (i, r) in m.receivers.iter().enumerate() {
+        let Some(t) = &r.totals else { continue };
+        let n = i + 1;
+        push(
+            out,
+            format!("throughput_receiver{n}_bps"),
+            Some(t.bits_per_second),
+        );
+        least = Some(least.map_or(t.bits_per_second, |l| l.min(t.bits_per_second)));
+        if let Some(u) = &t.udp {
+            push(
+                out,
+                format!("loss_receiver{n}_percent"),
+                Some(u.lost_percent),
+            );
+            push(out, format!("jitter_receiver{n}_ms"), Some(u.jitter_ms));
+            worst = Some(worst.map_or(u.lost_percent, |w| w.max(u.lost_percent)));
+        }
+    }
+    push(out, "throughput_least_bps".into(), least);
+    push(out, "loss_worst_percent".into(), worst);
 }
 
 /// A fetch's metrics: its transfer time, throughput, and fragments that arrived corrupt;
