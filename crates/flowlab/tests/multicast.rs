@@ -126,17 +126,20 @@ fn loss_on_one_branch_is_counted_for_that_receiver_only() {
             )
         })
         .collect();
-    for (group, ssm) in [("239.255.0.1", false), ("232.0.0.9", true)] {
+    for (group, ssm, ttl) in [("239.255.0.1", false, 1), ("232.0.0.9", true, 3)] {
         let mut args = vec!["-u", group, "--receivers", "rx1,rx2,rx3"];
         args.extend(["-b", "20M", "-t", "3"]);
         if ssm {
-            args.push("--source-specific");
+            args.extend(["--source-specific", "--ttl", "3"]);
         }
         let r = test_in("fl-tmcast-tx", &args);
         let m = &r["end"]["multicast"];
         assert_eq!(m["group"], format!("{group}:5201"));
         assert_eq!(m["source_specific"], ssm);
-        assert_eq!(m["ttl"], 1);
+        assert_eq!(
+            m["ttl"], ttl,
+            "the sending socket's TTL, as the kernel holds it"
+        );
         assert!(
             m["source"]
                 .as_str()
@@ -265,9 +268,11 @@ fn receivers_on_one_host_take_the_test_alone_over_ipv4_and_ipv6() {
         args.push(&port);
         args.extend(["--receivers", &receivers, "-b", "10M", "-t", "1"]);
         if ssm {
-            args.push("--source-specific");
+            // And a hop limit or TTL other than the default.
+            args.extend(["--source-specific", "--ttl", "2"]);
         }
         let r = test_in(&ns, &args);
+        assert_eq!(r["end"]["multicast"]["ttl"], if ssm { 2 } else { 1 });
         noise.0.store(true, std::sync::atomic::Ordering::Relaxed);
         let other = noise.1.join().expect("the other sender");
         assert!(other > 100, "{group}: the other sender sent {other}");

@@ -113,6 +113,15 @@ pub(super) fn run(
     let source = sock
         .local_addr()
         .map_err(|source| ClientError::Stream { id: 1, source })?;
+    // As the kernel holds it, not as asked.
+    let ttl = {
+        let s = SockRef::from(&sock);
+        match group {
+            SocketAddr::V4(_) => s.multicast_ttl_v4(),
+            SocketAddr::V6(_) => s.multicast_hops_v6(),
+        }
+        .map_err(|source| ClientError::Stream { id: 1, source })?
+    };
 
     let mut params = spec.to_params();
     if let Some(c) = &spec.credentials {
@@ -234,7 +243,6 @@ pub(super) fn run(
     if !interrupted {
         end.failed_streams = session.failures();
     }
-    let ttl = m.ttl;
     end.multicast = Some(MulticastEnd {
         group: group.to_string(),
         source: source.to_string(),
