@@ -427,8 +427,9 @@ fn one_path_cut_mid_test_the_other_carries_on_and_the_subflows_say_so() {
 }
 
 /// Where the kernel makes no MPTCP socket (a namespace with `net.mptcp.enabled` = 0),
-/// `-m` says so before any connection is tried, and a server there refuses an MPTCP
-/// client's test rather than serving it as plain TCP.
+/// `-m` says so before any connection is tried, a server there refuses an MPTCP
+/// client's test rather than serving it as plain TCP, and `net up` of a topology with a
+/// multi-homed host says it built the host without MPTCP's path manager.
 #[test]
 fn without_mptcp_each_end_says_so() {
     if !support::is_root_with_ip("the namespace without MPTCP is made for the test") {
@@ -495,5 +496,22 @@ fn without_mptcp_each_end_says_so() {
             flowlab_proto::state::error_code::RECV_PARAMS,
             libc::EPROTONOSUPPORT
         )
+    );
+    let _machine = support::machine_shared();
+    let dir = tempfile::tempdir().expect("a directory");
+    let file = dir.path().join("tmpoff.toml");
+    std::fs::write(&file, TWO_PATHS.replace("tmptcp", "tmpoff")).expect("the topology");
+    let _down = support::NetDown::new("tmpoff");
+    let up = Command::new("ip")
+        .args(["netns", "exec", &ns, flowlab, "net", "up"])
+        .arg(&file)
+        .output()
+        .expect("net up");
+    let said = support::said(&up);
+    assert!(up.status.success(), "{said}");
+    assert!(
+        said.contains("note: this kernel makes no MPTCP socket")
+            && said.contains("c built without MPTCP's path manager"),
+        "{said}"
     );
 }

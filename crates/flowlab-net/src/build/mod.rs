@@ -40,7 +40,7 @@ pub use processes::{emulators, is_scheduler};
 pub use schedule::{SCHEDULE_DONE, restart_schedule, run as run_schedule};
 pub use set::{Changed, ChangedStation, set, set_to};
 pub use shaping::{DEFAULT_QUEUE, PACKET_BYTES, shaping};
-pub use up::{has_emulated_links, up};
+pub use up::{has_emulated_links, mptcp_available, up};
 
 /// Why building or removing a topology failed.
 #[derive(Debug, thiserror::Error)]

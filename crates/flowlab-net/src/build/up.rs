@@ -499,7 +499,7 @@ fn mptcp_path_manager(t: &Topology, plan: &Plan<'_>) -> Result<(), NetError> {
 }
 
 /// Whether this kernel makes MPTCP sockets (here, in the caller's namespace).
-fn mptcp_available() -> bool {
+pub fn mptcp_available() -> bool {
     socket2::Socket::new(
         socket2::Domain::IPV4,
         socket2::Type::STREAM,

@@ -181,6 +181,17 @@ pub fn run(c: Command) -> anyhow::Result<()> {
             say_if_holding_changes_nothing(&state);
             let built = flowlab_net::status::built(&state, &t.name);
             print!("{}", table::net_up(&t.name, t.nodes.len(), &built));
+            // `net show` describes the path manager the file asks for; where it was not
+            // set, say so (a file's [mptcp] table on such a kernel is refused instead).
+            let multi = t.multi_homed();
+            if !multi.is_empty() && t.mptcp_table.is_none() && !build::mptcp_available() {
+                eprintln!(
+                    "note: this kernel makes no MPTCP socket (built without it, or \
+                     net.mptcp.enabled = 0): {} built without MPTCP's path manager, each \
+                     address routed by its own link all the same",
+                    multi.join(", ")
+                );
+            }
         }
         Command::Down { name } => {
             // A file names its topology.
