@@ -203,7 +203,8 @@ fn ip(args: &[&str]) {
 
 /// Two receivers on the sender's own host (a veth of a namespace of the test's own:
 /// the kernel loops a group's datagrams back to the host's members), over IPv4 and
-/// IPv6, any-source and source-specific: each counts every datagram sent. Another
+/// IPv6, any-source and source-specific, the source given by -B or --bind-dev and the
+/// TTL or hop limit by --ttl: each counts every datagram sent. Another
 /// sender to the same group and port meanwhile is counted by neither (each receiver
 /// takes the test's source alone). A stock iperf3 among the receivers is refused before
 /// anything is sent, naming it.
@@ -270,9 +271,25 @@ fn receivers_on_one_host_take_the_test_alone_over_ipv4_and_ipv6() {
         if ssm {
             // And a hop limit or TTL other than the default.
             args.extend(["--source-specific", "--ttl", "2"]);
+        } else {
+            // And the source chosen: by address, or by device.
+            args.extend(match group.contains(':') {
+                false => ["-B", "10.9.0.1"],
+                true => ["--bind-dev", "va"],
+            });
         }
         let r = test_in(&ns, &args);
-        assert_eq!(r["end"]["multicast"]["ttl"], if ssm { 2 } else { 1 });
+        let m = &r["end"]["multicast"];
+        assert_eq!(m["ttl"], if ssm { 2 } else { 1 });
+        let from = if group.contains(':') {
+            "[fd00::1]:"
+        } else {
+            "10.9.0.1:"
+        };
+        assert!(
+            m["source"].as_str().is_some_and(|s| s.starts_with(from)),
+            "{m}"
+        );
         noise.0.store(true, std::sync::atomic::Ordering::Relaxed);
         let other = noise.1.join().expect("the other sender");
         assert!(other > 100, "{group}: the other sender sent {other}");
