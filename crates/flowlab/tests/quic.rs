@@ -535,10 +535,16 @@ fn quic_over_a_lossy_emulated_link_counts_its_losses_and_never_stops() {
 
 /// A QUIC test's `--trace=100ms` over 4 s: this end's samples of its one stream's
 /// connection, at most one a period and most periods sampled until the stream stopped,
-/// then one more; each with a window, an RTT no less than the link's 20 ms, and counts
-/// of lost packets that never fall and end at most at the end's (the stack may still
-/// lose packets of the last bytes after the last sample); a sender's losses counted on
-/// this lossy link.
+/// then one more; each with a window, the link's round trip (below), and counts of lost
+/// packets that never fall and end at most at the end's (the stack may still lose
+/// packets of the last bytes after the last sample); a sender's losses counted on this
+/// lossy link. The round trip: quinn stamps every datagram its endpoint reads in one
+/// pass with the time the pass began (quinn 0.11's `drive_recv`), so on a busy machine
+/// an acknowledgement can be stamped a millisecond or more before it came and a round
+/// trip measured short of the link's 20 ms (a least RTT of 18.99 ms, once in the whole
+/// suite): each sample's least and smoothed RTT are at least three quarters of it —
+/// the link's, not loopback's tens of µs — and the samples' median smoothed RTT all of
+/// it.
 fn traced_as_the_stack_saw_it(doc: &Value, what: &str, sender: bool) {
     let streams = doc["trace"]["streams"].as_array().expect("trace streams");
     assert_eq!(streams.len(), 1, "{what}");
@@ -572,11 +578,18 @@ fn traced_as_the_stack_saw_it(doc: &Value, what: &str, sender: bool) {
         assert!(field(s, "t_us") >= t, "{what}: time went back: {s}");
         t = field(s, "t_us");
         assert!(field(s, "quic_cwnd_bytes") > 0, "{what}: {s}");
-        assert!(field(s, "min_rtt_us") >= 20_000, "{what}: {s}");
-        assert!(field(s, "srtt_us") >= 20_000, "{what}: {s}");
+        assert!(field(s, "min_rtt_us") >= 15_000, "{what}: {s}");
+        assert!(field(s, "srtt_us") >= 15_000, "{what}: {s}");
         assert!(field(s, "quic_lost_packets") >= lost, "{what}: {s}");
         lost = field(s, "quic_lost_packets");
     }
+    let mut srtt: Vec<u64> = samples.iter().map(|s| field(s, "srtt_us")).collect();
+    srtt.sort_unstable();
+    assert!(
+        srtt[srtt.len() / 2] >= 20_000,
+        "{what}: median smoothed RTT {} µs on a 20 ms path",
+        srtt[srtt.len() / 2]
+    );
     let end = doc["end"]["quic"]["connections"][0]["lost_packets"]
         .as_u64()
         .expect("the end's lost packets");
