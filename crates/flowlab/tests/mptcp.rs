@@ -9,7 +9,7 @@ mod support;
 use std::process::{Command, Stdio};
 
 use serde_json::Value;
-use support::{Reaped, await_listening, free_ports, usage_error};
+use support::{Reaped, await_listening, free_ports, ip, usage_error};
 
 /// Whether this system makes MPTCP sockets; a test without them fails in CI (whose
 /// kernel has MPTCP) and is skipped elsewhere, saying why.
@@ -307,36 +307,19 @@ fn what_an_mptcp_socket_refuses_is_refused_naming_the_flag() {
     usage_error(&["test", "127.0.0.1", "-m", "--quic"], "--mptcp");
 }
 
-/// Namespaces this test made, deleted (with their links) when it ends, however.
-struct Namespaces(Vec<String>);
-
-impl Drop for Namespaces {
-    fn drop(&mut self) {
-        for ns in &self.0 {
-            let _ = Command::new("ip").args(["netns", "del", ns]).status();
-        }
-    }
-}
-
-/// `ip ARGS`, which must succeed.
-fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().expect("ip");
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// A topology's multi-homed client, its two paths to the server (Wi-Fi-like and
 /// LTE-like, 20 Mbit/s each) through routers of their own: `flowlab net` gives each of
 /// its addresses routes of its own and an MPTCP endpoint, so one connection opens a
-/// subflow on each path. The first path is cut (its router's end down) 2.5 s into a 6 s
-/// upload, under cubic and bbr: the test carries on over the second — every interval
-/// after the cut moves data, the control connection (MPTCP too) ends the test — and the
-/// end's subflows say the second path carried it. Without the per-source routes the
-/// second subflow would leave by the first path too, and stall with it.
+/// subflow on each path. The first path is cut (its router's end down) 2.5 s into a 10 s
+/// upload, under cubic and bbr: the test carries on over the second — its last three
+/// intervals move data, the control connection (MPTCP too) ends the test — and the
+/// end's subflows say the second path carried what moved after the cut. Without the
+/// per-source routes the second subflow would leave by the first path too, and stall
+/// with it. Carrying on is not at once: what the cut subflow held blocks the data behind
+/// it until the kernel resends it on the other, after the cut subflow's retransmission
+/// timeouts (`net.mptcp.stale_loss_cnt`, 4 by default, marks it stale): a stall of one to
+/// three and a half seconds here with other tests running (in two of five runs of this
+/// binary a whole second after the cut moved nothing).
 #[test]
 fn one_path_cut_mid_test_the_other_carries_on_and_the_subflows_say_so() {
     if !support::is_root_with_ip("the paths are a topology's namespaces") || !mptcp() {
@@ -370,7 +353,7 @@ fn one_path_cut_mid_test_the_other_carries_on_and_the_subflows_say_so() {
         ip(&["-n", r1, "link", "set", "l0", "up"]);
         let client = Command::new("ip")
             .args([
-                "netns", "exec", &c, flowlab, "test", "s", "-m", "-t", "6", "-J",
+                "netns", "exec", &c, flowlab, "test", "s", "-m", "-t", "10", "-J",
             ])
             .args(["-C", cc])
             .stdout(Stdio::piped())
@@ -391,11 +374,11 @@ fn one_path_cut_mid_test_the_other_carries_on_and_the_subflows_say_so() {
             .map(|iv| iv["sums"][0]["bytes"].as_u64().expect("bytes"))
             .collect();
         // The cut falls in the third interval; the fourth on are the second path's alone.
-        assert!(moved.len() >= 6, "{cc}: {moved:?}");
+        assert!(moved.len() >= 10, "{cc}: {moved:?}");
         let after: u64 = moved[3..].iter().sum();
         assert!(
-            moved[3..].iter().all(|&b| b > 0),
-            "{cc}: a stall after the cut: {moved:?}"
+            moved[7..].iter().all(|&b| b > 0),
+            "{cc}: no carrying on after the cut: {moved:?}"
         );
         let c0 = &doc["end"]["mptcp"]["connections"][0];
         assert_eq!(c0["fallback"], false, "{cc}: {c0}");
@@ -436,7 +419,7 @@ fn without_mptcp_each_end_says_so() {
         return;
     }
     let ns = format!("mpoff{}", std::process::id() % 100_000);
-    let _made = Namespaces(vec![ns.clone()]);
+    let _made = support::Namespaces(vec![ns.clone()]);
     ip(&["netns", "add", &ns]);
     ip(&["-n", &ns, "link", "set", "lo", "up"]);
     let off = Command::new("ip")

@@ -8,7 +8,7 @@ mod support;
 use std::process::{Command, Stdio};
 
 use serde_json::Value;
-use support::{Reaped, usage_error};
+use support::{Reaped, ip, usage_error};
 
 /// Three receivers on a switch with the sender; the branch to rx3 loses 5 % of what it
 /// carries towards rx3 (the user-space emulator), the others nothing.
@@ -181,26 +181,6 @@ fn loss_on_one_branch_is_counted_for_that_receiver_only() {
     }
 }
 
-/// Namespaces this test made, deleted (with their links) when it ends, however.
-struct Namespace(String);
-
-impl Drop for Namespace {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-    }
-}
-
-/// `ip ARGS`, which must succeed.
-fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().expect("ip");
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        support::said(&out)
-    );
-}
-
 /// Two receivers on the sender's own host (a veth of a namespace of the test's own:
 /// the kernel loops a group's datagrams back to the host's members), over IPv4 and
 /// IPv6, any-source and source-specific, the source given by -B or --bind-dev and the
@@ -215,7 +195,7 @@ fn receivers_on_one_host_take_the_test_alone_over_ipv4_and_ipv6() {
     }
     let ns = format!("mcast{}", std::process::id() % 100_000);
     ip(&["netns", "add", &ns]);
-    let _made = Namespace(ns.clone());
+    let _made = support::Namespaces(vec![ns.clone()]);
     ip(&["-n", &ns, "link", "set", "lo", "up"]);
     ip(&[
         "-n", &ns, "link", "add", "va", "type", "veth", "peer", "name", "vb",

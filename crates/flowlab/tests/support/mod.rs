@@ -69,6 +69,33 @@ pub fn net_up(dir: &std::path::Path, name: &str, topology: &str) -> NetDown {
     down
 }
 
+/// Network namespaces a test made, deleted (with their links) when it ends, however.
+pub struct Namespaces(pub Vec<String>);
+
+impl Drop for Namespaces {
+    fn drop(&mut self) {
+        for ns in &self.0 {
+            let _ = std::process::Command::new("ip")
+                .args(["netns", "del", ns])
+                .status();
+        }
+    }
+}
+
+/// `ip ARGS`, which must succeed.
+pub fn ip(args: &[&str]) {
+    let out = std::process::Command::new("ip")
+        .args(args)
+        .output()
+        .expect("ip");
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        said(&out)
+    );
+}
+
 /// A usage error prints exactly one line that names the flag, and exits 2; a missing
 /// argument's ("flowlab fetch needs --from …") is followed by its usage and `--help`.
 pub fn usage_error(args: &[&str], names: &str) {
