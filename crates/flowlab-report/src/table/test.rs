@@ -435,6 +435,15 @@ fn multicast_rows(
             a => format!("receiver {} ({a})", r.name),
         };
         match &r.totals {
+            // Its loss counts up to the highest sequence number it saw: none, here.
+            Some(t) if t.bytes == 0 => {
+                let _ = writeln!(
+                    out,
+                    "[{id:>3}] {:<4} {who}: nothing reached it (is the group routed or \
+                     flooded to it?)",
+                    s.direction.as_str()
+                );
+            }
             Some(t) => side_row(&mut out, &id, s.direction, t, &who, true, f),
             None => {
                 let _ = writeln!(
