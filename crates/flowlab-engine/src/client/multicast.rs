@@ -103,8 +103,9 @@ pub(super) fn run(
         Some(ip) => ip,
         None => first.ctrl.local_addr().map_err(ControlError::Io)?.ip(),
     };
+    let id = crate::stream::stream_id(0);
     let sock = crate::multicast::sender(group, via, m.ttl, spec.bind_dev.as_deref())
-        .map_err(|source| ClientError::Stream { id: 1, source })?;
+        .map_err(|source| ClientError::Stream { id, source })?;
     let want = match spec.window {
         0 => crate::stream::UDP_DEFAULT_BUFFER,
         w => w,
@@ -112,7 +113,7 @@ pub(super) fn run(
     sock::set_buffers(&SockRef::from(&sock), want)?;
     let source = sock
         .local_addr()
-        .map_err(|source| ClientError::Stream { id: 1, source })?;
+        .map_err(|source| ClientError::Stream { id, source })?;
     // As the kernel holds it, not as asked.
     let ttl = {
         let s = SockRef::from(&sock);
@@ -144,7 +145,6 @@ pub(super) fn run(
         r.hello = hello;
     }
 
-    let id = crate::stream::stream_id(0);
     let bufs = sock::buffers(&SockRef::from(&sock));
     let info = StreamInfo {
         id,
@@ -209,32 +209,38 @@ pub(super) fn run(
     );
     let mut interrupted = interrupt.load(Ordering::Acquire);
     session.stop_senders();
+    // Whether the first receiver's server ended the test itself (a limit), or stopped
+    // answering: nothing more is said to it.
     let first_ended = match outcome {
-        Ok(PhaseEnd::Normal) => None,
-        Ok(PhaseEnd::ServerTerminated | PhaseEnd::Stalled(_)) => Some(Ended::terminated()),
+        Ok(PhaseEnd::Normal) => false,
+        Ok(PhaseEnd::ServerTerminated | PhaseEnd::Stalled(_)) => true,
         Err(e) => {
             session.abort();
             return Err(e);
         }
     };
+    let ended_already = |i: usize| i == 0 && first_ended;
     // TEST_END to every receiver first, so they stop together; then each one's results.
     let told: Vec<Result<(), ControlError>> = receivers
         .iter_mut()
         .enumerate()
-        .map(|(i, r)| match (i, &first_ended) {
-            (0, Some(_)) => Ok(()),
-            _ => control::write_state(&mut r.ctrl, State::TestEnd),
+        .map(|(i, r)| match ended_already(i) {
+            true => Ok(()),
+            false => control::write_state(&mut r.ctrl, State::TestEnd),
         })
         .collect();
     session.ctl.stop_recv.store(true, Ordering::Release);
-    let mut ended: Vec<Result<Ended, ClientError>> = Vec::with_capacity(receivers.len());
-    for (i, (r, told)) in receivers.iter_mut().zip(told).enumerate() {
-        ended.push(match (i, &first_ended, told) {
-            (0, Some(_), _) => Ok(Ended::terminated()),
-            (_, _, Err(e)) => Err(e.into()),
-            (_, _, Ok(())) => exchange_results(&mut r.ctrl, spec, &mut session),
-        });
-    }
+    let ended: Vec<Result<Ended, ClientError>> = receivers
+        .iter_mut()
+        .zip(told)
+        .enumerate()
+        .map(|(i, (r, told))| match ended_already(i) {
+            true => Ok(Ended::terminated()),
+            false => told
+                .map_err(ClientError::from)
+                .and_then(|()| exchange_results(&mut r.ctrl, spec, &mut session)),
+        })
+        .collect();
     interrupted |= ended.iter().any(|e| e.as_ref().is_ok_and(|e| e.terminated));
     session.abort();
     let snap = session.snapshot();
