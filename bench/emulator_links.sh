@@ -21,7 +21,10 @@
 # runs spread by more than 25 %.
 #
 # Env: BENCH_SECONDS (default 10), BENCH_REPEAT (default 7), FLOWLAB (default
-#      target/release/flowlab, built when missing).
+#      target/release/flowlab, built when missing), BENCH_BASE (an earlier build: each
+#      case runs with it too, alternating with FLOWLAB's, as `base-CASE`, and each
+#      case's median CPU is given as a ratio to its base's), BENCH_CASES (the cases to
+#      run, default "fix30 trc30 air2 air8 air32").
 set -euo pipefail
 shopt -s inherit_errexit
 
@@ -37,12 +40,17 @@ command -v python3 >/dev/null || die "python3 not found (needed to read the JSON
 [[ $EUID -eq 0 ]] || die "needs root (network namespaces)"
 [[ "$T" =~ ^[0-9]+$ && "$T" -ge 2 ]] || die "BENCH_SECONDS must be an integer of at least 2"
 [[ "$REPEAT" =~ ^[0-9]+$ && "$REPEAT" -ge 1 ]] || die "BENCH_REPEAT must be a positive integer"
+BASE="${BENCH_BASE:-}"
+[[ -z "$BASE" || -x "$BASE" ]] || die "BENCH_BASE: $BASE is not an executable"
 if [[ ! -x "$FLOWLAB" ]]; then
     (cd "$ROOT" && cargo build --release) || die "cargo build --release failed"
 fi
 
 DIR="$(mktemp -d)"
-CASES=(fix30 trc30 air2 air8 air32)
+read -ra CASES <<< "${BENCH_CASES:-fix30 trc30 air2 air8 air32}"
+for c in "${CASES[@]}"; do
+    [[ " fix30 trc30 air2 air8 air32 " == *" $c "* ]] || die "BENCH_CASES: no case '$c'"
+done
 trap 'for n in "${CASES[@]}"; do "$FLOWLAB" net down "$n" >/dev/null 2>&1 || true; done; rm -rf "$DIR"' EXIT
 
 two() { # name, link properties
@@ -64,20 +72,21 @@ air() { # stations
 pairs() { seq -f 's%g-srv' 1 "$1" | paste -sd, -; }
 for n in 2 8 32; do air "$n"; done
 
-echo "# command:  $0  (BENCH_SECONDS=$T BENCH_REPEAT=$REPEAT)"
+echo "# command:  $0  (BENCH_SECONDS=$T BENCH_REPEAT=$REPEAT${BASE:+ BENCH_BASE=$BASE}${BENCH_CASES:+ BENCH_CASES=\"$BENCH_CASES\"})"
 echo "# date:     $(date -u '+%Y-%m-%dT%H:%M:%SZ')"
 CPU_MODEL="$(awk -F': ' '/^model name/{print $2; exit}' /proc/cpuinfo)"
 echo "# machine:  nproc=$(nproc)  kernel=$(uname -r)  cpu=${CPU_MODEL:-?}"
 echo "# tcp cc:   $(cat /proc/sys/net/ipv4/tcp_congestion_control) (the system's default, which every TCP test here runs)"
 echo "# flowlab:  $("$FLOWLAB" --version) (the checkout: $(checkout_id "$ROOT"))"
+[[ -z "$BASE" ]] || echo "# base:     $("$BASE" --version)"
 echo "# steal:    $(awk '/^cpu /{print $9}' /proc/stat) ticks before"
 echo
 
 hz=$(getconf CLK_TCK)
 # One round of checks, under the system's default (a check without -C runs cubic and bbr).
 CC=$(cat /proc/sys/net/ipv4/tcp_congestion_control)
-one() { # case: prints "case cpu% bps late_p99_ms"
-    local name=$1 pid before after doc extra=()
+one() { # case [label]: prints "label cpu% bps late_p99_ms" (label: the case)
+    local name=$1 label=${2:-$1} pid before after doc extra=()
     case $name in air*) extra=(--pairs "$(pairs "${name#air}")" --together) ;; esac
     "$FLOWLAB" net up --backend userspace "$DIR/$name.toml" >/dev/null
     pid=$("$FLOWLAB" net status "$name" | sed -n "s/^$name: .*emulator pid \([0-9]*\).*/\1/p")
@@ -93,10 +102,13 @@ d = json.loads(sys.argv[1])
 cpu = 100 * ($after - $before) / $hz / (d['load_seconds'] + 1)
 bps = sum(p['measured_bps'] for p in d['paths'])
 late = [p['emulator_late_p99_ms'] for p in d['paths'] if p.get('emulator_late_p99_ms') is not None]
-print('$name', f'{cpu:.1f}', f'{bps:.0f}', f'{statistics.median(late):.3f}' if late else 'nan')" "$doc"
+print('$label', f'{cpu:.1f}', f'{bps:.0f}', f'{statistics.median(late):.3f}' if late else 'nan')" "$doc"
 }
 for round in $(seq "$REPEAT"); do
-    for c in "${CASES[@]}"; do one "$c"; done
+    for c in "${CASES[@]}"; do
+        [[ -z "$BASE" ]] || FLOWLAB=$BASE one "$c" "base-$c"
+        one "$c"
+    done
     echo "round $round done" >&2
 done > "$DIR/results"
 
@@ -119,5 +131,10 @@ for name, rs in runs.items():
     print(f"{name:<8}  {three([r[0] for r in rs], lambda x: f'{x:.1f}'):<32}  "
           f"{three([r[1] / 1e6 for r in rs], lambda x: f'{x:.1f}'):<26}  "
           f"{three([r[2] * 1000 for r in rs], lambda x: f'{x:.0f}')}")
+for name, rs in runs.items():
+    base = runs.get("base-" + name)
+    if base:
+        ratio = statistics.median(r[0] for r in rs) / statistics.median(r[0] for r in base)
+        print(f"{name}: median CPU this / base {ratio:.2f}")
 PY
 echo "# steal:    $(awk '/^cpu /{print $9}' /proc/stat) ticks after"

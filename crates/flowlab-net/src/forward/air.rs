@@ -133,8 +133,19 @@ pub(super) fn forward_air(
     }
     epoll.add(pending.fd(), CHANGES)?;
     let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 2 * hops.len() + 1];
+    // Less a nanosecond: a contender armed now whose backoff is zero begins exactly then.
+    let ahead = medium.preset().aifs_ns().saturating_sub(1);
     loop {
         let now = clock.now();
+        // A line's frame must leave at its time: the thread asks to be woken a margin
+        // early and spins the rest. The medium's transmissions need no spin: a frame
+        // that arrives from now on makes no contender that can begin before an AIFS from
+        // now, so every transmission that begins by then is decided already and is made
+        // now (`ahead`), its frames delivered at the model's times. The thread wakes an
+        // AIFS before the next one and does not spin, which halves the spinning of a
+        // busy medium (a wake-up for each transmission, another for its delivery); a
+        // wake-up later than an AIFS delays a transmission's frames by the rest only if
+        // it comes after the PPDU's end.
         let next = hops
             .iter()
             .flat_map(|h| {
@@ -147,10 +158,13 @@ pub(super) fn forward_air(
                 ]
             })
             .flatten()
-            .chain(medium.next_due())
             .min();
         let margin = wake.margin();
-        let target = next.map(|due| due.saturating_sub(margin));
+        let target = next
+            .map(|due| due.saturating_sub(margin))
+            .into_iter()
+            .chain(medium.next_due().map(|due| due.saturating_sub(ahead)))
+            .min();
         let rc = epoll.wait(&mut events, target, now);
         let woke = clock.now();
         polls.record(now, woke);
@@ -237,9 +251,10 @@ pub(super) fn forward_air(
         }
         // Woken by the timer: spin to the due time.
         let now = spin_to(&clock, clock.now(), rc, next, margin);
-        // The transmissions that begin by now: their frames leave the air at the
-        // PPDU's end, into the hop's line towards the receiver.
-        medium.poll(now, &mut |tx: Txop<Frame>| {
+        // The transmissions that begin by an AIFS from now: their frames leave the air
+        // at the PPDU's end, into the hop's line towards the receiver.
+        let horizon = now + ahead;
+        medium.poll(horizon, &mut |tx: Txop<Frame>| {
             let (i, upward) = if tx.from == 0 {
                 (tx.to - 1, false)
             } else {
@@ -271,7 +286,7 @@ pub(super) fn forward_air(
                 }
             }
         });
-        air_now = air_now.max(now);
+        air_now = air_now.max(horizon);
         let at = Pass { now, polls: &polls };
         for h in &mut hops {
             let c = &h.counters;
