@@ -105,7 +105,7 @@ pub fn data_config(params: &TestParams, proto: Protocol, end: End<'_>) -> DataCo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flowlab_results::spec::TestSpec;
+    use flowlab_results::spec::{TestSpec, Transport};
 
     /// What the two ends must agree on.
     fn agreed(c: &DataConfig) -> impl PartialEq + std::fmt::Debug {
@@ -147,7 +147,7 @@ mod tests {
         let mut traced = tcp.clone();
         traced.trace = Some(Duration::from_millis(5));
         let mut udp = tcp.clone();
-        udp.protocol = Protocol::Udp;
+        udp.protocol = Transport::Udp;
         udp.len = 1460;
         let mut paced = udp.clone();
         paced.bitrate = 100_000_000;
@@ -161,8 +161,9 @@ mod tests {
                 features: &features,
                 affinity: None,
             };
-            let c = data_config(&params, spec.protocol, client);
-            let s = data_config(&params, spec.protocol, End::Server);
+            let proto = spec.protocol.wire().expect("TCP or UDP");
+            let c = data_config(&params, proto, client);
+            let s = data_config(&params, proto, End::Server);
             assert_eq!(agreed(&c), agreed(&s), "{spec:?}");
         }
     }
@@ -172,7 +173,7 @@ mod tests {
     #[test]
     fn a_client_of_a_stock_server_uses_no_extension() {
         let mut spec = TestSpec::new("h");
-        spec.protocol = Protocol::Udp;
+        spec.protocol = Transport::Udp;
         spec.len = 1460;
         let client = End::Client {
             features: &[],

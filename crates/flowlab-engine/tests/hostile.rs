@@ -7,7 +7,7 @@ use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
 
 use flowlab_engine::server::ServerConfig;
-use flowlab_proto::params::{Protocol, TestParams};
+use flowlab_proto::params::TestParams;
 use flowlab_proto::{Cookie, State, frame};
 use flowlab_results::result::StreamDirection;
 use flowlab_results::spec::{Amount, Direction};
@@ -133,7 +133,7 @@ fn await_data_phase(started: &std::sync::mpsc::Receiver<()>) {
 
 fn udp_spec(port: u16, direction: Direction) -> flowlab_results::spec::TestSpec {
     let mut s = spec(port);
-    s.protocol = Protocol::Udp;
+    s.protocol = flowlab_results::spec::Transport::Udp;
     s.len = 1400;
     s.bitrate = 20_000_000;
     s.direction = direction;

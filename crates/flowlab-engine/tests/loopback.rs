@@ -2,12 +2,12 @@
 //! amount, with the client's and the server's byte counts agreeing; and iperf3's socket
 //! options as a flowlab server honours them.
 
-use flowlab_proto::params::{Mode, Protocol};
+use flowlab_proto::params::Mode;
 use flowlab_results::result::{ServerOutput, StreamDirection};
-use flowlab_results::spec::{Amount, Direction};
+use flowlab_results::spec::{Amount, Direction, Transport};
 use flowlab_testkit::*;
 
-fn check(proto: Protocol, mode: Mode, direction: Direction, amount: Amount) {
+fn check(proto: Transport, mode: Mode, direction: Direction, amount: Amount) {
     let port = default_server();
     let mut s = spec(port);
     s.protocol = proto;
@@ -15,16 +15,16 @@ fn check(proto: Protocol, mode: Mode, direction: Direction, amount: Amount) {
     s.direction = direction;
     s.amount = amount;
     match proto {
-        Protocol::Udp => {
+        Transport::Udp => {
             s.len = 1400;
             // Paced, so loopback loses nothing and counts must agree exactly.
             if mode == Mode::Streaming {
                 s.bitrate = 200_000_000;
             }
         }
-        Protocol::Tcp if mode == Mode::StopAndWait => s.len = 16 * 1024,
-        Protocol::Tcp => {}
-        Protocol::Quic => panic!("QUIC is flowlab_quic's"),
+        Transport::Tcp if mode == Mode::StopAndWait => s.len = 16 * 1024,
+        Transport::Tcp => {}
+        Transport::Quic => panic!("QUIC is flowlab_quic's"),
     }
     let r = run(&s).unwrap_or_else(|e| panic!("{proto:?} {mode:?} {direction:?} {amount:?}: {e}"));
     let dirs: &[StreamDirection] = match direction {
@@ -59,7 +59,7 @@ macro_rules! matrix {
     ($($name:ident: $proto:ident $mode:ident $dir:ident $amount:expr;)*) => {
         $(#[test]
         fn $name() {
-            check(Protocol::$proto, Mode::$mode, Direction::$dir, $amount);
+            check(Transport::$proto, Mode::$mode, Direction::$dir, $amount);
         })*
     };
 }
@@ -99,7 +99,7 @@ matrix! {
 #[test]
 fn the_engine_refuses_a_quic_test() {
     let mut s = spec(1);
-    s.protocol = Protocol::Quic;
+    s.protocol = Transport::Quic;
     assert!(matches!(
         run(&s),
         Err(flowlab_engine::client::ClientError::Quic)
@@ -156,7 +156,7 @@ fn udp_bitrate_is_paced() {
     unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, -10) };
     let port = default_server();
     let mut s = spec(port);
-    s.protocol = Protocol::Udp;
+    s.protocol = Transport::Udp;
     s.len = 1000;
     s.bitrate = 20_000_000;
     s.udp_window = false;
@@ -286,24 +286,24 @@ fn zerocopy_moves_the_same_bytes() {
 fn skip_rx_copy_counts_every_byte_both_ways() {
     let port = default_server();
     for (proto, direction) in [
-        (Protocol::Tcp, Direction::Forward),
-        (Protocol::Tcp, Direction::Reverse),
-        (Protocol::Udp, Direction::Forward),
-        (Protocol::Udp, Direction::Reverse),
+        (Transport::Tcp, Direction::Forward),
+        (Transport::Tcp, Direction::Reverse),
+        (Transport::Udp, Direction::Forward),
+        (Transport::Udp, Direction::Reverse),
     ] {
         let mut s = spec(port);
         s.protocol = proto;
         s.direction = direction;
         s.skip_rx_copy = true;
         let n = match proto {
-            Protocol::Tcp => 50 << 20,
-            Protocol::Udp => {
+            Transport::Tcp => 50 << 20,
+            Transport::Udp => {
                 // Paced, so loopback loses nothing and counts must agree exactly.
                 s.len = 1400;
                 s.bitrate = 200_000_000;
                 1400 * 5000
             }
-            Protocol::Quic => panic!("QUIC is flowlab_quic's"),
+            Transport::Quic => panic!("QUIC is flowlab_quic's"),
         };
         s.amount = Amount::Bytes(n);
         let what = format!("{proto:?} {direction:?}");
@@ -329,7 +329,7 @@ fn many_tests_run_at_once_on_one_server() {
                 let mut s = spec(port);
                 s.amount = Amount::Seconds(1.0);
                 if i == 1 {
-                    s.protocol = Protocol::Udp;
+                    s.protocol = Transport::Udp;
                     s.bitrate = 50_000_000;
                     s.len = 1200;
                 }
@@ -357,7 +357,7 @@ fn many_tests_run_at_once_on_one_server() {
 fn overflowing_udp(direction: Direction, backoff: bool) -> (Option<u64>, Option<u64>, u64) {
     let port = default_server();
     let mut s = spec(port);
-    s.protocol = Protocol::Udp;
+    s.protocol = Transport::Udp;
     s.len = 1460;
     s.direction = direction;
     s.amount = Amount::Seconds(1.0);
@@ -402,7 +402,7 @@ fn udp_at_full_speed_keeps_within_the_receivers_window_both_ways() {
     for direction in [Direction::Forward, Direction::Reverse] {
         let port = default_server();
         let mut s = spec(port);
-        s.protocol = Protocol::Udp;
+        s.protocol = Transport::Udp;
         s.len = 1460;
         s.direction = direction;
         s.parallel = 2;
@@ -524,7 +524,7 @@ fn fq_rate_paces_the_servers_sends() {
 #[test]
 fn dont_fragment_is_on_the_servers_socket() {
     let mut s = spec(default_server());
-    s.protocol = Protocol::Udp;
+    s.protocol = Transport::Udp;
     s.len = 1000;
     s.bitrate = 5_000_000;
     s.amount = Amount::Seconds(0.5);
@@ -576,11 +576,11 @@ fn the_servers_output_is_its_log_of_the_test() {
 fn streams_leave_from_the_address_ports_and_device_asked_for() {
     let port = default_server();
     let dev = is_root("--bind-dev (SO_BINDTODEVICE needs CAP_NET_RAW)");
-    for protocol in [Protocol::Tcp, Protocol::Udp] {
+    for protocol in [Transport::Tcp, Transport::Udp] {
         let mut s = spec(port);
         s.protocol = protocol;
         s.amount = Amount::Seconds(0.3);
-        if protocol == Protocol::Udp {
+        if protocol == Transport::Udp {
             s.len = 1000;
             s.bitrate = 5_000_000;
         }

@@ -403,7 +403,7 @@ fn one_address_takes_neither_every_slot_nor_the_udp_setup() {
         1_000_003
     );
     let mut u = spec(port);
-    u.protocol = flowlab_proto::params::Protocol::Udp;
+    u.protocol = flowlab_results::spec::Transport::Udp;
     u.len = 1400;
     u.amount = Amount::Seconds(1.0);
     u.bitrate = 10_000_000;

@@ -164,15 +164,13 @@ pub struct TestParams {
     pub flowlab: Option<FlowlabParams>,
 }
 
-/// The transport a test uses.
+/// The transport a test's parameters ask for: iperf3's control protocol carries TCP and
+/// UDP tests (and SCTP, which flowlab does not speak).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Protocol {
     Tcp,
     Udp,
-    /// QUIC's performance protocol (`quic_perf`), which iperf3's control protocol never
-    /// carries: a test of it is flowlab's alone, without a control connection.
-    Quic,
 }
 
 impl TestParams {

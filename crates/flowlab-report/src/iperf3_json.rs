@@ -93,7 +93,7 @@ fn event(name: &str, data: Value) -> String {
 }
 
 fn is_udp(spec: &TestSpec) -> bool {
-    spec.protocol == flowlab_proto::params::Protocol::Udp
+    spec.protocol == flowlab_results::spec::Transport::Udp
 }
 
 /// A UDP test's datagram length, for the intervals' packet counts.
@@ -152,9 +152,9 @@ fn start(s: &StartInfo, udp: bool) -> Value {
         "test_start": {
             // iperf3 names no QUIC: flowlab's QUIC tests say what they are.
             "protocol": match spec.protocol {
-                flowlab_proto::params::Protocol::Tcp => "TCP",
-                flowlab_proto::params::Protocol::Udp => "UDP",
-                flowlab_proto::params::Protocol::Quic => "QUIC",
+                flowlab_results::spec::Transport::Tcp => "TCP",
+                flowlab_results::spec::Transport::Udp => "UDP",
+                flowlab_results::spec::Transport::Quic => "QUIC",
             },
             "num_streams": spec.parallel,
             "blksize": spec.len,

@@ -302,7 +302,7 @@ fn sends(d: StreamDirection) -> bool {
 }
 
 fn udp(spec: &TestSpec) -> bool {
-    spec.protocol == flowlab_proto::params::Protocol::Udp
+    spec.protocol == flowlab_results::spec::Transport::Udp
 }
 
 /// A UDP test's datagram length, never 0.

@@ -71,7 +71,7 @@ pub enum TestFormat {
 
 /// Whether `r` is of a UDP test (its columns differ).
 pub fn is_udp(r: &TestResult) -> bool {
-    r.start.spec.protocol == flowlab_proto::params::Protocol::Udp
+    r.start.spec.protocol == flowlab_results::spec::Transport::Udp
 }
 
 /// Everything `flowlab test` prints for the finished test: what it prints piece by piece

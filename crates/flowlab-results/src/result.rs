@@ -759,7 +759,7 @@ pub struct LoopbackReordering {
 /// kernel without RPS), or the CPU count is unknown.
 pub fn loopback_reordering(r: &TestResult) -> Option<LoopbackReordering> {
     // QUIC's losses are its stack's, which neither remedy touches.
-    if r.start.spec.protocol == flowlab_proto::params::Protocol::Quic {
+    if r.start.spec.protocol == crate::spec::Transport::Quic {
         return None;
     }
     let remote: std::net::SocketAddr = r.start.remote.parse().ok()?;

@@ -5,6 +5,37 @@ use std::time::Duration;
 use flowlab_proto::params::{FLOWLAB_EXT_VERSION, FlowlabParams, Mode, Protocol, TestParams};
 use serde::{Deserialize, Serialize};
 
+/// The transport a test measures: TCP or UDP, run over iperf3's control protocol (the
+/// wire's [`Protocol`]), or QUIC's performance protocol (`quic_perf`), which that
+/// protocol never carries: a QUIC test is flowlab's alone, without a control connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Transport {
+    Tcp,
+    Udp,
+    Quic,
+}
+
+impl Transport {
+    /// The protocol iperf3's parameters carry for it; `None` for QUIC.
+    pub fn wire(self) -> Option<Protocol> {
+        match self {
+            Transport::Tcp => Some(Protocol::Tcp),
+            Transport::Udp => Some(Protocol::Udp),
+            Transport::Quic => None,
+        }
+    }
+}
+
+impl From<Protocol> for Transport {
+    fn from(p: Protocol) -> Self {
+        match p {
+            Protocol::Tcp => Transport::Tcp,
+            Protocol::Udp => Transport::Udp,
+        }
+    }
+}
+
 /// Which way data flows, seen from the client.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -56,7 +87,7 @@ pub const DEFAULT_PACING_TIMER_US: u64 = 1000;
 pub struct TestSpec {
     pub host: String,
     pub port: u16,
-    pub protocol: Protocol,
+    pub protocol: Transport,
     pub mode: Mode,
     /// Bytes per write or datagram.
     pub len: usize,
@@ -394,7 +425,7 @@ impl TestSpec {
         TestSpec {
             host: host.into(),
             port: flowlab_proto::DEFAULT_PORT,
-            protocol: Protocol::Tcp,
+            protocol: Transport::Tcp,
             mode: Mode::Streaming,
             len: DEFAULT_TCP_LEN,
             amount: Amount::Seconds(10.0),
@@ -472,7 +503,7 @@ impl TestSpec {
         // A group's receivers cannot report to its sender (it sends to the group).
         self.multicast.is_none()
             && self.udp_backoff
-            && self.protocol == Protocol::Udp
+            && self.protocol == Transport::Udp
             && self.mode == Mode::Streaming
             && self.bitrate == 0
     }
@@ -482,7 +513,7 @@ impl TestSpec {
     pub fn wants_window(&self) -> bool {
         self.multicast.is_none()
             && self.udp_window
-            && self.protocol == Protocol::Udp
+            && self.protocol == Transport::Udp
             && self.mode == Mode::Streaming
             && (self.bitrate > 0 || self.wants_backoff())
     }
@@ -512,8 +543,8 @@ impl TestSpec {
             Amount::Blocks(k) => (0, 0, k),
         };
         TestParams {
-            tcp: (self.protocol == Protocol::Tcp).then_some(true),
-            udp: (self.protocol == Protocol::Udp).then_some(true),
+            tcp: (self.protocol == Transport::Tcp).then_some(true),
+            udp: (self.protocol == Transport::Udp).then_some(true),
             sctp: None,
             omit: self.omit,
             server_affinity: self.affinity.server.map(|c| c as u64),
@@ -539,7 +570,7 @@ impl TestSpec {
             dont_fragment: self.dont_fragment,
             repeating_payload: self.repeating_payload,
             get_server_output: self.get_server_output,
-            udp_counters_64bit: self.protocol == Protocol::Udp,
+            udp_counters_64bit: self.protocol == Transport::Udp,
             zerocopy: self.zerocopy,
             mptcp: self.mptcp,
             skip_rx_copy: self.skip_rx_copy,

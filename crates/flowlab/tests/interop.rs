@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use flowlab_engine::client::ClientError;
-use flowlab_proto::params::{Mode, Protocol};
+use flowlab_proto::params::Mode;
 use flowlab_results::result::{PeerKind, StreamDirection};
 use flowlab_results::spec::{Amount, Direction};
 use serde_json::Value;
@@ -190,18 +190,18 @@ fn flowlab_client_against_iperf3_server() {
         ("tcp --bidir", |s| s.direction = Direction::Bidir),
         ("tcp -n", |s| s.amount = Amount::Bytes(20 << 20)),
         ("udp -b", |s| {
-            s.protocol = Protocol::Udp;
+            s.protocol = flowlab_results::spec::Transport::Udp;
             s.len = 1400;
             s.bitrate = 100_000_000;
         }),
         ("udp -b -R", |s| {
-            s.protocol = Protocol::Udp;
+            s.protocol = flowlab_results::spec::Transport::Udp;
             s.len = 1400;
             s.bitrate = 100_000_000;
             s.direction = Direction::Reverse;
         }),
         ("udp -b --bidir", |s| {
-            s.protocol = Protocol::Udp;
+            s.protocol = flowlab_results::spec::Transport::Udp;
             s.len = 1400;
             s.bitrate = 50_000_000;
             s.direction = Direction::Bidir;

@@ -499,8 +499,8 @@ fn tcp_echo_connections_are_limited_per_address() {
 /// every mode, each interval with the round trips of the replies that arrived in it.
 #[test]
 fn latency_under_load_is_measured_beside_every_kind_of_test() {
-    use flowlab_proto::params::Protocol;
     use flowlab_results::spec::Direction;
+    use flowlab_results::spec::Transport;
     let port = default_server();
     type Setup = fn(&mut flowlab_results::spec::TestSpec);
     let cases: &[(&str, Setup)] = &[
@@ -509,7 +509,7 @@ fn latency_under_load_is_measured_beside_every_kind_of_test() {
         ("tcp --bidir", |s| s.direction = Direction::Bidir),
         ("tcp -P 2", |s| s.parallel = 2),
         ("udp -b", |s| {
-            s.protocol = Protocol::Udp;
+            s.protocol = Transport::Udp;
             s.len = 1400;
             s.bitrate = 50_000_000;
         }),

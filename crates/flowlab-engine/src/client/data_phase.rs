@@ -6,10 +6,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use flowlab_proto::State;
-use flowlab_proto::params::Protocol;
 use flowlab_results::result::{
     self, Interval, IntervalStream, IntervalSum, StreamDirection, TcpInterval, UdpInterval,
 };
+use flowlab_results::spec::Transport;
 use flowlab_results::spec::{Amount, TestSpec};
 
 use super::latency::LoadProber;
@@ -75,7 +75,7 @@ pub(super) fn run_data_phase(
     // the counters every TICK. Periodic wake-ups cost measurable throughput on loopback.
     let counts_to_end = !matches!(spec.amount, Amount::Seconds(_))
         && session.has(Role::Receive)
-        && (spec.protocol == Protocol::Udp || !session.cfg.drain_to_eof);
+        && (spec.protocol == Transport::Udp || !session.cfg.drain_to_eof);
     let cap = if counts_to_end { TICK } else { IDLE_WAKE };
     loop {
         let now = session.ctl.epoch.elapsed();
@@ -142,7 +142,7 @@ pub(super) fn run_data_phase(
                 let got_all = !session.has(Role::Receive)
                     || rx >= target
                     || session.all_finished(Role::Receive)
-                    || (spec.protocol == Protocol::Udp && last_data.elapsed() > udp_idle_end);
+                    || (spec.protocol == Transport::Udp && last_data.elapsed() > udp_idle_end);
                 // Bidirectional tests end when both directions are done.
                 sent_all && got_all
             }

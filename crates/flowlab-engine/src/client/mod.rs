@@ -141,9 +141,10 @@ pub fn run(
     obs: &mut dyn Observer,
     interrupt: &AtomicBool,
 ) -> Result<TestResult, ClientError> {
-    if spec.protocol == Protocol::Quic {
+    // The engine speaks iperf3's protocol, TCP and UDP; QUIC is flowlab_quic's.
+    let Some(proto) = spec.protocol.wire() else {
         return Err(ClientError::Quic);
-    }
+    };
     if let Some(m) = &spec.multicast {
         return multicast::run(spec, m, obs, interrupt);
     }
@@ -167,7 +168,7 @@ pub fn run(
         hello,
         plans,
         infos,
-    } = negotiate(&mut ctrl, spec, &params, server, &cookie)?;
+    } = negotiate(&mut ctrl, spec, proto, &params, server, &cookie)?;
     if let Some(short) = streams::short_buffers(spec.window, spec.recv_window, &infos) {
         tracing::warn!("{short}");
     }
@@ -181,7 +182,7 @@ pub fn run(
         features: &features,
         affinity: spec.affinity.client,
     };
-    let mut cfg = data_config(&params, spec.protocol, end);
+    let mut cfg = data_config(&params, proto, end);
     cfg.file = file;
     cfg.path_rtt = crate::sock::least_rtt(&ctrl);
     // The machine state is read (a `tc` process, ioctls per interface) before any data
@@ -275,7 +276,7 @@ pub fn run(
         t.diagnose(&spec.window_rates());
         t
     });
-    let udp = spec.protocol == Protocol::Udp;
+    let udp = proto == Protocol::Udp;
     let mut end = result::summarize(&directions, udp, &local, remote.as_ref(), interrupted);
     // A test cut short (Ctrl-C, a server's limit) says so itself: its streams' errors
     // are what the cut did to them, not failures.
@@ -391,6 +392,7 @@ struct Negotiated {
 fn negotiate(
     ctrl: &mut TcpStream,
     spec: &TestSpec,
+    proto: Protocol,
     params: &TestParams,
     server: SocketAddr,
     cookie: &Cookie,
@@ -422,7 +424,7 @@ fn negotiate(
                 }
                 // A multicast test's one stream goes to the group, not to a server.
                 if spec.multicast.is_none() {
-                    (plans, infos) = create_streams(spec, server, cookie)?;
+                    (plans, infos) = create_streams(spec, proto, server, cookie)?;
                 }
             }
             State::TestStart => {}
@@ -594,14 +596,14 @@ mod tests {
     /// offering `features`.
     fn windowed(bitrate: u64, features: &[&str]) -> bool {
         let mut spec = TestSpec::new("127.0.0.1");
-        spec.protocol = Protocol::Udp;
+        spec.protocol = flowlab_results::spec::Transport::Udp;
         spec.bitrate = bitrate;
         let features: Vec<String> = features.iter().map(|f| f.to_string()).collect();
         let end = End::Client {
             features: &features,
             affinity: None,
         };
-        data_config(&spec.to_params(), spec.protocol, end).window
+        data_config(&spec.to_params(), Protocol::Udp, end).window
     }
 
     /// A paced test keeps within the window only against a server that reports in paced

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use flowlab_proto::hello::ServerHello;
-use flowlab_proto::params::Multicast;
+use flowlab_proto::params::{Multicast, Protocol};
 use flowlab_proto::results::PeerResults;
 use flowlab_proto::{Cookie, State};
 use flowlab_results::result::{
@@ -137,11 +137,13 @@ pub(super) fn run(
     }
     // Each receiver joins before it answers TEST_RUNNING, so none misses the start.
     for r in &mut receivers {
-        let Negotiated { hello, .. } = negotiate(&mut r.ctrl, spec, &params, r.addr, &r.cookie)
-            .map_err(|e| ClientError::Receiver {
-                receiver: r.name.clone(),
-                source: Box::new(e),
-            })?;
+        let Negotiated { hello, .. } =
+            negotiate(&mut r.ctrl, spec, Protocol::Udp, &params, r.addr, &r.cookie).map_err(
+                |e| ClientError::Receiver {
+                    receiver: r.name.clone(),
+                    source: Box::new(e),
+                },
+            )?;
         r.hello = hello;
     }
 
@@ -173,7 +175,7 @@ pub(super) fn run(
         features: &[],
         affinity: spec.affinity.client,
     };
-    let mut cfg = data_config(&params, spec.protocol, end);
+    let mut cfg = data_config(&params, Protocol::Udp, end);
     cfg.file = file;
     cfg.path_rtt = sock::least_rtt(&receivers[0].ctrl);
     let system = crate::sysinfo::collect();

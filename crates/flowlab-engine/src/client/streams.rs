@@ -75,6 +75,7 @@ pub(super) fn random36() -> [u8; 36] {
 /// for the session and its description for the result.
 pub(super) fn create_streams(
     spec: &TestSpec,
+    proto: Protocol,
     server: SocketAddr,
     cookie: &Cookie,
 ) -> Result<(Vec<StreamPlan>, Vec<StreamInfo>), ClientError> {
@@ -90,7 +91,7 @@ pub(super) fn create_streams(
     for (i, role) in roles.into_iter().enumerate() {
         let id = crate::stream::stream_id(i);
         let serr = |source| ClientError::Stream { id, source };
-        let (transport, early) = match spec.protocol {
+        let (transport, early) = match proto {
             Protocol::Tcp => (
                 Transport::Tcp(Arc::new(open_tcp(spec, server, cookie, role, i).map_err(
                     |e| match e {
@@ -104,7 +105,6 @@ pub(super) fn create_streams(
                 let (s, early) = open_udp(spec, server, i).map_err(serr)?;
                 (Transport::Udp(Arc::new(s)), early)
             }
-            Protocol::Quic => return Err(ClientError::Quic),
         };
         let (local, remote, bufs, congestion, mss) = match &transport {
             Transport::Tcp(t) => (

@@ -34,12 +34,6 @@ pub(super) fn collect_streams(
     let deadline = Instant::now() + streams_deadline(shared.cfg.handshake_timeout, rtt, n);
     let mut out = Vec::with_capacity(n);
     match proto {
-        // iperf3's parameters never ask for it (`TestParams::protocol`).
-        Protocol::Quic => {
-            return Err(TestError::Streams(
-                "QUIC is served on serve --quic's port".into(),
-            ));
-        }
         Protocol::Tcp => {
             let (tx, rx) = mpsc::channel();
             shared

@@ -60,7 +60,7 @@ pub fn start(s: &StartInfo) -> String {
 pub fn interval_header(spec: &TestSpec) -> String {
     // Only the columns this end's rows fill: a TCP sender's retransmissions, window and
     // RTT; a UDP receiver's jitter and loss. Without intervals (`-i 0`), no header.
-    let udp = spec.protocol == flowlab_proto::params::Protocol::Udp;
+    let udp = spec.protocol == flowlab_results::spec::Transport::Udp;
     let (sends, receives) = match spec.direction {
         Direction::Forward => (true, false),
         Direction::Reverse => (false, true),
@@ -675,7 +675,7 @@ mod tests {
     /// The interval header names only the columns this end's rows fill (issue 46).
     #[test]
     fn the_interval_header_names_only_the_columns_filled() {
-        use flowlab_proto::params::Protocol;
+        use flowlab_results::spec::Transport;
         let header = |protocol, direction, interval: Option<std::time::Duration>| {
             let mut s = TestSpec::new("h");
             (s.protocol, s.direction, s.interval) = (protocol, direction, interval);
@@ -683,21 +683,21 @@ mod tests {
         };
         let second = Some(std::time::Duration::from_secs(1));
         let bare = "[ ID] Dir  Interval           Transfer     Bitrate\n";
-        let tcp = header(Protocol::Tcp, Direction::Forward, second);
+        let tcp = header(Transport::Tcp, Direction::Forward, second);
         assert!(
             tcp.ends_with("Bitrate          Retr  Cwnd         RTT\n"),
             "{tcp}"
         );
-        assert_eq!(header(Protocol::Tcp, Direction::Bidir, second), tcp);
-        assert_eq!(header(Protocol::Tcp, Direction::Reverse, second), bare);
-        let udp = header(Protocol::Udp, Direction::Reverse, second);
+        assert_eq!(header(Transport::Tcp, Direction::Bidir, second), tcp);
+        assert_eq!(header(Transport::Tcp, Direction::Reverse, second), bare);
+        let udp = header(Transport::Udp, Direction::Reverse, second);
         assert!(
             udp.ends_with("Jitter     Lost/Total       OOO  Dup\n"),
             "{udp}"
         );
-        assert_eq!(header(Protocol::Udp, Direction::Bidir, second), udp);
-        assert_eq!(header(Protocol::Udp, Direction::Forward, second), bare);
-        assert_eq!(header(Protocol::Tcp, Direction::Forward, None), "");
+        assert_eq!(header(Transport::Udp, Direction::Bidir, second), udp);
+        assert_eq!(header(Transport::Udp, Direction::Forward, second), bare);
+        assert_eq!(header(Transport::Tcp, Direction::Forward, None), "");
     }
 
     /// A bidir interval: each row fills every column the header names, with a dash where

@@ -7,11 +7,10 @@ use std::sync::atomic::Ordering;
 use clap::Args as ClapArgs;
 use flowlab_engine::client;
 use flowlab_engine::server::{NoLog, Server, ServerConfig};
-use flowlab_proto::params::Protocol;
 use flowlab_report::units::UnitFormat;
 use flowlab_report::{json, table};
 use flowlab_results::result::TestResult;
-use flowlab_results::spec::{Amount, DEFAULT_UDP_LEN, Direction, TestSpec};
+use flowlab_results::spec::{Amount, DEFAULT_UDP_LEN, Direction, TestSpec, Transport};
 use flowlab_results::units;
 
 use super::emit;
@@ -45,10 +44,10 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     server.spawn()?;
     let interrupt = super::install_ctrl_c();
     let cases = [
-        ("TCP", Protocol::Tcp, Direction::Forward),
-        ("TCP", Protocol::Tcp, Direction::Reverse),
-        ("UDP", Protocol::Udp, Direction::Forward),
-        ("UDP", Protocol::Udp, Direction::Reverse),
+        ("TCP", Transport::Tcp, Direction::Forward),
+        ("TCP", Transport::Tcp, Direction::Reverse),
+        ("UDP", Transport::Udp, Direction::Forward),
+        ("UDP", Transport::Udp, Direction::Reverse),
     ];
     let mut results: Vec<TestResult> = Vec::new();
     if !a.json {
@@ -63,13 +62,13 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         spec.interval = None;
         // Round trips before and under each load (`test --latency`).
         spec.latency = Some(std::time::Duration::from_millis(10));
-        if protocol == Protocol::Udp {
+        if protocol == Transport::Udp {
             spec.len = DEFAULT_UDP_LEN;
             spec.bitrate = a.bitrate;
         }
         let r = client::run(&spec, &mut client::Quiet, &interrupt)?;
         if !a.json {
-            let target = (protocol == Protocol::Udp && a.bitrate > 0).then_some(a.bitrate);
+            let target = (protocol == Transport::Udp && a.bitrate > 0).then_some(a.bitrate);
             emit(&table::quick_case(
                 name,
                 direction == Direction::Reverse,

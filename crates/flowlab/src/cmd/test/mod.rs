@@ -23,7 +23,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     let interrupt = super::install_ctrl_c();
     let output = a.output();
     let mut printer = Printer { output, spec: None };
-    let outcome = if spec.protocol == flowlab_proto::params::Protocol::Quic {
+    let outcome = if spec.protocol == flowlab_results::spec::Transport::Quic {
         flowlab_quic::measure::run(&spec, &mut printer, &interrupt).map_err(anyhow::Error::from)
     } else {
         client::run(&spec, &mut printer, &interrupt).map_err(anyhow::Error::from)

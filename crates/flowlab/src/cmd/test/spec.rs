@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use flowlab_engine::trace;
-use flowlab_proto::params::{MAX_PARALLEL, Mode, Protocol};
-use flowlab_results::spec::{self, Amount, Direction, TestSpec};
+use flowlab_proto::params::{MAX_PARALLEL, Mode};
+use flowlab_results::spec::{self, Amount, Direction, TestSpec, Transport};
 use flowlab_results::units;
 
 use super::args::{Args, MAX_TIME};
@@ -15,9 +15,9 @@ impl Args {
     /// Validates the combination and builds the engine's spec.
     pub fn to_spec(&self) -> Result<TestSpec, Usage> {
         let protocol = match (self.udp, self.quic) {
-            (true, _) => Protocol::Udp,
-            (_, true) => Protocol::Quic,
-            _ => Protocol::Tcp,
+            (true, _) => Transport::Udp,
+            (_, true) => Transport::Quic,
+            _ => Transport::Tcp,
         };
         if self.quic {
             self.quic_refusals()?;
@@ -72,18 +72,18 @@ impl Args {
             Mode::Streaming
         };
         s.len = match (self.length, protocol) {
-            (Some(l), Protocol::Udp) if !(16..=spec::MAX_UDP_LEN as u64).contains(&l) => {
+            (Some(l), Transport::Udp) if !(16..=spec::MAX_UDP_LEN as u64).contains(&l) => {
                 return Err(Usage(format!(
                     "-l/--length {l} is outside 16..={} for UDP",
                     spec::MAX_UDP_LEN
                 )));
             }
-            (Some(l), Protocol::Tcp) if !(1..=16 << 20).contains(&l) => {
+            (Some(l), Transport::Tcp) if !(1..=16 << 20).contains(&l) => {
                 return Err(Usage(format!("-l/--length {l} is outside 1..=16M for TCP")));
             }
             (Some(l), _) => l as usize,
-            (None, Protocol::Tcp | Protocol::Quic) => spec::DEFAULT_TCP_LEN,
-            (None, Protocol::Udp) => spec::DEFAULT_UDP_LEN,
+            (None, Transport::Tcp | Transport::Quic) => spec::DEFAULT_TCP_LEN,
+            (None, Transport::Udp) => spec::DEFAULT_UDP_LEN,
         };
         s.amount = match (&self.time, self.bytes, self.blocks) {
             (Some(t), _, _) => {
