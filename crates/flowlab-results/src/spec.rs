@@ -27,15 +27,6 @@ impl Transport {
     }
 }
 
-impl From<Protocol> for Transport {
-    fn from(p: Protocol) -> Self {
-        match p {
-            Protocol::Tcp => Transport::Tcp,
-            Protocol::Udp => Transport::Udp,
-        }
-    }
-}
-
 /// Which way data flows, seen from the client.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
