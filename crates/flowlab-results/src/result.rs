@@ -449,7 +449,9 @@ pub struct SideTotals {
 /// A UDP receiver's totals.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
 pub struct UdpTotals {
-    /// Datagrams the sender had sent as far as the receiver can tell (highest sequence).
+    /// Datagrams the sender had sent as far as the receiver can tell (highest sequence),
+    /// or as the sender counted them where its count reaches the receiver's row (a
+    /// multicast receiver's: [`UdpTotals::count_against`]).
     pub expected: u64,
     pub lost: u64,
     pub lost_percent: f64,
@@ -552,6 +554,17 @@ impl UdpTotals {
             integrity_percent: None,
             rcvbuf_drops: parts.iter().map(|x| x.rcvbuf_drops).sum(),
             foreign: parts.iter().map(|x| x.foreign).sum(),
+        }
+    }
+
+    /// Counts loss against `sent`, the sender's own count, rather than the highest
+    /// sequence number the receiver saw: the datagrams after the last one that reached
+    /// it were lost too. Never lowers what the receiver counted.
+    pub fn count_against(&mut self, sent: u64) {
+        if sent > self.expected {
+            self.lost += sent - self.expected;
+            self.expected = sent;
+            self.lost_percent = percent(self.lost, self.expected);
         }
     }
 }
@@ -879,6 +892,23 @@ mod tests {
         assert_eq!((u.expected, u.lost), (10, 1));
         assert!((u.lost_percent - 10.0).abs() < 1e-9);
         assert!((u.integrity_percent.unwrap() - 90.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_receiver_counted_against_the_senders_count_loses_the_tail_too() {
+        // Saw up to 90 of 100 sent, 5 lost among them: the last 10 were lost as well.
+        let mut u = UdpTotals {
+            expected: 90,
+            lost: 5,
+            lost_percent: percent(5, 90),
+            ..UdpTotals::default()
+        };
+        u.count_against(100);
+        assert_eq!((u.expected, u.lost), (100, 15));
+        assert!((u.lost_percent - 15.0).abs() < 1e-9);
+        // A sender's count below what the receiver saw changes nothing.
+        u.count_against(80);
+        assert_eq!((u.expected, u.lost), (100, 15));
     }
 
     #[test]

@@ -311,14 +311,17 @@ fn receiver_end(
     // and receivers join one after another (one whose control connection lost a
     // segment, a retransmission later than the rest), which would lower the first ones'
     // rates by the wait for the last.
-    let sent_for = stream
-        .as_ref()
-        .and_then(|s| s.sender.as_ref())
-        .map(|s| s.seconds);
+    let sender = stream.as_ref().and_then(|s| s.sender.as_ref());
+    let (sent_for, sent) = (sender.map(|s| s.seconds), sender.and_then(|s| s.packets));
     let totals = stream.and_then(|s| s.receiver).map(|mut t| {
         if let Some(seconds) = sent_for {
             t.seconds = seconds;
             t.bits_per_second = result::bps(t.bytes, seconds);
+        }
+        // The sender's count is here: a receiver that lost the last datagrams lost
+        // them too, which its highest sequence number cannot tell.
+        if let (Some(u), Some(sent)) = (t.udp.as_mut(), sent) {
+            u.count_against(sent);
         }
         t
     });

@@ -435,7 +435,7 @@ fn multicast_rows(
             a => format!("receiver {} ({a})", r.name),
         };
         match &r.totals {
-            // Its loss counts up to the highest sequence number it saw: none, here.
+            // Rather than a loss of every datagram sent: where to look.
             Some(t) if t.bytes == 0 => {
                 let _ = writeln!(
                     out,
