@@ -142,10 +142,9 @@ pub(super) fn forward_air(
         // that arrives from now on makes no contender that can begin before an AIFS from
         // now, so every transmission that begins by then is decided already and is made
         // now (`ahead`), its frames delivered at the model's times. The thread wakes an
-        // AIFS before the next one and does not spin, which halves the spinning of a
-        // busy medium (a wake-up for each transmission, another for its delivery); a
-        // wake-up later than an AIFS delays a transmission's frames by the rest only if
-        // it comes after the PPDU's end.
+        // AIFS before the next one and does not spin: a transmission costs one spin
+        // (before its delivery), not two. A wake-up later than an AIFS delays a
+        // transmission's frames by the rest only if it comes after the PPDU's end.
         let next = hops
             .iter()
             .flat_map(|h| {
