@@ -226,9 +226,12 @@ pub(super) fn run(
     let told: Vec<Result<(), ControlError>> = receivers
         .iter_mut()
         .enumerate()
-        .map(|(i, r)| match ended_already(i) {
-            true => Ok(()),
-            false => control::write_state(&mut r.ctrl, State::TestEnd),
+        .map(|(i, r)| {
+            if ended_already(i) {
+                Ok(())
+            } else {
+                control::write_state(&mut r.ctrl, State::TestEnd)
+            }
         })
         .collect();
     session.ctl.stop_recv.store(true, Ordering::Release);
@@ -236,11 +239,13 @@ pub(super) fn run(
         .iter_mut()
         .zip(told)
         .enumerate()
-        .map(|(i, (r, told))| match ended_already(i) {
-            true => Ok(Ended::terminated()),
-            false => told
-                .map_err(ClientError::from)
-                .and_then(|()| exchange_results(&mut r.ctrl, spec, &mut session)),
+        .map(|(i, (r, told))| {
+            if ended_already(i) {
+                Ok(Ended::terminated())
+            } else {
+                told.map_err(ClientError::from)
+                    .and_then(|()| exchange_results(&mut r.ctrl, spec, &mut session))
+            }
         })
         .collect();
     interrupted |= ended.iter().any(|e| e.as_ref().is_ok_and(|e| e.terminated));
